@@ -1,0 +1,42 @@
+# Two commands matter: `make demo` (sets up if needed, runs a local P2P fleet and the cross-node proof)
+# and `make test`. Everything installs into ./.venv.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.p2p-setup-done
+export LMCACHE_TRACK_USAGE := false
+export DO_NOT_TRACK := 1
+export LMCACHE_DISABLE_BANNER := 1
+export PYTHONWARNINGS := ignore
+
+.PHONY: setup demo test test-fast lint clean
+
+setup: $(STAMP)
+
+# torch first so the CPU build satisfies lmcache's unpinned torch; then nixl-cu12 and the nixl meta
+# package without deps (plain `nixl` would pull a second CUDA variant); then lmcache and the project.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q nixl-cu12==1.5.1
+	$(PIP) install -q --no-deps nixl==1.5.1
+	$(PIP) install -q -e .
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m p2p_ops.demo
+
+test: setup
+	$(PY) -m pytest -q -rs
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
+
+lint: setup
+	shellcheck $$(git ls-files '*.sh')
+	$(PY) -m compileall -q p2p_ops p2p_runtime
+
+clean:
+	rm -rf $(VENV) p2p-run

@@ -1,0 +1,1 @@
+"""Operations library behind `p2pctl`: fleet spec, rendering, connectors, launch, tests, diagnose."""
