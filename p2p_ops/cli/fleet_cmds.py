@@ -1,0 +1,183 @@
+"""Fleet lifecycle commands: init, validate, render, up, wait, status, down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from p2p_ops import launch
+from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+
+def add_fleet_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--fleet", default="fleet.yaml", help="fleet spec file (default: ./fleet.yaml)")
+    p.add_argument("--run-dir", default=None,
+                   help="state folder (default: p2p-run/<fleet name> next to the fleet file)")
+
+
+def context(args: argparse.Namespace) -> launch.FleetContext:
+    return launch.FleetContext.load(args.fleet, args.run_dir)
+
+
+def _progress(msg: str) -> None:
+    err_console.print(f"[dim]·[/dim] {msg}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("init", help="write a ready-to-run fleet spec")
+    p.add_argument("--local", type=int, metavar="N", required=True, help="N single-instance nodes on 127.0.0.1")
+    p.add_argument("--name", default="local", help="fleet name (default: local)")
+    p.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
+    p.add_argument("--port-offset", type=int, default=0,
+                   help="add this to every default port (run several fleets side by side)")
+    p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(handler=cmd_init)
+
+    p = sub.add_parser("validate", help="check a fleet spec and print a one-line verdict")
+    add_fleet_args(p)
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("render", help="write env.sh and start wrappers for every instance")
+    add_fleet_args(p)
+    p.set_defaults(handler=cmd_render)
+
+    p = sub.add_parser("up", help="start coordinator, servers and engines (detached)")
+    add_fleet_args(p)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to answer")
+    p.set_defaults(handler=cmd_up)
+
+    p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy")
+    add_fleet_args(p)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(handler=cmd_wait)
+
+    p = sub.add_parser("status", help="show processes, P2P state, peers and L1 use")
+    add_fleet_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("down", help="stop everything the fleet started (idempotent)")
+    add_fleet_args(p)
+    p.set_defaults(handler=cmd_down)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
+    off = args.port_offset
+    base = {"coordinator": 9300 + off, "mp": 5600 + off, "http": 8080 + off, "p2p": 8550 + off, "engine": 8000 + off}
+    data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime)
+    for port in base.values():
+        if not 1 <= port <= 65535 - args.local - 1:
+            raise BadInput(f"--port-offset {off}: puts ports out of range; choose a smaller offset")
+    parse_fleet(data)  # what we write must load
+    header = ("# Fleet spec written by `p2pctl init`. Edit freely; `p2pctl validate` checks it.\n"
+              "# settings: must be identical across peers (instances may override only l1_size_gb, eviction,\n"
+              "# timeouts, heartbeat, log level, nice and UCX settings under instances[].settings).\n")
+    out.write_text(header + dump_yaml(data))
+    console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    f = ctx.fleet
+    console.print(f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, {len(f.nodes)} node(s), "
+                  f"{len(f.instances())} instance(s)")
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    files = launch.render(ctx)
+    for f in files:
+        console.print(str(ctx.layout.dir(f.unit) / f.name))
+    return EXIT_OK
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        launch.up(ctx, progress=_progress, start_timeout=args.timeout)
+    finally:
+        ctx.close()
+    console.print(f"fleet {ctx.fleet.name!r} started; run `p2pctl wait` to see it register")
+    return EXIT_OK
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        rep = launch.wait(ctx, timeout=args.timeout, progress=_progress)
+    finally:
+        ctx.close()
+    _print_status(rep)
+    console.print(f"[green]ready[/green]: {len(rep.instances)} server(s) registered with "
+                  f"{rep.expected_peers} peer(s) each; engines healthy")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        rep = launch.report(ctx)
+    finally:
+        ctx.close()
+    if args.json:
+        print(json.dumps(rep.to_json(), indent=2))
+    else:
+        _print_status(rep)
+    return EXIT_OK if rep.ready else EXIT_CHECK_FAILED
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        outcome = launch.down(ctx)
+    finally:
+        ctx.close()
+    table = Table(title=f"p2pctl down — fleet {ctx.fleet.name}")
+    table.add_column("process")
+    table.add_column("result")
+    for name, what in outcome.items():
+        table.add_row(name, what)
+    console.print(table)
+    errors = [n for n, w in outcome.items() if w.startswith("error")]
+    return EXIT_CHECK_FAILED if errors else EXIT_OK
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}"
+
+
+def _print_status(rep: launch.FleetReport) -> None:
+    table = Table(title=f"fleet {rep.fleet} — {'READY' if rep.ready else 'NOT READY'}")
+    for col in ("instance", "node", "server pid", "p2p_state", "peers", "peer ids", "L1 used/total GiB",
+                "engine", "engine health"):
+        table.add_column(col)
+    for i in rep.instances:
+        ok = i.ready(rep.expected_peers)
+        table.add_row(
+            f"[green]{i.instance}[/green]" if ok else f"[red]{i.instance}[/red]",
+            i.node, i.server_proc, i.server.p2p_state, f"{i.server.peer_count}/{rep.expected_peers}",
+            ",".join(i.server.peers) or "-", f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
+            i.engine_url, "healthy" if i.engine_healthy else i.engine_proc)
+    console.print(table)
+    ctable = Table(title=f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
+                         f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances")
+    for col in ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url"):
+        ctable.add_column(col)
+    for inst in rep.coordinator_instances or []:
+        ctable.add_row(*(str(inst.get(k, "")) for k in ("instance_id", "ip", "http_port", "mq_port",
+                                                          "p2p_advertised_url")))
+    console.print(ctable)

@@ -1,0 +1,50 @@
+"""The connector contract: run a shell command on a host, copy a file there; results, never surprises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from p2p_ops.errors import CouldNotRun
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class Result:
+    host: str
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def describe(self) -> str:
+        """What an operator needs when a remote command fails: host, command, exit code, output tail."""
+        out = tail((self.stdout + "\n" + self.stderr).strip()) or "(no output)"
+        return f"on {self.host}: `{self.command}` exited {self.exit_code}\n{out}"
+
+
+class CommandFailed(CouldNotRun):
+    def __init__(self, result: Result):
+        super().__init__(result.describe())
+        self.result = result
+
+
+class Connector(Protocol):
+    host: str
+
+    def run(self, command: str, timeout: float = 60, check: bool = False) -> Result:
+        """Run a bash command line; with check=True raise CommandFailed on a non-zero exit."""
+
+    def put(self, local: Path, remote: str, mode: int | None = None) -> None:
+        """Copy one file to the node (creating parent folders)."""
+
+    def close(self) -> None:
+        ...

@@ -1,0 +1,27 @@
+"""Errors that the CLI turns into one clear line and an exit code (never a traceback)."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class P2POpsError(Exception):
+    """An expected failure with a message meant for the operator."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInput(P2POpsError):
+    """The user gave something we cannot use: name the field or value and the fix."""
+
+
+class CheckFailed(P2POpsError):
+    """The command ran, and what it checked is not healthy."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+class CouldNotRun(P2POpsError):
+    """Something outside the input stopped us (a process would not start, a host is unreachable)."""

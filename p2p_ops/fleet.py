@@ -1,0 +1,359 @@
+"""The fleet spec (`fleet.yaml`): typed, validated in this one module.
+
+Every invalid file is refused with one line naming the field path and the fix, e.g.
+`nodes[1].instances[0].ports.http: 8081 is already used by node-a-0 on 127.0.0.1`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from p2p_ops.errors import BadInput
+
+# Ids become file names and command arguments: keep them boring.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+
+# Settings peers must agree on or they silently share nothing (DESIGN decision 6). They may only be set
+# fleet-wide; a per-instance override is refused.
+FLEET_WIDE_ONLY = ("python_hash_seed", "chunk_size", "hash_algorithm", "l1_align_bytes", "model",
+                   "transfer_engine")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _check_id(value: str) -> str:
+    if not ID_PATTERN.match(value):
+        raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
+    return value
+
+
+class Coordinator(_Strict):
+    # Bind and advertised address. 127.0.0.1 by default: never 0.0.0.0 unless the spec says so.
+    host: str = "127.0.0.1"
+    # Node that runs it; empty = the first node whose address equals host, else the first node.
+    node: str = ""
+    port: int = Field(9300, ge=1, le=65535)
+    # Must exceed the servers' heartbeat interval, or heartbeats fail (reference 1.1).
+    timeout_keep_alive: int = Field(10, ge=1)
+
+
+class Settings(_Strict):
+    """Fleet-wide LMCache settings, one value for every peer."""
+
+    chunk_size: int = Field(256, ge=16, le=65536)
+    hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
+    l1_size_gb: int = Field(1, ge=1, le=4096)
+    l1_align_bytes: int = Field(65536, ge=4096)
+    eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
+    transfer_engine: Literal["nixl", "tcp", "mooncake_te"] = "nixl"
+    python_hash_seed: int = Field(0, ge=0, le=4294967295)
+    heartbeat_interval: float = Field(2.0, gt=0, le=60)
+    p2p_lookup_timeout: float = Field(30.0, gt=0)
+    p2p_load_timeout: float = Field(30.0, gt=0)
+    supported_transfer_mode: Literal["auto", "engine_driven", "lmcache_driven"] = "auto"
+    max_workers: int = Field(1, ge=1, le=64)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # NIXL's progress thread busy-polls one core per server (nixl 1.5.1 hard-codes pthrDelay=0). On a small
+    # CPU-only box a nice level keeps the engines responsive; leave 0 on GPU nodes.
+    server_nice: int = Field(0, ge=0, le=19)
+    # Empty means "let UCX choose"; on real fabrics the LMCache example uses rc,sm,self.
+    ucx_tls: str = ""
+    ucx_net_devices: str = ""
+
+    @field_validator("l1_align_bytes")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"{v} must be a power of two (65536 is the P2P recommendation)")
+        return v
+
+
+class InstanceSettings(_Strict):
+    """What one instance may set differently from its peers (everything else must match)."""
+
+    l1_size_gb: Optional[int] = Field(None, ge=1, le=4096)
+    eviction_policy: Optional[Literal["LRU", "ARC", "IsolatedLRU", "noop"]] = None
+    heartbeat_interval: Optional[float] = Field(None, gt=0, le=60)
+    p2p_lookup_timeout: Optional[float] = Field(None, gt=0)
+    p2p_load_timeout: Optional[float] = Field(None, gt=0)
+    max_workers: Optional[int] = Field(None, ge=1, le=64)
+    log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
+    server_nice: Optional[int] = Field(None, ge=0, le=19)
+    ucx_tls: Optional[str] = None
+    ucx_net_devices: Optional[str] = None
+
+
+class EngineSettings(_Strict):
+    """The embedded CPU engine (runtime: embedded). Ignored by runtime: vllm."""
+
+    model_seed: int = 1234
+    num_layers: int = Field(2, ge=1, le=64)
+    num_heads: int = Field(4, ge=1, le=64)
+    head_size: int = Field(32, ge=4, le=512)
+    vocab_size: int = Field(384, ge=259, le=65536)
+    max_model_len: int = Field(8192, ge=256)
+    block_size: int = Field(16, ge=1, le=1024)
+    num_blocks: int = Field(2048, ge=16)
+    threads: int = Field(1, ge=1, le=64)
+    # GPU timing emulation (off when all are 0).
+    prefill_us_per_token: float = Field(0.0, ge=0)
+    decode_ms_per_token: float = Field(0.0, ge=0)
+    load_us_per_token: float = Field(0.0, ge=0)
+    timing_jitter: float = Field(0.0, ge=0, le=1)
+    timing_seed: int = 0
+    # vLLM runtime only.
+    vllm_args: list[str] = Field(default_factory=list)
+
+
+class Ports(_Strict):
+    mp: int = Field(..., ge=1, le=65535, description="ZMQ request port (lmcache server --port)")
+    http: int = Field(..., ge=1, le=65535, description="server admin/metrics port (--http-port)")
+    p2p: int = Field(..., ge=1, le=65535, description="transfer-channel port (--p2p-advertise-url)")
+    engine: int = Field(..., ge=1, le=65535, description="engine OpenAI HTTP port")
+
+
+class Instance(_Strict):
+    id: str
+    ports: Ports
+    gpu: Optional[int] = Field(None, ge=0, le=63)
+    settings: InstanceSettings = Field(default_factory=InstanceSettings)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        return _check_id(v)
+
+
+class Node(_Strict):
+    name: str
+    address: str = "127.0.0.1"
+    connection: Literal["local", "ssh"] = "local"
+    # Where the project lives on that node; empty = this checkout / this interpreter (local).
+    venv: str = ""
+    # Bind address for servers and engines. Empty = the node's address (127.0.0.1 for local nodes).
+    bind: str = ""
+    ssh_user: str = ""
+    ssh_port: int = Field(22, ge=1, le=65535)
+    ssh_key: str = ""
+    ssh_config: str = ""
+    # Only for test hosts whose keys are generated per run: never verify-off by default.
+    ssh_insecure_host_keys: bool = False
+    run_dir: str = ""
+    instances: list[Instance] = Field(..., min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_id(v)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty (an IP or host name)")
+        return v.strip()
+
+    @property
+    def bind_host(self) -> str:
+        return self.bind or self.address
+
+
+class Fleet(_Strict):
+    name: str
+    runtime: Literal["embedded", "vllm"] = "embedded"
+    model: str = "tiny-llm"
+    coordinator: Coordinator = Field(default_factory=Coordinator)
+    settings: Settings = Field(default_factory=Settings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    nodes: list[Node] = Field(..., min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_id(v)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        # '@' is reserved inside LMCache object keys (reference 5.5).
+        if not v or "@" in v:
+            raise ValueError(f"{v!r} must be a non-empty model name without '@'")
+        return v
+
+    # ---- derived views -------------------------------------------------------------------------
+    def instances(self) -> list[tuple[Node, Instance]]:
+        return [(node, inst) for node in self.nodes for inst in node.instances]
+
+    def instance(self, instance_id: str) -> tuple[Node, Instance]:
+        for node, inst in self.instances():
+            if inst.id == instance_id:
+                return node, inst
+        known = ", ".join(i.id for _, i in self.instances())
+        raise BadInput(f"no instance {instance_id!r} in fleet {self.name!r} (known: {known})")
+
+    def effective_settings(self, inst: Instance) -> Settings:
+        overrides = inst.settings.model_dump(exclude_none=True)
+        return self.settings.model_copy(update=overrides)
+
+    def coordinator_node(self) -> Node:
+        if self.coordinator.node:
+            for node in self.nodes:
+                if node.name == self.coordinator.node:
+                    return node
+            raise BadInput(f"coordinator.node: no node named {self.coordinator.node!r}; use one of "
+                           + ", ".join(n.name for n in self.nodes))
+        for node in self.nodes:
+            if _host_key(node.address) == _host_key(self.coordinator.host):
+                return node
+        return self.nodes[0]
+
+    @property
+    def coordinator_url(self) -> str:
+        return f"http://{self.coordinator.host}:{self.coordinator.port}"
+
+
+# ---- loading ----------------------------------------------------------------------------------------
+
+def _path_str(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _pydantic_message(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    loc = err.get("loc", ())
+    if kind == "extra_forbidden":
+        key = loc[-1] if loc else "?"
+        parent = _path_str(loc[:-1])
+        if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
+            setting = "model" if key == "model" else f"settings.{key}"
+            return (f"{_path_str(loc)}: must be identical across peers and cannot be overridden per "
+                    f"instance; set it once as {setting}")
+        return f"{_path_str(loc)}: unknown key {key!r} in {parent}; remove it or check the spelling"
+    if kind == "missing":
+        return f"{_path_str(loc)}: required field is missing; add it"
+    msg = err.get("msg", "invalid value")
+    value = err.get("input")
+    shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
+    return f"{_path_str(loc)}: {msg}{shown}"
+
+
+def _cross_checks(fleet: Fleet) -> None:
+    """Checks that span fields: unique ids, port clashes per host."""
+    seen_nodes: dict[str, int] = {}
+    for ni, node in enumerate(fleet.nodes):
+        if node.name in seen_nodes:
+            raise BadInput(f"nodes[{ni}].name: {node.name!r} is already used by nodes[{seen_nodes[node.name]}]; "
+                           "node names must be unique")
+        seen_nodes[node.name] = ni
+        if node.connection == "local" and not _is_loopback(node.address):
+            raise BadInput(f"nodes[{ni}].address: {node.address!r} is not a loopback address; a 'local' node "
+                           "runs on this machine, use 127.0.0.1 (or connection: ssh for a remote host)")
+
+    fleet.coordinator_node()  # raises on an unknown coordinator.node
+    seen_ids: dict[str, str] = {}
+    # (host, port) -> owner description; the coordinator is a port user on its host too.
+    used: dict[tuple[str, int], str] = {(_host_key(fleet.coordinator.host), fleet.coordinator.port): "the coordinator"}
+    for ni, node in enumerate(fleet.nodes):
+        host = _host_key(node.address)
+        for ii, inst in enumerate(node.instances):
+            where = f"nodes[{ni}].instances[{ii}]"
+            if inst.id in seen_ids:
+                raise BadInput(f"{where}.id: {inst.id!r} is already used by {seen_ids[inst.id]}; "
+                               "instance ids must be unique across the fleet")
+            seen_ids[inst.id] = where
+            for field in ("mp", "http", "p2p", "engine"):
+                port = getattr(inst.ports, field)
+                owner = used.get((host, port))
+                if owner:
+                    raise BadInput(f"{where}.ports.{field}: {port} is already used by {owner} on {node.address}; "
+                                   "pick a free port")
+                used[(host, port)] = inst.id
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_key(address: str) -> str:
+    return "127.0.0.1" if address == "localhost" else address
+
+
+def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: expected a mapping at the top level (name:, nodes:, ...); see `p2pctl init`")
+    try:
+        fleet = Fleet.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BadInput(_pydantic_message(first)) from None
+    _cross_checks(fleet)
+    return fleet
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise BadInput(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_fleet(data, str(path))
+
+
+# ---- writing a starter fleet ------------------------------------------------------------------------
+
+def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = None,
+                runtime: str = "embedded") -> dict[str, Any]:
+    """A ready-to-run fleet of n single-instance nodes on loopback, as plain data (for YAML)."""
+    if n < 1 or n > 64:
+        raise BadInput(f"--local {n}: choose between 1 and 64 nodes")
+    b = {"coordinator": 9300, "mp": 5600, "http": 8080, "p2p": 8550, "engine": 8000}
+    b.update(base or {})
+    nodes = []
+    for i in range(n):
+        letter = chr(ord("a") + i) if i < 26 else f"n{i}"
+        nodes.append({
+            "name": f"node-{letter}",
+            "address": "127.0.0.1",
+            "connection": "local",
+            "instances": [{
+                "id": f"node-{letter}-0",
+                "ports": {"mp": b["mp"] + i + 1, "http": b["http"] + i + 1,
+                          "p2p": b["p2p"] + i + 1, "engine": b["engine"] + i + 1},
+            }],
+        })
+    return {
+        "name": name,
+        "runtime": runtime,
+        "model": "tiny-llm",
+        "coordinator": {"host": "127.0.0.1", "port": b["coordinator"]},
+        "settings": Settings(server_nice=10).model_dump(),
+        "engine": {k: v for k, v in EngineSettings().model_dump().items() if k != "vllm_args"},
+        "nodes": nodes,
+    }
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)

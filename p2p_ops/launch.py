@@ -1,0 +1,352 @@
+"""Bring a fleet up, wait until it shares, show it, take it down.
+
+Order matters: coordinator, then servers (they register with it), then engines (they connect to their local
+server). Each node's processes are handled by its connector; nodes are handled in parallel.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from p2p_ops import probes, procs
+from p2p_ops.connectors import Connector, connector_for
+from p2p_ops.errors import CheckFailed, CouldNotRun
+from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
+from p2p_ops.layout import COORDINATOR, RunLayout
+from p2p_ops.render import RenderedFile, render_fleet, write_rendered
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class FleetContext:
+    """A loaded fleet plus where its state lives and how to reach each node."""
+
+    fleet: Fleet
+    fleet_file: Path
+    layout: RunLayout
+    _conns: dict[str, Connector] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, fleet_file: str | Path, run_dir: Optional[str] = None) -> "FleetContext":
+        path = Path(fleet_file)
+        fleet = load_fleet(path)
+        return cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
+
+    def node_layout(self, node: Node) -> RunLayout:
+        """The run folder on that node (the same path as here unless the node sets run_dir)."""
+        if node.run_dir:
+            return RunLayout(Path(node.run_dir) / self.fleet.name)
+        return self.layout
+
+    def conn(self, node: Node) -> Connector:
+        if node.name not in self._conns:
+            self._conns[node.name] = connector_for(node)
+        return self._conns[node.name]
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+    # ---- the fleet's processes ----------------------------------------------------------------------
+    def coordinator_proc(self) -> Proc:
+        lay = self.node_layout(self.fleet.coordinator_node())
+        return _proc(lay, COORDINATOR, "coordinator", f"--port {self.fleet.coordinator.port} ")
+
+    def server_proc(self, node: Node, inst: Instance) -> Proc:
+        return _proc(self.node_layout(node), inst.id, "server", f"--http-port {inst.ports.http} ")
+
+    def engine_proc(self, node: Node, inst: Instance) -> Proc:
+        return _proc(self.node_layout(node), inst.id, "engine", f"--port {inst.ports.engine} ")
+
+    def node_procs(self, node: Node) -> list[Proc]:
+        out = []
+        if self.fleet.coordinator_node().name == node.name:
+            out.append(self.coordinator_proc())
+        for inst in node.instances:
+            out += [self.server_proc(node, inst), self.engine_proc(node, inst)]
+        return out
+
+    def server_url(self, node: Node, inst: Instance) -> str:
+        return f"http://{node.address}:{inst.ports.http}"
+
+    def engine_url(self, node: Node, inst: Instance) -> str:
+        return f"http://{node.address}:{inst.ports.engine}"
+
+    def for_each_node(self, fn: Callable[[Node], object]) -> dict[str, object]:
+        """Run fn per node in parallel; every node gets a result (an exception is a result too)."""
+        results: dict[str, object] = {}
+        with ThreadPoolExecutor(max_workers=max(1, len(self.fleet.nodes))) as pool:
+            futures = {n.name: pool.submit(fn, n) for n in self.fleet.nodes}
+            for name, fut in futures.items():
+                try:
+                    results[name] = fut.result()
+                except Exception as exc:  # noqa: BLE001 - collected and reported per host
+                    results[name] = exc
+        return results
+
+
+Proc = procs.Proc
+
+
+def _proc(lay: RunLayout, unit: str, role: str, marker: str) -> procs.Proc:
+    return procs.Proc(name=f"{unit}/{role}", workdir=str(lay.dir(unit)), wrapper=str(lay.wrapper(unit, role)),
+                      log=str(lay.log(unit, role)), pidfile=str(lay.pidfile(unit, role)), marker=marker)
+
+
+# ---- render ------------------------------------------------------------------------------------------
+
+def render(ctx: FleetContext) -> list[RenderedFile]:
+    files = render_fleet(ctx.fleet, ctx.node_layout)
+    write_rendered(files, ctx.layout)
+    for node in ctx.fleet.nodes:
+        if node.connection != "ssh":
+            continue
+        conn, lay = ctx.conn(node), ctx.node_layout(node)
+        for f in files:
+            if f.node == node.name:
+                conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name),
+                         mode=0o755 if f.executable else 0o644)
+    return files
+
+
+# ---- up ----------------------------------------------------------------------------------------------
+
+def _wait_started(ctx: FleetContext, items: list[tuple[Node, procs.Proc, Callable[[], bool]]],
+                  timeout: float, progress: Progress, what: str) -> None:
+    """Wait until each process answers its readiness probe, or fail naming those that died or hung."""
+    pending = list(items)
+    deadline = time.monotonic() + timeout
+    dead: list[tuple[Node, procs.Proc]] = []
+    while pending and time.monotonic() < deadline:
+        still = []
+        for node, proc, ready in pending:
+            if ready():
+                progress(f"{proc.name} is up")
+                continue
+            st = procs.states(ctx.conn(node), [proc])[0]
+            if not st.running:
+                dead.append((node, proc))
+            else:
+                still.append((node, proc, ready))
+        pending = still
+        if dead:
+            break
+        if pending:
+            time.sleep(0.5)
+    problems = [_describe_failure(ctx, node, proc, "exited during start") for node, proc in dead]
+    problems += [_describe_failure(ctx, node, proc, f"did not answer within {timeout:.0f} s")
+                 for node, proc, _ in pending]
+    if problems:
+        raise CouldNotRun(f"{what} failed to start:\n" + "\n".join(problems)
+                          + "\nOther processes are left running; `p2pctl down` stops them all.")
+
+
+def _describe_failure(ctx: FleetContext, node: Node, proc: procs.Proc, why: str) -> str:
+    tail = procs.log_tail(ctx.conn(node), proc.log, 15)
+    indented = "\n".join("    " + line for line in tail.splitlines())
+    return f"- {proc.name} on {node.name} ({node.address}) {why}; last lines of {proc.log}:\n{indented}"
+
+
+def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0) -> None:
+    fleet = ctx.fleet
+    render(ctx)
+    progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+
+    cnode = fleet.coordinator_node()
+    cproc = ctx.coordinator_proc()
+    procs.start(ctx.conn(cnode), cproc)
+    _wait_started(ctx, [(cnode, cproc, lambda: probes.coordinator_healthy(fleet.coordinator_url))],
+                  start_timeout, progress, "the coordinator")
+
+    def start_role(role: str) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
+        def on_node(node: Node) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
+            out = []
+            for inst in node.instances:
+                if role == "server":
+                    proc, url = ctx.server_proc(node, inst), ctx.server_url(node, inst)
+                    ready = (lambda u=url: probes.server_status(u).reachable)
+                else:
+                    proc, url = ctx.engine_proc(node, inst), ctx.engine_url(node, inst)
+                    ready = (lambda u=url: probes.engine_healthy(u))
+                procs.start(ctx.conn(node), proc)
+                progress(f"started {proc.name} on {node.name}")
+                out.append((node, proc, ready))
+            return out
+
+        results = ctx.for_each_node(on_node)
+        errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
+        if errors:
+            raise CouldNotRun(f"could not start every {role}:\n" + "\n".join(errors)
+                              + "\nOther processes are left running; `p2pctl down` stops them all.")
+        return [item for res in results.values() for item in res]  # type: ignore[union-attr]
+
+    _wait_started(ctx, start_role("server"), start_timeout, progress, "lmcache servers")
+    _wait_started(ctx, start_role("engine"), start_timeout if fleet.runtime == "embedded" else 900,
+                  progress, "engines")
+
+
+# ---- wait --------------------------------------------------------------------------------------------
+
+@dataclass
+class InstanceReport:
+    node: str
+    instance: str
+    server_proc: str
+    engine_proc: str
+    server: probes.ServerStatus
+    engine_healthy: bool
+    server_url: str
+    engine_url: str
+
+    def ready(self, expected_peers: int) -> bool:
+        s = self.server
+        return (s.reachable and s.p2p_state == "registered" and s.peer_count == expected_peers
+                and self.engine_healthy)
+
+    def problem(self, expected_peers: int) -> str:
+        s = self.server
+        if self.server_proc != "running":
+            return f"server process is {self.server_proc}"
+        if not s.reachable:
+            return "server does not answer /status"
+        if s.p2p_state != "registered":
+            return f"p2p_state is {s.p2p_state} (not registered with the coordinator)"
+        if s.peer_count != expected_peers:
+            return f"sees {s.peer_count} peer(s) {s.peers}, expected {expected_peers}"
+        if self.engine_proc != "running":
+            return f"engine process is {self.engine_proc}"
+        if not self.engine_healthy:
+            return "engine does not answer /health"
+        return "ok"
+
+
+@dataclass
+class FleetReport:
+    fleet: str
+    coordinator_url: str
+    coordinator_proc: str
+    coordinator_healthy: bool
+    coordinator_instances: Optional[list[dict]]
+    expected_peers: int
+    instances: list[InstanceReport]
+
+    @property
+    def ready(self) -> bool:
+        return self.coordinator_healthy and all(i.ready(self.expected_peers) for i in self.instances)
+
+    def to_json(self) -> dict:
+        return {
+            "fleet": self.fleet,
+            "ready": self.ready,
+            "coordinator": {"url": self.coordinator_url, "process": self.coordinator_proc,
+                            "healthy": self.coordinator_healthy, "instances": self.coordinator_instances},
+            "expected_peers": self.expected_peers,
+            "instances": [{
+                "node": i.node, "instance": i.instance, "server_process": i.server_proc,
+                "engine_process": i.engine_proc, "server_url": i.server_url, "engine_url": i.engine_url,
+                "p2p_state": i.server.p2p_state, "peer_count": i.server.peer_count, "peers": i.server.peers,
+                "l1_used_bytes": i.server.l1_used, "l1_total_bytes": i.server.l1_total,
+                "engine_healthy": i.engine_healthy, "ready": i.ready(self.expected_peers),
+                "problem": i.problem(self.expected_peers),
+            } for i in self.instances],
+        }
+
+
+def report(ctx: FleetContext) -> FleetReport:
+    fleet = ctx.fleet
+    states: dict[str, str] = {}
+
+    def node_states(node: Node) -> None:
+        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
+            states[st.name] = st.state
+
+    for name, res in ctx.for_each_node(node_states).items():
+        if isinstance(res, Exception):
+            raise CouldNotRun(f"cannot read process state on node {name}: {res}")
+    items = []
+    for node, inst in fleet.instances():
+        surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
+        items.append(InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
+                                    states.get(f"{inst.id}/engine", "none"), probes.server_status(surl),
+                                    probes.engine_healthy(eurl), surl, eurl))
+    return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
+                       probes.coordinator_healthy(fleet.coordinator_url),
+                       probes.coordinator_instances(fleet.coordinator_url),
+                       len(fleet.instances()) - 1, items)
+
+
+def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
+    deadline = time.monotonic() + timeout
+    last_summary = ""
+    while True:
+        rep = report(ctx)
+        if rep.ready:
+            return rep
+        dead = [i for i in rep.instances if i.server_proc in ("dead", "none") or i.engine_proc in ("dead", "none")]
+        summary = ", ".join(f"{i.instance}: {i.problem(rep.expected_peers)}" for i in rep.instances
+                            if not i.ready(rep.expected_peers))
+        if summary != last_summary:
+            progress(f"waiting: {summary or 'coordinator not healthy'}")
+            last_summary = summary
+        if dead or time.monotonic() >= deadline:
+            raise CheckFailed(_not_ready_message(ctx, rep, timeout, bool(dead)))
+        time.sleep(1.0)
+
+
+def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead: bool) -> str:
+    head = "a process of the fleet is not running" if dead else f"fleet not ready after {timeout:.0f} s"
+    lines = [f"{head}:"]
+    if not rep.coordinator_healthy:
+        lines.append(f"- coordinator at {rep.coordinator_url} is not healthy (process {rep.coordinator_proc}); "
+                     f"log: {ctx.coordinator_proc().log}")
+    for i in rep.instances:
+        if i.ready(rep.expected_peers):
+            continue
+        node, inst = ctx.fleet.instance(i.instance)
+        engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
+            i.server.peer_count == rep.expected_peers
+        proc = ctx.engine_proc(node, inst) if engine_side else ctx.server_proc(node, inst)
+        lines.append(_describe_failure(ctx, node, proc, i.problem(rep.expected_peers)))
+    return "\n".join(lines)
+
+
+# ---- down --------------------------------------------------------------------------------------------
+
+def down(ctx: FleetContext, progress: Progress = _quiet) -> dict[str, str]:
+    """Stop engines, then servers (they deregister), then the coordinator. Idempotent."""
+    outcome: dict[str, str] = {}
+
+    def stop_role(role: str) -> None:
+        def on_node(node: Node) -> dict[str, str]:
+            done = {}
+            for inst in node.instances:
+                proc = ctx.engine_proc(node, inst) if role == "engine" else ctx.server_proc(node, inst)
+                done[proc.name] = procs.stop(ctx.conn(node), proc)
+            return done
+
+        for name, res in ctx.for_each_node(on_node).items():
+            if isinstance(res, Exception):
+                outcome[f"{name}/{role}s"] = f"error: {res}"
+            else:
+                outcome.update(res)  # type: ignore[arg-type]
+
+    stop_role("engine")
+    stop_role("server")
+    cnode = ctx.fleet.coordinator_node()
+    try:
+        outcome[ctx.coordinator_proc().name] = procs.stop(ctx.conn(cnode), ctx.coordinator_proc())
+    except Exception as exc:  # noqa: BLE001 - reported with the rest
+        outcome[ctx.coordinator_proc().name] = f"error: {exc}"
+    for name, what in outcome.items():
+        progress(f"{name}: {what}")
+    return outcome

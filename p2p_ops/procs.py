@@ -1,0 +1,113 @@
+"""Detached processes with pidfiles, driven by shell snippets so the same code works locally and over SSH.
+
+A process is started in its own session (setsid), stdin from /dev/null, output to a log file, and its pid
+written to a pidfile. Before signalling we check that the pid still runs the command we started (a marker
+in its command line), so a recycled pid is never killed. Stopping signals the whole process group:
+SIGINT (LMCache shuts down cleanly on it), then TERM, then KILL.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from p2p_ops.connectors.base import Connector
+
+# alive PID: exists and is not a zombie. owns PID MARKER: its command line contains MARKER.
+_SH_LIB = r"""
+alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]; }
+owns() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -e "$2" -e "$3"; }
+"""
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One long-lived process of the fleet: where it lives and how to recognise it."""
+
+    name: str          # e.g. "node-a-0/server"
+    workdir: str
+    wrapper: str
+    log: str
+    pidfile: str
+    marker: str        # a string its command line contains once running, e.g. "--http-port 8081 "
+    # Before the wrapper execs, the command line is `bash <wrapper>`: the wrapper path identifies it too.
+
+
+@dataclass(frozen=True)
+class ProcState:
+    name: str
+    state: str         # running | dead | stale | none
+    pid: int | None
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+def start(conn: Connector, proc: Proc) -> ProcState:
+    q = shlex.quote
+    cmd = _SH_LIB + f"""
+cd {q(proc.workdir)} || exit 3
+if [ -f {q(proc.pidfile)} ]; then
+  pid=$(cat {q(proc.pidfile)})
+  if alive "$pid" && owns "$pid" {q(proc.marker)} {q(proc.wrapper)}; then echo "running $pid"; exit 0; fi
+fi
+[ -f {q(proc.log)} ] && mv -f {q(proc.log)} {q(proc.log + '.1')}
+setsid bash {q(proc.wrapper)} > {q(proc.log)} 2>&1 < /dev/null &
+echo $! > {q(proc.pidfile)}
+echo "started $!"
+"""
+    res = conn.run(cmd, timeout=30, check=True)
+    word, pid = res.stdout.split()[-2:]
+    return ProcState(proc.name, "running", int(pid))
+
+
+def states(conn: Connector, procs: list[Proc]) -> list[ProcState]:
+    """One round trip per node: the state of every pidfile."""
+    if not procs:
+        return []
+    q = shlex.quote
+    lines = [_SH_LIB]
+    for p in procs:
+        lines.append(f"""pf={q(p.pidfile)}; m={q(p.marker)}; w={q(p.wrapper)}
+if [ ! -f "$pf" ]; then echo none -
+else pid=$(cat "$pf"); if alive "$pid"; then if owns "$pid" "$m" "$w"; then echo running "$pid"; else echo stale "$pid"; fi
+else echo dead "$pid"; fi; fi""")
+    res = conn.run("\n".join(lines), timeout=30, check=True)
+    out = res.stdout.split("\n")
+    parsed = [line.split() for line in out if line.strip()]
+    result = []
+    for p, (state, pid) in zip(procs, parsed):
+        result.append(ProcState(p.name, state, int(pid) if pid.isdigit() else None))
+    return result
+
+
+def stop(conn: Connector, proc: Proc, grace_s: float = 10.0) -> str:
+    """Stop by pidfile; idempotent. Returns what happened: stopped | killed | dead | stale | none."""
+    q = shlex.quote
+    ticks = max(1, int(grace_s / 0.2))
+    cmd = _SH_LIB + f"""
+pf={q(proc.pidfile)}
+[ -f "$pf" ] || {{ echo none; exit 0; }}
+pid=$(cat "$pf")
+if ! alive "$pid"; then rm -f "$pf"; echo dead; exit 0; fi
+if ! owns "$pid" {q(proc.marker)} {q(proc.wrapper)}; then rm -f "$pf"; echo stale; exit 0; fi
+how=stopped
+for sig in INT TERM KILL; do
+  kill -s "$sig" -- "-$pid" 2>/dev/null || kill -s "$sig" "$pid" 2>/dev/null
+  for _ in $(seq 1 {ticks}); do alive "$pid" || break; sleep 0.2; done
+  alive "$pid" || break
+  how=killed
+done
+# Anything the leader left behind in its process group goes too.
+kill -s KILL -- "-$pid" 2>/dev/null
+rm -f "$pf"
+echo "$how"
+"""
+    res = conn.run(cmd, timeout=grace_s * 3 + 30, check=True)
+    return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "none"
+
+
+def log_tail(conn: Connector, log: str, lines: int = 20) -> str:
+    res = conn.run(f"tail -n {int(lines)} {shlex.quote(log)} 2>/dev/null | sed 's/\\x1b\\[[0-9;]*m//g'", timeout=15)
+    return res.stdout.rstrip() or "(log is empty)"

@@ -1,0 +1,94 @@
+"""Render env.sh and the start wrappers for every instance and the coordinator (jinja2, StrictUndefined)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+from p2p_ops.fleet import Fleet, Instance, Node
+from p2p_ops.layout import COORDINATOR, RunLayout
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    # Every value that reaches a shell is quoted, whatever it contains.
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    node: str       # node that uses the file
+    unit: str       # instance id or "coordinator": the folder it lives in
+    name: str       # file name inside that folder
+    text: str
+    executable: bool
+
+
+def bin_dir_for(node: Node) -> str:
+    """The bin folder holding lmcache, p2p-engine (and vllm) on that node."""
+    if node.venv:
+        return str(Path(node.venv) / "bin")
+    return str(Path(sys.executable).parent)
+
+
+def kv_transfer_config(inst: Instance) -> str:
+    return json.dumps({
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"lmcache.mp.port": inst.ports.mp},
+    }, separators=(",", ":"))
+
+
+def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
+    """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder."""
+    env = _env()
+    files: list[RenderedFile] = []
+    coord_node = fleet.coordinator_node()
+    keep_alive = max(fleet.coordinator.timeout_keep_alive,
+                     int(max(s.heartbeat_interval for s in
+                             [fleet.effective_settings(i) for _, i in fleet.instances()])) + 5)
+    ctx = dict(fleet=fleet, node=coord_node, s=fleet.settings,
+               instance_dir=str(layout_for(coord_node).dir(COORDINATOR)),
+               bin_dir=bin_dir_for(coord_node), keep_alive=keep_alive)
+    files.append(RenderedFile(coord_node.name, COORDINATOR, "env.sh",
+                              env.get_template("coordinator_env.sh.j2").render(ctx), False))
+    files.append(RenderedFile(coord_node.name, COORDINATOR, "start_coordinator.sh",
+                              env.get_template("start_coordinator.sh.j2").render(ctx), True))
+    for node, inst in fleet.instances():
+        ctx = dict(fleet=fleet, node=node, inst=inst, s=fleet.effective_settings(inst), e=fleet.engine,
+                   instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
+                   kv_transfer_config=kv_transfer_config(inst))
+        files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
+        for role in ("server", "engine"):
+            files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",
+                                      env.get_template(f"start_{role}.sh.j2").render(ctx), True))
+    return files
+
+
+def write_rendered(files: list[RenderedFile], layout: RunLayout) -> list[Path]:
+    """Write the files under this machine's run folder (atomically); returns their paths."""
+    written = []
+    for f in files:
+        path = layout.dir(f.unit) / f.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f.text)
+        tmp.chmod(0o755 if f.executable else 0o644)
+        tmp.replace(path)
+        written.append(path)
+    return written
