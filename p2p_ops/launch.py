@@ -152,9 +152,9 @@ def _wait_started(ctx: FleetContext, items: list[tuple[Node, procs.Proc, Callabl
 
 
 def _describe_failure(ctx: FleetContext, node: Node, proc: procs.Proc, why: str) -> str:
-    tail = procs.log_tail(ctx.conn(node), proc.log, 15)
-    indented = "\n".join("    " + line for line in tail.splitlines())
-    return f"- {proc.name} on {node.name} ({node.address}) {why}; last lines of {proc.log}:\n{indented}"
+    excerpt = procs.log_excerpt(ctx.conn(node), proc.log, 10)
+    indented = "\n".join("    " + line for line in excerpt.splitlines())
+    return f"- {proc.name} on {node.name} ({node.address}) {why}; from {proc.log}:\n{indented}"
 
 
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0) -> None:

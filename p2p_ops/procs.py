@@ -53,9 +53,14 @@ if [ -f {q(proc.pidfile)} ]; then
   if alive "$pid" && owns "$pid" {q(proc.marker)} {q(proc.wrapper)}; then echo "running $pid"; exit 0; fi
 fi
 [ -f {q(proc.log)} ] && mv -f {q(proc.log)} {q(proc.log + '.1')}
-setsid bash {q(proc.wrapper)} > {q(proc.log)} 2>&1 < /dev/null &
-echo $! > {q(proc.pidfile)}
-echo "started $!"
+# Without job control, `&` children start with SIGINT ignored, and LMCache then cannot stop cleanly on it.
+# With it, the job leads its own process group, so setsid forks: the session leader writes its own pid.
+set -m
+rm -f {q(proc.pidfile)}
+setsid bash -c 'echo $$ > "$1"; exec bash "$2"' _ {q(proc.pidfile)} {q(proc.wrapper)} > {q(proc.log)} 2>&1 < /dev/null &
+for _ in $(seq 1 100); do [ -s {q(proc.pidfile)} ] && break; sleep 0.05; done
+[ -s {q(proc.pidfile)} ] || {{ echo "no pidfile written by {proc.wrapper}" >&2; exit 4; }}
+echo "started $(cat {q(proc.pidfile)})"
 """
     res = conn.run(cmd, timeout=30, check=True)
     word, pid = res.stdout.split()[-2:]
@@ -106,6 +111,20 @@ echo "$how"
 """
     res = conn.run(cmd, timeout=grace_s * 3 + 30, check=True)
     return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "none"
+
+
+def log_excerpt(conn: Connector, log: str, lines: int = 10) -> str:
+    """The first error lines of a log plus its tail: the cause is often above a long shutdown sequence."""
+    q = shlex.quote(log)
+    cmd = (f"grep -m 4 -E 'ERROR|Error:|error while|Errno|Exception|Traceback' {q} 2>/dev/null; echo ---; "
+           f"tail -n {int(lines)} {q} 2>/dev/null")
+    out = conn.run(f"({cmd}) | sed 's/\\x1b\\[[0-9;]*m//g'", timeout=15).stdout
+    errors, _, tail_text = out.partition("---\n")
+    tail_lines = tail_text.rstrip().splitlines()
+    picked = [e for e in errors.rstrip().splitlines() if e not in tail_lines]
+    if picked:
+        return "\n".join(["errors:", *picked, "last lines:", *tail_lines])
+    return "\n".join(tail_lines) or "(log is empty)"
 
 
 def log_tail(conn: Connector, log: str, lines: int = 20) -> str:

@@ -1,0 +1,73 @@
+"""What a diagnose check reports: findings that name the subject, the value seen and the fix.
+
+A `Report` turns its findings into the CLI exit code: 0 healthy (only `info`), 1 at least one `warn` or
+`error`, 2 the check could not run (`could_not_check` set). Everything is a dataclass so `--json` is `asdict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+
+SEVERITIES = ("error", "warn", "info")
+
+
+@dataclass
+class Finding:
+    """One observation. `subject` is what it is about (`mlx5_0/1`, `eth0`, `memlock`), `value` what was seen."""
+
+    severity: str
+    check: str
+    subject: str
+    value: str
+    message: str
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    def line(self) -> str:
+        text = f"[{self.severity.upper():5}] {self.subject}: {self.message} (seen: {self.value})"
+        return f"{text}\n        fix: {self.fix}" if self.fix else text
+
+
+@dataclass
+class Report:
+    """Findings of one diagnose run plus whatever facts it wants to show (`facts`, free-form, JSON-able)."""
+
+    title: str
+    findings: list[Finding] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    could_not_check: str | None = None
+
+    def add(self, severity: str, check: str, subject: str, value: object, message: str, fix: str = "") -> None:
+        self.findings.append(Finding(severity, check, subject, str(value), message, fix))
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity != "info"]
+
+    @property
+    def exit_code(self) -> int:
+        if self.could_not_check:
+            return EXIT_BAD_INPUT
+        return EXIT_CHECK_FAILED if self.problems else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["exit_code"] = self.exit_code
+        data["healthy"] = self.exit_code == EXIT_OK
+        return data
+
+    def render(self) -> str:
+        order = {s: i for i, s in enumerate(SEVERITIES)}
+        lines = [self.title]
+        if self.could_not_check:
+            lines.append(f"could not check: {self.could_not_check}")
+        lines += [f.line() for f in sorted(self.findings, key=lambda f: order[f.severity])]
+        verdict = {0: "healthy", 1: f"{len(self.problems)} problem(s)", 2: "not checked"}[self.exit_code]
+        lines.append(f"result: {verdict}")
+        return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""Where a check reads a host from: the live machine, or a captured snapshot tree.
+
+A snapshot tree mirrors the parts of `/` the checks read, plus recorded tool outputs::
+
+    <root>/sys/class/infiniband/...   <root>/sys/class/net/...   <root>/dev/infiniband/...
+    <root>/proc/self/limits           <root>/proc/modules        <root>/tools/<fact name>.txt
+
+so the same check runs on fixture trees in tests and on a bundle collected from a real node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from p2p_ops.errors import BadInput
+from p2p_ops.facts import recorded_runner
+from p2p_ops.facts.base import Runner, run_local
+
+
+@dataclass
+class HostView:
+    sysfs: Path = Path("/sys")
+    dev: Path = Path("/dev")
+    proc: Path = Path("/proc")
+    runner: Runner = field(default=run_local)
+    live: bool = True
+
+    @classmethod
+    def local(cls, sysfs_root: str | Path | None = None) -> "HostView":
+        """This machine; `sysfs_root` replaces `/sys` only (tools and /proc stay live)."""
+        sysfs = Path(sysfs_root) if sysfs_root else Path("/sys")
+        if not sysfs.is_dir():
+            raise BadInput(f"--sysfs-root {sysfs} is not a directory; point it at a copy of /sys")
+        return cls(sysfs=sysfs)
+
+    @classmethod
+    def snapshot(cls, root: str | Path) -> "HostView":
+        """A captured tree (see module docstring); tools answer from `<root>/tools/<fact>.txt`."""
+        root = Path(root)
+        if not root.is_dir():
+            raise BadInput(f"--root {root} is not a directory; it should hold sys/, dev/, proc/ and tools/")
+        return cls(root / "sys", root / "dev", root / "proc", recorded_runner(root / "tools"), live=False)

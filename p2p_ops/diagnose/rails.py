@@ -1,0 +1,153 @@
+"""Rail check: which NICs carried the bytes of a transfer, from per-device counters before and after.
+
+Counters (`snapshot(sysfs_root)`):
+
+- RDMA ports (`/sys/class/infiniband/<dev>/ports/<n>/counters/port_{xmit,rcv}_data`) count octets divided by 4,
+  so bytes = value x 4. They count RoCE traffic too; named `mlx5_0:1` (UCX_NET_DEVICES style).
+- Network interfaces (`/sys/class/net/<if>/statistics/{tx,rx}_bytes`) for TCP. On mlx5 RoCE the offloaded RDMA
+  traffic usually does *not* show here, so an RDMA rail is judged by its port counters.
+
+`diff(before, after)` is pure; `assess(usage, expected)` flags an idle expected rail, traffic on an interface that
+was not expected, imbalance across rails, and counters that went backwards. Snapshots serialise to JSON so they
+can be taken on other nodes and compared here.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from p2p_ops.diagnose.findings import Report
+from p2p_ops.facts.netdev import read_netdevs
+from p2p_ops.facts.sysfs_ib import read_ib_devices
+
+IB_WORD_BYTES = 4
+
+
+@dataclass
+class RailCounter:
+    name: str
+    kind: str  # "rdma" (an RDMA port) or "net" (a network interface)
+    tx_bytes: int
+    rx_bytes: int
+    netdev: str = ""
+    link_layer: str = ""
+
+
+@dataclass
+class Snapshot:
+    host: str
+    taken_at: float
+    counters: dict[str, RailCounter] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Snapshot":
+        counters = {k: RailCounter(**v) for k, v in data.get("counters", {}).items()}
+        return cls(data.get("host", ""), float(data.get("taken_at", 0)), counters)
+
+
+def snapshot(sysfs_root: Path = Path("/sys"), host: str | None = None) -> Snapshot:
+    snap = Snapshot(host or socket.gethostname(), time.time())
+    for dev in read_ib_devices(sysfs_root):
+        for port in dev.ports:
+            tx, rx = port.counters.get("port_xmit_data"), port.counters.get("port_rcv_data")
+            if tx is None or rx is None:
+                continue
+            netdev = next((g.ndev for g in port.gids if g.ndev), "")
+            name = f"{dev.name}:{port.port}"
+            snap.counters[name] = RailCounter(name, "rdma", tx * IB_WORD_BYTES, rx * IB_WORD_BYTES, netdev,
+                                              port.link_layer)
+    for nd in read_netdevs(sysfs_root):
+        if nd.tx_bytes is not None and nd.rx_bytes is not None:
+            snap.counters[nd.name] = RailCounter(nd.name, "net", nd.tx_bytes, nd.rx_bytes)
+    return snap
+
+
+@dataclass
+class RailUsage:
+    name: str
+    kind: str
+    tx_bytes: int
+    rx_bytes: int
+    netdev: str = ""
+    reset: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.tx_bytes + self.rx_bytes
+
+
+def diff(before: Snapshot, after: Snapshot) -> list[RailUsage]:
+    """Bytes per rail between two snapshots; a counter that went backwards is reported as `reset`, not negative."""
+    usage = []
+    for name, new in sorted(after.counters.items()):
+        old = before.counters.get(name)
+        if old is None:
+            continue
+        dtx, drx = new.tx_bytes - old.tx_bytes, new.rx_bytes - old.rx_bytes
+        reset = dtx < 0 or drx < 0
+        usage.append(RailUsage(name, new.kind, max(dtx, 0), max(drx, 0), new.netdev, reset))
+    return usage
+
+
+def _matches(rail: RailUsage, wanted: str) -> bool:
+    return wanted in (rail.name, rail.name.split(":")[0]) or (bool(rail.netdev) and wanted == rail.netdev)
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def assess(usage: list[RailUsage], expected: list[str] | None = None, min_bytes: int = 1 << 20,
+           imbalance_ratio: float = 2.0) -> Report:
+    report = Report("Rail check")
+    report.facts["rails"] = [dict(asdict(u), total=u.total) for u in usage if u.total or u.reset]
+    for rail in (u for u in usage if u.reset):
+        report.add("warn", "counter_reset", rail.name, "counter went backwards",
+                   "counter reset or wrapped during the window; its bytes are unknown", "re-run the rail check")
+    if expected:
+        missing = [e for e in expected if not any(_matches(u, e) for u in usage)]
+        for name in missing:
+            report.add("error", "expected_rail", name, "not present",
+                       "expected interface has no counters on this host", "check the name against "
+                       "`ls /sys/class/infiniband /sys/class/net` (RDMA ports as mlx5_0:1)")
+        rails = [u for u in usage if any(_matches(u, e) for e in expected)]
+        for rail in usage:
+            if rail not in rails and rail.total >= min_bytes:
+                report.add("warn", "unexpected_rail", rail.name, _fmt(rail.total),
+                           "traffic on an interface that is not an expected rail",
+                           "pin UCX to the rails: UCX_NET_DEVICES=" + ",".join(expected))
+    else:
+        rails = [u for u in usage if u.kind == "rdma"]
+    _balance(report, rails, min_bytes, imbalance_ratio)
+    return report
+
+
+def _balance(report: Report, rails: list[RailUsage], min_bytes: int, ratio: float) -> None:
+    total = sum(r.total for r in rails)
+    if not rails:
+        report.add("info", "traffic", "rails", "no RDMA ports and no --expect list",
+                   "nothing to compare; pass the expected interfaces")
+        return
+    if total < min_bytes:
+        report.add("warn", "traffic", "rails", _fmt(total), "expected rails carried (almost) nothing",
+                   "check the transfer ran during the window and UCX picked these rails (UCX_LOG_LEVEL=info)")
+        return
+    report.add("info", "traffic", "rails", _fmt(total),
+               ", ".join(f"{r.name} {_fmt(r.total)} ({100 * r.total / total:.0f}%)" for r in rails))
+    heaviest = max(rails, key=lambda r: r.total)
+    for rail in rails:
+        if rail.total * ratio < heaviest.total:
+            report.add("warn", "imbalance", rail.name, f"{_fmt(rail.total)} vs {_fmt(heaviest.total)} on "
+                       f"{heaviest.name}", "rail carried far less than the busiest one",
+                       "raise UCX_MAX_RMA_RAILS / UCX_MAX_RNDV_RAILS to the rail count and list every rail "
+                       "in UCX_NET_DEVICES; check the port's state and NUMA affinity")

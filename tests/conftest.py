@@ -1,0 +1,67 @@
+"""Shared test helpers: free loopback ports, a fleet spec on them, and the p2pctl entry point."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# LMCache must never phone home from a test run.
+os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("LMCACHE_DISABLE_BANNER", "1")
+os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_base(n_nodes: int, attempts: int = 200) -> dict[str, int]:
+    """A port plan (as for `local_fleet`) whose every port is free right now."""
+    rng = random.Random()
+    for _ in range(attempts):
+        start = rng.randrange(30000, 60000, 100)
+        base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50, "engine": start + 70}
+        ports = [base["coordinator"]] + [base[k] + i + 1 for k in ("mp", "http", "p2p", "engine")
+                                         for i in range(n_nodes)]
+        if all(port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
+    from p2p_ops.fleet import local_fleet
+
+    data = local_fleet(n_nodes, name=name, base=free_port_base(n_nodes))
+    for key, value in overrides.items():
+        data[key] = value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def p2pctl(capsys):
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    from p2p_ops.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

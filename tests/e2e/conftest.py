@@ -1,0 +1,31 @@
+"""A real local fleet (coordinator, servers, CPU engines on loopback) for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from p2p_ops import launch
+from tests.conftest import write_local_fleet
+
+
+@contextlib.contextmanager
+def running_fleet(tmp: Path, n_nodes: int = 2, name: str = "e2e", **overrides):
+    """Up + wait, yield the FleetContext, and always down (also when up or a test fails)."""
+    fleet_file = write_local_fleet(tmp / "fleet.yaml", n_nodes, name=name, **overrides)
+    ctx = launch.FleetContext.load(fleet_file)
+    try:
+        launch.up(ctx)
+        launch.wait(ctx, timeout=90)
+        yield ctx
+    finally:
+        launch.down(ctx)
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def fleet2(tmp_path_factory):
+    with running_fleet(tmp_path_factory.mktemp("fleet2")) as ctx:
+        yield ctx

@@ -1,0 +1,132 @@
+"""The fleet spec: a good file loads; every bad one is refused with one line naming the field and exit 2."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from p2p_ops.errors import BadInput
+from p2p_ops.fleet import local_fleet, parse_fleet
+
+
+def base() -> dict:
+    return local_fleet(2)
+
+
+def set_path(data: dict, path: str, value) -> dict:
+    data = copy.deepcopy(data)
+    cur = data
+    parts = path.replace("]", "").replace("[", ".").split(".")
+    for p in parts[:-1]:
+        cur = cur[int(p)] if p.isdigit() else cur[p]
+    last = parts[-1]
+    if value is DELETE:
+        del cur[int(last) if last.isdigit() else last]
+    else:
+        cur[int(last) if last.isdigit() else last] = value
+    return data
+
+
+DELETE = object()
+
+BAD = [
+    ("unknown top-level key", "nodez", [], "nodez: unknown key 'nodez'"),
+    ("missing name", "name", DELETE, "name: required field is missing"),
+    ("port out of range", "nodes[0].instances[0].ports.http", 70000, "nodes[0].instances[0].ports.http:"),
+    ("port clash on one host", "nodes[1].instances[0].ports.http", "@a.http",
+     "nodes[1].instances[0].ports.http: {a_http} is already used by node-a-0 on 127.0.0.1"),
+    ("port clash with the coordinator", "nodes[0].instances[0].ports.mp", "@coord",
+     "nodes[0].instances[0].ports.mp: {coord} is already used by the coordinator"),
+    ("duplicate instance id", "nodes[1].instances[0].id", "node-a-0",
+     "nodes[1].instances[0].id: 'node-a-0' is already used by nodes[0].instances[0]"),
+    ("duplicate node name", "nodes[1].name", "node-a", "nodes[1].name: 'node-a' is already used by nodes[0]"),
+    ("per-instance chunk size", "nodes[0].instances[0].settings", {"chunk_size": 512},
+     "nodes[0].instances[0].settings.chunk_size: must be identical across peers"),
+    ("per-instance PYTHONHASHSEED", "nodes[1].instances[0].settings", {"python_hash_seed": 7},
+     "nodes[1].instances[0].settings.python_hash_seed: must be identical across peers"),
+    ("per-instance hash algorithm", "nodes[0].instances[0].settings", {"hash_algorithm": "builtin"},
+     "settings.hash_algorithm: must be identical across peers"),
+    ("per-instance L1 alignment", "nodes[0].instances[0].settings", {"l1_align_bytes": 4096},
+     "settings.l1_align_bytes: must be identical across peers"),
+    ("per-instance model", "nodes[0].instances[0].settings", {"model": "other"},
+     "nodes[0].instances[0].settings.model: must be identical across peers and cannot be overridden per "
+     "instance; set it once as model"),
+    ("id with shell characters", "nodes[0].instances[0].id", "a;rm -rf /",
+     "nodes[0].instances[0].id: Value error, 'a;rm -rf /' may only contain letters"),
+    ("unknown runtime", "runtime", "tensorrt", "runtime: Input should be 'embedded' or 'vllm'"),
+    ("unknown hash algorithm", "settings.hash_algorithm", "md5", "settings.hash_algorithm:"),
+    ("alignment not a power of two", "settings.l1_align_bytes", 65535, "settings.l1_align_bytes:"),
+    ("local node on a remote address", "nodes[0].address", "10.0.0.5",
+     "nodes[0].address: '10.0.0.5' is not a loopback address"),
+    ("no nodes", "nodes", [], "nodes: List should have at least 1 item"),
+    ("missing engine port", "nodes[0].instances[0].ports.engine", DELETE,
+     "nodes[0].instances[0].ports.engine: required field is missing"),
+    ("wrong type", "settings.chunk_size", "big", "settings.chunk_size: Input should be a valid integer"),
+    ("model with @", "model", "a@b", "model: Value error"),
+]
+
+
+@pytest.mark.parametrize("label,path,value,expected", BAD, ids=[b[0] for b in BAD])
+def test_bad_fleet_is_refused_with_one_line(tmp_path, p2pctl, label, path, value, expected):
+    data = base()
+    fmt = {"a_http": data["nodes"][0]["instances"][0]["ports"]["http"], "coord": data["coordinator"]["port"]}
+    if value == "@a.http":
+        value = fmt["a_http"]
+    elif value == "@coord":
+        value = fmt["coord"]
+    if path == "nodez":
+        data["nodez"] = value
+    else:
+        data = set_path(data, path, value)
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code, out, err = p2pctl("validate", "-f", str(f))
+    assert code == 2, (label, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got: {err!r}"
+    assert expected.format(**fmt) in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+def test_invalid_yaml_names_the_line(tmp_path, p2pctl):
+    f = tmp_path / "fleet.yaml"
+    f.write_text("name: x\nnodes: [\n  - {name: a\n")
+    code, _, err = p2pctl("validate", "-f", str(f))
+    assert code == 2
+    assert "is not valid YAML" in err and "line" in err
+
+
+def test_missing_file_says_how_to_make_one(tmp_path, p2pctl):
+    code, _, err = p2pctl("validate", "-f", str(tmp_path / "nope.yaml"))
+    assert code == 2
+    assert "p2pctl init --local 2" in err
+
+
+def test_good_fleet_loads_and_overrides_apply():
+    data = base()
+    data["nodes"][1]["instances"][0]["settings"] = {"l1_size_gb": 2, "log_level": "DEBUG"}
+    fleet = parse_fleet(data)
+    node, inst = fleet.instance("node-b-0")
+    eff = fleet.effective_settings(inst)
+    assert eff.l1_size_gb == 2 and eff.log_level == "DEBUG"
+    assert eff.chunk_size == fleet.settings.chunk_size
+    assert fleet.coordinator.host == "127.0.0.1"  # never 0.0.0.0 by default
+    assert fleet.coordinator_node().name == "node-a"
+
+
+def test_unknown_instance_is_a_clear_error():
+    fleet = parse_fleet(base())
+    with pytest.raises(BadInput, match="no instance 'zz'.*known: node-a-0, node-b-0"):
+        fleet.instance("zz")
+
+
+def test_init_writes_a_fleet_that_validates(tmp_path, p2pctl):
+    out = tmp_path / "fleet.yaml"
+    code, _, _ = p2pctl("init", "--local", "3", "-o", str(out))
+    assert code == 0
+    code, stdout, _ = p2pctl("validate", "-f", str(out))
+    assert code == 0 and "3 instance(s)" in stdout
+    code, _, err = p2pctl("init", "--local", "3", "-o", str(out))
+    assert code == 2 and "already exists" in err

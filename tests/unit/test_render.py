@@ -1,0 +1,89 @@
+"""env.sh and wrapper rendering: golden files pin the output; values reach the shell intact."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from p2p_ops.fleet import local_fleet, parse_fleet
+from p2p_ops.layout import RunLayout
+from p2p_ops.render import render_fleet
+
+GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
+
+
+def golden_fleet(runtime: str = "embedded"):
+    data = local_fleet(2, name="golden", runtime=runtime)
+    for node in data["nodes"]:
+        node["venv"] = "/opt/p2p/.venv"
+    if runtime == "vllm":
+        data["model"] = "Qwen/Qwen3-8B"
+        data["nodes"][0]["instances"][0]["gpu"] = 0
+        data["nodes"][1]["instances"][0]["gpu"] = 1
+        data["engine"]["vllm_args"] = ["--gpu-memory-utilization", "0.8"]
+    return parse_fleet(data)
+
+
+def rendered(runtime: str) -> dict[str, str]:
+    layout = RunLayout(Path("/srv/p2p-run/golden"))
+    return {f"{runtime}/{f.unit}/{f.name}": f.text for f in render_fleet(golden_fleet(runtime), lambda n: layout)}
+
+
+@pytest.mark.parametrize("runtime", ["embedded", "vllm"])
+def test_rendered_files_match_golden(runtime):
+    files = rendered(runtime)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        for rel, text in files.items():
+            (GOLDEN / rel).parent.mkdir(parents=True, exist_ok=True)
+            (GOLDEN / rel).write_text(text)
+    expected = sorted(str(p.relative_to(GOLDEN)) for p in (GOLDEN / runtime).rglob("*") if p.is_file())
+    assert sorted(files) == expected
+    for rel, text in files.items():
+        assert text == (GOLDEN / rel).read_text(), f"{rel} differs from its golden file (UPDATE_GOLDEN=1 to refresh)"
+
+
+def test_env_sh_carries_the_peer_settings_and_hygiene():
+    env = rendered("embedded")["embedded/node-a-0/env.sh"]
+    for line in ("export PYTHONHASHSEED=0", "export LMCACHE_TRACK_USAGE=false", "export LMCACHE_CHUNK_SIZE=256",
+                 "export LMCACHE_L1_ALIGN_BYTES=65536", "export LMCACHE_P2P_ADVERTISE_URL=127.0.0.1:8551",
+                 "export LMCACHE_COORDINATOR_URL=http://127.0.0.1:9300", "export LMCACHE_HOST=127.0.0.1"):
+        assert line in env
+    coord = rendered("embedded")["embedded/coordinator/env.sh"]
+    assert "export LMCACHE_MP_COORDINATOR_HOST=127.0.0.1" in coord
+
+
+def test_vllm_wrapper_passes_the_mp_connector_config():
+    files = rendered("vllm")
+    env = files["vllm/node-b-0/env.sh"]
+    assert "export CUDA_VISIBLE_DEVICES=1" in env
+    assert '"kv_connector":"LMCacheMPConnector"' in env and '"lmcache.mp.port":5602' in env
+    assert 'serve "$P2P_MODEL"' in files["vllm/node-b-0/start_engine.sh"]
+
+
+def test_awkward_values_reach_the_shell_intact(tmp_path):
+    data = local_fleet(1, name="q")
+    weird = str(tmp_path / "it's a \"venv\"; echo pwned")
+    data["nodes"][0]["venv"] = weird
+    fleet = parse_fleet(data)
+    layout = RunLayout(tmp_path / "run dir")
+    env = next(f.text for f in render_fleet(fleet, lambda n: layout) if f.name == "env.sh" and f.unit != "coordinator")
+    script = tmp_path / "env.sh"
+    script.write_text(env)
+    out = subprocess.run(["bash", "-c", f'source "{script}"; printf %s "$P2P_BIN_DIR|$P2P_RUN_DIR"'],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == f"{weird}/bin|{tmp_path / 'run dir' / 'node-a-0'}"
+    assert "pwned" not in out.stdout.replace(weird, "")
+
+
+@pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck not installed (CI installs it)")
+def test_rendered_wrappers_pass_shellcheck(tmp_path):
+    for runtime in ("embedded", "vllm"):
+        for rel, text in rendered(runtime).items():
+            path = tmp_path / rel.replace("/", "_")
+            path.write_text(text if text.startswith("#!") else "#!/usr/bin/env bash\n" + text)
+            res = subprocess.run(["shellcheck", "-x", str(path)], capture_output=True, text=True)
+            assert res.returncode == 0, f"{rel}:\n{res.stdout}"
