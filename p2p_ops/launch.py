@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from p2p_ops import probes, procs
 from p2p_ops.connectors import Connector, connector_for
-from p2p_ops.errors import CheckFailed, CouldNotRun
+from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
 from p2p_ops.layout import COORDINATOR, RunLayout
 from p2p_ops.render import RenderedFile, render_fleet, write_rendered
@@ -82,11 +82,12 @@ class FleetContext:
     def engine_url(self, node: Node, inst: Instance) -> str:
         return f"http://{node.address}:{inst.ports.engine}"
 
-    def for_each_node(self, fn: Callable[[Node], object]) -> dict[str, object]:
+    def for_each_node(self, fn: Callable[[Node], object], only: Optional[str] = None) -> dict[str, object]:
         """Run fn per node in parallel; every node gets a result (an exception is a result too)."""
+        nodes = [n for n in self.fleet.nodes if only is None or n.name == only]
         results: dict[str, object] = {}
-        with ThreadPoolExecutor(max_workers=max(1, len(self.fleet.nodes))) as pool:
-            futures = {n.name: pool.submit(fn, n) for n in self.fleet.nodes}
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            futures = {n.name: pool.submit(fn, n) for n in nodes}
             for name, fut in futures.items():
                 try:
                     results[name] = fut.result()
@@ -157,16 +158,25 @@ def _describe_failure(ctx: FleetContext, node: Node, proc: procs.Proc, why: str)
     return f"- {proc.name} on {node.name} ({node.address}) {why}; from {proc.log}:\n{indented}"
 
 
-def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0) -> None:
+def check_node(ctx: FleetContext, only: Optional[str]) -> None:
+    if only is not None and only not in {n.name for n in ctx.fleet.nodes}:
+        raise BadInput(f"--node {only}: no such node; use one of " + ", ".join(n.name for n in ctx.fleet.nodes))
+
+
+def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
+       only: Optional[str] = None) -> None:
+    """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there)."""
     fleet = ctx.fleet
+    check_node(ctx, only)
     render(ctx)
     progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
 
     cnode = fleet.coordinator_node()
-    cproc = ctx.coordinator_proc()
-    procs.start(ctx.conn(cnode), cproc)
-    _wait_started(ctx, [(cnode, cproc, lambda: probes.coordinator_healthy(fleet.coordinator_url))],
-                  start_timeout, progress, "the coordinator")
+    if only is None or only == cnode.name:
+        cproc = ctx.coordinator_proc()
+        procs.start(ctx.conn(cnode), cproc)
+        _wait_started(ctx, [(cnode, cproc, lambda: probes.coordinator_healthy(fleet.coordinator_url))],
+                      start_timeout, progress, "the coordinator")
 
     def start_role(role: str) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
         def on_node(node: Node) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
@@ -183,7 +193,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
                 out.append((node, proc, ready))
             return out
 
-        results = ctx.for_each_node(on_node)
+        results = ctx.for_each_node(on_node, only)
         errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
         if errors:
             raise CouldNotRun(f"could not start every {role}:\n" + "\n".join(errors)
@@ -322,8 +332,9 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
 
 # ---- down --------------------------------------------------------------------------------------------
 
-def down(ctx: FleetContext, progress: Progress = _quiet) -> dict[str, str]:
+def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None) -> dict[str, str]:
     """Stop engines, then servers (they deregister), then the coordinator. Idempotent."""
+    check_node(ctx, only)
     outcome: dict[str, str] = {}
 
     def stop_role(role: str) -> None:
@@ -334,7 +345,7 @@ def down(ctx: FleetContext, progress: Progress = _quiet) -> dict[str, str]:
                 done[proc.name] = procs.stop(ctx.conn(node), proc)
             return done
 
-        for name, res in ctx.for_each_node(on_node).items():
+        for name, res in ctx.for_each_node(on_node, only).items():
             if isinstance(res, Exception):
                 outcome[f"{name}/{role}s"] = f"error: {res}"
             else:
@@ -343,6 +354,8 @@ def down(ctx: FleetContext, progress: Progress = _quiet) -> dict[str, str]:
     stop_role("engine")
     stop_role("server")
     cnode = ctx.fleet.coordinator_node()
+    if only is not None and only != cnode.name:
+        return outcome
     try:
         outcome[ctx.coordinator_proc().name] = procs.stop(ctx.conn(cnode), ctx.coordinator_proc())
     except Exception as exc:  # noqa: BLE001 - reported with the rest

@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="start coordinator, servers and engines (detached)")
     add_fleet_args(p)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to answer")
+    p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
     p.set_defaults(handler=cmd_up)
 
     p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy")
@@ -67,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("down", help="stop everything the fleet started (idempotent)")
     add_fleet_args(p)
+    p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
     p.set_defaults(handler=cmd_down)
 
 
@@ -108,7 +110,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     ctx = context(args)
     try:
-        launch.up(ctx, progress=_progress, start_timeout=args.timeout)
+        launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node)
     finally:
         ctx.close()
     console.print(f"fleet {ctx.fleet.name!r} started; run `p2pctl wait` to see it register")
@@ -143,7 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     ctx = context(args)
     try:
-        outcome = launch.down(ctx)
+        outcome = launch.down(ctx, only=args.node)
     finally:
         ctx.close()
     table = Table(title=f"p2pctl down — fleet {ctx.fleet.name}")
