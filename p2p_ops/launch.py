@@ -164,12 +164,18 @@ def check_node(ctx: FleetContext, only: Optional[str]) -> None:
 
 
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
-       only: Optional[str] = None) -> None:
-    """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there)."""
+       only: Optional[str] = None, rerender: bool = True) -> None:
+    """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there).
+
+    rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
+    """
     fleet = ctx.fleet
     check_node(ctx, only)
-    render(ctx)
-    progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+    if rerender or not ctx.layout.env(COORDINATOR).is_file():
+        render(ctx)
+        progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+    else:
+        progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
 
     cnode = fleet.coordinator_node()
     if only is None or only == cnode.name:

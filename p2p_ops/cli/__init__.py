@@ -15,6 +15,8 @@ from p2p_ops.errors import EXIT_BAD_INPUT, P2POpsError
 # Order is the order of `p2pctl --help`.
 COMMAND_MODULES = [
     "p2p_ops.cli.fleet_cmds",
+    "p2p_ops.cli.test_cmds",
+    "p2p_ops.cli.diag_cmds",
 ]
 
 

@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fleet_args(p)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to answer")
     p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
+    p.add_argument("--no-render", action="store_true",
+                   help="start from the env.sh files as they are (hand-edited ones included); no spec re-render")
     p.set_defaults(handler=cmd_up)
 
     p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy")
@@ -110,7 +112,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     ctx = context(args)
     try:
-        launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node)
+        launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node,
+                  rerender=not args.no_render)
     finally:
         ctx.close()
     console.print(f"fleet {ctx.fleet.name!r} started; run `p2pctl wait` to see it register")

@@ -1,0 +1,197 @@
+"""The cross-node proof: a prefix computed on node A is served to node B from A's cache, with identical output.
+
+1. A long prompt (>= `chunks` full chunks) goes to engine A, whose cache has never seen it: computed cold.
+2. The same prompt goes to engine B, which has never seen it either: its server must find the chunks on A
+   and pull them (P2P, NIXL). B reports cached tokens, B's server counts loads from its `p2p` adapter.
+3. A's and B's outputs must be identical: the embedded engine's answer depends on every KV byte.
+4. A fresh control prompt on B must be computed cold (cached tokens 0): the cache is not inventing hits.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from p2p_ops import consistency, probes
+from p2p_ops.errors import BadInput
+from p2p_ops.harness import prompts
+from p2p_ops.harness.openai_client import Completion, complete, count_tokens
+from p2p_ops.harness.rundir import new_run_dir
+
+P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
+PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
+ENGINE_LOADED_BYTES = "p2p_engine_kv_loaded_bytes_total"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class BasicResult:
+    passed: bool
+    a: str
+    b: str
+    chunk_size: int
+    chunks: int
+    checks: list[Check]
+    numbers: dict
+    requests: dict
+    likely_cause: str = ""
+    run_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pick_pair(ctx, a: Optional[str], b: Optional[str]):
+    """A and B default to the first instances of two different nodes."""
+    insts = ctx.fleet.instances()
+    if len(insts) < 2:
+        raise BadInput("the cross-node proof needs at least two instances in the fleet")
+    na, ia = ctx.fleet.instance(a) if a else insts[0]
+    if b:
+        nb, ib = ctx.fleet.instance(b)
+    else:
+        others = [(n, i) for n, i in insts if n.name != na.name] or [(n, i) for n, i in insts if i.id != ia.id]
+        nb, ib = others[0]
+    if ia.id == ib.id:
+        raise BadInput(f"--a and --b are both {ia.id}; name two different instances")
+    return (na, ia), (nb, ib)
+
+
+def _l1_objects(status: probes.ServerStatus) -> int:
+    sm = status.raw.get("storage_manager") or {}
+    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    return int(l1.get("total_object_count") or 0)
+
+
+def _build_prompt(engine_url: str, model: str, seed: int, index: int, target_tokens: int) -> tuple[str, int]:
+    chars = target_tokens
+    for _ in range(6):
+        text = prompts.document(seed, index, chars)
+        n = count_tokens(engine_url, model, text)
+        if n >= target_tokens:
+            return text, n
+        chars = int(chars * target_tokens / max(n, 1)) + 64
+    raise RuntimeError(f"could not build a prompt of {target_tokens} tokens")
+
+
+def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
+              seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None) -> BasicResult:
+    if chunks < 2:
+        raise BadInput(f"--chunks {chunks}: use at least 2 so that a prefix spans several chunks")
+    (na, ia), (nb, ib) = pick_pair(ctx, a, b)
+    model = ctx.fleet.model
+    a_url, b_url = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
+    a_srv, b_srv = ctx.server_url(na, ia), ctx.server_url(nb, ib)
+    seed = int(time.time() * 1000) % 10**9 if seed is None else seed
+    st_a = probes.server_status(a_srv)
+    chunk = st_a.chunk_size or ctx.fleet.settings.chunk_size
+    target = chunks * chunk + chunk // 2
+
+    progress(f"building a {target}-token prompt ({chunks} chunks of {chunk}) and a control prompt")
+    prompt, n_prompt = _build_prompt(a_url, model, seed, 0, target)
+    control, _ = _build_prompt(a_url, model, seed, 1, target)
+
+    before = {"a": probes.scrape(a_srv), "b": probes.scrape(b_srv), "b_engine": probes.scrape(b_url)}
+    a_objects_before = _l1_objects(st_a)
+
+    progress(f"request 1: prompt to {ia.id} (cold)")
+    r_a = complete(a_url, model, prompt, max_tokens)
+    # The engine stores its new chunks as part of the request; wait until A's L1 shows them (bounded).
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _l1_objects(probes.server_status(a_srv)) < a_objects_before + chunks:
+        time.sleep(0.2)
+    progress(f"request 2: same prompt to {ib.id} (its cache never saw it)")
+    r_b = complete(b_url, model, prompt, max_tokens)
+    progress(f"request 3: fresh control prompt to {ib.id}")
+    r_c = complete(b_url, model, control, max_tokens)
+
+    after = {"a": probes.scrape(a_srv), "b": probes.scrape(b_srv), "b_engine": probes.scrape(b_url)}
+
+    def delta(which: str, name: str, **labels: str) -> float:
+        return probes.metric_sum(after[which], name, **labels) - probes.metric_sum(before[which], name, **labels)
+
+    p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
+    peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
+    kv_bytes = delta("b_engine", ENGINE_LOADED_BYTES)
+    need = (chunks - 1) * chunk
+
+    checks = [
+        Check("all requests succeeded", all(r.ok for r in (r_a, r_b, r_c)),
+              "; ".join(f"{n}: {r.error or 'ok'}" for n, r in (("A", r_a), ("B", r_b), ("control", r_c)))),
+        Check(f"{ia.id} computed the prompt cold", r_a.ok and r_a.cached_tokens == 0,
+              f"cached_tokens={r_a.cached_tokens}"),
+        Check(f"{ib.id} served the prefix from cache", r_b.cached_tokens >= need,
+              f"cached_tokens={r_b.cached_tokens}, need >= {need} ((chunks-1) x chunk size)"),
+        Check(f"{ib.id}'s server pulled from its peer", p2p_loads > 0,
+              f"{P2P_LOADS}{{l2_name=\"p2p\"}} rose by {p2p_loads:g}; peer-served tokens {peer_hit_tokens:g}"),
+        Check("outputs identical on A and B", r_a.ok and r_b.ok and bool(r_a.text) and r_a.text == r_b.text,
+              f"A={r_a.text[:40]!r} B={r_b.text[:40]!r}"),
+        Check(f"control prompt computed cold on {ib.id}", r_c.ok and r_c.cached_tokens == 0,
+              f"cached_tokens={r_c.cached_tokens}"),
+    ]
+    passed = all(c.ok for c in checks)
+    numbers = {
+        "prompt_tokens": r_b.prompt_tokens or n_prompt,
+        "ttft_cold_a_s": r_a.ttft_s,
+        "ttft_peer_b_s": r_b.ttft_s,
+        "ttft_control_b_s": r_c.ttft_s,
+        "speedup_ttft": (r_a.ttft_s / r_b.ttft_s) if r_a.ttft_s and r_b.ttft_s else None,
+        "cached_tokens_b": r_b.cached_tokens,
+        "p2p_loads_b": p2p_loads,
+        "peer_hit_tokens_b": peer_hit_tokens,
+        "kv_bytes_pulled_b": kv_bytes,
+    }
+    result = BasicResult(passed, ia.id, ib.id, chunk, chunks, checks, numbers,
+                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()})
+    if not passed:
+        result.likely_cause = likely_cause(ctx, nb, ib, r_a, r_b, p2p_loads)
+    out_dir = new_run_dir(ctx.layout, "basic")
+    result.run_dir = str(out_dir)
+    write_result(out_dir, result)
+    return result
+
+
+def likely_cause(ctx, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
+    if not (r_a.ok and r_b.ok):
+        return "requests failed: check the engines (`p2pctl status`, engine.log)"
+    found = consistency.mismatches(consistency.collect(ctx))
+    if found:
+        return "; ".join(m.describe() for m in found)
+    st = probes.server_status(ctx.server_url(nb, ib))
+    expected = len(ctx.fleet.instances()) - 1
+    if st.p2p_state != "registered" or st.peer_count != expected:
+        return (f"{ib.id}'s server is {st.p2p_state} with {st.peer_count}/{expected} peers: it cannot ask its "
+                "peers (`p2pctl wait`, coordinator reachability)")
+    if r_b.cached_tokens == 0 and p2p_loads == 0:
+        return ("no hit and no P2P load although settings agree: the lookup found nothing on the peer "
+                "(did A store? see A's server.log 'store'; P2P lookup timeouts in B's server.log)")
+    if r_b.cached_tokens > 0 and p2p_loads == 0:
+        return f"{ib.id} hit its own L1: the prompt was seen on it before (rerun with a new --seed)"
+    if r_a.text != r_b.text:
+        return ("B used cached KV but answered differently: the engines disagree on the model "
+                "(engine.model_seed / layers) or the pulled KV bytes are wrong")
+    return "see the checks above"
+
+
+def write_result(out_dir: Path, result: BasicResult) -> None:
+    (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
+    n = result.numbers
+    lines = [f"# Cross-node proof: {'PASS' if result.passed else 'FAIL'}", "",
+             f"A = `{result.a}`, B = `{result.b}`, {result.chunks} chunks of {result.chunk_size} tokens", ""]
+    lines += ["| check | result | detail |", "|---|---|---|"]
+    lines += [f"| {c.name} | {'PASS' if c.ok else 'FAIL'} | {c.detail} |" for c in result.checks]
+    lines += ["", "| figure | value |", "|---|---|"]
+    lines += [f"| {k} | {v if not isinstance(v, float) else f'{v:.4g}'} |" for k, v in n.items()]
+    if result.likely_cause:
+        lines += ["", f"**Likely cause:** {result.likely_cause}"]
+    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,71 @@
+"""The cross-node proof on a real local fleet, and its failure when peers disagree on how they hash."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from p2p_ops import launch
+from p2p_ops.harness.basic import run_basic
+from tests.conftest import write_local_fleet
+
+pytestmark = pytest.mark.e2e
+
+
+def test_basic_proof_passes_and_leaves_evidence(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
+    result = json.loads(out)
+    assert code == 0, (result.get("checks"), result.get("likely_cause"), err[-2000:])
+    assert result["passed"]
+    n = result["numbers"]
+    assert n["cached_tokens_b"] >= 7 * result["chunk_size"]
+    assert n["p2p_loads_b"] > 0 and n["kv_bytes_pulled_b"] > 0
+    req = result["requests"]
+    assert req["a"]["text"] == req["b"]["text"] and req["a"]["text"]
+    assert req["control_b"]["cached_tokens"] == 0
+    run_dir = Path(result["run_dir"])
+    assert (run_dir / "result.json").is_file() and "PASS" in (run_dir / "summary.md").read_text()
+    assert (run_dir / "env" / "node-a-0.env.sh").is_file()
+
+
+def _start_with_edited_env(tmp_path: Path, edit: dict[str, str], **overrides) -> launch.FleetContext:
+    """Render from a valid spec, then hand-edit node-b-0's env.sh: what the spec check would have refused."""
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="mismatch", **overrides))
+    launch.render(ctx)
+    env = ctx.layout.env("node-b-0")
+    text = env.read_text()
+    for key, value in edit.items():
+        text, n = re.subn(rf"^export {key}=.*$", f"export {key}={value}", text, flags=re.M)
+        assert n == 1, key
+    env.write_text(text)
+    launch.up(ctx, rerender=False)
+    launch.wait(ctx, timeout=90)
+    return ctx
+
+
+@pytest.mark.parametrize("edit,settings,cause", [
+    ({"LMCACHE_CHUNK_SIZE": "512"}, {}, "chunk_size differs across peers"),
+    # PYTHONHASHSEED only changes keys when the hash depends on it: Python's builtin hash (or vLLM present).
+    ({"PYTHONHASHSEED": "4242"}, {"hash_algorithm": "builtin"}, "PYTHONHASHSEED differs across peers"),
+], ids=["chunk-size", "pythonhashseed"])
+def test_peers_that_hash_differently_share_nothing_and_fail_names_why(tmp_path, edit, settings, cause):
+    from p2p_ops.fleet import Settings
+
+    overrides = {}
+    if settings:
+        overrides["settings"] = {**Settings(server_nice=10).model_dump(), **settings}
+    ctx = None
+    try:
+        ctx = _start_with_edited_env(tmp_path, edit, **overrides)
+        result = run_basic(ctx)
+        assert not result.passed
+        assert result.numbers["cached_tokens_b"] == 0
+        assert result.numbers["p2p_loads_b"] == 0
+        assert cause in result.likely_cause, result.likely_cause
+    finally:
+        if ctx is None:
+            ctx = launch.FleetContext.load(tmp_path / "fleet.yaml")
+        launch.down(ctx)
