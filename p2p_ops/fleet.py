@@ -113,6 +113,16 @@ class EngineSettings(_Strict):
     vllm_args: list[str] = Field(default_factory=list)
 
 
+class PrometheusSettings(_Strict):
+    """The fleet's own Prometheus (Debian package `prometheus`), run by `p2pctl prometheus up`."""
+
+    host: str = "127.0.0.1"
+    # Not 9090: a system Prometheus may already own it.
+    port: int = Field(9390, ge=1, le=65535)
+    scrape_interval_s: float = Field(2.0, gt=0, le=300)
+    retention: str = "2d"
+
+
 class Ports(_Strict):
     mp: int = Field(..., ge=1, le=65535, description="ZMQ request port (lmcache server --port)")
     http: int = Field(..., ge=1, le=65535, description="server admin/metrics port (--http-port)")
@@ -173,6 +183,7 @@ class Fleet(_Strict):
     coordinator: Coordinator = Field(default_factory=Coordinator)
     settings: Settings = Field(default_factory=Settings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     nodes: list[Node] = Field(..., min_length=1)
 
     @field_validator("name")

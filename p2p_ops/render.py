@@ -17,7 +17,7 @@ from p2p_ops.layout import COORDINATOR, RunLayout
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 
-def _env() -> jinja2.Environment:
+def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,
@@ -56,7 +56,7 @@ def kv_transfer_config(inst: Instance) -> str:
 
 def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
     """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder."""
-    env = _env()
+    env = template_env()
     files: list[RenderedFile] = []
     coord_node = fleet.coordinator_node()
     keep_alive = max(fleet.coordinator.timeout_keep_alive,

@@ -16,6 +16,7 @@ from p2p_ops.errors import EXIT_BAD_INPUT, P2POpsError
 COMMAND_MODULES = [
     "p2p_ops.cli.fleet_cmds",
     "p2p_ops.cli.test_cmds",
+    "p2p_ops.cli.observe_cmds",
     "p2p_ops.cli.diag_cmds",
 ]
 
