@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
+from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.harness.stress import StressOptions, run_stress
+from p2p_ops.report import build_report, overall_passed
 
 console = Console()
 
@@ -26,6 +32,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.set_defaults(handler=cmd_basic)
+
+    for kind, helptext in (("stress", "concurrency ladder, long documents, sustained mixed load"),
+                           ("all", "basic + stress (+ lmcache bench) and the report")):
+        s = tsub.add_parser(kind, help=helptext)
+        add_fleet_args(s)
+        s.add_argument("--quick", action="store_true", help="small ladder (1,2,4,8), 15 s sustained stage")
+        s.add_argument("--ladder", default=None, help="concurrency levels, e.g. 1,2,4,8,16,32")
+        s.add_argument("--requests-per-level", type=int, default=0, help="default: 2 x level, at least 4")
+        s.add_argument("--policy", choices=["other", "round-robin"], default="other",
+                       help="other: send each prefix to another node than the one that warmed it")
+        s.add_argument("--stages", default=None, help="comma list of ladder,longdoc,sustained (default: all)")
+        s.add_argument("--sustained", type=float, default=None, help="seconds of sustained mixed load")
+        s.add_argument("--concurrency", type=int, default=None, help="requests in flight in the sustained stage")
+        s.add_argument("--doc-tokens", type=int, default=None, help="prefix length of shared documents")
+        s.add_argument("--longdoc-tokens", type=int, default=None, help="length of long documents")
+        s.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
+        s.add_argument("--tag", default="", help="label for this run (folder name and report)")
+        s.add_argument("--seed", type=int, default=None)
+        if kind == "all":
+            s.add_argument("--with-lmcache-bench", action="store_true",
+                           help="also run the real `lmcache bench engine --workload long-doc-qa`")
+        s.set_defaults(handler=cmd_stress if kind == "stress" else cmd_all)
+
+    r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
+    r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
+    r.set_defaults(handler=cmd_report)
 
 
 def cmd_basic(args: argparse.Namespace) -> int:
@@ -69,3 +101,90 @@ def print_basic(result: BasicResult) -> None:
     console.print(f"{verdict} — evidence in {result.run_dir}")
     if result.likely_cause:
         console.print(f"[red]likely cause:[/red] {result.likely_cause}")
+
+
+def stress_options(args: argparse.Namespace) -> StressOptions:
+    kw = {}
+    if args.ladder:
+        try:
+            kw["ladder"] = [int(x) for x in args.ladder.split(",") if x.strip()]
+        except ValueError:
+            raise BadInput(f"--ladder {args.ladder}: give integers separated by commas, e.g. 1,2,4,8") from None
+    if args.requests_per_level:
+        kw["requests_per_level"] = args.requests_per_level
+    if args.stages:
+        kw["stages"] = [x.strip() for x in args.stages.split(",") if x.strip()]
+    for opt, field in (("sustained", "sustained_s"), ("concurrency", "sustained_concurrency"),
+                       ("doc_tokens", "doc_tokens"), ("longdoc_tokens", "longdoc_tokens")):
+        if getattr(args, opt) is not None:
+            kw[field] = getattr(args, opt)
+    kw.update(policy=args.policy, max_seconds=args.max_seconds, tag=args.tag,
+              seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
+    return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
+
+
+class _Bars:
+    """One rich progress bar per stage label."""
+
+    def __init__(self, progress: Progress):
+        self.p, self.tasks = progress, {}
+
+    def __call__(self, label: str, done: int, total) -> None:
+        if label not in self.tasks:
+            self.tasks[label] = self.p.add_task(label, total=total)
+        self.p.update(self.tasks[label], completed=done, total=total)
+
+
+def _run_stress(ctx, args, out_dir) -> dict:
+    opts = stress_options(args)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        return run_stress(ctx, opts, out_dir, _Bars(progress))
+
+
+def _label(kind: str, tag: str) -> str:
+    return f"{kind}-{tag}" if tag else kind
+
+
+def cmd_stress(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        out_dir = new_run_dir(ctx.layout, _label("stress", args.tag))
+        _run_stress(ctx, args, out_dir)
+    finally:
+        ctx.close()
+    summary = build_report(out_dir)
+    console.print(f"report: {summary}")
+    return _verdict(summary)
+
+
+def cmd_all(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        out_dir = new_run_dir(ctx.layout, _label("all", args.tag))
+        console.rule("cross-node proof")
+        print_basic(run_basic(ctx, progress=_progress, out_dir=out_dir / "basic"))
+        console.rule("stress")
+        _run_stress(ctx, args, out_dir)
+        if args.with_lmcache_bench:
+            console.rule("lmcache bench engine --workload long-doc-qa")
+            from p2p_ops.harness.lmcache_bench import run_lmcache_bench
+
+            run_lmcache_bench(ctx, out_dir / "lmcache-bench", quick=args.quick, progress=_progress)
+    finally:
+        ctx.close()
+    summary = build_report(out_dir)
+    console.print(f"report: {summary}")
+    return _verdict(summary)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    summary = build_report(Path(args.run_dir))
+    console.print(f"wrote {summary}")
+    return _verdict(summary)
+
+
+def _verdict(summary: Path) -> int:
+    ok = overall_passed(summary)
+    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
+    return EXIT_OK if ok else EXIT_CHECK_FAILED

@@ -85,7 +85,8 @@ def _build_prompt(engine_url: str, model: str, seed: int, index: int, target_tok
 
 
 def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
-              seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None) -> BasicResult:
+              seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
+              out_dir: Optional[Path] = None) -> BasicResult:
     if chunks < 2:
         raise BadInput(f"--chunks {chunks}: use at least 2 so that a prefix spans several chunks")
     (na, ia), (nb, ib) = pick_pair(ctx, a, b)
@@ -155,7 +156,8 @@ def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int
                          {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()})
     if not passed:
         result.likely_cause = likely_cause(ctx, nb, ib, r_a, r_b, p2p_loads)
-    out_dir = new_run_dir(ctx.layout, "basic")
+    out_dir = out_dir or new_run_dir(ctx.layout, "basic")
+    out_dir.mkdir(parents=True, exist_ok=True)
     result.run_dir = str(out_dir)
     write_result(out_dir, result)
     return result

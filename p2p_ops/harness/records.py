@@ -1,0 +1,55 @@
+"""One row per request, written as CSV: the raw evidence every table and plot is computed from."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class RequestRecord:
+    stage: str
+    level: int                 # concurrency level (ladder) or requests in flight (other stages)
+    instance: str              # engine that served it
+    node: str
+    warmer: str                # instance that first computed its prefix ("" = no shared prefix)
+    prefix_id: str
+    t_start_s: float           # seconds since the run started
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    ttft_s: Optional[float]
+    e2e_s: float
+    ok: bool
+    error: str = ""
+
+    @property
+    def cross_node(self) -> bool:
+        return bool(self.warmer) and self.warmer != self.instance
+
+
+FIELDS = [f.name for f in fields(RequestRecord)]
+
+
+def write_csv(path: Path, records: list[RequestRecord]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        for r in records:
+            w.writerow(asdict(r))
+
+
+def read_csv(path: Path) -> list[RequestRecord]:
+    out = []
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            out.append(RequestRecord(
+                stage=row["stage"], level=int(row["level"]), instance=row["instance"], node=row["node"],
+                warmer=row["warmer"], prefix_id=row["prefix_id"], t_start_s=float(row["t_start_s"]),
+                prompt_tokens=int(row["prompt_tokens"]), cached_tokens=int(row["cached_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                ttft_s=float(row["ttft_s"]) if row["ttft_s"] not in ("", "None") else None,
+                e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=row["error"]))
+    return out

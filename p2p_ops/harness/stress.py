@@ -1,0 +1,241 @@
+"""Stress a running fleet: a concurrency ladder, long documents, and a sustained mixed load.
+
+Prefixes are first computed ("warmed") on one engine and then queried, by policy, on another node's engine,
+so cross-node pulls happen under load. Every request is recorded; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from p2p_ops import probes
+from p2p_ops.errors import BadInput
+from p2p_ops.harness import prompts
+from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.records import RequestRecord, write_csv
+
+POLICIES = ("other", "round-robin")
+STAGES = ("ladder", "longdoc", "sustained")
+
+
+@dataclass
+class StressOptions:
+    ladder: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    requests_per_level: int = 0          # 0: twice the level, at least 4
+    doc_tokens: int = 1024               # prefix length of ladder/sustained documents
+    max_tokens: int = 8
+    policy: str = "other"                # other: never the engine that warmed the prefix's node
+    longdoc_tokens: int = 6144
+    longdoc_docs: int = 2
+    longdoc_queries: int = 2
+    sustained_s: float = 30.0
+    sustained_concurrency: int = 4
+    max_seconds: float = 900.0           # hard bound for the whole run
+    max_requests: int = 5000             # hard bound for the whole run
+    stages: list[str] = field(default_factory=lambda: list(STAGES))
+    tag: str = ""
+    seed: int = 0
+
+    @classmethod
+    def quick(cls, **kw) -> "StressOptions":
+        base = dict(ladder=[1, 2, 4, 8], requests_per_level=0, doc_tokens=768, longdoc_tokens=4096,
+                    longdoc_docs=1, longdoc_queries=2, sustained_s=15.0, sustained_concurrency=3)
+        base.update(kw)
+        return cls(**base)
+
+    def validate(self, n_engines: int) -> None:
+        if self.policy not in POLICIES:
+            raise BadInput(f"--policy {self.policy}: use one of {', '.join(POLICIES)}")
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise BadInput(f"--stages {','.join(unknown)}: unknown; use any of {', '.join(STAGES)}")
+        if not self.ladder or any(c < 1 or c > 256 for c in self.ladder):
+            raise BadInput("--ladder: concurrency levels must be between 1 and 256, e.g. 1,2,4,8")
+        if n_engines < 2 and self.policy == "other":
+            raise BadInput("policy 'other' needs at least two engines; use --policy round-robin")
+        if self.sustained_s < 0 or self.sustained_s > 3600:
+            raise BadInput(f"--sustained {self.sustained_s}: use 0..3600 seconds")
+
+
+@dataclass
+class StageInfo:
+    name: str
+    level: int
+    wall_s: float
+    requests: int
+
+
+Progress = Callable[[str, int, Optional[int]], None]   # (stage label, completed, total or None)
+
+
+class _Run:
+    def __init__(self, ctx, opts: StressOptions, progress: Progress):
+        self.ctx, self.opts, self.progress = ctx, opts, progress
+        self.engines = [(n, i, ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
+        self.model = ctx.fleet.model
+        self.records: list[RequestRecord] = []
+        self.stages: list[StageInfo] = []
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + opts.max_seconds
+        self.rr = itertools.count()
+        self.rng = random.Random(opts.seed)
+
+    # ---- placement -----------------------------------------------------------------------------------
+    def pick(self, warmer_idx: Optional[int]) -> int:
+        n = len(self.engines)
+        if warmer_idx is None or self.opts.policy == "round-robin":
+            return next(self.rr) % n
+        warm_node = self.engines[warmer_idx][0].name
+        others = [k for k, (node, _, _) in enumerate(self.engines) if node.name != warm_node]
+        others = others or [k for k in range(n) if k != warmer_idx]
+        return others[next(self.rr) % len(others)]
+
+    def budget_left(self) -> bool:
+        return time.monotonic() < self.deadline and len(self.records) < self.opts.max_requests
+
+    # ---- one request ---------------------------------------------------------------------------------
+    def send(self, stage: str, level: int, idx: int, prompt: str, warmer: Optional[int], prefix_id: str) -> None:
+        if not self.budget_left():
+            return
+        node, inst, url = self.engines[idx]
+        start = time.monotonic() - self.t0
+        c = complete(url, self.model, prompt, self.opts.max_tokens)
+        rec = RequestRecord(stage=stage, level=level, instance=inst.id, node=node.name,
+                            warmer=self.engines[warmer][1].id if warmer is not None else "",
+                            prefix_id=prefix_id, t_start_s=round(start, 4), prompt_tokens=c.prompt_tokens,
+                            cached_tokens=c.cached_tokens, output_tokens=c.completion_tokens,
+                            ttft_s=c.ttft_s if c.ok else None, e2e_s=c.e2e_s, ok=c.ok, error=c.error[:200])
+        with self.lock:
+            self.records.append(rec)
+
+    def run_batch(self, label: str, jobs: list[Callable[[], None]], concurrency: int) -> float:
+        """Run jobs with `concurrency` in flight; returns the wall time."""
+        total, done = len(jobs), 0
+        self.progress(label, 0, total)
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            for fut in [pool.submit(j) for j in jobs]:
+                fut.result()
+                done += 1
+                self.progress(label, done, total)
+        return time.monotonic() - start
+
+    def doc(self, key: str, tokens: int) -> str:
+        # The byte-level engine tokenizer makes characters ~ tokens; vLLM tokenizers give fewer tokens.
+        return prompts.document(self.opts.seed, zlib.crc32(key.encode()), tokens)
+
+    # ---- stages --------------------------------------------------------------------------------------
+    def ladder(self) -> None:
+        for level in self.opts.ladder:
+            if not self.budget_left():
+                break
+            n = self.opts.requests_per_level or max(4, 2 * level)
+            n_docs = max(1, (n + 1) // 2)
+            docs = [(f"L{level}-d{d}", self.doc(f"ladder-{self.opts.seed}-{level}-{d}", self.opts.doc_tokens))
+                    for d in range(n_docs)]
+            warmers = [next(self.rr) % len(self.engines) for _ in docs]
+            warm_jobs = [lambda d=d, w=w: self.send("ladder-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
+                         for d, w in zip(docs, warmers)]
+            self.run_batch(f"ladder c={level}: warm {n_docs} prefixes", warm_jobs, level)
+            jobs = []
+            for k in range(n):
+                d, w = docs[k % n_docs], warmers[k % n_docs]
+                target = self.pick(w)
+                jobs.append(lambda d=d, w=w, t=target, k=k: self.send(
+                    "ladder", level, t, d[1] + prompts.question(1, k), w, d[0]))
+            wall = self.run_batch(f"ladder c={level}: {n} requests", jobs, level)
+            self.stages.append(StageInfo("ladder", level, wall, n))
+
+    def longdoc(self) -> None:
+        o = self.opts
+        docs = [(f"D{d}", self.doc(f"longdoc-{o.seed}-{d}", o.longdoc_tokens)) for d in range(o.longdoc_docs)]
+        warmers = [next(self.rr) % len(self.engines) for _ in docs]
+        self.run_batch(f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens",
+                       [lambda d=d, w=w: self.send("longdoc-warm", 1, w, d[1] + prompts.question(0, 0), None, d[0])
+                        for d, w in zip(docs, warmers)], 1)
+        jobs = [lambda d=d, w=w, q=q: self.send("longdoc", 1, self.pick(w), d[1] + prompts.question(2, q), w, d[0])
+                for d, w in zip(docs, warmers) for q in range(o.longdoc_queries)]
+        wall = self.run_batch(f"longdoc: {len(jobs)} queries from another node", jobs, 1)
+        self.stages.append(StageInfo("longdoc", 1, wall, len(jobs)))
+
+    def sustained(self) -> None:
+        o = self.opts
+        pool = [(f"S{d}", self.doc(f"sustained-{o.seed}-{d}", o.doc_tokens)) for d in range(4)]
+        warmers = [next(self.rr) % len(self.engines) for _ in pool]
+        self.run_batch("sustained: warm 4 shared prefixes",
+                       [lambda d=d, w=w: self.send("sustained-warm", o.sustained_concurrency, w,
+                                                   d[1] + prompts.question(0, 0), None, d[0])
+                        for d, w in zip(pool, warmers)], o.sustained_concurrency)
+        end = min(time.monotonic() + o.sustained_s, self.deadline)
+        counter = itertools.count()
+        rng_lock = threading.Lock()
+        start = time.monotonic()
+
+        def worker(wid: int) -> None:
+            while time.monotonic() < end and self.budget_left():
+                k = next(counter)
+                with rng_lock:
+                    kind = self.rng.random()
+                    d = self.rng.randrange(len(pool))
+                if kind < 0.3:   # no shared prefix: computed where it lands
+                    text = prompts.document(o.seed + 7, 10_000 + k, max(64, o.doc_tokens // 4))
+                    self.send("sustained", o.sustained_concurrency, self.pick(None), text, None, "")
+                else:            # a prefix first computed on another node
+                    text = pool[d][1] + prompts.question(3, k)
+                    self.send("sustained", o.sustained_concurrency, self.pick(warmers[d]), text, warmers[d],
+                              pool[d][0])
+                self.progress(f"sustained: {o.sustained_s:.0f} s, {o.sustained_concurrency} in flight",
+                              int(time.monotonic() - start), int(o.sustained_s))
+
+        with ThreadPoolExecutor(max_workers=o.sustained_concurrency) as ex:
+            for f in [ex.submit(worker, w) for w in range(o.sustained_concurrency)]:
+                f.result()
+        wall = time.monotonic() - start
+        n = sum(1 for r in self.records if r.stage == "sustained")
+        self.stages.append(StageInfo("sustained", o.sustained_concurrency, wall, n))
+
+
+def snapshot(ctx) -> dict:
+    """/status of every server and the metrics of every server and engine, for before/after evidence."""
+    out = {}
+    for node, inst in ctx.fleet.instances():
+        st = probes.server_status(ctx.server_url(node, inst))
+        out[inst.id] = {
+            "status": st.raw if st.reachable else None,
+            "server_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
+                               for n, lab, v in probes.scrape(ctx.server_url(node, inst))
+                               if n.startswith("lmcache_mp_")},
+            "engine_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
+                               for n, lab, v in probes.scrape(ctx.engine_url(node, inst))
+                               if n.startswith(("vllm:", "p2p_engine_"))},
+        }
+    return out
+
+
+def run_stress(ctx, opts: StressOptions, out_dir: Path, progress: Progress = lambda *_: None) -> dict:
+    """Run the stages, write requests.csv, stages.json and the before/after snapshots into out_dir."""
+    run = _Run(ctx, opts, progress)
+    opts.validate(len(run.engines))
+    before = snapshot(ctx)
+    (out_dir / "status_before.json").write_text(json.dumps(before, indent=1))
+    for stage in opts.stages:
+        if not run.budget_left():
+            break
+        getattr(run, stage)()
+    after = snapshot(ctx)
+    (out_dir / "status_after.json").write_text(json.dumps(after, indent=1))
+    write_csv(out_dir / "requests.csv", run.records)
+    meta = {"options": asdict(opts), "stages": [asdict(s) for s in run.stages],
+            "wall_s": time.monotonic() - run.t0, "engines": [i.id for _, i, _ in run.engines]}
+    (out_dir / "stages.json").write_text(json.dumps(meta, indent=2))
+    return meta
