@@ -108,6 +108,9 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
     ax2 = ax1.twinx()
     ax2.bar([i + 0.2 for i in x], mib, width=0.4, color="tab:orange", label="KV loaded from LMCache (MiB)")
     ax2.set_ylabel("KV bytes loaded by the engine (MiB)")
+    # Headroom so the legend never covers a bar.
+    ax1.set_ylim(0, max(tokens + [1]) * 1.35)
+    ax2.set_ylim(0, max(mib + [0.001]) * 1.35)
     ax1.set_xticks(list(x), nodes)
     ax1.set_xlabel("instance")
     ax1.set_title("KV pulled per node")
