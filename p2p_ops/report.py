@@ -124,8 +124,8 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     for inst in after:
         a, b = after.get(inst) or {}, before.get(inst) or {}
         out[inst] = {
-            "kv_bytes_loaded": total(a, "engine_metrics", "p2p_engine_kv_loaded_bytes_total")
-            - total(b, "engine_metrics", "p2p_engine_kv_loaded_bytes_total"),
+            "kv_bytes_loaded": total(a, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total")
+            - total(b, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
             "p2p_loads": total(a, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"')
             - total(b, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"'),
         }

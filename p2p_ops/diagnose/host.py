@@ -27,7 +27,7 @@ class HostView:
     live: bool = True
 
     @classmethod
-    def local(cls, sysfs_root: str | Path | None = None) -> "HostView":
+    def local(cls, sysfs_root: str | Path | None = None) -> HostView:
         """This machine; `sysfs_root` replaces `/sys` only (tools and /proc stay live)."""
         sysfs = Path(sysfs_root) if sysfs_root else Path("/sys")
         if not sysfs.is_dir():
@@ -35,7 +35,7 @@ class HostView:
         return cls(sysfs=sysfs)
 
     @classmethod
-    def snapshot(cls, root: str | Path) -> "HostView":
+    def snapshot(cls, root: str | Path) -> HostView:
         """A captured tree (see module docstring); tools answer from `<root>/tools/<fact>.txt`."""
         root = Path(root)
         if not root.is_dir():

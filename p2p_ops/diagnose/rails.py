@@ -46,7 +46,7 @@ class Snapshot:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Snapshot":
+    def from_dict(cls, data: dict) -> Snapshot:
         counters = {k: RailCounter(**v) for k, v in data.get("counters", {}).items()}
         return cls(data.get("host", ""), float(data.get("taken_at", 0)), counters)
 

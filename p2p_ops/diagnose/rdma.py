@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from p2p_ops.diagnose import rdma_host
 from p2p_ops.diagnose.findings import Report

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 MEMLOCK_MIN_BYTES = 1 << 40
 
 
-def check_uverbs(report: Report, inputs: "RdmaInputs") -> None:
+def check_uverbs(report: Report, inputs: RdmaInputs) -> None:
     uverbs_nodes = [n for n in inputs.dev_nodes if n.startswith("uverbs")]
     if not inputs.dev_nodes:
         names = ", ".join(d.name for d in inputs.devices)
@@ -40,7 +40,7 @@ def check_uverbs(report: Report, inputs: "RdmaInputs") -> None:
                        f"{dev.name} has no usable /dev/infiniband/{node or 'uverbsN'}", FIXES["no_uverbs"])
 
 
-def check_memlock(report: Report, inputs: "RdmaInputs") -> None:
+def check_memlock(report: Report, inputs: RdmaInputs) -> None:
     mem = inputs.memlock
     if mem.error:
         report.add("warn", "memlock", "memlock", mem.error, "could not read the locked-memory limit",
@@ -51,7 +51,7 @@ def check_memlock(report: Report, inputs: "RdmaInputs") -> None:
                    "memory' (ibv_reg_mr / ibv_create_cq)", FIXES["memlock"])
 
 
-def check_gpudirect(report: Report, inputs: "RdmaInputs") -> None:
+def check_gpudirect(report: Report, inputs: RdmaInputs) -> None:
     if inputs.topo is None or not inputs.topo.gpus:
         report.add("info", "gpudirect", "gpu", "nvidia-smi absent or no GPUs",
                    "no NVIDIA GPUs seen: GPUDirect RDMA does not apply")
@@ -70,7 +70,7 @@ def check_gpudirect(report: Report, inputs: "RdmaInputs") -> None:
                    FIXES["peermem"])
 
 
-def check_affinity(report: Report, inputs: "RdmaInputs") -> None:
+def check_affinity(report: Report, inputs: RdmaInputs) -> None:
     topo = inputs.topo
     if topo is None or not topo.gpus or not topo.nics:
         return
@@ -92,7 +92,7 @@ def check_affinity(report: Report, inputs: "RdmaInputs") -> None:
     report.facts["affinity"] = affinity
 
 
-def check_tcp_path(report: Report, inputs: "RdmaInputs", require_rdma: bool) -> None:
+def check_tcp_path(report: Report, inputs: RdmaInputs, require_rdma: bool) -> None:
     """No RDMA devices: say so plainly, then check what P2P will use instead (UCX over TCP)."""
     report.add("error" if require_rdma else "info", "no_rdma", "rdma", "no /sys/class/infiniband devices",
                "this host has no RDMA devices: NIXL/UCX will carry P2P transfers over TCP (and shared memory "

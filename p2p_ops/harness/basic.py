@@ -23,7 +23,7 @@ from p2p_ops.harness.rundir import new_run_dir
 
 P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
-ENGINE_LOADED_BYTES = "p2p_engine_kv_loaded_bytes_total"
+ENGINE_LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
 
 
 @dataclass

@@ -25,7 +25,15 @@ def running_fleet(tmp: Path, n_nodes: int = 2, name: str = "e2e", **overrides):
         ctx.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fleet2(tmp_path_factory):
+    """One healthy 2-node fleet shared by the tests that only read from it or send requests."""
     with running_fleet(tmp_path_factory.mktemp("fleet2")) as ctx:
+        yield ctx
+
+
+@pytest.fixture(scope="module")
+def disposable_fleet2(tmp_path_factory):
+    """A 2-node fleet a test may break (kill an engine)."""
+    with running_fleet(tmp_path_factory.mktemp("disposable"), name="disposable") as ctx:
         yield ctx

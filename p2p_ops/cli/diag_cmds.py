@@ -1,0 +1,260 @@
+"""Diagnose commands: `p2pctl rdma`, `p2pctl probe-nixl`, `p2pctl rails`, `p2pctl ucx-trace`.
+
+Handlers take the parsed args and return 0 (healthy), 1 (findings) or 2 (could not check); bad input raises
+`BadInput`. `--json` prints the whole report for skills. `run_standalone(argv)` runs these commands without the
+rest of `p2pctl`, which is how the skill's Python scripts call them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from p2p_ops.diagnose.findings import Report
+from p2p_ops.errors import BadInput, CouldNotRun
+
+_SIZE = re.compile(r"^(\d+)\s*([kmgt]?)(?:i?b)?$", re.I)
+
+
+def parse_size(text: str) -> int:
+    """`16M`, `64KiB`, `1g`, `4096` -> bytes (binary units)."""
+    m = _SIZE.match(text.strip())
+    if not m or int(m[1]) == 0:
+        raise BadInput(f"size {text!r} is not a positive byte count like 4096, 64K, 16M or 1G")
+    return int(m[1]) << (10 * " kmgt".index((m[2] or " ").lower()))
+
+
+def _emit(args, report: Report, extra_lines: list[str] | None = None) -> int:
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print("\n".join([report.title, *(extra_lines or []), *report.render().splitlines()[1:]]))
+    return report.exit_code
+
+
+# --- p2pctl rdma -------------------------------------------------------------------------------------------
+
+def _port_table(report: Report) -> list[str]:
+    rows = report.facts.get("ports", [])
+    if not rows:
+        return []
+    head = (f"  {'port':<18} {'state':<8} {'phys':<10} {'layer':<11} {'rate':<22} {'numa':>4}  "
+            f"{'gid(v2,ipv4)':<18}  netdev")
+    lines = [head]
+    for r in rows:
+        lines.append(f"  {r['device'] + '/' + str(r['port']):<18} {r['state']:<8} {r['phys_state']:<10} "
+                     f"{r['link_layer']:<11} {r['rate']:<22} {str(r['numa_node']):>4}  "
+                     f"{r['roce_v2_ipv4_gid'] or '-':<18}  {r['netdev'] or '-'}")
+    return lines
+
+
+def cmd_rdma(args) -> int:
+    from p2p_ops.diagnose.host import HostView
+    from p2p_ops.diagnose.nixl_probe import agent_lanes
+    from p2p_ops.diagnose.rdma import check_rdma, gather_rdma
+
+    if args.root and args.sysfs_root:
+        raise BadInput("use --root (a whole snapshot tree) or --sysfs-root (a copy of /sys), not both")
+    if args.pid != "self" and not str(args.pid).isdigit():
+        raise BadInput(f"--pid {args.pid!r} must be a process id (e.g. the lmcache server's) or 'self'")
+    host = HostView.snapshot(args.root) if args.root else HostView.local(args.sysfs_root)
+    nixl = agent_lanes if host.live else None
+    report = check_rdma(gather_rdma(host, args.pid, nixl_lanes=nixl), require_rdma=args.require_rdma)
+    return _emit(args, report, _port_table(report))
+
+
+# --- p2pctl probe-nixl -------------------------------------------------------------------------------------
+
+def _probe_env(args) -> dict[str, str]:
+    env = {}
+    for item in args.env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BadInput(f"--env {item!r} must look like NAME=VALUE, e.g. --env UCX_MAX_RMA_RAILS=2")
+        env[key] = value
+    if args.tls is not None:
+        env["UCX_TLS"] = args.tls
+    if args.net_devices is not None:
+        env["UCX_NET_DEVICES"] = args.net_devices
+    return env
+
+
+def _probe_lines(result) -> list[str]:
+    if result.ok:
+        path = result.read_path
+        how = ("software emulation over " if path.get("emulated") else "") + ", ".join(path.get("lanes", []))
+        return [f"  READ ok: {result.iterations} x {result.size_bytes} bytes verified "
+                f"({result.bytes_checked} bytes), median {result.throughput_gbps} GB/s, backend {result.backend}",
+                f"  UCX {result.ucx_version or '?'}; transports: {', '.join(result.transports) or '?'}",
+                f"  READ path: {path.get('class', '?')} ({how or '?'}) [{path.get('source', '')}]"]
+    f = result.failure
+    lines = [f"  READ failed on the {f.side} at stage {f.stage}: {f.exc_class}: {f.message}",
+             f"  cause: {f.cause}", f"  fix:   {f.fix}"]
+    return lines + [f"  evidence: {e}" for e in f.evidence]
+
+
+def cmd_probe_nixl(args) -> int:
+    from p2p_ops.diagnose.nixl_probe import ProbeOptions, run_probe
+
+    if args.iterations < 1 or args.timeout <= 0:
+        raise BadInput("--iterations must be >= 1 and --timeout > 0")
+    options = ProbeOptions(env=_probe_env(args), size_bytes=parse_size(args.size), iterations=args.iterations,
+                           timeout_s=args.timeout, keep_logs=Path(args.keep_logs) if args.keep_logs else None)
+    result = run_probe(options)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        env = " ".join(f"{k}={v}" for k, v in result.env.items())
+        print("\n".join([f"NIXL READ probe ({env})", *_probe_lines(result), f"  wall time {result.wall_s}s"]))
+    if result.failure and result.failure.rule == "nixl_missing":
+        return 2
+    return 0 if result.ok else 1
+
+
+# --- p2pctl rails ------------------------------------------------------------------------------------------
+
+def _load_snapshot(path: str):
+    from p2p_ops.diagnose.rails import Snapshot
+
+    try:
+        return Snapshot.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise BadInput(f"cannot read snapshot {path}: {exc}") from exc
+
+
+def _during(args) -> str:
+    command = [c for c in args.cmd if c != "--"] if args.cmd else []
+    if not command:
+        time.sleep(args.wait)
+        return f"waited {args.wait:g}s"
+    try:
+        # The command's output goes to stderr so stdout stays one report (valid JSON with --json).
+        proc = subprocess.run(command, timeout=args.timeout, check=False, stdout=2)
+    except FileNotFoundError as exc:
+        raise BadInput(f"command not found: {command[0]}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise CouldNotRun(f"`{' '.join(command)}` ran past --timeout {args.timeout:g}s") from exc
+    return f"ran `{' '.join(command)}` (exit {proc.returncode})"
+
+
+def cmd_rails(args) -> int:
+    from p2p_ops.diagnose.rails import assess, diff, snapshot
+
+    sysfs = Path(args.sysfs_root or "/sys")
+    if not sysfs.is_dir():
+        raise BadInput(f"--sysfs-root {sysfs} is not a directory")
+    if args.save_snapshot:
+        Path(args.save_snapshot).write_text(json.dumps(snapshot(sysfs).to_dict(), indent=2))
+        print(f"snapshot written to {args.save_snapshot}")
+        return 0
+    if args.after and not args.before:
+        raise BadInput("--after needs --before")
+    before = _load_snapshot(args.before) if args.before else snapshot(sysfs)
+    window = "from snapshot files" if args.before else _during(args)
+    after = _load_snapshot(args.after) if args.after else snapshot(sysfs)
+    expected = [e for e in (args.expect or "").split(",") if e]
+    report = assess(diff(before, after), expected or None, args.min_bytes, args.imbalance)
+    report.facts["window"] = window
+    return _emit(args, report, [f"  window: {window}", *_rails_table(report)])
+
+
+def _rails_table(report: Report) -> list[str]:
+    rows = report.facts.get("rails", [])
+    lines = [f"  {'rail':<18} {'kind':<5} {'tx bytes':>16} {'rx bytes':>16}"] if rows else []
+    for r in sorted(rows, key=lambda r: -r["total"]):
+        note = "  (counter reset)" if r["reset"] else ""
+        lines.append(f"  {r['name']:<18} {r['kind']:<5} {r['tx_bytes']:>16,} {r['rx_bytes']:>16,}{note}")
+    return lines
+
+
+# --- p2pctl ucx-trace --------------------------------------------------------------------------------------
+
+def cmd_ucx_trace(args) -> int:
+    from p2p_ops.diagnose.trace_report import render_endpoints, trace_report
+    from p2p_ops.facts.ucx_trace import parse_traces
+
+    texts = []
+    for name in args.files:
+        if name == "-":
+            texts.append(("<stdin>", sys.stdin.read()))
+            continue
+        try:
+            texts.append((name, Path(name).read_text(errors="replace")))
+        except OSError as exc:
+            raise BadInput(f"cannot read {name}: {exc.strerror}") from exc
+    report = trace_report(parse_traces(texts), expect_rdma=args.expect_rdma)
+    return _emit(args, report, render_endpoints(report))
+
+
+# --- wiring ------------------------------------------------------------------------------------------------
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("rdma", help="RDMA readiness: ports, GIDs, uverbs, memlock, GPUDirect, affinity",
+                              description="Check whether this host can do RDMA for "
+                              "NIXL/UCX; without RDMA, check the TCP path. Exit 0 healthy, 1 findings, 2 could "
+                              "not check.")
+    p.add_argument("--sysfs-root", metavar="DIR", help="read this directory instead of /sys")
+    p.add_argument("--root", metavar="DIR", help="a captured snapshot tree (sys/, dev/, proc/, tools/*.txt)")
+    p.add_argument("--pid", default="self", help="check the memlock limit of this process (default: self)")
+    p.add_argument("--require-rdma", action="store_true", help="a host without RDMA devices is a finding")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.set_defaults(handler=cmd_rdma)
+
+    p = subparsers.add_parser("probe-nixl", help="real two-process NIXL READ under a candidate UCX environment",
+                              description="Run a NIXL agent pair on this host, READ and verify a buffer, and "
+                              "report throughput and the transports UCX chose; on failure, cause and fix.")
+    p.add_argument("--tls", metavar="LIST", help="UCX_TLS for the agents, e.g. tcp or rc,sm,self")
+    p.add_argument("--net-devices", metavar="LIST", help="UCX_NET_DEVICES, e.g. lo or mlx5_0:1,mlx5_1:1")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="any other variable (repeatable)")
+    p.add_argument("--size", default="16M", help="bytes per READ (default 16M)")
+    p.add_argument("--iterations", type=int, default=3, help="READs to time (default 3)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up (default 60)")
+    p.add_argument("--keep-logs", metavar="DIR", help="copy the agents' logs and results here")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(handler=cmd_probe_nixl)
+
+    p = subparsers.add_parser("rails", help="which NICs carried the bytes: counter deltas around a transfer",
+                              description="Snapshot per-NIC byte counters (RDMA ports x4, netdev statistics), "
+                              "wait or run a command, snapshot again, and flag imbalance or unexpected rails.")
+    p.add_argument("--sysfs-root", metavar="DIR", help="read this directory instead of /sys")
+    p.add_argument("--expect", metavar="IFS", help="comma list of expected rails (mlx5_0, mlx5_0:1, eth0)")
+    p.add_argument("--wait", type=float, default=5.0, help="seconds to watch when no command is given")
+    p.add_argument("--timeout", type=float, default=600.0, help="limit for the command (default 600 s)")
+    p.add_argument("--before", metavar="FILE", help="snapshot JSON taken earlier (see --save-snapshot)")
+    p.add_argument("--after", metavar="FILE", help="snapshot JSON to compare with --before")
+    p.add_argument("--save-snapshot", metavar="FILE", help="only write a snapshot JSON and exit")
+    p.add_argument("--min-bytes", type=int, default=1 << 20, help="ignore rails below this (default 1 MiB)")
+    p.add_argument("--imbalance", type=float, default=2.0, help="flag a rail below busiest/RATIO (default 2)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND to run between the snapshots")
+    p.set_defaults(handler=cmd_rails)
+
+    p = subparsers.add_parser("ucx-trace", help="summarise UCX/NIXL logs: lanes per endpoint, grouped errors",
+                              description="Parse UCX log lines, endpoint configs, PROTO_INFO tables and NIXL "
+                              "lines into a per-endpoint transport summary plus grouped errors.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="log files ('-' for stdin)")
+    p.add_argument("--expect-rdma", action="store_true", help="inter-node payload not on RDMA is a finding")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.set_defaults(handler=cmd_ucx_trace)
+
+
+def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
+    """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
+    from p2p_ops.errors import P2POpsError
+
+    parser = argparse.ArgumentParser(prog=prog)
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except P2POpsError as exc:
+        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code

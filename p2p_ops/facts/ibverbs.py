@@ -1,0 +1,145 @@
+"""ibverbs tool facts: `ibv_devinfo [-v]` and `ibv_devices` (rdma-core, Debian package `ibverbs-utils`).
+
+`ibv_devinfo` prints `key:<tabs>value` lines: device fields at one tab, `port:` at two, port fields at three;
+enumerations print as `NAME (n)`. Parsed shape::
+
+    IbvDevinfo(error=None, devices=[IbvDevice(name="mlx5_0", transport="InfiniBand", fields={...},
+               ports=[IbvPort(port=1, state="PORT_ACTIVE", link_layer="InfiniBand", gids=[Gid(...)])])])
+
+A host without RDMA prints one error line instead (`No IB devices found`, or `Failed to get IB devices list:
+Function not implemented` without RDMA netlink); that line lands in `error`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from p2p_ops.facts.base import CommandFact
+
+_ENUM = re.compile(r"^(?P<name>.*?)\s*\((?P<code>-?\d+)\)$")
+_GID = re.compile(r"^GID\[\s*(?P<idx>\d+)\]:\s*(?P<gid>[0-9a-fA-F:.]+)(?:,\s*(?P<type>.+))?$")
+_ERROR_HINTS = ("Failed to", "No IB devices found", "wasn't found", "Invalid port")
+
+
+@dataclass
+class Gid:
+    """One GID table entry; `gid` as printed, `type` like `RoCE v2` (only printed for Ethernet ports)."""
+
+    index: int
+    gid: str
+    type: str = ""
+    ndev: str = ""
+
+
+@dataclass
+class IbvPort:
+    port: int
+    state: str = ""
+    state_code: int | None = None
+    phys_state: str = ""
+    link_layer: str = ""
+    active_mtu: str = ""
+    max_mtu: str = ""
+    sm_lid: str = ""
+    port_lid: str = ""
+    active_width: str = ""
+    active_speed: str = ""
+    gids: list[Gid] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class IbvDevice:
+    name: str
+    transport: str = ""
+    fields: dict[str, str] = field(default_factory=dict)
+    ports: list[IbvPort] = field(default_factory=list)
+
+
+@dataclass
+class IbvDevinfo:
+    devices: list[IbvDevice] = field(default_factory=list)
+    error: str | None = None
+
+
+def split_enum(value: str) -> tuple[str, int | None]:
+    """`PORT_ACTIVE (4)` -> (`PORT_ACTIVE`, 4); values without a code come back unchanged."""
+    m = _ENUM.match(value.strip())
+    return (m["name"], int(m["code"])) if m else (value.strip(), None)
+
+
+def _port_field(port: IbvPort, key: str, value: str) -> None:
+    port.fields[key] = value
+    if key == "state":
+        port.state, port.state_code = split_enum(value)
+    elif key == "phys_state":
+        port.phys_state = split_enum(value)[0]
+    elif key in ("link_layer", "active_mtu", "max_mtu", "sm_lid", "port_lid", "active_width",
+                 "active_speed"):
+        setattr(port, key, value)
+
+
+def parse_ibv_devinfo(text: str) -> IbvDevinfo:
+    """Parse `ibv_devinfo` or `ibv_devinfo -v` output (old and new GID line forms)."""
+    info = IbvDevinfo()
+    device: IbvDevice | None = None
+    port: IbvPort | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("hca_id:"):
+            device = IbvDevice(name=line.split(":", 1)[1].strip())
+            info.devices.append(device)
+            port = None
+            continue
+        if device is None:
+            if any(hint in line for hint in _ERROR_HINTS):
+                info.error = line
+            continue
+        gid = _GID.match(line)
+        if gid and port is not None:
+            port.gids.append(Gid(int(gid["idx"]), gid["gid"], (gid["type"] or "").strip()))
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "port" and value.isdigit():
+            port = IbvPort(port=int(value))
+            device.ports.append(port)
+        elif port is not None:
+            # Device fields all come before the first `port:` line, so everything after it is a port field;
+            # that also accepts copies whose tabs became spaces.
+            _port_field(port, key, value)
+        elif key == "transport":
+            device.transport = split_enum(value)[0]
+        elif key != "Device ports":
+            device.fields[key] = value
+    return info
+
+
+@dataclass
+class IbvDevices:
+    """`ibv_devices`: device name -> node GUID (16 hex digits, no colons)."""
+
+    devices: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+def parse_ibv_devices(text: str) -> IbvDevices:
+    out = IbvDevices()
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0] in ("device", "------"):
+            continue
+        if any(hint in line for hint in _ERROR_HINTS):
+            out.error = line.strip()
+        elif len(parts) == 2 and re.fullmatch(r"[0-9a-fA-F]{16}", parts[1]):
+            out.devices[parts[0]] = parts[1]
+    return out
+
+
+IBV_DEVINFO = CommandFact("ibv_devinfo", ("ibv_devinfo", "-v"), parse_ibv_devinfo)
+IBV_DEVICES = CommandFact("ibv_devices", ("ibv_devices",), parse_ibv_devices)

@@ -1,0 +1,84 @@
+"""Locked-memory limit (RDMA registration needs it unlimited) and loaded kernel modules (GPUDirect).
+
+- `ulimit -l` prints `unlimited` or a number of KiB.
+- `/proc/<pid>/limits` has `Max locked memory   <soft>   <hard>   bytes`. Check the *running server*, not the
+  login shell: systemd services take `LimitMEMLOCK=` from their unit.
+- `/proc/modules` (what `lsmod` reads) and `lsmod` output: first column is the module name.
+
+Parsed shapes: `Memlock(soft=65536, hard=65536, source="/proc/1234/limits")` (None = unlimited), and a
+sorted list of module names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2p_ops.facts.base import CommandFact, read_sysfs
+
+UNLIMITED = None
+_LIMIT_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+(\S+)\s+(\S+)")
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+
+
+@dataclass
+class Memlock:
+    """Soft and hard limits in bytes; None means unlimited. `error` says why nothing was read."""
+
+    soft: int | None = None
+    hard: int | None = None
+    source: str = ""
+    error: str | None = None
+
+    @property
+    def unlimited(self) -> bool:
+        return self.error is None and self.soft is UNLIMITED
+
+
+def _bytes(value: str, unit_bytes: int) -> int | None:
+    return None if value == "unlimited" else int(value) * unit_bytes
+
+
+def parse_ulimit_l(text: str) -> Memlock:
+    value = text.strip().splitlines()[-1].strip() if text.strip() else ""
+    if value != "unlimited" and not value.isdigit():
+        return Memlock(source="ulimit -l", error=f"unexpected `ulimit -l` output: {value!r}")
+    limit = _bytes(value, 1024)
+    return Memlock(limit, limit, "ulimit -l")
+
+
+def parse_proc_limits(text: str, source: str = "/proc/self/limits") -> Memlock:
+    for line in text.splitlines():
+        m = _LIMIT_LINE.match(line)
+        if m:
+            return Memlock(_bytes(m[1], 1), _bytes(m[2], 1), source)
+    return Memlock(source=source, error=f"no 'Max locked memory' line in {source}")
+
+
+def read_memlock(proc_root: Path = Path("/proc"), pid: int | str = "self") -> Memlock:
+    path = Path(proc_root) / str(pid) / "limits"
+    text = read_sysfs(path)
+    if text is None:
+        return Memlock(source=str(path), error=f"cannot read {path}")
+    return parse_proc_limits(text, f"/proc/{pid}/limits")
+
+
+def parse_modules(text: str) -> list[str]:
+    """Module names from `lsmod` (skips its `Module Size Used by` header) or `/proc/modules`."""
+    names = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] != "Module" and re.fullmatch(r"[\w-]+", parts[0]):
+            names.append(parts[0])
+    return sorted(set(names))
+
+
+def read_modules(proc_root: Path = Path("/proc")) -> list[str] | None:
+    """Loaded modules from `/proc/modules`; None when the file is not readable (some containers)."""
+    text = read_sysfs(Path(proc_root) / "modules")
+    return None if text is None else parse_modules(text)
+
+
+ULIMIT_L = CommandFact("ulimit_l", ("sh", "-c", "ulimit -l"), parse_ulimit_l)
+LSMOD = CommandFact("lsmod", ("lsmod",), parse_modules)

@@ -1,0 +1,52 @@
+"""Network interfaces from `/sys/class/net/<if>`: operstate, MTU, NUMA node and byte counters.
+
+Parsed shape (`read_netdevs(sysfs_root)`)::
+
+    [NetDev(name="eth0", operstate="up", mtu=9000, numa_node=0, rx_bytes=123, tx_bytes=456, virtual=False)]
+
+`virtual` is true for interfaces without a `device` link (lo, bridges, veth, ifb): they cannot be NIC rails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2p_ops.facts.base import read_int, read_sysfs
+
+
+@dataclass
+class NetDev:
+    name: str
+    operstate: str = ""
+    mtu: int | None = None
+    numa_node: int | None = None
+    rx_bytes: int | None = None
+    tx_bytes: int | None = None
+    virtual: bool = False
+
+    @property
+    def up(self) -> bool:
+        # Loopback reports `unknown`; so do some tunnel and virtual drivers that are nevertheless usable.
+        return self.operstate in ("up", "unknown")
+
+
+def read_netdev(if_dir: Path) -> NetDev:
+    stats = if_dir / "statistics"
+    return NetDev(
+        name=if_dir.name,
+        operstate=read_sysfs(if_dir / "operstate") or "",
+        mtu=read_int(if_dir / "mtu"),
+        numa_node=read_int(if_dir / "device" / "numa_node"),
+        rx_bytes=read_int(stats / "rx_bytes"),
+        tx_bytes=read_int(stats / "tx_bytes"),
+        virtual=not (if_dir / "device").exists(),
+    )
+
+
+def read_netdevs(sysfs_root: Path = Path("/sys"), names: list[str] | None = None) -> list[NetDev]:
+    class_dir = Path(sysfs_root) / "class" / "net"
+    if not class_dir.is_dir():
+        return []
+    dirs = [d for d in sorted(class_dir.iterdir()) if names is None or d.name in names]
+    return [read_netdev(d) for d in dirs]

@@ -1,0 +1,78 @@
+"""NIXL log lines: the C++ core (glog style), the Python layer, vLLM's NIXL lines and NIXL exceptions.
+
+    I0801 15:40:05.042247    1049 config.cpp:43] Modified UCX config: MAX_RMA_RAILS=2
+    E [nixl_agent.cpp:484] registerMem: registration failed for the specified or all potential backends
+    2026-11-30 01:21:46 NIXL INFO    _api.py:281 Initialized NIXL agent: A
+    INFO 05-01 17:58:04 [nixl_utils.py:20] Setting UCX_RCACHE_MAX_UNRELEASED to '1024' ...
+    nixl_cu12._bindings.nixlBackendError: NIXL_ERR_BACKEND
+
+-> `NixlLine(source="core"|"python"|"vllm"|"exception", level="INFO"|"WARN"|"ERROR"|"FATAL", file, line,
+message, tid)`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SEVERITY = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "FATAL", "WARNING": "WARN", "CRITICAL": "FATAL"}
+_GLOG = re.compile(
+    r"^(?P<sev>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)\s+(?P<tid>\d+) (?P<file>[\w.+-]+):(?P<line>\d+)\]"
+    r" (?P<msg>.*)$"
+)
+_GLOG_SHORT = re.compile(r"^(?P<sev>[IWEF]) \[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$")
+_PYTHON = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? NIXL (?P<level>[A-Z]+)\s+(?P<file>[\w.+-]+):(?P<line>\d+)"
+    r" (?P<msg>.*)$"
+)
+_VLLM = re.compile(
+    r"^(?:\([^)]*\)\s*)?(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$"
+)
+_EXCEPTION = re.compile(r"(?P<cls>nixl[A-Za-z]+Error): (?P<code>NIXL_ERR_[A-Z_]+)")
+_MODIFIED = re.compile(r"Modified UCX config: (?P<key>\w+)=(?P<value>\S*)")
+
+
+@dataclass
+class NixlLine:
+    source: str
+    level: str
+    message: str
+    file: str = ""
+    line: int = 0
+    tid: int = 0
+
+    @property
+    def exception(self) -> tuple[str, str] | None:
+        """(class name, NIXL_ERR_* code) when the line carries a NIXL exception."""
+        m = _EXCEPTION.search(self.message)
+        return (m["cls"], m["code"]) if m else None
+
+    @property
+    def modified_ucx_config(self) -> tuple[str, str] | None:
+        m = _MODIFIED.search(self.message)
+        return (m["key"], m["value"]) if m else None
+
+
+def _level(value: str) -> str:
+    return _SEVERITY.get(value, value)
+
+
+def parse_nixl_line(text: str) -> NixlLine | None:
+    text = text.rstrip("\n")
+    m = _GLOG.match(text)
+    if m:
+        return NixlLine("core", _level(m["sev"]), m["msg"], m["file"], int(m["line"]), int(m["tid"]))
+    m = _GLOG_SHORT.match(text)
+    if m:
+        return NixlLine("core", _level(m["sev"]), m["msg"], m["file"], int(m["line"]))
+    m = _PYTHON.match(text)
+    if m:
+        return NixlLine("python", _level(m["level"]), m["msg"], m["file"], int(m["line"]))
+    m = _VLLM.match(text)
+    if m and ("nixl" in m["file"].lower() or "nixl" in m["msg"].lower()):
+        return NixlLine("vllm", _level(m["level"]), m["msg"], m["file"], int(m["line"]))
+    m = _EXCEPTION.search(text)
+    if m:
+        return NixlLine("exception", "ERROR", text.strip())
+    return None

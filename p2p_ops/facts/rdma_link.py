@@ -1,0 +1,79 @@
+"""`rdma link show` (iproute2), text or JSON (`rdma -j link show`).
+
+Text lines are `link <dev>/<port> [subnet_prefix .. lid .. sm_lid .. lmc ..] state S physical_state P [netdev N]`;
+every key is optional. Parsed shape::
+
+    RdmaLinks(error=None, links=[RdmaLink(device="mlx5_0", port=1, state="ACTIVE",
+              physical_state="LINK_UP", netdev="ens1f0np0", attrs={...})])
+
+Without RDMA netlink support the tool prints `Failed to open NETLINK_RDMA socket`; that goes to `error`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from p2p_ops.facts.base import CommandFact
+
+
+@dataclass
+class RdmaLink:
+    device: str
+    port: int
+    state: str = ""
+    physical_state: str = ""
+    netdev: str = ""
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RdmaLinks:
+    links: list[RdmaLink] = field(default_factory=list)
+    error: str | None = None
+
+
+def _from_json(items: list[dict]) -> RdmaLinks:
+    links = []
+    for item in items:
+        attrs = {k: str(v) for k, v in item.items()}
+        links.append(RdmaLink(
+            device=str(item.get("ifname", "")),
+            port=int(item.get("port", 0)),
+            state=str(item.get("state", "")),
+            physical_state=str(item.get("physical_state", "")),
+            netdev=str(item.get("netdev", "")),
+            attrs=attrs,
+        ))
+    return RdmaLinks(links)
+
+
+def _from_line(line: str) -> RdmaLink | None:
+    words = line.split()
+    if len(words) < 2 or words[0] != "link" or "/" not in words[1]:
+        return None
+    device, _, port = words[1].rpartition("/")
+    # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
+    attrs = dict(zip(words[2::2], words[3::2], strict=False))
+    return RdmaLink(device, int(port) if port.isdigit() else 0, attrs.get("state", ""),
+                    attrs.get("physical_state", ""), attrs.get("netdev", ""), attrs)
+
+
+def parse_rdma_link(text: str) -> RdmaLinks:
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            return _from_json(json.loads(stripped))
+        except (ValueError, TypeError):
+            pass
+    out = RdmaLinks()
+    for line in stripped.splitlines():
+        link = _from_line(line.strip())
+        if link:
+            out.links.append(link)
+        elif line.strip().startswith(("Failed", "Error", "error")):
+            out.error = line.strip()
+    return out
+
+
+RDMA_LINK = CommandFact("rdma_link", ("rdma", "link", "show"), parse_rdma_link)

@@ -1,0 +1,84 @@
+"""`nvidia-smi topo -m`: the GPU/NIC connection matrix and which NIC sits closest to each GPU.
+
+The header row is tab-separated and starts with a tab; diagonal cells are ` X `; `NIC Legend:` maps `NIC0` to
+`mlx5_0` (older drivers put device names straight into the header and print `SOC` for `SYS`). Parsed shape::
+
+    Topology(columns=["GPU0", "NIC0"], rows={"GPU0": {"GPU0": "X", "NIC0": "PIX"}, ...},
+             nic_names={"NIC0": "mlx5_0"}, cpu_affinity={"GPU0": "0-55"}, numa_affinity={"GPU0": "0"})
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from p2p_ops.facts.base import CommandFact
+
+# Best first: a NIC behind the same PCIe switch as the GPU beats one across the CPU interconnect.
+LINK_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+@dataclass
+class Topology:
+    columns: list[str] = field(default_factory=list)
+    rows: dict[str, dict[str, str]] = field(default_factory=dict)
+    nic_names: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def gpus(self) -> list[str]:
+        return [c for c in self.columns if c.startswith("GPU")]
+
+    @property
+    def nics(self) -> list[str]:
+        return [c for c in self.columns if not c.startswith("GPU")]
+
+    def nic_name(self, column: str) -> str:
+        return self.nic_names.get(column, column)
+
+    def closest_nics(self, gpu: str) -> tuple[str, list[str]]:
+        """The best link type from `gpu` to any NIC and the NIC device names that share it."""
+        links = {nic: self.rows.get(gpu, {}).get(nic, "") for nic in self.nics}
+        ranked = [(LINK_RANK.get(link, 9), nic) for nic, link in links.items() if link in LINK_RANK]
+        if not ranked:
+            return "", []
+        best = min(rank for rank, _ in ranked)
+        names = [self.nic_name(nic) for rank, nic in ranked if rank == best]
+        return next(k for k, v in LINK_RANK.items() if v == best), names
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split("\t")]
+
+
+def parse_topo(text: str) -> Topology:
+    topo = Topology()
+    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    header_at = next((i for i, line in enumerate(lines) if line.startswith("\t") and "GPU0" in line), None)
+    if header_at is None:
+        topo.error = next((line.strip() for line in lines if line.strip()), "no topology matrix in output")
+        return topo
+    header = [c for c in _cells(lines[header_at])[1:] if c]
+    topo.columns = [c for c in header if c not in _TRAILING]
+    for line in lines[header_at + 1:]:
+        if not line.strip() or line.startswith("Legend"):
+            break
+        cells = _cells(line)
+        name, values = cells[0], cells[1:]
+        topo.rows[name] = {col: values[i] for i, col in enumerate(topo.columns) if i < len(values)}
+        extra = values[len(topo.columns):]
+        if name.startswith("GPU") and extra:
+            topo.cpu_affinity[name] = extra[0]
+            topo.numa_affinity[name] = extra[1] if len(extra) > 1 else ""
+    for line in lines:
+        m = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
+        if m:
+            topo.nic_names[m[1]] = m[2]
+    return topo
+
+
+NVIDIA_SMI_TOPO = CommandFact("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), parse_topo)

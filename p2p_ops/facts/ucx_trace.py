@@ -1,0 +1,224 @@
+"""Summarise UCX and NIXL logs: per endpoint, which transports and lanes carry what; plus grouped errors.
+
+Input is any mix of UCX log lines, endpoint-configuration lines, PROTO_INFO tables (old and new layouts), `ucx_info
+-e` dumps, NIXL core/Python lines and tracebacks. Lines that are none of these are skipped. Result::
+
+    TraceSummary(ucx_versions=["1.23.0"], ucx_env={"UCX_TLS": "tcp"}, nixl_ucx_config={"MAX_RMA_RAILS": "2"},
+                 nixl_agents=["A"], endpoints=[EndpointSummary(name="B intra-node cfg#1", payload_class="tcp",
+                 payload_lanes=["tcp/lo"], emulated=True, ...)], errors=[ErrorGroup(...)])
+
+The payload verdict prefers the PROTO_INFO row for the largest READ/WRITE messages (what a KV chunk uses), and
+falls back to the `rma(...)` / `rma_am(...)` groups of the endpoint-configuration line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from p2p_ops.facts.nixl_log import parse_nixl_line
+from p2p_ops.facts.ucx_info import RDMA_TRANSPORTS
+from p2p_ops.facts.ucx_log import EpConfig, parse_ep_config, parse_log_line, split_lane
+from p2p_ops.facts.ucx_proto import ProtoTable, ProtoTableBuilder
+
+_SHM = ("cma", "sysv", "posix", "knem", "xpmem", "mm", "self")
+_GPU = ("cuda", "gdr", "rocm", "ze")
+_ERROR_LEVELS = {"FATAL": 0, "ERROR": 1, "WARN": 2, "DIAG": 3}
+_VERSION = re.compile(r"^Version (\d+\.\d+\.\d+)")
+_ENV = re.compile(r"^UCX_\* env variables?: (.*)$")
+_AGENT = re.compile(r"Initialized NIXL agent: (\S+)")
+_DATA_OPS = ("ucp_get", "ucp_put", "rendezvous data")
+# `ucx_info -e` endpoint dump: `lane[1]:  5:cma/memory.0 md[4]  -> md[4]/cma/sysdev[255] rma_bw#0`
+_DUMP_LANE = re.compile(r"^#\s+lane\[\d+\]:\s+\d+:(?P<lane>\S+?)\.\d+\s.*->\s*\S+\s+(?P<uses>.*)$")
+
+
+def lane_class(lane: str) -> str:
+    """`rdma`, `shm`, `gpu`, `tcp` or `other` for a lane such as `rc_mlx5/mlx5_0:1`."""
+    transport = split_lane(lane)[0]
+    if transport == "tcp":
+        return "tcp"
+    if transport.startswith(RDMA_TRANSPORTS):
+        return "rdma"
+    if transport.startswith(_SHM):
+        return "shm"
+    return "gpu" if transport.startswith(_GPU) else "other"
+
+
+@dataclass
+class ErrorGroup:
+    source: str
+    level: str
+    message: str
+    count: int = 0
+    first_seen: str = ""
+
+
+@dataclass
+class EndpointSummary:
+    name: str
+    host: str = ""
+    pid: int = 0
+    kinds: dict[str, list[str]] = field(default_factory=dict)
+    tables: list[ProtoTable] = field(default_factory=list)
+    payload_class: str = ""
+    payload_lanes: list[str] = field(default_factory=list)
+    emulated: bool = False
+    payload_source: str = ""
+
+    @property
+    def lanes(self) -> list[str]:
+        return sorted({lane for lanes in self.kinds.values() for lane in lanes})
+
+    @property
+    def transports(self) -> list[str]:
+        lanes = [lane for ls in self.kinds.values() for lane in ls]
+        lanes += [lane for t in self.tables for r in t.rows for lane in r.lanes]
+        return sorted({split_lane(lane)[0] for lane in lanes})
+
+
+@dataclass
+class TraceSummary:
+    ucx_versions: list[str] = field(default_factory=list)
+    ucx_env: dict[str, str] = field(default_factory=dict)
+    nixl_ucx_config: dict[str, str] = field(default_factory=dict)
+    nixl_agents: list[str] = field(default_factory=list)
+    exceptions: list[str] = field(default_factory=list)
+    endpoints: list[EndpointSummary] = field(default_factory=list)
+    errors: list[ErrorGroup] = field(default_factory=list)
+    lines_read: int = 0
+    lines_understood: int = 0
+
+    @property
+    def transports(self) -> list[str]:
+        return sorted({t for ep in self.endpoints for t in ep.transports})
+
+
+def normalise_message(message: str) -> str:
+    """Collapse per-run noise (addresses, pointers) so equal errors group together."""
+    message = re.sub(r"0x[0-9a-fA-F]+", "0x?", message)
+    return re.sub(r"\s+", " ", message).strip()
+
+
+def _payload(ep: EndpointSummary) -> None:
+    data_tables = [t for t in ep.tables if any(op in t.operation for op in _DATA_OPS)]
+    # READ is what a P2P pull uses; fall back to WRITE, then to any data table.
+    data_tables.sort(key=lambda t: ("ucp_get" not in t.operation, "ucp_put" not in t.operation))
+    if data_tables and data_tables[0].rows:
+        row = data_tables[0].rows[-1]
+        ep.payload_lanes, ep.emulated = row.lanes, row.emulated
+        ep.payload_source = f"PROTO_INFO: {data_tables[0].operation} | {row.range} | {row.protocol}"
+    elif "rma" in ep.kinds or "rma_bw" in ep.kinds:
+        kind = "rma" if "rma" in ep.kinds else "rma_bw"
+        ep.payload_lanes, ep.payload_source = ep.kinds[kind], f"ep config {kind}(...)"
+    elif "rma_am" in ep.kinds:
+        ep.payload_lanes, ep.emulated = ep.kinds.get("am", ep.kinds["rma_am"]), True
+        ep.payload_source = "ep config rma_am(...): RMA emulated over active messages"
+    elif ep.tables and ep.tables[0].rows:
+        row = ep.tables[0].rows[-1]
+        ep.payload_lanes, ep.emulated = row.lanes, row.emulated
+        ep.payload_source = f"PROTO_INFO: {ep.tables[0].operation} | {row.range} | {row.protocol}"
+    elif "tag" in ep.kinds:
+        ep.payload_lanes, ep.payload_source = ep.kinds["tag"], "ep config tag(...)"
+    classes = sorted({lane_class(lane) for lane in ep.payload_lanes})
+    ep.payload_class = "+".join(classes)
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.summary = TraceSummary()
+        self.eps: dict[tuple, EndpointSummary] = {}
+        self.builders: dict[tuple[str, int], ProtoTableBuilder] = {}
+        self.errors: dict[tuple[str, str, str], ErrorGroup] = {}
+        self.stream = ("", 0)
+        self.last_endpoint: dict[tuple[str, int], str] = {}
+
+    def error(self, source: str, level: str, message: str, where: str) -> None:
+        key = (source, level, normalise_message(message))
+        group = self.errors.setdefault(key, ErrorGroup(source, level, key[2], 0, where))
+        group.count += 1
+
+    def endpoint(self, host: str, pid: int, name: str) -> EndpointSummary:
+        return self.eps.setdefault((host, pid, name), EndpointSummary(name, host, pid))
+
+    def ucx(self, line, where: str) -> None:
+        if line.kind == "row":
+            stream = line.stream if line.host else self.stream
+            self.stream = stream
+            builder = self.builders.setdefault(stream, ProtoTableBuilder(*stream))
+            builder.feed(line.message)
+            if builder.current is not None:
+                self.last_endpoint[stream] = builder.current.endpoint_id
+            return
+        self.stream = line.stream
+        msg = line.message
+        if line.level in _ERROR_LEVELS:
+            self.error("ucx", line.level, msg, where)
+        ep: EpConfig | None = parse_ep_config(msg) if line.level == "INFO" else None
+        if ep:
+            self.endpoint(line.host, line.pid, ep.name).kinds.update(ep.kinds)
+            self.last_endpoint[line.stream] = ep.name
+        elif (m := _VERSION.match(msg)) and m[1] not in self.summary.ucx_versions:
+            self.summary.ucx_versions.append(m[1])
+        elif m := _ENV.match(msg):
+            self.summary.ucx_env.update(kv.split("=", 1) for kv in m[1].split() if "=" in kv)
+
+    def dump_lane(self, lane: str, uses: str) -> None:
+        """A lane from a `ucx_info -e` dump; it belongs to the endpoint this stream printed last."""
+        name = self.last_endpoint.get(self.stream, "ucx_info endpoint")
+        kinds = self.endpoint(*self.stream, name).kinds
+        for use in uses.split():
+            lanes = kinds.setdefault(use.split("#")[0], [])
+            if lane not in lanes:
+                lanes.append(lane)
+
+    def nixl(self, line, where: str) -> None:
+        if line.level in _ERROR_LEVELS:
+            self.error("nixl", line.level, line.message, where)
+        if line.exception and line.exception[1] not in self.summary.exceptions:
+            self.summary.exceptions.append(line.exception[1])
+        if line.modified_ucx_config:
+            self.summary.nixl_ucx_config.__setitem__(*line.modified_ucx_config)
+        agent = _AGENT.search(line.message)
+        if agent and agent[1] not in self.summary.nixl_agents:
+            self.summary.nixl_agents.append(agent[1])
+
+    def finish(self) -> TraceSummary:
+        seen = set()
+        for builder in self.builders.values():
+            builder.finish()
+            for table in builder.done:
+                if table.key() in seen:
+                    continue  # perftest and `ucx_info -e` print the same table more than once
+                seen.add(table.key())
+                self.endpoint(table.host, table.pid, table.endpoint_id).tables.append(table)
+        for ep in self.eps.values():
+            _payload(ep)
+        self.summary.endpoints = sorted(self.eps.values(), key=lambda e: (e.host, e.pid, e.name))
+        self.summary.errors = sorted(self.errors.values(),
+                                     key=lambda g: (_ERROR_LEVELS.get(g.level, 9), -g.count))
+        return self.summary
+
+
+def parse_trace(text: str, source: str = "<input>", collector: _Collector | None = None) -> TraceSummary:
+    """Summarise one log text. Pass the same `collector` to merge several files (see `parse_traces`)."""
+    col = collector or _Collector()
+    for number, raw in enumerate(text.splitlines(), 1):
+        col.summary.lines_read += 1
+        where = f"{source}:{number}"
+        if (ucx := parse_log_line(raw)) is not None:
+            col.ucx(ucx, where)
+        elif (nixl := parse_nixl_line(raw)) is not None:
+            col.nixl(nixl, where)
+        elif dump := _DUMP_LANE.match(raw):
+            col.dump_lane(dump["lane"], dump["uses"])
+        else:
+            continue
+        col.summary.lines_understood += 1
+    return col.finish() if collector is None else col.summary
+
+
+def parse_traces(named_texts: list[tuple[str, str]]) -> TraceSummary:
+    col = _Collector()
+    for source, text in named_texts:
+        parse_trace(text, source, col)
+    return col.finish()

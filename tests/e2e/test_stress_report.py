@@ -1,0 +1,66 @@
+"""`p2pctl test all --quick` on a real fleet, then an engine killed mid-stage: failures show up as FAIL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from p2p_ops import procs
+from p2p_ops.harness.records import read_csv
+from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.harness.stress import StressOptions, run_stress
+from p2p_ops.report import build_report, overall_passed
+
+pytestmark = pytest.mark.e2e
+
+
+def test_quick_all_passes_with_report_plots_and_csv(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "all", "-f", str(fleet2.fleet_file), "--quick", "--tag", "ci")
+    runs = sorted(fleet2.layout.tests.glob("*-all-ci"))
+    assert runs, out + err
+    run = runs[-1]
+    summary = (run / "summary.md").read_text()
+    assert code == 0, summary
+    assert "**Overall: PASS**" in summary
+    assert len(list(run.glob("*.png"))) >= 3
+    records = read_csv(run / "requests.csv")
+    main = [r for r in records if r.stage in ("ladder", "sustained", "longdoc")]
+    assert {r.instance for r in main} == {"node-a-0", "node-b-0"}  # served on both nodes
+    for stage in ("ladder", "longdoc", "sustained"):
+        cross = [r for r in main if r.stage == stage and r.cross_node]
+        assert cross and any(r.cached_tokens > 0 for r in cross), stage  # P2P hits on the non-warmer
+        assert all(r.ok for r in main if r.stage == stage)
+    for name in ("status_before.json", "status_after.json", "stages.json", "basic/result.json", "env/node-a-0.env.sh"):
+        assert (run / name).exists(), name
+
+
+def test_engine_killed_mid_stage_is_reported_as_failures_on_that_node(disposable_fleet2):
+    fleet2 = disposable_fleet2
+    node, inst = fleet2.fleet.instance("node-b-0")
+    out_dir = new_run_dir(fleet2.layout, "killed")
+    opts = StressOptions(stages=["sustained"], sustained_s=12, sustained_concurrency=2, doc_tokens=512,
+                         max_tokens=4, seed=99)
+    pid = procs.states(fleet2.conn(node), [fleet2.engine_proc(node, inst)])[0].pid
+    assert pid
+
+    def kill_later():
+        time.sleep(5)
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_later)
+    killer.start()
+    run_stress(fleet2, opts, out_dir)
+    killer.join()
+    summary = build_report(out_dir)
+    text = summary.read_text()
+    assert not overall_passed(summary)
+    failed = [r for r in read_csv(out_dir / "requests.csv") if not r.ok]
+    assert failed and {r.instance for r in failed} == {"node-b-0"}
+    assert "sustained: no failed requests | **FAIL**" in text and "node-b-0:" in text
+    json.loads((out_dir / "stages.json").read_text())
