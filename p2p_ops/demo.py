@@ -50,7 +50,7 @@ def main(root: str = "p2p-run") -> int:
     fleet_file = Path(root) / "demo.yaml"
     fleet_file.parent.mkdir(parents=True, exist_ok=True)
     fleet_file.write_text(yaml.safe_dump(local_fleet(2, name="demo", base=_free_base(2)), sort_keys=False))
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = launch.FleetContext.load(fleet_file, run_dir=str(Path(root) / "demo"))
     console.rule("[bold]LMCache P2P demo: 2 nodes, real lmcache servers, CPU engines")
     console.print(f"fleet spec {fleet_file}, state in {ctx.layout.root}")
     stamps: dict[str, float] = {}

@@ -30,12 +30,12 @@ def make_run(tmp_path, kill_b=False):
     write_csv(tmp_path / "requests.csv", records)
     (tmp_path / "stages.json").write_text(json.dumps({"stages": [
         {"name": "ladder", "level": c, "wall_s": 1.2, "requests": 4} for c in (1, 2, 4)]}))
-    snap = {"a-0": {"engine_metrics": {"p2p_engine_kv_loaded_bytes_total": 0.0},
+    snap = {"a-0": {"engine_metrics": {"p2p_engine_lmcache_loaded_bytes_total": 0.0},
                     "server_metrics": {'lmcache_mp_l2_load_completed_requests_total{"l2_name": "p2p"}': 0.0}},
-            "b-0": {"engine_metrics": {"p2p_engine_kv_loaded_bytes_total": 0.0},
+            "b-0": {"engine_metrics": {"p2p_engine_lmcache_loaded_bytes_total": 0.0},
                     "server_metrics": {'lmcache_mp_l2_load_completed_requests_total{"l2_name": "p2p"}': 0.0}}}
     after = json.loads(json.dumps(snap))
-    after["b-0"]["engine_metrics"]["p2p_engine_kv_loaded_bytes_total"] = 3 * 2**20
+    after["b-0"]["engine_metrics"]["p2p_engine_lmcache_loaded_bytes_total"] = 3 * 2**20
     after["b-0"]["server_metrics"]['lmcache_mp_l2_load_completed_requests_total{"l2_name": "p2p"}'] = 6.0
     (tmp_path / "status_before.json").write_text(json.dumps(snap))
     (tmp_path / "status_after.json").write_text(json.dumps(after))
