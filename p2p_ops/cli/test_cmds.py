@@ -55,6 +55,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="also run the real `lmcache bench engine --workload long-doc-qa`")
         s.set_defaults(handler=cmd_stress if kind == "stress" else cmd_all)
 
+    ld = tsub.add_parser("longdoc", help="long-doc-qa: documents warmed on one node, queried from another")
+    add_fleet_args(ld)
+    ld.add_argument("--document-length", type=int, default=4096, help="tokens per document (default 4096)")
+    ld.add_argument("--num-documents", type=int, default=4, help="documents (default 4)")
+    ld.add_argument("--queries-per-document", type=int, default=2, help="queries per document (default 2)")
+    ld.add_argument("--inflight", type=int, default=2, help="requests in flight (default 2)")
+    ld.add_argument("--max-tokens", type=int, default=8, help="tokens generated per query (default 8)")
+    ld.add_argument("--policy", choices=["other", "round-robin"], default="other")
+    ld.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
+    ld.add_argument("--with-lmcache-bench", action="store_true",
+                    help="also run the real `lmcache bench engine --workload long-doc-qa` and fold it in")
+    ld.add_argument("--tag", default="")
+    ld.add_argument("--seed", type=int, default=None)
+    ld.set_defaults(handler=cmd_longdoc)
+
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
     r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
     r.set_defaults(handler=cmd_report)
@@ -171,6 +186,33 @@ def cmd_all(args: argparse.Namespace) -> int:
             from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 
             run_lmcache_bench(ctx, out_dir / "lmcache-bench", quick=args.quick, progress=_progress)
+    finally:
+        ctx.close()
+    summary = build_report(out_dir)
+    console.print(f"report: {summary}")
+    return _verdict(summary)
+
+
+def cmd_longdoc(args: argparse.Namespace) -> int:
+    for name in ("document_length", "num_documents", "queries_per_document", "inflight", "max_tokens"):
+        if getattr(args, name) < 1:
+            raise BadInput(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
+    opts = StressOptions(stages=["longdoc"], longdoc_tokens=args.document_length, longdoc_docs=args.num_documents,
+                         longdoc_queries=args.queries_per_document, longdoc_inflight=args.inflight,
+                         max_tokens=args.max_tokens, policy=args.policy, max_seconds=args.max_seconds,
+                         tag=args.tag, seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
+    ctx = context(args)
+    try:
+        out_dir = new_run_dir(ctx.layout, _label("longdoc", args.tag))
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            run_stress(ctx, opts, out_dir, _Bars(progress))
+        if args.with_lmcache_bench:
+            from p2p_ops.harness.lmcache_bench import run_lmcache_bench
+
+            run_lmcache_bench(ctx, out_dir / "lmcache-bench", document_length=args.document_length,
+                              num_documents=args.num_documents, queries=args.queries_per_document,
+                              inflight=args.inflight, max_tokens=args.max_tokens, progress=_progress)
     finally:
         ctx.close()
     summary = build_report(out_dir)

@@ -37,6 +37,7 @@ class StressOptions:
     longdoc_tokens: int = 6144
     longdoc_docs: int = 2
     longdoc_queries: int = 2
+    longdoc_inflight: int = 1
     sustained_s: float = 30.0
     sustained_concurrency: int = 4
     max_seconds: float = 900.0           # hard bound for the whole run
@@ -161,12 +162,15 @@ class _Run:
         docs = [(f"D{d}", self.doc(f"longdoc-{o.seed}-{d}", o.longdoc_tokens)) for d in range(o.longdoc_docs)]
         warmers = [next(self.rr) % len(self.engines) for _ in docs]
         self.run_batch(f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens",
-                       [lambda d=d, w=w: self.send("longdoc-warm", 1, w, d[1] + prompts.question(0, 0), None, d[0])
-                        for d, w in zip(docs, warmers)], 1)
-        jobs = [lambda d=d, w=w, q=q: self.send("longdoc", 1, self.pick(w), d[1] + prompts.question(2, q), w, d[0])
-                for d, w in zip(docs, warmers) for q in range(o.longdoc_queries)]
-        wall = self.run_batch(f"longdoc: {len(jobs)} queries from another node", jobs, 1)
-        self.stages.append(StageInfo("longdoc", 1, wall, len(jobs)))
+                       [lambda d=d, w=w: self.send("longdoc-warm", o.longdoc_inflight, w,
+                                                   d[1] + prompts.question(0, 0), None, d[0])
+                        for d, w in zip(docs, warmers)], o.longdoc_inflight)
+        # Queries interleave documents (like long-doc-qa's "tile" order) so in-flight requests hit several.
+        jobs = [lambda d=d, w=w, q=q: self.send("longdoc", o.longdoc_inflight, self.pick(w),
+                                                d[1] + prompts.question(2, q), w, d[0])
+                for q in range(o.longdoc_queries) for d, w in zip(docs, warmers)]
+        wall = self.run_batch(f"longdoc: {len(jobs)} queries from another node", jobs, o.longdoc_inflight)
+        self.stages.append(StageInfo("longdoc", o.longdoc_inflight, wall, len(jobs)))
 
     def sustained(self) -> None:
         o = self.opts
