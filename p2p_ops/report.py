@@ -149,7 +149,8 @@ def build_report(run_dir: Path) -> Path:
     bench = run_dir / "lmcache-bench" / "result.json"
     if bench.is_file():
         b = json.loads(bench.read_text())
-        checks.append(CheckLine("lmcache bench engine long-doc-qa: no failed requests", b.get("failed", 1) == 0,
+        checks.append(CheckLine("lmcache bench engine long-doc-qa: no failed requests",
+                                b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
                                 f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed"))
     if not checks:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_quick_all_passes_with_report_plots_and_csv(fleet2, p2pctl):
-    code, out, err = p2pctl("test", "all", "-f", str(fleet2.fleet_file), "--quick", "--tag", "ci")
+    code, out, err = p2pctl("test", "all", "-f", str(fleet2.fleet_file), "--quick", "--tag", "ci",
+                            "--with-lmcache-bench")
     runs = sorted(fleet2.layout.tests.glob("*-all-ci"))
     assert runs, out + err
     run = runs[-1]
@@ -36,6 +37,8 @@ def test_quick_all_passes_with_report_plots_and_csv(fleet2, p2pctl):
         cross = [r for r in main if r.stage == stage and r.cross_node]
         assert cross and any(r.cached_tokens > 0 for r in cross), stage  # P2P hits on the non-warmer
         assert all(r.ok for r in main if r.stage == stage)
+    assert "| lmcache bench engine long-doc-qa: no failed requests | PASS |" in summary
+    assert (run / "lmcache-bench" / "bench_results.csv").is_file()
     for name in ("status_before.json", "status_after.json", "stages.json", "basic/result.json", "env/node-a-0.env.sh"):
         assert (run / name).exists(), name
 
