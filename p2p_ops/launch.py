@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import probes, procs
+from p2p_ops import probes, procs, readiness
 from p2p_ops.connectors import Connector, connector_for
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
@@ -163,6 +163,15 @@ def check_node(ctx: FleetContext, only: Optional[str]) -> None:
         raise BadInput(f"--node {only}: no such node; use one of " + ", ".join(n.name for n in ctx.fleet.nodes))
 
 
+def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
+    """Reach every node before anything starts: an unreachable host, a refused key or a bad host key then
+    fails the launch with one line per host while nothing runs anywhere."""
+    results = ctx.for_each_node(lambda n: ctx.conn(n).run("true", timeout=30, check=True), only)
+    errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
+    if errors:
+        raise CouldNotRun("cannot reach every node, so nothing was started:\n" + "\n".join(errors))
+
+
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
        only: Optional[str] = None, rerender: bool = True) -> None:
     """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there).
@@ -171,6 +180,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     """
     fleet = ctx.fleet
     check_node(ctx, only)
+    preflight(ctx, only)
     if rerender or not ctx.layout.env(COORDINATOR).is_file():
         render(ctx)
         progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
@@ -193,7 +203,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
                     ready = (lambda u=url: probes.server_status(u).reachable)
                 else:
                     proc, url = ctx.engine_proc(node, inst), ctx.engine_url(node, inst)
-                    ready = (lambda u=url: probes.engine_healthy(u))
+                    ready = (lambda u=url: readiness.engine_ready(fleet.runtime, u, fleet.model))
                 procs.start(ctx.conn(node), proc)
                 progress(f"started {proc.name} on {node.name}")
                 out.append((node, proc, ready))

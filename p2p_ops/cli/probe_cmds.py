@@ -1,0 +1,130 @@
+"""`p2pctl probe [--json] [--bootstrap] [--node NAME]`: is every node ready for its part of the fleet?
+
+Exit codes: 0 every node ready (warnings allowed), 1 a node has problems, 2 a node could not be probed
+(unreachable, authentication, host key) or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.nodeprobe import NodeProbe, probe_fleet
+from p2p_ops.nodeprobe.bootstrap import bootstrap_node, needs_bootstrap
+
+console = Console()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("probe", help="check each node: GPUs, RDMA, versions, free ports, model cache, disk, memlock")
+    add_fleet_args(p)
+    p.add_argument("--node", default=None, help="only this node")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--bootstrap", action="store_true",
+                   help="create the virtualenv (fleet.yaml `venv`) on nodes that lack it, from this checkout "
+                        "(python3 -m venv + the Makefile's pip steps; the node must see this path), then probe "
+                        "again")
+    p.set_defaults(handler=cmd_probe)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    try:
+        if args.node is not None and args.node not in {n.name for n in ctx.fleet.nodes}:
+            from p2p_ops.errors import BadInput
+
+            raise BadInput(f"--node {args.node}: no such node; use one of "
+                           + ", ".join(n.name for n in ctx.fleet.nodes))
+        probes = probe_fleet(ctx, args.node)
+        boot: dict[str, str] = {}
+        if args.bootstrap:
+            boot = _bootstrap(ctx, probes)
+            if boot:
+                probes = probe_fleet(ctx, args.node)
+    finally:
+        ctx.close()
+    if args.json:
+        out = {"fleet": ctx.fleet.name, "ok": all(p.ok for p in probes.values()),
+               "nodes": {name: p.to_json() for name, p in probes.items()}}
+        if args.bootstrap:
+            out["bootstrap"] = boot
+        print(json.dumps(out, indent=2))
+    else:
+        for p in probes.values():
+            _print_node(p)
+        for name, what in boot.items():
+            console.print(f"bootstrap {name}: {what}")
+    if any(p.error for p in probes.values()):
+        return EXIT_BAD_INPUT
+    return EXIT_OK if all(p.ok for p in probes.values()) else EXIT_CHECK_FAILED
+
+
+def _bootstrap(ctx, probes: dict[str, NodeProbe]) -> dict[str, str]:
+    todo = [n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])]
+    done: dict[str, str] = {}
+    if not todo:
+        return done
+    names = {n.name for n in todo}
+    for n in todo:
+        _progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv + pip; this takes minutes)")
+    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in names else None)
+    for name in names:
+        res = results.get(name)
+        done[name] = f"error: {res}" if isinstance(res, Exception) else str(res)
+    return done
+
+
+def _fmt_bytes(n: int | None) -> str:
+    return "unlimited" if n is None else f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n // 1024} KiB"
+
+
+def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
+    """(check, value) rows of one node's table (also used by tests)."""
+    rows = [("host", f"{p.host.get('hostname', '')} (kernel {p.host.get('kernel', '')})")]
+    py = p.python
+    if py is not None and py.present:
+        pk = py.packages
+        rows.append(("python", f"{py.version} {py.executable}"))
+        rows.append(("lmcache / nixl / vllm", " / ".join(pk.get(k) or "-" for k in ("lmcache", "nixl", "vllm"))))
+    else:
+        rows.append(("python", py.error if py else "-"))
+    gpus = p.gpus
+    rows.append(("GPUs", "no nvidia-smi" if gpus is None else
+                 ", ".join(f"{g.index}: {g.name} ({g.memory_total_mib} MiB)" for g in gpus) or "none"))
+    rows.append(("RDMA", ", ".join(
+        f"{d.name} (NUMA {d.numa_node if d.numa_node is not None else '?'}; "
+        + ", ".join(f"port {n} {pt.state} {pt.link_layer} {pt.rate}".strip() for n, pt in sorted(d.ports.items()))
+        + (f"; {','.join(d.netdevs)}" if d.netdevs else "") + ")" for d in p.rdma) or "none"))
+    free = [pc for pc in p.ports if pc.state == "free"]
+    other = [f"{pc.port} {pc.role}: {pc.state} ({pc.holder})" for pc in p.ports if pc.state != "free"]
+    rows.append(("ports", f"{len(free)}/{len(p.ports)} free" + ("; " + "; ".join(other) if other else "")))
+    if p.model_cache is not None:
+        rows.append(("model cache", ("present " if p.model_cache.present else "absent ") + p.model_cache.path))
+    if p.disk is not None:
+        rows.append(("free disk", f"{_fmt_bytes(p.disk.avail_bytes)} on {p.disk.mount} (run dir {p.disk_path})"))
+    if p.memlock is not None:
+        rows.append(("memlock", p.memlock.error or
+                     f"soft {_fmt_bytes(p.memlock.soft)}, hard {_fmt_bytes(p.memlock.hard)}"))
+    return rows
+
+
+def _print_node(p: NodeProbe) -> None:
+    verdict = "[red]UNREACHABLE[/red]" if p.error else "[green]OK[/green]" if p.ok else "[red]PROBLEMS[/red]"
+    table = Table(title=f"node {p.node} ({p.connection} {p.address}) — {verdict}", title_justify="left")
+    table.add_column("check")
+    table.add_column("value", overflow="fold")
+    if p.error:
+        table.add_row("error", p.error)
+    else:
+        for check, value in node_rows(p):
+            table.add_row(check, value)
+        for msg in p.problems:
+            table.add_row("[red]problem[/red]", msg)
+        for msg in p.warnings:
+            table.add_row("[yellow]warning[/yellow]", msg)
+    console.print(table)

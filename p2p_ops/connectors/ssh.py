@@ -1,0 +1,284 @@
+"""Run commands on a fleet node over SSH (the `ssh` connection kind), on fabric/paramiko.
+
+One lazily opened connection per node, reused by every command and file copy. What it guarantees:
+
+- every command runs as `bash -c <command, shlex-quoted>`, whatever the node's login shell;
+- host keys are **verified**: known_hosts files (the node's ssh_config `UserKnownHostsFile` /
+  `GlobalKnownHostsFile`, else `~/.ssh/known_hosts` and `/etc/ssh/ssh_known_hosts`) with paramiko's reject
+  policy for unknown hosts. Only `ssh_insecure_host_keys: true` on a node accepts any key. (Fabric alone
+  would auto-accept every key: it never loads known_hosts.) `StrictHostKeyChecking` in ssh_config is ignored;
+- key auth with `ssh_key` only (no agent, no other keys: a wrong key fails as such), or, without `ssh_key`,
+  the agent, the ssh_config `IdentityFile`s and the default keys;
+- connect, banner, auth and per-command timeouts; no sudo, no pty, stdin closed;
+- files go over SFTP (parent folders made over SFTP too) to `<path>.tmp`, get their mode, then are renamed
+  into place (a running wrapper never sees half a file).
+
+Failures to reach a host are `SSHConnectError`s (a `CouldNotRun`) whose message names the host, what failed
+and the fix, e.g. `h2 (127.0.0.3:22001): host key CHANGED ...; ssh-keygen -R ...`. A command that runs and
+exits non-zero is a `Result` (or `CommandFailed` with check=True), exactly as with the local connector.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import shlex
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from p2p_ops.connectors.base import CommandFailed, Result
+from p2p_ops.errors import CouldNotRun
+
+# Paramiko logs transport errors itself; without a handler Python prints them to stderr next to our message.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+CONNECT_TIMEOUT = 10.0
+KEEPALIVE_S = 15
+RETRY_AFTER_S = 15.0
+DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+
+
+class SSHConnectError(CouldNotRun):
+    """We could not get a working SSH session to a node. `what` says which step failed."""
+
+    def __init__(self, host: str, target: str, what: str, detail: str, fix: str):
+        super().__init__(f"{host} ({target}): {what}: {detail}; {fix}")
+        self.host, self.target, self.what, self.fix = host, target, what, fix
+
+
+class _UnknownHostKey(Exception):
+    def __init__(self, name: str, key):
+        super().__init__(name)
+        self.name, self.key = name, key
+
+
+def _fingerprint(key) -> str:
+    try:
+        return f"{key.get_name()} {key.fingerprint}"  # paramiko >= 3: 'SHA256:...'
+    except Exception:  # noqa: BLE001 - a fingerprint is only decoration in an error message
+        return key.get_name()
+
+
+def _reject_policy():
+    import paramiko
+
+    class RejectUnknown(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            raise _UnknownHostKey(hostname, key)
+
+    return RejectUnknown()
+
+
+class SSHConnector:
+    """The connector for one `connection: ssh` node; see the module docstring for its guarantees."""
+
+    def __init__(self, host: str, address: str, user: str = "", port: Optional[int] = None, key: str = "",
+                 ssh_config: str = "", insecure_host_keys: bool = False,
+                 connect_timeout: float = CONNECT_TIMEOUT):
+        self.host = host
+        self.address = address
+        self.user = user
+        self.port = port
+        self.key = os.path.expanduser(key) if key else ""
+        self.ssh_config = os.path.expanduser(ssh_config) if ssh_config else ""
+        self.insecure_host_keys = insecure_host_keys
+        self.connect_timeout = connect_timeout
+        self._conn = None
+        self._lock = threading.RLock()
+        self._dirs: set[str] = set()
+        self._failed: Optional[tuple[float, CouldNotRun]] = None
+        self.known_hosts: list[str] = []   # the files host keys were checked against (for messages)
+
+    @classmethod
+    def for_node(cls, node) -> "SSHConnector":
+        # ssh_port counts only when the spec sets it: otherwise ssh_config's Port (or 22) applies.
+        port = node.ssh_port if "ssh_port" in node.model_fields_set else None
+        return cls(node.name, node.address, node.ssh_user, port, node.ssh_key, node.ssh_config,
+                   node.ssh_insecure_host_keys)
+
+    # ---- connection ---------------------------------------------------------------------------------
+    @property
+    def target(self) -> str:
+        """`user@address:port` as far as known before connecting (for messages)."""
+        conn = self._conn
+        if conn is not None:
+            return f"{conn.user}@{conn.host}:{conn.port}"
+        port = f":{self.port}" if self.port else ""
+        return f"{self.user + '@' if self.user else ''}{self.address}{port}"
+
+    def _build(self):
+        from fabric import Config, Connection
+
+        if self.ssh_config and not Path(self.ssh_config).is_file():
+            raise SSHConnectError(self.host, self.target, "bad ssh_config", f"{self.ssh_config} does not exist",
+                                  "fix the node's ssh_config path in fleet.yaml")
+        if self.key and not Path(self.key).is_file():
+            raise SSHConnectError(self.host, self.target, "bad ssh_key", f"{self.key} does not exist",
+                                  "fix the node's ssh_key path in fleet.yaml")
+        config = Config(runtime_ssh_path=self.ssh_config) if self.ssh_config else Config()
+        connect_kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
+        if self.key:
+            connect_kwargs.update(key_filename=[self.key], allow_agent=False, look_for_keys=False)
+        conn = Connection(self.address, user=self.user or None, port=self.port, config=config,
+                          connect_timeout=int(max(1, self.connect_timeout)), connect_kwargs=connect_kwargs,
+                          inline_ssh_env=True)
+        if self.key:
+            # Only the named key: ssh_config IdentityFiles would blur a "wrong key" failure.
+            conn.connect_kwargs["key_filename"] = [self.key]
+        self._trust(conn)
+        return conn
+
+    def _known_hosts_files(self, conn) -> list[str]:
+        cfg = conn.ssh_config
+        user = (cfg.get("userknownhostsfile") or "").split() or list(DEFAULT_USER_KNOWN_HOSTS)
+        glob = (cfg.get("globalknownhostsfile") or "").split() or list(DEFAULT_GLOBAL_KNOWN_HOSTS)
+        return [os.path.expanduser(p) for p in user + glob]
+
+    def _trust(self, conn) -> None:
+        import paramiko
+
+        if self.insecure_host_keys:
+            conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            return
+        self.known_hosts = self._known_hosts_files(conn)
+        for path in self.known_hosts:
+            if os.path.isfile(path):
+                conn.client.load_system_host_keys(path)
+        conn.client.set_missing_host_key_policy(_reject_policy())
+
+    def _open(self):
+        with self._lock:
+            if self._conn is None:
+                self._conn = self._build()
+            conn = self._conn
+            if conn.is_connected:
+                return conn
+            # A host that just failed fails again at once for a few seconds: one dead host among many must
+            # not cost a connect timeout per command (down, status), yet a host that comes back is retried.
+            if self._failed is not None and time.monotonic() - self._failed[0] < RETRY_AFTER_S:
+                raise self._failed[1]
+            try:
+                conn.open()
+            except BaseException as exc:  # noqa: BLE001 - every failure becomes one clear message
+                conn.client.close()
+                err = self._explain(exc)
+                self._failed = (time.monotonic(), err)
+                raise err from None
+            self._failed = None
+            conn.transport.set_keepalive(KEEPALIVE_S)
+            return conn
+
+    def _explain(self, exc: BaseException) -> CouldNotRun:
+        import paramiko
+
+        target = self.target
+        port = self._conn.port if self._conn is not None else (self.port or 22)
+        addr = self._conn.host if self._conn is not None else self.address
+        name = addr if port == 22 else f"[{addr}]:{port}"
+        files = ", ".join(self.known_hosts) or "(none)"
+        if isinstance(exc, _UnknownHostKey):
+            return SSHConnectError(
+                self.host, target, "unknown host key",
+                f"{name} offered {_fingerprint(exc.key)}, which is in none of the known_hosts files ({files})",
+                f"verify that fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub) and add it: "
+                f"ssh-keyscan -p {port} {addr} >> ~/.ssh/known_hosts (or the node's UserKnownHostsFile); "
+                f"only throwaway test hosts may set ssh_insecure_host_keys: true")
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return SSHConnectError(
+                self.host, target, "host key CHANGED",
+                f"{name} offered {_fingerprint(exc.key)} but known_hosts ({files}) has "
+                f"{_fingerprint(exc.expected_key)}; this is a reinstalled host or a man-in-the-middle",
+                f"confirm the new key out of band, then drop the old one: ssh-keygen -R '{name}' "
+                f"[-f KNOWN_HOSTS] and add the new one")
+        if isinstance(exc, paramiko.AuthenticationException):
+            how = f"key {self.key}" if self.key else "the agent / default keys"
+            return SSHConnectError(
+                self.host, target, "authentication failed", f"the server refused {how} ({exc})",
+                "check ssh_user and ssh_key in fleet.yaml, and that the public key is in the node's "
+                "~/.ssh/authorized_keys")
+        if isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError)):
+            return SSHConnectError(
+                self.host, target, "unreachable", f"connection refused ({exc})",
+                "check the node's address and ssh_port, and that sshd runs there")
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            return SSHConnectError(
+                self.host, target, "unreachable", f"no answer within {self.connect_timeout:g} s",
+                "check the address, routing and firewalls (is the host up?)")
+        if isinstance(exc, socket.gaierror):
+            return SSHConnectError(self.host, target, "unreachable", f"cannot resolve {addr!r} ({exc})",
+                                   "fix the node's address (or its HostName in ssh_config)")
+        if isinstance(exc, OSError):
+            return SSHConnectError(self.host, target, "unreachable", str(exc) or type(exc).__name__,
+                                   "check the address, ssh_port and that sshd runs there")
+        if isinstance(exc, paramiko.SSHException):
+            return SSHConnectError(self.host, target, "SSH handshake failed", str(exc) or type(exc).__name__,
+                                   "check that the port speaks SSH and the server accepts this client")
+        if isinstance(exc, CouldNotRun):
+            return exc
+        return SSHConnectError(self.host, target, "SSH failed", f"{type(exc).__name__}: {exc}",
+                               "rerun with -v logging of paramiko, or try `ssh` by hand")
+
+    # ---- the connector API --------------------------------------------------------------------------
+    def run(self, command: str, timeout: float = 60, check: bool = False) -> Result:
+        from invoke.exceptions import CommandTimedOut
+
+        conn = self._open()
+        remote = "bash -c " + shlex.quote(command)
+        try:
+            res = conn.run(remote, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
+            result = Result(self.host, command, res.exited, res.stdout, res.stderr)
+        except CommandTimedOut as exc:
+            out = exc.result.stdout if exc.result is not None else ""
+            result = Result(self.host, command, 124, out, f"timed out after {timeout:.0f} s")
+        except Exception as exc:  # noqa: BLE001 - a session that dies mid-command is a host problem
+            self._drop()
+            raise SSHConnectError(self.host, self.target, "connection lost", f"{type(exc).__name__}: {exc}",
+                                  "check the host (rebooted? sshd restarted?) and rerun") from None
+        if check and not result.ok:
+            raise CommandFailed(result)
+        return result
+
+    def put(self, local: Path, remote: str, mode: int | None = None) -> None:
+        conn = self._open()
+        tmp = remote + ".tmp"
+        try:
+            with self._lock:
+                sftp = conn.sftp()
+                self._makedirs(sftp, posixpath.dirname(remote))
+                sftp.put(str(local), tmp)
+                if mode is not None:
+                    sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, remote)
+        except OSError as exc:
+            raise CouldNotRun(f"{self.host} ({self.target}): cannot write {remote} over SFTP ({exc}); check that "
+                              f"the node's run_dir is writable by this user") from None
+
+    def _makedirs(self, sftp, path: str) -> None:
+        """`mkdir -p` over SFTP (no shell), remembering what exists."""
+        if not path or path in self._dirs or path in ("/", "."):
+            return
+        try:
+            sftp.stat(path)
+        except FileNotFoundError:
+            self._makedirs(sftp, posixpath.dirname(path))
+            try:
+                sftp.mkdir(path)
+            except OSError:
+                sftp.stat(path)  # made meanwhile by someone else is fine; anything else raises
+        self._dirs.add(path)
+
+    def _drop(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except Exception:  # noqa: BLE001 - closing a dead session
+                    pass
+
+    def close(self) -> None:
+        self._drop()

@@ -1,0 +1,82 @@
+"""scripts/testbed.sh: hosts with verified host keys, a fleet fragment, and a `down` that leaves nothing,
+also after a failed `up`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from p2p_ops import testbed
+from tests.multinode.conftest import free_port_on, needs_sshd
+
+pytestmark = [pytest.mark.multinode, needs_sshd]
+
+
+def sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(testbed.SCRIPT), *args], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def sshd_pids(directory: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if str(directory).encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_help_answers():
+    res = sh("--help")
+    assert res.returncode == 0 and "usage: testbed.sh up N" in res.stdout and "--netns" in res.stdout
+
+
+def test_up_describes_hosts_that_ssh_verifies_and_down_removes_everything(tmp_path):
+    d = tmp_path / "tb"
+    res = sh("up", "2", "--dir", str(d), "--port", str(free_port_on(["127.0.0.2", "127.0.0.3"])))
+    try:
+        assert res.returncode == 0, res.stderr
+        data = json.loads((d / "testbed.json").read_text())
+        assert data["mode"] == "loopback" and [h["address"] for h in data["hosts"]] == ["127.0.0.2", "127.0.0.3"]
+        assert len((d / "known_hosts").read_text().splitlines()) == 2
+        assert "StrictHostKeyChecking yes" in (d / "ssh_config").read_text()
+        assert "connection: ssh" in (d / "nodes.yaml").read_text()
+        out = subprocess.run(["ssh", "-F", str(d / "ssh_config"), "h2", "echo $SSH_CONNECTION"],
+                             capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0 and out.stdout.split()[2] == "127.0.0.3", out.stderr
+        assert "h1" in sh("status", "--dir", str(d)).stdout
+        assert len(sshd_pids(d)) >= 2
+    finally:
+        down = sh("down", "--dir", str(d))
+    assert down.returncode == 0 and sshd_pids(d) == [] and not d.exists()
+    assert "nothing to stop" in sh("down", "--dir", str(d)).stdout  # idempotent
+
+
+def test_a_failed_up_stops_what_it_started_and_down_cleans_the_rest(tmp_path):
+    d = tmp_path / "tb"
+    port = free_port_on(["127.0.0.2", "127.0.0.3"])
+    with socket.socket() as blocker:  # h2's address:port is taken, so h2's sshd cannot start
+        blocker.bind(("127.0.0.3", port))
+        blocker.listen()
+        res = sh("up", "2", "--dir", str(d), "--port", str(port))
+    assert res.returncode == 2 and "127.0.0.3" in res.stderr and "up failed" in res.stderr
+    assert sshd_pids(d) == []  # h1's sshd was started, then stopped
+    assert sh("down", "--dir", str(d)).returncode == 0 and not d.exists()
+
+
+def test_python_helper_builds_an_ssh_fleet(testbed3, tmp_path):
+    data = testbed3.fleet("x", venv="/v", run_root=tmp_path / "run",
+                          base={"coordinator": 40000, "mp": 40010, "http": 40030, "p2p": 40050, "engine": 40070})
+    from p2p_ops.fleet import parse_fleet
+
+    fleet = parse_fleet(data)
+    assert [n.connection for n in fleet.nodes] == ["ssh"] * 3
+    assert fleet.coordinator.host == "127.0.0.2" and fleet.coordinator_node().name == "h1"
+    assert fleet.nodes[2].run_dir == str(tmp_path / "run" / "h3") and fleet.nodes[2].ssh_config == testbed3.ssh_config

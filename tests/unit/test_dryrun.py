@@ -1,0 +1,124 @@
+"""`up --dry-run` plan: per host, in order, with the wrappers' command lines expanded exactly as bash will.
+
+A golden file pins the whole vLLM plan (UPDATE_GOLDEN=1 refreshes it).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from p2p_ops import dryrun, launch, readiness
+from p2p_ops.fleet import local_fleet
+
+GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "dryrun"
+KV_CFG = ('{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_load_failure_policy":"recompute",'
+          '"kv_connector_extra_config":{"lmcache.mp.port":5602}}')
+
+
+def vllm_ssh_fleet(tmp_path: Path, model: str = "Qwen/Qwen3-8B") -> launch.FleetContext:
+    """Two GPU nodes reached over SSH (the golden vLLM fleet of test_render, on two addresses)."""
+    data = local_fleet(2, name="golden", runtime="vllm")
+    data["model"] = model
+    data["engine"]["vllm_args"] = ["--gpu-memory-utilization", "0.8"]
+    data["coordinator"] = {"host": "10.0.0.1", "port": 9300}
+    for i, node in enumerate(data["nodes"]):
+        node.update(address=f"10.0.0.{i + 1}", connection="ssh", ssh_user="ops", ssh_key="~/.ssh/id_fleet",
+                    venv="/opt/p2p/.venv", run_dir="/srv/p2p-run")
+        node["instances"][0]["gpu"] = i
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return launch.FleetContext.load(path, run_dir="/home/ops/p2p-run/golden")
+
+
+def test_vllm_plan_matches_golden(tmp_path):
+    text = dryrun.format_plan(dryrun.plan(vllm_ssh_fleet(tmp_path)))
+    golden = GOLDEN / "vllm_ssh.txt"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), "dry-run plan differs from its golden file (UPDATE_GOLDEN=1 to refresh)"
+
+
+def test_every_host_gets_its_commands_in_up_order(tmp_path):
+    steps = dryrun.plan(vllm_ssh_fleet(tmp_path))
+    assert list(steps) == ["node-a", "node-b"]
+    a, b = steps["node-a"], steps["node-b"]
+    assert a[0].startswith("check    bash -c true   (ssh ops@10.0.0.1;") and "host key verified" in a[0]
+    kinds = [line.split()[0] for line in a]
+    # reach, copy every file, then coordinator, server, engine (each: start, exec, ready)
+    assert kinds == ["check"] + ["copy"] * 5 + ["start", "exec", "ready"] * 3
+    assert [line.split()[0] for line in b] == ["check"] + ["copy"] * 3 + ["start", "exec", "ready"] * 2
+    assert "copy     /home/ops/p2p-run/golden/node-b-0/start_engine.sh -> node-b:/srv/p2p-run/golden/node-b-0/" \
+           "start_engine.sh (0755, over SFTP)" in b
+
+
+def test_vllm_engine_line_is_the_full_wrapper_command(tmp_path):
+    b = dryrun.plan(vllm_ssh_fleet(tmp_path))["node-b"]
+    exec_engine = [line for line in b if line.startswith("exec") and " serve " in line][0]
+    words = shlex.split(exec_engine[len("exec"):])
+    assert words == ["CUDA_VISIBLE_DEVICES=1", "PYTHONHASHSEED=0", "/opt/p2p/.venv/bin/vllm", "serve",
+                     "Qwen/Qwen3-8B", "--host", "10.0.0.2", "--port", "8002", "--kv-transfer-config", KV_CFG,
+                     "--gpu-memory-utilization", "0.8"]
+    ready = [line for line in b if line.startswith("ready")][-1]
+    assert "/health answers 200, then GET http://10.0.0.2:8002/v1/models lists Qwen/Qwen3-8B" in ready
+    server = [line for line in b if line.startswith("exec") and " server " in line][0]
+    assert "nice -n 10 /opt/p2p/.venv/bin/lmcache server --instance-id node-b-0" in server
+    assert "--coordinator-url http://10.0.0.1:9300" in server and "--p2p-advertise-url 10.0.0.2:8552" in server
+
+
+def test_awkward_values_stay_one_argument(tmp_path):
+    ctx = vllm_ssh_fleet(tmp_path, model="/models/my model's; rm -rf x")
+    line = [x for x in dryrun.plan(ctx)["node-a"] if x.startswith("exec") and " serve " in x][0]
+    words = shlex.split(line[len("exec"):])
+    assert words[words.index("serve") + 1] == "/models/my model's; rm -rf x"
+
+
+def test_local_embedded_fleet_writes_locally(tmp_path):
+    from tests.conftest import write_local_fleet
+
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="loc"))
+    steps = dryrun.plan(ctx)
+    a = steps["node-a"]
+    assert a[0] == "check    bash -c true   (local)"
+    assert f"write    {ctx.layout.root}/node-a-0/env.sh" in a
+    engine = [x for x in a if x.startswith("exec") and "p2p-engine" in x][0]
+    assert "--instance-id node-a-0" in engine and "CUDA_VISIBLE_DEVICES" not in engine
+    assert not ctx.layout.root.exists(), "a dry run must not write the run folder"
+
+
+def test_env_values_reads_quoted_exports():
+    env = dryrun.env_values("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n")
+    assert env == {"A": "plain", "B": "a b'c", "D": ""}
+
+
+@pytest.mark.parametrize("body,expected", [
+    ({"object": "list", "data": [{"id": "Qwen/Qwen3-8B", "object": "model"}]}, ["Qwen/Qwen3-8B"]),
+    ({"data": []}, []), (None, []), ({"error": "x"}, []),
+])
+def test_served_models(body, expected):
+    assert readiness.served_models(body) == expected
+
+
+def test_vllm_ready_needs_health_and_the_model(monkeypatch):
+    import requests
+
+    class R:
+        def __init__(self, code):
+            self.status_code = code
+
+    answers = {"/health": 200}
+    monkeypatch.setattr(requests, "get", lambda url, timeout: R(answers.get(url[url.rindex("/"):], 404)))
+    models = {"v": {"data": [{"id": "m"}]}}
+    monkeypatch.setattr(readiness.probes, "get_json", lambda url, timeout: models["v"])
+    assert readiness.vllm_ready("http://x:1", "m") and not readiness.vllm_ready("http://x:1", "other")
+    models["v"] = {"data": []}
+    assert not readiness.vllm_ready("http://x:1")
+    answers["/health"] = 503
+    models["v"] = {"data": [{"id": "m"}]}
+    assert not readiness.vllm_ready("http://x:1", "m")
+    assert readiness.engine_ready("embedded", "http://127.0.0.1:1") is False
