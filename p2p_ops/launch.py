@@ -106,17 +106,25 @@ def _proc(lay: RunLayout, unit: str, role: str, marker: str) -> procs.Proc:
 
 # ---- render ------------------------------------------------------------------------------------------
 
-def render(ctx: FleetContext) -> list[RenderedFile]:
+def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
+    """Write every file here (the control copy, kept as evidence), then copy each node's files to its run
+    folder when that is elsewhere (an SSH host, or a local node with its own run_dir), nodes in parallel."""
     files = render_fleet(ctx.fleet, ctx.node_layout)
     write_rendered(files, ctx.layout)
-    for node in ctx.fleet.nodes:
-        if node.connection != "ssh":
-            continue
-        conn, lay = ctx.conn(node), ctx.node_layout(node)
+
+    def copy(node: Node) -> None:
+        lay = ctx.node_layout(node)
+        if node.connection != "ssh" and lay.root == ctx.layout.root:
+            return
+        conn = ctx.conn(node)
         for f in files:
             if f.node == node.name:
                 conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name),
                          mode=0o755 if f.executable else 0o644)
+
+    errors = [f"- {name}: {res}" for name, res in ctx.for_each_node(copy, only).items() if isinstance(res, Exception)]
+    if errors:
+        raise CouldNotRun("could not copy env.sh and wrappers to every node:\n" + "\n".join(errors))
     return files
 
 
@@ -182,7 +190,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     check_node(ctx, only)
     preflight(ctx, only)
     if rerender or not ctx.layout.env(COORDINATOR).is_file():
-        render(ctx)
+        render(ctx, only)
         progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
     else:
         progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
@@ -265,6 +273,7 @@ class FleetReport:
     coordinator_instances: Optional[list[dict]]
     expected_peers: int
     instances: list[InstanceReport]
+    node_errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -277,6 +286,7 @@ class FleetReport:
             "coordinator": {"url": self.coordinator_url, "process": self.coordinator_proc,
                             "healthy": self.coordinator_healthy, "instances": self.coordinator_instances},
             "expected_peers": self.expected_peers,
+            "node_errors": self.node_errors,
             "instances": [{
                 "node": i.node, "instance": i.instance, "server_process": i.server_proc,
                 "engine_process": i.engine_proc, "server_url": i.server_url, "engine_url": i.engine_url,
@@ -296,9 +306,14 @@ def report(ctx: FleetContext) -> FleetReport:
         for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
             states[st.name] = st.state
 
+    errors: dict[str, str] = {}
     for name, res in ctx.for_each_node(node_states).items():
         if isinstance(res, Exception):
-            raise CouldNotRun(f"cannot read process state on node {name}: {res}")
+            # One unreachable host must not hide the others: its processes read "unreachable".
+            errors[name] = str(res)
+            node = next(n for n in fleet.nodes if n.name == name)
+            for proc in ctx.node_procs(node):
+                states[proc.name] = "unreachable"
     items = []
     for node, inst in fleet.instances():
         surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
@@ -308,7 +323,7 @@ def report(ctx: FleetContext) -> FleetReport:
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
                        probes.coordinator_healthy(fleet.coordinator_url),
                        probes.coordinator_instances(fleet.coordinator_url),
-                       len(fleet.instances()) - 1, items)
+                       len(fleet.instances()) - 1, items, errors)
 
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:

@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fleet_args(p)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to answer")
     p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print, per host, every command `up` would run, and start nothing")
     p.add_argument("--no-render", action="store_true",
                    help="start from the env.sh files as they are (hand-edited ones included); no spec re-render")
     p.set_defaults(handler=cmd_up)
@@ -111,6 +113,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     ctx = context(args)
+    if args.dry_run:
+        from p2p_ops import dryrun
+
+        print(dryrun.format_plan(dryrun.plan(ctx)), end="")
+        return EXIT_OK
     try:
         launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node,
                   rerender=not args.no_render)
@@ -186,3 +193,5 @@ def _print_status(rep: launch.FleetReport) -> None:
         ctable.add_row(*(str(inst.get(k, "")) for k in ("instance_id", "ip", "http_port", "mq_port",
                                                           "p2p_advertised_url")))
     console.print(ctable)
+    for node, err in rep.node_errors.items():
+        err_console.print(f"[red]node {node} unreachable:[/red] {err}")

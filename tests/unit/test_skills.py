@@ -25,7 +25,7 @@ def frontmatter(skill: Path) -> tuple[dict, str]:
 
 def named_scripts(skill: Path) -> list[Path]:
     _, body = frontmatter(skill)
-    names = sorted(set(re.findall(r"scripts/([A-Za-z0-9_.-]+\.(?:sh|py))", body)))
+    names = sorted(set(re.findall(r"(?<![/\w])scripts/([A-Za-z0-9_.-]+\.(?:sh|py))", body)))
     return [skill / "scripts" / n for n in names]
 
 

@@ -1,0 +1,332 @@
+"""FastAPI app speaking vLLM's OpenAI-compatible API on top of an :class:`EngineCore`.
+
+Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not),
+``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``. Every client mistake is a
+4xx with an OpenAI-style error body; nothing ever answers with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+import importlib.metadata
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request as HttpRequest
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from p2p_runtime import protocol as p
+from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
+from p2p_runtime.core import EngineCore
+from p2p_runtime.metrics import CONTENT_TYPE
+from p2p_runtime.request import Event, Request
+from p2p_runtime.scheduler import EngineStopped
+
+logger = logging.getLogger(__name__)
+
+# How often a waiting request checks that the worker thread is still alive.
+_WORKER_CHECK_S = 5.0
+
+try:
+    VERSION = importlib.metadata.version("p2p-kv-ops")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree
+    VERSION = "0+unknown"
+
+
+def create_app(core: EngineCore) -> FastAPI:
+    """Build the app; its lifespan starts and stops ``core``."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        # start() may wait on a slow LMCache server; keep the event loop free meanwhile.
+        await asyncio.to_thread(core.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(core.stop)
+
+    app = FastAPI(title="p2p-engine", version=VERSION, lifespan=lifespan)
+    app.state.core = core
+    _add_error_handlers(app)
+    handler = _Handlers(core)
+
+    app.get("/health")(handler.health)
+    app.get("/version")(lambda: {"version": VERSION})
+    app.get("/metrics")(handler.metrics)
+    app.get("/v1/models")(handler.models)
+    app.post("/tokenize")(handler.tokenize)
+    app.post("/detokenize")(handler.detokenize)
+    app.post("/v1/completions")(handler.completions)
+    app.post("/v1/chat/completions")(handler.chat_completions)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(p.ApiError)
+    async def api_error(_: HttpRequest, exc: p.ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI says 422; vLLM and OpenAI say 400 with one readable message.
+        first = exc.errors()[0] if exc.errors() else {}
+        param = ".".join(_field_path(first.get("loc", ()))) or None
+        message = first.get("msg", "invalid request")
+        if first.get("type") == "json_invalid":
+            message, param = "request body is not valid JSON", None
+        elif first.get("type") in ("model_attributes_type", "dict_type") and not param:
+            message = "request body must be a JSON object"
+        elif param:
+            message = f"{param}: {message}"
+        return JSONResponse(p.error_body(400, message, param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(p.error_body(exc.status_code, str(exc.detail)),
+                            status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: HttpRequest, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error: %s", exc)
+        return JSONResponse(p.error_body(500, f"internal error: {type(exc).__name__}"),
+                            status_code=500)
+
+
+def _field_path(loc: tuple) -> list[str]:
+    """The request field of a validation error, without pydantic's union-member tags."""
+    return [str(x) for x in loc[1:] if isinstance(x, int) or (x.isidentifier() and x not in
+                                                              ("str", "int", "float", "bool"))]
+
+
+class _EventBridge:
+    """Carries worker-thread events into the request's event loop."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._core = core
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+
+    def push(self, event: Event) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:
+            pass  # the loop is gone (shutdown); nobody is listening any more
+
+    async def next(self) -> Event:
+        """The next event; an error event if the worker died and none will ever come."""
+        while True:
+            try:
+                return await asyncio.wait_for(self._queue.get(), timeout=_WORKER_CHECK_S)
+            except asyncio.TimeoutError:
+                if not self._core.scheduler.alive:
+                    return Event("error", error="engine worker is not running")
+
+
+class _Handlers:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.cfg = core.config
+        self.tok = core.tokenizer
+        self.model_name = core.config.served_model_name
+
+    # ---- ops routes ------------------------------------------------------------------------
+
+    async def health(self) -> Response:
+        if not self.core.scheduler.alive:
+            raise p.ApiError(503, "engine worker is not running")
+        return Response(status_code=200)
+
+    async def metrics(self) -> Response:
+        return Response(self.core.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def models(self) -> dict[str, Any]:
+        card = {"id": self.model_name, "object": "model", "created": int(time.time()),
+                "owned_by": "p2p-runtime", "root": self.model_name, "parent": None,
+                "max_model_len": self.cfg.max_model_len, "permission": []}
+        return {"object": "list", "data": [card]}
+
+    async def tokenize(self, body: p.TokenizeRequest) -> dict[str, Any]:
+        self._check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise p.ApiError(400, "give exactly one of prompt or messages", "prompt")
+        if body.messages is not None:
+            ids = self._chat_ids(body.messages, body.add_generation_prompt)
+        else:
+            ids = self.tok.encode(body.prompt, add_bos=body.add_special_tokens)
+        return {"count": len(ids), "max_model_len": self.cfg.max_model_len, "tokens": ids,
+                "token_strs": None}
+
+    async def detokenize(self, body: p.DetokenizeRequest) -> dict[str, Any]:
+        self._check_model(body.model)
+        self._check_ids(body.tokens, "tokens")
+        return {"prompt": self.tok.decode(body.tokens)}
+
+    # ---- generation routes -----------------------------------------------------------------
+
+    async def completions(self, body: p.CompletionRequest) -> Response:
+        self._check_common(body)
+        if body.echo:
+            raise p.ApiError(400, "echo is not supported by this engine", "echo")
+        if body.logprobs is not None:
+            raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
+        ids = self._completion_ids(body.prompt)
+        req = self._make_request(p.new_id("cmpl"), ids, body.max_tokens, body)
+        if body.stream:
+            return self._stream(req, body, chat=False)
+        text = await self._collect(req)
+        return JSONResponse(p.completion_response(req.request_id, self.model_name, text,
+                                                  req.finish_reason, _usage(req)))
+
+    async def chat_completions(self, body: p.ChatCompletionRequest) -> Response:
+        self._check_common(body)
+        if body.logprobs:
+            raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
+        ids = self._chat_ids(body.messages, body.add_generation_prompt)
+        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
+            else body.max_tokens
+        req = self._make_request(p.new_id("chatcmpl"), ids, max_tokens, body)
+        if body.stream:
+            return self._stream(req, body, chat=True)
+        text = await self._collect(req)
+        return JSONResponse(p.chat_response(req.request_id, self.model_name, text,
+                                            req.finish_reason, _usage(req)))
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise p.ApiError(404, f"The model `{model}` does not exist.", "model")
+
+    def _check_common(self, body: p.SamplingFields) -> None:
+        self._check_model(body.model)
+        if body.n != 1:
+            raise p.ApiError(400, f"n must be 1 (greedy decoding), got {body.n}", "n")
+
+    def _check_ids(self, ids: list[int], param: str) -> None:
+        bad = next((t for t in ids if not 0 <= t < self.cfg.vocab_size), None)
+        if bad is not None:
+            raise p.ApiError(400, f"token id {bad} is outside the vocabulary "
+                             f"[0, {self.cfg.vocab_size})", param)
+
+    def _completion_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            if len(prompt) != 1:
+                raise p.ApiError(400, "batched prompts are not supported; send one prompt per "
+                                 "request", "prompt")
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return self.tok.encode(prompt, add_bos=True)
+        if not prompt:
+            raise p.ApiError(400, "prompt must not be empty", "prompt")
+        self._check_ids(prompt, "prompt")
+        return list(prompt)
+
+    def _chat_ids(self, messages: list[p.ChatMessage], add_generation_prompt: bool) -> list[int]:
+        try:
+            pairs = [(m.role, message_text(m.content)) for m in messages]
+        except ChatTemplateError as exc:
+            raise p.ApiError(400, str(exc), "messages") from None
+        return self.tok.encode(render_chat(pairs, add_generation_prompt), add_bos=True)
+
+    def _make_request(self, rid: str, ids: list[int], max_tokens: int | None,
+                      body: p.SamplingFields) -> Request:
+        limit = self.cfg.max_model_len
+        if max_tokens is None:
+            max_tokens = limit - len(ids)
+            if max_tokens < 1:
+                raise p.ApiError(400, f"This model's maximum context length is {limit} tokens. "
+                                 f"However, your prompt has {len(ids)} tokens. Please reduce the "
+                                 f"length of the prompt.", "messages")
+        if max_tokens < 1:
+            raise p.ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        if len(ids) + max_tokens > limit:
+            raise p.ApiError(400, f"This model's maximum context length is {limit} tokens. "
+                             f"However, you requested {len(ids) + max_tokens} tokens "
+                             f"({len(ids)} in the messages, {max_tokens} in the completion). "
+                             f"Please reduce the length of the messages or completion.",
+                             "max_tokens")
+        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+        return Request(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
+                       ignore_eos=body.ignore_eos, stop=tuple(s for s in stop if s))
+
+    def _submit(self, req: Request) -> _EventBridge:
+        bridge = _EventBridge(self.core)
+        req.on_event = bridge.push
+        try:
+            self.core.scheduler.submit(req)
+        except EngineStopped as exc:
+            raise p.ApiError(503, str(exc)) from None
+        return bridge
+
+    async def _collect(self, req: Request) -> str:
+        bridge = self._submit(req)
+        parts: list[str] = []
+        try:
+            while True:
+                event = await bridge.next()
+                if event.kind == "delta":
+                    parts.append(event.text)
+                elif event.kind == "finish":
+                    return "".join(parts)
+                else:
+                    raise p.ApiError(500, event.error or "generation failed")
+        finally:
+            if not req.finished:
+                self.core.scheduler.abort(req)
+
+    def _stream(self, req: Request, body: p.SamplingFields, chat: bool) -> StreamingResponse:
+        bridge = self._submit(req)
+        opts = body.stream_options or p.StreamOptions()
+        return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage),
+                                 media_type="text/event-stream")
+
+    async def _sse(self, req: Request, bridge: _EventBridge, chat: bool,
+                   include_usage: bool) -> AsyncIterator[str]:
+        created, name, rid = int(time.time()), self.model_name, req.request_id
+
+        def chunk(text: str | None, finish: str | None, first: bool = False) -> str:
+            if chat:
+                delta = {"role": "assistant", "content": ""} if first else \
+                    ({"content": text} if text else {})
+                data = p.chat_chunk(rid, name, created, delta, finish)
+            else:
+                data = p.completion_chunk(rid, name, created, text or "", finish)
+            if include_usage:
+                data["usage"] = None
+            return _sse(data)
+
+        try:
+            if chat:
+                yield chunk(None, None, first=True)
+            while True:
+                event = await bridge.next()
+                if event.kind == "delta":
+                    yield chunk(event.text, None)
+                    continue
+                if event.kind == "finish":
+                    yield chunk(None, event.finish_reason)
+                    if include_usage:
+                        obj = "chat.completion.chunk" if chat else "text_completion"
+                        yield _sse(p.usage_chunk(rid, name, created, obj, _usage(req)))
+                else:
+                    yield _sse(p.error_body(500, event.error or "generation failed"))
+                yield "data: [DONE]\n\n"
+                return
+        finally:
+            # Reached early when the client disconnects: free the request's KV blocks.
+            if not req.finished:
+                self.core.scheduler.abort(req)
+
+
+def _sse(data: dict) -> str:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def _usage(req: Request) -> dict[str, Any]:
+    return p.usage(req.num_prompt_tokens, len(req.output_ids), req.cached_tokens)

@@ -1,0 +1,163 @@
+"""Engine configuration: one frozen dataclass, its validation, and the CLI that fills it.
+
+Flag names are the dataclass fields in kebab case (``--num-blocks`` <-> ``num_blocks``), so a
+fleet spec or a test can build the same config from an argv list or from keyword arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+import math
+
+from p2p_runtime.timing import TimingConfig
+from p2p_runtime.tokenizer import FIRST_UNUSED_ID
+
+DEFAULT_CHUNK_SIZE = 256
+
+
+class ConfigError(ValueError):
+    """An invalid engine setting; the message names the flag and the limit."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the embedded engine needs to start."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str = "p2p-tiny"
+    lmcache_url: str = ""
+    instance_id: str = ""
+    chunk_size: int | None = None
+    model_seed: int = 0
+    num_layers: int = 2
+    num_heads: int = 4
+    head_size: int = 32
+    vocab_size: int = 512
+    max_model_len: int = 8192
+    block_size: int = 16
+    num_blocks: int = 2048
+    max_num_seqs: int = 8
+    threads: int = 1
+    lmcache_timeout: float = 2.0
+    lmcache_reconnect_interval: float = 2.0
+    prefill_us_per_token: float = 0.0
+    decode_ms_per_token: float = 0.0
+    load_us_per_token: float = 0.0
+    timing_jitter: float = 0.0
+    timing_seed: int = 0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        positive = ("num_layers", "num_heads", "head_size", "max_model_len", "block_size",
+                    "num_blocks", "max_num_seqs", "threads")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{_flag(name)} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be within 0..65535, got {self.port}")
+        if self.head_size % 2:
+            raise ConfigError(f"--head-size must be even (rotary embeddings), got {self.head_size}")
+        if self.vocab_size < FIRST_UNUSED_ID:
+            raise ConfigError(f"--vocab-size must be >= {FIRST_UNUSED_ID}, got {self.vocab_size}")
+        if self.chunk_size is not None:
+            self.check_chunk_size(self.chunk_size)
+        if self.num_blocks * self.block_size < self.max_model_len:
+            need = math.ceil(self.max_model_len / self.block_size)
+            raise ConfigError(
+                f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
+                f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}"
+            )
+        if self.lmcache_timeout <= 0 or self.lmcache_reconnect_interval <= 0:
+            raise ConfigError("--lmcache-timeout and --lmcache-reconnect-interval must be > 0")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"--log-level must be debug|info|warning|error, got {self.log_level}")
+        try:
+            self.timing
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def check_chunk_size(self, chunk_size: int) -> None:
+        """Raise unless ``chunk_size`` is a positive multiple of the block size."""
+        if chunk_size <= 0 or chunk_size % self.block_size:
+            raise ConfigError(
+                f"chunk size {chunk_size} must be a positive multiple of --block-size "
+                f"{self.block_size} (LMCache moves whole blocks)"
+            )
+
+    @property
+    def timing(self) -> TimingConfig:
+        return TimingConfig(
+            prefill_us_per_token=self.prefill_us_per_token,
+            decode_ms_per_token=self.decode_ms_per_token,
+            load_us_per_token=self.load_us_per_token,
+            jitter=self.timing_jitter,
+            seed=self.timing_seed,
+        )
+
+    @property
+    def label(self) -> str:
+        """The instance label used in logs and metrics."""
+        return self.instance_id or f"engine-{self.port}"
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | None = None) -> "EngineConfig":
+        """Parse ``argv`` (default: ``sys.argv[1:]``); invalid values exit with status 2."""
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            parser.error(str(exc))
+            raise  # unreachable: parser.error exits
+
+
+_HELP = {
+    "host": "address to bind the HTTP server to",
+    "port": "HTTP port (0 picks a free one; the ready line names it)",
+    "served_model_name": "model name in /v1/models, requests and LMCache keys; peers must agree",
+    "lmcache_url": "LMCache server request URL, e.g. tcp://127.0.0.1:5601; empty = plain engine",
+    "instance_id": "label for logs and metrics (default engine-<port>)",
+    "chunk_size": f"prefill/LMCache chunk size in tokens (default: ask the server, else "
+                  f"{DEFAULT_CHUNK_SIZE})",
+    "model_seed": "seed of the model weights; every node of a fleet must use the same",
+    "num_layers": "transformer layers",
+    "num_heads": "attention heads (also KV heads)",
+    "head_size": "size of one attention head (even)",
+    "vocab_size": f"vocabulary size (>= {FIRST_UNUSED_ID}: 256 bytes + BOS/EOS/PAD)",
+    "max_model_len": "longest prompt + completion, in tokens",
+    "block_size": "tokens per paged KV block",
+    "num_blocks": "KV blocks in the paged cache",
+    "max_num_seqs": "requests decoded concurrently; the rest wait",
+    "threads": "torch CPU threads (fixed for bitwise-reproducible KV)",
+    "lmcache_timeout": "seconds before an LMCache RPC counts as failed (then: recompute)",
+    "lmcache_reconnect_interval": "seconds between reconnect attempts while LMCache is down",
+    "prefill_us_per_token": "emulated GPU prefill cost per computed prompt token (us); 0 = off",
+    "decode_ms_per_token": "emulated GPU cost per decode step (ms); 0 = off",
+    "load_us_per_token": "emulated cost per prompt token loaded from LMCache (us); 0 = off",
+    "timing_jitter": "relative jitter of emulated times, uniform in +-fraction (<= 0.7)",
+    "timing_seed": "seed of the timing jitter",
+    "log_level": "debug|info|warning|error",
+}
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``p2p-engine`` argument parser; defaults come from :class:`EngineConfig`."""
+    parser = argparse.ArgumentParser(
+        prog="p2p-engine",
+        description="Embedded CPU engine: a vLLM-compatible OpenAI server over a tiny "
+        "deterministic transformer whose paged KV cache is shared through LMCache.",
+    )
+    for f in fields(EngineConfig):
+        kind = {"int": int, "float": float, "str": str, "int | None": int}[str(f.type)]
+        text = _HELP[f.name]
+        if f.default not in (None, ""):
+            text += " (default: %(default)s)"
+        parser.add_argument(f"--{_flag(f.name)}", type=kind, default=f.default, help=text)
+    return parser

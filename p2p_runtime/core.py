@@ -1,0 +1,107 @@
+"""Assembles an engine from its config: tokenizer, model, KV cache, LMCache adapter, scheduler.
+
+The HTTP layer (``api.py``) only sees :class:`EngineCore`; the CLI (``engine.py``) only builds one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+
+from p2p_runtime.config import DEFAULT_CHUNK_SIZE, ConfigError, EngineConfig
+from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
+from p2p_runtime.metrics import EngineMetrics
+from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
+from p2p_runtime.runner import ModelRunner
+from p2p_runtime.scheduler import Scheduler
+from p2p_runtime.timing import TimingEmulator
+from p2p_runtime.tokenizer import ByteTokenizer
+
+logger = logging.getLogger(__name__)
+
+
+class EngineCore:
+    """Everything behind the HTTP routes; :meth:`start` and :meth:`stop` bracket its life."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        configure_threads(config.threads)
+        self.tokenizer = ByteTokenizer(config.vocab_size)
+        self.metrics = EngineMetrics(config.served_model_name, config.label)
+        self.adapter = None
+        chunk_size = config.chunk_size
+        if config.lmcache_url:
+            chunk_size = self._resolve_chunk_size()
+        self.chunk_size = chunk_size or DEFAULT_CHUNK_SIZE
+        self.model = TinyTransformer(ModelConfig(
+            seed=config.model_seed, num_layers=config.num_layers, num_heads=config.num_heads,
+            head_size=config.head_size, vocab_size=config.vocab_size,
+            max_model_len=config.max_model_len, chunk_size=self.chunk_size))
+        self.cache = PagedKVCache(self.model.kv_spec(config.num_blocks, config.block_size))
+        self.allocator = BlockAllocator(config.num_blocks)
+        if config.lmcache_url:
+            self.adapter = self._make_adapter()
+        self.runner = ModelRunner(self.model, self.cache, self.allocator, self.metrics,
+                                  TimingEmulator(config.timing), self.adapter)
+        self.scheduler = Scheduler(self.runner, self.tokenizer, self.metrics, config.max_num_seqs)
+        self._started = self._stopped = False
+
+    def start(self) -> None:
+        """Connect to LMCache (if configured) and start the worker; idempotent."""
+        if self._started:
+            return
+        self._started = True
+        if self.adapter is not None:
+            self.adapter.on_state_change = self.metrics.set_connected
+            if not self.adapter.start(self.chunk_size):
+                logger.warning("LMCache server %s not reachable yet; serving without cache and "
+                               "retrying every %.1fs", self.config.lmcache_url,
+                               self.config.lmcache_reconnect_interval)
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Stop the worker, then unregister from LMCache; idempotent, also if never started."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.scheduler.stop()
+        if self.adapter is not None:
+            self.adapter.close()
+        logger.info("engine stopped")
+
+    @property
+    def lmcache_state(self) -> str:
+        if self.adapter is None:
+            return "off"
+        return "connected" if self.adapter.connected else "disconnected"
+
+    def _resolve_chunk_size(self) -> int | None:
+        # Imported here: lmcache takes seconds to import and plain engines never need it.
+        from p2p_runtime.lmcache_adapter import probe_chunk_size
+
+        # Asked before the adapter exists: the KV cache and model depend on the chunk size.
+        server = probe_chunk_size(self.config.lmcache_url, self.config.lmcache_timeout)
+        wanted = self.config.chunk_size
+        if server is None:
+            logger.warning("LMCache server %s did not answer; assuming chunk size %d",
+                           self.config.lmcache_url, wanted or DEFAULT_CHUNK_SIZE)
+            return wanted
+        if wanted is not None and wanted != server:
+            raise ConfigError(f"--chunk-size {wanted} differs from the LMCache server's chunk size "
+                              f"{server}; drop --chunk-size or use {server}")
+        self.config.check_chunk_size(server)
+        return server
+
+    def _make_adapter(self):
+        from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter
+
+        # The server keys registered KV caches by an int; derive a stable one from the label and
+        # pid so two engines on one server never collide.
+        worker_id = zlib.crc32(f"{self.config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
+        registration = KVRegistration(
+            model_name=self.config.served_model_name, tensors=self.cache.tensors,
+            num_layers=self.config.num_layers, block_size=self.config.block_size,
+            worker_id=worker_id)
+        return LMCacheAdapter(self.config.lmcache_url, registration, self.config.lmcache_timeout,
+                              self.config.lmcache_reconnect_interval)

@@ -1,0 +1,87 @@
+"""Entry point of the embedded CPU engine: ``p2p-engine`` or ``python -m p2p_runtime.engine``.
+
+Parses the flags (see ``--help``), builds the engine, serves it with uvicorn and logs one line
+when it accepts requests::
+
+    engine ready on http://127.0.0.1:8000 (model=p2p-tiny, instance=engine-8000, lmcache=...)
+
+Harnesses wait for that line (with ``--port 0`` it names the port picked). SIGINT or SIGTERM
+drains in-flight requests for a few seconds, unregisters from LMCache and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+
+from p2p_runtime.api import create_app
+from p2p_runtime.config import ConfigError, EngineConfig
+from p2p_runtime.core import EngineCore
+
+logger = logging.getLogger("p2p_runtime.engine")
+
+READY_MESSAGE = "engine ready on"
+_GRACEFUL_SHUTDOWN_S = 3
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server that logs the ready line and exits normally on a signal."""
+
+    def __init__(self, config: uvicorn.Config, core: EngineCore) -> None:
+        super().__init__(config)
+        self.core = core
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if not self.started:
+            return
+        port = self.servers[0].sockets[0].getsockname()[1]
+        cfg, core = self.core.config, self.core
+        lmcache = f"{cfg.lmcache_url} {core.lmcache_state}" if cfg.lmcache_url else "off"
+        logger.info("%s http://%s:%d (model=%s, instance=%s, lmcache=%s, chunk_size=%d)",
+                    READY_MESSAGE, cfg.host, port, cfg.served_model_name, cfg.label, lmcache,
+                    core.chunk_size)
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises caught signals after shutting down; the shutdown *is* the handling.
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list):
+            captured.clear()
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level.lower() != "debug":
+        logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the engine until SIGINT/SIGTERM; returns the process exit code."""
+    config = EngineConfig.from_argv(argv)
+    setup_logging(config.log_level)
+    logger.info("effective config: %s", config)
+    try:
+        core = EngineCore(config)
+    except ConfigError as exc:
+        logger.error("%s", exc)
+        return 2
+    server = _Server(uvicorn.Config(
+        create_app(core), host=config.host, port=config.port, log_config=None,
+        log_level=config.log_level, access_log=config.log_level.lower() == "debug",
+        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S), core)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # A second Ctrl-C makes uvicorn skip the lifespan shutdown; still unregister from LMCache.
+        core.stop()
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

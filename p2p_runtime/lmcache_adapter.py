@@ -1,0 +1,401 @@
+"""The only module that touches LMCache internals (lmcache 0.5.6 multiprocess protocol).
+
+The engine talks to its local ``lmcache server`` the way vLLM's LMCacheMPConnector does in
+engine-driven CPU mode: it registers its paged KV tensors, then per request looks up the prompt's
+full chunks, retrieves the hits into its own blocks, and stores newly computed chunks. Whether a
+hit came from the local L1 or was pulled from a peer over P2P is the server's business.
+
+Failure policy (vLLM's ``kv_load_failure_policy=recompute``): every operation raises
+:class:`LMCacheError` instead of hanging; the engine then recomputes. An unanswered RPC retires the
+connection, and a background thread reconnects and re-registers, so a restarted server is picked up
+again without restarting the engine. A new LMCache version should only need changes here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Short first poll, then back off: local hits finish in ~1-5 ms, P2P pulls in tens of ms.
+_POLL_FIRST_S = 0.002
+_POLL_MAX_S = 0.02
+# Best-effort cleanup RPCs (unregister, end_session after a failure) must not stall anything.
+_CLEANUP_TIMEOUT_S = 0.5
+
+
+class LMCacheError(RuntimeError):
+    """An LMCache operation failed; the caller falls back to recomputing.
+
+    Attributes:
+        op: ``connect``, ``lookup``, ``retrieve`` or ``store``.
+        reason: ``unavailable`` (not connected), ``timeout`` (server did not answer),
+            ``prefetch_timeout`` (lookup still running at the deadline), ``failed`` (server
+            answered no), ``mismatch`` (chunk size differs) or ``error`` (unexpected exception).
+    """
+
+    def __init__(self, op: str, reason: str, detail: str = "") -> None:
+        super().__init__(f"LMCache {op} {reason}" + (f": {detail}" if detail else ""))
+        self.op = op
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class KVRegistration:
+    """What the server must know about the engine's paged KV cache."""
+
+    model_name: str
+    tensors: dict[str, torch.Tensor]
+    num_layers: int
+    block_size: int
+    worker_id: int
+
+
+@dataclass
+class _Connection:
+    request_client: Any
+    transfer_context: Any
+    chunk_size: int
+    # "shm" when the server offers a shared-memory pool (``--shm-name``), else "pickle".
+    transport: str
+
+
+class LMCacheAdapter:
+    """Connection to one ``lmcache server`` plus the KV operations the engine needs.
+
+    The KV operations are meant for a single worker thread; connecting runs on a background
+    thread, which only ever swaps a finished connection in.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        registration: KVRegistration,
+        timeout_s: float = 2.0,
+        reconnect_interval_s: float = 2.0,
+    ) -> None:
+        self.url = url
+        self.reg = registration
+        self.timeout_s = timeout_s
+        self.reconnect_interval_s = reconnect_interval_s
+        self.chunk_size: int | None = None
+        self._lm = _import_lmcache()
+        self._zmq_ctx = self._lm.zmq.Context()
+        self._zmq_ctx.setsockopt(self._lm.zmq.LINGER, 0)
+        self._lock = threading.Lock()
+        self._conn: _Connection | None = None
+        self._retired: list[_Connection] = []
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_connect_error: str | None = None
+        self.on_state_change = lambda connected: None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self, chunk_size: int) -> bool:
+        """Connect and register now if possible, then keep reconnecting in the background.
+
+        Args:
+            chunk_size: The engine's prefill chunk size; a server with another one is refused.
+
+        Returns:
+            Whether the first connection attempt succeeded.
+        """
+        self.chunk_size = chunk_size
+        connected = self._try_connect()
+        self._thread = threading.Thread(target=self._reconnect_loop, name="lmcache-reconnect",
+                                        daemon=True)
+        self._thread.start()
+        return connected
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def close(self) -> None:
+        """Unregister from the server and release every resource; safe to call twice."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + 2 * _CLEANUP_TIMEOUT_S + 1)
+        with self._lock:
+            conns, self._conn = [*self._retired, *([self._conn] if self._conn else [])], None
+            self._retired = []
+        for conn in conns:
+            self._dispose(conn)
+        _term_context(self._zmq_ctx)
+
+    # ---- KV operations ---------------------------------------------------------------------
+
+    def lookup(self, session: str, token_ids: list[int], max_chunks: int) -> int:
+        """Return how many leading chunks (at most ``max_chunks``) LMCache can serve.
+
+        The server read-locks the hits until :meth:`retrieve` reads them (or the lock TTL ends).
+        """
+        conn = self._require("lookup")
+        cs = conn.chunk_size
+        key = self._key(token_ids[: max_chunks * cs], 0, max_chunks * cs, session, None)
+        self._call(conn, "lookup", lambda: conn.request_client.lookup(key, 1))
+        deadline = time.monotonic() + self.timeout_s
+        delay = _POLL_FIRST_S
+        while True:
+            hits = self._call(conn, "lookup",
+                              lambda: conn.request_client.query_prefetch_status(session))
+            if hits is not None:
+                return min(int(hits), max_chunks)
+            if time.monotonic() + delay > deadline:
+                raise LMCacheError("lookup", "prefetch_timeout",
+                                   f"no result within {self.timeout_s:.1f}s")
+            time.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX_S)
+
+    def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
+                 block_ids: list[int]) -> None:
+        """Copy the first ``num_chunks`` chunks into ``block_ids`` (those chunks' blocks)."""
+        conn = self._require("retrieve")
+        end = num_chunks * conn.chunk_size
+        key = self._key(token_ids[:end], 0, end, session, 0)
+        ok = self._transfer(conn, "retrieve", lambda: conn.transfer_context.submit_retrieve(
+            session, key, self.reg.tensors, [block_ids], None, self._blocks_per_chunk(conn),
+            skip_first_n_tokens=0))
+        if not ok:
+            raise LMCacheError("retrieve", "failed", f"server returned no data for {end} tokens")
+
+    def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int,
+              block_ids: list[int]) -> None:
+        """Store chunks ``[start_chunk, end_chunk)``, held in ``block_ids`` (their blocks only)."""
+        conn = self._require("store")
+        cs = conn.chunk_size
+        key = self._key(token_ids[: end_chunk * cs], start_chunk * cs, end_chunk * cs, session, 0)
+        ok = self._transfer(conn, "store", lambda: conn.transfer_context.submit_store(
+            session, key, self.reg.tensors, [block_ids], None, self._blocks_per_chunk(conn)))
+        if not ok:
+            # Most likely a restarted server that no longer knows our registration.
+            self._retire(conn, "refused a store; re-registering")
+            raise LMCacheError("store", "failed", "server refused the chunks")
+
+    def end_session(self, session: str) -> None:
+        """Tell the server the request is over (frees its session state)."""
+        conn = self._conn
+        if conn is not None:
+            self._best_effort(conn, lambda: conn.request_client.end_session(session))
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _key(self, token_ids: list[int], start: int, end: int, session: str,
+             worker_id: int | None) -> Any:
+        return self._lm.IPCCacheServerKey(
+            model_name=self.reg.model_name, world_size=1, num_kv_readers=1, worker_id=worker_id,
+            token_ids=tuple(token_ids), start=start, end=end, request_id=session)
+
+    def _blocks_per_chunk(self, conn: _Connection) -> int:
+        return conn.chunk_size // self.reg.block_size
+
+    def _require(self, op: str) -> _Connection:
+        conn = self._conn
+        if conn is None:
+            raise LMCacheError(op, "unavailable", f"not connected to {self.url}")
+        return conn
+
+    def _call(self, conn: _Connection, op: str, rpc) -> Any:
+        """Run one RPC; an unanswered one retires the connection."""
+        try:
+            return rpc().result(timeout=self.timeout_s)
+        except TimeoutError:
+            self._retire(conn, "stopped answering")
+            raise LMCacheError(op, "timeout", f"no answer within {self.timeout_s:.1f}s") from None
+        except Exception as exc:  # the transport surfaces server-side failures as exceptions
+            self._retire(conn, f"failed a {op} ({exc!r})")
+            raise LMCacheError(op, "error", repr(exc)) from exc
+
+    def _transfer(self, conn: _Connection, op: str, submit) -> bool:
+        # The engine-driven context turns RPC timeouts into ``False``; time it to tell them apart.
+        started = time.monotonic()
+        try:
+            ok = bool(submit().result(timeout=self.timeout_s))
+        except TimeoutError:
+            ok = False
+        except Exception as exc:
+            self._retire(conn, f"failed a {op} ({exc!r})")
+            raise LMCacheError(op, "error", repr(exc)) from exc
+        if not ok and time.monotonic() - started >= self.timeout_s:
+            self._retire(conn, "stopped answering")
+            raise LMCacheError(op, "timeout", f"no answer within {self.timeout_s:.1f}s")
+        return ok
+
+    def _best_effort(self, conn: _Connection, rpc) -> None:
+        try:
+            rpc().result(timeout=_CLEANUP_TIMEOUT_S)
+        except Exception as exc:  # cleanup must never fail a request
+            logger.debug("LMCache cleanup RPC failed: %r", exc)
+
+    def _retire(self, conn: _Connection, why: str) -> None:
+        """Drop a broken connection; the reconnect thread disposes of it and connects anew."""
+        with self._lock:
+            if self._conn is not conn:
+                return
+            self._conn = None
+            self._retired.append(conn)
+        logger.warning("LMCache server %s %s; running as a plain engine until it is back "
+                       "(retry every %.1fs)", self.url, why, self.reconnect_interval_s)
+        self.on_state_change(False)
+        self._wake.set()
+
+    def _try_connect(self) -> bool:
+        try:
+            conn = self._connect()
+        except LMCacheError as exc:
+            # Warn once per distinct reason; retries every few seconds would flood the log.
+            log = logger.warning if str(exc) != self._last_connect_error else logger.debug
+            self._last_connect_error = str(exc)
+            log("LMCache connect to %s failed: %s", self.url, exc)
+            return False
+        self._last_connect_error = None
+        with self._lock:
+            if self._closed.is_set():
+                self._retired.append(conn)
+                return False
+            self._conn = conn
+        logger.info("LMCache connected: %s (chunk_size=%d, transport=%s, worker_id=%d, model=%s)",
+                    self.url, conn.chunk_size, conn.transport, self.reg.worker_id,
+                    self.reg.model_name)
+        self.on_state_change(True)
+        return True
+
+    def _connect(self) -> _Connection:
+        lm = self._lm
+        rc = lm.RequestClientFactory.create(self.url, context=self._zmq_ctx)
+        try:
+            try:
+                cs = int(rc.get_chunk_size().result(timeout=self.timeout_s))
+            except TimeoutError:
+                raise LMCacheError("connect", "timeout", "server did not answer") from None
+            if cs != self.chunk_size:
+                raise LMCacheError("connect", "mismatch",
+                                   f"server chunk size {cs} != engine chunk size "
+                                   f"{self.chunk_size}; restart the engine with --chunk-size {cs}")
+            tc = lm.EngineDrivenTransferContext(self.reg.worker_id, rc)
+            try:
+                tc.register(
+                    self.reg.tensors, self.reg.model_name, 1, cs // self.reg.block_size,
+                    self.timeout_s, layout_hints={"kv_layout": "NHD"},
+                    engine_group_infos=[lm.EngineGroupInfo(
+                        engine_group_id=0, layer_indices=tuple(range(self.reg.num_layers)),
+                        tokens_per_block=self.reg.block_size)],
+                    engine_type=lm.EngineType.VLLM)
+            except TimeoutError:
+                tc.close()
+                raise LMCacheError(
+                    "connect", "timeout",
+                    "REGISTER got no answer; is the server started with "
+                    "--supported-transfer-mode auto?") from None
+            except Exception as exc:
+                tc.close()
+                raise LMCacheError("connect", "error", f"REGISTER failed: {exc!r}") from exc
+            shm = "Shm" in type(tc.engine_driven_context).__name__
+            return _Connection(rc, tc, cs, "shm" if shm else "pickle")
+        except BaseException:
+            rc.close()
+            raise
+
+    def _reconnect_loop(self) -> None:
+        while not self._closed.is_set():
+            self._wake.wait(timeout=self.reconnect_interval_s)
+            self._wake.clear()
+            with self._lock:
+                retired, self._retired = self._retired, []
+            for conn in retired:
+                self._dispose(conn)
+            if self._conn is None and not self._closed.is_set():
+                self._try_connect()
+
+    def _dispose(self, conn: _Connection) -> None:
+        try:
+            fut = conn.transfer_context.unregister()
+            if fut is not None:
+                fut.result(timeout=_CLEANUP_TIMEOUT_S)
+        except Exception as exc:
+            logger.debug("LMCache unregister failed (server gone?): %r", exc)
+        for closer in (conn.transfer_context.close, conn.request_client.close):
+            try:
+                closer()
+            except Exception as exc:
+                logger.debug("LMCache close failed: %r", exc)
+
+
+def probe_chunk_size(url: str, timeout_s: float) -> int | None:
+    """Ask the server at ``url`` for its chunk size; ``None`` if it does not answer in time."""
+    lm = _import_lmcache()
+    ctx = lm.zmq.Context()
+    ctx.setsockopt(lm.zmq.LINGER, 0)
+    rc = lm.RequestClientFactory.create(url, context=ctx)
+    try:
+        return int(rc.get_chunk_size().result(timeout=timeout_s))
+    except TimeoutError:
+        return None
+    finally:
+        rc.close()
+        _term_context(ctx)
+
+
+class _LMCacheModules:
+    """The LMCache names this adapter uses, imported once."""
+
+    def __init__(self) -> None:
+        import zmq
+
+        from lmcache.utils import EngineType
+        from lmcache.v1.multiprocess.custom_types import IPCCacheServerKey
+        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
+        from lmcache.v1.multiprocess.transfer_context import EngineDrivenTransferContext
+        from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
+
+        self.zmq = zmq
+        self.EngineType = EngineType
+        self.IPCCacheServerKey = IPCCacheServerKey
+        self.EngineGroupInfo = EngineGroupInfo
+        self.EngineDrivenTransferContext = EngineDrivenTransferContext
+        self.RequestClientFactory = RequestClientFactory
+
+
+_MODULES: _LMCacheModules | None = None
+
+
+def _import_lmcache() -> _LMCacheModules:
+    global _MODULES
+    if _MODULES is None:
+        _MODULES = _load_lmcache()
+    return _MODULES
+
+
+def _load_lmcache() -> _LMCacheModules:
+    # lmcache logs every transfer at INFO and would phone home for usage stats; the engine's own
+    # logs and metrics cover both. Explicit settings in the environment still win.
+    os.environ.setdefault("LMCACHE_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
+    os.environ.setdefault("LMCACHE_DISABLE_BANNER", "1")
+    started = time.monotonic()
+    try:
+        modules = _LMCacheModules()
+    except ImportError as exc:
+        raise RuntimeError(f"--lmcache-url needs the lmcache package (pip install lmcache): "
+                           f"{exc}") from exc
+    logger.info("lmcache imported in %.1fs", time.monotonic() - started)
+    return modules
+
+
+def _term_context(ctx: Any) -> None:
+    # term() blocks while any socket is open; never let a leaked socket hang shutdown.
+    thread = threading.Thread(target=ctx.term, name="zmq-term", daemon=True)
+    thread.start()
+    thread.join(timeout=2.0)

@@ -1,0 +1,123 @@
+"""Prometheus metrics: vLLM's names for what vLLM also reports, ``p2p_engine_*`` for the rest.
+
+Keeping vLLM's names (and its ``model_name``/``engine`` labels and buckets) lets dashboards,
+routers and the test harness read this engine and a real vLLM the same way. Each engine gets its
+own registry so several apps can live in one process (tests).
+
+This engine has no local prefix cache of its own (like ``vllm serve --no-enable-prefix-caching``):
+``vllm:prefix_cache_hits_total`` stays 0 and every reused token is an external (LMCache) hit.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
+                               disable_created_metrics, generate_latest)
+
+# vLLM exposes no ``*_created`` series; matching it halves the scrape size.
+disable_created_metrics()
+
+# vLLM v1's buckets (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+               10.0, 20.0, 40.0, 80.0)
+LMCACHE_OP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class EngineMetrics:
+    """All series of one engine, pre-labelled with its model name."""
+
+    def __init__(self, model_name: str, instance_id: str) -> None:
+        self.registry = CollectorRegistry()
+        r, labels = self.registry, ("model_name", "engine")
+        lv = {"model_name": model_name, "engine": "0"}
+
+        def counter(name, doc, extra=()):
+            return Counter(name, doc, (*labels, *extra), registry=r)
+
+        def hist(name, doc, buckets):
+            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(**lv)
+
+        self._running = Gauge("vllm:num_requests_running", "Requests being decoded.", labels,
+                              registry=r).labels(**lv)
+        self._waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to start.", labels,
+                              registry=r).labels(**lv)
+        self._kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).",
+                               labels, registry=r).labels(**lv)
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prompt tokens queried in the local prefix cache."
+        ).labels(**lv)
+        self.prefix_hits = counter("vllm:prefix_cache_hits",
+                                   "Prompt tokens hit in the local prefix cache.").labels(**lv)
+        self.external_queries = counter("vllm:external_prefix_cache_queries",
+                                        "Prompt tokens queried in LMCache.").labels(**lv)
+        self.external_hits = counter("vllm:external_prefix_cache_hits",
+                                     "Prompt tokens loaded from LMCache.").labels(**lv)
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens processed.").labels(**lv)
+        self.generation_tokens = counter("vllm:generation_tokens",
+                                         "Tokens generated.").labels(**lv)
+        self._success = counter("vllm:request_success", "Finished requests.", ("finished_reason",))
+        self._lv = lv
+        self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.",
+                        LATENCY_BUCKETS)
+        self.itl = hist("vllm:inter_token_latency_seconds", "Time between generated tokens.",
+                        ITL_BUCKETS)
+        self.queue_time = hist("vllm:request_queue_time_seconds", "Time spent waiting.",
+                               LATENCY_BUCKETS)
+        self.prefill_time = hist("vllm:request_prefill_time_seconds", "Prefill phase time.",
+                                 LATENCY_BUCKETS)
+        self.decode_time = hist("vllm:request_decode_time_seconds", "Decode phase time.",
+                                LATENCY_BUCKETS)
+
+        Gauge("p2p_engine_info", "Static engine facts (value is always 1).",
+              ("instance_id", "model_name"), registry=r).labels(instance_id, model_name).set(1)
+        self._connected = Gauge("p2p_engine_lmcache_connected",
+                                "1 while registered with the LMCache server.", registry=r)
+        self._fallbacks = Counter(
+            "p2p_engine_lmcache_fallbacks", "LMCache operations that failed and were worked "
+            "around (recompute, or skip the store).", ("op", "reason"), registry=r)
+        self.recomputed_tokens = Counter(
+            "p2p_engine_lmcache_recomputed_tokens", "Prompt tokens LMCache reported as hits that "
+            "were recomputed because loading them failed.", registry=r)
+        self.loaded_tokens = Counter("p2p_engine_lmcache_loaded_tokens",
+                                     "Prompt tokens loaded from LMCache.", registry=r)
+        self.loaded_bytes = Counter("p2p_engine_lmcache_loaded_bytes",
+                                    "KV bytes loaded from LMCache.", registry=r)
+        self.stored_tokens = Counter("p2p_engine_lmcache_stored_tokens",
+                                     "Prompt tokens stored to LMCache.", registry=r)
+        self.stored_bytes = Counter("p2p_engine_lmcache_stored_bytes",
+                                    "KV bytes stored to LMCache.", registry=r)
+        self.computed_tokens = Counter("p2p_engine_computed_prompt_tokens",
+                                       "Prompt tokens computed by the model.", registry=r)
+        self._op_seconds = Histogram("p2p_engine_lmcache_op_seconds",
+                                     "Latency of LMCache operations.", ("op",),
+                                     buckets=LMCACHE_OP_BUCKETS, registry=r)
+        self.emulated_sleep = Counter("p2p_engine_emulated_sleep_seconds",
+                                      "Seconds slept to emulate GPU timing.", registry=r)
+
+    def set_queue(self, running: int, waiting: int) -> None:
+        self._running.set(running)
+        self._waiting.set(waiting)
+
+    def set_kv_usage(self, fraction: float) -> None:
+        self._kv_usage.set(fraction)
+
+    def set_connected(self, connected: bool) -> None:
+        self._connected.set(1 if connected else 0)
+
+    def request_finished(self, reason: str) -> None:
+        self._success.labels(finished_reason=reason, **self._lv).inc()
+
+    def fallback(self, op: str, reason: str) -> None:
+        self._fallbacks.labels(op=op, reason=reason).inc()
+
+    def observe_op(self, op: str, seconds: float) -> None:
+        self._op_seconds.labels(op=op).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,147 @@
+"""OpenAI/vLLM wire schemas: request models, response builders and the error body.
+
+Field names follow vLLM's OpenAI-compatible server. Unknown request fields are accepted and
+ignored, as vLLM does, so clients that send extra sampling options keep working.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+import uuid
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ApiError(Exception):
+    """A client error, rendered as ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 err_type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.err_type = err_type or _ERROR_TYPES.get(status, "BadRequestError")
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.param, self.err_type)
+
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
+                500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+def error_body(status: int, message: str, param: str | None = None,
+               err_type: str | None = None) -> dict[str, Any]:
+    """vLLM's error shape: the HTTP status doubles as ``code``."""
+    return {"error": {"message": message, "type": err_type or _ERROR_TYPES.get(status, "Error"),
+                      "param": param, "code": status}}
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class SamplingFields(_Lenient):
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # Accepted for compatibility; decoding is always greedy.
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    n: int = 1
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    user: str | None = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    # vLLM's default for /v1/completions; chat defaults to "what fits".
+    max_tokens: int | None = 16
+    echo: bool = False
+    logprobs: int | None = None
+
+
+class ContentPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Lenient):
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    add_generation_prompt: bool = True
+
+
+class TokenizeRequest(_Lenient):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(_Lenient):
+    model: str | None = None
+    tokens: list[int]
+
+
+def new_id(prefix: Literal["cmpl", "chatcmpl"]) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def completion_response(rid: str, model: str, text: str, finish_reason: str | None,
+                        usage_: dict) -> dict[str, Any]:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None,
+                         "finish_reason": finish_reason, "stop_reason": None}],
+            "usage": usage_}
+
+
+def chat_response(rid: str, model: str, text: str, finish_reason: str | None,
+                  usage_: dict) -> dict[str, Any]:
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}],
+            "usage": usage_}
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str,
+                     finish_reason: str | None) -> dict[str, Any]:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None,
+                         "finish_reason": finish_reason, "stop_reason": None}]}
+
+
+def chat_chunk(rid: str, model: str, created: int, delta: dict,
+               finish_reason: str | None) -> dict[str, Any]:
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                         "finish_reason": finish_reason}]}
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str, usage_: dict) -> dict[str, Any]:
+    """The last chunk when ``stream_options.include_usage`` is set: no choices, just usage."""
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+            "usage": usage_}

@@ -1,0 +1,75 @@
+"""Deterministic byte-level tokenizer for the embedded engine.
+
+Token ids 0..255 are the UTF-8 bytes of the text, followed by a few special tokens. Every node
+tokenizes identically without downloading anything, which is what LMCache needs: chunk keys are
+hashes of token ids, so peers that disagree on tokenization share nothing.
+
+Ids from ``FIRST_UNUSED_ID`` up to ``vocab_size - 1`` exist in the embedding table (so the vocab
+size can mimic a real model's) but are never produced by ``encode`` or generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BOS_ID = 256
+EOS_ID = 257
+PAD_ID = 258
+FIRST_UNUSED_ID = 259
+SPECIAL_TOKENS = {BOS_ID: "<s>", EOS_ID: "</s>", PAD_ID: "<pad>"}
+
+# Generation is limited to printable ASCII so every generated token is exactly one visible
+# character: streamed deltas are never empty or half a UTF-8 sequence.
+PRINTABLE_IDS = tuple(range(0x20, 0x7F))
+
+
+@dataclass(frozen=True)
+class ByteTokenizer:
+    """UTF-8 byte tokenizer with BOS/EOS/PAD specials."""
+
+    vocab_size: int = 512
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < FIRST_UNUSED_ID:
+            raise ValueError(
+                f"vocab_size must be >= {FIRST_UNUSED_ID} (256 bytes + BOS/EOS/PAD), "
+                f"got {self.vocab_size}"
+            )
+
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        """Return the token ids of ``text``, optionally preceded by BOS."""
+        ids = list(text.encode("utf-8"))
+        return [BOS_ID, *ids] if add_bos else ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Return the text of ``ids``; specials are dropped or rendered as ``<s>``-style names.
+
+        Raises:
+            ValueError: If an id is outside the vocabulary.
+        """
+        out = bytearray()
+        parts: list[str] = []
+        for tid in ids:
+            if not 0 <= tid < self.vocab_size:
+                raise ValueError(f"token id {tid} is outside the vocabulary [0, {self.vocab_size})")
+            if tid < 256:
+                out.append(tid)
+                continue
+            if skip_special_tokens:
+                continue
+            parts.append(out.decode("utf-8", errors="replace"))
+            out.clear()
+            parts.append(SPECIAL_TOKENS.get(tid, f"<unused_{tid}>"))
+        parts.append(out.decode("utf-8", errors="replace"))
+        return "".join(parts)
+
+    def token_str(self, tid: int) -> str:
+        """Return a printable name for one token (bytes that are not text show as ``<0xNN>``)."""
+        if tid in SPECIAL_TOKENS:
+            return SPECIAL_TOKENS[tid]
+        if tid >= 256:
+            return f"<unused_{tid}>"
+        return chr(tid) if 0x20 <= tid < 0x7F else f"<0x{tid:02X}>"

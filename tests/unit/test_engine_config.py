@@ -1,0 +1,52 @@
+"""Engine flags: parsing, defaults and validation messages."""
+
+import pytest
+
+from p2p_runtime.config import ConfigError, EngineConfig, build_parser
+
+FLAGS = ["--host", "--port", "--served-model-name", "--lmcache-url", "--instance-id",
+         "--chunk-size", "--model-seed", "--num-layers", "--num-heads", "--head-size",
+         "--vocab-size", "--max-model-len", "--block-size", "--num-blocks", "--threads",
+         "--prefill-us-per-token", "--decode-ms-per-token", "--load-us-per-token",
+         "--timing-jitter", "--timing-seed", "--log-level"]
+
+
+def test_help_names_every_flag(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert all(flag in text for flag in FLAGS)
+
+
+def test_defaults_and_overrides():
+    cfg = EngineConfig.from_argv([])
+    assert (cfg.host, cfg.port, cfg.max_model_len, cfg.block_size, cfg.threads) == \
+        ("127.0.0.1", 8000, 8192, 16, 1)
+    assert cfg.chunk_size is None and cfg.lmcache_url == "" and cfg.label == "engine-8000"
+    cfg = EngineConfig.from_argv(["--port", "0", "--chunk-size", "512", "--instance-id", "a-0",
+                                  "--decode-ms-per-token", "20", "--timing-jitter", "0.1"])
+    assert cfg.chunk_size == 512 and cfg.label == "a-0"
+    assert cfg.timing.enabled and cfg.timing.decode_ms_per_token == 20
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--chunk-size", "250"], "multiple of --block-size 16"),
+    (["--num-blocks", "10"], "--num-blocks >= 512"),
+    (["--head-size", "31"], "--head-size must be even"),
+    (["--vocab-size", "100"], "--vocab-size must be >= 259"),
+    (["--timing-jitter", "0.9"], "jitter"),
+    (["--threads", "0"], "--threads must be > 0"),
+    (["--port", "70000"], "--port"),
+])
+def test_invalid_flags_exit_2_with_the_reason(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        EngineConfig.from_argv(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_config_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        EngineConfig(block_size=16, chunk_size=24)
+    assert issubclass(ConfigError, ValueError)
