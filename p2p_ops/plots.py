@@ -19,6 +19,24 @@ def _pct(vals: list[float], q: float) -> float:
     return float("nan") if v is None else v
 
 
+def _concurrency_axes(levels: list[int], ylabel: str, title: str):
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, out: Path) -> bool:
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
     ladder = [r for r in records if r.stage == "ladder" and r.ok and r.ttft_s is not None]
     levels = sorted({r.level for r in ladder})
@@ -26,20 +44,11 @@ def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
         return False
     p50 = [_pct([r.ttft_s for r in ladder if r.level == c], 50) * 1000 for c in levels]
     p99 = [_pct([r.ttft_s for r in ladder if r.level == c], 99) * 1000 for c in levels]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = _concurrency_axes(levels, "time to first token (ms)", "TTFT vs concurrency (ladder, cross-node prefixes)")
     ax.plot(levels, p50, "o-", label="p50")
     ax.plot(levels, p99, "s--", label="p99")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(c) for c in levels])
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("time to first token (ms)")
-    ax.set_title("TTFT vs concurrency (ladder, cross-node prefixes)")
-    ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: dict) -> bool:
@@ -50,18 +59,9 @@ def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: di
     for c in levels:
         ok = [r for r in records if r.stage == "ladder" and r.level == c and r.ok]
         rps.append(len(ok) / walls[("ladder", c)] if walls[("ladder", c)] else 0.0)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = _concurrency_axes(levels, "throughput (completed requests/s)", "Throughput vs concurrency (ladder)")
     ax.plot(levels, rps, "o-", color="tab:green")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(c) for c in levels])
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("throughput (completed requests/s)")
-    ax.set_title("Throughput vs concurrency (ladder)")
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float = 5.0) -> bool:
@@ -89,10 +89,7 @@ def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float
     ax.set_title("Hit ratio over time")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -> bool:
@@ -117,10 +114,7 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
     h1, l1 = ax1.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax1.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, out)
 
 
 def make_all(run_dir: Path, records: list[RequestRecord], walls: dict, node_bytes: dict) -> list[str]:

@@ -13,6 +13,7 @@ from rich.table import Table
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
+from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.report import build_report, overall_passed
@@ -150,47 +151,43 @@ class _Bars:
         self.p.update(self.tasks[label], completed=done, total=total)
 
 
-def _run_stress(ctx, args, out_dir) -> dict:
-    opts = stress_options(args)
+def _run_stages(ctx, opts: StressOptions, out_dir: Path) -> dict:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+                  console=console) as progress:
         return run_stress(ctx, opts, out_dir, _Bars(progress))
 
 
-def _label(kind: str, tag: str) -> str:
-    return f"{kind}-{tag}" if tag else kind
+def _run_and_report(args: argparse.Namespace, kind: str, body) -> int:
+    """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
+    ctx = context(args)
+    try:
+        out_dir = new_run_dir(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind)
+        body(ctx, out_dir)
+    finally:
+        ctx.close()
+    summary = build_report(out_dir)
+    console.print(f"report: {summary}")
+    return _verdict(summary)
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
-        out_dir = new_run_dir(ctx.layout, _label("stress", args.tag))
-        _run_stress(ctx, args, out_dir)
-    finally:
-        ctx.close()
-    summary = build_report(out_dir)
-    console.print(f"report: {summary}")
-    return _verdict(summary)
+    opts = stress_options(args)
+    return _run_and_report(args, "stress", lambda ctx, out: _run_stages(ctx, opts, out))
 
 
 def cmd_all(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
-        out_dir = new_run_dir(ctx.layout, _label("all", args.tag))
+    opts = stress_options(args)
+
+    def body(ctx, out_dir: Path) -> None:
         console.rule("cross-node proof")
         print_basic(run_basic(ctx, progress=_progress, out_dir=out_dir / "basic"))
         console.rule("stress")
-        _run_stress(ctx, args, out_dir)
+        _run_stages(ctx, opts, out_dir)
         if args.with_lmcache_bench:
             console.rule("lmcache bench engine --workload long-doc-qa")
-            from p2p_ops.harness.lmcache_bench import run_lmcache_bench
-
             run_lmcache_bench(ctx, out_dir / "lmcache-bench", quick=args.quick, progress=_progress)
-    finally:
-        ctx.close()
-    summary = build_report(out_dir)
-    console.print(f"report: {summary}")
-    return _verdict(summary)
+
+    return _run_and_report(args, "all", body)
 
 
 def cmd_longdoc(args: argparse.Namespace) -> int:
@@ -201,23 +198,15 @@ def cmd_longdoc(args: argparse.Namespace) -> int:
                          longdoc_queries=args.queries_per_document, longdoc_inflight=args.inflight,
                          max_tokens=args.max_tokens, policy=args.policy, max_seconds=args.max_seconds,
                          tag=args.tag, seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
-    ctx = context(args)
-    try:
-        out_dir = new_run_dir(ctx.layout, _label("longdoc", args.tag))
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
-            run_stress(ctx, opts, out_dir, _Bars(progress))
-        if args.with_lmcache_bench:
-            from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 
+    def body(ctx, out_dir: Path) -> None:
+        _run_stages(ctx, opts, out_dir)
+        if args.with_lmcache_bench:
             run_lmcache_bench(ctx, out_dir / "lmcache-bench", document_length=args.document_length,
                               num_documents=args.num_documents, queries=args.queries_per_document,
                               inflight=args.inflight, max_tokens=args.max_tokens, progress=_progress)
-    finally:
-        ctx.close()
-    summary = build_report(out_dir)
-    console.print(f"report: {summary}")
-    return _verdict(summary)
+
+    return _run_and_report(args, "longdoc", body)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
