@@ -69,6 +69,8 @@ PATTERNS: tuple[tuple[str, re.Pattern, str], ...] = (
         r"(?P<s>[^\s-][^\s]*)"), "s"),
 )
 
+# Names that end in TOKEN because they are per-token rates (P2P_ENGINE_PREFILL_US_PER_TOKEN), not credentials.
+_RATE_NAME = re.compile(r"(?i)per[_-]?token$")
 # Values that are already placeholders, references or empty are left alone: redacting them hides nothing.
 _HARMLESS = re.compile(r"^[\"']?(?:|<redacted>|\*+|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|null|none|None|"
                        r"true|false)[\"']?$")
@@ -83,6 +85,8 @@ def _spans(text: str) -> list[tuple[int, int, str, str]]:
             value = m.group(group)
             if _HARMLESS.match(value) or any(s < end and start < e for s, e, _, _ in taken):
                 continue
+            if _RATE_NAME.search(m.groupdict().get("n") or ""):
+                continue  # prefill_us_per_token=0.0 is a rate, not a token
             if value[:1] in "\"'" and value[-1:] == value[:1] and len(value) >= 2:
                 start, end = start + 1, end - 1  # keep the quotes, so the file still parses
             name = m.groupdict().get("n") or ""

@@ -35,7 +35,8 @@ def free_port_base(n_nodes: int, attempts: int = 200) -> dict[str, int]:
     """A port plan (as for `local_fleet`) whose every port is free right now."""
     rng = random.Random()
     for _ in range(attempts):
-        start = rng.randrange(30000, 60000, 100)
+        # Below the kernel's ephemeral range (32768+), so outgoing connections never take our ports.
+        start = rng.randrange(23000, 32600, 100)
         base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50, "engine": start + 70}
         ports = [base["coordinator"]] + [base[k] + i + 1 for k in ("mp", "http", "p2p", "engine")
                                          for i in range(n_nodes)]

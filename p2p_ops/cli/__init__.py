@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "p2p_ops.cli.test_cmds",
     "p2p_ops.cli.observe_cmds",
     "p2p_ops.cli.diag_cmds",
+    "p2p_ops.cli.doctor_cmds",
     "p2p_ops.cli.probe_cmds",
 ]
 

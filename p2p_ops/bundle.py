@@ -1,0 +1,343 @@
+"""Debug bundle (`p2pctl bundle`, `scripts/collect_bundle.sh`): one tar.gz to attach to an issue.
+
+Layout inside `p2p-bundle-<fleet>-<UTC>/`::
+
+    manifest.json                  what each file is, where it came from, its size, redactions, unreachable parts
+    fleet.yaml  doctor.txt  doctor.json
+    coordinator/   env.sh  start_coordinator.sh  coordinator.log  healthz.json  instances.json  metrics.txt
+    nodes/<node>/  packages.json  tools/<fact>.txt|.rc  facts/<fact>.json      (replayable: p2pctl rdma --root)
+    nodes/<node>/<instance>/  env.sh  start_*.sh  server.log  engine.log  status.json  config.json
+                              lmc_version.json  version.json  server_metrics.txt  engine_metrics.txt
+    prometheus/    prometheus.yml  prometheus.log                                (if the fleet ran one)
+
+Every text passes through `redact.redact_text` in memory before anything is written; the tar holds only the
+redacted text and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
+Parts that cannot be read (a stopped fleet, a missing tool, an unreachable node) are listed under
+`unreachable` instead of failing the bundle.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from p2p_ops import probes
+from p2p_ops.layout import COORDINATOR
+from p2p_ops.redact import Redaction, manifest_entries, redact_text
+from p2p_ops.render import bin_dir_for
+
+FORMAT = "p2p-bundle/1"
+LOG_CAP_BYTES = 4 << 20
+PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "ucx-py", "p2p-kv-ops")
+_PY_VERSIONS = """
+import json, platform, sys
+from importlib import metadata
+def v(n):
+    try:
+        return metadata.version(n)
+    except metadata.PackageNotFoundError:
+        return None
+print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
+                  "packages": {n: v(n) for n in %r}}))
+""" % (PACKAGES,)
+_BASE64_LINE = re.compile(r"^[A-Za-z0-9+/=]{16,}\\?n?\s*$")
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class FileEntry:
+    path: str
+    what: str
+    source: str
+    bytes: int
+    redactions: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class Unreachable:
+    what: str
+    source: str
+    error: str
+
+
+@dataclass
+class BundleWriter:
+    """Collects redacted files in memory; `write` makes the tar.gz (nothing unredacted ever touches disk)."""
+
+    root: str
+    files: dict[str, bytes] = field(default_factory=dict)
+    entries: list[FileEntry] = field(default_factory=list)
+    redactions: list[Redaction] = field(default_factory=list)
+    unreachable: list[Unreachable] = field(default_factory=list)
+
+    def add_text(self, path: str, text: str, what: str, source: str, truncated: bool = False) -> None:
+        result = redact_text(text, where=path)
+        data = result.text.encode("utf-8", errors="replace")
+        self.files[path] = data
+        self.redactions += result.redactions
+        self.entries.append(FileEntry(path, what, source, len(data), len(result.redactions), truncated))
+
+    def add_json(self, path: str, obj: Any, what: str, source: str) -> None:
+        self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
+
+    def missing(self, what: str, source: str, error: str) -> None:
+        self.unreachable.append(Unreachable(what, source, redact_text(str(error), "manifest").text[:500]))
+
+    def manifest(self, extra: dict) -> dict:
+        by_kind: dict[str, int] = {}
+        for r in self.redactions:
+            by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
+        return {
+            "format": FORMAT, **extra,
+            "files": [asdict(e) for e in self.entries],
+            "redactions": manifest_entries(self.redactions),
+            "redaction_summary": {"total": len(self.redactions), "by_kind": by_kind,
+                                  "files": sorted({r.where for r in self.redactions})},
+            "unreachable": [asdict(u) for u in self.unreachable],
+        }
+
+    def write(self, out: Path, extra: dict) -> dict:
+        manifest = self.manifest(extra)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        with tarfile.open(tmp, "w:gz") as tar:
+            items = [("manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())] + sorted(self.files.items())
+            for path, data in items:
+                info = tarfile.TarInfo(f"{self.root}/{path}")
+                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+                tar.addfile(info, io.BytesIO(data))
+        tmp.chmod(0o600)
+        tmp.replace(out)
+        return manifest
+
+
+# ---- reading from nodes and endpoints ---------------------------------------------------------------------
+
+def trim_partial_head(text: str) -> str:
+    """A log cut at a byte offset starts mid-line, maybe inside a private-key block whose BEGIN line is gone:
+    drop the partial first line and any key-material-looking lines after it (redaction needs the BEGIN line)."""
+    lines = text.split("\n")[1:]
+    while lines and _BASE64_LINE.match(lines[0]):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def read_remote(conn, path: str, cap: int = LOG_CAP_BYTES) -> tuple[Optional[str], int, str]:
+    """(text or None, size in bytes, error). ANSI colours stripped; at most `cap` bytes from the end."""
+    q = shlex.quote(path)
+    cmd = (f"[ -f {q} ] || {{ echo 'no such file' >&2; exit 3; }}; wc -c < {q}; "
+           f"tail -c {int(cap)} {q} | sed 's/\\x1b\\[[0-9;]*m//g' | iconv -c -f UTF-8 -t UTF-8 2>/dev/null")
+    try:
+        res = conn.run(cmd, timeout=60)
+    except Exception as exc:  # noqa: BLE001 - an unreachable node is a manifest entry, not a failure
+        return None, 0, str(exc)
+    if not res.ok:
+        return None, 0, (res.stderr.strip() or f"exit {res.exit_code}")
+    size_line, _, text = res.stdout.partition("\n")
+    size = int(size_line.strip()) if size_line.strip().isdigit() else len(text)
+    if size > cap:
+        text = trim_partial_head(text)
+    return text, size, ""
+
+
+def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: str) -> None:
+    text, size, err = read_remote(conn, path)
+    if text is None:
+        w.missing(what, f"{node}:{path}", err)
+        return
+    w.add_text(dest, text, what, f"{node}:{path}", truncated=size > LOG_CAP_BYTES)
+
+
+def _add_http(w: BundleWriter, url: str, dest: str, what: str, as_json: bool) -> None:
+    if as_json:
+        body = probes.get_json(url)
+        if body is None:
+            w.missing(what, url, "no answer (process stopped or endpoint missing)")
+        else:
+            w.add_json(dest, body, what, url)
+        return
+    text = probes.get_text(url)
+    if text is None:
+        w.missing(what, url, "no answer (process stopped or endpoint missing)")
+    else:
+        w.add_text(dest, text, what, url)
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _add_facts(w: BundleWriter, conn, node) -> None:
+    """Every command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
+    from p2p_ops.facts import COMMAND_FACTS
+
+    base = f"nodes/{node.name}"
+    for fact in COMMAND_FACTS:
+        cmd = shlex.join(fact.argv)
+        try:
+            res = conn.run(f"{cmd} 2>&1", timeout=30)
+        except Exception as exc:  # noqa: BLE001
+            w.missing(f"fact {fact.name}", f"{node.name}: {cmd}", str(exc))
+            continue
+        if res.exit_code == 127 or "command not found" in res.stdout[-200:]:
+            w.missing(f"fact {fact.name}", f"{node.name}: {cmd}", "not installed")
+            continue
+        w.add_text(f"{base}/tools/{fact.name}.txt", res.stdout, f"output of `{cmd}`", f"{node.name}: {cmd}")
+        if res.exit_code:
+            w.add_text(f"{base}/tools/{fact.name}.rc", f"{res.exit_code}\n", f"exit code of `{cmd}`",
+                       f"{node.name}: {cmd}")
+        try:
+            w.add_json(f"{base}/facts/{fact.name}.json", _jsonable(fact.parse(res.stdout)),
+                       f"`{cmd}` parsed by p2p_ops.facts", f"{node.name}: {cmd}")
+        except Exception as exc:  # noqa: BLE001 - the raw output is kept either way
+            w.missing(f"parsed fact {fact.name}", f"{node.name}: {cmd}", f"parser failed: {exc}")
+
+
+def _add_node(w: BundleWriter, ctx, node, states: dict[str, str]) -> None:
+    conn = ctx.conn(node)
+    lay = ctx.node_layout(node)
+    base = f"nodes/{node.name}"
+    python = f"{bin_dir_for(node)}/python"
+    try:
+        res = conn.run(f"{shlex.quote(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY", timeout=60)
+        w.add_json(f"{base}/packages.json", json.loads(res.stdout.strip().splitlines()[-1]),
+                   "python and package versions (lmcache, nixl, torch, vllm) of the node's interpreter",
+                   f"{node.name}: {python}")
+    except Exception as exc:  # noqa: BLE001
+        w.missing("package versions", f"{node.name}: {python}", str(exc))
+    try:
+        res = conn.run("uname -a; hostname; nproc; ulimit -l", timeout=15)
+        w.add_text(f"{base}/host.txt", res.stdout, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
+    except Exception as exc:  # noqa: BLE001
+        w.missing("host", f"{node.name}: uname", str(exc))
+        return  # the node is unreachable: nothing else will work either
+    _add_facts(w, conn, node)
+    for inst in node.instances:
+        d = f"{base}/{inst.id}"
+        _add_remote(w, conn, node.name, str(lay.env(inst.id)), f"{d}/env.sh", f"env.sh of {inst.id}")
+        for role in ("server", "engine"):
+            _add_remote(w, conn, node.name, str(lay.wrapper(inst.id, role)), f"{d}/start_{role}.sh",
+                        f"{role} start wrapper of {inst.id}")
+            for suffix in ("", ".1"):
+                log = str(lay.log(inst.id, role)) + suffix
+                if suffix and not conn.run(f"[ -f {shlex.quote(log)} ]", timeout=10).ok:
+                    continue
+                _add_remote(w, conn, node.name, log, f"{d}/{role}.log{suffix}",
+                            f"{role} log of {inst.id}" + (" (previous run)" if suffix else ""))
+        surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
+        if states.get(ctx.server_proc(node, inst).name) == "running":
+            _add_http(w, surl + "/status", f"{d}/status.json", f"/status of {inst.id}", True)
+            _add_http(w, surl + "/config", f"{d}/config.json", f"/config of {inst.id}", True)
+            _add_http(w, surl + "/lmc_version", f"{d}/lmc_version.json", f"/lmc_version of {inst.id}", True)
+            _add_http(w, surl + "/version", f"{d}/version.json", f"/version of {inst.id}", True)
+            _add_http(w, surl + "/metrics", f"{d}/server_metrics.txt", f"server metrics of {inst.id}", False)
+        else:
+            w.missing(f"/status, /config, /metrics of {inst.id}", surl,
+                      f"server process {states.get(ctx.server_proc(node, inst).name, 'unknown')}")
+        if states.get(ctx.engine_proc(node, inst).name) == "running":
+            _add_http(w, eurl + "/metrics", f"{d}/engine_metrics.txt", f"engine metrics of {inst.id}", False)
+        else:
+            w.missing(f"engine metrics of {inst.id}", eurl,
+                      f"engine process {states.get(ctx.engine_proc(node, inst).name, 'unknown')}")
+
+
+def _add_coordinator(w: BundleWriter, ctx, states: dict[str, str]) -> None:
+    cnode = ctx.fleet.coordinator_node()
+    conn, lay = ctx.conn(cnode), ctx.node_layout(cnode)
+    for name, what in (("env.sh", "coordinator env.sh"), ("start_coordinator.sh", "coordinator start wrapper")):
+        _add_remote(w, conn, cnode.name, str(lay.dir(COORDINATOR) / name), f"coordinator/{name}", what)
+    _add_remote(w, conn, cnode.name, ctx.coordinator_proc().log, "coordinator/coordinator.log", "coordinator log")
+    url = ctx.fleet.coordinator_url
+    if states.get(ctx.coordinator_proc().name) == "running":
+        _add_http(w, url + "/healthz", "coordinator/healthz.json", "coordinator /healthz", True)
+        _add_http(w, url + "/instances", "coordinator/instances.json", "coordinator /instances (membership)", True)
+        _add_http(w, url + "/metrics", "coordinator/metrics.txt", "coordinator metrics", False)
+    else:
+        w.missing("coordinator /healthz, /instances, /metrics", url,
+                  f"coordinator process {states.get(ctx.coordinator_proc().name, 'unknown')}")
+
+
+def _add_prometheus(w: BundleWriter, ctx) -> None:
+    """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder."""
+    from p2p_ops.connectors import LocalConnector
+
+    pdir = ctx.layout.dir("prometheus")
+    for name, what in (("prometheus.yml", "Prometheus config"), ("prometheus.log", "Prometheus log")):
+        if (pdir / name).is_file():
+            _add_remote(w, LocalConnector(), "local", str(pdir / name), f"prometheus/{name}", what)
+
+
+def default_path(ctx, stamp: str) -> Path:
+    return ctx.layout.root / "bundles" / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
+
+
+def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None) -> dict:
+    """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
+    from p2p_ops import procs
+    from p2p_ops.diagnose import doctor
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(out) if out else default_path(ctx, stamp)
+    w = BundleWriter(f"p2p-bundle-{ctx.fleet.name}-{stamp}")
+    w.add_text("fleet.yaml", ctx.fleet_file.read_text(errors="replace"), "the fleet spec", str(ctx.fleet_file))
+    states: dict[str, str] = {}
+    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.node_procs(n))).items():
+        if isinstance(res, Exception):
+            w.missing(f"process states on {name}", name, str(res))
+        else:
+            states.update({st.name: st.state for st in res})
+    progress(f"processes: {sum(s == 'running' for s in states.values())}/{len(states)} running")
+    _add_coordinator(w, ctx, states)
+    for node in ctx.fleet.nodes:
+        progress(f"collecting node {node.name}")
+        _add_node(w, ctx, node, states)
+    _add_prometheus(w, ctx)
+    doctor_summary = None
+    if with_doctor:
+        progress("running the fleet doctor")
+        try:
+            facts, report = doctor.run(ctx)
+            w.add_json("doctor.json", {"report": report.to_dict(), "facts": facts.to_dict()},
+                       "`p2pctl doctor --json`: findings and the facts they came from", "p2pctl doctor")
+            w.add_text("doctor.txt", "\n".join(doctor.summary_lines(report)) + "\n", "`p2pctl doctor` output",
+                       "p2pctl doctor")
+            doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems)}
+        except Exception as exc:  # noqa: BLE001
+            w.missing("doctor", "p2pctl doctor", f"{type(exc).__name__}: {exc}")
+    extra = {"fleet": ctx.fleet.name, "created_utc": stamp, "tool": "p2pctl bundle",
+             "fleet_file": str(ctx.fleet_file), "run_dir": str(ctx.layout.root),
+             "nodes": [{"name": n.name, "address": n.address, "connection": n.connection} for n in ctx.fleet.nodes],
+             "processes": states, "doctor": doctor_summary}
+    manifest = w.write(out, extra)
+    manifest["path"] = str(out)
+    manifest["size_bytes"] = out.stat().st_size
+    return manifest
+
+
+def summary_lines(manifest: dict) -> list[str]:
+    red = manifest["redaction_summary"]
+    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(red["by_kind"].items())) or "none"
+    lines = [f"bundle: {manifest['path']} ({manifest['size_bytes']:,} bytes, {len(manifest['files'])} files)",
+             f"redacted: {red['total']} secret(s) ({kinds}) in {len(red['files'])} file(s); listed in manifest.json",
+             f"not collected: {len(manifest['unreachable'])} item(s)"]
+    lines += [f"  - {u['what']}: {u['error']}" for u in manifest["unreachable"][:8]]
+    if len(manifest["unreachable"]) > 8:
+        lines.append(f"  ... {len(manifest['unreachable']) - 8} more in manifest.json")
+    doc = manifest.get("doctor")
+    if doc:
+        lines.append(f"doctor: {'healthy' if doc['exit_code'] == 0 else str(doc['problems']) + ' problem(s)'} "
+                     "(doctor.txt in the bundle)")
+    return lines

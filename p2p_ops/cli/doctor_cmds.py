@@ -1,0 +1,140 @@
+"""Why does this fleet not share: `p2pctl doctor`, `p2pctl diagnose SYMPTOM`, `p2pctl bundle`.
+
+Exit codes: 0 healthy (doctor) / no problem found (diagnose) / bundle written, 1 findings, 2 could not check or
+bad input. `--json` prints one JSON document on stdout for skills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from p2p_ops import launch
+from p2p_ops.errors import BadInput
+
+
+def _fleet_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--fleet", default="fleet.yaml", help="fleet spec file (default: ./fleet.yaml)")
+    p.add_argument("--run-dir", default=None,
+                   help="state folder (default: p2p-run/<fleet name> next to the fleet file)")
+
+
+def _progress(msg: str) -> None:
+    print(f"· {msg}", file=sys.stderr)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from p2p_ops.diagnose import doctor
+
+    ctx = launch.FleetContext.load(args.fleet, args.run_dir)
+    try:
+        facts, report = doctor.run(ctx, reach=not args.no_reach)
+    finally:
+        ctx.close()
+    if args.json:
+        out = report.to_dict()
+        if args.facts:
+            out["gathered"] = facts.to_dict()
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print("\n".join(doctor.summary_lines(report)))
+    return report.exit_code
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from p2p_ops.diagnose import tree as T
+
+    data = T.load_tree()
+    if args.markdown:
+        sys.stdout.write(T.render_markdown(data))
+        return 0
+    if args.list or not args.symptom:
+        if args.json:
+            print(json.dumps([{"id": s.id, "title": s.title, "aliases": list(s.aliases), "looks_like": s.looks_like}
+                              for s in data.symptoms], indent=2))
+        else:
+            print("symptoms (p2pctl diagnose \"SYMPTOM\"):")
+            for s in data.symptoms:
+                print(f"  {s.title:<40} {s.looks_like[:110]}")
+        return 0 if args.list else 2
+    symptom = T.find_symptom(data, " ".join(args.symptom))
+    logs = tuple(Path(p) for p in args.log or [])
+    for p in logs:
+        if not p.is_file():
+            raise BadInput(f"--log {p}: no such file")
+    ctx = None
+    if Path(args.fleet).is_file():
+        ctx = launch.FleetContext.load(args.fleet, args.run_dir)
+    elif not logs:
+        raise BadInput(f"{args.fleet}: no fleet file; pass -f fleet.yaml (or --log FILE to check a log alone)")
+    try:
+        result = T.diagnose(data, symptom, T.Evidence(ctx, data, logs, reach=not args.no_reach))
+    finally:
+        if ctx is not None:
+            ctx.close()
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print("\n".join(T.render_text(result)))
+    return result.exit_code
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from p2p_ops import bundle
+
+    ctx = launch.FleetContext.load(args.fleet, args.run_dir)
+    out = Path(args.output) if args.output else None
+    if out is not None and out.is_dir():
+        raise BadInput(f"-o {out} is a folder; name the file, e.g. -o {out / 'p2p-bundle.tar.gz'}")
+    try:
+        manifest = bundle.collect(ctx, out, with_doctor=not args.no_doctor,
+                                  progress=_progress if not args.json else (lambda _: None))
+    finally:
+        ctx.close()
+    if args.json:
+        print(json.dumps(manifest, indent=2, default=str))
+    else:
+        print("\n".join(bundle.summary_lines(manifest)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check what peers must agree on, coordinator, reachability, ports, memlock",
+                       description="Fleet doctor: reads every env.sh and, on a running fleet, each server's /status, "
+                       "/config and process environment; checks PYTHONHASHSEED, chunk size, hash algorithm, L1 "
+                       "alignment, model, world size, LMCache/NIXL versions and transfer engine across peers, the "
+                       "coordinator and its /instances, TCP reachability of every advertised P2P URL and mq port from "
+                       "every node, ports (free before launch, listening after), memlock and UCX_TLS. Exit 0 "
+                       "healthy, 1 findings, 2 could not check.")
+    _fleet_args(p)
+    p.add_argument("--no-reach", action="store_true", help="skip the TCP connects between nodes")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--facts", action="store_true", help="with --json: include everything gathered")
+    p.set_defaults(handler=cmd_doctor)
+
+    p = sub.add_parser("diagnose", help="walk the decision tree of a symptom, running its checks",
+                       description="Walk a symptom's decision tree: each step runs its automated checks (doctor "
+                       "findings, log signatures, metrics, /status) and prints what it found, the cause and the fix. "
+                       "Exit 0 no problem found, 1 a step found the problem, 2 bad input.")
+    p.add_argument("symptom", nargs="*", help="e.g. \"peers not registered\", \"zero cached tokens\", l1_oom")
+    _fleet_args(p)
+    p.add_argument("--list", action="store_true", help="list the symptoms")
+    p.add_argument("--markdown", action="store_true", help="print the whole tree as Markdown (the skill reference)")
+    p.add_argument("--log", action="append", metavar="FILE", help="also grep this log for the signatures")
+    p.add_argument("--no-reach", action="store_true", help="skip the TCP connects between nodes")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(handler=cmd_diagnose)
+
+    p = sub.add_parser("bundle", help="one redacted tar.gz with env, logs, status, metrics, facts and doctor output",
+                       description="Collect env.sh files, logs, /status, /config, /instances, metrics, package "
+                       "versions, host facts and the doctor's output into one tar.gz with manifest.json. Secrets are "
+                       "redacted before anything is written; the manifest lists what was redacted and where. Works on "
+                       "a stopped fleet (collects what exists).")
+    _fleet_args(p)
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="bundle path (default: p2p-run/<fleet>/bundles/p2p-bundle-<fleet>-<UTC>.tar.gz)")
+    p.add_argument("--no-doctor", action="store_true", help="do not run the doctor into the bundle")
+    p.add_argument("--json", action="store_true", help="print the manifest")
+    p.set_defaults(handler=cmd_bundle)

@@ -1,0 +1,270 @@
+"""The fleet doctor's judgement (pure, on hand-built facts) and its gathering helpers."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from p2p_ops.connectors import LocalConnector
+from p2p_ops.diagnose import doctor as D
+
+STATUS = {"is_healthy": True, "chunk_size": 256, "hash_algorithm": "blake3", "p2p_enabled": True,
+          "p2p_state": "registered", "p2p_peer_count": 1,
+          "non_cuda_context_meta": {"11": {"model_name": "tiny-llm", "world_size": 1}}}
+CONFIG = {"mp": {"p2p_config": {"transfer_engine": "nixl"}},
+          "storage_manager": {"l1_manager_config": {"memory_config": {"align_bytes": 65536}}}}
+COORD = "http://127.0.0.1:9300"
+
+
+def env(**over) -> dict:
+    base = {"PYTHONHASHSEED": "0", "LMCACHE_CHUNK_SIZE": "256", "LMCACHE_HASH_ALGORITHM": "blake3",
+            "LMCACHE_L1_ALIGN_BYTES": "65536", "LMCACHE_P2P_TRANSFER_ENGINE": "nixl", "P2P_MODEL": "tiny-llm",
+            "LMCACHE_COORDINATOR_URL": COORD, "UCX_TLS": None, "UCX_NET_DEVICES": None}
+    base.update(over)
+    return base
+
+
+def inst(name: str, running: bool = True, status: dict | None = None, proc_env: dict | None = None,
+         env_file: dict | None = None, **kw) -> D.InstanceFacts:
+    node = "node-" + name[5]
+    pe = proc_env if proc_env is not None else env(LMCACHE_P2P_ADVERTISE_URL=f"127.0.0.1:855{name[5]}")
+    ef = env_file if env_file is not None else {k: v for k, v in pe.items() if v is not None}
+    return D.InstanceFacts(name, node, "127.0.0.1", env_file=ef, server_state="running" if running else "none",
+                           engine_state="running" if running else "none", pid=100 if running else None,
+                           process_env=pe if running else {}, status=(status or dict(STATUS)) if running else None,
+                           config=CONFIG if running else None, lmc_version="0.5.6" if running else None, **kw)
+
+
+def node(name: str, **kw) -> D.NodeFacts:
+    kw.setdefault("packages", {"lmcache": "0.5.6", "nixl": "1.5.1", "vllm": None})
+    kw.setdefault("rdma_devices", 0)
+    return D.NodeFacts(name, "127.0.0.1", **kw)
+
+
+def fleet(instances, running=True, **kw) -> D.FleetFacts:
+    kw.setdefault("coordinator_state", "running" if running else "none")
+    kw.setdefault("coordinator_healthy", running)
+    listed = [{"instance_id": i.instance, "ip": "127.0.0.1", "p2p_advertised_url": f"127.0.0.1:855{i.instance[5]}",
+               "mq_port": 5600 + ord(i.instance[5])} for i in instances if i.running]
+    kw.setdefault("coordinator_instances", listed if running else None)
+    kw.setdefault("nodes", [node(f"node-{i.instance[5]}") for i in instances])
+    return D.FleetFacts("t", "embedded", COORD, "node-a", instances=list(instances), **kw)
+
+
+def problems(report, check=None):
+    return [f for f in report.problems if check is None or f.check == check]
+
+
+def test_healthy_running_fleet_exits_0():
+    rep = D.check(fleet([inst("node-a-0"), inst("node-b-0")]))
+    assert rep.exit_code == 0, rep.render()
+    assert rep.facts["agreed"]["chunk_size"] == "256" and rep.facts["agreed"]["model"] == "tiny-llm"
+    assert rep.facts["instances"]["node-b-0"]["world_size"] == "1"
+
+
+def test_pythonhashseed_mismatch_with_builtin_hash_names_instances_and_values():
+    st = dict(STATUS, hash_algorithm="builtin")
+    a = inst("node-a-0", status=st, proc_env=env(LMCACHE_HASH_ALGORITHM="builtin"))
+    b = inst("node-b-0", status=st, proc_env=env(LMCACHE_HASH_ALGORITHM="builtin", PYTHONHASHSEED="4242"))
+    rep = D.check(fleet([a, b]))
+    [f] = problems(rep, "agree:PYTHONHASHSEED")
+    assert f.severity == "error" and f.subject == "node-a-0, node-b-0"
+    assert f.value == "node-a-0=0, node-b-0=4242" and "share nothing" in f.message
+    assert "python_hash_seed" in f.fix and rep.exit_code == 1
+
+
+def test_pythonhashseed_mismatch_is_only_a_warning_with_blake3_and_no_vllm():
+    rep = D.check(fleet([inst("node-a-0"), inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))]))
+    [f] = problems(rep, "agree:PYTHONHASHSEED")
+    assert f.severity == "warn" and "Harmless today" in f.message and "vLLM is not installed" in f.message
+
+
+def test_pythonhashseed_mismatch_is_an_error_once_vllm_is_installed():
+    facts = fleet([inst("node-a-0"), inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))])
+    facts.nodes[1].packages["vllm"] = "0.11.0"
+    [f] = problems(D.check(facts), "agree:PYTHONHASHSEED")
+    assert f.severity == "error"
+
+
+def test_chunk_size_from_status_and_the_coordinator_are_compared():
+    b = inst("node-b-0", status=dict(STATUS, chunk_size=512), proc_env=env(LMCACHE_CHUNK_SIZE="512"))
+    facts = fleet([inst("node-a-0"), b], coordinator_env={"LMCACHE_MP_COORDINATOR_CHUNK_SIZE": "256"})
+    [f] = problems(D.check(facts), "agree:chunk_size")
+    assert f.value == "coordinator=256, node-a-0=256, node-b-0=512" and "/status" in f.message
+
+
+@pytest.mark.parametrize("key,edit", [
+    ("model", {"status": dict(STATUS, non_cuda_context_meta={"1": {"model_name": "other", "world_size": 1}})}),
+    ("world_size", {"status": dict(STATUS, cache_context_meta={"0": {"model_name": "tiny-llm", "world_size": 2}},
+                                   non_cuda_context_meta={})}),
+    ("NONE_HASH", {"none_hash": "b'zz'"}),
+    ("lmcache_version", {"lmc_version": "0.5.5"}),
+    ("l1_align_bytes", {"config": {"storage_manager": {"l1_manager_configs": [
+        {"memory_config": {"align_bytes": 4096}}]}}}),
+])
+def test_other_must_agree_keys(key, edit):
+    a = inst("node-a-0", none_hash="b'aa'") if key == "NONE_HASH" else inst("node-a-0")
+    b = inst("node-b-0")
+    for k, v in edit.items():
+        setattr(b, k, v)
+    found = problems(D.check(fleet([a, b])), f"agree:{key}")
+    assert len(found) == 1 and found[0].severity == "error" and "node-b-0" in found[0].value
+
+
+def test_env_sh_edited_after_start_is_reported():
+    b = inst("node-b-0", env_file={"PYTHONHASHSEED": "99", "LMCACHE_COORDINATOR_URL": COORD})
+    [f] = problems(D.check(fleet([inst("node-a-0"), b])), "stale_env")
+    assert f.subject == "node-b-0" and "process PYTHONHASHSEED=0, env.sh PYTHONHASHSEED=99" == f.value
+
+
+def test_stopped_coordinator_is_an_error():
+    facts = fleet([inst("node-a-0"), inst("node-b-0")], coordinator_state="none", coordinator_healthy=False,
+                  coordinator_instances=None)
+    [f] = problems(D.check(facts), "coordinator")
+    assert "not running" in f.message and "p2pctl up --no-render" in f.fix
+
+
+def test_server_pointing_at_another_coordinator_is_named():
+    bad = "http://127.0.0.1:1"
+    b = inst("node-b-0", status=dict(STATUS, p2p_state="unregistered", p2p_peer_count=0),
+             proc_env=env(LMCACHE_COORDINATOR_URL=bad))
+    facts = fleet([inst("node-a-0", status=dict(STATUS, p2p_peer_count=0)), b])
+    facts.coordinator_instances = [e for e in facts.coordinator_instances if e["instance_id"] != "node-b-0"]
+    rep = D.check(facts)
+    [url] = problems(rep, "coordinator_url")
+    assert url.subject == "node-b-0" and bad in url.value and COORD in url.fix
+    assert {f.subject for f in problems(rep, "registration")} == {"node-b-0"}
+    assert {f.subject for f in problems(rep, "p2p_state")} == {"node-b-0"}
+    assert {f.subject for f in problems(rep, "peer_count")} == {"node-a-0"}
+
+
+def test_membership_entries_without_url_and_foreign_instances():
+    facts = fleet([inst("node-a-0"), inst("node-b-0")])
+    facts.coordinator_instances[1]["mq_port"] = 0
+    facts.coordinator_instances.append({"instance_id": "stranger", "p2p_advertised_url": "10.0.0.9:1"})
+    rep = D.check(facts)
+    msgs = {(f.subject, f.severity) for f in problems(rep, "registration")}
+    assert msgs == {("node-b-0", "error"), ("stranger", "warn")}
+
+
+def test_unreachable_target_is_named_with_source_and_address():
+    facts = fleet([inst("node-a-0"), inst("node-b-0")])
+    facts.nodes[0].reach = [D.Reach("node-a", "node-b-0 p2p", "127.0.0.1", 8552, False),
+                            D.Reach("node-a", "coordinator", "127.0.0.1", 9300, True)]
+    [f] = problems(D.check(facts), "reach")
+    assert f.subject == "node-a -> node-b-0 p2p" and f.value == "127.0.0.1:8552"
+
+
+def test_ports_busy_before_launch_and_silent_after():
+    a, b = inst("node-a-0", running=False), inst("node-b-0", running=False)
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0/server"),
+             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0/server")]
+    facts = fleet([a, b], running=False, ports=ports)
+    rep = D.check(facts)
+    assert rep.exit_code == 0 and [f.check for f in rep.findings] == ["ports"]  # every planned port is free
+    facts.nodes[1].listeners = [("0.0.0.0", 8082, "python", 4321)]
+    [f] = problems(D.check(facts), "port_busy")
+    assert f.subject == "node-b-0 http" and "pid 4321" in f.value and "not running" in f.message
+
+
+def test_running_process_must_listen_on_its_ports():
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0/server")]
+    facts = fleet([inst("node-a-0"), inst("node-b-0")], ports=ports,
+                  proc_states={"node-a-0/server": "running"})
+    [f] = problems(D.check(facts), "port_listening")
+    assert f.subject == "node-a-0 http"
+    facts.nodes[0].listeners = [("127.0.0.1", 8081, "", None)]
+    assert not problems(D.check(facts), "port_listening")
+
+
+def test_memlock_is_an_error_only_where_rdma_is_used():
+    lim = {"soft": 65536, "hard": 65536, "source": "/proc/100/limits", "error": None}
+    facts = fleet([inst("node-a-0", memlock=lim), inst("node-b-0", memlock=lim)])
+    assert not problems(D.check(facts), "memlock")
+    assert [f.severity for f in D.check(facts).findings if f.check == "memlock"] == ["info", "info"]
+    facts.nodes[0].rdma_devices = 2
+    [f] = problems(D.check(facts), "memlock")
+    assert f.subject == "node-a-0" and "65536 bytes" in f.value and "ulimit -l unlimited" in f.fix
+
+
+@pytest.mark.parametrize("tls,severity,words", [
+    ("cuda_ipc,cuda_copy", "error", "only GPU transports"),
+    ("tcp,cuda_copy", "warn", "CUDA transports"),
+    ("tcp,^cuda_ipc", "error", "'^' may only appear"),
+    ("rc,sm,self", "error", "has no RDMA device"),
+    ("sm,self", "error", "no network transport"),
+])
+def test_ucx_tls_for_a_host_dram_l1(tls, severity, words):
+    facts = fleet([inst("node-a-0", proc_env=env(UCX_TLS=tls)), inst("node-b-0")])
+    facts.nodes[1].address = "127.0.0.2"  # two hosts: a network transport is needed
+    found = problems(D.check(facts), "ucx_tls")
+    assert found and found[0].severity == severity and words in found[0].message and found[0].subject == "node-a-0"
+
+
+@pytest.mark.parametrize("tls", ["tcp,sm,self", "^cuda_ipc,cuda_copy", "all"])
+def test_sane_ucx_tls_is_fine(tls):
+    facts = fleet([inst("node-a-0", proc_env=env(UCX_TLS=tls)), inst("node-b-0", proc_env=env(UCX_TLS=tls))])
+    assert not problems(D.check(facts), "ucx_tls")
+
+
+def test_no_readable_node_means_could_not_check():
+    facts = fleet([inst("node-a-0")], nodes=[node("node-a", error="ssh: connection refused")])
+    rep = D.check(facts)
+    assert rep.exit_code == 2 and "no node" in rep.could_not_check
+
+
+def test_dead_server_in_a_running_fleet():
+    dead = inst("node-b-0", running=False)
+    dead.server_state = "dead"
+    [f] = problems(D.check(fleet([inst("node-a-0"), dead])), "process")
+    assert f.subject == "node-b-0/server" and f.value == "dead"
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------
+
+def test_parse_env_sh_and_safe_env():
+    text = ("# comment\nexport PYTHONHASHSEED=0\nexport P2P_MODEL='tiny llm'\nexport UCX_TLS=rc,sm,self  # fast\n"
+            "export HF_TOKEN=hf_PLANTEDaaaaBBBBccccDDDDeeeeFFFF1234\nLMCACHE_S3_SECRET_KEY=PLANTEDx\n"
+            "export LMCACHE_AUTH=Bearer PLANTEDtoken0123456789\nexport PYTHONHASHSEED=7\n")
+    env_ = D.parse_env_sh(text)
+    assert env_["P2P_MODEL"] == "tiny llm" and env_["UCX_TLS"] == "rc,sm,self" and env_["PYTHONHASHSEED"] == "7"
+    safe = D.safe_env(env_)
+    assert "HF_TOKEN" not in safe and "LMCACHE_S3_SECRET_KEY" not in safe
+    assert "PLANTED" not in repr(safe) and safe["P2P_MODEL"] == "tiny llm"
+
+
+def test_observed_prefers_the_running_process_and_names_the_source():
+    i = inst("node-a-0", proc_env=env(PYTHONHASHSEED="1"), env_file={"PYTHONHASHSEED": "2"})
+    assert D.observed(i, {})["PYTHONHASHSEED"] == ("1", "process")
+    i.server_state, i.process_env, i.status, i.config, i.lmc_version = "none", {}, None, None, None
+    assert D.observed(i, {})["PYTHONHASHSEED"] == ("2", "env.sh")
+    assert D.observed(i, {"lmcache": "0.5.6"})["lmcache_version"] == ("0.5.6", "node python")
+
+
+def test_node_script_reads_files_and_connects(tmp_path):
+    f = tmp_path / "env.sh"
+    f.write_text("export PYTHONHASHSEED=3\n")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    open_port, closed_port = listener.getsockname()[1], closed.getsockname()[1]
+    closed.close()
+    try:
+        import sys
+
+        script = D.node_script(sys.executable, {"node-a-0": str(f)}, {}, {},
+                               [("x p2p", "127.0.0.1", open_port), ("y mq", "127.0.0.1", closed_port)])
+        res = LocalConnector().run(script, timeout=30)
+    finally:
+        listener.close()
+    sec = D.parse_node_output(res.stdout)
+    assert D.parse_env_sh(sec["file node-a-0"]) == {"PYTHONHASHSEED": "3"}
+    assert '"lmcache"' in sec["packages"]
+    facts = D.FleetFacts("t", "embedded", COORD, "node-a", instances=[D.InstanceFacts("node-a-0", "node-a", "x")])
+    nf = D._fill_node(D.NodeFacts("node-a", "127.0.0.1"), sec, facts, {}, "node-a")
+    assert {(r.target, r.ok) for r in nf.reach} == {("x p2p", True), ("y mq", False)}
+    assert any(ln[1] == open_port for ln in nf.listeners) or nf.listeners == []
+    assert facts.instances[0].env_file == {"PYTHONHASHSEED": "3"}

@@ -1,0 +1,116 @@
+"""The symptom decision tree: its data is complete, its reference page is current, and it runs on logs alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from p2p_ops.diagnose import tree as T
+from p2p_ops.errors import BadInput
+
+TREE = T.load_tree()
+SKILL = Path(__file__).resolve().parents[2] / ".claude" / "skills" / "lmcache-p2p-diagnose"
+REQUIRED = {"peers-not-registered", "nixl-err-backend", "zero-cached-tokens", "l1-fallbacks", "single-nic-or-tcp",
+            "slow-pulls", "requests-stall"}
+
+
+def test_every_required_symptom_is_there():
+    assert {s.id for s in TREE.symptoms} == REQUIRED
+    assert len({s.id for s in TREE.symptoms}) == len(TREE.symptoms)
+
+
+@pytest.mark.parametrize("symptom", TREE.symptoms, ids=[s.id for s in TREE.symptoms])
+def test_every_symptom_has_automated_checks_causes_and_fixes(symptom):
+    assert symptom.title and symptom.looks_like and symptom.aliases
+    assert sum(len(st.checks) for st in symptom.steps) >= 2, "a symptom needs automated checks"
+    assert len({st.id for st in symptom.steps}) == len(symptom.steps)
+    for st in symptom.steps:
+        assert st.ask.endswith("?") and st.cause and st.fix, st.id
+        assert st.checks or st.manual, f"{symptom.id}/{st.id} has neither checks nor a manual command"
+        for check in st.checks:
+            assert T.known_check(TREE, check), f"{symptom.id}/{st.id}: unknown check {check}"
+
+
+def test_every_signature_is_used_and_is_valid_for_python_and_grep(tmp_path):
+    used = {c.split(":", 1)[1] for s in TREE.symptoms for st in s.steps for c in st.checks if c.startswith("log:")}
+    assert used == set(TREE.signatures), f"unused signatures: {set(TREE.signatures) - used}"
+    log = tmp_path / "empty.log"
+    log.write_text("nothing to see\n")
+    for sig in TREE.signatures.values():
+        sig.regex  # compiles
+        assert sig.logs and set(sig.logs) <= {"server", "engine", "coordinator"}
+        res = subprocess.run(["grep", "-a", "-E", "-e", sig.pattern, str(log)], capture_output=True)
+        assert res.returncode == 1, f"{sig.id}: grep -E rejects {sig.pattern!r}: {res.stderr!r}"
+
+
+def test_reference_page_is_generated_from_the_tree():
+    page = SKILL / "references" / "decision-tree.md"
+    assert page.read_text() == T.render_markdown(TREE), (
+        "references/decision-tree.md is stale; regenerate it with:\n"
+        "  .venv/bin/p2pctl diagnose --markdown > .claude/skills/lmcache-p2p-diagnose/references/decision-tree.md")
+
+
+def test_failure_modes_reference_covers_every_signature():
+    text = (SKILL / "references" / "failure-modes.md").read_text()
+    for sig in TREE.signatures.values():
+        first = re.sub(r"\\(.)", r"\1", sig.pattern.split("|")[0]).split(".*")[0].split("[0-9]")[0].strip()
+        assert first in text, f"failure-modes.md does not mention {sig.id} ({first!r})"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("peers not registered", "peers-not-registered"), ("Peers-Not-Registered", "peers-not-registered"),
+    ("p2p_state unregistered", "peers-not-registered"), ("NIXL_ERR_BACKEND", "nixl-err-backend"),
+    ("server exits with NIXL_ERR_BACKEND", "nixl-err-backend"), ("zero cached tokens", "zero-cached-tokens"),
+    ("no hits", "zero-cached-tokens"), ("l1_oom", "l1-fallbacks"), ("l1_contended", "l1-fallbacks"),
+    ("transfers on TCP", "single-nic-or-tcp"), ("single nic", "single-nic-or-tcp"), ("slow pulls", "slow-pulls"),
+    ("requests stall", "requests-stall"), ("hang", "requests-stall"),
+])
+def test_find_symptom(text, expected):
+    assert T.find_symptom(TREE, text).id == expected
+
+
+def test_unknown_symptom_lists_the_known_ones():
+    with pytest.raises(BadInput, match="Zero cached tokens"):
+        T.find_symptom(TREE, "the printer is on fire")
+
+
+def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(
+        "\x1b[33m[2026-11-30 01:00:00,000] LMCache WARNING:\x1b[0m starting\n"
+        "[1764000000.1] [n1:42:0] ucp_context.c:1117 UCX  WARN  transports 'cuda_ipc','cuda_copy' are not available,"
+        " please use one or more of: cma, posix, self, sysv, tcp\n"
+        "nixl_cu12._bindings.nixlBackendError: NIXL_ERR_BACKEND\n"
+        "Authorization: Bearer PLANTEDbearer0123456789\n")
+    d = T.diagnose(TREE, T.find_symptom(TREE, "NIXL_ERR_BACKEND"), T.Evidence(None, TREE, (log,)))
+    steps = {s.id: s for s in d.steps}
+    assert steps["transport-signature"].verdict == "problem"
+    assert d.first_problem.id == "transport-signature" and d.exit_code == 1
+    hits = [o for o in steps["transport-signature"].observations if o.status == "problem"]
+    assert {o.check for o in hits} == {"log:nixl_err_backend", "log:ucx_transport_unavailable"}
+    assert all(o.subject == str(log) for o in hits)
+    assert steps["ucx-tls"].verdict == "unknown"  # no fleet: the doctor cannot run
+    out = "\n".join(T.render_text(d))
+    assert "likely cause (step 2" in out and "no fleet" in out
+    assert json.loads(json.dumps(d.to_dict()))["likely_cause"]["step"] == "transport-signature"
+
+
+def test_logs_only_clean_log_finds_nothing(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("[2026-11-30 01:00:00,000] LMCache INFO: Registered with coordinator as node-a-0\n")
+    d = T.diagnose(TREE, T.find_symptom(TREE, "peers not registered"), T.Evidence(None, TREE, (log,)))
+    assert d.exit_code == 0 and d.first_problem is None
+    assert "no automated check found a problem" in "\n".join(T.render_text(d))
+
+
+def test_cli_list_and_markdown(p2pctl):
+    code, out, _ = p2pctl("diagnose", "--list", "--json")
+    assert code == 0 and {s["id"] for s in json.loads(out)} == REQUIRED
+    code, out, _ = p2pctl("diagnose", "--markdown")
+    assert code == 0 and out == T.render_markdown(TREE)
+    code, _, err = p2pctl("diagnose", "zero cached tokens", "-f", "/nonexistent/fleet.yaml")
+    assert code == 2 and "no fleet file" in err
