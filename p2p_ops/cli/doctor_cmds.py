@@ -12,13 +12,8 @@ import sys
 from pathlib import Path
 
 from p2p_ops import launch
+from p2p_ops.cli.fleet_cmds import add_fleet_args
 from p2p_ops.errors import BadInput
-
-
-def _fleet_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-f", "--fleet", default="fleet.yaml", help="fleet spec file (default: ./fleet.yaml)")
-    p.add_argument("--run-dir", default=None,
-                   help="state folder (default: p2p-run/<fleet name> next to the fleet file)")
 
 
 def _progress(msg: str) -> None:
@@ -108,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "coordinator and its /instances, TCP reachability of every advertised P2P URL and mq port from "
                        "every node, ports (free before launch, listening after), memlock and UCX_TLS. Exit 0 "
                        "healthy, 1 findings, 2 could not check.")
-    _fleet_args(p)
+    add_fleet_args(p)
     p.add_argument("--no-reach", action="store_true", help="skip the TCP connects between nodes")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--facts", action="store_true", help="with --json: include everything gathered")
@@ -119,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "findings, log signatures, metrics, /status) and prints what it found, the cause and the fix. "
                        "Exit 0 no problem found, 1 a step found the problem, 2 bad input.")
     p.add_argument("symptom", nargs="*", help="e.g. \"peers not registered\", \"zero cached tokens\", l1_oom")
-    _fleet_args(p)
+    add_fleet_args(p)
     p.add_argument("--list", action="store_true", help="list the symptoms")
     p.add_argument("--markdown", action="store_true", help="print the whole tree as Markdown (the skill reference)")
     p.add_argument("--log", action="append", metavar="FILE", help="also grep this log for the signatures")
@@ -132,7 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "versions, host facts and the doctor's output into one tar.gz with manifest.json. Secrets are "
                        "redacted before anything is written; the manifest lists what was redacted and where. Works on "
                        "a stopped fleet (collects what exists).")
-    _fleet_args(p)
+    add_fleet_args(p)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="bundle path (default: p2p-run/<fleet>/bundles/p2p-bundle-<fleet>-<UTC>.tar.gz)")
     p.add_argument("--no-doctor", action="store_true", help="do not run the doctor into the bundle")
