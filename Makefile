@@ -35,7 +35,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
 
 lint: setup
-	shellcheck $$(git ls-files '*.sh')
+	shellcheck .ci/run $$(git ls-files '*.sh' ':!tests/fixtures')
 	$(PY) -m compileall -q p2p_ops p2p_runtime
 
 clean:
