@@ -190,10 +190,10 @@ def _add_facts(w: BundleWriter, conn, node) -> None:
         try:
             res = conn.run(f"{cmd} 2>&1", timeout=30)
         except Exception as exc:  # noqa: BLE001
-            w.missing(f"fact {fact.name}", f"{node.name}: {cmd}", str(exc))
+            w.missing(f"fact {fact.name} on {node.name}", f"{node.name}: {cmd}", str(exc))
             continue
         if res.exit_code == 127 or "command not found" in res.stdout[-200:]:
-            w.missing(f"fact {fact.name}", f"{node.name}: {cmd}", "not installed")
+            w.missing(f"fact {fact.name} on {node.name}", f"{node.name}: {cmd}", "not installed")
             continue
         w.add_text(f"{base}/tools/{fact.name}.txt", res.stdout, f"output of `{cmd}`", f"{node.name}: {cmd}")
         if res.exit_code:
