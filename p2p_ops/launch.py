@@ -196,11 +196,12 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
 
     cnode = fleet.coordinator_node()
+    started: list[tuple[Node, procs.Proc, Callable[[], bool]]] = []
     if only is None or only == cnode.name:
         cproc = ctx.coordinator_proc()
         procs.start(ctx.conn(cnode), cproc)
-        _wait_started(ctx, [(cnode, cproc, lambda: probes.coordinator_healthy(fleet.coordinator_url))],
-                      start_timeout, progress, "the coordinator")
+        progress(f"started {cproc.name} on {cnode.name}")
+        started.append((cnode, cproc, lambda: probes.coordinator_healthy(fleet.coordinator_url)))
 
     def start_role(role: str) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
         def on_node(node: Node) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
@@ -224,9 +225,15 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
                               + "\nOther processes are left running; `p2pctl down` stops them all.")
         return [item for res in results.values() for item in res]  # type: ignore[union-attr]
 
-    _wait_started(ctx, start_role("server"), start_timeout, progress, "lmcache servers")
-    _wait_started(ctx, start_role("engine"), start_timeout if fleet.runtime == "embedded" else 900,
-                  progress, "engines")
+    if fleet.runtime == "embedded":
+        # Servers retry registration and embedded engines reconnect to their server, so everything starts at
+        # once: the imports (seconds of CPU each) overlap instead of queueing phase after phase.
+        started += start_role("server") + start_role("engine")
+        _wait_started(ctx, started, start_timeout, progress, "the fleet")
+        return
+    # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
+    _wait_started(ctx, started + start_role("server"), start_timeout, progress, "the coordinator and servers")
+    _wait_started(ctx, start_role("engine"), 900, progress, "engines")
 
 
 # ---- wait --------------------------------------------------------------------------------------------
@@ -241,11 +248,12 @@ class InstanceReport:
     engine_healthy: bool
     server_url: str
     engine_url: str
+    engine_lmcache: str = "n/a"     # the embedded engine's link to its server
 
     def ready(self, expected_peers: int) -> bool:
         s = self.server
         return (s.reachable and s.p2p_state == "registered" and s.peer_count == expected_peers
-                and self.engine_healthy)
+                and self.engine_healthy and self.engine_lmcache != "disconnected")
 
     def problem(self, expected_peers: int) -> str:
         s = self.server
@@ -261,6 +269,8 @@ class InstanceReport:
             return f"engine process is {self.engine_proc}"
         if not self.engine_healthy:
             return "engine does not answer /health"
+        if self.engine_lmcache == "disconnected":
+            return "engine is not connected to its lmcache server (yet)"
         return "ok"
 
 
@@ -292,7 +302,8 @@ class FleetReport:
                 "engine_process": i.engine_proc, "server_url": i.server_url, "engine_url": i.engine_url,
                 "p2p_state": i.server.p2p_state, "peer_count": i.server.peer_count, "peers": i.server.peers,
                 "l1_used_bytes": i.server.l1_used, "l1_total_bytes": i.server.l1_total,
-                "engine_healthy": i.engine_healthy, "ready": i.ready(self.expected_peers),
+                "engine_healthy": i.engine_healthy, "engine_lmcache": i.engine_lmcache,
+                "ready": i.ready(self.expected_peers),
                 "problem": i.problem(self.expected_peers),
             } for i in self.instances],
         }
@@ -317,9 +328,11 @@ def report(ctx: FleetContext) -> FleetReport:
     items = []
     for node, inst in fleet.instances():
         surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
+        healthy = probes.engine_healthy(eurl)
+        link = probes.engine_lmcache_state(eurl) if healthy and fleet.runtime == "embedded" else "n/a"
         items.append(InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
                                     states.get(f"{inst.id}/engine", "none"), probes.server_status(surl),
-                                    probes.engine_healthy(eurl), surl, eurl))
+                                    healthy, surl, eurl, link))
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
                        probes.coordinator_healthy(fleet.coordinator_url),
                        probes.coordinator_instances(fleet.coordinator_url),

@@ -101,6 +101,15 @@ def engine_healthy(engine_url: str) -> bool:
         return False
 
 
+def engine_lmcache_state(engine_url: str) -> str:
+    """The embedded engine's link to its lmcache server: connected | disconnected | n/a (no such metric)."""
+    samples = scrape(engine_url)
+    values = [v for n, _, v in samples if n == "p2p_engine_lmcache_connected"]
+    if not values:
+        return "n/a"
+    return "connected" if max(values) >= 1 else "disconnected"
+
+
 # ---- Prometheus text ---------------------------------------------------------------------------------
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)')

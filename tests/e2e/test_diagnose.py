@@ -79,6 +79,7 @@ def test_different_pythonhashseed_shares_nothing_and_doctor_names_it(mismatched,
     result = run_basic(mismatched, chunks=4, max_tokens=4)
     assert not result.passed
     assert result.numbers["cached_tokens_b"] == 0 and result.numbers["p2p_loads_b"] == 0
+    assert "PYTHONHASHSEED differs across peers" in result.likely_cause, result.likely_cause
 
     code, out, err = p2pctl("doctor", "-f", str(mismatched.fleet_file), "--json")
     assert code == 1, err
