@@ -29,7 +29,7 @@ demo: setup
 	$(PY) -m p2p_ops.demo
 
 test: setup
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs --durations=15
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
