@@ -25,9 +25,10 @@ def running_fleet(tmp: Path, n_nodes: int = 2, name: str = "e2e", **overrides):
         ctx.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fleet2(tmp_path_factory):
-    """One healthy 2-node fleet shared by the tests that only read from it or send requests."""
+    """A healthy 2-node fleet shared by one module's tests (module scope: an idle fleet's servers still burn
+    CPU in NIXL's progress threads, so it must not outlive the module that uses it)."""
     with running_fleet(tmp_path_factory.mktemp("fleet2")) as ctx:
         yield ctx
 

@@ -1,0 +1,91 @@
+"""Tests that only send requests to one healthy 2-node fleet share it (one start for the module):
+the cross-node proof, a real Prometheus and the monitor, and `p2pctl test all --quick` with its report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_api_client import PrometheusConnect
+
+from p2p_ops import prom
+from p2p_ops.harness.basic import run_basic
+from p2p_ops.harness.records import read_csv
+
+pytestmark = pytest.mark.e2e
+
+needs_prometheus = pytest.mark.skipif(not shutil.which("prometheus"),
+                                      reason="prometheus not installed (.ci/run installs it)")
+
+
+def test_basic_proof_passes_and_leaves_evidence(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
+    result = json.loads(out)
+    assert code == 0, (result.get("checks"), result.get("likely_cause"), err[-2000:])
+    assert result["passed"]
+    n = result["numbers"]
+    assert n["cached_tokens_b"] >= 7 * result["chunk_size"]
+    assert n["p2p_loads_b"] > 0 and n["kv_bytes_pulled_b"] > 0
+    req = result["requests"]
+    assert req["a"]["text"] == req["b"]["text"] and req["a"]["text"]
+    assert req["control_b"]["cached_tokens"] == 0
+    run_dir = Path(result["run_dir"])
+    assert (run_dir / "result.json").is_file() and "PASS" in (run_dir / "summary.md").read_text()
+    assert (run_dir / "env" / "node-a-0.env.sh").is_file()
+
+
+@needs_prometheus
+def test_prometheus_scrapes_servers_and_engines_and_monitor_shows_p2p_loads(fleet2, p2pctl, tmp_path):
+    assert run_basic(fleet2).passed
+    url = prom.up(fleet2)
+    try:
+        pc = PrometheusConnect(url=url, disable_ssl=True)
+        deadline = time.monotonic() + 60
+        servers = engines = []
+        while time.monotonic() < deadline:
+            servers = pc.custom_query('lmcache_mp_l1_usage_ratio')
+            engines = pc.custom_query('vllm:num_requests_running')
+            loads = pc.custom_query('lmcache_mp_l2_load_completed_requests_total{l2_name="p2p"}')
+            if len(servers) == 2 and len(engines) == 2 and loads:
+                break
+            time.sleep(1)
+        assert {s["metric"]["fleet_instance"] for s in servers} == {"node-a-0", "node-b-0"}
+        assert {s["metric"]["fleet_instance"] for s in engines} == {"node-a-0", "node-b-0"}
+        assert any(float(x["value"][1]) > 0 for x in loads)
+        code, out, _ = p2pctl("monitor", "-f", str(fleet2.fleet_file), "--once", "--json")
+        frame = json.loads(out)
+        assert code == 0 and frame["source"].startswith("prometheus")
+        by = {f["instance"]: f for f in frame["frames"]}
+        assert by["node-b-0"]["p2p_loads_total"] > 0
+    finally:
+        assert prom.down(fleet2) == "stopped"
+    code, out, _ = p2pctl("monitor", "-f", str(fleet2.fleet_file), "--once", "--json", "--source", "direct")
+    frame = json.loads(out)
+    assert frame["source"] == "direct /metrics"
+    assert {f["instance"]: f for f in frame["frames"]}["node-b-0"]["p2p_loads_total"] > 0
+
+
+def test_quick_all_passes_with_report_plots_and_csv(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "all", "-f", str(fleet2.fleet_file), "--quick", "--tag", "ci",
+                            "--with-lmcache-bench")
+    runs = sorted(fleet2.layout.tests.glob("*-all-ci"))
+    assert runs, out + err
+    run = runs[-1]
+    summary = (run / "summary.md").read_text()
+    assert code == 0, summary
+    assert "**Overall: PASS**" in summary
+    assert len(list(run.glob("*.png"))) >= 3
+    records = read_csv(run / "requests.csv")
+    main = [r for r in records if r.stage in ("ladder", "sustained", "longdoc")]
+    assert {r.instance for r in main} == {"node-a-0", "node-b-0"}  # served on both nodes
+    for stage in ("ladder", "longdoc", "sustained"):
+        cross = [r for r in main if r.stage == stage and r.cross_node]
+        assert cross and any(r.cached_tokens > 0 for r in cross), stage  # P2P hits on the non-warmer
+        assert all(r.ok for r in main if r.stage == stage)
+    assert "| lmcache bench engine long-doc-qa: no failed requests | PASS |" in summary
+    assert (run / "lmcache-bench" / "bench_results.csv").is_file()
+    for name in ("status_before.json", "status_after.json", "stages.json", "basic/result.json", "env/node-a-0.env.sh"):
+        assert (run / name).exists(), name
