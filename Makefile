@@ -36,7 +36,7 @@ test-fast: setup
 
 lint: setup
 	shellcheck .ci/run $$(git ls-files '*.sh' ':!tests/fixtures')
-	$(PY) -m compileall -q p2p_ops p2p_runtime
+	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts
 
 clean:
 	rm -rf $(VENV) p2p-run

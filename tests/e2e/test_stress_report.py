@@ -1,4 +1,4 @@
-"""`p2pctl test all --quick` on a real fleet, then an engine killed mid-stage: failures show up as FAIL."""
+"""An engine killed mid-stage: its failures are counted on that node and the stage FAILs in the report."""
 
 from __future__ import annotations
 
