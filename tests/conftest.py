@@ -21,6 +21,15 @@ os.environ.setdefault("LMCACHE_DISABLE_BANNER", "1")
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
+def pid_alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an unreaped child still answers kill -0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,6 +9,7 @@ import pytest
 import requests
 
 from p2p_ops import launch, probes, procs
+from tests.conftest import pid_alive as _alive
 from tests.conftest import write_local_fleet
 from tests.e2e.conftest import running_fleet
 
@@ -22,14 +23,6 @@ def _pids(ctx: launch.FleetContext) -> list[int]:
             if st.pid:
                 out.append(st.pid)
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_fleet_registers_status_shows_it_and_down_leaves_nothing(tmp_path, p2pctl):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from p2p_ops import procs
 from p2p_ops.connectors import LocalConnector
+from tests.conftest import pid_alive as alive
 
 
 def make_proc(tmp_path: Path, body: str, marker: str = "sleep 300") -> procs.Proc:
@@ -16,14 +17,6 @@ def make_proc(tmp_path: Path, body: str, marker: str = "sleep 300") -> procs.Pro
     wrapper.chmod(0o755)
     return procs.Proc(name="x/server", workdir=str(tmp_path), wrapper=str(wrapper), log=str(tmp_path / "x.log"),
                       pidfile=str(tmp_path / "x.pid"), marker=marker)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_start_state_stop_roundtrip(tmp_path):
