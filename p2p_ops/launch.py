@@ -6,6 +6,7 @@ server). Each node's processes are handled by its connector; nodes are handled i
 
 from __future__ import annotations
 
+import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,9 +18,13 @@ from p2p_ops.connectors import Connector, connector_for
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
 from p2p_ops.layout import COORDINATOR, RunLayout
-from p2p_ops.render import RenderedFile, render_fleet, write_rendered
+from p2p_ops.render import RenderedFile, render_fleet, vllm_python, write_rendered
 
 Progress = Callable[[str], None]
+# How often a slow start reports what it is waiting for.
+NOTE_EVERY_S = 10.0
+# vLLM becomes healthy after 25-90 s on a 2-core box (model load, warm-up); more on a busy one.
+VLLM_START_TIMEOUT_S = 900.0
 
 
 def _quiet(_: str) -> None:
@@ -134,9 +139,18 @@ def _wait_started(ctx: FleetContext, items: list[tuple[Node, procs.Proc, Callabl
                   timeout: float, progress: Progress, what: str) -> None:
     """Wait until each process answers its readiness probe, or fail naming those that died or hung."""
     pending = list(items)
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
+    next_note = start + NOTE_EVERY_S
     dead: list[tuple[Node, procs.Proc]] = []
     while pending and time.monotonic() < deadline:
+        if time.monotonic() >= next_note:
+            # vLLM takes a minute or more to load; say what each slow process is doing meanwhile.
+            next_note += NOTE_EVERY_S
+            for node, proc, _ in pending:
+                last = procs.log_tail(ctx.conn(node), proc.log, 1)
+                progress(f"waiting for {proc.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
+                         f"{last[:160]}")
         still = []
         for node, proc, ready in pending:
             if ready():
@@ -173,11 +187,35 @@ def check_node(ctx: FleetContext, only: Optional[str]) -> None:
 
 def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
     """Reach every node before anything starts: an unreachable host, a refused key or a bad host key then
-    fails the launch with one line per host while nothing runs anywhere."""
+    fails the launch with one line per host while nothing runs anywhere. vLLM nodes must also hold vLLM's
+    interpreter and, for a local model folder, the model."""
     results = ctx.for_each_node(lambda n: ctx.conn(n).run("true", timeout=30, check=True), only)
     errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
     if errors:
         raise CouldNotRun("cannot reach every node, so nothing was started:\n" + "\n".join(errors))
+    if ctx.fleet.runtime == "vllm":
+        missing = {name: res for name, res in ctx.for_each_node(lambda n: _vllm_missing(ctx, n), only).items()
+                   if res}
+        if missing:
+            raise CouldNotRun("vLLM cannot start on every node, so nothing was started:\n"
+                              + "\n".join(f"- {name}: {res}" for name, res in missing.items()))
+
+
+def _vllm_missing(ctx: FleetContext, node: Node) -> str:
+    """What a vLLM node lacks (its interpreter, a local model folder), with the fix; empty when nothing."""
+    py = vllm_python(ctx.fleet, node)
+    model = ctx.fleet.vllm.model_path
+    q = shlex.quote
+    checks = [(f"test -x {q(py)}", f"no vLLM interpreter at {py}; run `make setup-vllm` there or set "
+                                   "vllm.venv / nodes[].vllm_venv")]
+    if model.startswith("/"):
+        checks.append((f"test -f {q(model + '/config.json')}",
+                       f"no model at {model} (no config.json); make one with `p2pctl make-model {model}` or "
+                       "fix vllm.model_path"))
+    for cmd, problem in checks:
+        if not ctx.conn(node).run(cmd, timeout=30).ok:
+            return problem
+    return ""
 
 
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
@@ -233,7 +271,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         return
     # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
     _wait_started(ctx, started + start_role("server"), start_timeout, progress, "the coordinator and servers")
-    _wait_started(ctx, start_role("engine"), 900, progress, "engines")
+    _wait_started(ctx, start_role("engine"), VLLM_START_TIMEOUT_S, progress, "engines")
 
 
 # ---- wait --------------------------------------------------------------------------------------------

@@ -97,17 +97,23 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
     if not nodes:
         return False
     tokens = [sum(r.cached_tokens for r in records if r.instance == n and r.ok and r.cross_node) for n in nodes]
-    mib = [node_bytes.get(n, {}).get("kv_bytes_loaded", 0.0) / 2**20 for n in nodes]
+    per_node = [node_bytes.get(n, {}) for n in nodes]
+    if any(nb.get("kv_bytes_loaded") is not None for nb in per_node):
+        right = [(nb.get("kv_bytes_loaded") or 0.0) / 2**20 for nb in per_node]
+        right_label, right_axis = "KV loaded from LMCache (MiB)", "KV bytes loaded by the engine (MiB)"
+    else:  # vLLM counts tokens, not bytes: show the loads its server pulled from peers instead
+        right = [float(nb.get("p2p_loads") or 0.0) for nb in per_node]
+        right_label = right_axis = "P2P loads by the node's server"
     fig, ax1 = plt.subplots(figsize=(6.4, 4.0))
     x = range(len(nodes))
     ax1.bar([i - 0.2 for i in x], tokens, width=0.4, label="tokens from peers (cross-node requests)")
     ax1.set_ylabel("tokens served from a peer's prefix")
     ax2 = ax1.twinx()
-    ax2.bar([i + 0.2 for i in x], mib, width=0.4, color="tab:orange", label="KV loaded from LMCache (MiB)")
-    ax2.set_ylabel("KV bytes loaded by the engine (MiB)")
+    ax2.bar([i + 0.2 for i in x], right, width=0.4, color="tab:orange", label=right_label)
+    ax2.set_ylabel(right_axis)
     # Headroom so the legend never covers a bar.
     ax1.set_ylim(0, max(tokens + [1]) * 1.35)
-    ax2.set_ylim(0, max(mib + [0.001]) * 1.35)
+    ax2.set_ylim(0, max(right + [0.001]) * 1.35)
     ax1.set_xticks(list(x), nodes)
     ax1.set_xlabel("instance")
     ax1.set_title("KV pulled per node")

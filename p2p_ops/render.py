@@ -45,13 +45,39 @@ def bin_dir_for(node: Node) -> str:
     return str(Path(sys.executable).parent)
 
 
-def kv_transfer_config(inst: Instance) -> str:
+def vllm_python(fleet: Fleet, node: Node) -> str:
+    """The interpreter that runs vLLM on that node: its vllm_venv, the fleet's vllm.venv, else the node's."""
+    venv = node.vllm_venv or fleet.vllm.venv
+    return str(Path(venv) / "bin" / "python") if venv else str(Path(bin_dir_for(node)) / "python")
+
+
+def kv_transfer_config(node: Node, inst: Instance) -> str:
+    """vLLM's LMCacheMPConnector config: it talks only to the lmcache server of its own instance, at the
+    address that server binds (LMCache's default `tcp://localhost` misses a server bound to a node address)."""
     return json.dumps({
         "kv_connector": "LMCacheMPConnector",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"lmcache.mp.port": inst.ports.mp},
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{node.bind_host}",
+                                      "lmcache.mp.port": inst.ports.mp},
     }, separators=(",", ":"))
+
+
+def vllm_args(fleet: Fleet) -> list[str]:
+    """vLLM flags derived from the spec, then the user's `vllm.args`; host, port, model and the connector are
+    on the start line itself. Prompt-token details are always on: without them vLLM never reports
+    `usage.prompt_tokens_details.cached_tokens`, and no hit could be seen."""
+    v = fleet.vllm
+    args = ["--enable-prompt-tokens-details"]
+    if v.max_model_len:
+        args += ["--max-model-len", str(v.max_model_len)]
+    if v.block_size:
+        args += ["--block-size", str(v.block_size)]
+    if v.enforce_eager:
+        args.append("--enforce-eager")
+    if v.device == "cuda" and v.gpu_memory_utilization:
+        args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
+    return args + list(v.args)
 
 
 def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
@@ -71,8 +97,9 @@ def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[
                               env.get_template("start_coordinator.sh.j2").render(ctx), True))
     for node, inst in fleet.instances():
         ctx = dict(fleet=fleet, node=node, inst=inst, s=fleet.effective_settings(inst), e=fleet.engine,
-                   instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
-                   kv_transfer_config=kv_transfer_config(inst))
+                   v=fleet.vllm, instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
+                   kv_transfer_config=kv_transfer_config(node, inst), vllm_python=vllm_python(fleet, node),
+                   vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model)
         files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
         for role in ("server", "engine"):
             files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",

@@ -120,16 +120,18 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     def total(snap: dict, section: str, prefix: str, must: str = "") -> float:
         return sum(v for k, v in (snap.get(section) or {}).items() if k.startswith(prefix) and must in k)
 
-    out = {}
-    for inst in after:
+    def delta(inst: str, section: str, prefix: str, must: str = "") -> Optional[float]:
         a, b = after.get(inst) or {}, before.get(inst) or {}
-        out[inst] = {
-            "kv_bytes_loaded": total(a, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total")
-            - total(b, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-            "p2p_loads": total(a, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"')
-            - total(b, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"'),
-        }
-    return out
+        if not any(k.startswith(prefix) for k in (a.get(section) or {})):
+            return None  # this engine does not export it (vLLM counts tokens, not bytes)
+        return total(a, section, prefix, must) - total(b, section, prefix, must)
+
+    return {inst: {
+        "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
+        "external_tokens": delta(inst, "engine_metrics", "vllm:prompt_tokens_by_source_total",
+                                 '"external_kv_transfer"'),
+        "p2p_loads": delta(inst, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"') or 0.0,
+    } for inst in after}
 
 
 def build_report(run_dir: Path) -> Path:
@@ -179,8 +181,10 @@ def build_report(run_dir: Path) -> Path:
                   *_table([stats(n, [r for r in records if r.instance == n]) for n in nodes], "instance")]
         nb = node_bytes(run_dir)
         if nb:
-            lines += ["", "| instance | KV bytes loaded from LMCache (MiB) | P2P loads by its server |", "|---|---|---|"]
-            lines += [f"| {k} | {v['kv_bytes_loaded'] / 2**20:.2f} | {v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
+            lines += ["", "| instance | KV bytes loaded from LMCache (MiB) | prompt tokens via the KV connector | "
+                      "P2P loads by its server |", "|---|---|---|---|"]
+            lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
+                      f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
         from p2p_ops import plots as plotting
 
         plots = plotting.make_all(run_dir, records, walls, nb)

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "p2p_ops.cli.diag_cmds",
     "p2p_ops.cli.doctor_cmds",
     "p2p_ops.cli.probe_cmds",
+    "p2p_ops.cli.model_cmds",
 ]
 
 

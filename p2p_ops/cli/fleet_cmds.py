@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -36,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local", type=int, metavar="N", required=True, help="N single-instance nodes on 127.0.0.1")
     p.add_argument("--name", default="local", help="fleet name (default: local)")
     p.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
+    p.add_argument("--model-path", default="models/tiny-llama",
+                   help="runtime vllm: the model folder vLLM loads (default: ./models/tiny-llama, made by "
+                        "`p2pctl make-model`)")
+    p.add_argument("--vllm-venv", default=".venv-vllm",
+                   help="runtime vllm: the venv holding vLLM (default: ./.venv-vllm, made by `make setup-vllm`)")
     p.add_argument("--port-offset", type=int, default=0,
                    help="add this to every default port (run several fleets side by side)")
     p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
@@ -82,7 +88,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
     off = args.port_offset
     base = {"coordinator": 9300 + off, "mp": 5600 + off, "http": 8080 + off, "p2p": 8550 + off, "engine": 8000 + off}
-    data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime)
+    vllm = {"model_path": str(Path(args.model_path).resolve()), "venv": str(Path(args.vllm_venv).resolve())}
+    data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime, vllm=vllm,
+                       cpu_count=os.cpu_count() or 1)
     for port in base.values():
         if not 1 <= port <= 65535 - args.local - 1:
             raise BadInput(f"--port-offset {off}: puts ports out of range; choose a smaller offset")
@@ -92,6 +100,11 @@ def cmd_init(args: argparse.Namespace) -> int:
               "# timeouts, heartbeat, log level, nice and UCX settings under instances[].settings).\n")
     out.write_text(header + dump_yaml(data))
     console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
+    if args.runtime == "vllm":
+        for need, hint in ((Path(vllm["model_path"]) / "config.json", f"p2pctl make-model {args.model_path}"),
+                           (Path(vllm["venv"]) / "bin" / "python", "make setup-vllm")):
+            if not need.exists():
+                console.print(f"note: {need} does not exist yet; make it with `{hint}`")
     return EXIT_OK
 
 

@@ -24,6 +24,9 @@ from p2p_ops.harness.rundir import new_run_dir
 P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
 ENGINE_LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
+SERVER_L1_BYTES = "lmcache_mp_l1_memory_usage_bytes"
+# vLLM's own account of where prompt tokens came from; "external_kv_transfer" = through its KV connector.
+VLLM_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 
 
 @dataclass
@@ -71,6 +74,12 @@ def _l1_objects(status: probes.ServerStatus) -> int:
     sm = status.raw.get("storage_manager") or {}
     l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
     return int(l1.get("total_object_count") or 0)
+
+
+def _kv_bytes_per_token(before: list, after: list, objects_before: int, objects_after: int, chunk: int) -> float:
+    stored = (objects_after - objects_before) * chunk
+    grown = probes.metric_sum(after, SERVER_L1_BYTES) - probes.metric_sum(before, SERVER_L1_BYTES)
+    return grown / stored if stored > 0 and grown > 0 else 0.0
 
 
 def _build_prompt(engine_url: str, model: str, seed: int, index: int, target_tokens: int) -> tuple[str, int]:
@@ -123,7 +132,12 @@ def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int
 
     p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
-    kv_bytes = delta("b_engine", ENGINE_LOADED_BYTES)
+    vllm = ctx.fleet.runtime == "vllm"
+    # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
+    # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
+    kv_bytes = (peer_hit_tokens * _kv_bytes_per_token(before["a"], after["a"], a_objects_before,
+                                                      _l1_objects(probes.server_status(a_srv)), chunk)
+                if vllm else delta("b_engine", ENGINE_LOADED_BYTES))
     need = (chunks - 1) * chunk
 
     checks = [
@@ -140,6 +154,11 @@ def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int
         Check(f"control prompt computed cold on {ib.id}", r_c.ok and r_c.cached_tokens == 0,
               f"cached_tokens={r_c.cached_tokens}"),
     ]
+    external = delta("b_engine", VLLM_TOKENS_BY_SOURCE, source="external_kv_transfer") if vllm else None
+    if vllm:
+        # cached_tokens also counts vLLM's own prefix cache; this proves the tokens came through LMCache.
+        checks.insert(3, Check(f"{ib.id}'s vLLM took the prefix through its KV connector", external >= need,
+                               f'{VLLM_TOKENS_BY_SOURCE}{{source="external_kv_transfer"}} rose by {external:g}'))
     passed = all(c.ok for c in checks)
     numbers = {
         "prompt_tokens": r_b.prompt_tokens or n_prompt,
@@ -152,6 +171,8 @@ def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int
         "peer_hit_tokens_b": peer_hit_tokens,
         "kv_bytes_pulled_b": kv_bytes,
     }
+    if vllm:
+        numbers["external_kv_tokens_b"] = external
     result = BasicResult(passed, ia.id, ib.id, chunk, chunks, checks, numbers,
                          {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()})
     if not passed:

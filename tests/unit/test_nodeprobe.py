@@ -179,7 +179,7 @@ def test_a_ready_cpu_node_has_no_problems():
 
 
 def test_vllm_nodes_need_gpus_vllm_and_want_the_model_cached():
-    data = local_fleet(2, name="v", runtime="vllm")
+    data = local_fleet(2, name="v", runtime="vllm", vllm={"device": "cuda", "venv": ""})
     data["model"] = "Qwen/Qwen3-8B"
     data["nodes"][0]["instances"][0]["gpu"] = 3
     fleet = parse_fleet(data)
@@ -191,6 +191,13 @@ def test_vllm_nodes_need_gpus_vllm_and_want_the_model_cached():
     p2 = _probe(gpus=P.parse_gpus(NVIDIA_SMI))
     judge_node(fleet, fleet.nodes[0], p2)
     assert any("GPU(s) [3]" in m for m in p2.problems)
+
+
+def test_cpu_vllm_nodes_need_no_gpu_and_their_vllm_venv_is_left_to_preflight():
+    fleet = parse_fleet(local_fleet(2, name="v", runtime="vllm", vllm={"venv": "/opt/vllm"}))
+    p = _probe()
+    judge_node(fleet, fleet.nodes[0], p)
+    assert not any("GPU" in m or "vllm is not installed" in m for m in p.problems), p.problems
 
 
 def test_missing_venv_memlock_with_rdma_busy_port_and_version_skew():

@@ -21,10 +21,13 @@ def golden_fleet(runtime: str = "embedded"):
     for node in data["nodes"]:
         node["venv"] = "/opt/p2p/.venv"
     if runtime == "vllm":
+        # A GPU fleet: the CPU variant is what `init --runtime vllm` writes (tested with real vLLM).
         data["model"] = "Qwen/Qwen3-8B"
-        data["nodes"][0]["instances"][0]["gpu"] = 0
-        data["nodes"][1]["instances"][0]["gpu"] = 1
-        data["engine"]["vllm_args"] = ["--gpu-memory-utilization", "0.8"]
+        data["vllm"] = {"device": "cuda", "venv": "/opt/vllm", "gpu_memory_utilization": 0.8,
+                        "args": ["--max-num-seqs", "8", "--chat-template", "/srv/my templates/*.jinja"]}
+        for i, node in enumerate(data["nodes"]):
+            node["instances"][0]["gpu"] = i
+            node["instances"][0].pop("cpus", None)
     return parse_fleet(data)
 
 
@@ -61,7 +64,8 @@ def test_vllm_wrapper_passes_the_mp_connector_config():
     env = files["vllm/node-b-0/env.sh"]
     assert "export CUDA_VISIBLE_DEVICES=1" in env
     assert '"kv_connector":"LMCacheMPConnector"' in env and '"lmcache.mp.port":5602' in env
-    assert 'serve "$P2P_MODEL"' in files["vllm/node-b-0/start_engine.sh"]
+    assert '"lmcache.mp.host":"tcp://127.0.0.1"' in env
+    assert "-m vllm.entrypoints.openai.api_server" in files["vllm/node-b-0/start_engine.sh"]
 
 
 def test_awkward_values_reach_the_shell_intact(tmp_path):
@@ -87,3 +91,38 @@ def test_rendered_wrappers_pass_shellcheck(tmp_path):
             path.write_text(text if text.startswith("#!") else "#!/usr/bin/env bash\n" + text)
             res = subprocess.run(["shellcheck", "-x", str(path)], capture_output=True, text=True)
             assert res.returncode == 0, f"{rel}:\n{res.stdout}"
+
+
+def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
+    from p2p_ops.dryrun import exec_argv
+
+    files = rendered("vllm")
+    argv = exec_argv(files["vllm/node-a-0/start_engine.sh"], files["vllm/node-a-0/env.sh"])
+    assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--model") + 1] == "Qwen/Qwen3-8B"
+    assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+    assert "--enable-prompt-tokens-details" in argv
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8"
+    # A space and a glob in one value: one word, not split, not expanded.
+    assert argv[-4:] == ["--max-num-seqs", "8", "--chat-template", "/srv/my templates/*.jinja"]
+
+
+def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_path):
+    from p2p_ops.dryrun import exec_argv
+
+    model = tmp_path / "tiny model"
+    data = local_fleet(2, name="cpu", runtime="vllm", cpu_count=2,
+                       vllm={"model_path": str(model), "venv": "/opt/vllm"})
+    fleet = parse_fleet(data)
+    layout = RunLayout(tmp_path / "run")
+    files = {(f.unit, f.name): f.text for f in render_fleet(fleet, lambda n: layout)}
+    env_b = files[("node-b-0", "env.sh")]
+    for line in ("export VLLM_CPU_KVCACHE_SPACE=1", "export VLLM_CPU_OMP_THREADS_BIND=1",
+                 "export HF_HUB_OFFLINE=1", "export PYTHONHASHSEED=0", "export VLLM_NO_USAGE_STATS=1"):
+        assert line in env_b
+    assert "CUDA_VISIBLE_DEVICES" not in env_b
+    argv = exec_argv(files[("node-b-0", "start_engine.sh")], env_b)
+    assert argv[argv.index("--model") + 1] == str(model)
+    assert argv[argv.index("--served-model-name") + 1] == "tiny-llm"
+    assert {"--enable-prompt-tokens-details", "--enforce-eager"} <= set(argv)
+    assert argv[argv.index("--max-model-len") + 1] == "4096"

@@ -59,7 +59,7 @@ def test_healthy_run_passes_with_tables_and_plots(tmp_path):
     text = summary.read_text()
     assert overall_passed(summary)
     assert "| ladder c=4 | 4 | 0 |" in text
-    assert "| b-0 | 3.00 | 6 |" in text  # MiB loaded and P2P loads per node
+    assert "| b-0 | 3.00 | - | 6 |" in text  # MiB loaded, tokens via the connector (vLLM only), P2P loads
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == ["hit_ratio_over_time.png", "pulled_per_node.png", "throughput_vs_concurrency.png",
                     "ttft_vs_concurrency.png"]

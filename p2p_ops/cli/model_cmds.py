@@ -1,0 +1,33 @@
+"""`p2pctl make-model DIR`: a tiny local Llama for vLLM fleets on boxes that cannot download a model."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rich.console import Console
+
+from p2p_ops.errors import EXIT_OK
+from p2p_ops.local_model import ModelSpec, make_model
+
+console = Console()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("make-model", help="write a tiny seeded Llama (safetensors, tokenizer, chat template)",
+                       description="Write a tiny Llama that vLLM can serve, made here from a seed: no download. "
+                                   "Point vllm.model_path (or `p2pctl init --runtime vllm --model-path`) at it.",
+                       epilog="exit codes: 0 written, 2 bad input or missing packages")
+    p.add_argument("dir", help="folder to write (created; refused if it holds something else)")
+    p.add_argument("--seed", type=int, default=ModelSpec.seed, help="weights and tokenizer seed (default %(default)s)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty folder")
+    p.set_defaults(handler=cmd_make_model)
+
+
+def cmd_make_model(args: argparse.Namespace) -> int:
+    t = time.monotonic()
+    with console.status(f"making a tiny Llama in {args.dir} ..."):
+        out = make_model(args.dir, ModelSpec(seed=args.seed), force=args.force)
+    console.print(f"wrote {out} in {time.monotonic() - t:.1f} s (seed {args.seed})", soft_wrap=True)
+    console.print(f"serve it with  vllm.model_path: {out}", soft_wrap=True)
+    return EXIT_OK

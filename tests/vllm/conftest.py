@@ -1,0 +1,71 @@
+"""A real vLLM fleet: vLLM's CPU build (from `make setup-vllm`'s .venv-vllm) with the LMCacheMPConnector, each
+talking to its own real `lmcache server` (from the project's .venv), serving a tiny model made on the spot.
+
+Without .venv-vllm the tier is skipped with the command that makes it, unless P2P_REQUIRE_VLLM=1 (CI), where a
+missing vLLM environment is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from p2p_ops import launch
+from p2p_ops.fleet import local_fleet
+from tests.conftest import REPO, free_port_base
+
+VLLM_VENV = Path(os.environ.get("P2P_VLLM_VENV", REPO / ".venv-vllm"))
+VLLM_PYTHON = VLLM_VENV / "bin" / "python"
+# vLLM needs 25-90 s to become healthy on an idle 2-core box; a busy CI box takes longer.
+VLLM_UP_TIMEOUT = 600.0
+
+
+def pytest_collection_modifyitems(config, items):
+    if (VLLM_VENV / ".p2p-vllm-setup-done").is_file():
+        return
+    if os.environ.get("P2P_REQUIRE_VLLM") == "1":
+        raise pytest.UsageError(f"P2P_REQUIRE_VLLM=1 but {VLLM_VENV} is not set up: run `make setup-vllm`")
+    here = Path(__file__).parent
+    skip = pytest.mark.skip(reason=f"no vLLM environment at {VLLM_VENV}: run `make setup-vllm`")
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from p2p_ops.local_model import make_model
+
+    return make_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+def write_vllm_fleet(path: Path, model: Path, n_nodes: int = 2, name: str = "vllm") -> Path:
+    data = local_fleet(n_nodes, name=name, base=free_port_base(n_nodes), runtime="vllm",
+                       vllm={"model_path": str(model), "venv": str(VLLM_VENV)}, cpu_count=os.cpu_count() or 1)
+    # Short peer timeouts: a dead peer must not hold a request for the default 30 s.
+    data["settings"].update(p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def running_vllm_fleet(tmp: Path, model: Path, name: str = "vllm"):
+    ctx = launch.FleetContext.load(write_vllm_fleet(tmp / "fleet.yaml", model, name=name))
+    try:
+        launch.up(ctx, start_timeout=VLLM_UP_TIMEOUT)
+        launch.wait(ctx, timeout=120)
+        yield ctx
+    finally:
+        launch.down(ctx)
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_fleet(tmp_path_factory, tiny_model):
+    """Two vLLM nodes on loopback, shared by one module and always taken down."""
+    with running_vllm_fleet(tmp_path_factory.mktemp("vllm-fleet"), tiny_model) as ctx:
+        yield ctx
