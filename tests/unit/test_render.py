@@ -14,6 +14,8 @@ from p2p_ops.layout import RunLayout
 from p2p_ops.render import render_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
+# A vLLM flag value with spaces, quotes and a glob: it must reach vLLM as one word.
+GEN_CONFIG = '{"stop": ["*.md", "end of text"]}'
 
 
 def golden_fleet(runtime: str = "embedded"):
@@ -24,7 +26,7 @@ def golden_fleet(runtime: str = "embedded"):
         # A GPU fleet: the CPU variant is what `init --runtime vllm` writes (tested with real vLLM).
         data["model"] = "Qwen/Qwen3-8B"
         data["vllm"] = {"device": "cuda", "venv": "/opt/vllm", "gpu_memory_utilization": 0.8,
-                        "args": ["--max-num-seqs", "8", "--chat-template", "/srv/my templates/*.jinja"]}
+                        "args": ["--max-num-seqs", "8", "--override-generation-config", GEN_CONFIG]}
         for i, node in enumerate(data["nodes"]):
             node["instances"][0]["gpu"] = i
             node["instances"][0].pop("cpus", None)
@@ -103,8 +105,8 @@ def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
     assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
     assert "--enable-prompt-tokens-details" in argv
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8"
-    # A space and a glob in one value: one word, not split, not expanded.
-    assert argv[-4:] == ["--max-num-seqs", "8", "--chat-template", "/srv/my templates/*.jinja"]
+    # Spaces, quotes and a glob in one value: one word, not split, not expanded.
+    assert argv[-4:] == ["--max-num-seqs", "8", "--override-generation-config", GEN_CONFIG]
 
 
 def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_path):

@@ -58,7 +58,7 @@ def test_cross_node_proof_on_vllm(vllm_fleet, p2pctl):
 def test_stress_report_monitor_on_vllm(vllm_fleet, p2pctl):
     code, out, err = p2pctl("test", "all", "-f", str(vllm_fleet.fleet_file), "--quick", "--max-seconds", "300")
     assert code == 0, (out[-3000:], err[-3000:])
-    run_dirs = sorted((vllm_fleet.layout.root / "tests").glob("all-*"))
+    run_dirs = sorted((vllm_fleet.layout.root / "tests").glob("*-all"))
     assert run_dirs, list((vllm_fleet.layout.root / "tests").iterdir())
     summary = (run_dirs[-1] / "summary.md").read_text()
     assert "FAIL" not in summary.split("##")[0], summary[:2000]
@@ -111,8 +111,11 @@ def test_restarted_vllm_is_served_from_its_lmcache_server(vllm_fleet):
     time.sleep(2)  # the connector stores after the forward pass
     _restart_engine(ctx, "node-a-0")
     again = complete(url, ctx.fleet.model, prompt, max_tokens=16)
-    # A fresh vLLM has an empty prefix cache: every cached token came from its lmcache server.
-    assert again.ok and again.cached_tokens >= 7 * ctx.fleet.settings.chunk_size, again
+    # A fresh vLLM has an empty prefix cache: every cached token came from its lmcache server, which holds
+    # every full chunk of the prompt (the last partial chunk is never stored).
+    chunk = ctx.fleet.settings.chunk_size
+    assert first.prompt_tokens >= 5 * chunk, first
+    assert again.ok and again.cached_tokens >= (first.prompt_tokens // chunk - 1) * chunk, again
     assert _engine_metric(ctx, "node-a-0", EXTERNAL, source="external_kv_transfer") >= again.cached_tokens
     assert again.text == first.text
 
