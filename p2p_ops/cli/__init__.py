@@ -2,6 +2,7 @@
 
 Each command group lives in its own module exposing `register(subparsers)`; a command's handler takes the
 parsed args and returns an exit code. Exit codes: 0 success, 1 a check failed, 2 bad input or could not run.
+Output rules (stdout for results, stderr for progress, --json, piping, colour) live in `output.py`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from p2p_ops.cli import output
 from p2p_ops.errors import EXIT_BAD_INPUT, P2POpsError
 
 # Order is the order of `p2pctl --help`.
@@ -22,21 +24,69 @@ COMMAND_MODULES = [
     "p2p_ops.cli.probe_cmds",
 ]
 
+EXIT_CODES_EPILOG = "exit codes: 0 success, 1 a check failed, 2 bad input or could not run"
+
+# Global flags are accepted anywhere before `--` (p2pctl status -q == p2pctl -q status).
+_GLOBAL_FLAGS = {"--no-color": "no_color", "-q": "quiet", "--quiet": "quiet"}
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("p2p-kv-ops")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _subparsers(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.values()
+
+
+def _add_epilogs(parser: argparse.ArgumentParser) -> None:
+    """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line."""
+    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
+    for sub in _subparsers(parser):
+        _add_epilogs(sub)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="p2pctl",
         description="Launch, test and diagnose an LMCache P2P KV-cache fleet.",
     )
+    parser.add_argument("--version", action="version", version=f"p2pctl {version()}")
+    parser.add_argument("--no-color", action="store_true", help="no colours or styles (also: NO_COLOR=1)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages, bars or spinners")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _add_epilogs(parser)
     return parser
 
 
+def _hoist_globals(argv: list[str]) -> tuple[list[str], dict]:
+    flags, rest = {}, []
+    for i, tok in enumerate(argv):
+        if tok == "--":
+            rest.extend(argv[i:])
+            break
+        if tok in _GLOBAL_FLAGS:
+            flags[_GLOBAL_FLAGS[tok]] = True
+        else:
+            rest.append(tok)
+    return rest, flags
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, flags = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(argv)
+    output.configure(no_color=flags.get("no_color", False) or args.no_color,
+                     quiet=flags.get("quiet", False) or args.quiet)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT
