@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("p2pctl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `p2pctl ... | head`: the reader left; say nothing more (and let interpreter shutdown not complain).
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from p2p_ops import launch
-from p2p_ops.cli.output import console, emit_json, err_console
+from p2p_ops.cli.output import console, show, emit_json, err_console
 from p2p_ops.cli.output import progress as _progress
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
@@ -209,7 +209,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     table.add_column("result")
     for name, what in outcome.items():
         table.add_row(name, what)
-    console.print(table)
+    show(table)
     return EXIT_CHECK_FAILED if errors else EXIT_OK
 
 
@@ -229,7 +229,7 @@ def _print_status(rep: launch.FleetReport) -> None:
             i.node, i.server_proc, i.server.p2p_state, f"{i.server.peer_count}/{rep.expected_peers}",
             ",".join(i.server.peers) or "-", f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
             i.engine_url, "healthy" if i.engine_healthy else i.engine_proc)
-    console.print(table)
+    show(table)
     ctable = Table(title=f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
                          f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances")
     for col in ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url"):
@@ -237,6 +237,6 @@ def _print_status(rep: launch.FleetReport) -> None:
     for inst in rep.coordinator_instances or []:
         ctable.add_row(*(str(inst.get(k, "")) for k in ("instance_id", "ip", "http_port", "mq_port",
                                                           "p2p_advertised_url")))
-    console.print(ctable)
+    show(ctable)
     for node, err in rep.node_errors.items():
         err_console.print(f"[red]node {node} unreachable:[/red] {err}")

@@ -70,6 +70,21 @@ def emit_json(doc) -> None:
     print(json.dumps(doc, indent=2, default=str))
 
 
+def show(table) -> None:
+    """Print a rich Table: boxed on a terminal; piped, its title on a line of its own and plain columns
+    (no box drawing, no centring padding), so `grep`/`awk` and agents read whole rows."""
+    c = console.get()
+    if c.is_terminal:
+        c.print(table)
+        return
+    if table.title:
+        c.print(table.title, soft_wrap=True)
+    table.title = None
+    table.box = None
+    table.pad_edge = False
+    c.print(table)
+
+
 def heading(text: str) -> None:
     """A section heading that does not draw a rule as wide as PIPE_WIDTH when piped."""
     if console.is_terminal:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, emit_json, heading
+from p2p_ops.cli.output import console, show, emit_json, heading
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
@@ -116,7 +116,7 @@ def print_basic(result: BasicResult) -> None:
     table.add_column("detail", overflow="fold")
     for c in result.checks:
         table.add_row(c.name, "[green]PASS[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
-    console.print(table)
+    show(table)
     n = result.numbers
     nums = Table(title="numbers")
     for col in ("TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
@@ -125,7 +125,7 @@ def print_basic(result: BasicResult) -> None:
     nums.add_row(_fmt_s(n["ttft_cold_a_s"]), _fmt_s(n["ttft_peer_b_s"]), _fmt_s(n["ttft_control_b_s"]),
                  str(n["prompt_tokens"]), str(n["cached_tokens_b"]), f"{n['p2p_loads_b']:g}",
                  f"{n['kv_bytes_pulled_b']:,.0f}")
-    console.print(nums)
+    show(nums)
     verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
     console.print(f"{verdict} — evidence in {result.run_dir}")
     if result.likely_cause:
