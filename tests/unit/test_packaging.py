@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -35,9 +36,17 @@ def _run(argv, **kw):
 def installed(tmp_path_factory):
     """(bin folder of a fresh venv holding only the wheel, a working folder outside the checkout)."""
     tmp = tmp_path_factory.mktemp("wheel")
+    # Build from a copy of what the sdist holds, so setuptools' build/ and egg-info stay out of the checkout
+    # (a stale build/lib would otherwise leak deleted modules into later wheels).
+    src = tmp / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("p2p_ops", "p2p_runtime", "templates"):
+        shutil.copytree(REPO / name, src / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
     dist = tmp / "dist"
     res = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                "-w", str(dist), str(REPO)])
+                "-w", str(dist), str(src)])
     assert res.returncode == 0, res.stderr[-2000:]
     wheel = next(dist.glob("p2p_kv_ops-*.whl"))
     venv = tmp / "venv"
