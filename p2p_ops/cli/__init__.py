@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from p2p_ops.cli import output
@@ -81,10 +82,29 @@ def _hoist_globals(argv: list[str]) -> tuple[list[str], dict]:
     return rest, flags
 
 
+def _leaf(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)parser the command words of argv select, e.g. `test basic` -> the basic parser."""
+    node = parser
+    for word in argv:
+        subs = {name: sub for action in node._actions if isinstance(action, argparse._SubParsersAction)
+                for name, sub in action.choices.items()}
+        if word not in subs:
+            break
+        node = subs[word]
+    return node
+
+
 def main(argv: list[str] | None = None) -> int:
     argv, flags = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    args = parser.parse_args(argv)
+    leaf = _leaf(parser, argv)
+    if os.environ.get("P2PCTL_PROG"):
+        # Skill wrappers (basic_test.py -> `p2pctl test basic`) set it so usage and error lines name the
+        # script the user ran, not the p2pctl command behind it.
+        leaf.prog = os.environ["P2PCTL_PROG"]
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
     output.configure(no_color=flags.get("no_color", False) or args.no_color,
                      quiet=flags.get("quiet", False) or args.quiet)
     if not getattr(args, "handler", None):
@@ -100,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `p2pctl ... | head`: the reader left; say nothing more (and let interpreter shutdown not complain).
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
