@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except P2POpsError as exc:
         print(f"p2pctl {args.command}: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            # A script that asked for JSON still gets exactly one document on stdout.
+            output.emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})
         return exc.exit_code
     except KeyboardInterrupt:
         print("p2pctl: interrupted", file=sys.stderr)

@@ -107,6 +107,15 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             show(monitor.render_table(frames, source))
         return EXIT_OK if all(f.up for f in frames) else EXIT_CHECK_FAILED
     frames, source = _frame(ctx, args.source, window)
+    if not console.is_terminal:
+        # Piped: one plain table per frame (a Live display would show nothing until it ends).
+        for i in range(args.max_frames):
+            if i:
+                if source.startswith("prometheus"):
+                    time.sleep(args.interval)
+                frames, source = _frame(ctx, args.source, window)
+            show(monitor.render_table(frames, source))
+        return EXIT_OK
     with Live(monitor.render_table(frames, source), console=console.get(), refresh_per_second=1) as live:
         for _ in range(args.max_frames - 1):
             if source.startswith("prometheus"):
