@@ -8,11 +8,14 @@ server is registered, then:
   3. measures like with like: TTFT on B for a prompt pulled from A against TTFT on B for a fresh prompt of
      the same length that B must recompute, median of 3 each.
 It prints a summary and takes the fleet down, also on failure. `make demo` runs it with a 2-node embedded
-fleet; other runtimes (e.g. a vLLM fleet) pass their own fleet data and title.
+fleet; `--runtime vllm` (`make demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or
+./.venv-vllm, a tiny model made under ./models/ when missing); other callers pass their own fleet data.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
 import sys
 import time
@@ -55,6 +58,21 @@ def free_base(n: int) -> dict[str, int]:
 
 def embedded_fleet() -> dict:
     return local_fleet(2, name="demo", base=free_base(2))
+
+
+def vllm_fleet(model_dir: str = "models/tiny-llama") -> dict:
+    """Two vLLM CPU nodes (the vLLM runtime's fleet spec: `vllm:` section, model made locally if missing)."""
+    from p2p_ops.local_model import is_model_dir, make_model
+
+    model = Path(model_dir).resolve()
+    if not is_model_dir(model):
+        make_model(model)
+    venv = Path(os.environ.get("P2P_VLLM_VENV", ".venv-vllm")).resolve()
+    data = local_fleet(2, name="demo-vllm", base=free_base(2), runtime="vllm",
+                       vllm={"model_path": str(model), "venv": str(venv)}, cpu_count=os.cpu_count() or 1)
+    # A dead peer must not hold a request for the default 30 s.
+    data["settings"].update(p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)
+    return data
 
 
 def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: float = 60.0,
@@ -127,7 +145,15 @@ def _summary(result, row: CrossoverRow | None, stamps: dict[str, float], total: 
                   soft_wrap=True)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m p2p_ops.demo", description=__doc__.splitlines()[0],
+                                 epilog="exit codes: 0 the proof passed, 1 it failed or the fleet did not come up")
+    ap.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
+    args = ap.parse_args(argv)
+    if args.runtime == "vllm":
+        # vLLM needs 25-90 s to become healthy on an idle 2-core box.
+        return run_demo(vllm_fleet(), "LMCache P2P demo: 2 nodes, real lmcache servers, vLLM (CPU build)",
+                        wait_timeout=120.0, start_timeout=600.0)
     return run_demo(embedded_fleet(), "LMCache P2P demo: 2 nodes, real lmcache servers, CPU engines")
 
 
