@@ -42,10 +42,14 @@ def main() -> int:
         ap.error(f"--lengths {args.lengths!r}: give token counts separated by commas, e.g. 256,1024,2048")
     tmp = None
     if args.launch:
-        from tests.conftest import write_local_fleet
+        import yaml
+
+        from p2p_ops.demo import free_base
+        from p2p_ops.fleet import local_fleet
 
         tmp = tempfile.TemporaryDirectory(prefix="bench-p2p-")
-        fleet_file = write_local_fleet(Path(tmp.name) / "fleet.yaml", 2, name="bench")
+        fleet_file = Path(tmp.name) / "fleet.yaml"
+        fleet_file.write_text(yaml.safe_dump(local_fleet(2, name="bench", base=free_base(2)), sort_keys=False))
     else:
         fleet_file = Path(args.fleet)
     ctx = launch.FleetContext.load(fleet_file)
