@@ -18,6 +18,8 @@ setup: $(STAMP)
 
 # torch first so the CPU build satisfies lmcache's unpinned torch; then nixl-cu12 and the nixl meta
 # package without deps (plain `nixl` would pull a second CUDA variant); then lmcache and the project.
+# The `$(PIP)` lines are also what `p2pctl probe --bootstrap` runs on nodes (runtime only); the test and lint
+# tools come from the `[dev]` extra on the last line.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -25,6 +27,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q nixl-cu12==1.5.1
 	$(PIP) install -q --no-deps nixl==1.5.1
 	$(PIP) install -q -e .
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 setup-vllm: setup
@@ -39,6 +42,7 @@ demo-vllm: setup-vllm
 
 # Every tier, the real-vLLM one included (it needs the vLLM environment, so it is set up first).
 test: setup setup-vllm
+	scripts/test_deps.sh
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs --durations=15
 
 test-vllm: setup-vllm

@@ -91,16 +91,35 @@ def _reach_line(node: Node) -> str:
     return f"bash -c true   (ssh {user}{node.address}{port}; {', '.join(extra + [keys])})"
 
 
-def plan(ctx) -> dict[str, list[str]]:
-    """Per node name, the ordered commands `up` (with re-render) would run there; see module docstring."""
+def _on_disk(ctx, rendered: list[RenderedFile]) -> list[RenderedFile]:
+    """The files `up --no-render` would use: this machine's copies under the run folder, as they are."""
+    out = []
+    for f in rendered:
+        path = ctx.layout.dir(f.unit) / f.name
+        if not path.is_file():
+            raise CouldNotRun(f"--no-render: {path} does not exist; run `p2pctl render` (or drop --no-render)")
+        out.append(RenderedFile(f.node, f.unit, f.name, path.read_text(), f.executable))
+    return out
+
+
+def plan(ctx, only: str | None = None, rerender: bool = True,
+         roles: tuple[str, ...] = ("coordinator", "server", "engine")) -> dict[str, list[str]]:
+    """Per node name, the ordered commands `up` would run there (same `only`, `rerender`, `roles`)."""
     fleet = ctx.fleet
     rendered = render_fleet(fleet, ctx.node_layout)
+    if not rerender:
+        rendered = _on_disk(ctx, rendered)
     by_unit = {(f.unit, f.name): f for f in rendered}
-    out: dict[str, list[str]] = {n.name: [f"check    {_reach_line(n)}"] for n in fleet.nodes}
+    nodes = [n for n in fleet.nodes if only is None or n.name == only]
+    out: dict[str, list[str]] = {n.name: [f"check    {_reach_line(n)}"] for n in nodes}
     for f in rendered:
+        if f.node not in out:
+            continue
         node = next(n for n in fleet.nodes if n.name == f.node)
         local = ctx.layout.dir(f.unit) / f.name
-        if node.connection == "ssh":
+        if not rerender:
+            out[node.name].append(f"use      {local} (as it is on disk; not re-rendered)")
+        elif node.connection == "ssh":
             remote = ctx.node_layout(node).dir(f.unit) / f.name
             out[node.name].append(f"copy     {local} -> {node.name}:{remote} "
                                   f"({'0755' if f.executable else '0644'}, over SFTP)")
@@ -108,11 +127,16 @@ def plan(ctx) -> dict[str, list[str]]:
             out[node.name].append(f"write    {local}")
     cnode = fleet.coordinator_node()
     cproc = ctx.coordinator_proc()
-    out[cnode.name] += [f"start    {_start_line(cproc)}",
-                        f"exec     {_exec_line(by_unit, COORDINATOR, 'coordinator')}",
-                        f"ready    GET {fleet.coordinator_url}/healthz answers status healthy"]
+    if "coordinator" in roles and cnode.name in out:
+        out[cnode.name] += [f"start    {_start_line(cproc)}",
+                            f"exec     {_exec_line(by_unit, COORDINATOR, 'coordinator')}",
+                            f"ready    GET {fleet.coordinator_url}/healthz answers status healthy"]
     for role in ("server", "engine"):
+        if role not in roles:
+            continue
         for node, inst in fleet.instances():
+            if node.name not in out:
+                continue
             proc = ctx.server_proc(node, inst) if role == "server" else ctx.engine_proc(node, inst)
             if role == "server":
                 ready = f"GET {ctx.server_url(node, inst)}/status answers"

@@ -24,6 +24,25 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
 FLEET_WIDE_ONLY = ("python_hash_seed", "chunk_size", "hash_algorithm", "l1_align_bytes", "model",
                    "transfer_engine")
 
+# Flags start_server.sh already passes from the spec: settings.server_extra_args may not repeat them (the
+# consistency checks read the spec, so a second value on the command line would hide from them).
+RENDERED_SERVER_FLAGS = (
+    "--instance-id", "--host", "--port", "--http-host", "--http-port", "--chunk-size", "--hash-algorithm",
+    "--max-workers", "--supported-transfer-mode", "--l1-size-gb", "--l1-init-size-gb", "--l1-align-bytes",
+    "--eviction-policy", "--coordinator-url", "--coordinator-advertise-ip", "--coordinator-heartbeat-interval",
+    "--p2p-advertise-url", "--p2p-listen-url", "--p2p-transfer-engine", "--p2p-lookup-timeout",
+    "--p2p-load-timeout")
+
+
+def _check_server_args(args: list[str]) -> list[str]:
+    for a in args:
+        if not a:
+            raise ValueError("empty string in the list; remove it")
+        flag = a.split("=", 1)[0]
+        if flag in RENDERED_SERVER_FLAGS:
+            raise ValueError(f"{flag} is set from the spec already; change the matching setting instead")
+    return args
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -67,6 +86,13 @@ class Settings(_Strict):
     # Empty means "let UCX choose"; on real fabrics the LMCache example uses rc,sm,self.
     ucx_tls: str = ""
     ucx_net_devices: str = ""
+    # More `lmcache server` flags (tracing, OTLP export, ...), one word per item, passed as they are.
+    server_extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("server_extra_args")
+    @classmethod
+    def _server_args(cls, v: list[str]) -> list[str]:
+        return _check_server_args(v)
 
     @field_validator("l1_align_bytes")
     @classmethod
@@ -89,6 +115,12 @@ class InstanceSettings(_Strict):
     server_nice: Optional[int] = Field(None, ge=0, le=19)
     ucx_tls: Optional[str] = None
     ucx_net_devices: Optional[str] = None
+    server_extra_args: Optional[list[str]] = None
+
+    @field_validator("server_extra_args")
+    @classmethod
+    def _server_args(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        return None if v is None else _check_server_args(v)
 
 
 class EngineSettings(_Strict):

@@ -218,11 +218,21 @@ def _vllm_missing(ctx: FleetContext, node: Node) -> str:
     return ""
 
 
+ROLES = ("coordinator", "server", "engine")
+
+
+def _started(proc: procs.Proc, node: Node, state: procs.ProcState) -> str:
+    if state.kept:
+        return f"kept {proc.name} on {node.name} (already running, pid {state.pid}; `down` it to restart)"
+    return f"started {proc.name} on {node.name}"
+
+
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
-       only: Optional[str] = None, rerender: bool = True) -> None:
+       only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES) -> None:
     """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there).
 
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
+    roles limits what starts, e.g. ("server",) restarts only lmcache servers after a `down --role server`.
     """
     fleet = ctx.fleet
     check_node(ctx, only)
@@ -235,13 +245,15 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
 
     cnode = fleet.coordinator_node()
     started: list[tuple[Node, procs.Proc, Callable[[], bool]]] = []
-    if only is None or only == cnode.name:
+    if "coordinator" in roles and (only is None or only == cnode.name):
         cproc = ctx.coordinator_proc()
-        procs.start(ctx.conn(cnode), cproc)
-        progress(f"started {cproc.name} on {cnode.name}")
+        progress(_started(cproc, cnode, procs.start(ctx.conn(cnode), cproc)))
         started.append((cnode, cproc, lambda: probes.coordinator_healthy(fleet.coordinator_url)))
 
     def start_role(role: str) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
+        if role not in roles:
+            return []
+
         def on_node(node: Node) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
             out = []
             for inst in node.instances:
@@ -251,8 +263,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
                 else:
                     proc, url = ctx.engine_proc(node, inst), ctx.engine_url(node, inst)
                     ready = (lambda u=url: readiness.engine_ready(fleet.runtime, u, fleet.model))
-                procs.start(ctx.conn(node), proc)
-                progress(f"started {proc.name} on {node.name}")
+                progress(_started(proc, node, procs.start(ctx.conn(node), proc)))
                 out.append((node, proc, ready))
             return out
 
@@ -414,12 +425,16 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
 
 # ---- down --------------------------------------------------------------------------------------------
 
-def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None) -> dict[str, str]:
-    """Stop engines, then servers (they deregister), then the coordinator. Idempotent."""
+def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None,
+         roles: tuple[str, ...] = ROLES) -> dict[str, str]:
+    """Stop engines, then servers (they deregister), then the coordinator. Idempotent; `roles` limits it."""
     check_node(ctx, only)
     outcome: dict[str, str] = {}
 
     def stop_role(role: str) -> None:
+        if role not in roles:
+            return
+
         def on_node(node: Node) -> dict[str, str]:
             done = {}
             for inst in node.instances:
@@ -436,7 +451,7 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
     stop_role("engine")
     stop_role("server")
     cnode = ctx.fleet.coordinator_node()
-    if only is not None and only != cnode.name:
+    if "coordinator" not in roles or (only is not None and only != cnode.name):
         return outcome
     try:
         outcome[ctx.coordinator_proc().name] = procs.stop(ctx.conn(cnode), ctx.coordinator_proc())

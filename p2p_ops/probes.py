@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 TIMEOUT = 3.0
 
@@ -112,31 +112,36 @@ def engine_lmcache_state(engine_url: str) -> str:
 
 # ---- Prometheus text ---------------------------------------------------------------------------------
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+Sample = tuple[str, dict[str, str], float]
 
 
-def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Prometheus text exposition -> (name, labels, value) samples."""
-    out = []
-    for line in (text or "").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        labels = dict(_LABEL.findall(m.group(3) or ""))
-        try:
-            out.append((m.group(1), labels, float(m.group(4))))
-        except ValueError:
-            continue
+def _parse(text: str) -> list[Sample]:
+    return [(smp.name, dict(smp.labels), float(smp.value))
+            for fam in text_string_to_metric_families(text) for smp in fam.samples]
+
+
+def parse_metrics(text: str) -> list[Sample]:
+    """Prometheus text exposition -> (name, labels, value) samples, by prometheus_client's parser (+Inf buckets,
+    escaped label values, NaN). A malformed line costs only itself: the text is then parsed line by line."""
+    text = text or ""
+    try:
+        return _parse(text)
+    except ValueError:
+        pass
+    out: list[Sample] = []
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            try:
+                out.extend(_parse(line + "\n"))
+            except ValueError:
+                continue
     return out
 
 
-def metric_sum(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+def metric_sum(samples: list[Sample], name: str, **labels: str) -> float:
     """Sum of a metric's samples whose labels include `labels` (0.0 when absent: counters appear lazily)."""
     return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == val for k, val in labels.items()))
 
 
-def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
+def scrape(url: str) -> list[Sample]:
     return parse_metrics(get_text(url.rstrip("/") + "/metrics") or "")

@@ -38,6 +38,7 @@ class ProcState:
     name: str
     state: str         # running | dead | stale | none
     pid: int | None
+    kept: bool = False  # start() found this process already running and left it alone
 
     @property
     def running(self) -> bool:
@@ -64,7 +65,7 @@ echo "started $(cat {q(proc.pidfile)})"
 """
     res = conn.run(cmd, timeout=30, check=True)
     word, pid = res.stdout.split()[-2:]
-    return ProcState(proc.name, "running", int(pid))
+    return ProcState(proc.name, "running", int(pid), kept=word == "running")
 
 
 def states(conn: Connector, procs: list[Proc]) -> list[ProcState]:

@@ -26,9 +26,21 @@ def url(ctx) -> str:
     return f"http://{p.host}:{p.port}"
 
 
-def render_config(ctx) -> str:
+RULES_FILE = "rules.yml"
+
+
+def render_config(ctx, rules_file: str | None = None) -> str:
     interval = f"{ctx.fleet.prometheus.scrape_interval_s:g}s"
-    return template_env().get_template("prometheus.yml.j2").render(fleet=ctx.fleet, interval=interval)
+    rules_file = rules_file or str(prom_dir(ctx) / RULES_FILE)
+    return template_env().get_template("prometheus.yml.j2").render(fleet=ctx.fleet, interval=interval,
+                                                                   rules_file=rules_file)
+
+
+def render_rules(fleet) -> str:
+    """Alert and recording rules for this fleet: every server expects all other servers as peers."""
+    n = len(fleet.instances())
+    return template_env().get_template("prometheus_rules.yml.j2").render(
+        fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
 
 
 def _proc(ctx) -> procs.Proc:
@@ -53,6 +65,7 @@ def up(ctx, timeout: float = 60.0) -> str:
                           "apt-get install prometheus")
     d = prom_dir(ctx)
     (d / "data").mkdir(parents=True, exist_ok=True)
+    (d / RULES_FILE).write_text(render_rules(ctx.fleet))
     (d / "prometheus.yml").write_text(render_config(ctx))
     p = ctx.fleet.prometheus
     q = shlex.quote
@@ -66,7 +79,12 @@ def up(ctx, timeout: float = 60.0) -> str:
     wrapper.chmod(0o755)
     conn = LocalConnector()
     proc = _proc(ctx)
-    procs.start(conn, proc)
+    if procs.start(conn, proc).kept:
+        # Already running: make it read the config and rules just written.
+        try:
+            requests.post(url(ctx) + "/-/reload", timeout=10)
+        except requests.RequestException:
+            pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ready(ctx):

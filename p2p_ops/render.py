@@ -13,13 +13,12 @@ import jinja2
 
 from p2p_ops.fleet import Fleet, Instance, Node
 from p2p_ops.layout import COORDINATOR, RunLayout
-
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
-
+from p2p_ops.resources import template_text
 
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        # Package data, not a folder next to this file: an installed wheel has no checkout around it.
+        loader=jinja2.FunctionLoader(template_text),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

@@ -59,12 +59,29 @@ def create_app(core: EngineCore) -> FastAPI:
     app.get("/health")(handler.health)
     app.get("/version")(lambda: {"version": VERSION})
     app.get("/metrics")(handler.metrics)
+    _add_vllm_ops_routes(app, handler)
     app.get("/v1/models")(handler.models)
     app.post("/tokenize")(handler.tokenize)
     app.post("/detokenize")(handler.detokenize)
     app.post("/v1/completions")(handler.completions)
     app.post("/v1/chat/completions")(handler.chat_completions)
     return app
+
+
+def _add_vllm_ops_routes(app: FastAPI, handler: "_Handlers") -> None:
+    """Routes vLLM serves for load balancers and benchmarks; tools call them on either engine."""
+
+    @app.get("/ping")
+    @app.post("/ping")
+    async def ping() -> Response:
+        # vLLM's /ping is /health under another name (SageMaker-style probes).
+        return await handler.health()
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        # This engine keeps no local prefix cache (every reuse goes through LMCache), so there is
+        # nothing to drop; answer as vLLM does so benchmark scripts that reset between runs work.
+        return Response(status_code=200)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

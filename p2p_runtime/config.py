@@ -48,6 +48,7 @@ class EngineConfig:
     timing_jitter: float = 0.0
     timing_seed: int = 0
     log_level: str = "info"
+    log_format: str = "text"
 
     def __post_init__(self) -> None:
         positive = ("num_layers", "num_heads", "head_size", "max_model_len", "block_size",
@@ -73,6 +74,8 @@ class EngineConfig:
             raise ConfigError("--lmcache-timeout and --lmcache-reconnect-interval must be > 0")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"--log-level must be debug|info|warning|error, got {self.log_level}")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"--log-format must be text or json, got {self.log_format}")
         try:
             self.timing
         except ValueError as exc:
@@ -140,6 +143,7 @@ _HELP = {
     "timing_jitter": "relative jitter of emulated times, uniform in +-fraction (<= 0.7)",
     "timing_seed": "seed of the timing jitter",
     "log_level": "debug|info|warning|error",
+    "log_format": "text | json (one JSON object per line, for log shippers)",
 }
 
 

@@ -28,7 +28,9 @@ class EngineCore:
         self.config = config
         configure_threads(config.threads)
         self.tokenizer = ByteTokenizer(config.vocab_size)
-        self.metrics = EngineMetrics(config.served_model_name, config.label)
+        self.metrics = EngineMetrics(config.served_model_name, config.label, config.max_model_len, cache_info={
+            "block_size": config.block_size, "num_gpu_blocks": config.num_blocks, "cache_dtype": "auto",
+            "enable_prefix_caching": False, "kv_connector": "LMCache" if config.lmcache_url else ""})
         self.adapter = None
         chunk_size = config.chunk_size
         if config.lmcache_url:

@@ -11,7 +11,9 @@ drains in-flight requests for a few seconds, unregisters from LMCache and exits 
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import datetime, timezone
 import sys
 
 import uvicorn
@@ -52,9 +54,22 @@ class _Server(uvicorn.Server):
             captured.clear()
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (ISO 8601, UTC), level, logger, msg (+ exc when there is one)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+               "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     if level.lower() != "debug":
         logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
@@ -62,7 +77,7 @@ def setup_logging(level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the engine until SIGINT/SIGTERM; returns the process exit code."""
     config = EngineConfig.from_argv(argv)
-    setup_logging(config.log_level)
+    setup_logging(config.log_level, config.log_format)
     logger.info("effective config: %s", config)
     try:
         core = EngineCore(config)

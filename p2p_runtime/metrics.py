@@ -24,6 +24,20 @@ LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                10.0, 20.0, 40.0, 80.0)
 LMCACHE_OP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+# Where a prompt token's KV came from, as vLLM labels vllm:prompt_tokens_by_source.
+TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+
+
+def buckets_1_2_5(max_value: int) -> tuple[float, ...]:
+    """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to max_value (token-count histograms)."""
+    out, exp = [], 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10 ** exp
+            if v > max_value:
+                return tuple(float(x) for x in out)
+            out.append(v)
+        exp += 1
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -31,7 +45,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class EngineMetrics:
     """All series of one engine, pre-labelled with its model name."""
 
-    def __init__(self, model_name: str, instance_id: str) -> None:
+    def __init__(self, model_name: str, instance_id: str, max_model_len: int = 8192,
+                 cache_info: dict[str, object] | None = None) -> None:
         self.registry = CollectorRegistry()
         r, labels = self.registry, ("model_name", "engine")
         lv = {"model_name": model_name, "engine": "0"}
@@ -61,6 +76,19 @@ class EngineMetrics:
         self.generation_tokens = counter("vllm:generation_tokens",
                                          "Tokens generated.").labels(**lv)
         self._success = counter("vllm:request_success", "Finished requests.", ("finished_reason",))
+        by_source = counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
+                            ("source",))
+        self.tokens_by_source = {src: by_source.labels(source=src, **lv) for src in TOKEN_SOURCES}
+        # Never incremented: this scheduler waits for free blocks instead of preempting (exposed at 0 as vLLM).
+        self.preemptions = counter("vllm:num_preemptions", "Preempted requests.").labels(**lv)
+        token_buckets = buckets_1_2_5(max_model_len)
+        self.request_prompt_tokens = hist("vllm:request_prompt_tokens", "Prompt tokens per finished request.",
+                                          token_buckets)
+        self.request_generation_tokens = hist("vllm:request_generation_tokens",
+                                              "Generated tokens per finished request.", token_buckets)
+        info = {k: str(v) for k, v in (cache_info or {}).items()}
+        Gauge("vllm:cache_config_info", "Information of the KV cache configuration (value is always 1).",
+              tuple(info), registry=r).labels(**info).set(1)
         self._lv = lv
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.",
@@ -112,6 +140,15 @@ class EngineMetrics:
 
     def request_finished(self, reason: str) -> None:
         self._success.labels(finished_reason=reason, **self._lv).inc()
+
+    def request_tokens(self, prompt_tokens: int, generation_tokens: int) -> None:
+        self.request_prompt_tokens.observe(prompt_tokens)
+        self.request_generation_tokens.observe(generation_tokens)
+
+    def prompt_sources(self, computed: int, loaded: int) -> None:
+        """No local prefix cache here: every reused token came over the KV connector (LMCache)."""
+        self.tokens_by_source["local_compute"].inc(computed)
+        self.tokens_by_source["external_kv_transfer"].inc(loaded)
 
     def fallback(self, op: str, reason: str) -> None:
         self._fallbacks.labels(op=op, reason=reason).inc()

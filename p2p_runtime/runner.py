@@ -62,6 +62,7 @@ class ModelRunner:
         logits = self.model.prefill(req.prompt_ids, loaded, self.cache, table)
         req.cached_tokens = loaded
         self.metrics.computed_tokens.inc(computed)
+        self.metrics.prompt_sources(computed, loaded)
         self._pad(started, self.timing.prefill_target_s(computed, loaded))
         return self.model.greedy(logits)
 

@@ -199,6 +199,7 @@ class Scheduler:
         req.finish_reason = reason
         self.runner.release(req)
         self.metrics.request_finished(reason)
+        self.metrics.request_tokens(req.num_prompt_tokens, len(req.output_ids))
         now = time.monotonic()
         self.metrics.e2e.observe(now - req.arrival)
         if req.first_token_at is not None:

@@ -2,14 +2,17 @@
 
 Each command group lives in its own module exposing `register(subparsers)`; a command's handler takes the
 parsed args and returns an exit code. Exit codes: 0 success, 1 a check failed, 2 bad input or could not run.
+Output rules (stdout for results, stderr for progress, --json, piping, colour) live in `output.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
+from p2p_ops.cli import output
 from p2p_ops.errors import EXIT_BAD_INPUT, P2POpsError
 
 # Order is the order of `p2pctl --help`.
@@ -23,21 +26,88 @@ COMMAND_MODULES = [
     "p2p_ops.cli.model_cmds",
 ]
 
+EXIT_CODES_EPILOG = "exit codes: 0 success, 1 a check failed, 2 bad input or could not run"
+
+# Global flags are accepted anywhere before `--` (p2pctl status -q == p2pctl -q status).
+_GLOBAL_FLAGS = {"--no-color": "no_color", "-q": "quiet", "--quiet": "quiet"}
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("p2p-kv-ops")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _subparsers(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.values()
+
+
+def _add_epilogs(parser: argparse.ArgumentParser) -> None:
+    """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line."""
+    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
+    for sub in _subparsers(parser):
+        _add_epilogs(sub)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="p2pctl",
         description="Launch, test and diagnose an LMCache P2P KV-cache fleet.",
     )
+    parser.add_argument("--version", action="version", version=f"p2pctl {version()}")
+    parser.add_argument("--no-color", action="store_true", help="no colours or styles (also: NO_COLOR=1)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress messages, bars or spinners")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _add_epilogs(parser)
     return parser
 
 
+def _hoist_globals(argv: list[str]) -> tuple[list[str], dict]:
+    flags, rest = {}, []
+    for i, tok in enumerate(argv):
+        if tok == "--":
+            rest.extend(argv[i:])
+            break
+        if tok in _GLOBAL_FLAGS:
+            flags[_GLOBAL_FLAGS[tok]] = True
+        else:
+            rest.append(tok)
+    return rest, flags
+
+
+def _leaf(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)parser the command words of argv select, e.g. `test basic` -> the basic parser."""
+    node = parser
+    for word in argv:
+        subs = {name: sub for action in node._actions if isinstance(action, argparse._SubParsersAction)
+                for name, sub in action.choices.items()}
+        if word not in subs:
+            break
+        node = subs[word]
+    return node
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, flags = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    args = parser.parse_args(argv)
+    leaf = _leaf(parser, argv)
+    if os.environ.get("P2PCTL_PROG"):
+        # Skill wrappers (basic_test.py -> `p2pctl test basic`) set it so usage and error lines name the
+        # script the user ran, not the p2pctl command behind it.
+        leaf.prog = os.environ["P2PCTL_PROG"]
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
+    output.configure(no_color=flags.get("no_color", False) or args.no_color,
+                     quiet=flags.get("quiet", False) or args.quiet)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -45,10 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except P2POpsError as exc:
         print(f"p2pctl {args.command}: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            # A script that asked for JSON still gets exactly one document on stdout.
+            output.emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})
         return exc.exit_code
     except KeyboardInterrupt:
         print("p2pctl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `p2pctl ... | head`: the reader left; say nothing more (and let interpreter shutdown not complain).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -247,8 +247,13 @@ def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
     """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
     from p2p_ops.errors import P2POpsError
 
-    parser = argparse.ArgumentParser(prog=prog)
-    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    from p2p_ops.cli import EXIT_CODES_EPILOG
+
+    parser = argparse.ArgumentParser(prog=prog, epilog=EXIT_CODES_EPILOG)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    register(sub)
+    for p in sub.choices.values():
+        p.epilog = f"{p.epilog} {EXIT_CODES_EPILOG}" if p.epilog else EXIT_CODES_EPILOG
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

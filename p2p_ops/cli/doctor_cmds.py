@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 from p2p_ops import launch
+from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import add_fleet_args
 from p2p_ops.errors import BadInput
 
 
 def _progress(msg: str) -> None:
-    print(f"· {msg}", file=sys.stderr)
+    output.progress(msg)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from p2p_ops import launch
+from p2p_ops.cli.output import console, show, emit_json, err_console
+from p2p_ops.cli.output import progress as _progress
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
 
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+ROLE_CHOICES = ("server", "engine", "coordinator")
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -24,12 +23,22 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
                    help="state folder (default: p2p-run/<fleet name> next to the fleet file)")
 
 
+def add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (nothing else there)")
+
+
 def context(args: argparse.Namespace) -> launch.FleetContext:
     return launch.FleetContext.load(args.fleet, args.run_dir)
 
 
-def _progress(msg: str) -> None:
-    err_console.print(f"[dim]·[/dim] {msg}")
+def _roles(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.role) if args.role else launch.ROLES
+
+
+def add_role_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--role", action="append", choices=ROLE_CHOICES, default=None,
+                   help="only these processes (repeatable), e.g. `--node node-a --role server` restarts one "
+                        "lmcache server and keeps its engine")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,14 +55,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="add this to every default port (run several fleets side by side)")
     p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    add_json_arg(p)
     p.set_defaults(handler=cmd_init)
 
     p = sub.add_parser("validate", help="check a fleet spec and print a one-line verdict")
     add_fleet_args(p)
+    add_json_arg(p)
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("render", help="write env.sh and start wrappers for every instance")
     add_fleet_args(p)
+    add_json_arg(p)
     p.set_defaults(handler=cmd_render)
 
     p = sub.add_parser("up", help="start coordinator, servers and engines (detached)")
@@ -64,21 +76,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print, per host, every command `up` would run, and start nothing")
     p.add_argument("--no-render", action="store_true",
                    help="start from the env.sh files as they are (hand-edited ones included); no spec re-render")
+    add_role_arg(p)
+    add_json_arg(p)
     p.set_defaults(handler=cmd_up)
 
     p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy")
     add_fleet_args(p)
     p.add_argument("--timeout", type=float, default=60.0)
+    add_json_arg(p)
     p.set_defaults(handler=cmd_wait)
 
     p = sub.add_parser("status", help="show processes, P2P state, peers and L1 use")
     add_fleet_args(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_arg(p)
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("down", help="stop everything the fleet started (idempotent)")
     add_fleet_args(p)
     p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
+    add_role_arg(p)
+    add_json_arg(p)
     p.set_defaults(handler=cmd_down)
 
 
@@ -99,18 +116,28 @@ def cmd_init(args: argparse.Namespace) -> int:
               "# settings: must be identical across peers (instances may override only l1_size_gb, eviction,\n"
               "# timeouts, heartbeat, log level, nice and UCX settings under instances[].settings).\n")
     out.write_text(header + dump_yaml(data))
-    console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
+    missing = []
     if args.runtime == "vllm":
-        for need, hint in ((Path(vllm["model_path"]) / "config.json", f"p2pctl make-model {args.model_path}"),
-                           (Path(vllm["venv"]) / "bin" / "python", "make setup-vllm")):
-            if not need.exists():
-                console.print(f"note: {need} does not exist yet; make it with `{hint}`")
+        missing = [f"{need} does not exist yet; make it with `{hint}`" for need, hint in (
+            (Path(vllm["model_path"]) / "config.json", f"p2pctl make-model {args.model_path}"),
+            (Path(vllm["venv"]) / "bin" / "python", "make setup-vllm")) if not need.exists()]
+    if args.json:
+        emit_json({"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
+                   "notes": missing})
+    else:
+        console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
+        for note in missing:
+            console.print(f"note: {note}", soft_wrap=True)
     return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     ctx = context(args)
     f = ctx.fleet
+    if args.json:
+        emit_json({"fleet_file": str(args.fleet), "ok": True, "fleet": f.name, "runtime": f.runtime,
+                   "nodes": len(f.nodes), "instances": len(f.instances())})
+        return EXIT_OK
     console.print(f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, {len(f.nodes)} node(s), "
                   f"{len(f.instances())} instance(s)")
     return EXIT_OK
@@ -119,24 +146,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     ctx = context(args)
     files = launch.render(ctx)
-    for f in files:
-        console.print(str(ctx.layout.dir(f.unit) / f.name))
+    paths = [str(ctx.layout.dir(f.unit) / f.name) for f in files]
+    if args.json:
+        emit_json({"fleet": ctx.fleet.name, "files": paths})
+    else:
+        for path in paths:
+            console.print(path, soft_wrap=True)
     return EXIT_OK
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     ctx = context(args)
+    roles = _roles(args)
     if args.dry_run:
         from p2p_ops import dryrun
 
-        print(dryrun.format_plan(dryrun.plan(ctx)), end="")
+        launch.check_node(ctx, args.node)
+        steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
+        if args.json:
+            emit_json({"fleet": ctx.fleet.name, "dry_run": True, "plan": steps})
+        else:
+            print(dryrun.format_plan(steps), end="")
         return EXIT_OK
     try:
         launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node,
-                  rerender=not args.no_render)
+                  rerender=not args.no_render, roles=roles)
     finally:
         ctx.close()
-    console.print(f"fleet {ctx.fleet.name!r} started; run `p2pctl wait` to see it register")
+    what = "started" if roles == launch.ROLES and args.node is None else \
+        f"started ({', '.join(roles)}{' on ' + args.node if args.node else ''})"
+    if args.json:
+        emit_json({"fleet": ctx.fleet.name, "started": True, "node": args.node, "roles": list(roles)})
+    else:
+        console.print(f"fleet {ctx.fleet.name!r} {what}; run `p2pctl wait` to see it register")
     return EXIT_OK
 
 
@@ -146,6 +188,9 @@ def cmd_wait(args: argparse.Namespace) -> int:
         rep = launch.wait(ctx, timeout=args.timeout, progress=_progress)
     finally:
         ctx.close()
+    if args.json:
+        emit_json(rep.to_json())
+        return EXIT_OK
     _print_status(rep)
     console.print(f"[green]ready[/green]: {len(rep.instances)} server(s) registered with "
                   f"{rep.expected_peers} peer(s) each; engines healthy")
@@ -159,7 +204,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         ctx.close()
     if args.json:
-        print(json.dumps(rep.to_json(), indent=2))
+        emit_json(rep.to_json())
     else:
         _print_status(rep)
     return EXIT_OK if rep.ready else EXIT_CHECK_FAILED
@@ -168,16 +213,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     ctx = context(args)
     try:
-        outcome = launch.down(ctx, only=args.node)
+        outcome = launch.down(ctx, only=args.node, roles=_roles(args))
     finally:
         ctx.close()
+    errors = [n for n, w in outcome.items() if w.startswith("error")]
+    if args.json:
+        emit_json({"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors})
+        return EXIT_CHECK_FAILED if errors else EXIT_OK
     table = Table(title=f"p2pctl down — fleet {ctx.fleet.name}")
     table.add_column("process")
     table.add_column("result")
     for name, what in outcome.items():
         table.add_row(name, what)
-    console.print(table)
-    errors = [n for n, w in outcome.items() if w.startswith("error")]
+    show(table)
     return EXIT_CHECK_FAILED if errors else EXIT_OK
 
 
@@ -197,7 +245,7 @@ def _print_status(rep: launch.FleetReport) -> None:
             i.node, i.server_proc, i.server.p2p_state, f"{i.server.peer_count}/{rep.expected_peers}",
             ",".join(i.server.peers) or "-", f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
             i.engine_url, "healthy" if i.engine_healthy else i.engine_proc)
-    console.print(table)
+    show(table)
     ctable = Table(title=f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
                          f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances")
     for col in ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url"):
@@ -205,6 +253,6 @@ def _print_status(rep: launch.FleetReport) -> None:
     for inst in rep.coordinator_instances or []:
         ctable.add_row(*(str(inst.get(k, "")) for k in ("instance_id", "ip", "http_port", "mq_port",
                                                           "p2p_advertised_url")))
-    console.print(ctable)
+    show(ctable)
     for node, err in rep.node_errors.items():
         err_console.print(f"[red]node {node} unreachable:[/red] {err}")

@@ -1,28 +1,37 @@
-"""Observability commands: the fleet's Prometheus."""
+"""Observability commands: the fleet's Prometheus, its Grafana dashboard, the live monitor."""
 
 from __future__ import annotations
 
 import argparse
-import time
-
-from rich.console import Console
-
 import json
+import time
+from pathlib import Path
 
 from rich.live import Live
 
-from p2p_ops import monitor, prom
-from p2p_ops.cli.fleet_cmds import add_fleet_args, context
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, CouldNotRun
-
-console = Console()
+from p2p_ops import grafana, monitor, prom
+from p2p_ops.cli.fleet_cmds import add_fleet_args, add_json_arg, context
+from p2p_ops.cli.output import console, show, emit_json
+from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput, CouldNotRun
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prometheus", help="run the fleet's Prometheus (up | down | status)")
+    p = sub.add_parser("prometheus", help="run the fleet's Prometheus with its alert and recording rules "
+                                          "(up | down | status)")
     p.add_argument("action", choices=["up", "down", "status"])
     add_fleet_args(p)
+    add_json_arg(p)
     p.set_defaults(handler=cmd_prometheus)
+
+    p = sub.add_parser("grafana", help="print (or write) a Grafana dashboard JSON for the fleet's Prometheus",
+                       description="A dashboard with P2P loads and KV bytes per node, peers per server, TTFT and "
+                       "cached-token ratio per engine, L1 use and LMCache lookup latency. Import it in Grafana "
+                       "(Dashboards > Import) and pick the fleet's Prometheus as the data source.")
+    add_fleet_args(p)
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--window", default=grafana.WINDOW, help=f"rate window (default {grafana.WINDOW})")
+    add_json_arg(p)
+    p.set_defaults(handler=cmd_grafana)
 
     p = sub.add_parser("monitor", help="live per-node view: P2P loads, hit ratio, L1, queue, TTFT")
     add_fleet_args(p)
@@ -38,15 +47,45 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_prometheus(args: argparse.Namespace) -> int:
     ctx = context(args)
     if args.action == "up":
-        url = prom.up(ctx)
-        console.print(f"prometheus ready at {url} (config and tsdb in {prom.prom_dir(ctx)})")
+        where = prom.up(ctx)
+        if args.json:
+            emit_json({"prometheus": where, "ready": True, "dir": str(prom.prom_dir(ctx)),
+                       "rules": str(prom.prom_dir(ctx) / prom.RULES_FILE)})
+        else:
+            console.print(f"prometheus ready at {where} (config, rules and tsdb in {prom.prom_dir(ctx)})",
+                          soft_wrap=True)
         return EXIT_OK
     if args.action == "down":
-        console.print(f"prometheus: {prom.down(ctx)}")
+        what = prom.down(ctx)
+        if args.json:
+            emit_json({"prometheus": prom.url(ctx), "stopped": what})
+        else:
+            console.print(f"prometheus: {what}")
         return EXIT_OK
     ok = prom.running(ctx) and prom.ready(ctx)
-    console.print(f"prometheus at {prom.url(ctx)}: {'ready' if ok else 'not running'}")
+    if args.json:
+        emit_json({"prometheus": prom.url(ctx), "ready": ok})
+    else:
+        console.print(f"prometheus at {prom.url(ctx)}: {'ready' if ok else 'not running'}")
     return EXIT_OK if ok else EXIT_CHECK_FAILED
+
+
+def cmd_grafana(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    ctx.close()
+    if not args.window or not args.window[:-1].isdigit() or args.window[-1] not in "smh":
+        raise BadInput(f"--window {args.window!r}: give a Prometheus duration like 30s, 1m or 5m")
+    board = grafana.dashboard(ctx.fleet.name, window=args.window)
+    if not args.output:
+        emit_json(board)
+        return EXIT_OK
+    out = Path(args.output)
+    out.write_text(json.dumps(board, indent=2) + "\n")
+    if args.json:
+        emit_json({"wrote": str(out), "panels": len(board["panels"])})
+    else:
+        console.print(f"wrote {out}: {len(board['panels'])} panels for fleet {ctx.fleet.name!r}", soft_wrap=True)
+    return EXIT_OK
 
 
 def _frame(ctx, source: str, window_s: float):
@@ -60,15 +99,24 @@ def _frame(ctx, source: str, window_s: float):
 def cmd_monitor(args: argparse.Namespace) -> int:
     ctx = context(args)
     window = max(0.5, min(args.interval, 5.0))
-    if args.once:
+    if args.once or args.json:
         frames, source = _frame(ctx, args.source, window)
         if args.json:
-            print(json.dumps({"source": source, "frames": [f.to_dict() for f in frames]}, indent=2))
+            emit_json({"source": source, "frames": [f.to_dict() for f in frames]})
         else:
-            console.print(monitor.render_table(frames, source))
+            show(monitor.render_table(frames, source))
         return EXIT_OK if all(f.up for f in frames) else EXIT_CHECK_FAILED
     frames, source = _frame(ctx, args.source, window)
-    with Live(monitor.render_table(frames, source), console=console, refresh_per_second=1) as live:
+    if not console.is_terminal:
+        # Piped: one plain table per frame (a Live display would show nothing until it ends).
+        for i in range(args.max_frames):
+            if i:
+                if source.startswith("prometheus"):
+                    time.sleep(args.interval)
+                frames, source = _frame(ctx, args.source, window)
+            show(monitor.render_table(frames, source))
+        return EXIT_OK
+    with Live(monitor.render_table(frames, source), console=console.get(), refresh_per_second=1) as live:
         for _ in range(args.max_frames - 1):
             if source.startswith("prometheus"):
                 time.sleep(args.interval)

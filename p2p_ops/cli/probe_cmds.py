@@ -9,15 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
+from p2p_ops.cli.output import console, show
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.nodeprobe import NodeProbe, probe_fleet
 from p2p_ops.nodeprobe.bootstrap import bootstrap_node, needs_bootstrap
-
-console = Console()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -127,4 +125,4 @@ def _print_node(p: NodeProbe) -> None:
             table.add_row("[red]problem[/red]", msg)
         for msg in p.warnings:
             table.add_row("[yellow]warning[/yellow]", msg)
-    console.print(table)
+    show(table)

@@ -6,11 +6,12 @@ import argparse
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
+from p2p_ops.cli import output
+from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
+from p2p_ops.cli.output import console, show, emit_json, heading
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
@@ -18,12 +19,11 @@ from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.report import build_report, overall_passed
 
-console = Console()
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("test", help="test a running fleet (basic: the cross-node proof)")
     tsub = p.add_subparsers(dest="test_kind", metavar="KIND")
+    add_json_arg(p)
+    p.set_defaults(handler=lambda args: cmd_kinds(args, tsub))
     b = tsub.add_parser("basic", help="cold on A, served from A's cache on B, identical outputs")
     add_fleet_args(b)
     b.add_argument("--a", default=None, help="instance that computes the prompt (default: first instance)")
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--chunks", type=int, default=8, help="prompt length in full chunks (default 8)")
     b.add_argument("--max-tokens", type=int, default=24, help="tokens to generate (default 24)")
     b.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
-    b.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json_arg(b)
     b.set_defaults(handler=cmd_basic)
 
     for kind, helptext in (("stress", "concurrency ladder, long documents, sustained mixed load"),
@@ -51,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
         s.add_argument("--tag", default="", help="label for this run (folder name and report)")
         s.add_argument("--seed", type=int, default=None)
+        add_json_arg(s)
         if kind == "all":
             s.add_argument("--with-lmcache-bench", action="store_true",
                            help="also run the real `lmcache bench engine --workload long-doc-qa`")
@@ -69,11 +70,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="also run the real `lmcache bench engine --workload long-doc-qa` and fold it in")
     ld.add_argument("--tag", default="")
     ld.add_argument("--seed", type=int, default=None)
+    add_json_arg(ld)
     ld.set_defaults(handler=cmd_longdoc)
 
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
     r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
+    add_json_arg(r)
     r.set_defaults(handler=cmd_report)
+
+
+def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int:
+    """`p2pctl test` without a kind: the kinds, and exit 2 (nothing was tested)."""
+    kinds = {a.dest: a.help for a in tsub._choices_actions}
+    if args.json:
+        emit_json({"kinds": kinds})
+    else:
+        print("test kinds (p2pctl test KIND -h for options):")
+        for name, text in kinds.items():
+            print(f"  {name:<8} {text}")
+    return 2
 
 
 def cmd_basic(args: argparse.Namespace) -> int:
@@ -84,9 +99,7 @@ def cmd_basic(args: argparse.Namespace) -> int:
     finally:
         ctx.close()
     if args.json:
-        import json
-
-        print(json.dumps(result.to_dict(), indent=2))
+        emit_json(result.to_dict())
     else:
         print_basic(result)
     return EXIT_OK if result.passed else EXIT_CHECK_FAILED
@@ -103,7 +116,7 @@ def print_basic(result: BasicResult) -> None:
     table.add_column("detail", overflow="fold")
     for c in result.checks:
         table.add_row(c.name, "[green]PASS[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
-    console.print(table)
+    show(table)
     n = result.numbers
     nums = Table(title="numbers")
     for col in ("TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
@@ -112,7 +125,7 @@ def print_basic(result: BasicResult) -> None:
     nums.add_row(_fmt_s(n["ttft_cold_a_s"]), _fmt_s(n["ttft_peer_b_s"]), _fmt_s(n["ttft_control_b_s"]),
                  str(n["prompt_tokens"]), str(n["cached_tokens_b"]), f"{n['p2p_loads_b']:g}",
                  f"{n['kv_bytes_pulled_b']:,.0f}")
-    console.print(nums)
+    show(nums)
     verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
     console.print(f"{verdict} — evidence in {result.run_dir}")
     if result.likely_cause:
@@ -152,8 +165,9 @@ class _Bars:
 
 
 def _run_stages(ctx, opts: StressOptions, out_dir: Path) -> dict:
+    # Bars go to stderr, so stdout holds only results (and only the JSON document with --json).
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+                  console=output.err_console.get(), disable=output.quiet()) as progress:
         return run_stress(ctx, opts, out_dir, _Bars(progress))
 
 
@@ -166,8 +180,7 @@ def _run_and_report(args: argparse.Namespace, kind: str, body) -> int:
     finally:
         ctx.close()
     summary = build_report(out_dir)
-    console.print(f"report: {summary}")
-    return _verdict(summary)
+    return _verdict(args, summary, out_dir)
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
@@ -179,12 +192,15 @@ def cmd_all(args: argparse.Namespace) -> int:
     opts = stress_options(args)
 
     def body(ctx, out_dir: Path) -> None:
-        console.rule("cross-node proof")
-        print_basic(run_basic(ctx, progress=_progress, out_dir=out_dir / "basic"))
-        console.rule("stress")
+        stage = heading if not args.json else (lambda _: None)
+        stage("cross-node proof")
+        basic = run_basic(ctx, progress=_progress, out_dir=out_dir / "basic")
+        if not args.json:
+            print_basic(basic)
+        stage("stress")
         _run_stages(ctx, opts, out_dir)
         if args.with_lmcache_bench:
-            console.rule("lmcache bench engine --workload long-doc-qa")
+            stage("lmcache bench engine --workload long-doc-qa")
             run_lmcache_bench(ctx, out_dir / "lmcache-bench", quick=args.quick, progress=_progress)
 
     return _run_and_report(args, "all", body)
@@ -210,12 +226,17 @@ def cmd_longdoc(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    summary = build_report(Path(args.run_dir))
-    console.print(f"wrote {summary}")
-    return _verdict(summary)
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise BadInput(f"{run_dir}: no such run folder; give one under p2p-run/<fleet>/tests/")
+    return _verdict(args, build_report(run_dir), run_dir)
 
 
-def _verdict(summary: Path) -> int:
+def _verdict(args: argparse.Namespace, summary: Path, run_dir: Path) -> int:
     ok = overall_passed(summary)
-    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
+    if args.json:
+        emit_json({"run_dir": str(run_dir), "report": str(summary), "passed": ok})
+    else:
+        console.print(f"report: {summary}", soft_wrap=True)
+        console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
     return EXIT_OK if ok else EXIT_CHECK_FAILED

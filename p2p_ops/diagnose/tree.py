@@ -21,8 +21,8 @@ import yaml
 from p2p_ops import probes
 from p2p_ops.errors import BadInput
 from p2p_ops.redact import redact_text
+from p2p_ops.resources import tree_text
 
-TREE_FILE = Path(__file__).with_name("tree.yaml")
 REFERENCE_MD = Path(__file__).resolve().parents[2] / ".claude/skills/lmcache-p2p-diagnose/references/decision-tree.md"
 LOG_MATCH_LIMIT = 5000
 STATUSES = ("problem", "info", "ok", "unknown")
@@ -68,8 +68,9 @@ class Tree:
     signatures: dict[str, Signature]
 
 
-def load_tree(path: Path = TREE_FILE) -> Tree:
-    data = yaml.safe_load(Path(path).read_text())
+def load_tree(path: Path | None = None) -> Tree:
+    """The shipped tree (package data, so an installed wheel has it), or the YAML file at `path`."""
+    data = yaml.safe_load(Path(path).read_text() if path else tree_text())
     sigs = {k: Signature(k, v["pattern"], tuple(v["logs"]), v["meaning"]) for k, v in data["signatures"].items()}
     symptoms = tuple(Symptom(s["id"], s["title"], tuple(s.get("aliases", ())), s["looks_like"], tuple(
         Step(st["id"], st["ask"], st["cause"], st["fix"], tuple(st.get("checks", ())), tuple(st.get("manual", ())))

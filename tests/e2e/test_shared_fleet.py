@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from prometheus_api_client import PrometheusConnect
 
-from p2p_ops import prom
+from p2p_ops import grafana, prom
 from p2p_ops.harness.basic import run_basic
 from p2p_ops.harness.records import read_csv
 
@@ -66,6 +67,44 @@ def test_prometheus_scrapes_servers_and_engines_and_monitor_shows_p2p_loads(flee
     frame = json.loads(out)
     assert frame["source"] == "direct /metrics"
     assert {f["instance"]: f for f in frame["frames"]}["node-b-0"]["p2p_loads_total"] > 0
+
+
+@needs_prometheus
+def test_every_dashboard_query_returns_data_and_rules_are_loaded(fleet2):
+    """`p2pctl grafana`'s panels read real series of this fleet; `prometheus up` loaded the fleet's rules."""
+    assert run_basic(fleet2).passed  # P2P loads, lookups and TTFTs to look at
+    url = prom.up(fleet2)
+    try:
+        pc = PrometheusConnect(url=url, disable_ssl=True)
+        # rate() needs two scrapes inside the window after the traffic; poll (scrape interval 2 s).
+        deadline = time.monotonic() + 120
+        pending = list(grafana.expressions())
+        while pending and time.monotonic() < deadline:
+            assert run_basic(fleet2).passed
+            pending = [e for e in pending if not pc.custom_query(e)]
+            time.sleep(2)
+        assert pending == [], "dashboard queries without data"
+        groups = requests.get(f"{url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        names = {r["name"] for g in groups for r in g["rules"]}
+        assert {"P2PPeerCountBelowExpected", "P2PLoadFailures", "P2PLookupTimeouts", "L1OutOfMemory",
+                "EngineDown", "p2p:peers"} <= names
+        peers = pc.custom_query("p2p:peers")
+        deadline = time.monotonic() + 60
+        while len(peers) < 2 and time.monotonic() < deadline:
+            time.sleep(2)
+            peers = pc.custom_query("p2p:peers")
+        assert {float(x["value"][1]) for x in peers} == {1.0}  # each of 2 servers sees its one peer
+        firing = [r["name"] for g in groups for r in g["rules"] if r.get("state") == "firing"]
+        assert firing == []
+    finally:
+        assert prom.down(fleet2) == "stopped"
+
+
+def test_piped_json_of_the_fleet_verbs(fleet2, p2pctl):
+    for verb in (["status"], ["wait", "--timeout", "30"], ["test", "basic"]):
+        code, out, err = p2pctl(*verb, "-f", str(fleet2.fleet_file), "--json")
+        assert code == 0, err[-2000:]
+        json.loads(out)
 
 
 def test_quick_all_passes_with_report_plots_and_csv(fleet2, p2pctl):

@@ -22,6 +22,6 @@ Healthy output ends with "result: healthy".
 USAGE
   exit 0
 fi
-# shellcheck source=/dev/null
-source "$(dirname "$0")/../../../../scripts/p2pctl-locate.sh"
-exec "$P2PCTL" rdma "$@"
+# shellcheck source=SCRIPTDIR/p2pctl.sh
+source "$(dirname "$0")/p2pctl.sh"
+p2p_exec check_rdma.sh rdma "$@"

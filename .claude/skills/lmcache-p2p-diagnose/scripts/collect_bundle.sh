@@ -19,4 +19,6 @@ the value. A stopped fleet is fine: what cannot be read is listed under "unreach
 USAGE
   exit 0
 fi
-exec "$(dirname "$0")/../../../../scripts/p2pctl" bundle "$@"
+# shellcheck source=SCRIPTDIR/p2pctl.sh
+source "$(dirname "$0")/p2pctl.sh"
+p2p_exec collect_bundle.sh bundle "$@"

@@ -20,4 +20,6 @@ The last line names the likely cause, or says that no automated check found one.
 USAGE
   exit 0
 fi
-exec "$(dirname "$0")/../../../../scripts/p2pctl" diagnose "$@"
+# shellcheck source=SCRIPTDIR/p2pctl.sh
+source "$(dirname "$0")/p2pctl.sh"
+p2p_exec diagnose.sh diagnose "$@"

@@ -24,4 +24,6 @@ Healthy output ends with "result: healthy".
 USAGE
   exit 0
 fi
-exec "$(dirname "$0")/../../../../scripts/p2pctl" doctor "$@"
+# shellcheck source=SCRIPTDIR/p2pctl.sh
+source "$(dirname "$0")/p2pctl.sh"
+p2p_exec doctor.sh doctor "$@"

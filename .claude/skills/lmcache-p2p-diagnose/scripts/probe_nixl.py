@@ -11,19 +11,11 @@ Metadata goes through files, not the NIXL listener. Exit codes: 0 the READ worke
 Example: probe_nixl.py --tls tcp --net-devices lo     (the TCP path, on loopback)
 """
 
-import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[4]
-VENV = REPO / ".venv"
-# Run from a checkout without activating its venv: prefer the checkout's venv (it has nixl), and make the
-# repo importable either way.
-if (VENV / "bin" / "python").exists() and Path(sys.prefix).resolve() != VENV.resolve():
-    os.execv(str(VENV / "bin" / "python"), [str(VENV / "bin" / "python"), __file__, *sys.argv[1:]])
-sys.path.insert(0, str(REPO))
-
-from p2p_ops.cli.diag_cmds import run_standalone  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _p2pctl import exec_p2pctl  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run_standalone(["probe-nixl", *sys.argv[1:]], prog="probe_nixl.py"))
+    exec_p2pctl("probe-nixl")

@@ -25,6 +25,6 @@ Example: rail_check.sh --expect mlx5_0,mlx5_1 -- python stress_p2p.py --requests
 USAGE
   exit 0
 fi
-# shellcheck source=/dev/null
-source "$(dirname "$0")/../../../../scripts/p2pctl-locate.sh"
-exec "$P2PCTL" rails "$@"
+# shellcheck source=SCRIPTDIR/p2pctl.sh
+source "$(dirname "$0")/p2pctl.sh"
+p2p_exec rail_check.sh rails "$@"

@@ -4,13 +4,13 @@
 set -euo pipefail
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   cat <<'USAGE'
-usage: wait_ready.sh [-f fleet.yaml] [--run-dir DIR] [--timeout S]
+usage: wait_ready.sh [-f fleet.yaml] [--run-dir DIR] [--timeout S] [--json]
 
 Exit 0 and a status table when ready; exit 1 naming each instance that is not, its state and
 the tail of its log.
 USAGE
   exit 0
 fi
-# shellcheck source=/dev/null
-source "$(dirname "$0")/../../../../scripts/p2pctl-locate.sh"
-exec "$P2PCTL" wait "$@"
+# shellcheck source=SCRIPTDIR/p2pctl.sh
+source "$(dirname "$0")/p2pctl.sh"
+p2p_exec wait_ready.sh wait "$@"

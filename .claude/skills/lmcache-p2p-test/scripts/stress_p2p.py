@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Stress a running fleet: ladder, long documents, sustained mix; writes requests.csv, plots, summary.md (p2pctl test stress)."""
-import os
 import sys
 from pathlib import Path
 
-p2pctl = Path(__file__).resolve().parents[4] / "scripts" / "p2pctl"
-os.execv(str(p2pctl), [str(p2pctl), "test", "stress", *sys.argv[1:]])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _p2pctl import exec_p2pctl  # noqa: E402
+
+exec_p2pctl('test', 'stress')

@@ -1,0 +1,93 @@
+"""Where `p2pctl` writes, and how.
+
+Results go to stdout (one JSON document with --json, nothing else there); progress, spinners and bars go to
+stderr. When stdout is not a terminal, tables and lines are never wrapped (a script or an agent reads whole
+lines); NO_COLOR or --no-color drop every style, bold included; -q silences progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rich.console import Console
+
+# Wide enough that no table or message of ours wraps when piped; rich sizes tables to their content.
+PIPE_WIDTH = 100_000
+
+_opts = {"no_color": False, "quiet": False}
+
+
+def _make(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    plain = _opts["no_color"] or "NO_COLOR" in os.environ
+    kwargs = {}
+    if not stream.isatty():
+        kwargs["width"] = PIPE_WIDTH
+    if plain:
+        kwargs["color_system"] = None
+    return Console(stderr=stderr, highlight=False, **kwargs)
+
+
+class _Lazy:
+    """A Console built at first use, after `configure()` read the global flags."""
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def get(self) -> Console:
+        if self._console is None:
+            self._console = _make(self._stderr)
+        return self._console
+
+    def __getattr__(self, name):
+        return getattr(self.get(), name)
+
+
+console = _Lazy(stderr=False)
+err_console = _Lazy(stderr=True)
+
+
+def configure(no_color: bool = False, quiet: bool = False) -> None:
+    _opts.update(no_color=no_color, quiet=quiet)
+    console._console = err_console._console = None
+
+
+def quiet() -> bool:
+    return _opts["quiet"]
+
+
+def progress(msg: str) -> None:
+    """One progress line on stderr (silent with -q)."""
+    if not _opts["quiet"]:
+        err_console.print(f"[dim]·[/dim] {msg}", soft_wrap=True)
+
+
+def emit_json(doc) -> None:
+    """The one JSON document a --json run prints on stdout."""
+    print(json.dumps(doc, indent=2, default=str))
+
+
+def show(table) -> None:
+    """Print a rich Table: boxed on a terminal; piped, its title on a line of its own and plain columns
+    (no box drawing, no centring padding), so `grep`/`awk` and agents read whole rows."""
+    c = console.get()
+    if c.is_terminal:
+        c.print(table)
+        return
+    if table.title:
+        c.print(table.title, soft_wrap=True)
+    table.title = None
+    table.box = None
+    table.pad_edge = False
+    c.print(table)
+
+
+def heading(text: str) -> None:
+    """A section heading that does not draw a rule as wide as PIPE_WIDTH when piped."""
+    if console.is_terminal:
+        console.rule(text)
+    else:
+        console.print(f"== {text}")

@@ -1,0 +1,30 @@
+"""Files that ship inside the package (templates, the decision tree), read through importlib.resources.
+
+The templates live in the repo's top-level templates/ folder; pyproject maps that folder to the
+`p2p_ops.templates` package, so the same lookup works from an editable install and a wheel. A checkout
+that was never installed (p2p_ops imported from the source tree) falls back to the folder itself.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+
+def _templates():
+    try:
+        return resources.files("p2p_ops.templates")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "templates"
+
+
+def template_text(name: str) -> str:
+    return _templates().joinpath(name).read_text(encoding="utf-8")
+
+
+def template_names() -> list[str]:
+    return sorted(p.name for p in _templates().iterdir() if p.name.endswith(".j2"))
+
+
+def tree_text() -> str:
+    return resources.files("p2p_ops.diagnose").joinpath("tree.yaml").read_text(encoding="utf-8")

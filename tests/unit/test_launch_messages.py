@@ -1,0 +1,45 @@
+"""What `up` says about each process, and what `up --dry-run` plans with --node / --role / --no-render."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p_ops import dryrun, launch, procs
+from p2p_ops.errors import CouldNotRun
+from p2p_ops.fleet import Node
+from tests.conftest import write_local_fleet
+
+
+def test_up_says_kept_when_the_process_already_ran():
+    node = Node.model_validate({"name": "n", "address": "127.0.0.1", "instances": [
+        {"id": "n-0", "ports": {"mp": 5601, "http": 8081, "p2p": 8551, "engine": 8001}}]})
+    proc = procs.Proc(name="n-0/engine", workdir="/w", wrapper="/w/s.sh", log="/w/l", pidfile="/w/p", marker="m")
+    assert launch._started(proc, node, procs.ProcState("n-0/engine", "running", 7)) == "started n-0/engine on n"
+    kept = launch._started(proc, node, procs.ProcState("n-0/engine", "running", 7, kept=True))
+    assert kept.startswith("kept n-0/engine on n") and "pid 7" in kept and "started" not in kept
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    c = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="plan"))
+    yield c
+    c.close()
+
+
+def test_dry_run_honours_node_and_role(ctx):
+    steps = dryrun.plan(ctx, only="node-b", roles=("server",))
+    assert list(steps) == ["node-b"]
+    text = "\n".join(steps["node-b"])
+    assert "node-b-0/server" in text and "node-b-0/engine" not in text and "coordinator:" not in text
+
+
+def test_dry_run_no_render_uses_the_files_on_disk(ctx):
+    with pytest.raises(CouldNotRun, match="p2pctl render"):
+        dryrun.plan(ctx, rerender=False)
+    launch.render(ctx)
+    env = ctx.layout.dir("node-a-0") / "env.sh"
+    env.write_text(env.read_text().replace("export LMCACHE_P2P_LOAD_TIMEOUT=30.0", "export LMCACHE_P2P_LOAD_TIMEOUT=99"))
+    edited = "\n".join(dryrun.plan(ctx, only="node-a", rerender=False)["node-a"])
+    assert "--p2p-load-timeout 99" in edited and "use      " in edited
+    fresh = "\n".join(dryrun.plan(ctx, only="node-a")["node-a"])
+    assert "--p2p-load-timeout 30.0" in fresh

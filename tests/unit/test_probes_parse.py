@@ -1,0 +1,38 @@
+"""/metrics text -> samples with prometheus_client's parser: +Inf buckets, escaped labels, bad lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from p2p_ops.probes import metric_sum, parse_metrics
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
+
+
+def test_engine_scrape_keeps_inf_buckets_and_counts():
+    samples = parse_metrics((FIX / "engine.txt").read_text())
+    inf = [v for n, lab, v in samples if n == "vllm:time_to_first_token_seconds_bucket" and lab.get("le") == "+Inf"]
+    assert inf == [1.0]
+    assert metric_sum(samples, "vllm:time_to_first_token_seconds_count") == 1
+    assert metric_sum(samples, "vllm:generation_tokens_total", model_name="tiny-llm") == 4
+
+
+def test_lmcache_server_scrape():
+    samples = parse_metrics((FIX / "lmcache_server.txt").read_text())
+    assert metric_sum(samples, "lmcache_mp_l2_load_completed_requests_total", l2_name="p2p") >= 1
+    assert any(n.endswith("_bucket") and lab.get("le") == "+Inf" for n, lab, _ in samples)
+    assert metric_sum(samples, "lmcache_mp_l1_memory_usage_bytes") > 0
+
+
+def test_escaped_label_values_are_unescaped():
+    text = ('# TYPE x counter\n'
+            'x_total{path="C:\\\\dir",msg="say \\"hi\\"",nl="a\\nb"} 3\n')
+    [(name, labels, value)] = parse_metrics(text)
+    assert (name, value) == ("x_total", 3.0)
+    assert labels == {"path": "C:\\dir", "msg": 'say "hi"', "nl": "a\nb"}
+
+
+def test_a_malformed_line_costs_only_itself():
+    text = "good_a 1\nthis is { not a sample\ngood_b{x=\"1\"} 2.5\n"
+    assert parse_metrics(text) == [("good_a", {}, 1.0), ("good_b", {"x": "1"}, 2.5)]
+    assert parse_metrics("") == [] and parse_metrics(None) == []
