@@ -161,3 +161,27 @@ def test_no_color_drops_every_style_on_a_terminal(fleet_dir):
     assert b"\x1b[" in _on_terminal(["status"], fleet_dir)  # colours and bold by default
     assert b"\x1b[" not in _on_terminal(["status"], fleet_dir, {"NO_COLOR": "1"})
     assert b"\x1b[" not in _on_terminal(["status", "--no-color"], fleet_dir)
+
+
+# Pieces that sit far apart on one line; a wrapped line splits them.
+ONE_LINE = [
+    (["validate"], ("ok — fleet 'cli'", "2 instance(s)")),
+    (["status"], ("instance", "L1 used/total GiB", "engine health")),
+    (["status"], ("coordinator http://", "not healthy", "/instances")),
+    (["status"], ("node-b-0", "node-b", "http://127.0.0.1:", "none")),
+    (["down"], ("coordinator/coordinator", "none")),
+    (["test"], ("longdoc", "documents warmed on one node, queried from another")),
+]
+
+
+@pytest.mark.parametrize("argv,pieces", ONE_LINE, ids=[" ".join(a) + str(i) for i, (a, _) in enumerate(ONE_LINE)])
+def test_long_lines_stay_whole_when_piped(run, fleet_dir, argv, pieces):
+    out = run(argv, fleet_dir, columns=40).stdout
+    assert any(all(p in line for p in pieces) for line in out.splitlines()), out
+
+
+def test_piped_tables_are_plain_columns(run, fleet_dir):
+    out = run(["status"], fleet_dir).stdout
+    assert not set("│┃━─┏┡└") & set(out), out
+    header = next(line for line in out.splitlines() if line.startswith("instance"))
+    assert header.split()[:3] == ["instance", "node", "server"]
