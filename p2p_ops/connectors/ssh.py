@@ -193,7 +193,7 @@ class SSHConnector:
                 self.host, target, "host key CHANGED",
                 f"{name} offered {_fingerprint(exc.key)} but known_hosts ({files}) has "
                 f"{_fingerprint(exc.expected_key)}; this is a reinstalled host or a man-in-the-middle",
-                f"confirm the new key out of band, then drop the old one: ssh-keygen -R '{name}' "
+                f"confirm the new key out of band, then drop the old one: ssh-keygen -R {shlex.quote(name)} "
                 f"[-f KNOWN_HOSTS] and add the new one")
         if isinstance(exc, paramiko.AuthenticationException):
             how = f"key {self.key}" if self.key else "the agent / default keys"
