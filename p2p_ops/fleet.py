@@ -16,8 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from p2p_ops.errors import BadInput
 
-# Ids become file names and command arguments: keep them boring.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+# Ids become file names and command arguments: keep them boring. Matched in full (`$` would let a trailing
+# newline through), never `.`/`..` (a folder outside the run folder).
+ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+# Folders the run layout itself uses next to the instances' folders: an instance of that name would overwrite
+# them (an instance `coordinator` would overwrite the coordinator's env.sh).
+RESERVED_IDS = ("coordinator", "prometheus", "tests", "bundles")
 
 # Settings peers must agree on or they silently share nothing (DESIGN decision 6). They may only be set
 # fleet-wide; a per-instance override is refused.
@@ -25,13 +29,29 @@ FLEET_WIDE_ONLY = ("python_hash_seed", "chunk_size", "hash_algorithm", "l1_align
                    "transfer_engine")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    # Every string of the spec ends up in env.sh, a command line or a log line: a newline or another control
+    # character in one would split it (and a dry run would choke on it), so none is accepted anywhere.
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_chars(cls, v: Any) -> Any:
+        for item in (v if isinstance(v, list) else [v]):
+            if isinstance(item, str) and _CONTROL.search(item):
+                raise ValueError(f"{item!r} contains a control character (newline, tab, ...); write it on one "
+                                 "line without them")
+        return v
+
 
 def _check_id(value: str) -> str:
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
+    if value.strip(".") == "":
+        raise ValueError(f"{value!r} is not a usable name: '.' and '..' are folders; pick a word")
     return value
 
 
@@ -139,6 +159,8 @@ class Instance(_Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
+        if v.lower() in RESERVED_IDS:
+            raise ValueError(f"{v!r} is reserved for the run folder's own {v.lower()}/ folder; pick another id")
         return _check_id(v)
 
 

@@ -17,7 +17,7 @@ from p2p_ops.connectors import Connector, connector_for
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
 from p2p_ops.layout import COORDINATOR, RunLayout
-from p2p_ops.render import RenderedFile, render_fleet, write_rendered
+from p2p_ops.render import RenderedFile, file_mode, render_fleet, write_rendered
 
 Progress = Callable[[str], None]
 
@@ -119,8 +119,7 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
         conn = ctx.conn(node)
         for f in files:
             if f.node == node.name:
-                conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name),
-                         mode=0o755 if f.executable else 0o644)
+                conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name), mode=file_mode(f.executable))
 
     errors = [f"- {name}: {res}" for name, res in ctx.for_each_node(copy, only).items() if isinstance(res, Exception)]
     if errors:

@@ -65,6 +65,19 @@ BAD = [
      "nodes[0].instances[0].ports.engine: required field is missing"),
     ("wrong type", "settings.chunk_size", "big", "settings.chunk_size: Input should be a valid integer"),
     ("model with @", "model", "a@b", "model: Value error"),
+    ("instance id ..", "nodes[0].instances[0].id", "..", "nodes[0].instances[0].id: Value error, '..' is not a usable"),
+    ("instance id .", "nodes[0].instances[0].id", ".", "nodes[0].instances[0].id: Value error, '.' is not a usable"),
+    ("instance id coordinator", "nodes[1].instances[0].id", "coordinator",
+     "nodes[1].instances[0].id: Value error, 'coordinator' is reserved"),
+    ("instance id tests", "nodes[1].instances[0].id", "tests", "nodes[1].instances[0].id: Value error, 'tests' is"),
+    ("instance id with a trailing newline", "nodes[0].instances[0].id", "node-x\n",
+     "nodes[0].instances[0].id: Value error, 'node-x\\n' "),
+    ("node name ..", "nodes[0].name", "..", "nodes[0].name: Value error, '..' is not a usable"),
+    ("fleet name ..", "name", "..", "name: Value error, '..' is not a usable"),
+    ("fleet name with a newline", "name", "demo\n", "name: Value error, 'demo\\n' "),
+    ("model with a newline", "model", "tiny\nllm", "model: Value error, 'tiny\\nllm' contains a control"),
+    ("run_dir with a newline", "nodes[0].run_dir", "/tmp/a\nb", "nodes[0].run_dir: Value error, '/tmp/a\\nb' contains"),
+    ("vllm arg with a newline", "engine.vllm_args", ["--x", "a\nb"], "engine.vllm_args: Value error, 'a\\nb'"),
 ]
 
 
@@ -130,3 +143,20 @@ def test_init_writes_a_fleet_that_validates(tmp_path, p2pctl):
     assert code == 0 and "3 instance(s)" in stdout
     code, _, err = p2pctl("init", "--local", "3", "-o", str(out))
     assert code == 2 and "already exists" in err
+
+
+def test_dry_run_with_a_newline_in_a_value_is_one_line(tmp_path, p2pctl):
+    data = set_path(base(), "model", "tiny\nllm")
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code, out, err = p2pctl("up", "--dry-run", "-f", str(f))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "model:" in err
+
+
+@pytest.mark.parametrize("value", ["node-x\n", "..", ".", "a/b", ""])
+def test_id_check_is_a_full_match(value):
+    from p2p_ops.fleet import _check_id
+
+    with pytest.raises(ValueError):
+        _check_id(value)

@@ -87,3 +87,19 @@ def test_rendered_wrappers_pass_shellcheck(tmp_path):
             path.write_text(text if text.startswith("#!") else "#!/usr/bin/env bash\n" + text)
             res = subprocess.run(["shellcheck", "-x", str(path)], capture_output=True, text=True)
             assert res.returncode == 0, f"{rel}:\n{res.stdout}"
+
+
+def test_run_folder_is_private(tmp_path):
+    """env.sh (keys), wrappers and the folders holding logs and pidfiles: the owner only."""
+    from p2p_ops import launch
+    from tests.conftest import write_local_fleet
+
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="private"))
+    ctx.layout.root.mkdir(parents=True, mode=0o755)
+    ctx.layout.root.chmod(0o755)  # a run folder made before the rule is tightened too
+    launch.render(ctx)
+    assert ctx.layout.root.stat().st_mode & 0o777 == 0o700
+    for unit in ("coordinator", "node-a-0", "node-b-0"):
+        assert ctx.layout.dir(unit).stat().st_mode & 0o777 == 0o700, unit
+        assert ctx.layout.env(unit).stat().st_mode & 0o777 == 0o600, unit
+    assert ctx.layout.wrapper("node-a-0", "server").stat().st_mode & 0o777 == 0o700
