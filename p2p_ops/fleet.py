@@ -296,6 +296,12 @@ def _cross_checks(fleet: Fleet) -> None:
             raise BadInput(f"nodes[{ni}].address: {node.address!r} is not a loopback address; a 'local' node "
                            "runs on this machine, use 127.0.0.1 (or connection: ssh for a remote host)")
 
+    alg = fleet.settings.hash_algorithm
+    if alg != "blake3" and fleet.runtime != "vllm":
+        # LMCache 0.5.6 loads every algorithm but blake3 from vLLM; without it, it falls back to Python's hash(),
+        # whose NONE_HASH differs per process (hash(None) is an address before Python 3.12): nothing is shared.
+        raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
+                       "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
     seen_ids: dict[str, str] = {}
     # (host, port) -> owner description; the coordinator is a port user on its host too.

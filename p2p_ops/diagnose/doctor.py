@@ -82,6 +82,9 @@ class InstanceFacts:
     config: Optional[dict] = None                  # raw /config
     lmc_version: Optional[str] = None
     none_hash: Optional[str] = None
+    # The algorithm LMCache could not load from vLLM ("Could not load 'builtin' from vLLM. Using builtin hash"):
+    # the server really hashes with Python's hash(), whatever its settings say.
+    hash_fallback: Optional[str] = None
 
     @property
     def running(self) -> bool:
@@ -268,6 +271,32 @@ def _vllm_anywhere(facts: FleetFacts) -> bool:
     return facts.runtime == "vllm" or any(n.packages.get("vllm") for n in facts.nodes)
 
 
+def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tuple[str, str]:
+    """How bad differing PYTHONHASHSEEDs are, judged by what each instance really runs, not by the spec."""
+    real = {name: obs.get("hash_algorithm", ("blake3", ""))[0] for name, obs in per_inst.items()}
+    fallback = sorted(i.instance for i in facts.instances if i.hash_fallback)
+    if facts.runtime != "vllm" and not fallback and all(alg == "blake3" for alg in real.values()):
+        return "warn", (" Harmless today: every instance hashes with blake3 (" + _shown(real) + "), which does "
+                        "not use PYTHONHASHSEED; keep them equal anyway, other hash algorithms depend on it.")
+    why = (f" {', '.join(fallback)} hash(es) with Python's builtin hash (LMCache could not load the algorithm from "
+           "vLLM)" if fallback else f" hash algorithms in use: {_shown(real)}")
+    return "error", (f"{why}: every chunk hash depends on the seed, so these peers share nothing (zero cached "
+                     "tokens, no error).")
+
+
+def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
+    """LMCache's own log says it fell back to Python's hash(): on Python < 3.12 hash(None) is an address, so
+    NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
+    fell = {i.instance: i.hash_fallback for i in facts.instances if i.hash_fallback}
+    if fell:
+        report.add("error", "hash:builtin_fallback", _names(fell), _shown(fell),
+                   "LMCache logged \"Could not load '<algorithm>' from vLLM. Using builtin hash\": these servers hash "
+                   "with Python's hash(), whose NONE_HASH differs per process even with equal PYTHONHASHSEED, so "
+                   "they share nothing",
+                   "set settings.hash_algorithm: blake3 (only runtime: vllm may use builtin/sha256_cbor), "
+                   "re-render and restart")
+
+
 def _check_agreement(report: Report, facts: FleetFacts) -> None:
     per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
                 for i in facts.instances}
@@ -286,15 +315,7 @@ def _check_agreement(report: Report, facts: FleetFacts) -> None:
         sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
         severity, note = "error", ""
         if key == "PYTHONHASHSEED":
-            hash_alg = agreed.get("hash_algorithm") or next(
-                (obs["hash_algorithm"][0] for obs in per_inst.values() if "hash_algorithm" in obs), "blake3")
-            if hash_alg != "builtin" and not _vllm_anywhere(facts):
-                severity = "warn"
-                note = (f" Harmless today: hash_algorithm is {hash_alg} and vLLM is not installed, so NONE_HASH "
-                        "does not depend on it; it splits the cache as soon as vLLM is importable.")
-            else:
-                note = (" With hash_algorithm builtin (or vLLM importable) every chunk hash depends on it: these "
-                        "peers share nothing (zero cached tokens, no error).")
+            severity, note = _seed_mismatch_severity(facts, per_inst)
         elif key in ("nixl_version", "UCX_TLS"):
             severity = "warn"
         report.add(severity, f"agree:{key}", _names(values), _shown(values),
@@ -514,6 +535,7 @@ def check(facts: FleetFacts) -> Report:
             report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
                        "`p2pctl render` (or `p2pctl up`) writes it")
     _check_agreement(report, facts)
+    _check_hash_fallback(report, facts)
     _check_ports(report, facts)
     _check_ucx_tls(report, facts)
     if facts.any_running:
@@ -563,6 +585,8 @@ def node_script(python: str, files: dict[str, str], logs: dict[str, str], pids: 
     for label, path in logs.items():
         parts.append(_section(f"nonehash {label}",
                               f"grep -a -m1 'Computed NONE_HASH=' {q(path)} | sed 's/\\x1b\\[[0-9;]*m//g'"))
+        parts.append(_section(f"hashfallback {label}",
+                              f"grep -a -m1 \"Could not load '.*' from vLLM\" {q(path)} | sed 's/\\x1b\\[[0-9;]*m//g'"))
     for label, pid in pids.items():
         parts.append(_section(f"limits {label}", f"cat /proc/{int(pid)}/limits"))
     probes_sh = [f"( if timeout {REACH_TIMEOUT_S} bash -c {q(f'</dev/tcp/{h}/{p}')}; "
@@ -582,6 +606,12 @@ def parse_node_output(text: str) -> dict[str, str]:
         elif current is not None:
             sections[current] += line + "\n"
     return {k: v.strip("\n") for k, v in sections.items()}
+
+
+def hash_fallback(text: str) -> Optional[str]:
+    """The algorithm named by LMCache's "Could not load 'X' from vLLM. Using builtin hash" line, if any."""
+    m = re.search(r"Could not load '([^']*)' from vLLM", text)
+    return m[1] if m else None
 
 
 def _none_hash(line: str) -> Optional[str]:
@@ -720,6 +750,8 @@ def _fill_node(nf: NodeFacts, sec: dict[str, str], facts: FleetFacts, rendered: 
                 by_id[label].env_file = safe_env(parse_env_sh(text))
         elif kind == "nonehash" and label in by_id:
             by_id[label].none_hash = _none_hash(text)
+        elif kind == "hashfallback" and label in by_id:
+            by_id[label].hash_fallback = hash_fallback(text)
         elif kind == "limits" and label in by_id:
             by_id[label].memlock = asdict(parse_proc_limits(text, f"/proc/{by_id[label].pid}/limits"))
     return nf

@@ -77,14 +77,40 @@ def test_pythonhashseed_mismatch_with_builtin_hash_names_instances_and_values():
 def test_pythonhashseed_mismatch_is_only_a_warning_with_blake3_and_no_vllm():
     rep = D.check(fleet([inst("node-a-0"), inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))]))
     [f] = problems(rep, "agree:PYTHONHASHSEED")
-    assert f.severity == "warn" and "Harmless today" in f.message and "vLLM is not installed" in f.message
+    assert f.severity == "warn" and "Harmless today" in f.message
+    assert "node-a-0=blake3, node-b-0=blake3" in f.message  # reasoned from what each instance runs
 
 
-def test_pythonhashseed_mismatch_is_an_error_once_vllm_is_installed():
+def test_blake3_ignores_the_seed_even_where_vllm_is_installed():
+    # LMCache 0.5.6 (multiprocess/token_hasher.py) takes blake3 from the blake3 package and computes NONE_HASH
+    # itself for blake3: neither vLLM nor PYTHONHASHSEED enters it.
     facts = fleet([inst("node-a-0"), inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))])
     facts.nodes[1].packages["vllm"] = "0.11.0"
     [f] = problems(D.check(facts), "agree:PYTHONHASHSEED")
-    assert f.severity == "error"
+    assert f.severity == "warn"
+
+
+def test_pythonhashseed_mismatch_is_an_error_where_an_instance_really_runs_builtin():
+    """The spec and /status say blake3 on node-a-0, but its log says LMCache fell back to the builtin hash."""
+    a = inst("node-a-0", hash_fallback="sha256_cbor")
+    facts = fleet([a, inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))])
+    rep = D.check(facts)
+    [f] = problems(rep, "agree:PYTHONHASHSEED")
+    assert f.severity == "error" and "node-a-0 hash(es) with Python's builtin hash" in f.message
+    [fb] = problems(rep, "hash:builtin_fallback")
+    assert fb.severity == "error" and fb.subject == "node-a-0" and fb.value == "node-a-0=sha256_cbor"
+    assert "blake3" in fb.fix
+
+
+def test_hash_fallback_line_is_recognised():
+    line = ("[2026-11-30 21:00:01,123] LMCache WARNING: Could not load 'builtin' from vLLM. Using builtin hash. "
+            "This may cause inconsistencies in distributed caching. (token_hasher.py:112:lmcache)")
+    assert D.hash_fallback(line) == "builtin"
+    assert D.hash_fallback("Using blake3 hash function") is None
+    # Equal seeds do not save a fleet that falls back: the doctor says so without any seed mismatch.
+    rep = D.check(fleet([inst("node-a-0", hash_fallback="builtin"), inst("node-b-0", hash_fallback="builtin")]))
+    [fb] = problems(rep, "hash:builtin_fallback")
+    assert fb.subject == "node-a-0, node-b-0" and rep.exit_code == 1
 
 
 def test_chunk_size_from_status_and_the_coordinator_are_compared():

@@ -57,6 +57,10 @@ BAD = [
      "nodes[0].instances[0].id: Value error, 'a;rm -rf /' may only contain letters"),
     ("unknown runtime", "runtime", "tensorrt", "runtime: Input should be 'embedded' or 'vllm'"),
     ("unknown hash algorithm", "settings.hash_algorithm", "md5", "settings.hash_algorithm:"),
+    ("builtin hash without vLLM", "settings.hash_algorithm", "builtin",
+     "settings.hash_algorithm: 'builtin' needs runtime: vllm (without vLLM, LMCache falls back to a per-process"),
+    ("sha256_cbor without vLLM", "settings.hash_algorithm", "sha256_cbor",
+     "settings.hash_algorithm: 'sha256_cbor' needs runtime: vllm"),
     ("alignment not a power of two", "settings.l1_align_bytes", 65535, "settings.l1_align_bytes:"),
     ("local node on a remote address", "nodes[0].address", "10.0.0.5",
      "nodes[0].address: '10.0.0.5' is not a loopback address"),
@@ -160,3 +164,10 @@ def test_id_check_is_a_full_match(value):
 
     with pytest.raises(ValueError):
         _check_id(value)
+
+
+def test_builtin_hash_is_fine_with_vllm():
+    data = base()
+    data["runtime"] = "vllm"
+    data["settings"]["hash_algorithm"] = "builtin"
+    assert parse_fleet(data).settings.hash_algorithm == "builtin"
