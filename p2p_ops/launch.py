@@ -269,7 +269,7 @@ class InstanceReport:
         if not self.engine_healthy:
             return "engine does not answer /health"
         if self.engine_lmcache == "disconnected":
-            return "engine is not connected to its lmcache server (yet)"
+            return "engine is degraded: its lmcache server is unreachable (serving without the cache)"
         return "ok"
 
 

@@ -138,9 +138,16 @@ class _Handlers:
     # ---- ops routes ------------------------------------------------------------------------
 
     async def health(self) -> Response:
+        """200 while the engine serves. Without its lmcache server it still serves (recomputing every
+        prefix), so that is 200 too, but the body says `degraded` and why: `p2pctl status` shows it."""
         if not self.core.scheduler.alive:
             raise p.ApiError(503, "engine worker is not running")
-        return Response(status_code=200)
+        state = self.core.lmcache_state
+        if state == "disconnected":
+            return JSONResponse({"status": "degraded", "lmcache": state,
+                                 "detail": f"lmcache server {self.cfg.lmcache_url} is unreachable; serving "
+                                           "without the cache (recompute) and reconnecting"})
+        return JSONResponse({"status": "ok", "lmcache": state})
 
     async def metrics(self) -> Response:
         return Response(self.core.metrics.render(), media_type=CONTENT_TYPE)
