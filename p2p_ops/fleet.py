@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from p2p_ops.errors import BadInput
 
@@ -29,6 +29,8 @@ FLEET_WIDE_ONLY = ("python_hash_seed", "chunk_size", "hash_algorithm", "l1_align
                    "transfer_engine")
 
 
+# Fields whose value an error message must never quote.
+SECRET_FIELDS = ("api_key",)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -39,10 +41,11 @@ class _Strict(BaseModel):
     # character in one would split it (and a dry run would choke on it), so none is accepted anywhere.
     @field_validator("*", mode="after")
     @classmethod
-    def _no_control_chars(cls, v: Any) -> Any:
+    def _no_control_chars(cls, v: Any, info: ValidationInfo) -> Any:
         for item in (v if isinstance(v, list) else [v]):
             if isinstance(item, str) and _CONTROL.search(item):
-                raise ValueError(f"{item!r} contains a control character (newline, tab, ...); write it on one "
+                shown = "the value" if info.field_name in SECRET_FIELDS else repr(item)
+                raise ValueError(f"{shown} contains a control character (newline, tab, ...); write it on one "
                                  "line without them")
         return v
 
@@ -207,6 +210,9 @@ class Fleet(_Strict):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     nodes: list[Node] = Field(..., min_length=1)
+    # Optional key the engines require (`Authorization: Bearer`); every client of the toolkit sends it. It lives
+    # in env.sh (0600) and is never printed; bundles redact it. Never echoed in errors (repr=False).
+    api_key: str = Field("", repr=False)
 
     @field_validator("name")
     @classmethod
@@ -280,7 +286,8 @@ def _pydantic_message(err: dict[str, Any]) -> str:
         return f"{_path_str(loc)}: required field is missing; add it"
     msg = err.get("msg", "invalid value")
     value = err.get("input")
-    shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
+    secret = bool(loc) and str(loc[-1]) in SECRET_FIELDS
+    shown = "" if secret or isinstance(value, (dict, list)) else f" (got {value!r})"
     return f"{_path_str(loc)}: {msg}{shown}"
 
 

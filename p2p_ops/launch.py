@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import probes, procs, readiness
+from p2p_ops import auth, probes, procs, readiness
 from p2p_ops.connectors import Connector, connector_for
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
@@ -39,7 +39,9 @@ class FleetContext:
     def load(cls, fleet_file: str | Path, run_dir: Optional[str] = None) -> "FleetContext":
         path = Path(fleet_file)
         fleet = load_fleet(path)
-        return cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
+        ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
+        auth.register_fleet(ctx)  # every client of this process now sends the engines' API key
+        return ctx
 
     def node_layout(self, node: Node) -> RunLayout:
         """The run folder on that node (the same path as here unless the node sets run_dir)."""
