@@ -228,6 +228,12 @@ class Fleet(_Strict):
         return v
 
     # ---- derived views -------------------------------------------------------------------------
+    @property
+    def all_loopback(self) -> bool:
+        """Every process of the fleet binds and is reached on 127.0.0.0/8 (a local fleet, or a loopback testbed)."""
+        return _is_loopback(self.coordinator.host) and all(
+            _is_loopback(n.address) and _is_loopback(n.bind_host) for n in self.nodes)
+
     def instances(self) -> list[tuple[Node, Instance]]:
         return [(node, inst) for node in self.nodes for inst in node.instances]
 

@@ -17,6 +17,7 @@ A stopped fleet gets the pre-launch checks (env.sh agreement, ports free). Exit 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shlex
@@ -118,6 +119,11 @@ class NodeFacts:
     rdma_devices: Optional[int] = None
     listeners: list[tuple[str, int, str, Optional[int]]] = field(default_factory=list)
     reach: list[Reach] = field(default_factory=list)
+    # pid -> session id of every process on the node; a fleet process leads its own session (setsid), so a
+    # listener belongs to the fleet when its pid's session is one of the fleet's pids (children included).
+    sessions: dict[int, int] = field(default_factory=dict)
+    fleet_pids: dict[int, str] = field(default_factory=dict)   # session leader pid -> process name
+    bind_ok: tuple[str, ...] = ()                                # addresses a fleet process may listen on
 
 
 @dataclass
@@ -422,6 +428,45 @@ def _check_reach(report: Report, facts: FleetFacts) -> None:
                            "the firewall, and check the advertised address")
 
 
+def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
+    """(process name, address, port, pid) of each fleet listener bound wider than the node allows."""
+    out = []
+    for address, port, _, pid in node.listeners:
+        if pid is None:
+            continue  # /proc/net/tcp fallback or another user's socket: cannot be attributed
+        owner = node.fleet_pids.get(node.sessions.get(pid, -1)) or node.fleet_pids.get(pid)
+        if owner is None or _bind_allowed(address, node.bind_ok):
+            continue
+        out.append((owner, address, port, pid))
+    return out
+
+
+def _bind_allowed(address: str, allowed: tuple[str, ...]) -> bool:
+    host = address.strip("[]").split("%", 1)[0]
+    if host in allowed:
+        return True
+    try:
+        return "loopback" in allowed and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "*" and names: every interface
+
+
+def _check_binds(report: Report, facts: FleetFacts) -> None:
+    """Loopback means loopback: a fleet process listening on 0.0.0.0, eth0 or another interface is named."""
+    for node in facts.nodes:
+        if node.error:
+            continue
+        for owner, address, port, pid in wide_binds(node):
+            planned = any(p.node == node.node and p.port == port for p in facts.ports)
+            scope = "127.0.0.0/8" if node.bind_ok == ("loopback",) else f"{node.address} (and loopback)"
+            fix = ("set the node's bind (or coordinator.host / prometheus.host) to its address and re-render"
+                   if planned else
+                   "a listener on a random port is UCX's (NIXL transfer channel): set settings.ucx_net_devices "
+                   "to the interface of the node's address (lo for a local fleet), re-render and restart")
+            report.add("error", "bind:wide", f"{owner} on {node.node}", f"{address}:{port} (pid {pid})",
+                       f"{owner} listens on {address}:{port}, outside {scope}", fix)
+
+
 def _check_ports(report: Report, facts: FleetFacts) -> None:
     by_node = {n.node: n for n in facts.nodes}
     before = len(report.problems)
@@ -537,6 +582,7 @@ def check(facts: FleetFacts) -> Report:
     _check_agreement(report, facts)
     _check_hash_fallback(report, facts)
     _check_ports(report, facts)
+    _check_binds(report, facts)
     _check_ucx_tls(report, facts)
     if facts.any_running:
         _check_processes(report, facts)
@@ -578,7 +624,8 @@ def node_script(python: str, files: dict[str, str], logs: dict[str, str], pids: 
     parts = [
         _section("packages", f"{q(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY"),
         _section("rdma", "ls /sys/class/infiniband 2>/dev/null | wc -l"),
-        _section("listeners", "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"),
+        _section("listeners", "ss -Htlnp 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"),
+        _section("sessions", "ps -eo pid=,sid= 2>/dev/null"),
     ]
     for label, path in files.items():
         parts.append(_section(f"file {label}", f"cat {q(path)}"))
@@ -606,6 +653,16 @@ def parse_node_output(text: str) -> dict[str, str]:
         elif current is not None:
             sections[current] += line + "\n"
     return {k: v.strip("\n") for k, v in sections.items()}
+
+
+def parse_sessions(text: str) -> dict[int, int]:
+    """`ps -eo pid=,sid=` -> {pid: sid}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out[int(parts[0])] = int(parts[1])
+    return out
 
 
 def hash_fallback(text: str) -> Optional[str]:
@@ -707,7 +764,11 @@ def gather(ctx, reach: bool = True) -> FleetFacts:
         targets = _reach_targets(ctx, facts) if reach and facts.any_running else []
         res = ctx.conn(node).run(node_script(f"{bin_dir_for(node)}/python", files, logs, lim, targets),
                                  timeout=60 + REACH_TIMEOUT_S)
-        return _fill_node(nf, parse_node_output(res.stdout), facts, rendered, node.name)
+        nf = _fill_node(nf, parse_node_output(res.stdout), facts, rendered, node.name)
+        nf.fleet_pids = {pid: name for name, pid in pids.items()
+                         if name in {p.name for p in ctx.node_procs(node)}}
+        nf.bind_ok = ("loopback",) if fleet.all_loopback else ("loopback", node.address, node.bind_host)
+        return nf
 
     for name, res in ctx.for_each_node(per_node).items():
         node = next(n for n in fleet.nodes if n.name == name)
@@ -736,6 +797,7 @@ def _fill_node(nf: NodeFacts, sec: dict[str, str], facts: FleetFacts, rendered: 
     rd = sec.get("rdma", "").strip()
     nf.rdma_devices = int(rd) if rd.isdigit() else None
     nf.listeners = [(ln.address, ln.port, ln.process, ln.pid) for ln in parse_listeners(sec.get("listeners", ""))]
+    nf.sessions = parse_sessions(sec.get("sessions", ""))
     for line in sec.get("reach", "").splitlines():
         parts = line.split(maxsplit=3)
         if len(parts) == 4 and parts[2].isdigit():
