@@ -181,12 +181,26 @@ def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
         raise CouldNotRun("cannot reach every node, so nothing was started:\n" + "\n".join(errors))
 
 
+# Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
+# hosts cannot keep `up` busy for the sum of all of them.
+UP_DEADLINE_S = 1800.0
+
+
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
-       only: Optional[str] = None, rerender: bool = True) -> None:
+       only: Optional[str] = None, rerender: bool = True, deadline_s: float = UP_DEADLINE_S) -> None:
     """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there).
 
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
     """
+    until = time.monotonic() + deadline_s
+
+    def left(wanted: float) -> float:
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
+                              "`p2pctl status` shows what runs, `p2pctl down` stops it")
+        return min(wanted, remaining)
+
     fleet = ctx.fleet
     check_node(ctx, only)
     preflight(ctx, only)
@@ -196,6 +210,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     else:
         progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
 
+    left(0)
     cnode = fleet.coordinator_node()
     started: list[tuple[Node, procs.Proc, Callable[[], bool]]] = []
     if only is None or only == cnode.name:
@@ -230,11 +245,11 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         # Servers retry registration and embedded engines reconnect to their server, so everything starts at
         # once: the imports (seconds of CPU each) overlap instead of queueing phase after phase.
         started += start_role("server") + start_role("engine")
-        _wait_started(ctx, started, start_timeout, progress, "the fleet")
+        _wait_started(ctx, started, left(start_timeout), progress, "the fleet")
         return
     # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
-    _wait_started(ctx, started + start_role("server"), start_timeout, progress, "the coordinator and servers")
-    _wait_started(ctx, start_role("engine"), 900, progress, "engines")
+    _wait_started(ctx, started + start_role("server"), left(start_timeout), progress, "the coordinator and servers")
+    _wait_started(ctx, start_role("engine"), left(900), progress, "engines")
 
 
 # ---- wait --------------------------------------------------------------------------------------------
