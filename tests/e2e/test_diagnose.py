@@ -62,6 +62,7 @@ def mismatched(tmp_path_factory):
     def edit(ctx):
         for unit in ("node-a-0", "node-b-0"):
             edit_env(ctx.layout.env(unit), "LMCACHE_HASH_ALGORITHM", "builtin")
+        edit_env(ctx.layout.env("coordinator"), "LMCACHE_MP_COORDINATOR_HASH_ALGORITHM", "builtin")
         env = ctx.layout.env("node-b-0")
         edit_env(env, "PYTHONHASHSEED", "4242")
         plant_env(env)
