@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shlex
 import tarfile
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import probes
+from p2p_ops.errors import BadInput
 from p2p_ops.layout import COORDINATOR
 from p2p_ops.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.render import bin_dir_for, vllm_python
@@ -106,18 +109,28 @@ class BundleWriter:
             "unreachable": [asdict(u) for u in self.unreachable],
         }
 
-    def write(self, out: Path, extra: dict) -> dict:
+    def write(self, out: Path, extra: dict, force: bool = False) -> dict:
         manifest = self.manifest(extra)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        with tarfile.open(tmp, "w:gz") as tar:
+        # A fresh private temp file (O_EXCL, 0600): a planted `<out>.tmp` symlink is never followed.
+        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        tmp = Path(tmp_name)
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             items = [("manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())] + sorted(self.files.items())
             for path, data in items:
                 info = tarfile.TarInfo(f"{self.root}/{path}")
                 info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
                 tar.addfile(info, io.BytesIO(data))
         tmp.chmod(0o600)
-        tmp.replace(out)
+        if force:
+            tmp.replace(out)
+            return manifest
+        try:  # a hard link never replaces: a file that appeared meanwhile (or a planted symlink) stays as it is
+            os.link(tmp, out)
+        except FileExistsError:
+            raise BadInput(f"{out} exists; name a new file or add --force to replace it") from None
+        finally:
+            tmp.unlink(missing_ok=True)
         return manifest
 
 
@@ -288,7 +301,8 @@ def default_path(ctx, stamp: str) -> Path:
     return ctx.layout.root / "bundles" / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
 
 
-def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None) -> dict:
+def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
+            force: bool = False) -> dict:
     """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
     from p2p_ops import procs
     from p2p_ops.diagnose import doctor
@@ -325,7 +339,7 @@ def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress:
              "fleet_file": str(ctx.fleet_file), "run_dir": str(ctx.layout.root),
              "nodes": [{"name": n.name, "address": n.address, "connection": n.connection} for n in ctx.fleet.nodes],
              "processes": states, "doctor": doctor_summary}
-    manifest = w.write(out, extra)
+    manifest = w.write(out, extra, force=force)
     manifest["path"] = str(out)
     manifest["size_bytes"] = out.stat().st_size
     return manifest

@@ -40,7 +40,10 @@ def env_values(env_sh: str) -> dict[str, str]:
     for line in env_sh.splitlines():
         if line.startswith("export ") and "=" in line:
             key, _, raw = line[len("export "):].partition("=")
-            words = shlex.split(raw, comments=True) if raw else []
+            try:
+                words = shlex.split(raw, comments=True) if raw else []
+            except ValueError:  # a value spread over lines (hand-edited env.sh): show it raw, do not fail
+                words = [raw]
             out[key.strip()] = words[0] if words else ""
     return out
 

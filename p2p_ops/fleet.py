@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from p2p_ops.errors import BadInput
 
-# Ids become file names and command arguments: keep them boring.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+# Ids become file names and command arguments: keep them boring. Matched in full (`$` would let a trailing
+# newline through), never `.`/`..` (a folder outside the run folder).
+ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+# Folders the run layout itself uses next to the instances' folders: an instance of that name would overwrite
+# them (an instance `coordinator` would overwrite the coordinator's env.sh).
+RESERVED_IDS = ("coordinator", "prometheus", "tests", "bundles")
 
 # Settings peers must agree on or they silently share nothing (DESIGN decision 6). They may only be set
 # fleet-wide; a per-instance override is refused.
@@ -44,13 +48,32 @@ def _check_server_args(args: list[str]) -> list[str]:
     return args
 
 
+# Fields whose value an error message must never quote.
+SECRET_FIELDS = ("api_key",)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    # Every string of the spec ends up in env.sh, a command line or a log line: a newline or another control
+    # character in one would split it (and a dry run would choke on it), so none is accepted anywhere.
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_chars(cls, v: Any, info: ValidationInfo) -> Any:
+        for item in (v if isinstance(v, list) else [v]):
+            if isinstance(item, str) and _CONTROL.search(item):
+                shown = "the value" if info.field_name in SECRET_FIELDS else repr(item)
+                raise ValueError(f"{shown} contains a control character (newline, tab, ...); write it on one "
+                                 "line without them")
+        return v
+
 
 def _check_id(value: str) -> str:
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
+    if value.strip(".") == "":
+        raise ValueError(f"{value!r} is not a usable name: '.' and '..' are folders; pick a word")
     return value
 
 
@@ -204,6 +227,8 @@ class Instance(_Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
+        if v.lower() in RESERVED_IDS:
+            raise ValueError(f"{v!r} is reserved for the run folder's own {v.lower()}/ folder; pick another id")
         return _check_id(v)
 
 
@@ -253,6 +278,9 @@ class Fleet(_Strict):
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     nodes: list[Node] = Field(..., min_length=1)
+    # Optional key the engines require (`Authorization: Bearer`); every client of the toolkit sends it. It lives
+    # in env.sh (0600) and is never printed; bundles redact it. Never echoed in errors (repr=False).
+    api_key: str = Field("", repr=False)
 
     @field_validator("name")
     @classmethod
@@ -268,6 +296,12 @@ class Fleet(_Strict):
         return v
 
     # ---- derived views -------------------------------------------------------------------------
+    @property
+    def all_loopback(self) -> bool:
+        """Every process of the fleet binds and is reached on 127.0.0.0/8 (a local fleet, or a loopback testbed)."""
+        return _is_loopback(self.coordinator.host) and all(
+            _is_loopback(n.address) and _is_loopback(n.bind_host) for n in self.nodes)
+
     def instances(self) -> list[tuple[Node, Instance]]:
         return [(node, inst) for node in self.nodes for inst in node.instances]
 
@@ -326,7 +360,8 @@ def _pydantic_message(err: dict[str, Any]) -> str:
         return f"{_path_str(loc)}: required field is missing; add it"
     msg = err.get("msg", "invalid value")
     value = err.get("input")
-    shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
+    secret = bool(loc) and str(loc[-1]) in SECRET_FIELDS
+    shown = "" if secret or isinstance(value, (dict, list)) else f" (got {value!r})"
     return f"{_path_str(loc)}: {msg}{shown}"
 
 
@@ -342,6 +377,12 @@ def _cross_checks(fleet: Fleet) -> None:
             raise BadInput(f"nodes[{ni}].address: {node.address!r} is not a loopback address; a 'local' node "
                            "runs on this machine, use 127.0.0.1 (or connection: ssh for a remote host)")
 
+    alg = fleet.settings.hash_algorithm
+    if alg != "blake3" and fleet.runtime != "vllm":
+        # LMCache 0.5.6 loads every algorithm but blake3 from vLLM; without it, it falls back to Python's hash(),
+        # whose NONE_HASH differs per process (hash(None) is an address before Python 3.12): nothing is shared.
+        raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
+                       "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
     _vllm_checks(fleet)
     seen_ids: dict[str, str] = {}
@@ -426,7 +467,8 @@ def load_fleet(path: str | Path) -> Fleet:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise BadInput(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", exc)).split())  # one line, whatever YAML says
+        raise BadInput(f"{path}:{where} is not valid YAML ({problem})") from None
     return parse_fleet(data, str(path))
 
 

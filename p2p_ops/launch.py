@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import probes, procs, readiness
+from p2p_ops import auth, probes, procs, readiness
 from p2p_ops.connectors import Connector, connector_for
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
 from p2p_ops.layout import COORDINATOR, RunLayout
-from p2p_ops.render import RenderedFile, render_fleet, vllm_python, write_rendered
+from p2p_ops.render import RenderedFile, file_mode, render_fleet, vllm_python, write_rendered
 
 Progress = Callable[[str], None]
 # How often a slow start reports what it is waiting for.
@@ -44,7 +44,9 @@ class FleetContext:
     def load(cls, fleet_file: str | Path, run_dir: Optional[str] = None) -> "FleetContext":
         path = Path(fleet_file)
         fleet = load_fleet(path)
-        return cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
+        ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
+        auth.register_fleet(ctx)  # every client of this process now sends the engines' API key
+        return ctx
 
     def node_layout(self, node: Node) -> RunLayout:
         """The run folder on that node (the same path as here unless the node sets run_dir)."""
@@ -124,8 +126,7 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
         conn = ctx.conn(node)
         for f in files:
             if f.node == node.name:
-                conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name),
-                         mode=0o755 if f.executable else 0o644)
+                conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name), mode=file_mode(f.executable))
 
     errors = [f"- {name}: {res}" for name, res in ctx.for_each_node(copy, only).items() if isinstance(res, Exception)]
     if errors:
@@ -227,13 +228,28 @@ def _started(proc: procs.Proc, node: Node, state: procs.ProcState) -> str:
     return f"started {proc.name} on {node.name}"
 
 
+# Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
+# hosts cannot keep `up` busy for the sum of all of them.
+UP_DEADLINE_S = 1800.0
+
+
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
-       only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES) -> None:
+       only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES,
+       deadline_s: float = UP_DEADLINE_S) -> None:
     """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there).
 
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
     roles limits what starts, e.g. ("server",) restarts only lmcache servers after a `down --role server`.
     """
+    until = time.monotonic() + deadline_s
+
+    def left(wanted: float) -> float:
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
+                              "`p2pctl status` shows what runs, `p2pctl down` stops it")
+        return min(wanted, remaining)
+
     fleet = ctx.fleet
     check_node(ctx, only)
     preflight(ctx, only)
@@ -243,6 +259,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     else:
         progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
 
+    left(0)
     cnode = fleet.coordinator_node()
     started: list[tuple[Node, procs.Proc, Callable[[], bool]]] = []
     if "coordinator" in roles and (only is None or only == cnode.name):
@@ -278,11 +295,11 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         # Servers retry registration and embedded engines reconnect to their server, so everything starts at
         # once: the imports (seconds of CPU each) overlap instead of queueing phase after phase.
         started += start_role("server") + start_role("engine")
-        _wait_started(ctx, started, start_timeout, progress, "the fleet")
+        _wait_started(ctx, started, left(start_timeout), progress, "the fleet")
         return
     # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
-    _wait_started(ctx, started + start_role("server"), start_timeout, progress, "the coordinator and servers")
-    _wait_started(ctx, start_role("engine"), VLLM_START_TIMEOUT_S, progress, "engines")
+    _wait_started(ctx, started + start_role("server"), left(start_timeout), progress, "the coordinator and servers")
+    _wait_started(ctx, start_role("engine"), left(VLLM_START_TIMEOUT_S), progress, "engines")
 
 
 # ---- wait --------------------------------------------------------------------------------------------
@@ -319,7 +336,7 @@ class InstanceReport:
         if not self.engine_healthy:
             return "engine does not answer /health"
         if self.engine_lmcache == "disconnected":
-            return "engine is not connected to its lmcache server (yet)"
+            return "engine is degraded: its lmcache server is unreachable (serving without the cache)"
         return "ok"
 
 

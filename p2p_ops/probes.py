@@ -8,13 +8,15 @@ from typing import Any, Optional
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from p2p_ops import auth
+
 TIMEOUT = 3.0
 
 
 def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
     """GET and decode JSON; None when nothing answers or the answer is not a 200 JSON body."""
     try:
-        resp = requests.get(url, timeout=timeout)
+        resp = requests.get(url, timeout=timeout, headers=auth.headers(url))
         if resp.status_code != 200:
             return None
         return resp.json()
@@ -24,7 +26,7 @@ def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
 
 def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
     try:
-        resp = requests.get(url, timeout=timeout)
+        resp = requests.get(url, timeout=timeout, headers=auth.headers(url))
         return resp.text if resp.status_code == 200 else None
     except requests.RequestException:
         return None
@@ -96,7 +98,8 @@ def coordinator_healthy(coordinator_url: str) -> bool:
 
 def engine_healthy(engine_url: str) -> bool:
     try:
-        return requests.get(engine_url.rstrip("/") + "/health", timeout=TIMEOUT).status_code == 200
+        return requests.get(engine_url.rstrip("/") + "/health", timeout=TIMEOUT,
+                            headers=auth.headers(engine_url)).status_code == 200
     except requests.RequestException:
         return False
 

@@ -1,8 +1,9 @@
 """Detached processes with pidfiles, driven by shell snippets so the same code works locally and over SSH.
 
 A process is started in its own session (setsid), stdin from /dev/null, output to a log file, and its pid
-written to a pidfile. Before signalling we check that the pid still runs the command we started (a marker
-in its command line), so a recycled pid is never killed. Stopping signals the whole process group:
+written to a pidfile, its kernel start time (/proc/PID/stat field 22) next to it in `<pidfile>.start`. Before
+signalling we check that the pid still is the process we started: same start time (a recycled pid never has
+it) and a marker in its command line, so a recycled pid is never killed. Stopping signals the whole process group:
 SIGINT (LMCache shuts down cleanly on it), then TERM, then KILL.
 """
 
@@ -13,11 +14,28 @@ from dataclasses import dataclass
 
 from p2p_ops.connectors.base import Connector
 
-# alive PID: exists and is not a zombie. owns PID MARKER: its command line contains MARKER.
+# alive PID: exists and is not a zombie. started PID: its start time in clock ticks since boot (field 22;
+# the command name in field 2 may hold spaces, hence cutting after its closing parenthesis).
+# owns PID MARKER WRAPPER [STARTFILE]: its command line contains MARKER or WRAPPER, and its start time is the
+# one recorded at launch (pidfiles written before start times were recorded are judged by the marker alone).
 _SH_LIB = r"""
 alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]; }
-owns() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -e "$2" -e "$3"; }
+started() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
+owns() {
+  if [ -n "$4" ] && [ -s "$4" ] && [ "$(cat "$4")" != "$(started "$1")" ]; then return 1; fi
+  tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -e "$2" -e "$3"
+}
 """
+
+# The launcher shell that writes the pidfile before it execs the wrapper. A signal that reaches it in the
+# instant before exec can be lost (bash's handler only sets a flag, and exec resets it), so start() waits
+# until the launcher is gone: a `down` right after `up` then stops the process with its first SIGINT.
+# A process whose pidfile cannot be written is never started: nothing could stop it later.
+_LAUNCHER = 'sed "s/.*) //" /proc/$$/stat | cut -d" " -f20 > "$1.start" && echo $$ > "$1" && exec bash "$2"'
+
+
+def startfile(pidfile: str) -> str:
+    return pidfile + ".start"
 
 
 @dataclass(frozen=True)
@@ -51,17 +69,26 @@ def start(conn: Connector, proc: Proc) -> ProcState:
 cd {q(proc.workdir)} || exit 3
 if [ -f {q(proc.pidfile)} ]; then
   pid=$(cat {q(proc.pidfile)})
-  if alive "$pid" && owns "$pid" {q(proc.marker)} {q(proc.wrapper)}; then echo "running $pid"; exit 0; fi
+  if alive "$pid" && owns "$pid" {q(proc.marker)} {q(proc.wrapper)} {q(startfile(proc.pidfile))}; then
+    echo "running $pid"; exit 0
+  fi
 fi
 [ -f {q(proc.log)} ] && mv -f {q(proc.log)} {q(proc.log + '.1')}
 # Without job control, `&` children start with SIGINT ignored, and LMCache then cannot stop cleanly on it.
 # With it, the job leads its own process group, so setsid forks: the session leader writes its own pid.
 set -m
-rm -f {q(proc.pidfile)}
-setsid bash -c 'echo $$ > "$1"; exec bash "$2"' _ {q(proc.pidfile)} {q(proc.wrapper)} > {q(proc.log)} 2>&1 < /dev/null &
-for _ in $(seq 1 100); do [ -s {q(proc.pidfile)} ] && break; sleep 0.05; done
-[ -s {q(proc.pidfile)} ] || {{ echo "no pidfile written by {proc.wrapper}" >&2; exit 4; }}
-echo "started $(cat {q(proc.pidfile)})"
+rm -f {q(proc.pidfile)} {q(startfile(proc.pidfile))}
+umask 077
+setsid bash -c {q(_LAUNCHER)} _ {q(proc.pidfile)} {q(proc.wrapper)} > {q(proc.log)} 2>&1 < /dev/null &
+for _ in $(seq 1 200); do [ -s {q(proc.pidfile)} ] && break; sleep 0.05; done
+[ -s {q(proc.pidfile)} ] || {{ echo {q("no pidfile written by " + proc.wrapper)} >&2; exit 4; }}
+pid=$(cat {q(proc.pidfile)})
+for _ in $(seq 1 200); do
+  alive "$pid" || break
+  tr '\\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF 'exec bash "$2"' || break
+  sleep 0.05
+done
+echo "started $pid"
 """
     res = conn.run(cmd, timeout=30, check=True)
     word, pid = res.stdout.split()[-2:]
@@ -75,9 +102,9 @@ def states(conn: Connector, procs: list[Proc]) -> list[ProcState]:
     q = shlex.quote
     lines = [_SH_LIB]
     for p in procs:
-        lines.append(f"""pf={q(p.pidfile)}; m={q(p.marker)}; w={q(p.wrapper)}
+        lines.append(f"""pf={q(p.pidfile)}; m={q(p.marker)}; w={q(p.wrapper)}; sf={q(startfile(p.pidfile))}
 if [ ! -f "$pf" ]; then echo none -
-else pid=$(cat "$pf"); if alive "$pid"; then if owns "$pid" "$m" "$w"; then echo running "$pid"; else echo stale "$pid"; fi
+else pid=$(cat "$pf"); if alive "$pid"; then if owns "$pid" "$m" "$w" "$sf"; then echo running "$pid"; else echo stale "$pid"; fi
 else echo dead "$pid"; fi; fi""")
     res = conn.run("\n".join(lines), timeout=30, check=True)
     out = res.stdout.split("\n")
@@ -96,8 +123,9 @@ def stop(conn: Connector, proc: Proc, grace_s: float = 10.0) -> str:
 pf={q(proc.pidfile)}
 [ -f "$pf" ] || {{ echo none; exit 0; }}
 pid=$(cat "$pf")
-if ! alive "$pid"; then rm -f "$pf"; echo dead; exit 0; fi
-if ! owns "$pid" {q(proc.marker)} {q(proc.wrapper)}; then rm -f "$pf"; echo stale; exit 0; fi
+sf={q(startfile(proc.pidfile))}
+if ! alive "$pid"; then rm -f "$pf" "$sf"; echo dead; exit 0; fi
+if ! owns "$pid" {q(proc.marker)} {q(proc.wrapper)} "$sf"; then rm -f "$pf" "$sf"; echo stale; exit 0; fi
 how=stopped
 for sig in INT TERM KILL; do
   kill -s "$sig" -- "-$pid" 2>/dev/null || kill -s "$sig" "$pid" 2>/dev/null
@@ -107,7 +135,7 @@ for sig in INT TERM KILL; do
 done
 # Anything the leader left behind in its process group goes too.
 kill -s KILL -- "-$pid" 2>/dev/null
-rm -f "$pf"
+rm -f "$pf" "$sf"
 echo "$how"
 """
     res = conn.run(cmd, timeout=grace_s * 3 + 30, check=True)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import requests
 
-from p2p_ops import probes
+from p2p_ops import auth, probes
 
 TIMEOUT = 3.0
 
@@ -23,7 +23,8 @@ def served_models(body: Any) -> list[str]:
 def vllm_ready(url: str, model: Optional[str] = None) -> bool:
     """`GET /health` is 200 and `GET /v1/models` lists a model (`model`, when given)."""
     try:
-        if requests.get(url.rstrip("/") + "/health", timeout=TIMEOUT).status_code != 200:
+        # vLLM started with --api-key guards /v1/models: without the key `up` would wait out its 900 s.
+        if requests.get(url.rstrip("/") + "/health", timeout=TIMEOUT, headers=auth.headers(url)).status_code != 200:
             return False
     except requests.RequestException:
         return False

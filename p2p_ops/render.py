@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -106,15 +107,29 @@ def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[
     return files
 
 
+def file_mode(executable: bool) -> int:
+    return 0o700 if executable else 0o600
+
+
+def private_dir(path: Path) -> None:
+    """Create `path` (and parents) as 0700; an existing one made before this rule is tightened too."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+
+
 def write_rendered(files: list[RenderedFile], layout: RunLayout) -> list[Path]:
     """Write the files under this machine's run folder (atomically); returns their paths."""
     written = []
+    private_dir(layout.root)
     for f in files:
         path = layout.dir(f.unit) / f.name
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(f.text)
-        tmp.chmod(0o755 if f.executable else 0o644)
+        tmp.unlink(missing_ok=True)
+        # env.sh may hold an API key and logs hold prompts: only the owner reads the run folder.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, file_mode(f.executable))
+        with os.fdopen(fd, "w") as out:
+            out.write(f.text)
         tmp.replace(path)
         written.append(path)
     return written

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
@@ -86,6 +88,15 @@ class Testbed:
             nodes.append(self.node(host, str(venv), str(Path(run_root) / host.name), [inst]))
         data["nodes"] = nodes
         return data
+
+
+def private_dir(prefix: str = "tb-") -> Path:
+    """A fresh folder for a testbed that sshd's StrictModes accepts: below ~/.cache (never /tmp, which others
+    can write to), 0700. `testbed.sh up` fills it; `down` removes it."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "p2p-testbed"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    base.chmod(0o700)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def up(n: int, directory: str | Path, netns: bool = False, port: Optional[int] = None,

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from p2p_runtime import protocol as p
 from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
 from p2p_runtime.core import EngineCore
+from p2p_runtime.limits import RequestLimits
 from p2p_runtime.metrics import CONTENT_TYPE
 from p2p_runtime.request import Event, Request
 from p2p_runtime.scheduler import EngineStopped
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 # How often a waiting request checks that the worker thread is still alive.
 _WORKER_CHECK_S = 5.0
+# What a 429 asks the client to wait: about one request's worth of work on this tiny engine.
+_RETRY_AFTER_S = 1
 
 try:
     VERSION = importlib.metadata.version("p2p-kv-ops")
@@ -53,6 +56,7 @@ def create_app(core: EngineCore) -> FastAPI:
 
     app = FastAPI(title="p2p-engine", version=VERSION, lifespan=lifespan)
     app.state.core = core
+    app.add_middleware(RequestLimits, max_body_bytes=core.config.max_body_bytes, api_key=core.config.api_key)
     _add_error_handlers(app)
     handler = _Handlers(core)
 
@@ -87,7 +91,7 @@ def _add_vllm_ops_routes(app: FastAPI, handler: "_Handlers") -> None:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(p.ApiError)
     async def api_error(_: HttpRequest, exc: p.ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
@@ -107,6 +111,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(p.error_body(exc.status_code, str(exc.detail)),
                             status_code=exc.status_code)
+
+    @app.exception_handler(RecursionError)
+    async def too_deep(_: HttpRequest, exc: RecursionError) -> JSONResponse:
+        return JSONResponse(p.error_body(400, "request body is nested too deeply"), status_code=400)
 
     @app.exception_handler(Exception)
     async def unexpected(_: HttpRequest, exc: Exception) -> JSONResponse:
@@ -155,9 +163,16 @@ class _Handlers:
     # ---- ops routes ------------------------------------------------------------------------
 
     async def health(self) -> Response:
+        """200 while the engine serves. Without its lmcache server it still serves (recomputing every
+        prefix), so that is 200 too, but the body says `degraded` and why: `p2pctl status` shows it."""
         if not self.core.scheduler.alive:
             raise p.ApiError(503, "engine worker is not running")
-        return Response(status_code=200)
+        state = self.core.lmcache_state
+        if state == "disconnected":
+            return JSONResponse({"status": "degraded", "lmcache": state,
+                                 "detail": f"lmcache server {self.cfg.lmcache_url} is unreachable; serving "
+                                           "without the cache (recompute) and reconnecting"})
+        return JSONResponse({"status": "ok", "lmcache": state})
 
     async def metrics(self) -> Response:
         return Response(self.core.metrics.render(), media_type=CONTENT_TYPE)
@@ -175,6 +190,7 @@ class _Handlers:
         if body.messages is not None:
             ids = self._chat_ids(body.messages, body.add_generation_prompt)
         else:
+            self._check_text_length(len(body.prompt), "prompt")
             ids = self.tok.encode(body.prompt, add_bos=body.add_special_tokens)
         return {"count": len(ids), "max_model_len": self.cfg.max_model_len, "tokens": ids,
                 "token_strs": None}
@@ -238,6 +254,7 @@ class _Handlers:
                                  "request", "prompt")
             prompt = prompt[0]
         if isinstance(prompt, str):
+            self._check_text_length(len(prompt), "prompt")
             return self.tok.encode(prompt, add_bos=True)
         if not prompt:
             raise p.ApiError(400, "prompt must not be empty", "prompt")
@@ -249,7 +266,17 @@ class _Handlers:
             pairs = [(m.role, message_text(m.content)) for m in messages]
         except ChatTemplateError as exc:
             raise p.ApiError(400, str(exc), "messages") from None
+        self._check_text_length(sum(len(text) for _, text in pairs), "messages")
         return self.tok.encode(render_chat(pairs, add_generation_prompt), add_bos=True)
+
+    def _check_text_length(self, chars: int, param: str) -> None:
+        """Refuse before tokenizing: every character is at least one token of this byte-level tokenizer, so a
+        text longer than the context in characters can never fit (and tokenizing it would cost memory)."""
+        limit = self.cfg.max_model_len
+        if chars > limit:
+            raise p.ApiError(400, f"This model's maximum context length is {limit} tokens. However, your "
+                             f"{param} has at least {chars} tokens ({chars} characters). Please reduce the "
+                             f"length of the {param}.", param)
 
     def _make_request(self, rid: str, ids: list[int], max_tokens: int | None,
                       body: p.SamplingFields) -> Request:
@@ -273,6 +300,9 @@ class _Handlers:
                        ignore_eos=body.ignore_eos, stop=tuple(s for s in stop if s))
 
     def _submit(self, req: Request) -> _EventBridge:
+        if self.core.scheduler.num_waiting >= self.cfg.max_queued:
+            raise p.ApiError(429, f"{self.cfg.max_queued} requests are already waiting; retry later",
+                             headers={"Retry-After": str(_RETRY_AFTER_S)})
         bridge = _EventBridge(self.core)
         req.on_event = bridge.push
         try:

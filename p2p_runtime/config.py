@@ -7,8 +7,9 @@ fleet spec or a test can build the same config from an argv list or from keyword
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 import math
+import os
 
 from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
@@ -49,10 +50,14 @@ class EngineConfig:
     timing_seed: int = 0
     log_level: str = "info"
     log_format: str = "text"
+    max_body_bytes: int = 1 << 20
+    max_queued: int = 256
+    # Never in the "effective config" log line or any repr.
+    api_key: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         positive = ("num_layers", "num_heads", "head_size", "max_model_len", "block_size",
-                    "num_blocks", "max_num_seqs", "threads")
+                    "num_blocks", "max_num_seqs", "threads", "max_body_bytes", "max_queued")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{_flag(name)} must be > 0, got {getattr(self, name)}")
@@ -144,6 +149,10 @@ _HELP = {
     "timing_seed": "seed of the timing jitter",
     "log_level": "debug|info|warning|error",
     "log_format": "text | json (one JSON object per line, for log shippers)",
+    "max_body_bytes": "largest request body accepted; larger ones get 413 before anything is parsed",
+    "max_queued": "requests allowed to wait for a slot; beyond that 429 with Retry-After",
+    "api_key": "require `Authorization: Bearer <key>` on every route but /health, /version, /metrics "
+               "(default: $P2P_ENGINE_API_KEY, else none)",
 }
 
 
@@ -161,7 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     for f in fields(EngineConfig):
         kind = {"int": int, "float": float, "str": str, "int | None": int}[str(f.type)]
         text = _HELP[f.name]
-        if f.default not in (None, ""):
+        default = f.default
+        if f.name == "api_key":
+            # From the environment (env.sh), so the key is never on a command line `ps` shows.
+            default = os.environ.get("P2P_ENGINE_API_KEY", "")
+        elif f.default not in (None, ""):
             text += " (default: %(default)s)"
-        parser.add_argument(f"--{_flag(f.name)}", type=kind, default=f.default, help=text)
+        parser.add_argument(f"--{_flag(f.name)}", type=kind, default=default, help=text)
     return parser

@@ -318,6 +318,18 @@ class LMCacheAdapter:
                 self._dispose(conn)
             if self._conn is None and not self._closed.is_set():
                 self._try_connect()
+            elif self._conn is not None and not self._closed.is_set():
+                self._ping(self._conn)
+
+    def _ping(self, conn: _Connection) -> None:
+        """An idle engine sends nothing, so a dead server would go unnoticed (and /health would say ok) until
+        the next request paid a timeout for it. A cheap RPC per interval notices it in the background."""
+        try:
+            conn.request_client.get_chunk_size().result(timeout=self.timeout_s)
+        except Exception as exc:  # TimeoutError, or the client failing: either way the server is gone
+            if not self._closed.is_set():
+                logger.debug("LMCache ping failed: %r", exc)
+                self._retire(conn, "stopped answering")
 
     def _dispose(self, conn: _Connection) -> None:
         try:

@@ -17,24 +17,28 @@ class ApiError(Exception):
     """A client error, rendered as ``{"error": {"message", "type", "param", "code"}}``."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
-                 err_type: str | None = None) -> None:
+                 err_type: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.err_type = err_type or _ERROR_TYPES.get(status, "BadRequestError")
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.err_type)
 
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
+_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+                405: "MethodNotAllowedError", 413: "RequestTooLargeError", 429: "RateLimitError",
                 500: "InternalServerError", 503: "ServiceUnavailableError"}
 
 
 def error_body(status: int, message: str, param: str | None = None,
                err_type: str | None = None) -> dict[str, Any]:
     """vLLM's error shape: the HTTP status doubles as ``code``."""
+    # An error may quote the client's text; a lone surrogate in it must not make the error itself fail.
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"error": {"message": message, "type": err_type or _ERROR_TYPES.get(status, "Error"),
                       "param": param, "code": status}}
 

@@ -78,6 +78,11 @@ class Scheduler:
             self._publish_queue()
             self._cond.notify_all()
 
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued for a slot (a racy read is fine: it only decides when to answer 429)."""
+        return len(self._waiting)
+
     def abort(self, req: Request) -> None:
         """Drop a request whose client went away; its resources are freed at the next step."""
         with self._cond:

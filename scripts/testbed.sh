@@ -29,7 +29,10 @@ down      stop the sshds (by pidfile), kill what still runs inside the namespace
           failed `up` (everything is recorded in DIR/state as it is created).
 status    list the hosts and whether each sshd runs.
 
---dir DIR     where everything lives (default: $P2P_TESTBED_DIR or /tmp/p2p-testbed)
+--dir DIR     where everything lives (default for up: $P2P_TESTBED_DIR, else a fresh private folder
+              made by mktemp -d under ${XDG_CACHE_HOME:-~/.cache}/p2p-testbed, printed by up; down and
+              status need it). It must belong to you and be writable by nobody else, and (sshd runs
+              with StrictModes yes) so must every folder above it: /tmp itself is world-writable.
 --port PORT   sshd port on every host (default: a free port in 22000-22999)
 --subnet K    third octet of the --netns subnet 198.18.K.0/24 (default: a free one in 1-254)
 USAGE
@@ -39,7 +42,7 @@ die() { echo "testbed: $*" >&2; exit 2; }
 log() { echo "testbed: $*" >&2; }
 
 cmd=""; count=""; netns=0; port=""; subnet=""
-dir="${P2P_TESTBED_DIR:-/tmp/p2p-testbed}"
+dir="${P2P_TESTBED_DIR:-}"
 [ $# -gt 0 ] || { usage; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -59,6 +62,13 @@ done
 
 SSHD=/usr/sbin/sshd
 STATE="$dir/state"
+# Every file is created fresh (O_EXCL): a name that already exists, a planted symlink included, is an error,
+# never followed. Writers remove their target first (inside a folder only we can write to).
+set -o noclobber
+umask 077
+# The first line of the state file: `down` trusts only a state file that carries it, for this very folder.
+state_marker() { echo "# p2p-testbed state for $dir"; }
+HOST_MARKER=.p2p-testbed-host
 
 in_range() {  # in_range VALUE LO HI: VALUE is an integer within [LO, HI]
   [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]
@@ -87,16 +97,46 @@ stop_pid() {  # TERM, wait up to 5 s, then KILL
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# ---- the folder: ours, private, and (for sshd's StrictModes) every folder above it safe too ---------------
+mode_of() { stat -c '%a' -- "$1"; }
+owner_of() { stat -c '%u' -- "$1"; }
+
+check_private() {  # DIR: a real folder owned by us that nobody else can write to
+  [ ! -L "$1" ] || die "$1 is a symlink; pass the real folder"
+  [ -d "$1" ] || die "$1 is not a folder"
+  [ "$(owner_of "$1")" = "$(id -u)" ] || die "$1 belongs to uid $(owner_of "$1"), not to you; use a folder of your own"
+  (( (8#$(mode_of "$1") & 8#022) == 0 )) || die "$1 is writable by group or others (mode $(mode_of "$1")); chmod go-w $1 or use a private folder"
+}
+
+check_parents() {  # DIR: sshd's StrictModes refuses keys below a folder others can write to or that is not root's/ours
+  local p
+  p=$(dirname -- "$1")
+  while :; do
+    local o; o=$(owner_of "$p")
+    [ "$o" = 0 ] || [ "$o" = "$(id -u)" ] || die "$p (above $1) belongs to uid $o: sshd (StrictModes yes) refuses keys below it; use a folder under \$HOME (the default)"
+    (( (8#$(mode_of "$p") & 8#022) == 0 )) || die "$p (above $1) is writable by group or others (mode $(mode_of "$p")): sshd (StrictModes yes) refuses keys below it; use a folder under \$HOME (the default)"
+    [ "$p" != / ] || break
+    p=$(dirname -- "$p")
+  done
+}
+
+inside_dir() {  # PATH: a path strictly inside $dir, with no .. component
+  case "$1" in "$dir"/*) ;; *) return 1 ;; esac
+  case "/$1/" in */../*|*/./*) return 1 ;; esac
+}
+
 # ---- down ----------------------------------------------------------------------------------------------
 undo_line() {  # undo one recorded resource: KIND ARGS...
   local kind=$1; shift
   case "$kind" in
     sshd)  # sshd PIDFILE CONFIG
+      if ! inside_dir "$1" || ! inside_dir "$2"; then log "ignoring state line outside $dir: sshd $*"; return 0; fi
       local pid=""
       [ -s "$1" ] && pid=$(cat "$1")
       if alive "$pid" && owns "$pid" "$2"; then stop_pid "$pid"; fi
-      rm -f "$1" ;;
+      rm -f -- "$1" ;;
     netns)  # netns NAME: whatever still runs in it was started through this testbed
+      [[ "$1" =~ ^p2p-[0-9a-f]{4}-h[0-9]+$ ]] || { log "ignoring netns not made by a testbed: $1"; return 0; }
       if ip netns list 2>/dev/null | grep -qw -- "$1"; then
         local pids p
         pids=$(ip netns pids "$1" 2>/dev/null || true)
@@ -104,9 +144,20 @@ undo_line() {  # undo one recorded resource: KIND ARGS...
         ip netns del "$1" 2>/dev/null || log "could not delete netns $1"
       fi ;;
     link)  # link NAME (a veth end or the bridge)
+      [[ "$1" =~ ^p2p[0-9a-f]{4}(h[0-9]+|br)$ ]] || { log "ignoring link not made by a testbed: $1"; return 0; }
       if ip link show "$1" >/dev/null 2>&1; then ip link del "$1" 2>/dev/null || log "could not delete link $1"; fi ;;
-    file)  # file PATH (generated file or folder)
-      rm -rf -- "$1" ;;
+    file)  # file PATH: only what up generates, inside this folder; a host folder only with its marker
+      inside_dir "$1" || { log "ignoring state line outside $dir: file $1"; return 0; }
+      case "${1#"$dir"/}" in
+        user_key|user_key.pub|authorized_keys|ssh_config|known_hosts|testbed.json|nodes.yaml)
+          [ ! -d "$1" ] || [ -L "$1" ] || { log "ignoring $1: a folder where up writes a file"; return 0; }
+          rm -f -- "$1" ;;
+        h[0-9]|h[0-9][0-9]|h[0-9][0-9][0-9])
+          if [ -L "$1" ]; then rm -f -- "$1"
+          elif [ -f "$1/$HOST_MARKER" ]; then rm -rf -- "$1"
+          elif [ -e "$1" ]; then log "keeping $1: it has no $HOST_MARKER marker, so up did not make it"; fi ;;
+        *) log "ignoring state line for a file up never writes: $1" ;;
+      esac ;;
     *) log "unknown state line: $kind $*" ;;
   esac
 }
@@ -118,8 +169,10 @@ do_down() {  # [keep-files]: stop and delete everything but the generated files 
     return 0
   fi
   local line i lines=() kept=()
+  if [ -L "$STATE" ] || [ ! -f "$STATE" ]; then die "$STATE is not a regular file; refusing to act on it"; fi
   while IFS= read -r line; do lines+=("$line"); done < "$STATE"
-  for ((i = ${#lines[@]} - 1; i >= 0; i--)); do
+  [ "${lines[0]:-}" = "$(state_marker)" ] || die "$STATE does not start with '$(state_marker)': not written by testbed.sh up for this folder; refusing to act on it"
+  for ((i = ${#lines[@]} - 1; i >= 1; i--)); do
     local -a words
     read -r -a words <<< "${lines[$i]}"
     [ ${#words[@]} -gt 0 ] || continue
@@ -127,7 +180,8 @@ do_down() {  # [keep-files]: stop and delete everything but the generated files 
     undo_line "${words[@]}"
   done
   if [ ${#kept[@]} -gt 0 ]; then
-    printf '%s\n' "${kept[@]}" > "$STATE"
+    rm -f -- "$STATE"
+    { state_marker; printf '%s\n' "${kept[@]}"; } > "$STATE"
     return 0
   fi
   rm -f "$STATE"
@@ -164,6 +218,7 @@ pick_subnet() {
 }
 
 write_sshd_config() {  # HOSTDIR ADDRESS
+  rm -f -- "$1/sshd_config"
   cat > "$1/sshd_config" <<EOF
 # sshd for testbed host $(basename "$1"), written by testbed.sh
 Port $port
@@ -177,7 +232,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
 UsePAM no
-StrictModes no
+StrictModes yes
 X11Forwarding no
 AllowTcpForwarding no
 PrintMotd no
@@ -235,11 +290,20 @@ do_up() {
     [ "$(id -u)" = 0 ] || die "--netns needs root (ip netns, veth, bridge); without it use loopback mode"
     command -v ip >/dev/null || die "ip not found; install it: apt-get install iproute2"
   fi
+  if [ -z "$dir" ]; then
+    local base="${XDG_CACHE_HOME:-$HOME/.cache}/p2p-testbed"
+    mkdir -p -- "$base" && chmod 700 -- "$base"
+    dir=$(mktemp -d -- "$base/tb.XXXXXX")
+    log "private folder $dir (stop with: $0 down --dir $dir)"
+  fi
   case "$dir" in *[[:space:]]*) die "--dir must not contain whitespace (sshd_config paths cannot)" ;; esac
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
+  [ -e "$dir" ] || [ -L "$dir" ] || { mkdir -p -- "$(dirname -- "$dir")" && mkdir -m 700 -- "$dir"; }
+  check_private "$dir"
+  dir=$(cd "$dir" && pwd -P)
+  check_parents "$dir"
   STATE="$dir/state"
-  : > "$STATE"
+  rm -f -- "$STATE"
+  state_marker > "$STATE"
   # From here on every created thing is recorded. A failure stops and deletes what it started; the generated
   # files (with the sshd logs) stay until `down`.
   trap on_up_exit EXIT
@@ -249,9 +313,9 @@ do_up() {
   record file "$dir/user_key"; record file "$dir/user_key.pub"; record file "$dir/authorized_keys"
   record file "$dir/ssh_config"; record file "$dir/known_hosts"; record file "$dir/testbed.json"
   record file "$dir/nodes.yaml"
-  rm -f "$dir/user_key" "$dir/user_key.pub"
+  rm -f -- "$dir/user_key" "$dir/user_key.pub" "$dir/authorized_keys"
   ssh-keygen -q -t ed25519 -N '' -C "p2p-testbed-user" -f "$dir/user_key"
-  cp "$dir/user_key.pub" "$dir/authorized_keys"
+  cat "$dir/user_key.pub" > "$dir/authorized_keys"
 
   local -a addrs=() ns_names=() veths=()
   local i mode=loopback control="" bridge=""
@@ -277,6 +341,7 @@ do_up() {
   [ -n "$port" ] || port=$(pick_port "${addrs[@]:1}")
   in_range "$port" 1 65535 || die "--port must be 1..65535"
 
+  rm -f -- "$dir/known_hosts" "$dir/ssh_config"
   : > "$dir/known_hosts"
   {
     echo "# ssh client config for the testbed in $dir (written by testbed.sh)"
@@ -284,8 +349,8 @@ do_up() {
   for i in $(seq 1 "$count"); do
     local name="h$i" hdir="$dir/h$i" addr=${addrs[i]}
     record file "$hdir"
-    mkdir -p "$hdir"
-    rm -f "$hdir/ssh_host_ed25519_key" "$hdir/ssh_host_ed25519_key.pub"
+    mkdir -m 700 -- "$hdir" || die "$hdir exists already; run: $0 down --dir $dir (or pick another --dir)"
+    : > "$hdir/$HOST_MARKER"
     ssh-keygen -q -t ed25519 -N '' -C "p2p-testbed-$name" -f "$hdir/ssh_host_ed25519_key"
     write_sshd_config "$hdir" "$addr"
     echo "[$addr]:$port $(cut -d' ' -f1,2 < "$hdir/ssh_host_ed25519_key.pub")" >> "$dir/known_hosts"
@@ -358,14 +423,14 @@ write_descriptions() {  # MODE CONTROL_ADDRESS BRIDGE
       fi
     done
     printf '\n  ]\n}\n'
-  } > "$dir/testbed.json"
+  } > "$dir/testbed.json.new" && mv -f -- "$dir/testbed.json.new" "$dir/testbed.json"
   {
     echo "# nodes: for fleet.yaml (testbed in $dir); give each node its instances and a run_dir."
     for i in $(seq 1 "$count"); do
       printf -- '- name: h%s\n  address: %s\n  connection: ssh\n  ssh_port: %s\n' "$i" "${addrs[i]}" "$port"
       printf '  ssh_key: %s\n  ssh_config: %s\n' "$(json_str "$dir/user_key")" "$(json_str "$dir/ssh_config")"
     done
-  } > "$dir/nodes.yaml"
+  } > "$dir/nodes.yaml.new" && mv -f -- "$dir/nodes.yaml.new" "$dir/nodes.yaml"
 }
 
 print_status() {
@@ -385,6 +450,11 @@ print_status() {
 
 case "$cmd" in
   up) [ -n "$count" ] || die "up needs N, the number of hosts"; do_up ;;
-  down) do_down "" ;;
-  status) print_status ;;
+  down|status)
+    [ -n "$dir" ] || die "$cmd needs --dir DIR (the folder up printed) or \$P2P_TESTBED_DIR"
+    if [ ! -e "$dir" ]; then echo "testbed: nothing to stop in $dir"; exit 0; fi
+    check_private "$dir"
+    dir=$(cd "$dir" && pwd -P)
+    STATE="$dir/state"
+    if [ "$cmd" = down ]; then do_down ""; else print_status; fi ;;
 esac

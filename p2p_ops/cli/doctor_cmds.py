@@ -84,8 +84,10 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.is_dir():
         raise BadInput(f"-o {out} is a folder; name the file, e.g. -o {out / 'p2p-bundle.tar.gz'}")
+    if out is not None and (out.exists() or out.is_symlink()) and not args.force:
+        raise BadInput(f"-o {out} exists; name a new file or add --force to replace it")
     try:
-        manifest = bundle.collect(ctx, out, with_doctor=not args.no_doctor,
+        manifest = bundle.collect(ctx, out, with_doctor=not args.no_doctor, force=args.force,
                                   progress=_progress if not args.json else (lambda _: None))
     finally:
         ctx.close()
@@ -132,5 +134,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="bundle path (default: p2p-run/<fleet>/bundles/p2p-bundle-<fleet>-<UTC>.tar.gz)")
     p.add_argument("--no-doctor", action="store_true", help="do not run the doctor into the bundle")
+    p.add_argument("--force", action="store_true", help="replace an existing -o file")
     p.add_argument("--json", action="store_true", help="print the manifest")
     p.set_defaults(handler=cmd_bundle)

@@ -233,6 +233,13 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}"
 
 
+def _engine_health(i: launch.InstanceReport) -> str:
+    if not i.engine_healthy:
+        return i.engine_proc
+    # The engine serves without its lmcache server (recompute), but shares nothing meanwhile.
+    return "[yellow]degraded: lmcache unreachable[/yellow]" if i.engine_lmcache == "disconnected" else "healthy"
+
+
 def _print_status(rep: launch.FleetReport) -> None:
     table = Table(title=f"fleet {rep.fleet} — {'READY' if rep.ready else 'NOT READY'}")
     for col in ("instance", "node", "server pid", "p2p_state", "peers", "peer ids", "L1 used/total GiB",
@@ -244,7 +251,7 @@ def _print_status(rep: launch.FleetReport) -> None:
             f"[green]{i.instance}[/green]" if ok else f"[red]{i.instance}[/red]",
             i.node, i.server_proc, i.server.p2p_state, f"{i.server.peer_count}/{rep.expected_peers}",
             ",".join(i.server.peers) or "-", f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
-            i.engine_url, "healthy" if i.engine_healthy else i.engine_proc)
+            i.engine_url, _engine_health(i))
     show(table)
     ctable = Table(title=f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
                          f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances")

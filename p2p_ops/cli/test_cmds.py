@@ -73,6 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(ld)
     ld.set_defaults(handler=cmd_longdoc)
 
+    fa = tsub.add_parser("faults", help="kill a server, the coordinator, an engine under load; figures per fault")
+    add_fleet_args(fa)
+    fa.add_argument("--quick", action="store_true", help="5 s phases, 4 s outages, 3 documents")
+    fa.add_argument("--scenarios", default=None,
+                    help="comma list of peer_server_killed,coordinator_restart,engine_killed (default: all)")
+    fa.set_defaults(handler=cmd_faults)
+
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
     r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
     add_json_arg(r)
@@ -223,6 +230,24 @@ def cmd_longdoc(args: argparse.Namespace) -> int:
                               inflight=args.inflight, max_tokens=args.max_tokens, progress=_progress)
 
     return _run_and_report(args, "longdoc", body)
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    from p2p_ops.harness import faults
+
+    names = faults.parse_scenarios(args.scenarios)
+    opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
+    ctx = context(args)
+    try:
+        out_dir = new_run_dir(ctx.layout, "faults")
+        results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress)
+    finally:
+        ctx.close()
+    console.print(faults.table_markdown(results, opts), markup=False)
+    console.print(f"table: {out_dir / 'faults.md'}")
+    ok = faults.passed(results)
+    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the table's notes)")
+    return EXIT_OK if ok else EXIT_CHECK_FAILED
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -37,6 +37,9 @@ from p2p_ops.errors import CouldNotRun
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CONNECT_TIMEOUT = 10.0
+# Every SFTP operation (one env.sh or wrapper is a few KiB): a host that stalls after connecting must not hold
+# the node's lock, and `up` with it, forever.
+SFTP_TIMEOUT = 60.0
 KEEPALIVE_S = 15
 RETRY_AFTER_S = 15.0
 DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
@@ -193,7 +196,7 @@ class SSHConnector:
                 self.host, target, "host key CHANGED",
                 f"{name} offered {_fingerprint(exc.key)} but known_hosts ({files}) has "
                 f"{_fingerprint(exc.expected_key)}; this is a reinstalled host or a man-in-the-middle",
-                f"confirm the new key out of band, then drop the old one: ssh-keygen -R '{name}' "
+                f"confirm the new key out of band, then drop the old one: ssh-keygen -R {shlex.quote(name)} "
                 f"[-f KNOWN_HOSTS] and add the new one")
         if isinstance(exc, paramiko.AuthenticationException):
             how = f"key {self.key}" if self.key else "the agent / default keys"
@@ -249,11 +252,16 @@ class SSHConnector:
         try:
             with self._lock:
                 sftp = conn.sftp()
+                sftp.get_channel().settimeout(SFTP_TIMEOUT)
                 self._makedirs(sftp, posixpath.dirname(remote))
                 sftp.put(str(local), tmp)
                 if mode is not None:
                     sftp.chmod(tmp, mode)
                 sftp.posix_rename(tmp, remote)
+        except (socket.timeout, TimeoutError):
+            self._drop()  # the SFTP channel is stuck mid-operation: never reuse it
+            raise CouldNotRun(f"{self.host} ({self.target}): writing {remote} over SFTP did not finish within "
+                              f"{SFTP_TIMEOUT:g} s; check the host (disk full? stalled filesystem?)") from None
         except OSError as exc:
             raise CouldNotRun(f"{self.host} ({self.target}): cannot write {remote} over SFTP ({exc}); check that "
                               f"the node's run_dir is writable by this user") from None
@@ -267,7 +275,7 @@ class SSHConnector:
         except FileNotFoundError:
             self._makedirs(sftp, posixpath.dirname(path))
             try:
-                sftp.mkdir(path)
+                sftp.mkdir(path, mode=0o700)
             except OSError:
                 sftp.stat(path)  # made meanwhile by someone else is fine; anything else raises
         self._dirs.add(path)

@@ -17,6 +17,7 @@ A stopped fleet gets the pre-launch checks (env.sh agreement, ports free). Exit 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shlex
@@ -82,6 +83,9 @@ class InstanceFacts:
     config: Optional[dict] = None                  # raw /config
     lmc_version: Optional[str] = None
     none_hash: Optional[str] = None
+    # The algorithm LMCache could not load from vLLM ("Could not load 'builtin' from vLLM. Using builtin hash"):
+    # the server really hashes with Python's hash(), whatever its settings say.
+    hash_fallback: Optional[str] = None
 
     @property
     def running(self) -> bool:
@@ -115,6 +119,11 @@ class NodeFacts:
     rdma_devices: Optional[int] = None
     listeners: list[tuple[str, int, str, Optional[int]]] = field(default_factory=list)
     reach: list[Reach] = field(default_factory=list)
+    # pid -> session id of every process on the node; a fleet process leads its own session (setsid), so a
+    # listener belongs to the fleet when its pid's session is one of the fleet's pids (children included).
+    sessions: dict[int, int] = field(default_factory=dict)
+    fleet_pids: dict[int, str] = field(default_factory=dict)   # session leader pid -> process name
+    bind_ok: tuple[str, ...] = ()                                # addresses a fleet process may listen on
 
 
 @dataclass
@@ -268,6 +277,32 @@ def _vllm_anywhere(facts: FleetFacts) -> bool:
     return facts.runtime == "vllm" or any(n.packages.get("vllm") for n in facts.nodes)
 
 
+def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tuple[str, str]:
+    """How bad differing PYTHONHASHSEEDs are, judged by what each instance really runs, not by the spec."""
+    real = {name: obs.get("hash_algorithm", ("blake3", ""))[0] for name, obs in per_inst.items()}
+    fallback = sorted(i.instance for i in facts.instances if i.hash_fallback)
+    if facts.runtime != "vllm" and not fallback and all(alg == "blake3" for alg in real.values()):
+        return "warn", (" Harmless today: every instance hashes with blake3 (" + _shown(real) + "), which does "
+                        "not use PYTHONHASHSEED; keep them equal anyway, other hash algorithms depend on it.")
+    why = (f" {', '.join(fallback)} hash(es) with Python's builtin hash (LMCache could not load the algorithm from "
+           "vLLM)" if fallback else f" hash algorithms in use: {_shown(real)}")
+    return "error", (f"{why}: every chunk hash depends on the seed, so these peers share nothing (zero cached "
+                     "tokens, no error).")
+
+
+def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
+    """LMCache's own log says it fell back to Python's hash(): on Python < 3.12 hash(None) is an address, so
+    NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
+    fell = {i.instance: i.hash_fallback for i in facts.instances if i.hash_fallback}
+    if fell:
+        report.add("error", "hash:builtin_fallback", _names(fell), _shown(fell),
+                   "LMCache logged \"Could not load '<algorithm>' from vLLM. Using builtin hash\": these servers hash "
+                   "with Python's hash(), whose NONE_HASH differs per process even with equal PYTHONHASHSEED, so "
+                   "they share nothing",
+                   "set settings.hash_algorithm: blake3 (only runtime: vllm may use builtin/sha256_cbor), "
+                   "re-render and restart")
+
+
 def _check_agreement(report: Report, facts: FleetFacts) -> None:
     per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
                 for i in facts.instances}
@@ -286,15 +321,7 @@ def _check_agreement(report: Report, facts: FleetFacts) -> None:
         sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
         severity, note = "error", ""
         if key == "PYTHONHASHSEED":
-            hash_alg = agreed.get("hash_algorithm") or next(
-                (obs["hash_algorithm"][0] for obs in per_inst.values() if "hash_algorithm" in obs), "blake3")
-            if hash_alg != "builtin" and not _vllm_anywhere(facts):
-                severity = "warn"
-                note = (f" Harmless today: hash_algorithm is {hash_alg} and vLLM is not installed, so NONE_HASH "
-                        "does not depend on it; it splits the cache as soon as vLLM is importable.")
-            else:
-                note = (" With hash_algorithm builtin (or vLLM importable) every chunk hash depends on it: these "
-                        "peers share nothing (zero cached tokens, no error).")
+            severity, note = _seed_mismatch_severity(facts, per_inst)
         elif key in ("nixl_version", "UCX_TLS"):
             severity = "warn"
         report.add(severity, f"agree:{key}", _names(values), _shown(values),
@@ -399,6 +426,45 @@ def _check_reach(report: Report, facts: FleetFacts) -> None:
                            f"node {r.source} cannot open a TCP connection to {r.target} at {r.host}:{r.port}",
                            "bind the server to an address peers can reach (node.bind / --host), open the port in "
                            "the firewall, and check the advertised address")
+
+
+def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
+    """(process name, address, port, pid) of each fleet listener bound wider than the node allows."""
+    out = []
+    for address, port, _, pid in node.listeners:
+        if pid is None:
+            continue  # /proc/net/tcp fallback or another user's socket: cannot be attributed
+        owner = node.fleet_pids.get(node.sessions.get(pid, -1)) or node.fleet_pids.get(pid)
+        if owner is None or _bind_allowed(address, node.bind_ok):
+            continue
+        out.append((owner, address, port, pid))
+    return out
+
+
+def _bind_allowed(address: str, allowed: tuple[str, ...]) -> bool:
+    host = address.strip("[]").split("%", 1)[0]
+    if host in allowed:
+        return True
+    try:
+        return "loopback" in allowed and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "*" and names: every interface
+
+
+def _check_binds(report: Report, facts: FleetFacts) -> None:
+    """Loopback means loopback: a fleet process listening on 0.0.0.0, eth0 or another interface is named."""
+    for node in facts.nodes:
+        if node.error:
+            continue
+        for owner, address, port, pid in wide_binds(node):
+            planned = any(p.node == node.node and p.port == port for p in facts.ports)
+            scope = "127.0.0.0/8" if node.bind_ok == ("loopback",) else f"{node.address} (and loopback)"
+            fix = ("set the node's bind (or coordinator.host / prometheus.host) to its address and re-render"
+                   if planned else
+                   "a listener on a random port is UCX's (NIXL transfer channel): set settings.ucx_net_devices "
+                   "to the interface of the node's address (lo for a local fleet), re-render and restart")
+            report.add("error", "bind:wide", f"{owner} on {node.node}", f"{address}:{port} (pid {pid})",
+                       f"{owner} listens on {address}:{port}, outside {scope}", fix)
 
 
 def _check_ports(report: Report, facts: FleetFacts) -> None:
@@ -514,7 +580,9 @@ def check(facts: FleetFacts) -> Report:
             report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
                        "`p2pctl render` (or `p2pctl up`) writes it")
     _check_agreement(report, facts)
+    _check_hash_fallback(report, facts)
     _check_ports(report, facts)
+    _check_binds(report, facts)
     _check_ucx_tls(report, facts)
     if facts.any_running:
         _check_processes(report, facts)
@@ -556,13 +624,16 @@ def node_script(python: str, files: dict[str, str], logs: dict[str, str], pids: 
     parts = [
         _section("packages", f"{q(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY"),
         _section("rdma", "ls /sys/class/infiniband 2>/dev/null | wc -l"),
-        _section("listeners", "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"),
+        _section("listeners", "ss -Htlnp 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"),
+        _section("sessions", "ps -eo pid=,sid= 2>/dev/null"),
     ]
     for label, path in files.items():
         parts.append(_section(f"file {label}", f"cat {q(path)}"))
     for label, path in logs.items():
         parts.append(_section(f"nonehash {label}",
                               f"grep -a -m1 'Computed NONE_HASH=' {q(path)} | sed 's/\\x1b\\[[0-9;]*m//g'"))
+        parts.append(_section(f"hashfallback {label}",
+                              f"grep -a -m1 \"Could not load '.*' from vLLM\" {q(path)} | sed 's/\\x1b\\[[0-9;]*m//g'"))
     for label, pid in pids.items():
         parts.append(_section(f"limits {label}", f"cat /proc/{int(pid)}/limits"))
     probes_sh = [f"( if timeout {REACH_TIMEOUT_S} bash -c {q(f'</dev/tcp/{h}/{p}')}; "
@@ -582,6 +653,22 @@ def parse_node_output(text: str) -> dict[str, str]:
         elif current is not None:
             sections[current] += line + "\n"
     return {k: v.strip("\n") for k, v in sections.items()}
+
+
+def parse_sessions(text: str) -> dict[int, int]:
+    """`ps -eo pid=,sid=` -> {pid: sid}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out[int(parts[0])] = int(parts[1])
+    return out
+
+
+def hash_fallback(text: str) -> Optional[str]:
+    """The algorithm named by LMCache's "Could not load 'X' from vLLM. Using builtin hash" line, if any."""
+    m = re.search(r"Could not load '([^']*)' from vLLM", text)
+    return m[1] if m else None
 
 
 def _none_hash(line: str) -> Optional[str]:
@@ -677,7 +764,11 @@ def gather(ctx, reach: bool = True) -> FleetFacts:
         targets = _reach_targets(ctx, facts) if reach and facts.any_running else []
         res = ctx.conn(node).run(node_script(f"{bin_dir_for(node)}/python", files, logs, lim, targets),
                                  timeout=60 + REACH_TIMEOUT_S)
-        return _fill_node(nf, parse_node_output(res.stdout), facts, rendered, node.name)
+        nf = _fill_node(nf, parse_node_output(res.stdout), facts, rendered, node.name)
+        nf.fleet_pids = {pid: name for name, pid in pids.items()
+                         if name in {p.name for p in ctx.node_procs(node)}}
+        nf.bind_ok = ("loopback",) if fleet.all_loopback else ("loopback", node.address, node.bind_host)
+        return nf
 
     for name, res in ctx.for_each_node(per_node).items():
         node = next(n for n in fleet.nodes if n.name == name)
@@ -706,6 +797,7 @@ def _fill_node(nf: NodeFacts, sec: dict[str, str], facts: FleetFacts, rendered: 
     rd = sec.get("rdma", "").strip()
     nf.rdma_devices = int(rd) if rd.isdigit() else None
     nf.listeners = [(ln.address, ln.port, ln.process, ln.pid) for ln in parse_listeners(sec.get("listeners", ""))]
+    nf.sessions = parse_sessions(sec.get("sessions", ""))
     for line in sec.get("reach", "").splitlines():
         parts = line.split(maxsplit=3)
         if len(parts) == 4 and parts[2].isdigit():
@@ -720,6 +812,8 @@ def _fill_node(nf: NodeFacts, sec: dict[str, str], facts: FleetFacts, rendered: 
                 by_id[label].env_file = safe_env(parse_env_sh(text))
         elif kind == "nonehash" and label in by_id:
             by_id[label].none_hash = _none_hash(text)
+        elif kind == "hashfallback" and label in by_id:
+            by_id[label].hash_fallback = hash_fallback(text)
         elif kind == "limits" and label in by_id:
             by_id[label].memlock = asdict(parse_proc_limits(text, f"/proc/{by_id[label].pid}/limits"))
     return nf

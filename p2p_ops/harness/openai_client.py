@@ -9,6 +9,8 @@ from typing import Optional
 
 import requests
 
+from p2p_ops import auth
+
 
 @dataclass
 class Completion:
@@ -36,7 +38,7 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
         body["stream_options"] = {"include_usage": True}
     start = time.monotonic()
     try:
-        resp = requests.post(url, json=body, timeout=timeout, stream=stream)
+        resp = requests.post(url, json=body, timeout=timeout, stream=stream, headers=auth.headers(url))
     except requests.RequestException as exc:
         return Completion(engine_url, False, e2e_s=time.monotonic() - start, error=f"{type(exc).__name__}: {exc}")
     if resp.status_code != 200:
@@ -81,7 +83,8 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
 
 
 def count_tokens(engine_url: str, model: str, text: str) -> int:
-    resp = requests.post(engine_url.rstrip("/") + "/tokenize", json={"model": model, "prompt": text}, timeout=30)
+    resp = requests.post(engine_url.rstrip("/") + "/tokenize", json={"model": model, "prompt": text}, timeout=30,
+                         headers=auth.headers(engine_url))
     resp.raise_for_status()
     data = resp.json()
     return int(data.get("count", len(data.get("tokens", []))))

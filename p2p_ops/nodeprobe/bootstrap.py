@@ -40,10 +40,11 @@ def bootstrap_script(venv: str, project: str, steps: list[list[str]]) -> str:
         raise BadInput("no `$(PIP) install` steps found in the Makefile; cannot bootstrap")
     q = shlex.quote
     pip = f"{q(venv)}/bin/pip"
+    unseen = (f"this node does not see {project}: copy the checkout there (same path) or create {venv} by hand "
+              "with make setup")
     lines = [
         "set -euo pipefail",
-        f"test -f {q(project)}/pyproject.toml || {{ echo \"this node does not see {project}: copy the "
-        f"checkout there (same path) or create {venv} by hand with make setup\" >&2; exit 3; }}",
+        f"test -f {q(project)}/pyproject.toml || {{ echo {q(unseen)} >&2; exit 3; }}",
         "command -v python3 >/dev/null || { echo 'python3 not found: install python3 and python3-venv' >&2; "
         "exit 3; }",
         f"python3 -m venv {q(venv)}",

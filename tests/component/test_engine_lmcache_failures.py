@@ -57,3 +57,18 @@ def test_server_killed_mid_run_then_restarted(server, engines, tmp_path):
     finally:
         restarted.stop()
     assert engine.stop() == 0
+
+
+def test_idle_engine_notices_a_dead_server_and_health_says_degraded(server, engines):
+    """No request in flight: only the adapter's background ping can notice the server is gone."""
+    import requests
+
+    engine = engines.start("--lmcache-url", server.rpc_url, "--instance-id", "idle",
+                           "--lmcache-timeout", "1", "--lmcache-reconnect-interval", "0.5", name="idle")
+    wait_until(lambda: engine.metrics()["p2p_engine_lmcache_connected"] == 1, "engine connected", 60, engine.log)
+    assert requests.get(engine.url + "/health", timeout=10).json()["status"] == "ok"
+    server.kill()
+    wait_until(lambda: requests.get(engine.url + "/health", timeout=10).json()["status"] == "degraded",
+               "/health says degraded", 60, engine.log)
+    assert engine.metrics()["p2p_engine_lmcache_connected"] == 0
+    assert engine.stop() == 0

@@ -1,6 +1,7 @@
 """Reproduce the field failures on a real local fleet and check that doctor, diagnose and bundle find them.
 
-One fleet for the whole module (CPU is scarce): hash_algorithm builtin and node-b-0 hand-edited to
+One fleet for the whole module (CPU is scarce): env.sh hand-edited to hash_algorithm builtin (validate refuses it
+without vLLM, so an operator's edit is the way such a fleet happens) and node-b-0 hand-edited to
 PYTHONHASHSEED=4242, its env.sh also carrying planted credentials. Zero cached tokens; the doctor and diagnose
 name the mismatch; a bundle of it holds no secret. The coordinator scenarios are in test_diagnose_coordinator.py
 (their own module, so the two fleets never run at the same time).
@@ -59,11 +60,14 @@ def start_edited(tmp: Path, name: str, edit, settings: dict | None = None, wait:
 @pytest.fixture(scope="module")
 def mismatched(tmp_path_factory):
     def edit(ctx):
+        for unit in ("node-a-0", "node-b-0"):
+            edit_env(ctx.layout.env(unit), "LMCACHE_HASH_ALGORITHM", "builtin")
+        edit_env(ctx.layout.env("coordinator"), "LMCACHE_MP_COORDINATOR_HASH_ALGORITHM", "builtin")
         env = ctx.layout.env("node-b-0")
         edit_env(env, "PYTHONHASHSEED", "4242")
         plant_env(env)
 
-    ctx = start_edited(tmp_path_factory.mktemp("mismatched"), "mismatch", edit, {"hash_algorithm": "builtin"})
+    ctx = start_edited(tmp_path_factory.mktemp("mismatched"), "mismatch", edit, {"server_nice": 10})
     try:
         yield ctx
     finally:
@@ -89,6 +93,8 @@ def test_different_pythonhashseed_shares_nothing_and_doctor_names_it(mismatched,
     assert "python_hash_seed" in seed["fix"]
     [none_hash] = _findings(out, "agree:NONE_HASH")  # the servers' own evidence, from their logs
     assert none_hash["subject"] == "node-a-0, node-b-0"
+    [fallback] = _findings(out, "hash:builtin_fallback")  # LMCache's "Could not load 'builtin'" line
+    assert fallback["subject"] == "node-a-0, node-b-0" and "blake3" in fallback["fix"]
     assert not _findings(out, "coordinator") and not _findings(out, "p2p_state")
     assert MARKER not in out  # the planted credentials in env.sh never reach the doctor's output
 

@@ -57,7 +57,7 @@ def testbed3(tmp_path_factory):
     """Three SSH hosts h1..h3 on 127.0.0.2..4 (one sshd each, verified host keys)."""
     if not os.access("/usr/sbin/sshd", os.X_OK):
         pytest.skip("needs /usr/sbin/sshd (apt-get install openssh-server)")
-    directory = tmp_path_factory.mktemp("tb")
+    directory = testbed.private_dir()  # not under /tmp: sshd runs with StrictModes yes
     port = free_port_on(["127.0.0.2", "127.0.0.3", "127.0.0.4"])
     with testbed.running(3, directory, port=port) as tb:
         yield tb

@@ -44,7 +44,7 @@ def test_p2p_bytes_cross_the_veths_of_the_two_hosts_involved(tmp_path):
         pytest.skip(why)
     from p2p_ops.harness.basic import run_basic
 
-    with testbed.running(2, tmp_path / "tb", netns=True) as tb:
+    with testbed.running(2, testbed.private_dir(), netns=True) as tb:
         assert tb.mode == "netns" and tb.control_address and all(h.veth for h in tb.hosts)
         fleet_file = write_ssh_fleet(tb, tmp_path, "ns", settings={"ucx_tls": "tcp"})
         ctx = launch.FleetContext.load(fleet_file)

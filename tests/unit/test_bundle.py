@@ -120,3 +120,17 @@ def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
     env_b = (root / "nodes/node-b/node-b-0/env.sh").read_text()
     assert "export PYTHONHASHSEED=0" in env_b and "export HF_TOKEN=<redacted>" in env_b
     assert "export P2P_ENGINE_PREFILL_US_PER_TOKEN=0.0" in env_b  # a per-token rate is not a credential
+
+
+def test_bundle_does_not_overwrite_without_force(tmp_path, p2pctl):
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="noclobber"))
+    launch.render(ctx)
+    out = tmp_path / "bundle.tar.gz"
+    out.write_text("precious")
+    code, _, err = p2pctl("bundle", "-f", str(ctx.fleet_file), "-o", str(out), "--no-doctor")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--force" in err, err
+    assert out.read_text() == "precious"
+    code, _, err = p2pctl("bundle", "-f", str(ctx.fleet_file), "-o", str(out), "--no-doctor", "--force")
+    assert code == 0, err
+    assert tarfile.is_tarfile(out) and out.stat().st_mode & 0o777 == 0o600
+    assert not list(tmp_path.glob(".bundle.tar.gz.*"))  # no temp file left behind

@@ -128,8 +128,9 @@ def test_test_without_a_kind_lists_the_kinds(run, fleet_dir):
 
 
 def test_quiet_silences_progress(run, fleet_dir):
-    loud, quiet = run(["bundle", "--no-doctor", "-o", "q.tar.gz"], fleet_dir), \
-        run(["-q", "bundle", "--no-doctor", "-o", "q.tar.gz"], fleet_dir)
+    # Two files: bundle -o refuses to overwrite without --force.
+    loud, quiet = run(["bundle", "--no-doctor", "-o", "loud.tar.gz"], fleet_dir), \
+        run(["-q", "bundle", "--no-doctor", "-o", "quiet.tar.gz"], fleet_dir)
     assert loud.returncode == quiet.returncode == 0
     assert "·" in loud.stderr and "·" not in quiet.stderr
 

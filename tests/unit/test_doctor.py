@@ -77,14 +77,40 @@ def test_pythonhashseed_mismatch_with_builtin_hash_names_instances_and_values():
 def test_pythonhashseed_mismatch_is_only_a_warning_with_blake3_and_no_vllm():
     rep = D.check(fleet([inst("node-a-0"), inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))]))
     [f] = problems(rep, "agree:PYTHONHASHSEED")
-    assert f.severity == "warn" and "Harmless today" in f.message and "vLLM is not installed" in f.message
+    assert f.severity == "warn" and "Harmless today" in f.message
+    assert "node-a-0=blake3, node-b-0=blake3" in f.message  # reasoned from what each instance runs
 
 
-def test_pythonhashseed_mismatch_is_an_error_once_vllm_is_installed():
+def test_blake3_ignores_the_seed_even_where_vllm_is_installed():
+    # LMCache 0.5.6 (multiprocess/token_hasher.py) takes blake3 from the blake3 package and computes NONE_HASH
+    # itself for blake3: neither vLLM nor PYTHONHASHSEED enters it.
     facts = fleet([inst("node-a-0"), inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))])
     facts.nodes[1].packages["vllm"] = "0.11.0"
     [f] = problems(D.check(facts), "agree:PYTHONHASHSEED")
-    assert f.severity == "error"
+    assert f.severity == "warn"
+
+
+def test_pythonhashseed_mismatch_is_an_error_where_an_instance_really_runs_builtin():
+    """The spec and /status say blake3 on node-a-0, but its log says LMCache fell back to the builtin hash."""
+    a = inst("node-a-0", hash_fallback="sha256_cbor")
+    facts = fleet([a, inst("node-b-0", proc_env=env(PYTHONHASHSEED="7"))])
+    rep = D.check(facts)
+    [f] = problems(rep, "agree:PYTHONHASHSEED")
+    assert f.severity == "error" and "node-a-0 hash(es) with Python's builtin hash" in f.message
+    [fb] = problems(rep, "hash:builtin_fallback")
+    assert fb.severity == "error" and fb.subject == "node-a-0" and fb.value == "node-a-0=sha256_cbor"
+    assert "blake3" in fb.fix
+
+
+def test_hash_fallback_line_is_recognised():
+    line = ("[2026-11-30 21:00:01,123] LMCache WARNING: Could not load 'builtin' from vLLM. Using builtin hash. "
+            "This may cause inconsistencies in distributed caching. (token_hasher.py:112:lmcache)")
+    assert D.hash_fallback(line) == "builtin"
+    assert D.hash_fallback("Using blake3 hash function") is None
+    # Equal seeds do not save a fleet that falls back: the doctor says so without any seed mismatch.
+    rep = D.check(fleet([inst("node-a-0", hash_fallback="builtin"), inst("node-b-0", hash_fallback="builtin")]))
+    [fb] = problems(rep, "hash:builtin_fallback")
+    assert fb.subject == "node-a-0, node-b-0" and rep.exit_code == 1
 
 
 def test_chunk_size_from_status_and_the_coordinator_are_compared():
@@ -268,3 +294,41 @@ def test_node_script_reads_files_and_connects(tmp_path):
     assert {(r.target, r.ok) for r in nf.reach} == {("x p2p", True), ("y mq", False)}
     assert any(ln[1] == open_port for ln in nf.listeners) or nf.listeners == []
     assert facts.instances[0].env_file == {"PYTHONHASHSEED": "3"}
+
+
+# ---- listening sockets: loopback means loopback -------------------------------------------------------
+
+SS_LISTENERS = """\
+LISTEN 0      128        127.0.0.1:9300       0.0.0.0:*    users:(("lmcache",pid=4100,fd=7))
+LISTEN 0      128        127.0.0.1:8081       0.0.0.0:*    users:(("lmcache",pid=4200,fd=9))
+LISTEN 0      128       172.17.0.2:40123      0.0.0.0:*    users:(("lmcache",pid=4210,fd=31))
+LISTEN 0      128          0.0.0.0:8000       0.0.0.0:*    users:(("p2p-engine",pid=4300,fd=12))
+LISTEN 0      128        127.0.0.1:8001       0.0.0.0:*    users:(("p2p-engine",pid=4400,fd=12))
+LISTEN 0      128          0.0.0.0:22         0.0.0.0:*    users:(("sshd",pid=77,fd=3))
+"""
+
+
+def test_doctor_names_every_fleet_listener_wider_than_loopback():
+    from p2p_ops.nodeprobe.parsers import parse_listeners
+
+    n = node("node-a")
+    n.listeners = [(ln.address, ln.port, ln.process, ln.pid) for ln in parse_listeners(SS_LISTENERS)]
+    # 4210 is a thread-owning child of the server (same session 4200); sshd (77) is not the fleet's.
+    n.sessions = D.parse_sessions("4100 4100\n4200 4200\n4210 4200\n4300 4300\n4400 4400\n77 77\n")
+    n.fleet_pids = {4100: "coordinator/coordinator", 4200: "node-a-0/server", 4300: "node-a-0/engine",
+                    4400: "node-b-0/engine"}
+    n.bind_ok = ("loopback",)
+    rep = D.check(fleet([inst("node-a-0"), inst("node-b-0")], nodes=[n, node("node-b")]))
+    wide = sorted((f.subject, f.value) for f in problems(rep, "bind:wide"))
+    assert wide == [("node-a-0/engine on node-a", "0.0.0.0:8000 (pid 4300)"),
+                    ("node-a-0/server on node-a", "172.17.0.2:40123 (pid 4210)")]
+    ucx = next(f for f in problems(rep, "bind:wide") if "40123" in f.value)
+    assert "ucx_net_devices" in ucx.fix and "127.0.0.0/8" in ucx.message
+
+
+def test_ssh_node_may_listen_on_its_own_address():
+    n = node("node-a")
+    n.listeners = [("198.18.0.2", 40123, "lmcache", 4200), ("198.18.0.9", 40124, "lmcache", 4200)]
+    n.sessions, n.fleet_pids = {4200: 4200}, {4200: "node-a-0/server"}
+    n.bind_ok = ("loopback", "198.18.0.2", "198.18.0.2")
+    assert [w[1] for w in D.wide_binds(n)] == ["198.18.0.9"]

@@ -62,11 +62,13 @@ def test_hand_edited_pythonhashseed_with_blake3_is_a_warning(rendered, p2pctl):
     [f] = [f for f in json.loads(out)["findings"] if f["check"] == "agree:PYTHONHASHSEED"]
     assert code == 1 and f["severity"] == "warn"
     assert f["value"] == "node-a-0=0, node-b-0=4242" and "env.sh" in f["message"]
-    assert "vLLM is not installed" in f["message"]
+    assert "every instance hashes with blake3" in f["message"]
 
 
 def test_hand_edited_pythonhashseed_with_builtin_hash_is_an_error(rendered, p2pctl):
-    ctx = rendered(hash_algorithm="builtin")
+    ctx = rendered()  # validate refuses builtin without vLLM: this is an operator's hand edit of env.sh
+    for unit in ("node-a-0", "node-b-0"):
+        _edit(ctx, unit, "LMCACHE_HASH_ALGORITHM", "builtin")
     _edit(ctx, "node-b-0", "PYTHONHASHSEED", "4242")
     _edit(ctx, "node-a-0", "LMCACHE_L1_ALIGN_BYTES", "4096")
     code, out, _ = p2pctl("doctor", "-f", str(ctx.fleet_file))

@@ -115,7 +115,7 @@ def test_vllm_ready_needs_health_and_the_model(monkeypatch):
             self.status_code = code
 
     answers = {"/health": 200}
-    monkeypatch.setattr(requests, "get", lambda url, timeout: R(answers.get(url[url.rindex("/"):], 404)))
+    monkeypatch.setattr(requests, "get", lambda url, timeout, headers=None: R(answers.get(url[url.rindex("/"):], 404)))
     models = {"v": {"data": [{"id": "m"}]}}
     monkeypatch.setattr(readiness.probes, "get_json", lambda url, timeout: models["v"])
     assert readiness.vllm_ready("http://x:1", "m") and not readiness.vllm_ready("http://x:1", "other")

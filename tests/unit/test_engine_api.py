@@ -59,6 +59,20 @@ def test_models_lists_the_served_model(client):
     assert card["id"] == MODEL and card["object"] == "model" and card["max_model_len"] == MAX_LEN
 
 
+def test_health_says_degraded_while_the_lmcache_server_is_unreachable():
+    from types import SimpleNamespace
+
+    core = EngineCore(EngineConfig(served_model_name=MODEL, max_model_len=MAX_LEN, num_blocks=64, max_num_seqs=2))
+    with TestClient(create_app(core)) as c:
+        assert c.get("/health").json() == {"status": "ok", "lmcache": "off"}
+        core.adapter = SimpleNamespace(connected=True)
+        assert c.get("/health").json()["status"] == "ok"
+        core.adapter = SimpleNamespace(connected=False)  # what the adapter's watchdog sets when pings fail
+        r = c.get("/health")
+        assert r.status_code == 200 and r.json()["status"] == "degraded" and r.json()["lmcache"] == "disconnected"
+        core.adapter = None
+
+
 def test_health_and_version(client):
     assert client.get("/health").status_code == 200
     assert "version" in client.get("/version").json()

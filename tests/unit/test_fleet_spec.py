@@ -57,6 +57,10 @@ BAD = [
      "nodes[0].instances[0].id: Value error, 'a;rm -rf /' may only contain letters"),
     ("unknown runtime", "runtime", "tensorrt", "runtime: Input should be 'embedded' or 'vllm'"),
     ("unknown hash algorithm", "settings.hash_algorithm", "md5", "settings.hash_algorithm:"),
+    ("builtin hash without vLLM", "settings.hash_algorithm", "builtin",
+     "settings.hash_algorithm: 'builtin' needs runtime: vllm (without vLLM, LMCache falls back to a per-process"),
+    ("sha256_cbor without vLLM", "settings.hash_algorithm", "sha256_cbor",
+     "settings.hash_algorithm: 'sha256_cbor' needs runtime: vllm"),
     ("alignment not a power of two", "settings.l1_align_bytes", 65535, "settings.l1_align_bytes:"),
     ("local node on a remote address", "nodes[0].address", "10.0.0.5",
      "nodes[0].address: '10.0.0.5' is not a loopback address"),
@@ -65,6 +69,19 @@ BAD = [
      "nodes[0].instances[0].ports.engine: required field is missing"),
     ("wrong type", "settings.chunk_size", "big", "settings.chunk_size: Input should be a valid integer"),
     ("model with @", "model", "a@b", "model: Value error"),
+    ("instance id ..", "nodes[0].instances[0].id", "..", "nodes[0].instances[0].id: Value error, '..' is not a usable"),
+    ("instance id .", "nodes[0].instances[0].id", ".", "nodes[0].instances[0].id: Value error, '.' is not a usable"),
+    ("instance id coordinator", "nodes[1].instances[0].id", "coordinator",
+     "nodes[1].instances[0].id: Value error, 'coordinator' is reserved"),
+    ("instance id tests", "nodes[1].instances[0].id", "tests", "nodes[1].instances[0].id: Value error, 'tests' is"),
+    ("instance id with a trailing newline", "nodes[0].instances[0].id", "node-x\n",
+     "nodes[0].instances[0].id: Value error, 'node-x\\n' "),
+    ("node name ..", "nodes[0].name", "..", "nodes[0].name: Value error, '..' is not a usable"),
+    ("fleet name ..", "name", "..", "name: Value error, '..' is not a usable"),
+    ("fleet name with a newline", "name", "demo\n", "name: Value error, 'demo\\n' "),
+    ("model with a newline", "model", "tiny\nllm", "model: Value error, 'tiny\\nllm' contains a control"),
+    ("run_dir with a newline", "nodes[0].run_dir", "/tmp/a\nb", "nodes[0].run_dir: Value error, '/tmp/a\\nb' contains"),
+    ("vllm arg with a newline", "vllm", {"args": ["--x", "a\nb"]}, "vllm.args: Value error, 'a\\nb'"),
 ]
 
 
@@ -163,3 +180,27 @@ def test_cuda_fleet_takes_any_multiple_of_its_block_size():
     data["settings"]["chunk_size"] = 64
     fleet = parse_fleet(data)
     assert fleet.vllm.effective_block_size() == 16
+
+
+def test_dry_run_with_a_newline_in_a_value_is_one_line(tmp_path, p2pctl):
+    data = set_path(base(), "model", "tiny\nllm")
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code, out, err = p2pctl("up", "--dry-run", "-f", str(f))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "model:" in err
+
+
+@pytest.mark.parametrize("value", ["node-x\n", "..", ".", "a/b", ""])
+def test_id_check_is_a_full_match(value):
+    from p2p_ops.fleet import _check_id
+
+    with pytest.raises(ValueError):
+        _check_id(value)
+
+
+def test_builtin_hash_is_fine_with_vllm():
+    data = base()
+    data["runtime"] = "vllm"
+    data["settings"]["hash_algorithm"] = "builtin"
+    assert parse_fleet(data).settings.hash_algorithm == "builtin"

@@ -289,3 +289,17 @@ def test_bootstrap_runs_only_on_nodes_without_their_venv(tmp_path, p2pctl, monke
     assert calls == ["node-b"] and result["bootstrap"] == {"node-b": f"bootstrapped {tmp_path / 'no venv yet'}"}
     assert code == 1 and any("--bootstrap" in p for p in result["nodes"]["node-b"]["problems"])
     assert result["nodes"]["node-a"]["ok"]
+
+
+def test_bootstrap_script_never_runs_a_value(tmp_path):
+    """A venv or project path holding `$(...)` is data, also in the "does not see the checkout" message."""
+    import subprocess
+
+
+    canary = tmp_path / "canary"
+    venv = str(tmp_path / f"venv$(touch {canary})")
+    project = str(tmp_path / f"proj`touch {canary}`")
+    script = bootstrap_script(venv, project, [["-e", "."]])
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3 and f"does not see {project}" in res.stderr and venv in res.stderr
+    assert not canary.exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from p2p_ops import procs
 from p2p_ops.connectors import LocalConnector
+from p2p_ops.connectors.base import CommandFailed
 from tests.conftest import pid_alive as alive
 
 
@@ -19,12 +20,32 @@ def make_proc(tmp_path: Path, body: str, marker: str = "sleep 300") -> procs.Pro
                       pidfile=str(tmp_path / "x.pid"), marker=marker)
 
 
+def wait_for(cond, timeout_s: float = 60.0) -> bool:
+    """Poll, do not sleep a fixed time: on a busy box the same step takes 10x longer."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def test_start_state_stop_roundtrip(tmp_path):
     conn = LocalConnector()
     proc = make_proc(tmp_path, "echo hello; exec sleep 300")
     st = procs.start(conn, proc)
     try:
         assert st.running and alive(st.pid)
+        # start() returns once the launcher has exec'd the wrapper; the wrapper itself still has to reach its
+        # `exec sleep`. A SIGINT in that instant can be lost inside bash, so stop the process it runs for good.
+        assert wait_for(lambda: cmdline(st.pid).startswith("sleep 300")), cmdline(st.pid)
         # A second start does not start a second copy.
         again = procs.start(conn, proc)
         assert again.pid == st.pid
@@ -69,3 +90,65 @@ def test_dead_process_is_reported_dead(tmp_path):
     assert procs.states(conn, [proc])[0].state == "dead"
     assert "boom" in procs.log_tail(conn, proc.log)
     assert procs.stop(conn, proc) == "dead"
+
+
+def test_pid_with_another_start_time_is_not_ours(tmp_path):
+    """Same pid and a matching command line, but not the start time recorded at launch: a recycled pid."""
+    conn = LocalConnector()
+    proc = make_proc(tmp_path, "exec sleep 300")
+    st = procs.start(conn, proc)
+    start_file = Path(procs.startfile(proc.pidfile))
+    real = start_file.read_text()
+    try:
+        assert real.strip().isdigit()
+        start_file.write_text("12345\n")
+        assert procs.states(conn, [proc])[0].state == "stale"
+        assert procs.stop(conn, proc) == "stale" and alive(st.pid)
+    finally:
+        os.killpg(st.pid, 9)
+    assert wait_for(lambda: not alive(st.pid))
+
+
+def test_pidfile_and_log_are_private(tmp_path):
+    conn = LocalConnector()
+    proc = make_proc(tmp_path, "echo hi; exec sleep 300")
+    procs.start(conn, proc)
+    try:
+        for f in (proc.pidfile, proc.log, procs.startfile(proc.pidfile)):
+            assert Path(f).stat().st_mode & 0o077 == 0, f
+    finally:
+        assert procs.stop(conn, proc, grace_s=5) in ("stopped", "killed")
+
+
+def test_no_pidfile_message_runs_nothing_from_the_path(tmp_path):
+    """A run folder named `$(...)` must never run it, also on the slow-start error path."""
+    canary = tmp_path / "canary"
+    odd = tmp_path / f"run$(touch {canary})"
+    odd.mkdir(parents=True)
+    proc = make_proc(odd, "exec sleep 300")
+    # The pidfile's folder does not exist: the launcher cannot write it, start() reports it.
+    proc = procs.Proc(proc.name, proc.workdir, proc.wrapper, proc.log, str(odd / "missing" / "x.pid"), proc.marker)
+    conn = LocalConnector()
+    try:
+        procs.start(conn, proc)
+        raise AssertionError("start without a pidfile must fail")
+    except CommandFailed as exc:
+        assert f"no pidfile written by {proc.wrapper}" in str(exc)
+    assert not canary.exists()
+
+
+def test_up_has_an_overall_deadline(tmp_path, monkeypatch):
+    """Slow remote steps (each within its own timeout) cannot add up beyond `up`'s deadline."""
+    import pytest
+
+    from p2p_ops import launch
+    from p2p_ops.errors import CouldNotRun
+    from tests.conftest import write_local_fleet
+
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="deadline"))
+    monkeypatch.setattr(launch, "preflight", lambda *a, **k: time.sleep(0.3))  # a slow node
+    started = []
+    monkeypatch.setattr(launch.procs, "start", lambda *a, **k: started.append(a))
+    with pytest.raises(CouldNotRun, match="overall deadline of 0 s"):
+        launch.up(ctx, deadline_s=0.2)
+    assert started == []  # nothing was started after the deadline passed

@@ -128,3 +128,19 @@ def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_p
     assert argv[argv.index("--served-model-name") + 1] == "tiny-llm"
     assert {"--enable-prompt-tokens-details", "--enforce-eager"} <= set(argv)
     assert argv[argv.index("--max-model-len") + 1] == "4096"
+
+
+def test_run_folder_is_private(tmp_path):
+    """env.sh (keys), wrappers and the folders holding logs and pidfiles: the owner only."""
+    from p2p_ops import launch
+    from tests.conftest import write_local_fleet
+
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="private"))
+    ctx.layout.root.mkdir(parents=True, mode=0o755)
+    ctx.layout.root.chmod(0o755)  # a run folder made before the rule is tightened too
+    launch.render(ctx)
+    assert ctx.layout.root.stat().st_mode & 0o777 == 0o700
+    for unit in ("coordinator", "node-a-0", "node-b-0"):
+        assert ctx.layout.dir(unit).stat().st_mode & 0o777 == 0o700, unit
+        assert ctx.layout.env(unit).stat().st_mode & 0o777 == 0o600, unit
+    assert ctx.layout.wrapper("node-a-0", "server").stat().st_mode & 0o777 == 0o700

@@ -163,3 +163,36 @@ def test_missing_key_or_config_file_is_a_clear_error(tmp_path, field):
     with pytest.raises(SSHConnectError) as err:
         conn.run("true")
     assert f"bad {field}" in str(err.value) and "gpu-1" in str(err.value)
+
+
+class StallingSftp:
+    """An SFTP session on a host that stalls after connecting: every operation times out."""
+
+    def __init__(self):
+        self.channel = SimpleNamespace(timeout=None)
+        self.channel.settimeout = lambda t: setattr(self.channel, "timeout", t)
+
+    def get_channel(self):
+        return self.channel
+
+    def stat(self, path):
+        raise socket.timeout("timed out")
+
+    put = chmod = posix_rename = mkdir = stat
+
+
+def test_sftp_put_has_a_timeout_and_frees_the_node(tmp_path):
+    from p2p_ops.connectors import ssh as ssh_mod
+
+    sftp = StallingSftp()
+    fake = FakeConn()
+    fake.sftp = lambda: sftp
+    conn = with_fake(SSHConnector("h5", "127.0.0.6"), fake)
+    local = tmp_path / "env.sh"
+    local.write_text("export A=1\n")
+    with pytest.raises(CouldNotRun, match="did not finish within"):
+        conn.put(local, "/run/p2p/node-a-0/env.sh", mode=0o600)
+    assert sftp.channel.timeout == ssh_mod.SFTP_TIMEOUT
+    assert not fake.is_connected  # the stuck session is closed: the next step connects anew
+    assert conn._lock.acquire(blocking=False)  # and the node's lock is free for the next step
+    conn._lock.release()

@@ -1,0 +1,59 @@
+"""Faults under load on a real local fleet: each scenario is a test, bounded in time, with its figures.
+
+One fleet for the module (CPU is scarce); each scenario leaves it healthy again (that is what it measures).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from p2p_ops.harness import faults
+from tests.e2e.conftest import running_fleet
+
+pytestmark = pytest.mark.e2e
+
+OPTS = faults.FaultOptions.quick()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    with running_fleet(tmp_path_factory.mktemp("faults"), name="faults") as ctx:
+        yield ctx
+
+
+def _check(fig: faults.Figures) -> None:
+    assert fig.recovered, fig
+    assert fig.sent_by_phase["before"] > 0 and fig.sent_by_phase["during"] > 0 and fig.sent_by_phase["after"] > 0
+    assert fig.failed_by_phase["before"] == 0, fig
+    assert fig.recovered_after_fault_s is not None and fig.recovered_after_fault_s >= OPTS.hold_s
+
+
+def test_peer_server_killed_recompute_serves_every_request(fleet):
+    fig, samples = faults.run_scenario(fleet, "peer_server_killed", OPTS)
+    _check(fig)
+    assert fig.unexpected_failures == 0, fig.note  # B's engine recomputes while its server is gone
+
+
+def test_coordinator_killed_and_restarted(fleet):
+    fig, _ = faults.run_scenario(fleet, "coordinator_restart", OPTS)
+    _check(fig)
+    assert fig.unexpected_failures == 0, fig.note
+
+
+def test_engine_killed_fails_only_its_own_requests(fleet):
+    fig, _ = faults.run_scenario(fleet, "engine_killed", OPTS)
+    _check(fig)
+    assert fig.unexpected_failures == 0, fig.note
+    assert set(fig.failed_urls) <= {fleet.engine_url(*fleet.fleet.instances()[1])}
+
+
+def test_cli_writes_the_table_into_the_run_folder(fleet, p2pctl):
+    code, out, err = p2pctl("test", "faults", "--quick", "--scenarios", "engine_killed", "-f", str(fleet.fleet_file))
+    assert code in (0, 1), err
+    [table] = sorted(fleet.layout.tests.glob("*-faults/faults.md"))[-1:]
+    assert "| engine_killed |" in table.read_text()
+    data = json.loads((table.parent / "faults.json").read_text())
+    assert data["scenarios"][0]["scenario"] == "engine_killed" and data["scenarios"][0]["sent"] > 0
+    assert (table.parent / "faults-engine_killed-requests.csv").read_text().startswith("t_s,url,ok")

@@ -1,0 +1,51 @@
+"""Loopback means loopback: every process of a local fleet listens only on 127.0.0.0/8, NIXL/UCX included,
+and P2P still moves KV (UCX_NET_DEVICES=lo is rendered by default for such a fleet)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+
+import pytest
+
+from p2p_ops import procs
+from p2p_ops.diagnose.doctor import parse_sessions
+from p2p_ops.harness.basic import run_basic
+from p2p_ops.nodeprobe.parsers import parse_listeners
+from tests.e2e.conftest import running_fleet
+
+pytestmark = pytest.mark.e2e
+
+
+def fleet_listeners(ctx) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every listening socket owned by a fleet process or its children."""
+    leaders = {}
+    for node in ctx.fleet.nodes:
+        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
+            if st.running and st.pid:
+                leaders[st.pid] = st.name
+    sessions = parse_sessions(subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True,
+                                             timeout=30).stdout)
+    ss = subprocess.run(["ss", "-Htlnp"], capture_output=True, text=True, timeout=30).stdout
+    out = []
+    for ln in parse_listeners(ss):
+        owner = leaders.get(sessions.get(ln.pid or -1, -1))
+        if owner:
+            out.append((owner, ln.address, ln.port))
+    return out
+
+
+def test_local_fleet_listens_only_on_loopback_and_still_shares(tmp_path, p2pctl):
+    with running_fleet(tmp_path, name="loopback") as ctx:
+        assert "export UCX_NET_DEVICES=lo" in ctx.layout.env("node-a-0").read_text()
+        result = run_basic(ctx, chunks=4, max_tokens=4)  # a real NIXL transfer: UCX opened what it needs
+        assert result.passed, result.likely_cause
+        listeners = fleet_listeners(ctx)
+        owners = {o for o, _, _ in listeners}
+        assert {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"} <= owners, listeners
+        wide = [(o, a, p) for o, a, p in listeners
+                if not ipaddress.ip_address(a.strip("[]").split("%")[0]).is_loopback]
+        assert not wide, wide
+        code, out, err = p2pctl("doctor", "-f", str(ctx.fleet_file), "--json")
+        assert not [f for f in json.loads(out)["findings"] if f["check"] == "bind:wide"], out

@@ -1,0 +1,143 @@
+"""Redaction follows every value to its end: a table of secret forms, each asserting no piece of it survives.
+
+Each secret is made of characters and 4-grams that appear nowhere else in its form, so "no 4-character window of
+the secret is left" means no byte of it survives (a tail after a quote, `#`, `,` or space included).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p_ops.redact import MASK, redact_text
+
+# (form with {S} where the secret goes, the secret)
+FORMS = [
+    # env / shell assignments, names from the broad rule set
+    ("DB_PASS={S}", "Zq9pw0rdVx"),
+    ("export MYSQL_PWD={S}", "Zq9mysqlVx7"),
+    ("REGISTRY_AUTH={S}", "Zq9YWRtaW46c2VjcmV0"),
+    ("SECRET_KEY_BASE={S}", "Zq9f00dbeefcafe1234"),
+    ("GOOGLE_CREDENTIALS_JSON='{S}'", '{"type":"service_account","pk":"Zq9abc, d#e"}'),
+    ('export DB_PASSWORD="{S}"', "Zq9 has spaces, #hash and 'quote'"),
+    ("export DB_PASSWORD='{S}'", 'Zq9 with "double" and #'),
+    ("API_TOKEN={S} other=1", 'Zq9a"b c"d'),
+    ("PASSWORD={S}", r"Zq9esc\ aped\ space"),
+    ("DB_PASSWORD={S}", "Zq9trail#notacomment"),
+    ("DB_PASSWORD={S}", "Zq9comma,semi"),
+    ("DB_PASSWORD=$'{S}'", r"Zq9ansi\'quoted"),
+    ("MY_SECRET={S} ./run.sh", "Zq9secretValue"),
+    ("JWT_SIGNING_KEY={S}", "Zq9signingKeyValue"),
+    ("STRIPE_SECRET={S}", "Zq9stripeS"),
+    # YAML / INI / TOML
+    ("password: {S}", "Zq9 yaml plain # scalar, with words"),
+    ("  api_key: '{S}'", "Zq9yaml'' single"),
+    ('db:\n  password: "{S}"\n  user: bob', 'Zq9yaml \\"dq\\" value'),
+    ("aws_secret_access_key = {S}", "Zq9ini value with spaces"),
+    ('client_secret = "{S}"', "Zq9toml#value"),
+    # JSON and Python reprs
+    ('{{"password": "{S}", "user": "bob"}}', 'Zq9json \\" , } # tail'),
+    ('{{"auth": {{"token": "{S}"}}}}', "Zq9nested"),
+    ("{{'api_key': '{S}', 'x': 1}}", "Zq9py repr, with comma"),
+    ('{{"private_key_id": "{S}"}}', "Zq9keyid0123"),
+    # URLs
+    ("REDIS_URL=redis://:{S}@127.0.0.1:6379/0", "Zq9redispw"),
+    ("postgres://app:{S}@db.local/app", "Zq9pg#pass"),
+    ("https://user:{S}@example.test/x", "Zq9p@ss"),
+    ("https://{S}@github.com/org/repo.git", "ghp_Zq9abcdefghijklmnopqrstuvwxyz0123"),
+    ("GET /v1/models?key={S}&alt=json", "Zq9querykey"),
+    ("https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig={S}&se=2026", "Zq9azure%2Bsig%3D"),
+    ("https://s3.test/o?X-Amz-Credential=AK%2F1&X-Amz-Signature={S}", "Zq9amzsig"),
+    ("wss://api.test/stream?access_token={S}", "Zq9wsstoken"),
+    ("https://hooks.slack.com/services/{S}", "T00Zq9/B00Zq8/XXZq7webhook"),
+    ("https://discord.com/api/webhooks/{S} posted", "123Zq9/abcZq8tok"),
+    # headers and cookies
+    ("Authorization: Bearer {S}", "Zq9bearer.tok+/="),
+    ("Authorization: Basic {S}", "Zq9YmFzaWM6cGFzcw=="),
+    ("Authorization: Digest {S}", 'username="bob", response="Zq9digest"'),
+    ('curl -H "Authorization: Token {S}" http://127.0.0.1:8200/', "Zq9tokenHdr"),
+    ("{{'Authorization': 'Bearer {S}', 'Accept': '*/*'}}", "Zq9reprBearer"),
+    ("Cookie: {S}", "session=Zq9cookie; theme=dark"),
+    ("Set-Cookie: {S}", "sid=Zq9setcookie; Path=/; HttpOnly"),
+    ('curl -H "X-Api-Key: {S}" http://127.0.0.1/', "Zq9xapikey"),
+    # command-line flags
+    ("mysql -u root -p{S} app", "Zq9mysqlflag"),
+    ("mysqldump -h db -p'{S}' app", "Zq9 quoted flag"),
+    ("sshpass -p {S} ssh host", "Zq9sshpass"),
+    ("vllm serve m --api-key {S} --port 8000", "Zq9vllmkey"),
+    ("lmcache server --hf-token={S}", "Zq9hftokenflag"),
+    ('tool --password "{S}" --verbose', "Zq9 spaced flag"),
+    # bare token shapes
+    ("using {S} for NIM", "nvapi-Zq9abcdefghijklmnopqrstuvwxyz0123"),
+    ("key {S} loaded", "sk-proj-Zq9abcdefghijklmnopqrstuvwx"),
+    ("hub {S}", "hf_Zq9abcdefghijklmnopqrstuvwx"),
+    ("gitlab {S}", "glpat-Zq9abcdefghijklmnopq"),
+    ("slack {S}", "xoxb-Zq9-1234567890-abcdefghij"),
+    ("aws {S}", "AKIAZQ9ABCDEFGHIJKLM"),
+    ("jwt={S}", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJacTkifQ.Zq9signature01234"),
+    ("oauth {S} x", "ya29.Zq9abcdefghijklmnopqrstuvwxyz"),
+    ("stripe {S}", "sk_live_Zq9abcdefghijklmnop"),
+    ("-----BEGIN PRIVATE KEY-----\n{S}\n-----END PRIVATE KEY-----", "MIIEvZq9abcdefghijkl\nZq8secondlineofkey0"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\n{S}", "b3BlbnNzaZq9truncatedkeymaterial"),
+    ('"private_key": "-----BEGIN RSA PRIVATE KEY-----\\n{S}\\n-----END RSA PRIVATE KEY-----\\n"',
+     "MIIEpZq9jsonescapedkeymaterial"),
+]
+
+
+def windows(secret: str, n: int = 4) -> set[str]:
+    return {secret[i:i + n] for i in range(max(1, len(secret) - n + 1))}
+
+
+def leaked(form: str, secret: str, redacted: str, n: int = 4) -> list[str]:
+    around = "\0".join(f.replace("{S}", "\0") for f in form.split("\n#\n")) + "\0before line\0after line"  # 4-grams of the form itself may remain
+    return sorted(w for w in windows(secret, n) if w in redacted and w not in around)
+
+
+@pytest.mark.parametrize("form,secret", FORMS, ids=[f"{i:02d}" for i in range(len(FORMS))])
+def test_no_byte_of_the_secret_survives(form, secret):
+    text = form.replace("{{", "{").replace("}}", "}").replace("{S}", secret) if "{{" in form else \
+        form.replace("{S}", secret)
+    result = redact_text(f"before line\n{text}\nafter line\n", where="t")
+    assert not leaked(form, secret, result.text), result.text
+    assert MASK in result.text and result.redactions
+    assert "before line\n" in result.text and result.text.endswith("\nafter line\n")
+
+
+def test_the_table_is_broad_enough():
+    assert len(FORMS) >= 40
+
+
+@pytest.mark.parametrize("text", [
+    "PWD=/home/me", "eos_token: </s>", "prefill_us_per_token: 0.5", "max_tokens=5 cached_tokens=512",
+    "see docs for the password policy", "chunk hash key 1234", "http://127.0.0.1:8200/status?verbose=1",
+    "ssh -p2222 host", "UCX_TLS=rc,sm,self", "--max-tokens 4096",
+])
+def test_harmless_text_is_left_alone(text):
+    assert redact_text(text).text == text
+
+
+def test_bundle_of_a_fleet_whose_log_holds_every_form(tmp_path, p2pctl):
+    import json
+    import tarfile
+
+    from p2p_ops import launch
+    from tests.conftest import write_local_fleet
+
+    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="forms"))
+    launch.render(ctx)
+    log = ctx.layout.log("node-a-0", "server")
+    texts = [(f.replace("{{", "{").replace("}}", "}") if "{{" in f else f).replace("{S}", s) for f, s in FORMS]
+    log.write_text("\n".join(texts) + "\n")
+    out = tmp_path / "bundle.tar.gz"
+    code, stdout, err = p2pctl("bundle", "-f", str(ctx.fleet_file), "-o", str(out), "--json")
+    assert code == 0, err
+    with tarfile.open(out) as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    root = tmp_path / "x"
+    [log_copy] = list(root.rglob("node-a-0/server.log"))
+    redacted_log = log_copy.read_text()
+    everything = "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file()) + stdout
+    for form, secret in FORMS:
+        # every form's own text may remain (`mysql -u root` in one form holds "mysql" of another's secret)
+        assert not leaked("\n#\n".join(f for f, _ in FORMS), secret, redacted_log), form
+        assert secret not in everything and all(line not in everything for line in secret.splitlines()), form
+    json.loads(next((tmp_path / "x").rglob("manifest.json")).read_text())
