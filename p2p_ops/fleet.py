@@ -425,6 +425,14 @@ def _vllm_checks(fleet: Fleet) -> None:
                                "vllm.device: cuda)")
             if inst.cpus and not CPUS_PATTERN.fullmatch(inst.cpus):
                 raise BadInput(f"{where}.cpus: {inst.cpus!r} is not a core list like '0-3' or '0,2,4'")
+    # Engines start in their own run folders, so a relative path would point somewhere else there.
+    paths = [("vllm.venv", v.venv), ("vllm.model_path", v.model_path)]
+    paths += [(f"nodes[{ni}].vllm_venv", n.vllm_venv) for ni, n in enumerate(fleet.nodes)]
+    for where, value in paths:
+        relative = value.startswith(("./", "../", "~")) or value in (".", "..")
+        if where.endswith("venv") and value and not value.startswith("/") or relative:
+            raise BadInput(f"{where}: {value!r} is relative; use an absolute path (engines start in their own "
+                           "run folders)")
     for flag in ("--host", "--port", "--kv-transfer-config", "--served-model-name", "--model"):
         if any(a == flag or a.startswith(flag + "=") for a in v.args):
             raise BadInput(f"vllm.args: {flag} is set by p2pctl from the fleet spec; remove it from vllm.args")

@@ -115,8 +115,11 @@ else echo dead "$pid"; fi; fi""")
     return result
 
 
-def stop(conn: Connector, proc: Proc, grace_s: float = 10.0) -> str:
-    """Stop by pidfile; idempotent. Returns what happened: stopped | killed | dead | stale | none."""
+def stop(conn: Connector, proc: Proc, grace_s: float = 20.0) -> str:
+    """Stop by pidfile; idempotent. Returns what happened: stopped | killed | dead | stale | none.
+
+    The grace per signal is generous: an lmcache server or vLLM winding down on a busy 2-core box can take
+    well over 10 s to honour SIGINT, and one that does is "stopped", not "killed"."""
     q = shlex.quote
     ticks = max(1, int(grace_s / 0.2))
     cmd = _SH_LIB + f"""

@@ -159,6 +159,9 @@ BAD_VLLM = [
     ("a flag p2pctl owns", "vllm.args", ["--port=9"], "vllm.args: --port is set by p2pctl"),
     ("unknown vllm key", "vllm.gpus", 2, "vllm.gpus: unknown key 'gpus'"),
     ("unknown device", "vllm.device", "tpu", "vllm.device: Input should be 'cuda' or 'cpu'"),
+    ("a relative vLLM venv", "vllm.venv", ".venv-vllm", "vllm.venv: '.venv-vllm' is relative; use an absolute"),
+    ("a relative model folder", "vllm.model_path", "./models/tiny", "vllm.model_path: './models/tiny' is relative"),
+    ("a relative node vLLM venv", "nodes[1].vllm_venv", "v/env", "nodes[1].vllm_venv: 'v/env' is relative"),
 ]
 
 

@@ -18,7 +18,8 @@ from p2p_ops import launch
 from p2p_ops.fleet import local_fleet
 from tests.conftest import REPO, free_port_base
 
-VLLM_VENV = Path(os.environ.get("P2P_VLLM_VENV", REPO / ".venv-vllm"))
+# Absolute: the fleet spec refuses a relative venv (engines start in their own run folders).
+VLLM_VENV = Path(os.environ.get("P2P_VLLM_VENV", REPO / ".venv-vllm")).resolve()
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 # vLLM needs 25-90 s to become healthy on an idle 2-core box; a busy CI box takes longer.
 VLLM_UP_TIMEOUT = 600.0
