@@ -367,10 +367,14 @@ def load_fleet(path: str | Path) -> Fleet:
         raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
     try:
         data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise BadInput(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        # Some YAML errors (a control character) span lines: the operator gets one.
+        why = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise BadInput(f"{path}:{where} is not valid YAML ({why})") from None
     return parse_fleet(data, str(path))
 
 
