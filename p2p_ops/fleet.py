@@ -361,20 +361,25 @@ def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
     return fleet
 
 
+def _check_utf8(path: Path) -> None:
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
 def load_fleet(path: str | Path) -> Fleet:
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
+    _check_utf8(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        # Some YAML errors (a control character) span lines: the operator gets one.
-        why = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise BadInput(f"{path}:{where} is not valid YAML ({why})") from None
+        problem = " ".join(str(getattr(exc, "problem", exc)).split())  # one line, whatever YAML says
+        raise BadInput(f"{path}:{where} is not valid YAML ({problem})") from None
     return parse_fleet(data, str(path))
 
 
