@@ -466,10 +466,18 @@ def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
     return fleet
 
 
+def _check_utf8(path: Path) -> None:
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
 def load_fleet(path: str | Path) -> Fleet:
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
+    _check_utf8(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

@@ -1,7 +1,7 @@
 """The multi-host testbed (`scripts/testbed.sh`) from Python: bring it up or down, read what it wrote, and
 turn it into a fleet spec whose nodes are reached over real SSH.
 
-    with testbed.running(3, tmp / "tb") as tb:          # loopback aliases 127.0.0.2..4, one sshd each
+    with testbed.running(3, testbed.private_dir()) as tb:   # 127.0.0.2..4, one sshd each (not under /tmp)
         data = tb.fleet("mn", venv=".venv", run_root=tmp / "run")
         Path("fleet.yaml").write_text(dump_yaml(data))
 

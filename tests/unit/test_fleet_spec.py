@@ -207,3 +207,11 @@ def test_builtin_hash_is_fine_with_vllm():
     data["runtime"] = "vllm"
     data["settings"]["hash_algorithm"] = "builtin"
     assert parse_fleet(data).settings.hash_algorithm == "builtin"
+
+
+@pytest.mark.parametrize("raw", [b"name: a\x1fb\n", b"name: \xff\xfe\n", b"\x00"])
+def test_unreadable_file_is_one_line(tmp_path, p2pctl, raw):
+    f = tmp_path / "fleet.yaml"
+    f.write_bytes(raw)
+    code, out, err = p2pctl("validate", "-f", str(f))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
