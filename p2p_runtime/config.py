@@ -10,6 +10,7 @@ import argparse
 from dataclasses import dataclass, fields
 import math
 
+from p2p_runtime.kv_events import KVEventsConfig
 from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
 
@@ -48,6 +49,7 @@ class EngineConfig:
     timing_jitter: float = 0.0
     timing_seed: int = 0
     log_level: str = "info"
+    kv_events_config: str = ""
 
     def __post_init__(self) -> None:
         positive = ("num_layers", "num_heads", "head_size", "max_model_len", "block_size",
@@ -75,6 +77,7 @@ class EngineConfig:
             raise ConfigError(f"--log-level must be debug|info|warning|error, got {self.log_level}")
         try:
             self.timing
+            self.kv_events
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -95,6 +98,10 @@ class EngineConfig:
             jitter=self.timing_jitter,
             seed=self.timing_seed,
         )
+
+    @property
+    def kv_events(self) -> KVEventsConfig:
+        return KVEventsConfig.from_json(self.kv_events_config)
 
     @property
     def label(self) -> str:
@@ -140,6 +147,8 @@ _HELP = {
     "timing_jitter": "relative jitter of emulated times, uniform in +-fraction (<= 0.7)",
     "timing_seed": "seed of the timing jitter",
     "log_level": "debug|info|warning|error",
+    "kv_events_config": "KV-cache events as vLLM's --kv-events-config JSON, e.g. "
+                        "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://127.0.0.1:5557\"}'",
 }
 
 
