@@ -120,7 +120,8 @@ def router_args(fleet: Fleet) -> list[str]:
     args: list[str] = []
     if r.cache_threshold is not None:
         args += ["--cache-threshold", str(r.cache_threshold)]
-    if fleet.kv_events_on:
+    # vllm-router refuses KV-event sources under any other policy; the engines publish regardless.
+    if fleet.kv_events_on and r.policy == "kv_aware":
         for i, (node, inst) in enumerate(fleet.instances()):
             pub, replay = r.kv_event_ports(i)
             worker = f"http://{node.address}:{inst.ports.engine}"
