@@ -87,7 +87,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
     """vLLM's --kv-events-config JSON for one instance ("" when the fleet's router reads no events).
 
-    The topic follows llm-d's `kv@<address>:<engine port>@<model>`. vLLM binds only endpoints with a
+    The topic stays vLLM's default "": vllm-router's static sources subscribe with an empty topic and drop
+    batches under any other (llm-d's `kv@<address>:<port>@<model>` left its index empty). vLLM binds only endpoints with a
     wildcard or `::` in them and *connects* the rest, so vLLM gets the IPv4-mapped form `tcp://[::ffff:A]:P`:
     it binds A alone (never every interface) and the router still connects to `tcp://A:P`.
     """
@@ -101,7 +102,7 @@ def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
     return json.dumps({
         "enable_kv_cache_events": True, "publisher": "zmq",
         "endpoint": f"tcp://{host}:{pub}", "replay_endpoint": f"tcp://{host}:{replay}",
-        "topic": f"kv@{node.address}:{inst.ports.engine}@{fleet.model}",
+        "topic": "",
     }, separators=(",", ":"))
 
 

@@ -46,7 +46,7 @@ def test_router_renders_workers_policy_and_kv_event_sources():
     assert "--prometheus-host \"$P2P_ROUTER_HOST\"" in files["router/start_router.sh"]
     cfg = json.loads(files["node-b-0/env.sh"].split("export P2P_KV_EVENTS_CONFIG='")[1].split("'")[0])
     assert cfg == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5559",
-                   "replay_endpoint": "tcp://127.0.0.1:5560", "topic": "kv@127.0.0.1:8002@tiny-llm"}
+                   "replay_endpoint": "tcp://127.0.0.1:5560", "topic": ""}
     assert '--kv-events-config "${P2P_KV_EVENTS_CONFIG:-}"' in files["node-b-0/start_engine.sh"]
 
 
