@@ -216,3 +216,37 @@ def test_vllm_own_structs_decode_our_payload(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == (
         f"['BlockStored', 'BlockRemoved', 'AllBlocksCleared'] {hashes} CPU 0")
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM environment at {VLLM_PYTHON}: "
+                                                      f"run `make setup-vllm`")
+def test_vllm_publisher_binds_the_rendered_endpoint_and_we_read_it():
+    # What render.kv_events_config gives vLLM: the IPv4-mapped form that vLLM binds (it connects the rest).
+    port = free_port()
+    script = (
+        "import sys, time, zmq\n"
+        "from vllm.distributed.kv_events import ZmqEventPublisher, KVEventBatch, BlockStored\n"
+        "pub = ZmqEventPublisher(0, endpoint=sys.argv[1], topic='')\n"
+        "print(pub._pub.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)\n"
+        "for _ in range(600):\n"
+        "    pub.publish(KVEventBatch(ts=time.time(), events=[BlockStored(block_hashes=[7], "
+        "parent_block_hash=None, token_ids=list(range(16)), block_size=16, lora_id=None, medium='GPU', "
+        "lora_name=None)]))\n"
+        "    time.sleep(0.1)\n")
+    env = {**os.environ, "LMCACHE_TRACK_USAGE": "false", "VLLM_LOGGING_LEVEL": "ERROR"}
+    proc = subprocess.Popen([str(VLLM_PYTHON), "-c", script, f"tcp://[::ffff:127.0.0.1]:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ctx = zmq.Context()
+    try:
+        bound = proc.stdout.readline().strip()
+        assert bound == f"tcp://127.0.0.1:{port}", (bound, proc.stderr.read()[-2000:] if not bound else "")
+        sub = subscriber(ctx, f"tcp://127.0.0.1:{port}")
+        frames = receive_until(sub, lambda f: len(f) >= 1, lambda: None, deadline_s=60)
+        assert frames, "no frame from vLLM's publisher"
+        event = kv.decode_batch(frames[0][2]).events[0]
+        assert isinstance(event, kv.BlockStored) and event.block_hashes == [7]
+        sub.close(0)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        ctx.term()
