@@ -121,3 +121,15 @@ def test_calibration_advice_is_the_length_from_which_pulls_always_win():
 def test_only_kv_aware_gets_event_sources():
     env = rendered(router_fleet(policy="cache_aware"))["router/env.sh"]
     assert "--kv-event-source" not in env and "P2P_ROUTER_POLICY=cache_aware" in env
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["bench", "placement", "--policies", "round_robin,nope"], ["--policies", "nope"]),
+    (["bench", "placement", "--nodes", "1"], ["--nodes"]),
+    (["bench", "placement", "--questions", "1"], ["--questions"]),
+    (["calibrate", "--lengths", "512,abc"], ["--lengths"]),
+])
+def test_bench_verbs_refuse_bad_input_in_one_line(p2pctl, argv, words):
+    code, out, err = p2pctl(*argv)
+    assert code == 2
+    assert all(w in err for w in words) and len(err.strip().splitlines()) == 1, err
