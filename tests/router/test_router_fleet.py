@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import tarfile
 import time
 
 import pytest
 
-from p2p_ops import launch, probes
+from p2p_ops import bundle, launch, probes, prom
 from p2p_ops import router as fleet_router
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
@@ -68,3 +69,8 @@ def test_round_robin_router_spreads_a_session_and_p2p_serves_it(tmp_path):
         assert sorted(moved.values()) == [2, 2], moved
         # Questions after the first are served from cache on either engine: locally or pulled from the peer.
         assert all(r.cached_tokens > 0 for r in results[1:]), [r.cached_tokens for r in results]
+        # The router is scraped by the fleet's Prometheus and collected by bundle.
+        assert f'"{ctx.fleet.router_node().address}:{ctx.fleet.router.prometheus_port}"' in prom.render_config(ctx)
+        names = tarfile.open(bundle.collect(ctx, with_doctor=False)["path"]).getnames()
+        for part in ("router/router.log", "router/status.json", "router/workers.json", "router/metrics.txt"):
+            assert any(n.endswith(part) for n in names), part
