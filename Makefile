@@ -4,6 +4,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 # vLLM lives in a venv of its own (scripts/setup_vllm.sh says why); the lmcache servers stay in $(VENV).
 VLLM_VENV ?= .venv-vllm
+# vllm-router (a Rust binary from PyPI) gets a small venv of its own too: its pins never move ours.
+ROUTER_VENV ?= .venv-router
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.p2p-setup-done
@@ -12,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm demo demo-vllm test test-fast test-vllm lint clean
+.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +35,9 @@ $(STAMP): pyproject.toml
 setup-vllm: setup
 	bash scripts/setup_vllm.sh $(VLLM_VENV)
 
+setup-router:
+	bash scripts/setup_router.sh $(ROUTER_VENV)
+
 demo: setup
 	$(PY) -m p2p_ops.demo
 
@@ -41,9 +46,9 @@ demo-vllm: setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.demo --runtime vllm
 
 # Every tier, the real-vLLM one included (it needs the vLLM environment, so it is set up first).
-test: setup setup-vllm
+test: setup setup-vllm setup-router
 	scripts/test_deps.sh
-	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs --durations=15
+	P2P_VLLM_VENV=$(VLLM_VENV) P2P_ROUTER_VENV=$(ROUTER_VENV) $(PY) -m pytest -q -rs --durations=15
 
 test-vllm: setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs -m vllm
@@ -56,4 +61,4 @@ lint: setup
 	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) p2p-run
+	rm -rf $(VENV) $(VLLM_VENV) $(ROUTER_VENV) p2p-run

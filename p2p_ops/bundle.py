@@ -8,6 +8,7 @@ Layout inside `p2p-bundle-<fleet>-<UTC>/`::
     nodes/<node>/  packages.json  tools/<fact>.txt|.rc  facts/<fact>.json      (replayable: p2pctl rdma --root)
     nodes/<node>/<instance>/  env.sh  start_*.sh  server.log  engine.log  status.json  config.json
                               lmc_version.json  version.json  server_metrics.txt  engine_metrics.txt
+    router/        env.sh  start_router.sh  router.log  status.json  workers.json  metrics.txt  (router.enabled)
     prometheus/    prometheus.yml  prometheus.log                                (if the fleet ran one)
 
 Every text passes through `redact.redact_text` in memory before anything is written; the tar holds only the
@@ -287,6 +288,26 @@ def _add_coordinator(w: BundleWriter, ctx, states: dict[str, str]) -> None:
                   f"coordinator process {states.get(ctx.coordinator_proc().name, 'unknown')}")
 
 
+def _add_router(w: BundleWriter, ctx) -> None:
+    """The router's env, wrapper, log, worker list and its own metrics (its Prometheus port, not /metrics)."""
+    from p2p_ops import router as fleet_router
+    from p2p_ops.render import ROUTER
+
+    if not ctx.fleet.router.enabled:
+        return
+    rnode = ctx.fleet.router_node()
+    conn, lay = ctx.conn(rnode), ctx.node_layout(rnode)
+    for name, what in (("env.sh", "router env.sh"), ("start_router.sh", "router start wrapper")):
+        _add_remote(w, conn, rnode.name, str(lay.dir(ROUTER) / name), f"router/{name}", what)
+    _add_remote(w, conn, rnode.name, fleet_router.router_proc(ctx).log, "router/router.log", "router log")
+    st = fleet_router.status(ctx)
+    w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
+    if st.healthy:
+        _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
+        prom = f"http://{rnode.address}:{ctx.fleet.router.prometheus_port}/metrics"
+        _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
+
+
 def _add_prometheus(w: BundleWriter, ctx) -> None:
     """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder."""
     from p2p_ops.connectors import LocalConnector
@@ -322,6 +343,7 @@ def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress:
     for node in ctx.fleet.nodes:
         progress(f"collecting node {node.name}")
         _add_node(w, ctx, node, states)
+    _add_router(w, ctx)
     _add_prometheus(w, ctx)
     doctor_summary = None
     if with_doctor:

@@ -94,6 +94,9 @@ class Settings(_Strict):
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
     l1_size_gb: int = Field(1, ge=1, le=4096)
     l1_align_bytes: int = Field(65536, ge=4096)
+    # false: servers keep their local cache but never join the P2P mesh (no --p2p-advertise-url): the
+    # "P2P off" arm of `p2pctl bench placement`.
+    p2p: bool = True
     eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
     transfer_engine: Literal["nixl", "tcp", "mooncake_te"] = "nixl"
     python_hash_seed: int = Field(0, ge=0, le=4294967295)
@@ -209,6 +212,40 @@ class PrometheusSettings(_Strict):
     retention: str = "2d"
 
 
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                   "sticky_least_loaded")
+
+
+class RouterSettings(_Strict):
+    """vllm-router in front of the engines (PyPI `vllm-router`, in a venv of its own: `make setup-router`).
+
+    Started by `up` after the engines, bound like everything else (the node's bind address). With `kv_events`
+    every engine publishes vLLM-format KV events on `kv_events_port_base + 2 * i` (replay on the next port),
+    i counting instances across the fleet, and the router subscribes to them (what `kv_aware` routes on).
+    """
+
+    enabled: bool = False
+    policy: Literal["random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                    "sticky_least_loaded"] = "cache_aware"
+    # The node that runs it; empty = the coordinator's node.
+    node: str = ""
+    port: int = Field(8200, ge=1, le=65535)
+    prometheus_port: int = Field(8201, ge=1, le=65535)
+    # The venv holding `vllm-router`; empty = this checkout's .venv-router.
+    venv: str = ""
+    # cache_aware: the prefix-match fraction above which a request follows its cache (router default 0.3).
+    cache_threshold: Optional[float] = Field(None, ge=0, le=1)
+    kv_events: bool = True
+    kv_events_port_base: int = Field(5557, ge=1, le=65000)
+    # Extra vllm-router flags, one word per item.
+    args: list[str] = Field(default_factory=list)
+
+    def kv_event_ports(self, index: int) -> tuple[int, int]:
+        """(PUB, replay) ports of the index-th instance of the fleet."""
+        base = self.kv_events_port_base + 2 * index
+        return base, base + 1
+
+
 class Ports(_Strict):
     mp: int = Field(..., ge=1, le=65535, description="ZMQ request port (lmcache server --port)")
     http: int = Field(..., ge=1, le=65535, description="server admin/metrics port (--http-port)")
@@ -277,6 +314,7 @@ class Fleet(_Strict):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    router: RouterSettings = Field(default_factory=RouterSettings)
     nodes: list[Node] = Field(..., min_length=1)
     # Optional key the engines require (`Authorization: Bearer`); every client of the toolkit sends it. It lives
     # in env.sh (0600) and is never printed; bundles redact it. Never echoed in errors (repr=False).
@@ -331,6 +369,23 @@ class Fleet(_Strict):
     @property
     def coordinator_url(self) -> str:
         return f"http://{self.coordinator.host}:{self.coordinator.port}"
+
+    def router_node(self) -> Node:
+        if not self.router.node:
+            return self.coordinator_node()
+        for node in self.nodes:
+            if node.name == self.router.node:
+                return node
+        raise BadInput(f"router.node: no node named {self.router.node!r}; use one of "
+                       + ", ".join(n.name for n in self.nodes))
+
+    @property
+    def router_url(self) -> str:
+        return f"http://{self.router_node().address}:{self.router.port}"
+
+    @property
+    def kv_events_on(self) -> bool:
+        return self.router.enabled and self.router.kv_events
 
 
 # ---- loading ----------------------------------------------------------------------------------------
@@ -403,6 +458,27 @@ def _cross_checks(fleet: Fleet) -> None:
                     raise BadInput(f"{where}.ports.{field}: {port} is already used by {owner} on {node.address}; "
                                    "pick a free port")
                 used[(host, port)] = inst.id
+    _router_checks(fleet, used)
+
+
+def _router_checks(fleet: Fleet, used: dict[tuple[str, int], str]) -> None:
+    """The router's ports and every engine's KV-event ports may clash with nothing else on their host."""
+    if not fleet.router.enabled:
+        return
+    node = fleet.router_node()
+    wanted = [(node, "router.port", fleet.router.port, "the router"),
+              (node, "router.prometheus_port", fleet.router.prometheus_port, "the router's Prometheus port")]
+    if fleet.kv_events_on:
+        for i, (n, inst) in enumerate(fleet.instances()):
+            pub, replay = fleet.router.kv_event_ports(i)
+            wanted += [(n, "router.kv_events_port_base", pub, f"{inst.id}'s KV events"),
+                       (n, "router.kv_events_port_base", replay, f"{inst.id}'s KV-event replay")]
+    for n, field, port, owner in wanted:
+        key = (_host_key(n.address), port)
+        if key in used:
+            raise BadInput(f"{field}: port {port} ({owner}) is already used by {used[key]} on {n.address}; "
+                           "pick a free port")
+        used[key] = owner
 
 
 def _vllm_checks(fleet: Fleet) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import auth, probes, procs, readiness
+from p2p_ops import router as fleet_router
 from p2p_ops.connectors import Connector, connector_for
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
@@ -253,6 +254,8 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     fleet = ctx.fleet
     check_node(ctx, only)
     preflight(ctx, only)
+    if fleet.router.enabled and (why := fleet_router.missing_binary(ctx)):
+        raise BadInput(why)
     if rerender or not ctx.layout.env(COORDINATOR).is_file():
         render(ctx, only)
         progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
@@ -296,10 +299,24 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         # once: the imports (seconds of CPU each) overlap instead of queueing phase after phase.
         started += start_role("server") + start_role("engine")
         _wait_started(ctx, started, left(start_timeout), progress, "the fleet")
+    else:
+        # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
+        _wait_started(ctx, started + start_role("server"), left(start_timeout), progress,
+                      "the coordinator and servers")
+        _wait_started(ctx, start_role("engine"), left(VLLM_START_TIMEOUT_S), progress, "engines")
+    if "engine" in roles:
+        _start_router(ctx, progress, left(start_timeout), only)
+
+
+def _start_router(ctx: FleetContext, progress: Progress, timeout: float, only: Optional[str]) -> None:
+    """After the engines: vllm-router serves only once every worker answers its health check."""
+    rnode = ctx.fleet.router_node() if ctx.fleet.router.enabled else None
+    if rnode is None or (only is not None and only != rnode.name):
         return
-    # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
-    _wait_started(ctx, started + start_role("server"), left(start_timeout), progress, "the coordinator and servers")
-    _wait_started(ctx, start_role("engine"), left(VLLM_START_TIMEOUT_S), progress, "engines")
+    proc = fleet_router.start(ctx)
+    progress(f"started {proc.name} on {rnode.name} ({ctx.fleet.router.policy}, {ctx.fleet.router_url})")
+    _wait_started(ctx, [(rnode, proc, lambda: fleet_router.status(ctx, "running").healthy)], timeout, progress,
+                  "the router")
 
 
 # ---- wait --------------------------------------------------------------------------------------------
@@ -315,11 +332,12 @@ class InstanceReport:
     server_url: str
     engine_url: str
     engine_lmcache: str = "n/a"     # the embedded engine's link to its server
+    p2p: bool = True                # settings.p2p: false -> the server is meant to stay out of the mesh
 
     def ready(self, expected_peers: int) -> bool:
         s = self.server
-        return (s.reachable and s.p2p_state == "registered" and s.peer_count == expected_peers
-                and self.engine_healthy and self.engine_lmcache != "disconnected")
+        meshed = not self.p2p or (s.p2p_state == "registered" and s.peer_count == expected_peers)
+        return (s.reachable and meshed and self.engine_healthy and self.engine_lmcache != "disconnected")
 
     def problem(self, expected_peers: int) -> str:
         s = self.server
@@ -327,9 +345,9 @@ class InstanceReport:
             return f"server process is {self.server_proc}"
         if not s.reachable:
             return "server does not answer /status"
-        if s.p2p_state != "registered":
+        if self.p2p and s.p2p_state != "registered":
             return f"p2p_state is {s.p2p_state} (not registered with the coordinator)"
-        if s.peer_count != expected_peers:
+        if self.p2p and s.peer_count != expected_peers:
             return f"sees {s.peer_count} peer(s) {s.peers}, expected {expected_peers}"
         if self.engine_proc != "running":
             return f"engine process is {self.engine_proc}"
@@ -350,10 +368,12 @@ class FleetReport:
     expected_peers: int
     instances: list[InstanceReport]
     node_errors: dict[str, str] = field(default_factory=dict)
+    router: Optional[fleet_router.RouterStatus] = None
 
     @property
     def ready(self) -> bool:
-        return self.coordinator_healthy and all(i.ready(self.expected_peers) for i in self.instances)
+        return (self.coordinator_healthy and all(i.ready(self.expected_peers) for i in self.instances)
+                and (self.router is None or self.router.ready))
 
     def to_json(self) -> dict:
         return {
@@ -372,6 +392,7 @@ class FleetReport:
                 "ready": i.ready(self.expected_peers),
                 "problem": i.problem(self.expected_peers),
             } for i in self.instances],
+            **({"router": self.router.to_json()} if self.router is not None else {}),
         }
 
 
@@ -398,11 +419,12 @@ def report(ctx: FleetContext) -> FleetReport:
         link = probes.engine_lmcache_state(eurl) if healthy and fleet.runtime == "embedded" else "n/a"
         items.append(InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
                                     states.get(f"{inst.id}/engine", "none"), probes.server_status(surl),
-                                    healthy, surl, eurl, link))
+                                    healthy, surl, eurl, link, fleet.effective_settings(inst).p2p))
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
                        probes.coordinator_healthy(fleet.coordinator_url),
                        probes.coordinator_instances(fleet.coordinator_url),
-                       len(fleet.instances()) - 1, items, errors)
+                       len(fleet.instances()) - 1, items, errors,
+                       fleet_router.status(ctx) if fleet.router.enabled else None)
 
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
@@ -437,6 +459,9 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
             i.server.peer_count == rep.expected_peers
         proc = ctx.engine_proc(node, inst) if engine_side else ctx.server_proc(node, inst)
         lines.append(_describe_failure(ctx, node, proc, i.problem(rep.expected_peers)))
+    if rep.router is not None and not rep.router.ready:
+        lines.append(_describe_failure(ctx, ctx.fleet.router_node(), fleet_router.router_proc(ctx),
+                                       rep.router.problem()))
     return "\n".join(lines)
 
 
@@ -447,6 +472,12 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
     """Stop engines, then servers (they deregister), then the coordinator. Idempotent; `roles` limits it."""
     check_node(ctx, only)
     outcome: dict[str, str] = {}
+    if ctx.fleet.router.enabled and "engine" in roles and (only is None or only == ctx.fleet.router_node().name):
+        # First: no client is routed to an engine that is going away (a server-only restart keeps it).
+        try:
+            outcome[fleet_router.router_proc(ctx).name] = fleet_router.stop(ctx)
+        except Exception as exc:  # noqa: BLE001 - reported with the rest
+            outcome[fleet_router.router_proc(ctx).name] = f"error: {exc}"
 
     def stop_role(role: str) -> None:
         if role not in roles:

@@ -80,6 +80,70 @@ def vllm_args(fleet: Fleet) -> list[str]:
     return args + list(v.args)
 
 
+ROUTER = "router"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
+    """vLLM's --kv-events-config JSON for one instance ("" when the fleet's router reads no events).
+
+    The topic stays vLLM's default "": vllm-router's static sources subscribe with an empty topic and drop
+    batches under any other (llm-d's `kv@<address>:<port>@<model>` left its index empty). vLLM binds only endpoints with a
+    wildcard or `::` in them and *connects* the rest, so vLLM gets the IPv4-mapped form `tcp://[::ffff:A]:P`:
+    it binds A alone (never every interface) and the router still connects to `tcp://A:P`.
+    """
+    if not fleet.kv_events_on:
+        return ""
+    index = [i.id for _, i in fleet.instances()].index(inst.id)
+    pub, replay = fleet.router.kv_event_ports(index)
+    host = node.bind_host
+    if fleet.runtime == "vllm" and ":" not in host:
+        host = f"[::ffff:{host}]"
+    return json.dumps({
+        "enable_kv_cache_events": True, "publisher": "zmq",
+        "endpoint": f"tcp://{host}:{pub}", "replay_endpoint": f"tcp://{host}:{replay}",
+        "topic": "",
+    }, separators=(",", ":"))
+
+
+def kv_event_block_size(fleet: Fleet) -> int:
+    return fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
+
+
+def router_bin(fleet: Fleet) -> str:
+    venv = fleet.router.venv or str(REPO_ROOT / ".venv-router")
+    return str(Path(venv) / "bin" / "vllm-router")
+
+
+def router_args(fleet: Fleet) -> list[str]:
+    """vllm-router flags beyond host, ports, workers and policy: KV-event sources and the user's args."""
+    r = fleet.router
+    args: list[str] = []
+    if r.cache_threshold is not None:
+        args += ["--cache-threshold", str(r.cache_threshold)]
+    # vllm-router refuses KV-event sources under any other policy; the engines publish regardless.
+    if fleet.kv_events_on and r.policy == "kv_aware":
+        for i, (node, inst) in enumerate(fleet.instances()):
+            pub, replay = r.kv_event_ports(i)
+            worker = f"http://{node.address}:{inst.ports.engine}"
+            args += ["--kv-event-source", f"{worker}=tcp://{node.address}:{pub}",
+                     "--kv-event-replay-source", f"{worker}=tcp://{node.address}:{replay}"]
+        args += ["--kv-event-block-size", str(kv_event_block_size(fleet)), "--kv-event-model", fleet.model]
+    return args + list(r.args)
+
+
+def render_router(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
+    if not fleet.router.enabled:
+        return []
+    env, node = template_env(), fleet.router_node()
+    workers = [f"http://{n.address}:{i.ports.engine}" for n, i in fleet.instances()]
+    ctx = dict(fleet=fleet, node=node, r=fleet.router, router_bin=router_bin(fleet), workers=workers,
+               router_args=router_args(fleet))
+    return [RenderedFile(node.name, ROUTER, "env.sh", env.get_template("router_env.sh.j2").render(ctx), False),
+            RenderedFile(node.name, ROUTER, "start_router.sh",
+                         env.get_template("start_router.sh.j2").render(ctx), True)]
+
+
 def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
     """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder."""
     env = template_env()
@@ -99,12 +163,13 @@ def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[
         ctx = dict(fleet=fleet, node=node, inst=inst, s=fleet.effective_settings(inst), e=fleet.engine,
                    v=fleet.vllm, instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
                    kv_transfer_config=kv_transfer_config(node, inst), vllm_python=vllm_python(fleet, node),
-                   vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model)
+                   vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model,
+                   kv_events_config=kv_events_config(fleet, node, inst))
         files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
         for role in ("server", "engine"):
             files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",
                                       env.get_template(f"start_{role}.sh.j2").render(ctx), True))
-    return files
+    return files + render_router(fleet, layout_for)
 
 
 def file_mode(executable: bool) -> int:

@@ -25,6 +25,7 @@ from p2p_runtime import protocol as p
 from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
 from p2p_runtime.core import EngineCore
 from p2p_runtime.limits import RequestLimits
+from p2p_runtime.kv_routes import add_kv_event_routes
 from p2p_runtime.metrics import CONTENT_TYPE
 from p2p_runtime.request import Event, Request
 from p2p_runtime.scheduler import EngineStopped
@@ -69,6 +70,7 @@ def create_app(core: EngineCore) -> FastAPI:
     app.post("/detokenize")(handler.detokenize)
     app.post("/v1/completions")(handler.completions)
     app.post("/v1/chat/completions")(handler.chat_completions)
+    add_kv_event_routes(app, core)
     return app
 
 

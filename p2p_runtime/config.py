@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 import math
 import os
 
+from p2p_runtime.kv_events import KVEventsConfig
 from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
 
@@ -54,6 +55,7 @@ class EngineConfig:
     max_queued: int = 256
     # Never in the "effective config" log line or any repr.
     api_key: str = field(default="", repr=False)
+    kv_events_config: str = ""
 
     def __post_init__(self) -> None:
         positive = ("num_layers", "num_heads", "head_size", "max_model_len", "block_size",
@@ -83,6 +85,7 @@ class EngineConfig:
             raise ConfigError(f"--log-format must be text or json, got {self.log_format}")
         try:
             self.timing
+            self.kv_events
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -103,6 +106,10 @@ class EngineConfig:
             jitter=self.timing_jitter,
             seed=self.timing_seed,
         )
+
+    @property
+    def kv_events(self) -> KVEventsConfig:
+        return KVEventsConfig.from_json(self.kv_events_config)
 
     @property
     def label(self) -> str:
@@ -153,6 +160,8 @@ _HELP = {
     "max_queued": "requests allowed to wait for a slot; beyond that 429 with Retry-After",
     "api_key": "require `Authorization: Bearer <key>` on every route but /health, /version, /metrics "
                "(default: $P2P_ENGINE_API_KEY, else none)",
+    "kv_events_config": "KV-cache events as vLLM's --kv-events-config JSON, e.g. "
+                        "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://127.0.0.1:5557\"}'",
 }
 
 

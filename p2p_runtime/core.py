@@ -11,6 +11,7 @@ import zlib
 
 from p2p_runtime.config import DEFAULT_CHUNK_SIZE, ConfigError, EngineConfig
 from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
+from p2p_runtime.kv_events import KVEventRecorder, ZmqEventPublisher
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
 from p2p_runtime.runner import ModelRunner
@@ -44,8 +45,12 @@ class EngineCore:
         self.allocator = BlockAllocator(config.num_blocks)
         if config.lmcache_url:
             self.adapter = self._make_adapter()
+        events = config.kv_events
+        self.kv_publisher = ZmqEventPublisher(events) if events.active else None
+        self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name,
+                                         config.block_size)
         self.runner = ModelRunner(self.model, self.cache, self.allocator, self.metrics,
-                                  TimingEmulator(config.timing), self.adapter)
+                                  TimingEmulator(config.timing), self.adapter, self.kv_events)
         self.scheduler = Scheduler(self.runner, self.tokenizer, self.metrics, config.max_num_seqs)
         self._started = self._stopped = False
 
@@ -60,6 +65,8 @@ class EngineCore:
                 logger.warning("LMCache server %s not reachable yet; serving without cache and "
                                "retrying every %.1fs", self.config.lmcache_url,
                                self.config.lmcache_reconnect_interval)
+        # A restarted engine's earlier announcements are void (a replay may still carry them).
+        self.kv_events.cleared()
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -70,6 +77,8 @@ class EngineCore:
         self.scheduler.stop()
         if self.adapter is not None:
             self.adapter.close()
+        if self.kv_publisher is not None:
+            self.kv_publisher.close()
         logger.info("engine stopped")
 
     @property

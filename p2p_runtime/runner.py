@@ -13,6 +13,7 @@ import math
 import time
 
 from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
+from p2p_runtime.kv_events import KVEventRecorder
 from p2p_runtime.lmcache_adapter import LMCacheAdapter, LMCacheError
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import TinyTransformer
@@ -36,6 +37,7 @@ class ModelRunner:
         metrics: EngineMetrics,
         timing: TimingEmulator,
         adapter: LMCacheAdapter | None = None,
+        kv_events: KVEventRecorder | None = None,
     ) -> None:
         self.model = model
         self.cache = cache
@@ -43,6 +45,7 @@ class ModelRunner:
         self.metrics = metrics
         self.timing = timing
         self.adapter = adapter
+        self.kv_events = kv_events or KVEventRecorder(None, "", cache.spec.block_size)
         self.chunk_size = model.config.chunk_size
         self.block_size = cache.spec.block_size
         self._last_unavailable_warning = -math.inf
@@ -61,6 +64,8 @@ class ModelRunner:
         computed = req.num_prompt_tokens - loaded
         logits = self.model.prefill(req.prompt_ids, loaded, self.cache, table)
         req.cached_tokens = loaded
+        self.kv_events.prefilled(req.request_id, req.prompt_ids)
+        self.kv_events.in_lmcache(req.request_id, loaded)
         self.metrics.computed_tokens.inc(computed)
         self.metrics.prompt_sources(computed, loaded)
         self._pad(started, self.timing.prefill_target_s(computed, loaded))
@@ -82,6 +87,7 @@ class ModelRunner:
         if not ok:
             return
         tokens = (last - first) * self.chunk_size
+        self.kv_events.in_lmcache(req.request_id, last * self.chunk_size)
         self.metrics.stored_tokens.inc(tokens)
         self.metrics.stored_bytes.inc(tokens * self.cache.spec.bytes_per_token)
 
@@ -99,6 +105,7 @@ class ModelRunner:
     def release(self, req: Request) -> None:
         """Free the request's blocks and end its LMCache session; safe to call twice."""
         self.allocator.free(req.request_id)
+        self.kv_events.freed(req.request_id)
         self.metrics.set_kv_usage(self.allocator.usage)
         if req.lmcache_session_used and self.adapter is not None:
             req.lmcache_session_used = False

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "p2p_ops.cli.doctor_cmds",
     "p2p_ops.cli.probe_cmds",
     "p2p_ops.cli.model_cmds",
+    "p2p_ops.cli.bench_cmds",
 ]
 
 EXIT_CODES_EPILOG = "exit codes: 0 success, 1 a check failed, 2 bad input or could not run"

@@ -261,5 +261,10 @@ def _print_status(rep: launch.FleetReport) -> None:
         ctable.add_row(*(str(inst.get(k, "")) for k in ("instance_id", "ip", "http_port", "mq_port",
                                                           "p2p_advertised_url")))
     show(ctable)
+    if rep.router is not None:
+        r = rep.router
+        colour = "green" if r.ready else "red"
+        console.print(f"router {r.url} ({r.process}): [{colour}]{r.problem()}[/{colour}]; workers "
+                      f"{', '.join(r.workers) or '-'}", soft_wrap=True)
     for node, err in rep.node_errors.items():
         err_console.print(f"[red]node {node} unreachable:[/red] {err}")

@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--longdoc-tokens", type=int, default=None, help="length of long documents")
         s.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
         s.add_argument("--tag", default="", help="label for this run (folder name and report)")
+        s.add_argument("--via-router", action="store_true",
+                       help="send every request to the fleet's router (router.enabled) instead of an engine")
         s.add_argument("--seed", type=int, default=None)
         add_json_arg(s)
         if kind == "all":
@@ -154,7 +156,7 @@ def stress_options(args: argparse.Namespace) -> StressOptions:
                        ("doc_tokens", "doc_tokens"), ("longdoc_tokens", "longdoc_tokens")):
         if getattr(args, opt) is not None:
             kw[field] = getattr(args, opt)
-    kw.update(policy=args.policy, max_seconds=args.max_seconds, tag=args.tag,
+    kw.update(policy=args.policy, max_seconds=args.max_seconds, tag=args.tag, via_router=args.via_router,
               seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 

@@ -30,7 +30,7 @@ class Completion:
 
 
 def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, timeout: float = 120.0,
-             stream: bool = True) -> Completion:
+             stream: bool = True, headers: Optional[dict] = None) -> Completion:
     """POST /v1/completions; streaming by default so time-to-first-token is measured client-side."""
     url = engine_url.rstrip("/") + "/v1/completions"
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
@@ -38,7 +38,8 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
         body["stream_options"] = {"include_usage": True}
     start = time.monotonic()
     try:
-        resp = requests.post(url, json=body, timeout=timeout, stream=stream, headers=auth.headers(url))
+        resp = requests.post(url, json=body, timeout=timeout, stream=stream,
+                             headers={**auth.headers(url), **(headers or {})})
     except requests.RequestException as exc:
         return Completion(engine_url, False, e2e_s=time.monotonic() - start, error=f"{type(exc).__name__}: {exc}")
     if resp.status_code != 200:

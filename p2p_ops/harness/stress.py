@@ -45,6 +45,7 @@ class StressOptions:
     stages: list[str] = field(default_factory=lambda: list(STAGES))
     tag: str = ""
     seed: int = 0
+    via_router: bool = False             # every request goes to the fleet's router, which picks the engine
 
     @classmethod
     def quick(cls, **kw) -> "StressOptions":
@@ -109,9 +110,13 @@ class _Run:
         if not self.budget_left():
             return
         node, inst, url = self.engines[idx]
+        instance, node_name = inst.id, node.name
+        if self.opts.via_router:
+            # The router picks the engine; the record names the router, not an engine it may not have used.
+            url, instance, node_name = self.ctx.fleet.router_url, "router", "router"
         start = time.monotonic() - self.t0
         c = complete(url, self.model, prompt, self.opts.max_tokens)
-        rec = RequestRecord(stage=stage, level=level, instance=inst.id, node=node.name,
+        rec = RequestRecord(stage=stage, level=level, instance=instance, node=node_name,
                             warmer=self.engines[warmer][1].id if warmer is not None else "",
                             prefix_id=prefix_id, t_start_s=round(start, 4), prompt_tokens=c.prompt_tokens,
                             cached_tokens=c.cached_tokens, output_tokens=c.completion_tokens,
@@ -230,6 +235,8 @@ def run_stress(ctx, opts: StressOptions, out_dir: Path, progress: Progress = lam
     """Run the stages, write requests.csv, stages.json and the before/after snapshots into out_dir."""
     run = _Run(ctx, opts, progress)
     opts.validate(len(run.engines))
+    if opts.via_router and not ctx.fleet.router.enabled:
+        raise BadInput("--via-router: the fleet has no router; set router.enabled: true in the fleet spec")
     before = snapshot(ctx)
     (out_dir / "status_before.json").write_text(json.dumps(before, indent=1))
     for stage in opts.stages:

@@ -1,0 +1,80 @@
+"""PNG charts for the placement and calibration benchmarks (matplotlib, headless; every axis has its unit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, out: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out.name
+
+
+def placement(out_dir: Path, arms: list) -> list[str]:
+    """Served req/s, TTFT p50/p90 and token sources per policy, P2P on next to off."""
+    arms = [a for a in arms if not a.error]
+    policies = list(dict.fromkeys(a.policy for a in arms))
+    if not policies:
+        return []
+    on = {a.policy: a for a in arms if a.p2p}
+    off = {a.policy: a for a in arms if not a.p2p}
+    x = range(len(policies))
+    written = []
+
+    def bars(ax, value, ylabel, title):
+        for shift, side, label in ((-0.2, on, "P2P on"), (0.2, off, "P2P off")):
+            ax.bar([i + shift for i in x], [value(side[p]) if p in side else 0 for p in policies], 0.4,
+                   label=label)
+        ax.set_xticks(list(x), policies, rotation=20)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend()
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bars(ax, lambda a: a.req_per_s, "served requests/s", "Throughput by placement")
+    written.append(_save(fig, out_dir / "placement_throughput.png"))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    bars(axes[0], lambda a: a.ttft_p50_ms, "TTFT p50 (ms)", "TTFT p50 by placement")
+    bars(axes[1], lambda a: a.ttft_p90_ms, "TTFT p90 (ms)", "TTFT p90 by placement")
+    written.append(_save(fig, out_dir / "placement_ttft.png"))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels, local, peer, recomputed = [], [], [], []
+    for p in policies:
+        for side, tag in ((on, "on"), (off, "off")):
+            if p in side:
+                labels.append(f"{p}\nP2P {tag}")
+                local.append(side[p].local_tokens)
+                peer.append(side[p].peer_tokens)
+                recomputed.append(side[p].recomputed_tokens)
+    ax.bar(labels, local, label="local cache")
+    ax.bar(labels, peer, bottom=local, label="from a peer")
+    ax.bar(labels, recomputed, bottom=[a + b for a, b in zip(local, peer)], label="recomputed")
+    ax.set_ylabel("prompt tokens")
+    ax.set_title("Where prompt tokens came from")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend()
+    written.append(_save(fig, out_dir / "placement_tokens.png"))
+    return written
+
+
+def crossover(out: Path, rows: list) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    xs = [r.tokens for r in rows]
+    ax.plot(xs, [r.ttft_pulled_b_s * 1000 for r in rows], "o-", label="pulled from a peer")
+    ax.plot(xs, [r.ttft_recompute_b_s * 1000 for r in rows], "s-", label="recomputed")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("shared prefix length (tokens)")
+    ax.set_ylabel("TTFT median (ms)")
+    ax.set_title("Pull vs recompute")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _save(fig, out)

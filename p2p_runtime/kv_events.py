@@ -1,0 +1,350 @@
+"""KV-cache events in vLLM's wire format, so a KV-aware router can follow our engine's blocks.
+
+The same bytes vLLM 0.32 (``vllm/distributed/kv_events.py``) puts on the wire: a ZMQ PUB socket sends
+``[topic, seq (8-byte big-endian), payload]`` where the payload is a msgspec-msgpack ``EventBatch``
+``[ts, events, data_parallel_rank]`` and each event is a map tagged ``"type"`` (``BlockStored``,
+``BlockRemoved``, ``AllBlocksCleared``). An optional ROUTER socket replays buffered batches: a client
+sends ``[id, "", start_seq]`` and gets every buffered batch from ``start_seq`` on, then
+``[id, "", "", -1, ""]``. Configured with the JSON vLLM takes as ``--kv-events-config``.
+
+Unlike vLLM, every endpoint is *bound* (we are always the publisher) and wildcard addresses are
+refused: the toolkit binds loopback on local fleets and the node address on real ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, fields
+import hashlib
+import json
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+import msgspec
+import zmq
+
+logger = logging.getLogger(__name__)
+
+MEDIUM_GPU = "GPU"
+MEDIUM_CPU = "CPU"
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+_MASK64 = (1 << 64) - 1
+
+
+# ---- wire structs: field names, order and tagging match vLLM's msgspec structs ------------------
+
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    """Base of the tagged event maps (``{"type": "<class name>", ...}``)."""
+
+
+class BlockStored(KVCacheEvent):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+
+
+class BlockRemoved(KVCacheEvent):
+    block_hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+
+
+class AllBlocksCleared(KVCacheEvent):
+    pass
+
+
+class KVEventBatch(EventBatch):
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(KVEventBatch)
+
+
+def encode_batch(batch: EventBatch) -> bytes:
+    return _ENCODER.encode(batch)
+
+
+def decode_batch(payload: bytes) -> KVEventBatch:
+    """Decode one payload (tests and ``p2pctl`` diagnostics read our own events with it)."""
+    return _DECODER.decode(payload)
+
+
+# ---- block hashes ------------------------------------------------------------------------------
+
+def root_hash(model: str) -> int:
+    """The parent of block 0: per model, so two models never share a key."""
+    return _h64(b"p2p-kv-root\0" + model.encode())
+
+
+def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None
+                 ) -> list[int]:
+    """Chained 64-bit hashes of the full blocks of ``token_ids``.
+
+    Each hash covers its parent hash and its tokens, so a hash names the whole prefix up to the
+    end of its block (as vLLM's block hashes do). Unsigned: the router rejects negative hashes.
+    """
+    prev = root_hash(model) if parent is None else parent
+    out = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        block = token_ids[start:start + block_size]
+        data = prev.to_bytes(8, "big") + b"".join(t.to_bytes(4, "little") for t in block)
+        prev = _h64(data)
+        out.append(prev)
+    return out
+
+
+def _h64(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & _MASK64
+
+
+# ---- config ------------------------------------------------------------------------------------
+
+class KVEventsConfigError(ValueError):
+    """A bad ``--kv-events-config``; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class KVEventsConfig:
+    """vLLM's ``KVEventsConfig`` keys and defaults."""
+
+    enable_kv_cache_events: bool = False
+    publisher: str | None = None
+    endpoint: str = "tcp://127.0.0.1:5557"
+    replay_endpoint: str | None = None
+    buffer_steps: int = 10_000
+    hwm: int = 100_000
+    max_queue_size: int = 100_000
+    topic: str = ""
+
+    def __post_init__(self) -> None:
+        publisher = self.publisher or ("zmq" if self.enable_kv_cache_events else "null")
+        object.__setattr__(self, "publisher", publisher)
+        if publisher not in ("zmq", "null"):
+            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got "
+                                      f"{publisher!r}")
+        for name in ("buffer_steps", "hwm", "max_queue_size"):
+            if int(getattr(self, name)) <= 0:
+                raise KVEventsConfigError(f"kv-events-config {name} must be > 0")
+        if self.active:
+            check_bind_endpoint("endpoint", self.endpoint)
+            if self.replay_endpoint:
+                check_bind_endpoint("replay_endpoint", self.replay_endpoint)
+
+    @property
+    def active(self) -> bool:
+        return self.enable_kv_cache_events and self.publisher == "zmq"
+
+    @classmethod
+    def from_json(cls, text: str) -> "KVEventsConfig":
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise KVEventsConfigError(f"--kv-events-config is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise KVEventsConfigError("--kv-events-config must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: "
+                                      f"{sorted(known)}")
+        return cls(**data)
+
+
+def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
+    """Return ``(host, port)`` of a ``tcp://HOST:PORT`` we may bind; raise on wildcards."""
+    if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
+        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got "
+                                  f"{endpoint!r}")
+    host, _, port = endpoint[6:].rpartition(":")
+    host = host.strip("[]")
+    if host in ("*", "0.0.0.0", "::", ""):
+        raise KVEventsConfigError(f"kv-events-config {key} {endpoint!r} binds every interface; "
+                                  f"name the address to bind (127.0.0.1 or the node address)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got "
+                                  f"{endpoint!r}")
+    return host, int(port)
+
+
+# ---- publisher ---------------------------------------------------------------------------------
+
+class ZmqEventPublisher:
+    """PUB socket + optional ROUTER replay socket, driven by one thread.
+
+    ``publish`` never blocks the engine worker: batches go through a bounded queue, and a full
+    queue drops the batch (counted) rather than stalling decoding, as a lagging subscriber must
+    never slow serving down.
+    """
+
+    def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
+        self.config = config
+        self.rank = data_parallel_rank
+        self.dropped = 0
+        self.published = 0
+        self._queue: queue.Queue[EventBatch | None] = queue.Queue(maxsize=config.max_queue_size)
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
+        self._topic = config.topic.encode()
+        self._ctx = zmq.Context()
+        self._pub = self._ctx.socket(zmq.PUB)
+        self._pub.set_hwm(config.hwm)
+        self._pub.bind(config.endpoint)
+        self._replay = None
+        if config.replay_endpoint:
+            self._replay = self._ctx.socket(zmq.ROUTER)
+            self._replay.bind(config.replay_endpoint)
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
+        self._thread.start()
+
+    def publish(self, events: list[KVCacheEvent]) -> None:
+        if not events or not self._running:
+            return
+        try:
+            self._queue.put_nowait(EventBatch(ts=time.time(), events=events,
+                                              data_parallel_rank=self.rank))
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        if not self._running:
+            return
+        self._running = False
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        self._thread.join(timeout=timeout_s)
+        for sock in (self._pub, self._replay):
+            if sock is not None:
+                sock.close(linger=0)
+        self._ctx.term()
+
+    def _run(self) -> None:
+        seq = 0
+        while True:
+            if self._replay is not None and self._replay.poll(0):
+                self._serve_replay()
+            try:
+                batch = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                if not self._running:
+                    return
+                continue
+            if batch is None:
+                return
+            payload = encode_batch(batch)
+            try:
+                self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
+            except zmq.ZMQError as exc:
+                logger.warning("KV event batch %d not sent: %s", seq, exc)
+            self._buffer.append((seq, payload))
+            self.published += 1
+            seq += 1
+
+    def _serve_replay(self) -> None:
+        frames = self._replay.recv_multipart()
+        if len(frames) != 3:
+            logger.warning("ignoring a malformed KV-event replay request (%d frames)", len(frames))
+            return
+        client, _, start = frames
+        start_seq = int.from_bytes(start, "big")
+        for seq, payload in list(self._buffer):
+            if seq >= start_seq:
+                self._replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"),
+                                             payload))
+        self._replay.send_multipart((client, b"", b"", END_SEQ, b""))
+
+
+# ---- what the engine calls -----------------------------------------------------------------------
+
+class KVEventRecorder:
+    """Turns the engine's block lifecycle into events.
+
+    The paged cache holds a request's blocks only while it runs; what persists is the copy in this
+    node's LMCache server. So a prompt's full blocks are announced on the ``GPU`` medium when
+    prefill fills them, and when the request frees them one batch says ``BlockRemoved(GPU)`` and
+    then ``BlockStored(CPU)`` for the part the LMCache server holds (computed and stored here, or
+    loaded from it). In that order a router that ignores the medium still ends up with the
+    blocks indexed on this engine, which is where the next request of that prefix is cheapest.
+    LMCache evictions are not visible to the engine, so CPU blocks are never removed; a router
+    may overrate an engine whose server evicted, and then the request recomputes (still correct).
+    """
+
+    def __init__(self, publisher: ZmqEventPublisher | None, model: str, block_size: int) -> None:
+        self.publisher = publisher
+        self.model = model
+        self.block_size = block_size
+        self._live: dict[str, tuple[list[int], list[int], int]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.publisher is not None
+
+    def prefilled(self, request_id: str, prompt_ids: list[int]) -> None:
+        """The prompt's full blocks now sit in the paged cache."""
+        if self.publisher is None:
+            return
+        hashes = block_hashes(prompt_ids, self.block_size, self.model)
+        with self._lock:
+            self._live[request_id] = (list(prompt_ids), hashes, 0)
+        if hashes:
+            self.publisher.publish([self._stored(prompt_ids, hashes, 0, MEDIUM_GPU)])
+
+    def in_lmcache(self, request_id: str, num_tokens: int) -> None:
+        """The first ``num_tokens`` prompt tokens are (now) held by this node's LMCache server."""
+        with self._lock:
+            live = self._live.get(request_id)
+            if live is not None and num_tokens > live[2]:
+                self._live[request_id] = (live[0], live[1], num_tokens)
+
+    def freed(self, request_id: str) -> None:
+        """The request's paged blocks went back to the free list."""
+        if self.publisher is None:
+            return
+        with self._lock:
+            live = self._live.pop(request_id, None)
+        if live is None:
+            return
+        prompt, hashes, in_lmcache = live
+        events: list[KVCacheEvent] = []
+        if hashes:
+            events.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_GPU))
+        kept = hashes[:in_lmcache // self.block_size]
+        if kept:
+            events.append(self._stored(prompt, kept, 0, MEDIUM_CPU))
+        self.publisher.publish(events)
+
+    def cleared(self) -> None:
+        """Nothing this engine announced before holds any more (start-up)."""
+        if self.publisher is None:
+            return
+        with self._lock:
+            self._live.clear()
+        self.publisher.publish([AllBlocksCleared()])
+
+    def _stored(self, prompt: list[int], hashes: list[int], first: int, medium: str
+                ) -> BlockStored:
+        bs = self.block_size
+        return BlockStored(
+            block_hashes=hashes, parent_block_hash=None,
+            token_ids=list(prompt[first * bs:(first + len(hashes)) * bs]), block_size=bs,
+            lora_id=None, medium=medium, lora_name=None)
