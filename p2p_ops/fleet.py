@@ -67,6 +67,9 @@ class Settings(_Strict):
     # Empty means "let UCX choose"; on real fabrics the LMCache example uses rc,sm,self.
     ucx_tls: str = ""
     ucx_net_devices: str = ""
+    # Engine <-> local server KV bytes through the server's L1 pool mapped as POSIX shared memory
+    # (lmcache server --shm-name) instead of pickled tensors over ZMQ; bench/ measures the difference.
+    shm_transport: bool = False
 
     @field_validator("l1_align_bytes")
     @classmethod
@@ -89,6 +92,7 @@ class InstanceSettings(_Strict):
     server_nice: Optional[int] = Field(None, ge=0, le=19)
     ucx_tls: Optional[str] = None
     ucx_net_devices: Optional[str] = None
+    shm_transport: Optional[bool] = None
 
 
 class EngineSettings(_Strict):
