@@ -25,9 +25,11 @@ import torch
 logger = logging.getLogger(__name__)
 
 # How the engine waits for a lookup's prefetch (which includes any P2P pull into the server's L1):
-# "wait" sends one WAIT_PREFETCH_STATUS that the server answers the moment the result is published
-# (LMCache's own SGLang adapter does this); "poll" asks QUERY_PREFETCH_STATUS with backoff, which
-# adds up to half the backoff step to every lookup (bench/kv_path.py measures both).
+# "poll" asks QUERY_PREFETCH_STATUS with backoff; "wait" sends one WAIT_PREFETCH_STATUS that the
+# server answers as soon as the result is published (LMCache's SGLang adapter does this). "wait"
+# holds one of the server's BLOCKING worker threads, the pool that also answers peers'
+# p2p_lookup_and_lock: with --max-workers 1 two servers pulling from each other stall until the
+# wait slice ends. bench/kv_path.py measured no clear gain on a 2-core box, so "poll" stays default.
 LOOKUP_WAIT_MODES = ("wait", "poll")
 # Short first poll, then back off: local hits finish in ~1-5 ms, P2P pulls in tens of ms.
 _POLL_FIRST_S = 0.002
@@ -87,7 +89,7 @@ class LMCacheAdapter:
         registration: KVRegistration,
         timeout_s: float = 2.0,
         reconnect_interval_s: float = 2.0,
-        lookup_wait: str = "wait",
+        lookup_wait: str = "poll",
     ) -> None:
         if lookup_wait not in LOOKUP_WAIT_MODES:
             raise ValueError(f"lookup_wait {lookup_wait!r}: use one of {', '.join(LOOKUP_WAIT_MODES)}")
