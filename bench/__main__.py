@@ -18,11 +18,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import engines, kv_path, loadgen  # noqa: E402
+from bench import engines, fleet_scale, kv_path, loadgen  # noqa: E402
 from bench.report import Report  # noqa: E402
 
 # Order matters only for the reader: the KV path is what the issue is about.
-BENCHES = {"kv": kv_path.run, "loadgen": loadgen.run, "engines": engines.run}
+BENCHES = {"kv": kv_path.run, "loadgen": loadgen.run, "engines": engines.run, "fleet": fleet_scale.run}
 FULL_ONLY = {"vllm": engines.run_vllm}
 
 

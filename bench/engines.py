@@ -14,10 +14,9 @@ from bench.procs import engine
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 
-PREFILL = {"tiny": [256], "quick": [512, 2048], "full": [512, 2048, 4096]}
+PREFILL = {"tiny": [256], "quick": [512, 2048], "full": [512, 2048, 3584]}
 REPEATS = {"tiny": 1, "quick": 3, "full": 5}
 DECODE_TOKENS = {"tiny": 8, "quick": 32, "full": 64}
-
 
 def measure(report, url: str, label: str, model: str = "tiny-llm") -> None:
     size = report.size
@@ -44,17 +43,32 @@ def measure(report, url: str, label: str, model: str = "tiny-llm") -> None:
         report.add_row(t, **{"engine": label, "prompt tokens": int(toks), "prefill tok/s": toks / ttft,
                              "TTFT ms": ttft * 1e3, "decode tok/s": dec, "ms per output token": 1e3 / dec})
 
-
 def run(report) -> None:
     with engine(report.out_dir) as url:
         measure(report, url, "embedded (CPU, 1 thread)")
 
-
 def run_vllm(report) -> None:
-    """vLLM's CPU build on the tiny local model; minutes to start on a busy box, so `make bench` only."""
-    venv = Path(os.environ.get("P2P_VLLM_VENV", "/work/main/.venv-vllm"))
-    if not (venv / "bin" / "python").exists():
-        report.note(report.tables.get("engines") or report.table("engines", "Engine speed (medians)", []),
-                    f"vLLM not measured: no vLLM venv at {venv} (make setup-vllm)")
+    """vLLM's CPU build on the tiny local Llama (2 layers, 4 heads of 32: the embedded engine's KV shape).
+
+    Minutes to start on a busy box, so `make bench` only. vLLM runs alone here (no LMCache connector):
+    this row is about the engine's own speed.
+    """
+
+    from bench.procs import free_port, process
+    from p2p_ops.local_model import make_model
+
+    venv = Path(os.environ.get("P2P_VLLM_VENV") or "/work/main/.venv-vllm").resolve()
+    python = venv / "bin" / "python"
+    if not python.exists():
+        report.failed("vllm", f"no vLLM venv at {venv} (make setup-vllm); vLLM engine speed not measured")
         return
-    raise NotImplementedError("vLLM engine speed is not wired yet (see the report's notes)")
+    model = make_model(report.out_dir / "tiny-llama")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env_cmd = ["env", "VLLM_NO_USAGE_STATS=1", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1",
+               "VLLM_CPU_KVCACHE_SPACE=1", "VLLM_CPU_OMP_THREADS_BIND=auto"]
+    cmd = [*env_cmd, str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+           "--served-model-name", "tiny-llm", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
+           "--enforce-eager", "--enable-prompt-tokens-details"]
+    with process(cmd, url + "/v1/models", report.out_dir / "vllm.log", timeout_s=420):
+        measure(report, url, "vLLM CPU (same KV shape)")
