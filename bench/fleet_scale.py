@@ -65,6 +65,8 @@ def run(report) -> None:
                 report.add_row(t, **row)
     if len(t.rows) > 1:
         last = t.rows[-1]
-        report.target(f"up+wait at {last['hosts']} hosts vs 1", "<= 1.5x (at 8 hosts)",
-                      f"{last['up+wait / 1 host']:.2f}x", last["up+wait / 1 host"] <= 1.5,
-                      f"{last['up+wait s']:.0f} s vs {t.rows[0]['up+wait s']:.0f} s on {report.box['nproc']} CPUs")
+        # The goal is set at 8 hosts; a smaller run (bench-quick) reports its ratio without judging it.
+        report.target("up+wait at 8 hosts vs 1", "<= 1.5x", f"{last['up+wait / 1 host']:.2f}x at {last['hosts']} hosts",
+                      last["up+wait / 1 host"] <= 1.5 if last["hosts"] >= 8 else None,
+                      f"{last['up+wait s']:.0f} s vs {t.rows[0]['up+wait s']:.0f} s on {report.box['nproc']} CPUs"
+                      + ("" if last["hosts"] >= 8 else "; 8 hosts only in make bench"))
