@@ -131,7 +131,9 @@ def pull_once(writer: Side, reader: Side, tokens: list[int], reader_log: Path) -
 
 
 def memcpy_s(nbytes: int, repeats: int = 9) -> float:
-    """One single-threaded copy of nbytes between touched buffers (numpy: no thread-pool hand-off)."""
+    """One single-threaded copy of nbytes between touched buffers (numpy: no thread-pool hand-off).
+
+    The fastest of N: on a shared box that is the copy's own cost, without other processes' share."""
     import numpy as np
 
     src = np.random.default_rng(0).random(nbytes // 8)
@@ -141,11 +143,12 @@ def memcpy_s(nbytes: int, repeats: int = 9) -> float:
         t = time.perf_counter()
         np.copyto(dst, src)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return min(times)
 
 
 def scatter_s(n_tokens: int, repeats: int = 7) -> float:
-    """LMCache's own copy of n_tokens of chunk buffers into paged KV blocks (the retrieve's copy stage)."""
+    """LMCache's own copy of n_tokens of chunk buffers into paged KV blocks (the retrieve's copy stage),
+    fastest of N like memcpy_s."""
     from lmcache.utils import EngineType
     from lmcache.v1.multiprocess.transfer_context.base import scatter_cpu_to_paged_kv
 
@@ -159,7 +162,7 @@ def scatter_s(n_tokens: int, repeats: int = 7) -> float:
         scatter_cpu_to_paged_kv(kv, blocks, chunks, CHUNK // BLOCK, layout_hints={"kv_layout": "NHD"},
                                 engine_type=EngineType.VLLM)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return min(times)
 
 
 def nixl_read_gbps(nbytes: int, env: dict[str, str]) -> float | None:
@@ -180,7 +183,7 @@ def run(report) -> None:
     bpt = bytes_per_token()
     stages = report.table(
         "kv_stages", "KV pull, stage by stage (ms, medians; variants interleaved pull by pull)",
-        ["tokens", "MiB", "variant", "lookup ms", "server prefetch ms", "retrieve ms", "of which copy ms",
+        ["tokens", "MiB", "variant", "lookup ms", "server prefetch ms", "retrieve ms", "copy alone ms",
          "pull ms", "pull MB/s", "status RPCs", "local hit ms", "miss lookup ms", "verified"],
         plot=None)
     ref = report.table(
@@ -226,7 +229,7 @@ def run(report) -> None:
                     mbps = n * bpt / (pull_ms / 1e3) / 1e6
                     row = {"tokens": n, "MiB": n * bpt / 2**20, "variant": name, "lookup ms": _med(rows, "lookup") * 1e3,
                            "server prefetch ms": _med(rows, "server_prefetch_ms"),
-                           "retrieve ms": _med(rows, "retrieve") * 1e3, "of which copy ms": copy_ms,
+                           "retrieve ms": _med(rows, "retrieve") * 1e3, "copy alone ms": copy_ms,
                            "pull ms": pull_ms, "pull MB/s": mbps,
                            "status RPCs": _med(rows, "rpcs"),
                            "local hit ms": (_med(rows, "local_lookup") + _med(rows, "local_retrieve")) * 1e3,
@@ -260,22 +263,39 @@ def _engine_crossover(report, ctx, lengths: list[int], repeats: int) -> None:
 
     t = report.table("kv_engine", "Engine TTFT: pulled from the peer vs recomputed (ms, medians)",
                      ["tokens", "reader transport", "TTFT pulled ms", "TTFT recompute ms", "cached tokens",
-                      "pull / recompute"], plot=None)
+                      "engine LMCache ops ms", "pull / recompute"], plot=None)
+    report.note(t, "engine LMCache ops: lookup + retrieve + store seconds from the reader engine's "
+                "p2p_engine_lmcache_op_seconds, over both its requests (the pull and the recompute's miss lookup "
+                "and store)")
     (na, ia), (nb, ib) = ctx.fleet.instances()[:2]
+    urls = {ia.id: ctx.engine_url(na, ia), ib.id: ctx.engine_url(nb, ib)}
     per: dict[tuple[int, str], list] = {}
+    ops: dict[tuple[int, str], list] = {}
     for n in lengths:
         for _ in range(repeats):
             # Alternate the reader: engine A (shm) pulls from B, engine B (pickle) pulls from A.
             for a, b, transport in ((ib.id, ia.id, "shm"), (ia.id, ib.id, "pickle")):
+                before = _engine_op_seconds(urls[b])
                 per.setdefault((n, transport), []).extend(measure(ctx, [n], 1, a=a, b=b))
+                ops.setdefault((n, transport), []).append(_engine_op_seconds(urls[b]) - before)
     for (n, transport), rows in per.items():
         pulled = statistics.median(r.ttft_pulled_b_s for r in rows) * 1e3
         recompute = statistics.median(r.ttft_recompute_b_s for r in rows) * 1e3
         report.add_row(t, **{"tokens": n, "reader transport": transport, "TTFT pulled ms": pulled,
                              "TTFT recompute ms": recompute,
                              "cached tokens": int(statistics.median(r.cached_tokens_b for r in rows)),
+                             "engine LMCache ops ms": statistics.median(ops[(n, transport)]) * 1e3,
                              "pull / recompute": pulled / recompute})
         report.facts.setdefault("engine_ratio", {})[(n, transport)] = pulled / recompute
+
+
+def _engine_op_seconds(url: str) -> float:
+    import requests
+
+    from p2p_ops.probes import parse_metrics
+
+    text = requests.get(url + "/metrics", timeout=10).text
+    return sum(v for name, _, v in parse_metrics(text) if name == "p2p_engine_lmcache_op_seconds_sum")
 
 
 def _targets(report, lengths: list[int]) -> None:
@@ -287,19 +307,20 @@ def _targets(report, lengths: list[int]) -> None:
         report.target("end-to-end KV pull", ">= 1000 MB/s", f"{b['pull MB/s']:.0f} MB/s at {n} tokens ({b['variant']})",
                       b["pull MB/s"] >= 1000,
                       f"{b['MiB']:.0f} MiB: lookup {b['lookup ms']:.0f} ms, of which the server's prefetch (P2P lookup "
-                      f"+ NIXL READ + admit) {b['server prefetch ms']:.0f} ms; retrieve {b['retrieve ms']:.0f} ms, of "
-                      f"which the copy into KV blocks {b['of which copy ms']:.1f} ms and the rest two server round "
+                      f"+ NIXL READ + admit) {b['server prefetch ms']:.0f} ms; retrieve {b['retrieve ms']:.0f} ms, where "
+                      f"the copy into KV blocks alone takes {b['copy alone ms']:.1f} ms and the rest is two server round "
                       f"trips (prepare/commit retrieve); raw NIXL READ of the same bytes here: {nixl:.0f} MB/s")
         n0 = min(best)
         rows0 = [r for r in report.tables["kv_stages"].rows if r["tokens"] == n0]
-        b0 = min(rows0, key=lambda r: r["miss lookup ms"])
-        report.target("P2P lookup", "<= 10 ms", f"{b0['miss lookup ms']:.1f} ms at {n0} tokens ({b0['variant']})",
-                      b0["miss lookup ms"] <= 10,
+        # A miss never moves bytes, so every variant measures the same round trip: take their median.
+        miss = statistics.median(r["miss lookup ms"] for r in rows0)
+        report.target("P2P lookup", "<= 10 ms", f"{miss:.1f} ms at {n0} tokens (median of all variants)", miss <= 10,
                       f"a lookup the peer answers with a miss (no transfer); a hit's lookup, which includes the "
-                      f"NIXL READ, took {best[n0]['lookup ms']:.0f} ms")
+                      f"NIXL READ, took {best[n0]['lookup ms']:.0f} ms ({best[n0]['variant']})")
     ratios = report.facts.get("engine_ratio", {})
     if ratios:
         n0 = min(n for n, _ in ratios)
-        r = min(v for (n, _), v in ratios.items() if n == n0)
-        report.target("pull vs recompute from 1k tokens", "<= 0.5x", f"{r:.2f}x at {n0} tokens", r <= 0.5,
-                      "engine TTFT, best transport")
+        # Judged on shm, the fleet default; pickle is shown beside it.
+        r, other = ratios.get((n0, "shm"), float("nan")), ratios.get((n0, "pickle"), float("nan"))
+        report.target("pull vs recompute from 1k tokens", "<= 0.5x", f"{r:.2f}x at {n0} tokens (shm)", r <= 0.5,
+                      f"engine TTFT pulled / recomputed, medians; pickle reader in the same run {other:.2f}x")
