@@ -263,10 +263,9 @@ def _engine_crossover(report, ctx, lengths: list[int], repeats: int) -> None:
 
     t = report.table("kv_engine", "Engine TTFT: pulled from the peer vs recomputed (ms, medians)",
                      ["tokens", "reader transport", "TTFT pulled ms", "TTFT recompute ms", "cached tokens",
-                      "engine LMCache ops ms", "pull / recompute"], plot=None)
-    report.note(t, "engine LMCache ops: lookup + retrieve + store seconds from the reader engine's "
-                "p2p_engine_lmcache_op_seconds, over both its requests (the pull and the recompute's miss lookup "
-                "and store)")
+                      "engine lookup ms", "engine retrieve ms", "engine store ms", "pull / recompute"], plot=None)
+    report.note(t, "engine lookup/retrieve/store: seconds in p2p_engine_lmcache_op_seconds of the reader engine over "
+                "both its requests (the pull, and the recompute's miss lookup and store)")
     (na, ia), (nb, ib) = ctx.fleet.instances()[:2]
     urls = {ia.id: ctx.engine_url(na, ia), ib.id: ctx.engine_url(nb, ib)}
     per: dict[tuple[int, str], list] = {}
@@ -277,25 +276,29 @@ def _engine_crossover(report, ctx, lengths: list[int], repeats: int) -> None:
             for a, b, transport in ((ib.id, ia.id, "shm"), (ia.id, ib.id, "pickle")):
                 before = _engine_op_seconds(urls[b])
                 per.setdefault((n, transport), []).extend(measure(ctx, [n], 1, a=a, b=b))
-                ops.setdefault((n, transport), []).append(_engine_op_seconds(urls[b]) - before)
+                after = _engine_op_seconds(urls[b])
+                ops.setdefault((n, transport), []).append({op: after[op] - before.get(op, 0.0) for op in after})
     for (n, transport), rows in per.items():
         pulled = statistics.median(r.ttft_pulled_b_s for r in rows) * 1e3
         recompute = statistics.median(r.ttft_recompute_b_s for r in rows) * 1e3
         report.add_row(t, **{"tokens": n, "reader transport": transport, "TTFT pulled ms": pulled,
                              "TTFT recompute ms": recompute,
                              "cached tokens": int(statistics.median(r.cached_tokens_b for r in rows)),
-                             "engine LMCache ops ms": statistics.median(ops[(n, transport)]) * 1e3,
+                             **{f"engine {op} ms": statistics.median(o.get(op, 0.0) for o in ops[(n, transport)]) * 1e3
+                                for op in ("lookup", "retrieve", "store")},
                              "pull / recompute": pulled / recompute})
         report.facts.setdefault("engine_ratio", {})[(n, transport)] = pulled / recompute
 
 
-def _engine_op_seconds(url: str) -> float:
+def _engine_op_seconds(url: str) -> dict[str, float]:
+    """The engine's p2p_engine_lmcache_op_seconds_sum per op (lookup, retrieve, store)."""
     import requests
 
     from p2p_ops.probes import parse_metrics
 
     text = requests.get(url + "/metrics", timeout=10).text
-    return sum(v for name, _, v in parse_metrics(text) if name == "p2p_engine_lmcache_op_seconds_sum")
+    return {labels.get("op", "?"): v for name, labels, v in parse_metrics(text)
+            if name == "p2p_engine_lmcache_op_seconds_sum"}
 
 
 def _targets(report, lengths: list[int]) -> None:
