@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm lint clean
+.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm lint clean bench bench-quick
 
 setup: $(STAMP)
 
@@ -56,9 +56,17 @@ test-vllm: setup-vllm
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
 
+# Benchmarks print figures with ratios and write bench/results/<stamp>/ (and bench/results/latest.md);
+# they never fail on timings. bench-quick stays under 10 minutes on a 2-core box; bench adds vLLM.
+bench: setup
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m bench
+
+bench-quick: setup
+	$(PY) -m bench --quick
+
 lint: setup
 	shellcheck .ci/run $$(git ls-files '*.sh' ':!tests/fixtures')
-	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts
+	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts bench
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ROUTER_VENV) p2p-run

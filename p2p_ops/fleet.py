@@ -120,6 +120,12 @@ class Settings(_Strict):
     def _server_args(cls, v: list[str]) -> list[str]:
         return _check_server_args(v)
 
+    # Engine <-> local server KV bytes through the server's L1 pool mapped as POSIX shared memory
+    # (lmcache server --shm-name) instead of pickled tensors over ZMQ: bench/kv_path.py measured the
+    # retrieve 5-8x faster. Needs l1_size_gb free in /dev/shm (else the server falls back to pickle).
+    # Opt-in: the retrieve step is faster, but end to end at 1k tokens it did not win yet (issue 14 notes).
+    shm_transport: bool = False
+
     @field_validator("l1_align_bytes")
     @classmethod
     def _power_of_two(cls, v: int) -> int:
@@ -147,6 +153,7 @@ class InstanceSettings(_Strict):
     @classmethod
     def _server_args(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         return None if v is None else _check_server_args(v)
+    shm_transport: Optional[bool] = None
 
 
 class EngineSettings(_Strict):
@@ -353,6 +360,13 @@ class Fleet(_Strict):
     def effective_settings(self, inst: Instance) -> Settings:
         overrides = inst.settings.model_dump(exclude_none=True)
         return self.settings.model_copy(update=overrides)
+
+    def shm_name(self, inst: Instance) -> str:
+        """The --shm-name of the instance's server ("" = pickled tensors). The port keeps it unique among
+        fleets on one host: a server unlinks any segment of its name at start."""
+        if not self.effective_settings(inst).shm_transport:
+            return ""
+        return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}"
 
     def coordinator_node(self) -> Node:
         if self.coordinator.node:

@@ -467,6 +467,17 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
 
 # ---- down --------------------------------------------------------------------------------------------
 
+def _remove_shm(ctx: FleetContext, only: Optional[str]) -> None:
+    """A server stopped cleanly unlinks its shared-memory L1 pool; a killed one leaves it (its size in RAM)."""
+    def on_node(node: Node) -> None:
+        names = [f"/dev/shm/lmcache_l1_pool_{ctx.fleet.shm_name(i)}" for i in node.instances
+                 if ctx.fleet.shm_name(i)]
+        if names:
+            ctx.conn(node).run("rm -f " + " ".join(shlex.quote(n) for n in names), timeout=30)
+
+    ctx.for_each_node(on_node, only)
+
+
 def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None,
          roles: tuple[str, ...] = ROLES) -> dict[str, str]:
     """Stop engines, then servers (they deregister), then the coordinator. Idempotent; `roles` limits it."""
@@ -498,6 +509,8 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
 
     stop_role("engine")
     stop_role("server")
+    if "server" in roles:
+        _remove_shm(ctx, only)
     cnode = ctx.fleet.coordinator_node()
     if "coordinator" not in roles or (only is not None and only != cnode.name):
         return outcome

@@ -164,7 +164,7 @@ def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[
                    v=fleet.vllm, instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
                    kv_transfer_config=kv_transfer_config(node, inst), vllm_python=vllm_python(fleet, node),
                    vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model,
-                   kv_events_config=kv_events_config(fleet, node, inst))
+                   kv_events_config=kv_events_config(fleet, node, inst), shm_name=fleet.shm_name(inst))
         files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
         for role in ("server", "engine"):
             files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",

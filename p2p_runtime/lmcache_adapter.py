@@ -24,9 +24,18 @@ import torch
 
 logger = logging.getLogger(__name__)
 
+# How the engine waits for a lookup's prefetch (which includes any P2P pull into the server's L1):
+# "poll" asks QUERY_PREFETCH_STATUS with backoff; "wait" sends one WAIT_PREFETCH_STATUS that the
+# server answers as soon as the result is published (LMCache's SGLang adapter does this). "wait"
+# holds one of the server's BLOCKING worker threads, the pool that also answers peers'
+# p2p_lookup_and_lock: with --max-workers 1 two servers pulling from each other stall until the
+# wait slice ends. bench/kv_path.py measured no clear gain on a 2-core box, so "poll" stays default.
+LOOKUP_WAIT_MODES = ("wait", "poll")
 # Short first poll, then back off: local hits finish in ~1-5 ms, P2P pulls in tens of ms.
 _POLL_FIRST_S = 0.002
 _POLL_MAX_S = 0.02
+# One server-side wait is capped so a worker thread of a server with few workers is never held long.
+_WAIT_SLICE_S = 0.5
 # Best-effort cleanup RPCs (unregister, end_session after a failure) must not stall anything.
 _CLEANUP_TIMEOUT_S = 0.5
 
@@ -80,7 +89,13 @@ class LMCacheAdapter:
         registration: KVRegistration,
         timeout_s: float = 2.0,
         reconnect_interval_s: float = 2.0,
+        lookup_wait: str = "poll",
     ) -> None:
+        if lookup_wait not in LOOKUP_WAIT_MODES:
+            raise ValueError(f"lookup_wait {lookup_wait!r}: use one of {', '.join(LOOKUP_WAIT_MODES)}")
+        self.lookup_wait = lookup_wait
+        # Stage timings of the last lookup/retrieve (seconds), for benchmarks and debug logs.
+        self.last_timings: dict[str, float] = {}
         self.url = url
         self.reg = registration
         self.timeout_s = timeout_s
@@ -145,19 +160,39 @@ class LMCacheAdapter:
         conn = self._require("lookup")
         cs = conn.chunk_size
         key = self._key(token_ids[: max_chunks * cs], 0, max_chunks * cs, session, None)
+        started = time.monotonic()
         self._call(conn, "lookup", lambda: conn.request_client.lookup(key, 1))
-        deadline = time.monotonic() + self.timeout_s
-        delay = _POLL_FIRST_S
+        submitted = time.monotonic()
+        hits, rpcs = self._wait_prefetch(conn, session, submitted + self.timeout_s)
+        done = time.monotonic()
+        self.last_timings = {"lookup_submit": submitted - started, "lookup_wait": done - submitted,
+                             "lookup_rpcs": float(rpcs)}
+        logger.debug("%s: lookup %d/%d chunks in %.1f ms (%s, %d status RPCs)", session, hits,
+                     max_chunks, (done - started) * 1e3, self.lookup_wait, rpcs)
+        return min(hits, max_chunks)
+
+    def _wait_prefetch(self, conn: _Connection, session: str, deadline: float) -> tuple[int, int]:
+        """Hit chunks once the server's prefetch is done, and how many status RPCs that took."""
+        poll = self.lookup_wait == "poll"
+        delay, rpcs = _POLL_FIRST_S, 0
         while True:
-            hits = self._call(conn, "lookup",
-                              lambda: conn.request_client.query_prefetch_status(session))
+            # Half the RPC timeout at most, so a slow answer is never taken for a dead server.
+            wait = min(deadline - time.monotonic(), _WAIT_SLICE_S, self.timeout_s / 2)
+            if poll or wait <= 0:
+                hits = self._call(conn, "lookup",
+                                  lambda: conn.request_client.query_prefetch_status(session))
+            else:
+                hits = self._call(conn, "lookup",
+                                  lambda: conn.request_client.wait_prefetch_status(session, wait))
+            rpcs += 1
             if hits is not None:
-                return min(int(hits), max_chunks)
-            if time.monotonic() + delay > deadline:
+                return int(hits), rpcs
+            if time.monotonic() + (delay if poll else 0) > deadline:
                 raise LMCacheError("lookup", "prefetch_timeout",
                                    f"no result within {self.timeout_s:.1f}s")
-            time.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX_S)
+            if poll:
+                time.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX_S)
 
     def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
                  block_ids: list[int]) -> None:
@@ -165,9 +200,13 @@ class LMCacheAdapter:
         conn = self._require("retrieve")
         end = num_chunks * conn.chunk_size
         key = self._key(token_ids[:end], 0, end, session, 0)
+        started = time.monotonic()
         ok = self._transfer(conn, "retrieve", lambda: conn.transfer_context.submit_retrieve(
             session, key, self.reg.tensors, [block_ids], None, self._blocks_per_chunk(conn),
             skip_first_n_tokens=0))
+        self.last_timings["retrieve"] = time.monotonic() - started
+        logger.debug("%s: retrieved %d tokens in %.1f ms (%s)", session, end,
+                     self.last_timings["retrieve"] * 1e3, conn.transport)
         if not ok:
             raise LMCacheError("retrieve", "failed", f"server returned no data for {end} tokens")
 

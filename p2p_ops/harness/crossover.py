@@ -30,8 +30,10 @@ class CrossoverRow:
 
 
 def measure(ctx, lengths: list[int], repeats: int = 3, seed: Optional[int] = None,
-            progress: Callable[[str], None] = lambda _: None) -> list[CrossoverRow]:
-    (na, ia), (nb, ib) = pick_pair(ctx, None, None)
+            progress: Callable[[str], None] = lambda _: None, a: Optional[str] = None,
+            b: Optional[str] = None) -> list[CrossoverRow]:
+    """A computes each prefix cold, B pulls it; A and B are instance ids (default: pick_pair's)."""
+    (na, ia), (nb, ib) = pick_pair(ctx, a, b)
     a, b = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
     model = ctx.fleet.model
     seed = seed if seed is not None else int(time.time()) % 10**6

@@ -1,0 +1,44 @@
+"""A temporary local fleet on free loopback ports, always taken down (the servers busy-poll a core)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import yaml
+
+
+@contextmanager
+def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[dict[str, Any]]] = None,
+                timings: Optional[dict[str, float]] = None, **fleet_overrides: Any) -> Iterator[Any]:
+    """Yield a launched FleetContext of n embedded-engine nodes; `instance_settings[i]` overrides node i.
+
+    `timings` (if given) receives the seconds `up` and `wait` took.
+    """
+    from p2p_ops import launch
+    from p2p_ops.fleet import local_fleet as fleet_data
+    from tests.conftest import free_port_base
+
+    data = fleet_data(n, name=name, base=free_port_base(n))
+    for i, extra in enumerate(instance_settings or []):
+        if extra:
+            data["nodes"][i]["instances"][0]["settings"] = dict(extra)
+    for key, value in fleet_overrides.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+        path = Path(tmp) / "fleet.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        ctx = launch.FleetContext.load(path)
+        try:
+            t = time.monotonic()
+            launch.up(ctx)
+            up_s = time.monotonic() - t
+            launch.wait(ctx, timeout=180)
+            if timings is not None:
+                timings.update(up_s=up_s, wait_s=time.monotonic() - t - up_s)
+            yield ctx
+        finally:
+            launch.down(ctx)

@@ -1,0 +1,61 @@
+"""The benchmark runner writes well-formed output and keeps finished rows when a later benchmark fails.
+
+Timings are never asserted: benchmarks print, tests only check the shape of what they write.
+"""
+
+import csv
+import json
+
+from bench import __main__ as runner
+from bench.report import Report
+
+
+def _ok(report):
+    t = report.table("demo", "Demo table", ["x", "y"], plot=("x", ["y"], "ms", False))
+    report.add_row(t, x=1, y=2.5)
+    report.add_row(t, x=2, y=float("nan"))
+    report.target("demo target", "<= 3", "2.5", True)
+
+
+def _boom(report):
+    raise RuntimeError("later benchmark failed")
+
+
+def test_runner_keeps_rows_of_finished_benchmarks(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "BENCHES", {"ok": _ok, "boom": _boom})
+    monkeypatch.setattr(runner, "FULL_ONLY", {})
+    code = runner.main(["--tiny", "--out", str(tmp_path)])
+    assert code == 1  # a failed benchmark is reported, not hidden
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["size"] == "tiny"
+    assert data["box"]["nproc"] and data["box"]["loadavg"]
+    assert data["tables"]["demo"]["rows"][0] == {"x": 1, "y": 2.5}
+    assert "boom" in data["failures"] and "later benchmark failed" in data["failures"]["boom"]
+    rows = list(csv.DictReader((tmp_path / "demo.csv").open()))
+    assert [r["x"] for r in rows] == ["1", "2"]
+    md = (tmp_path / "results.md").read_text()
+    assert "| x | y |" in md and "| 1 | 2.50 |" in md and "n/a" in md
+    assert "demo target" in md and "reached" in md and "load average" in md
+    assert (tmp_path / "demo.png").stat().st_size > 0
+
+
+def test_rows_are_flushed_as_they_come(tmp_path):
+    report = Report(tmp_path, size="tiny", echo=lambda _: None)
+    t = report.table("t", "T", ["a"])
+    report.add_row(t, a=1)
+    # Before finish(): an interrupted run still has its rows on disk.
+    assert json.loads((tmp_path / "results.json").read_text())["tables"]["t"]["rows"] == [{"a": 1}]
+
+
+def test_instant_server_answers_the_harness_client(tmp_path):
+    import sys
+
+    from bench.procs import free_port, process
+    from p2p_ops.harness.openai_client import complete
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with process([sys.executable, "-m", "bench.instant_server", str(port)], url + "/v1/models",
+                 tmp_path / "s.log", timeout_s=30):
+        c = complete(url, "tiny-llm", "hi", max_tokens=1)
+    assert c.ok and c.text == "a" and c.completion_tokens == 1
