@@ -480,6 +480,9 @@ def _router_checks(fleet: Fleet, used: dict[tuple[str, int], str]) -> None:
     if not fleet.router.enabled:
         return
     node = fleet.router_node()
+    if fleet.router.venv and not fleet.router.venv.startswith("/"):
+        raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
+                       "in its own run folder)")
     wanted = [(node, "router.port", fleet.router.port, "the router"),
               (node, "router.prometheus_port", fleet.router.prometheus_port, "the router's Prometheus port")]
     if fleet.kv_events_on:

@@ -54,6 +54,24 @@ def free_port_base(n_nodes: int, attempts: int = 200) -> dict[str, int]:
     raise RuntimeError("no free port range found")
 
 
+def tool_venv(env_var: str, default: str) -> Path:
+    """A tool's own venv (vLLM, vllm-router): absolute, since engines and routers start in their run folders."""
+    return Path(os.environ.get(env_var, REPO / default)).resolve()
+
+
+def skip_tier_without(venv: Path, stamp: str, require_var: str, make_target: str, tier_dir: Path, items) -> None:
+    """Skip a tier's tests when its venv was never set up (naming the make target), or fail the run when
+    `require_var`=1 (CI), where a missing environment must not pass as a skip."""
+    if (venv / stamp).is_file():
+        return
+    if os.environ.get(require_var) == "1":
+        raise pytest.UsageError(f"{require_var}=1 but {venv} is not set up: run `make {make_target}`")
+    skip = pytest.mark.skip(reason=f"no environment at {venv}: run `make {make_target}`")
+    for item in items:
+        if tier_dir in Path(item.fspath).parents:
+            item.add_marker(skip)
+
+
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
     from p2p_ops.fleet import local_fleet
 

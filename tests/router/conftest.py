@@ -7,30 +7,21 @@ where a missing router environment is a failure.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
-import pytest
 import yaml
 
 from p2p_ops import launch
 from p2p_ops.bench.placement import port_plan
 from p2p_ops.fleet import local_fleet
-from tests.conftest import REPO
+from tests.conftest import skip_tier_without, tool_venv
 
-ROUTER_VENV = Path(os.environ.get("P2P_ROUTER_VENV", REPO / ".venv-router"))
+ROUTER_VENV = tool_venv("P2P_ROUTER_VENV", ".venv-router")
 
 
 def pytest_collection_modifyitems(config, items):
-    if (ROUTER_VENV / ".p2p-router-setup-done").is_file():
-        return
-    if os.environ.get("P2P_REQUIRE_ROUTER") == "1":
-        raise pytest.UsageError(f"P2P_REQUIRE_ROUTER=1 but {ROUTER_VENV} is not set up: run `make setup-router`")
-    here = Path(__file__).parent
-    skip = pytest.mark.skip(reason=f"no router environment at {ROUTER_VENV}: run `make setup-router`")
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(skip)
+    skip_tier_without(ROUTER_VENV, ".p2p-router-setup-done", "P2P_REQUIRE_ROUTER", "setup-router",
+                      Path(__file__).parent, items)
 
 
 def write_router_fleet(path: Path, policy: str, name: str = "rt") -> Path:

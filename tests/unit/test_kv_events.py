@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 import socket
 import subprocess
 import time
@@ -18,9 +17,9 @@ from p2p_runtime import kv_events as kv
 from p2p_runtime.api import create_app
 from p2p_runtime.config import ConfigError, EngineConfig
 from p2p_runtime.core import EngineCore
-from tests.conftest import REPO
+from tests.conftest import tool_venv
 
-VLLM_PYTHON = Path(os.environ.get("P2P_VLLM_VENV", REPO / ".venv-vllm")) / "bin" / "python"
+VLLM_PYTHON = tool_venv("P2P_VLLM_VENV", ".venv-vllm") / "bin" / "python"
 
 
 def free_port() -> int:

@@ -133,3 +133,12 @@ def test_bench_verbs_refuse_bad_input_in_one_line(p2pctl, argv, words):
     code, out, err = p2pctl(*argv)
     assert code == 2
     assert all(w in err for w in words) and len(err.strip().splitlines()) == 1, err
+
+
+def test_relative_router_venv_is_refused():
+    from p2p_ops.errors import BadInput
+
+    data = local_fleet(2, name="r")
+    data["router"] = {"enabled": True, "venv": ".venv-router"}
+    with pytest.raises(BadInput, match="router.venv: '.venv-router' is relative"):
+        parse_fleet(data)

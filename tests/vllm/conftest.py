@@ -16,25 +16,17 @@ import yaml
 
 from p2p_ops import launch
 from p2p_ops.fleet import local_fleet
-from tests.conftest import REPO, free_port_base
+from tests.conftest import free_port_base, skip_tier_without, tool_venv
 
-# Absolute: the fleet spec refuses a relative venv (engines start in their own run folders).
-VLLM_VENV = Path(os.environ.get("P2P_VLLM_VENV", REPO / ".venv-vllm")).resolve()
+VLLM_VENV = tool_venv("P2P_VLLM_VENV", ".venv-vllm")
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 # vLLM needs 25-90 s to become healthy on an idle 2-core box; a busy CI box takes longer.
 VLLM_UP_TIMEOUT = 600.0
 
 
 def pytest_collection_modifyitems(config, items):
-    if (VLLM_VENV / ".p2p-vllm-setup-done").is_file():
-        return
-    if os.environ.get("P2P_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError(f"P2P_REQUIRE_VLLM=1 but {VLLM_VENV} is not set up: run `make setup-vllm`")
-    here = Path(__file__).parent
-    skip = pytest.mark.skip(reason=f"no vLLM environment at {VLLM_VENV}: run `make setup-vllm`")
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(skip)
+    skip_tier_without(VLLM_VENV, ".p2p-vllm-setup-done", "P2P_REQUIRE_VLLM", "setup-vllm", Path(__file__).parent,
+                      items)
 
 
 @pytest.fixture(scope="session")
