@@ -232,9 +232,14 @@ class SSHConnector:
 
         conn = self._open()
         remote = "bash -c " + shlex.quote(command)
+        start = time.monotonic()
         try:
             res = conn.run(remote, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
             result = Result(self.host, command, res.exited, res.stdout, res.stderr)
+            if res.exited == -1 and time.monotonic() - start >= timeout:
+                # invoke can lose the race between its timer and the closed channel: no exit status after the
+                # timeout is that timeout.
+                result = Result(self.host, command, 124, res.stdout, f"timed out after {timeout:.0f} s")
         except CommandTimedOut as exc:
             out = exc.result.stdout if exc.result is not None else ""
             result = Result(self.host, command, 124, out, f"timed out after {timeout:.0f} s")
