@@ -86,9 +86,8 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
     rows = [("host", f"{p.host.get('hostname', '')} (kernel {p.host.get('kernel', '')})")]
     py = p.python
     if py is not None and py.present:
-        pk = py.packages
         rows.append(("python", f"{py.version} {py.executable}"))
-        rows.append(("lmcache / nixl / vllm", " / ".join(pk.get(k) or "-" for k in ("lmcache", "nixl", "vllm"))))
+        rows.append(("lmcache / nixl / vllm", " / ".join(py.version_of(k) or "-" for k in ("lmcache", "nixl", "vllm"))))
     else:
         rows.append(("python", py.error if py else "-"))
     gpus = p.gpus
@@ -96,7 +95,7 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
                  ", ".join(f"{g.index}: {g.name} ({g.memory_total_mib} MiB)" for g in gpus) or "none"))
     rows.append(("RDMA", ", ".join(
         f"{d.name} (NUMA {d.numa_node if d.numa_node is not None else '?'}; "
-        + ", ".join(f"port {n} {pt.state} {pt.link_layer} {pt.rate}".strip() for n, pt in sorted(d.ports.items()))
+        + ", ".join(f"port {pt.port} {pt.state} {pt.link_layer} {pt.rate}".strip() for pt in d.ports)
         + (f"; {','.join(d.netdevs)}" if d.netdevs else "") + ")" for d in p.rdma) or "none"))
     free = [pc for pc in p.ports if pc.state == "free"]
     other = [f"{pc.port} {pc.role}: {pc.state} ({pc.holder})" for pc in p.ports if pc.state != "free"]

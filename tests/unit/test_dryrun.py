@@ -94,8 +94,10 @@ def test_local_embedded_fleet_writes_locally(tmp_path):
     assert not ctx.layout.root.exists(), "a dry run must not write the run folder"
 
 
-def test_env_values_reads_quoted_exports():
-    env = dryrun.env_values("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n")
+def test_env_sh_parser_reads_quoted_exports():
+    from p2p_ops.facts.envfile import parse_env_sh
+
+    env = parse_env_sh("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n")
     assert env == {"A": "plain", "B": "a b'c", "D": ""}
 
 
