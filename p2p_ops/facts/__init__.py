@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, connector_runner, run_local
+from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, run_local
 from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO
 from p2p_ops.facts.limits import LSMOD, ULIMIT_L
 from p2p_ops.facts.rdma_link import RDMA_LINK
@@ -28,5 +28,5 @@ def recorded_runner(directory: Path) -> RecordedRunner:
 
 
 __all__ = [
-    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "connector_runner", "recorded_runner", "run_local",
+    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "recorded_runner", "run_local",
 ]

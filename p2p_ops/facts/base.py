@@ -7,8 +7,8 @@ runner returns the connectors' `Result`:
 - `run_local`: subprocess on this host, bounded by a timeout; a missing binary is exit 127, never an exception.
 - `RecordedRunner(dir)`: answers from `<dir>/<fact-name>.txt` (and optional `<fact-name>.rc`), which is how a
   captured host snapshot (a fixture tree, or a bundle) is replayed.
-- `connector_runner(conn)`: one command through a node's connector (local or SSH).
-- Many facts of one node in one round trip: `p2p_ops.facts.sections.read_node(conn, {label: fact})`.
+- On a fleet node (local or SSH), through its connector: `p2p_ops.facts.sections.read_node(conn, {label: fact})`
+  runs many facts in one round trip.
 
 Add a fact as a module-level `CommandFact(name, argv, parse)` (or a function that builds one, when it takes a
 path or a pid) next to its parser; list host-wide tool facts in `p2p_ops.facts.COMMAND_FACTS`.
@@ -78,12 +78,6 @@ class RecordedRunner:
         rc = int(rc_path.read_text().strip()) if rc_path.is_file() else 0
         return Result(where, shlex.join(argv), rc, path.read_text(errors="replace"), "")
 
-
-def connector_runner(conn, timeout_s: float = 30.0) -> Runner:
-    """A runner over a node's connector (`p2p_ops.connectors`): the same facts, read on a remote node."""
-    def run(argv: Sequence[str]) -> Result:
-        return conn.run(shlex.join(argv), timeout=timeout_s)
-    return run
 
 
 @dataclass(frozen=True)
