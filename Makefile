@@ -64,9 +64,12 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench --quick
 
+# The layering (import-linter contracts in pyproject.toml) and no import cycle at all, lazy imports included.
 lint: setup
 	shellcheck .ci/run $$(git ls-files '*.sh' ':!tests/fixtures')
 	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts bench
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q tests/unit/test_import_graph.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ROUTER_VENV) p2p-run

@@ -25,9 +25,10 @@ def _timed(fn) -> float:
 
 
 def run(report) -> None:
-    from p2p_ops import bundle, launch, testbed
+    from p2p_ops import bundle, launch
     from p2p_ops.diagnose import doctor
     from tests.multinode.conftest import free_base_on, free_port_on
+    from tests.support import testbed
 
     if not os.access("/usr/sbin/sshd", os.X_OK):
         report.failed("fleet", "needs /usr/sbin/sshd for the SSH testbed (apt-get install openssh-server)")

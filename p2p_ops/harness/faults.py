@@ -36,7 +36,7 @@ from p2p_ops import launch, procs
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.report import percentile
+from p2p_ops.stats import percentile
 
 Progress = Callable[[str], None]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch, testbed
+from p2p_ops import launch
+from tests.support import testbed
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, write_ssh_fleet
 
 pytestmark = [pytest.mark.multinode, needs_sshd, needs_engine]
