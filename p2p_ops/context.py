@@ -36,8 +36,14 @@ class FleetContext:
         path = Path(fleet_file)
         fleet = load_fleet(path)
         ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
-        auth.register_fleet(ctx)  # every client of this process now sends the engines' API key
+        ctx._register_api_key()
         return ctx
+
+    def _register_api_key(self) -> None:
+        """Every client of this process now sends the engines' API key (to the engines only)."""
+        if self.fleet.api_key:
+            for node, inst in self.fleet.instances():
+                auth.register(self.engine_url(node, inst), self.fleet.api_key)
 
     def __enter__(self) -> FleetContext:
         return self

@@ -23,6 +23,7 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 # them (an instance `coordinator` would overwrite the coordinator's env.sh).
 RESERVED_IDS = ("coordinator", "prometheus", "tests", "bundles")
 
+
 def _check_id(value: str) -> str:
     if not ID_PATTERN.fullmatch(value):
         raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
@@ -200,4 +201,5 @@ def is_loopback(address: str) -> bool:
 
 
 def host_key(address: str) -> str:
+    """The name a host's ports are counted under (localhost and 127.0.0.1 are one host)."""
     return "127.0.0.1" if address == "localhost" else address
