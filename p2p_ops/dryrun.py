@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from p2p_ops import readiness
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.facts.envfile import parse_env_sh
 from p2p_ops.fleet import Node
@@ -81,7 +82,7 @@ def _reach_line(node: Node) -> str:
     return f"bash -c true   (ssh {user}{node.address}{port}; {', '.join(extra + [keys])})"
 
 
-def _on_disk(ctx, rendered: list[RenderedFile]) -> list[RenderedFile]:
+def _on_disk(ctx: FleetContext, rendered: list[RenderedFile]) -> list[RenderedFile]:
     """The files `up --no-render` would use: this machine's copies under the run folder, as they are."""
     out = []
     for f in rendered:
@@ -92,7 +93,7 @@ def _on_disk(ctx, rendered: list[RenderedFile]) -> list[RenderedFile]:
     return out
 
 
-def plan(ctx, only: str | None = None, rerender: bool = True,
+def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
          roles: tuple[str, ...] = ("coordinator", "server", "engine")) -> dict[str, list[str]]:
     """Per node name, the ordered commands `up` would run there (same `only`, `rerender`, `roles`)."""
     fleet = ctx.fleet

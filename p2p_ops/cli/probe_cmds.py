@@ -13,6 +13,7 @@ from rich.table import Table
 
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
 from p2p_ops.cli.output import console, show
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.nodeprobe import NodeProbe, probe_fleet
 from p2p_ops.nodeprobe.bootstrap import bootstrap_node, needs_bootstrap
@@ -31,8 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         if args.node is not None and args.node not in {n.name for n in ctx.fleet.nodes}:
             from p2p_ops.errors import BadInput
 
@@ -44,8 +44,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
             boot = _bootstrap(ctx, probes)
             if boot:
                 probes = probe_fleet(ctx, args.node)
-    finally:
-        ctx.close()
     if args.json:
         out = {"fleet": ctx.fleet.name, "ok": all(p.ok for p in probes.values()),
                "nodes": {name: p.to_json() for name, p in probes.items()}}
@@ -62,7 +60,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return EXIT_OK if all(p.ok for p in probes.values()) else EXIT_CHECK_FAILED
 
 
-def _bootstrap(ctx, probes: dict[str, NodeProbe]) -> dict[str, str]:
+def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str]:
     todo = [n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])]
     done: dict[str, str] = {}
     if not todo:

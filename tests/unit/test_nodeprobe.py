@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 
-from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.fleet import local_fleet, parse_fleet
 from p2p_ops.facts import sections
@@ -263,7 +263,7 @@ def test_p2pctl_probe_names_an_unknown_node(tmp_path, p2pctl):
 
 def test_probe_reports_a_node_it_cannot_reach_and_still_the_others(tmp_path, monkeypatch):
     fleet_file = write_local_fleet(tmp_path / "fleet.yaml", 2, name="pr")
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
 
     class Down(LocalConnector):
         def run(self, command, timeout=60, check=False):
