@@ -32,14 +32,16 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import probes
-from p2p_ops.errors import BadInput
-from p2p_ops.layout import COORDINATOR
-from p2p_ops.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.connectors.base import Result
+from p2p_ops.context import FleetContext
+from p2p_ops.errors import BadInput
 from p2p_ops.facts import COMMAND_FACTS
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.sections import read_node
+from p2p_ops.fleet import Node
+from p2p_ops.layout import COORDINATOR
+from p2p_ops.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.render import bin_dir_for, vllm_python
 
 FORMAT = "p2p-bundle/1"
@@ -191,7 +193,7 @@ def _jsonable(value: Any) -> Any:
 HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)
 
 
-def node_facts(ctx, node) -> dict[str, CommandFact]:
+def node_facts(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
     """Everything the bundle reads on a node in one round trip: interpreters, host, every command fact."""
     batch: dict[str, CommandFact] = {"packages.json": python_env_fact(f"{bin_dir_for(node)}/python")}
     if ctx.fleet.runtime == "vllm":
@@ -231,7 +233,7 @@ def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) 
         w.missing(f"parsed fact {fact.name}", src, f"parser failed: {exc}")
 
 
-def _add_node(w: BundleWriter, ctx, node, states: dict[str, str]) -> None:
+def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
     conn = ctx.conn(node)
     lay = ctx.node_layout(node)
     base = f"nodes/{node.name}"
@@ -278,7 +280,7 @@ def _add_node(w: BundleWriter, ctx, node, states: dict[str, str]) -> None:
                       f"engine process {states.get(ctx.engine_proc(node, inst).name, 'unknown')}")
 
 
-def _add_coordinator(w: BundleWriter, ctx, states: dict[str, str]) -> None:
+def _add_coordinator(w: BundleWriter, ctx: FleetContext, states: dict[str, str]) -> None:
     cnode = ctx.fleet.coordinator_node()
     conn, lay = ctx.conn(cnode), ctx.node_layout(cnode)
     for name, what in (("env.sh", "coordinator env.sh"), ("start_coordinator.sh", "coordinator start wrapper")):
@@ -294,7 +296,7 @@ def _add_coordinator(w: BundleWriter, ctx, states: dict[str, str]) -> None:
                   f"coordinator process {states.get(ctx.coordinator_proc().name, 'unknown')}")
 
 
-def _add_router(w: BundleWriter, ctx) -> None:
+def _add_router(w: BundleWriter, ctx: FleetContext) -> None:
     """The router's env, wrapper, log, worker list and its own metrics (its Prometheus port, not /metrics)."""
     from p2p_ops import router as fleet_router
     from p2p_ops.render import ROUTER
@@ -314,7 +316,7 @@ def _add_router(w: BundleWriter, ctx) -> None:
         _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
-def _add_prometheus(w: BundleWriter, ctx) -> None:
+def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
     """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder."""
     from p2p_ops.connectors import LocalConnector
 
@@ -324,11 +326,11 @@ def _add_prometheus(w: BundleWriter, ctx) -> None:
             _add_remote(w, LocalConnector(), "local", str(pdir / name), f"prometheus/{name}", what)
 
 
-def default_path(ctx, stamp: str) -> Path:
+def default_path(ctx: FleetContext, stamp: str) -> Path:
     return ctx.layout.root / "bundles" / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
 
 
-def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
+def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
             force: bool = False) -> dict:
     """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
     from p2p_ops import procs

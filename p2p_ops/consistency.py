@@ -14,6 +14,7 @@ from typing import Optional
 
 from p2p_ops import probes
 from p2p_ops.agreement import ENGINE_MODEL_ENV, SERVER_ENV, Disagreement, disagreements, engine_model, values_from_env
+from p2p_ops.context import FleetContext
 from p2p_ops.facts.envfile import process_env_fact
 from p2p_ops.facts.sections import read_node
 
@@ -24,7 +25,7 @@ class PeerSettings:
     values: dict[str, Optional[str]] = field(default_factory=dict)   # must-agree key -> value (None: unread)
 
 
-def collect(ctx) -> list[PeerSettings]:
+def collect(ctx: FleetContext) -> list[PeerSettings]:
     """For every instance: /status chunk size and hash, plus its server's (and embedded engine's) environment."""
     out = []
     for node, inst in ctx.fleet.instances():

@@ -17,20 +17,17 @@ from pydantic import ValidationError
 
 from p2p_ops import ports as port_defaults
 from p2p_ops.errors import BadInput
+from p2p_ops.agreement import FLEET_WIDE_ONLY
 from p2p_ops.fleet_settings import (CPU_BLOCK_SIZE, CUDA_BLOCK_SIZE, ROUTER_POLICIES, SECRET_FIELDS, EngineSettings,
                                     InstanceSettings, PrometheusSettings, RouterSettings, Settings, VllmSettings)
 from p2p_ops.fleet_spec import Coordinator, Fleet, Instance, Node, Ports, host_key, is_loopback
 
 __all__ = [
-    "CPU_BLOCK_SIZE", "CUDA_BLOCK_SIZE", "FLEET_WIDE_ONLY", "ROUTER_POLICIES", "Coordinator", "EngineSettings",
+    "CPU_BLOCK_SIZE", "CUDA_BLOCK_SIZE", "ROUTER_POLICIES", "Coordinator", "EngineSettings",
     "Fleet", "Instance", "InstanceSettings", "Node", "Ports", "PrometheusSettings", "RouterSettings", "Settings",
     "VllmSettings", "dump_yaml", "load_fleet", "local_fleet", "parse_fleet",
 ]
 
-# Settings peers must agree on or they silently share nothing (DESIGN decision 6). They may only be set
-# fleet-wide; a per-instance override is refused (fleet_wide_only_message).
-FLEET_WIDE_ONLY = ("python_hash_seed", "chunk_size", "hash_algorithm", "l1_align_bytes", "model",
-                   "transfer_engine")
 
 
 # ---- loading ----------------------------------------------------------------------------------------
@@ -46,8 +43,8 @@ def _path_str(loc: tuple[Any, ...]) -> str:
 
 
 def fleet_wide_only_message(loc: tuple[Any, ...]) -> Optional[str]:
-    """The must-agree rule at load time: a FLEET_WIDE_ONLY key under an instance's settings is refused with
-    this message (None when `loc`, the path of an unknown key, is not one of them)."""
+    """The must-agree rule at load time (`p2p_ops.agreement`): a setting peers must agree on, put under an
+    instance's settings, is refused with this message (None when `loc`, the path of an unknown key, is not one)."""
     key = loc[-1] if loc else "?"
     if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
         setting = "model" if key == "model" else f"settings.{key}"

@@ -45,7 +45,7 @@ def main() -> int:
     if args.launch:
         import yaml
 
-        from p2p_ops.demo import free_base
+        from p2p_ops.cli.demo import free_base
         from p2p_ops.fleet import local_fleet
 
         tmp = tempfile.TemporaryDirectory(prefix="bench-p2p-")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from p2p_ops import probes
+from p2p_ops.context import FleetContext
 from p2p_ops.diagnose.tree_model import Tree
 
 LOG_MATCH_LIMIT = 5000
@@ -28,7 +29,7 @@ class Observation:
 class Evidence:
     """Everything the checks read, gathered at most once per run. `ctx` may be None (only --log files)."""
 
-    def __init__(self, ctx, tree: Tree, extra_logs: tuple[Path, ...] = (), reach: bool = True):
+    def __init__(self, ctx: FleetContext, tree: Tree, extra_logs: tuple[Path, ...] = (), reach: bool = True):
         self.ctx, self.tree, self.extra_logs, self.reach = ctx, tree, tuple(extra_logs), reach
         self._doctor = None
         self._logs: Optional[list[tuple[str, str, list[str]]]] = None

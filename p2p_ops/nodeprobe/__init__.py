@@ -17,6 +17,7 @@ from typing import Optional
 
 from p2p_ops import procs
 from p2p_ops.connectors.base import Result
+from p2p_ops.context import FleetContext
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.gpus import GPUS, Gpu
 from p2p_ops.facts.host import HOST
@@ -28,6 +29,7 @@ from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.fleet import Fleet, Node
+from p2p_ops.ports import port_plan
 from p2p_ops.render import bin_dir_for
 
 
@@ -75,14 +77,8 @@ class NodeProbe:
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
-    """(port, role, bind address) of everything the fleet will listen on at this node."""
-    out = []
-    if fleet.coordinator_node().name == node.name:
-        out.append((fleet.coordinator.port, "coordinator", fleet.coordinator.host))
-    for inst in node.instances:
-        for kind in ("mp", "http", "p2p", "engine"):
-            out.append((getattr(inst.ports, kind), f"{inst.id} {kind}", node.bind_host))
-    return out
+    """(port, role, bind address) of everything the fleet will listen on at this node (`ports.port_plan`)."""
+    return [(p.port, p.role, p.bind) for p in port_plan(fleet) if p.node == node.name]
 
 
 def check_ports(plan: list[tuple[int, str, str]], listeners: list[Listener],
@@ -107,7 +103,7 @@ def node_python(node: Node) -> str:
     return f"{bin_dir_for(node)}/python"
 
 
-def probe_node(ctx, node: Node) -> NodeProbe:
+def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
     """Run the probe on one node; connection failures become `error`, never an exception."""
     from p2p_ops.nodeprobe.verdict import judge_node
 
@@ -146,7 +142,7 @@ def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Resul
     result.model_cache = value("model")
 
 
-def probe_fleet(ctx, only: Optional[str] = None) -> dict[str, NodeProbe]:
+def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, NodeProbe]:
     """Probe every node in parallel, then compare them (versions must agree across peers)."""
     from p2p_ops.nodeprobe.verdict import judge_fleet
 

@@ -192,8 +192,8 @@ def test_unreachable_target_is_named_with_source_and_address():
 
 def test_ports_busy_before_launch_and_silent_after():
     a, b = inst("node-a-0", running=False), inst("node-b-0", running=False)
-    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0/server"),
-             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0/server")]
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http"),
+             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0", "http")]
     facts = fleet([a, b], running=False, ports=ports)
     rep = D.check(facts)
     assert rep.exit_code == 0 and [f.check for f in rep.findings] == ["ports"]  # every planned port is free
@@ -203,7 +203,7 @@ def test_ports_busy_before_launch_and_silent_after():
 
 
 def test_running_process_must_listen_on_its_ports():
-    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0/server")]
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http")]
     facts = fleet([inst("node-a-0"), inst("node-b-0")], ports=ports,
                   proc_states={"node-a-0/server": "running"})
     [f] = problems(D.check(facts), "port_listening")

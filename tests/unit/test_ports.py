@@ -1,11 +1,9 @@
-"""One port plan: the starter fleet's defaults and `port_plan`, which covers what the probe and the doctor plan."""
+"""One port plan: the starter fleet's defaults and `port_plan`, which the probe and the doctor read."""
 
 from __future__ import annotations
 
 from p2p_ops.context import FleetContext
-from p2p_ops.diagnose.doctor import planned_ports as doctor_plan
 from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
-from p2p_ops.nodeprobe import planned_ports as probe_plan
 from p2p_ops.ports import DEFAULT_BASE, default_base, local_fleet_ports, port_plan
 from p2p_ops.router import router_proc
 
@@ -31,19 +29,15 @@ def test_the_starter_fleet_uses_the_default_base_and_its_ports_are_the_planned_o
     assert default_base(1000)["engine"] == DEFAULT_BASE["engine"] + 1000
 
 
-def test_port_plan_covers_what_the_node_probe_plans(tmp_path):
+def test_port_plan_lists_every_instance_port_on_its_node_with_its_owner():
     fleet = parse_fleet(two_hosts())
     plan = port_plan(fleet)
-    for node in fleet.nodes:
-        assert [(p.port, p.role, p.bind) for p in plan if p.node == node.name] == probe_plan(fleet, node)
-
-
-def test_port_plan_covers_what_the_doctor_plans_and_names_the_owning_process(tmp_path):
-    path = tmp_path / "fleet.yaml"
-    path.write_text(dump_yaml(two_hosts()))
-    with FleetContext.load(path) as ctx:
-        expected = [(p.node, p.port, p.role, p.bind, p.owner) for p in doctor_plan(ctx)]
-    assert [(p.node, p.port, p.role, p.bind, p.process) for p in port_plan(ctx.fleet)] == expected
+    assert [(p.node, p.port, p.kind, p.process) for p in plan if p.instance == "node-c-1"] == [
+        ("node-c", 6000, "mp", "node-c-1/server"), ("node-c", 6001, "http", "node-c-1/server"),
+        ("node-c", 6002, "p2p", "node-c-1/server"), ("node-c", 6003, "engine", "node-c-1/engine")]
+    assert {p.bind for p in plan if p.node == "node-c"} == {"0.0.0.0"}
+    assert plan[0].kind == "coordinator" and plan[0].process == "coordinator/coordinator"
+    assert len(plan) == 1 + 4 * 4
 
 
 def test_a_router_adds_its_ports_and_the_engines_kv_event_ports(tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from p2p_ops.context import FleetContext
 from p2p_ops.diagnose.doctor.checks import check, wide_binds
 from p2p_ops.diagnose.doctor.gather import gather
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts, PlannedPort, Reach
@@ -32,7 +33,7 @@ __all__ = ["FleetFacts", "InstanceFacts", "NodeFacts", "PlannedPort", "Reach", "
            "run", "safe_env", "summary_lines", "wide_binds"]
 
 
-def run(ctx, reach: bool = True) -> tuple[FleetFacts, Report]:
+def run(ctx: FleetContext, reach: bool = True) -> tuple[FleetFacts, Report]:
     facts = gather(ctx, reach=reach)
     return facts, check(facts)
 

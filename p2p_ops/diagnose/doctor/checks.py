@@ -237,16 +237,16 @@ def _check_ports(report: Report, facts: FleetFacts) -> None:
             continue
         holders = [ln for ln in node.listeners if ln.port == p.port and
                    (ln.address in (p.bind, "*", "0.0.0.0", "::", "[::]") or p.bind in ("0.0.0.0", "*"))]
-        owner_running = facts.proc_states.get(p.owner) == "running"
+        owner_running = facts.proc_states.get(p.process) == "running"
         if owner_running and not holders:
             report.add("error", "port_listening", p.role,
-                       f"{p.bind}:{p.port}", f"{p.owner} runs but nothing listens on {p.bind}:{p.port} ({p.role})",
-                       f"read {p.owner}.log: the process may still be starting, or it failed to bind")
+                       f"{p.bind}:{p.port}", f"{p.process} runs but nothing listens on {p.bind}:{p.port} ({p.role})",
+                       f"read {p.process}.log: the process may still be starting, or it failed to bind")
         elif not owner_running and holders:
             who = holders[0].process or "another process"
             pid = f" pid {holders[0].pid}" if holders[0].pid else ""
             report.add("error", "port_busy", p.role, f"{p.bind}:{p.port} held by {who}{pid}",
-                       f"port {p.port} ({p.role}) on {p.node} is taken while {p.owner} is not running: it will "
+                       f"port {p.port} ({p.role}) on {p.node} is taken while {p.process} is not running: it will "
                        "fail to start", "stop what holds it, or pick another port in fleet.yaml and re-render")
     if not facts.any_running and len(report.problems) == before and facts.ports:
         report.add("info", "ports", "fleet", f"{len(facts.ports)} ports", "every planned port is free on its node")

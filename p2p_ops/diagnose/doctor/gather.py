@@ -15,7 +15,8 @@ from dataclasses import asdict
 
 from p2p_ops import probes, procs
 from p2p_ops.agreement import ENGINE_MODEL_ENV, SERVER_ENV
-from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts, PlannedPort
+from p2p_ops.context import FleetContext
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
@@ -26,29 +27,19 @@ from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.fleet import Instance, Node
 from p2p_ops.layout import COORDINATOR
+from p2p_ops.ports import port_plan
 from p2p_ops.render import bin_dir_for, render_fleet
 
+# The ports whose owner the doctor knows how to judge (the router's are its own business: `p2pctl router`).
+CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")
 # Read from the server's process environment (never the whole environment: it may hold secrets).
 SERVER_ENV_KEYS = SERVER_ENV + ("LMCACHE_COORDINATOR_URL", "LMCACHE_P2P_ADVERTISE_URL", "UCX_NET_DEVICES",
                                 "UCX_MAX_RMA_RAILS")
 
 
-def planned_ports(ctx) -> list[PlannedPort]:
-    fleet = ctx.fleet
-    cnode = fleet.coordinator_node()
-    out = [PlannedPort(cnode.name, fleet.coordinator.port, "coordinator", fleet.coordinator.host,
-                       ctx.coordinator_proc().name)]
-    for node, inst in fleet.instances():
-        for kind in ("mp", "http", "p2p"):
-            out.append(PlannedPort(node.name, getattr(inst.ports, kind), f"{inst.id} {kind}", node.bind_host,
-                                   ctx.server_proc(node, inst).name))
-        out.append(PlannedPort(node.name, inst.ports.engine, f"{inst.id} engine", node.bind_host,
-                               ctx.engine_proc(node, inst).name))
-    return out
-
-
-def _reach_targets(ctx, facts: FleetFacts) -> list[tuple[str, str, int]]:
+def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str, int]]:
     """(label, host, port) of everything peers connect to; only where the owner runs."""
     targets: dict[tuple[str, int], str] = {}
     fleet = ctx.fleet
@@ -68,7 +59,7 @@ def _reach_targets(ctx, facts: FleetFacts) -> list[tuple[str, str, int]]:
     return [(label, h, p) for (h, p), label in targets.items() if re.fullmatch(r"[A-Za-z0-9.:_-]+", h)]
 
 
-def _instance_http(ctx, node, inst, i: InstanceFacts) -> None:
+def _instance_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts) -> None:
     url = ctx.server_url(node, inst)
     st = probes.server_status(url)
     i.status = st.raw if st.reachable else None
@@ -80,7 +71,7 @@ def _instance_http(ctx, node, inst, i: InstanceFacts) -> None:
     i.lmc_version = str(ver) if ver is not None else None
 
 
-def node_facts(ctx, node, facts: FleetFacts, pids: dict[str, int], reach: bool) -> dict[str, CommandFact]:
+def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str, int], reach: bool) -> dict[str, CommandFact]:
     """What the doctor reads on one node, by label (`<kind> <instance>` for per-instance facts)."""
     lay = ctx.node_layout(node)
     batch: dict[str, CommandFact] = {"packages": python_env_fact(f"{bin_dir_for(node)}/python"), "rdma": SYSFS_IB,
@@ -143,11 +134,11 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
     return nf
 
 
-def gather(ctx, reach: bool = True) -> FleetFacts:
+def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
     """Read everything the checks need. Never raises for one unreachable node or server: it becomes a fact."""
     fleet = ctx.fleet
     cnode = fleet.coordinator_node()
-    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name, ports=planned_ports(ctx))
+    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name, ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS])
     node_errors: dict[str, str] = {}
     pids: dict[str, int] = {}
     for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.node_procs(n))).items():

@@ -10,6 +10,7 @@ from typing import Optional
 
 from p2p_ops.facts.listeners import Listener
 from p2p_ops.facts.reach import Reach
+from p2p_ops.ports import PlannedPort
 
 __all__ = ["FleetFacts", "InstanceFacts", "NodeFacts", "PlannedPort", "Reach"]
 
@@ -41,15 +42,6 @@ class InstanceFacts:
 
 
 @dataclass
-class PlannedPort:
-    node: str
-    port: int
-    role: str              # e.g. "node-a-0 http"
-    bind: str
-    owner: str             # process name whose port it is, e.g. "node-a-0/server"
-
-
-@dataclass
 class NodeFacts:
     node: str
     address: str
@@ -77,7 +69,7 @@ class FleetFacts:
     coordinator_instances: Optional[list[dict]] = None
     instances: list[InstanceFacts] = field(default_factory=list)
     nodes: list[NodeFacts] = field(default_factory=list)
-    ports: list[PlannedPort] = field(default_factory=list)
+    ports: list[PlannedPort] = field(default_factory=list)   # ports.port_plan(fleet)
     proc_states: dict[str, str] = field(default_factory=dict)
 
     @property

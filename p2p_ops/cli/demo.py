@@ -1,4 +1,5 @@
-"""`make demo`: a whole P2P fleet on this machine, the cross-node proof and an honest speed figure.
+"""`make demo` (`python -m p2p_ops.cli.demo`): a whole P2P fleet on this machine, the cross-node proof and an
+honest speed figure.
 
 `run_demo(fleet_data, title)` writes the spec to p2p-run/<name>.yaml, brings the fleet up, waits until every
 server is registered, then:
