@@ -39,11 +39,11 @@ setup-router:
 	bash scripts/setup_router.sh $(ROUTER_VENV)
 
 demo: setup
-	$(PY) -m p2p_ops.demo
+	$(PY) -m p2p_ops.cli.demo
 
 # The demo on real vLLM (CPU build): makes the tiny local model if needed.
 demo-vllm: setup-vllm
-	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.demo --runtime vllm
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.cli.demo --runtime vllm
 
 # Every tier, the real-vLLM one included (it needs the vLLM environment, so it is set up first).
 test: setup setup-vllm setup-router
@@ -64,9 +64,12 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench --quick
 
+# The layering (import-linter contracts in pyproject.toml) and no import cycle at all, lazy imports included.
 lint: setup
 	shellcheck .ci/run $$(git ls-files '*.sh' ':!tests/fixtures')
 	$(PY) -m pyflakes p2p_ops p2p_runtime tests scripts bench
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q tests/unit/test_import_graph.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(ROUTER_VENV) p2p-run

@@ -25,9 +25,11 @@ def _timed(fn) -> float:
 
 
 def run(report) -> None:
-    from p2p_ops import bundle, launch, testbed
+    from p2p_ops import bundle, fleet_status, launch
+    from p2p_ops.context import FleetContext
     from p2p_ops.diagnose import doctor
     from tests.multinode.conftest import free_base_on, free_port_on
+    from tests.support import testbed
 
     if not os.access("/usr/sbin/sshd", os.X_OK):
         report.failed("fleet", "needs /usr/sbin/sshd for the SSH testbed (apt-get install openssh-server)")
@@ -49,16 +51,15 @@ def run(report) -> None:
                 data = sub.fleet(f"scale{n}", venv=venv, run_root=tmp / f"run{n}", base=base)
                 path = tmp / f"fleet{n}.yaml"
                 path.write_text(yaml.safe_dump(data, sort_keys=False))
-                ctx = launch.FleetContext.load(path)
-                try:
-                    row = {"hosts": n,
-                           "up+wait s": _timed(lambda: (launch.up(ctx), launch.wait(ctx, timeout=240))),
-                           "status s": _timed(lambda: launch.report(ctx)),
-                           "doctor s": _timed(lambda: doctor.run(ctx)),
-                           "bundle s": _timed(lambda: bundle.collect(ctx, tmp / f"bundle{n}.tar.gz"))}
-                finally:
-                    launch.down(ctx)
-                    ctx.close()
+                with FleetContext.load(path) as ctx:
+                    try:
+                        row = {"hosts": n,
+                               "up+wait s": _timed(lambda: (launch.up(ctx), launch.wait(ctx, timeout=240))),
+                               "status s": _timed(lambda: fleet_status.report(ctx)),
+                               "doctor s": _timed(lambda: doctor.run(ctx)),
+                               "bundle s": _timed(lambda: bundle.collect(ctx, tmp / f"bundle{n}.tar.gz"))}
+                    finally:
+                        launch.down(ctx)
                 first = first or row
                 for k in ("up+wait", "status", "doctor", "bundle"):
                     row[f"{k} / 1 host"] = row[f"{k} s"] / first[f"{k} s"]

@@ -29,10 +29,14 @@ import time
 import uuid
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from bench.localfleet import local_fleet
+
+if TYPE_CHECKING:
+    from p2p_ops.context import FleetContext
 
 CHUNK = 256
 LENGTHS = {"tiny": [512], "quick": [1024, 4096], "full": [1024, 2048, 4096, 8192]}
@@ -257,7 +261,7 @@ def run(report) -> None:
     _targets(report, lengths)
 
 
-def _engine_crossover(report, ctx, lengths: list[int], repeats: int) -> None:
+def _engine_crossover(report, ctx: FleetContext, lengths: list[int], repeats: int) -> None:
     """TTFT on the engines: a prefix pulled from the peer versus the same length recomputed."""
     from p2p_ops.harness.crossover import measure
 

@@ -6,19 +6,23 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import yaml
+
+if TYPE_CHECKING:
+    from p2p_ops.context import FleetContext
 
 
 @contextmanager
 def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[dict[str, Any]]] = None,
-                timings: Optional[dict[str, float]] = None, **fleet_overrides: Any) -> Iterator[Any]:
+                timings: Optional[dict[str, float]] = None, **fleet_overrides: Any) -> Iterator[FleetContext]:
     """Yield a launched FleetContext of n embedded-engine nodes; `instance_settings[i]` overrides node i.
 
     `timings` (if given) receives the seconds `up` and `wait` took.
     """
     from p2p_ops import launch
+    from p2p_ops.context import FleetContext
     from p2p_ops.fleet import local_fleet as fleet_data
     from tests.conftest import free_port_base
 
@@ -31,14 +35,14 @@ def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[di
     with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
         path = Path(tmp) / "fleet.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        ctx = launch.FleetContext.load(path)
-        try:
-            t = time.monotonic()
-            launch.up(ctx)
-            up_s = time.monotonic() - t
-            launch.wait(ctx, timeout=180)
-            if timings is not None:
-                timings.update(up_s=up_s, wait_s=time.monotonic() - t - up_s)
-            yield ctx
-        finally:
-            launch.down(ctx)
+        with FleetContext.load(path) as ctx:
+            try:
+                t = time.monotonic()
+                launch.up(ctx)
+                up_s = time.monotonic() - t
+                launch.wait(ctx, timeout=180)
+                if timings is not None:
+                    timings.update(up_s=up_s, wait_s=time.monotonic() - t - up_s)
+                yield ctx
+            finally:
+                launch.down(ctx)

@@ -32,12 +32,5 @@ def headers(url: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def register_fleet(ctx) -> None:
-    key = getattr(ctx.fleet, "api_key", "")
-    if key:
-        for node, inst in ctx.fleet.instances():
-            register(ctx.engine_url(node, inst), key)
-
-
 def describe(key: str) -> str:
     return "set (not shown)" if key else "none"

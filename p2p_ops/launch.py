@@ -1,24 +1,23 @@
-"""Bring a fleet up, wait until it shares, show it, take it down.
+"""Bring a fleet up, wait until it shares, take it down: the lifecycle verbs render, preflight, up, wait, down.
 
 Order matters: coordinator, then servers (they register with it), then engines (they connect to their local
-server). Each node's processes are handled by its connector; nodes are handled in parallel.
+server). Each node's processes are handled by its connector; nodes are handled in parallel. What the fleet
+looks like meanwhile (`report()`) is in fleet_status; the context every verb takes is in context.
 """
 
 from __future__ import annotations
 
 import shlex
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import auth, probes, procs, readiness
+from p2p_ops import probes, procs, readiness
 from p2p_ops import router as fleet_router
-from p2p_ops.connectors import Connector, connector_for
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
-from p2p_ops.fleet import Fleet, Instance, Node, load_fleet
-from p2p_ops.layout import COORDINATOR, RunLayout
+from p2p_ops.fleet import Node
+from p2p_ops.fleet_status import FleetReport, report
+from p2p_ops.layout import COORDINATOR
 from p2p_ops.render import RenderedFile, file_mode, render_fleet, vllm_python, write_rendered
 
 Progress = Callable[[str], None]
@@ -30,86 +29,6 @@ VLLM_START_TIMEOUT_S = 900.0
 
 def _quiet(_: str) -> None:
     pass
-
-
-@dataclass
-class FleetContext:
-    """A loaded fleet plus where its state lives and how to reach each node."""
-
-    fleet: Fleet
-    fleet_file: Path
-    layout: RunLayout
-    _conns: dict[str, Connector] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, fleet_file: str | Path, run_dir: Optional[str] = None) -> "FleetContext":
-        path = Path(fleet_file)
-        fleet = load_fleet(path)
-        ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
-        auth.register_fleet(ctx)  # every client of this process now sends the engines' API key
-        return ctx
-
-    def node_layout(self, node: Node) -> RunLayout:
-        """The run folder on that node (the same path as here unless the node sets run_dir)."""
-        if node.run_dir:
-            return RunLayout(Path(node.run_dir) / self.fleet.name)
-        return self.layout
-
-    def conn(self, node: Node) -> Connector:
-        if node.name not in self._conns:
-            self._conns[node.name] = connector_for(node)
-        return self._conns[node.name]
-
-    def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-        self._conns.clear()
-
-    # ---- the fleet's processes ----------------------------------------------------------------------
-    def coordinator_proc(self) -> Proc:
-        lay = self.node_layout(self.fleet.coordinator_node())
-        return _proc(lay, COORDINATOR, "coordinator", f"--port {self.fleet.coordinator.port} ")
-
-    def server_proc(self, node: Node, inst: Instance) -> Proc:
-        return _proc(self.node_layout(node), inst.id, "server", f"--http-port {inst.ports.http} ")
-
-    def engine_proc(self, node: Node, inst: Instance) -> Proc:
-        return _proc(self.node_layout(node), inst.id, "engine", f"--port {inst.ports.engine} ")
-
-    def node_procs(self, node: Node) -> list[Proc]:
-        out = []
-        if self.fleet.coordinator_node().name == node.name:
-            out.append(self.coordinator_proc())
-        for inst in node.instances:
-            out += [self.server_proc(node, inst), self.engine_proc(node, inst)]
-        return out
-
-    def server_url(self, node: Node, inst: Instance) -> str:
-        return f"http://{node.address}:{inst.ports.http}"
-
-    def engine_url(self, node: Node, inst: Instance) -> str:
-        return f"http://{node.address}:{inst.ports.engine}"
-
-    def for_each_node(self, fn: Callable[[Node], object], only: Optional[str] = None) -> dict[str, object]:
-        """Run fn per node in parallel; every node gets a result (an exception is a result too)."""
-        nodes = [n for n in self.fleet.nodes if only is None or n.name == only]
-        results: dict[str, object] = {}
-        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-            futures = {n.name: pool.submit(fn, n) for n in nodes}
-            for name, fut in futures.items():
-                try:
-                    results[name] = fut.result()
-                except Exception as exc:  # noqa: BLE001 - collected and reported per host
-                    results[name] = exc
-        return results
-
-
-Proc = procs.Proc
-
-
-def _proc(lay: RunLayout, unit: str, role: str, marker: str) -> procs.Proc:
-    return procs.Proc(name=f"{unit}/{role}", workdir=str(lay.dir(unit)), wrapper=str(lay.wrapper(unit, role)),
-                      log=str(lay.log(unit, role)), pidfile=str(lay.pidfile(unit, role)), marker=marker)
 
 
 # ---- render ------------------------------------------------------------------------------------------
@@ -320,112 +239,6 @@ def _start_router(ctx: FleetContext, progress: Progress, timeout: float, only: O
 
 
 # ---- wait --------------------------------------------------------------------------------------------
-
-@dataclass
-class InstanceReport:
-    node: str
-    instance: str
-    server_proc: str
-    engine_proc: str
-    server: probes.ServerStatus
-    engine_healthy: bool
-    server_url: str
-    engine_url: str
-    engine_lmcache: str = "n/a"     # the embedded engine's link to its server
-    p2p: bool = True                # settings.p2p: false -> the server is meant to stay out of the mesh
-
-    def ready(self, expected_peers: int) -> bool:
-        s = self.server
-        meshed = not self.p2p or (s.p2p_state == "registered" and s.peer_count == expected_peers)
-        return (s.reachable and meshed and self.engine_healthy and self.engine_lmcache != "disconnected")
-
-    def problem(self, expected_peers: int) -> str:
-        s = self.server
-        if self.server_proc != "running":
-            return f"server process is {self.server_proc}"
-        if not s.reachable:
-            return "server does not answer /status"
-        if self.p2p and s.p2p_state != "registered":
-            return f"p2p_state is {s.p2p_state} (not registered with the coordinator)"
-        if self.p2p and s.peer_count != expected_peers:
-            return f"sees {s.peer_count} peer(s) {s.peers}, expected {expected_peers}"
-        if self.engine_proc != "running":
-            return f"engine process is {self.engine_proc}"
-        if not self.engine_healthy:
-            return "engine does not answer /health"
-        if self.engine_lmcache == "disconnected":
-            return "engine is degraded: its lmcache server is unreachable (serving without the cache)"
-        return "ok"
-
-
-@dataclass
-class FleetReport:
-    fleet: str
-    coordinator_url: str
-    coordinator_proc: str
-    coordinator_healthy: bool
-    coordinator_instances: Optional[list[dict]]
-    expected_peers: int
-    instances: list[InstanceReport]
-    node_errors: dict[str, str] = field(default_factory=dict)
-    router: Optional[fleet_router.RouterStatus] = None
-
-    @property
-    def ready(self) -> bool:
-        return (self.coordinator_healthy and all(i.ready(self.expected_peers) for i in self.instances)
-                and (self.router is None or self.router.ready))
-
-    def to_json(self) -> dict:
-        return {
-            "fleet": self.fleet,
-            "ready": self.ready,
-            "coordinator": {"url": self.coordinator_url, "process": self.coordinator_proc,
-                            "healthy": self.coordinator_healthy, "instances": self.coordinator_instances},
-            "expected_peers": self.expected_peers,
-            "node_errors": self.node_errors,
-            "instances": [{
-                "node": i.node, "instance": i.instance, "server_process": i.server_proc,
-                "engine_process": i.engine_proc, "server_url": i.server_url, "engine_url": i.engine_url,
-                "p2p_state": i.server.p2p_state, "peer_count": i.server.peer_count, "peers": i.server.peers,
-                "l1_used_bytes": i.server.l1_used, "l1_total_bytes": i.server.l1_total,
-                "engine_healthy": i.engine_healthy, "engine_lmcache": i.engine_lmcache,
-                "ready": i.ready(self.expected_peers),
-                "problem": i.problem(self.expected_peers),
-            } for i in self.instances],
-            **({"router": self.router.to_json()} if self.router is not None else {}),
-        }
-
-
-def report(ctx: FleetContext) -> FleetReport:
-    fleet = ctx.fleet
-    states: dict[str, str] = {}
-
-    def node_states(node: Node) -> None:
-        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
-            states[st.name] = st.state
-
-    errors: dict[str, str] = {}
-    for name, res in ctx.for_each_node(node_states).items():
-        if isinstance(res, Exception):
-            # One unreachable host must not hide the others: its processes read "unreachable".
-            errors[name] = str(res)
-            node = next(n for n in fleet.nodes if n.name == name)
-            for proc in ctx.node_procs(node):
-                states[proc.name] = "unreachable"
-    items = []
-    for node, inst in fleet.instances():
-        surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
-        healthy = probes.engine_healthy(eurl)
-        link = probes.engine_lmcache_state(eurl) if healthy and fleet.runtime == "embedded" else "n/a"
-        items.append(InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
-                                    states.get(f"{inst.id}/engine", "none"), probes.server_status(surl),
-                                    healthy, surl, eurl, link, fleet.effective_settings(inst).p2p))
-    return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
-                       probes.coordinator_healthy(fleet.coordinator_url),
-                       probes.coordinator_instances(fleet.coordinator_url),
-                       len(fleet.instances()) - 1, items, errors,
-                       fleet_router.status(ctx) if fleet.router.enabled else None)
-
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
     deadline = time.monotonic() + timeout

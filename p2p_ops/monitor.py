@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from p2p_ops import probes
+from p2p_ops.context import FleetContext
 
 Samples = list[tuple[str, dict[str, str], float]]
 
@@ -105,7 +106,7 @@ def frame_from_samples(instance: str, node: str, server_before: Samples, server_
         ttft_p50_s=histogram_quantile(0.5, ttft), ttft_p99_s=histogram_quantile(0.99, ttft))
 
 
-def frame_direct(ctx, window_s: float = 2.0) -> list[NodeFrame]:
+def frame_direct(ctx: FleetContext, window_s: float = 2.0) -> list[NodeFrame]:
     """Scrape every server and engine twice, window_s apart (no Prometheus needed)."""
     targets = [(n, i, ctx.server_url(n, i), ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
     first = [(probes.scrape(s), probes.scrape(e)) for _, _, s, e in targets]
@@ -117,7 +118,7 @@ def frame_direct(ctx, window_s: float = 2.0) -> list[NodeFrame]:
             for (n, i, _, _), a, b in zip(targets, first, second)]
 
 
-def frame_prometheus(prom_url: str, ctx, window: str = "1m") -> list[NodeFrame]:
+def frame_prometheus(prom_url: str, ctx: FleetContext, window: str = "1m") -> list[NodeFrame]:
     """The same figures as PromQL over the fleet's Prometheus (labels from its rendered config)."""
     from prometheus_api_client import PrometheusConnect
 

@@ -10,11 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from p2p_ops.harness.records import RequestRecord  # noqa: E402
+from p2p_ops.stats import percentile  # noqa: E402
 
 
 def _pct(vals: list[float], q: float) -> float:
-    from p2p_ops.report import percentile
-
     v = percentile(vals, q)
     return float("nan") if v is None else v
 

@@ -11,17 +11,18 @@ import requests
 
 from p2p_ops import procs
 from p2p_ops.connectors import LocalConnector
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.render import template_env
 
 UNIT = "prometheus"
 
 
-def prom_dir(ctx) -> Path:
+def prom_dir(ctx: FleetContext) -> Path:
     return ctx.layout.dir(UNIT)
 
 
-def url(ctx) -> str:
+def url(ctx: FleetContext) -> str:
     p = ctx.fleet.prometheus
     return f"http://{p.host}:{p.port}"
 
@@ -29,7 +30,7 @@ def url(ctx) -> str:
 RULES_FILE = "rules.yml"
 
 
-def render_config(ctx, rules_file: str | None = None) -> str:
+def render_config(ctx: FleetContext, rules_file: str | None = None) -> str:
     interval = f"{ctx.fleet.prometheus.scrape_interval_s:g}s"
     rules_file = rules_file or str(prom_dir(ctx) / RULES_FILE)
     return template_env().get_template("prometheus.yml.j2").render(fleet=ctx.fleet, interval=interval,
@@ -43,21 +44,21 @@ def render_rules(fleet) -> str:
         fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
 
 
-def _proc(ctx) -> procs.Proc:
+def _proc(ctx: FleetContext) -> procs.Proc:
     d = prom_dir(ctx)
     return procs.Proc(name="prometheus", workdir=str(d), wrapper=str(d / "start_prometheus.sh"),
                       log=str(d / "prometheus.log"), pidfile=str(d / "prometheus.pid"),
                       marker=f"--web.listen-address={ctx.fleet.prometheus.host}:{ctx.fleet.prometheus.port} ")
 
 
-def ready(ctx) -> bool:
+def ready(ctx: FleetContext) -> bool:
     try:
         return requests.get(url(ctx) + "/-/ready", timeout=2).status_code == 200
     except requests.RequestException:
         return False
 
 
-def up(ctx, timeout: float = 60.0) -> str:
+def up(ctx: FleetContext, timeout: float = 60.0) -> str:
     """Start (or find running) Prometheus for this fleet; returns its URL once /-/ready answers."""
     binary = shutil.which("prometheus")
     if not binary:
@@ -96,9 +97,9 @@ def up(ctx, timeout: float = 60.0) -> str:
     raise CouldNotRun(f"prometheus did not answer {url(ctx)}/-/ready within {timeout:.0f} s; see {proc.log}")
 
 
-def down(ctx) -> str:
+def down(ctx: FleetContext) -> str:
     return procs.stop(LocalConnector(), _proc(ctx))
 
 
-def running(ctx) -> bool:
+def running(ctx: FleetContext) -> bool:
     return procs.states(LocalConnector(), [_proc(ctx)])[0].running

@@ -13,19 +13,7 @@ from typing import Optional
 
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.records import RequestRecord, read_csv
-
-
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """Linear-interpolated percentile (q in 0..100); None for no data."""
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    if len(vals) == 1:
-        return vals[0]
-    pos = (len(vals) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(vals) - 1)
-    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+from p2p_ops.stats import percentile
 
 
 @dataclass
@@ -185,7 +173,7 @@ def build_report(run_dir: Path) -> Path:
                       "P2P loads by its server |", "|---|---|---|---|"]
             lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
                       f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
-        from p2p_ops import plots as plotting
+        from p2p_ops import plots as plotting  # here, not at the top: matplotlib adds ~0.5 s to every p2pctl start
 
         plots = plotting.make_all(run_dir, records, walls, nb)
         if plots:

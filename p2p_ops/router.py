@@ -13,6 +13,7 @@ from typing import Optional
 import requests
 
 from p2p_ops import procs
+from p2p_ops.context import FleetContext
 from p2p_ops.render import ROUTER, router_bin
 
 
@@ -46,14 +47,14 @@ class RouterStatus:
                 "problem": self.problem()}
 
 
-def router_proc(ctx) -> procs.Proc:
+def router_proc(ctx: FleetContext) -> procs.Proc:
     lay = ctx.node_layout(ctx.fleet.router_node())
     return procs.Proc(name=f"{ROUTER}/router", workdir=str(lay.dir(ROUTER)), wrapper=str(lay.wrapper(ROUTER, "router")),
                       log=str(lay.log(ROUTER, "router")), pidfile=str(lay.pidfile(ROUTER, "router")),
                       marker=f"--port {ctx.fleet.router.port} ")
 
 
-def missing_binary(ctx) -> Optional[str]:
+def missing_binary(ctx: FleetContext) -> Optional[str]:
     """A one-line fix when the router binary is absent (checked on local nodes; SSH nodes fail at start)."""
     node = ctx.fleet.router_node()
     binary = router_bin(ctx.fleet)
@@ -63,17 +64,17 @@ def missing_binary(ctx) -> Optional[str]:
     return None
 
 
-def start(ctx) -> procs.Proc:
+def start(ctx: FleetContext) -> procs.Proc:
     proc = router_proc(ctx)
     procs.start(ctx.conn(ctx.fleet.router_node()), proc)
     return proc
 
 
-def stop(ctx) -> str:
+def stop(ctx: FleetContext) -> str:
     return procs.stop(ctx.conn(ctx.fleet.router_node()), router_proc(ctx))
 
 
-def status(ctx, process: Optional[str] = None, timeout: float = 3.0) -> RouterStatus:
+def status(ctx: FleetContext, process: Optional[str] = None, timeout: float = 3.0) -> RouterStatus:
     fleet = ctx.fleet
     url = fleet.router_url
     if process is None:

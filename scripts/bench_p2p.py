@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     from p2p_ops import launch
+    from p2p_ops.context import FleetContext
     from p2p_ops.harness.crossover import measure
 
     console = Console(stderr=True)
@@ -44,7 +45,7 @@ def main() -> int:
     if args.launch:
         import yaml
 
-        from p2p_ops.demo import free_base
+        from p2p_ops.cli.demo import free_base
         from p2p_ops.fleet import local_fleet
 
         tmp = tempfile.TemporaryDirectory(prefix="bench-p2p-")
@@ -52,7 +53,7 @@ def main() -> int:
         fleet_file.write_text(yaml.safe_dump(local_fleet(2, name="bench", base=free_base(2)), sort_keys=False))
     else:
         fleet_file = Path(args.fleet)
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
     timings = {}
     rows, failed = [], None
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A multi-host testbed on one machine: N "hosts", each with its own OpenSSH server, so fleets launch over
 # real SSH (with host-key verification ON) without a cluster.
+# Needs OpenSSH (server and client) and python3 (scripts/testbed_describe.py writes testbed.json, nodes.yaml).
 # Exit codes: 0 success, 1 a host does not answer ssh after `up`, 2 bad input or could not run.
 set -euo pipefail
 
@@ -61,6 +62,8 @@ done
 [ -n "$cmd" ] || die "no command; use up, down or status (see --help)"
 
 SSHD=/usr/sbin/sshd
+# testbed.json and nodes.yaml are written by Python (stdlib only, run isolated: -I), from what up started.
+DESCRIBE="$(cd "$(dirname "$0")" && pwd -P)/testbed_describe.py"
 STATE="$dir/state"
 # Every file is created fresh (O_EXCL): a name that already exists, a planted symlink included, is an error,
 # never followed. Writers remove their target first (inside a folder only we can write to).
@@ -72,12 +75,6 @@ HOST_MARKER=.p2p-testbed-host
 
 in_range() {  # in_range VALUE LO HI: VALUE is an integer within [LO, HI]
   [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]
-}
-
-json_str() {  # a JSON string literal for $1
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
 }
 
 # ---- process helpers ---------------------------------------------------------------------------------
@@ -285,6 +282,8 @@ do_up() {
   in_range "$count" 1 50 || die "up N: N must be 1..50 (got '${count}')"
   [ -x "$SSHD" ] || die "$SSHD not found; install it: apt-get install openssh-server"
   command -v ssh-keygen >/dev/null || die "ssh-keygen not found; install it: apt-get install openssh-client"
+  command -v python3 >/dev/null || die "python3 not found (it writes testbed.json); install it: apt-get install python3"
+  [ -r "$DESCRIBE" ] || die "$DESCRIBE not found; run testbed.sh from a checkout (scripts/ with testbed_describe.py)"
   [ ! -f "$dir/state" ] || die "a testbed is already up in $dir; run: $0 down --dir $dir"
   if [ "$netns" = 1 ]; then
     [ "$(id -u)" = 0 ] || die "--netns needs root (ip netns, veth, bridge); without it use loopback mode"
@@ -397,46 +396,25 @@ EOF
   [ "$bad" = 0 ] || exit 1
 }
 
-write_descriptions() {  # MODE CONTROL_ADDRESS BRIDGE
-  local i first=1
-  {
-    printf '{\n  "mode": %s,\n  "dir": %s,\n  "user": %s,\n  "port": %s,\n' \
-      "$(json_str "$1")" "$(json_str "$dir")" "$(json_str "$user")" "$port"
-    printf '  "ssh_config": %s,\n  "known_hosts": %s,\n  "user_key": %s,\n' \
-      "$(json_str "$dir/ssh_config")" "$(json_str "$dir/known_hosts")" "$(json_str "$dir/user_key")"
-    if [ -n "$2" ]; then
-      printf '  "control_address": %s,\n  "bridge": %s,\n' "$(json_str "$2")" "$(json_str "$3")"
-    else
-      printf '  "control_address": null,\n  "bridge": null,\n'
-    fi
-    printf '  "hosts": [\n'
-    for i in $(seq 1 "$count"); do
-      [ "$first" = 1 ] || printf ',\n'
-      first=0
-      printf '    {"name": %s, "address": %s, "port": %s, "dir": %s, "sshd_pidfile": %s, ' \
-        "$(json_str "h$i")" "$(json_str "${addrs[i]}")" "$port" "$(json_str "$dir/h$i")" \
-        "$(json_str "$dir/h$i/sshd.pid")"
-      if [ "$1" = netns ]; then
-        printf '"netns": %s, "veth": %s}' "$(json_str "${ns_names[i]}")" "$(json_str "${veths[i]}")"
-      else
-        printf '"netns": null, "veth": null}'
-      fi
-    done
-    printf '\n  ]\n}\n'
-  } > "$dir/testbed.json.new" && mv -f -- "$dir/testbed.json.new" "$dir/testbed.json"
-  {
-    echo "# nodes: for fleet.yaml (testbed in $dir); give each node its instances and a run_dir."
-    for i in $(seq 1 "$count"); do
-      printf -- '- name: h%s\n  address: %s\n  connection: ssh\n  ssh_port: %s\n' "$i" "${addrs[i]}" "$port"
-      printf '  ssh_key: %s\n  ssh_config: %s\n' "$(json_str "$dir/user_key")" "$(json_str "$dir/ssh_config")"
-    done
-  } > "$dir/nodes.yaml.new" && mv -f -- "$dir/nodes.yaml.new" "$dir/nodes.yaml"
+write_descriptions() {  # MODE CONTROL_ADDRESS BRIDGE: testbed.json and nodes.yaml, serialized by Python
+  local i
+  local -a hosts=() control=()
+  for i in $(seq 1 "$count"); do
+    hosts+=(--host "h$i" "${addrs[i]}")
+    if [ "$1" = netns ]; then hosts+=("${ns_names[i]}" "${veths[i]}"); fi
+  done
+  if [ -n "$2" ]; then control=(--control-address "$2" --bridge "$3"); fi
+  python3 -I "$DESCRIBE" --dir "$dir" --mode "$1" --user "$user" --port "$port" "${control[@]}" "${hosts[@]}" \
+    || die "could not write $dir/testbed.json and nodes.yaml (scripts/testbed_describe.py failed)"
 }
 
 print_status() {
   [ -f "$dir/testbed.json" ] || { echo "testbed: nothing up in $dir"; return 0; }
-  local f pid state addr name
-  echo "testbed in $dir ($(grep -o '"mode": "[a-z]*"' "$dir/testbed.json" | cut -d'"' -f4) mode)"
+  local f pid state addr name mode
+  # shellcheck disable=SC2016  # a Python program, not a shell string
+  mode=$(python3 -I -c 'import json, sys; print(json.load(open(sys.argv[1]))["mode"])' "$dir/testbed.json") \
+    || mode="unknown"
+  echo "testbed in $dir ($mode mode)"
   for f in "$dir"/h*/sshd_config; do
     name=$(basename "$(dirname "$f")")
     addr=$(awk '$1 == "ListenAddress" {print $2}' "$f")

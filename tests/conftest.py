@@ -42,14 +42,14 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def free_port_base(n_nodes: int, attempts: int = 200) -> dict[str, int]:
     """A port plan (as for `local_fleet`) whose every port is free right now."""
+    from p2p_ops.ports import local_fleet_ports
+
     rng = random.Random()
     for _ in range(attempts):
         # Below the kernel's ephemeral range (32768+), so outgoing connections never take our ports.
         start = rng.randrange(23000, 32600, 100)
         base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50, "engine": start + 70}
-        ports = [base["coordinator"]] + [base[k] + i + 1 for k in ("mp", "http", "p2p", "engine")
-                                         for i in range(n_nodes)]
-        if all(port_free(p) for p in ports):
+        if all(port_free(p) for p in local_fleet_ports(base, n_nodes)):
             return base
     raise RuntimeError("no free port range found")
 

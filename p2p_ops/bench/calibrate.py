@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops.bench import charts
+from p2p_ops.context import FleetContext
 from p2p_ops.harness import crossover
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
@@ -36,7 +37,7 @@ def advice(rows: list, doc_tokens: int) -> dict:
     return out
 
 
-def run(ctx, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
+def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
         progress: Callable[[str], None] = lambda _: None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = seed if seed is not None else int(time.time()) % 10**6
@@ -51,7 +52,7 @@ def run(ctx, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int
     return {"rows": rows, "failures": failures}
 
 
-def _write(out_dir: Path, rows: list, failures: list, adv: dict, ctx) -> None:
+def _write(out_dir: Path, rows: list, failures: list, adv: dict, ctx: FleetContext) -> None:
     (out_dir / "crossover.json").write_text(json.dumps(
         {"rows": [asdict(r) | {"speedup": r.speedup} for r in rows], "failures": failures, "advice": adv,
          "fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime}, indent=2))

@@ -21,9 +21,11 @@ import yaml
 from p2p_ops import launch, probes
 from p2p_ops import router as fleet_router
 from p2p_ops.bench import charts, docqa
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.fleet import ROUTER_POLICIES, load_fleet, local_fleet
 from p2p_ops.harness.basic import PEER_HIT_TOKENS
+from p2p_ops.ports import local_fleet_ports
 from p2p_ops.render import render_router, write_rendered
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
@@ -118,8 +120,7 @@ def port_plan(n: int, attempts: int = 200) -> dict[str, int]:
         start = rng.randrange(23000, 32000, 100)
         base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50,
                 "engine": start + 70, "router": start + 80}
-        ports = [start, start + 80, start + 81] + [base[k] + i + 1 for k in ("mp", "http", "p2p", "engine")
-                                                   for i in range(n)]
+        ports = local_fleet_ports(base, n) + [start + 80, start + 81]
         ports += [start + 82 + i for i in range(2 * n)]
         if all(_free(p) for p in ports):
             return base
@@ -136,7 +137,7 @@ def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], gpu_timing
     return data
 
 
-def switch_policy(ctx: launch.FleetContext, path: Path, data: dict, policy: str, timeout: float = 90.0) -> None:
+def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeout: float = 90.0) -> None:
     """Restart only the router, under another policy (engines and caches stay)."""
     if ctx.fleet.router.policy == policy and fleet_router.status(ctx).ready:
         return
@@ -154,11 +155,11 @@ def switch_policy(ctx: launch.FleetContext, path: Path, data: dict, policy: str,
     raise CouldNotRun(f"router under {policy} not ready after {timeout:.0f} s; log: {fleet_router.router_proc(ctx).log}")
 
 
-def _scrape_servers(ctx) -> list:
+def _scrape_servers(ctx: FleetContext) -> list:
     return [probes.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()]
 
 
-def _router_metrics(ctx) -> list:
+def _router_metrics(ctx: FleetContext) -> list:
     node = ctx.fleet.router_node()
     return probes.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
 
@@ -178,29 +179,28 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
         path = out_dir / f"fleet-p2p-{arm}.yaml"
         data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.gpu_timing, name)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        ctx = launch.FleetContext.load(path)
         progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
-        try:
-            launch.up(ctx, progress=progress)
-            launch.wait(ctx, timeout=120)
-            for policy in opts.policies:
-                if time.monotonic() > deadline:
-                    progress(f"time bound reached: skipping {policy} (P2P {arm})")
-                    continue
-                results.append(_run_arm(ctx, path, data, policy, p2p, opts, turns_out, progress))
+        with FleetContext.load(path) as ctx:
+            try:
+                launch.up(ctx, progress=progress)
+                launch.wait(ctx, timeout=120)
+                for policy in opts.policies:
+                    if time.monotonic() > deadline:
+                        progress(f"time bound reached: skipping {policy} (P2P {arm})")
+                        continue
+                    results.append(_run_arm(ctx, path, data, policy, p2p, opts, turns_out, progress))
+                    _write(out_dir, results, turns_out, opts)
+            except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
+                progress(f"P2P {arm}: {type(exc).__name__}: {exc}")
+                results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
+                                         error=f"{type(exc).__name__}: {exc}"[:500]))
                 _write(out_dir, results, turns_out, opts)
-        except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
-            progress(f"P2P {arm}: {type(exc).__name__}: {exc}")
-            results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
-                                     error=f"{type(exc).__name__}: {exc}"[:500]))
-            _write(out_dir, results, turns_out, opts)
-        finally:
-            launch.down(ctx)
-            ctx.close()
+            finally:
+                launch.down(ctx)
     return results
 
 
-def _run_arm(ctx, path: Path, data: dict, policy: str, p2p: bool, opts: PlacementOptions, turns_out: list,
+def _run_arm(ctx: FleetContext, path: Path, data: dict, policy: str, p2p: bool, opts: PlacementOptions, turns_out: list,
              progress: Callable[[str], None]) -> ArmResult:
     label = f"{policy}-p2p-{'on' if p2p else 'off'}"
     switch_policy(ctx, path, data, policy)

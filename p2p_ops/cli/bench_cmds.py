@@ -106,12 +106,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         lengths = list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
     repeats = args.repeats or (2 if args.quick else 3)
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         out = Path(args.out) if args.out else new_run_dir(ctx.layout, "calibrate")
         result = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, _progress)
-    finally:
-        ctx.close()
     console.print((out / "summary.md").read_text(), soft_wrap=True, markup=False)
     console.print(f"run folder: {out}", soft_wrap=True)
     return EXIT_OK if result["rows"] else EXIT_CHECK_FAILED

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
-from p2p_ops import launch
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import add_fleet_args
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
 
 
@@ -24,11 +25,8 @@ def _progress(msg: str) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from p2p_ops.diagnose import doctor
 
-    ctx = launch.FleetContext.load(args.fleet, args.run_dir)
-    try:
+    with FleetContext.load(args.fleet, args.run_dir) as ctx:
         facts, report = doctor.run(ctx, reach=not args.no_reach)
-    finally:
-        ctx.close()
     if args.json:
         out = report.to_dict()
         if args.facts:
@@ -60,16 +58,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     for p in logs:
         if not p.is_file():
             raise BadInput(f"--log {p}: no such file")
-    ctx = None
-    if Path(args.fleet).is_file():
-        ctx = launch.FleetContext.load(args.fleet, args.run_dir)
-    elif not logs:
+    if not Path(args.fleet).is_file() and not logs:
         raise BadInput(f"{args.fleet}: no fleet file; pass -f fleet.yaml (or --log FILE to check a log alone)")
-    try:
+    # Without a fleet file the logs alone are checked (ctx None).
+    loaded = FleetContext.load(args.fleet, args.run_dir) if Path(args.fleet).is_file() else nullcontext()
+    with loaded as ctx:
         result = T.diagnose(data, symptom, T.Evidence(ctx, data, logs, reach=not args.no_reach))
-    finally:
-        if ctx is not None:
-            ctx.close()
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
@@ -80,17 +74,14 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_bundle(args: argparse.Namespace) -> int:
     from p2p_ops import bundle
 
-    ctx = launch.FleetContext.load(args.fleet, args.run_dir)
-    out = Path(args.output) if args.output else None
-    if out is not None and out.is_dir():
-        raise BadInput(f"-o {out} is a folder; name the file, e.g. -o {out / 'p2p-bundle.tar.gz'}")
-    if out is not None and (out.exists() or out.is_symlink()) and not args.force:
-        raise BadInput(f"-o {out} exists; name a new file or add --force to replace it")
-    try:
+    with FleetContext.load(args.fleet, args.run_dir) as ctx:
+        out = Path(args.output) if args.output else None
+        if out is not None and out.is_dir():
+            raise BadInput(f"-o {out} is a folder; name the file, e.g. -o {out / 'p2p-bundle.tar.gz'}")
+        if out is not None and (out.exists() or out.is_symlink()) and not args.force:
+            raise BadInput(f"-o {out} exists; name a new file or add --force to replace it")
         manifest = bundle.collect(ctx, out, with_doctor=not args.no_doctor, force=args.force,
                                   progress=_progress if not args.json else (lambda _: None))
-    finally:
-        ctx.close()
     if args.json:
         print(json.dumps(manifest, indent=2, default=str))
     else:

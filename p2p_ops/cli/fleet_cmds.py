@@ -8,11 +8,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from p2p_ops import launch
+from p2p_ops import fleet_status, launch
 from p2p_ops.cli.output import console, show, emit_json, err_console
 from p2p_ops.cli.output import progress as _progress
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
+from p2p_ops.ports import default_base
 
 ROLE_CHOICES = ("server", "engine", "coordinator")
 
@@ -27,8 +29,9 @@ def add_json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout (nothing else there)")
 
 
-def context(args: argparse.Namespace) -> launch.FleetContext:
-    return launch.FleetContext.load(args.fleet, args.run_dir)
+def context(args: argparse.Namespace) -> FleetContext:
+    """The fleet context of -f/--run-dir; use it as `with context(args) as ctx:` so its connectors close."""
+    return FleetContext.load(args.fleet, args.run_dir)
 
 
 def _roles(args: argparse.Namespace) -> tuple[str, ...]:
@@ -104,7 +107,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
     off = args.port_offset
-    base = {"coordinator": 9300 + off, "mp": 5600 + off, "http": 8080 + off, "p2p": 8550 + off, "engine": 8000 + off}
+    base = default_base(off)
     vllm = {"model_path": str(Path(args.model_path).resolve()), "venv": str(Path(args.vllm_venv).resolve())}
     data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime, vllm=vllm,
                        cpu_count=os.cpu_count() or 1)
@@ -132,8 +135,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    f = ctx.fleet
+    with context(args) as ctx:
+        f = ctx.fleet
     if args.json:
         emit_json({"fleet_file": str(args.fleet), "ok": True, "fleet": f.name, "runtime": f.runtime,
                    "nodes": len(f.nodes), "instances": len(f.instances())})
@@ -144,8 +147,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    files = launch.render(ctx)
+    with context(args) as ctx:
+        files = launch.render(ctx)
     paths = [str(ctx.layout.dir(f.unit) / f.name) for f in files]
     if args.json:
         emit_json({"fleet": ctx.fleet.name, "files": paths})
@@ -156,23 +159,12 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    ctx = context(args)
     roles = _roles(args)
-    if args.dry_run:
-        from p2p_ops import dryrun
-
-        launch.check_node(ctx, args.node)
-        steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
-        if args.json:
-            emit_json({"fleet": ctx.fleet.name, "dry_run": True, "plan": steps})
-        else:
-            print(dryrun.format_plan(steps), end="")
-        return EXIT_OK
-    try:
+    with context(args) as ctx:
+        if args.dry_run:
+            return _dry_run(ctx, args, roles)
         launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node,
                   rerender=not args.no_render, roles=roles)
-    finally:
-        ctx.close()
     what = "started" if roles == launch.ROLES and args.node is None else \
         f"started ({', '.join(roles)}{' on ' + args.node if args.node else ''})"
     if args.json:
@@ -182,12 +174,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]) -> int:
+    from p2p_ops import dryrun
+
+    launch.check_node(ctx, args.node)
+    steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
+    if args.json:
+        emit_json({"fleet": ctx.fleet.name, "dry_run": True, "plan": steps})
+    else:
+        print(dryrun.format_plan(steps), end="")
+    return EXIT_OK
+
+
 def cmd_wait(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         rep = launch.wait(ctx, timeout=args.timeout, progress=_progress)
-    finally:
-        ctx.close()
     if args.json:
         emit_json(rep.to_json())
         return EXIT_OK
@@ -198,11 +199,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
-        rep = launch.report(ctx)
-    finally:
-        ctx.close()
+    with context(args) as ctx:
+        rep = fleet_status.report(ctx)
     if args.json:
         emit_json(rep.to_json())
     else:
@@ -211,11 +209,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         outcome = launch.down(ctx, only=args.node, roles=_roles(args))
-    finally:
-        ctx.close()
     errors = [n for n, w in outcome.items() if w.startswith("error")]
     if args.json:
         emit_json({"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors})
@@ -233,14 +228,14 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}"
 
 
-def _engine_health(i: launch.InstanceReport) -> str:
+def _engine_health(i: fleet_status.InstanceReport) -> str:
     if not i.engine_healthy:
         return i.engine_proc
     # The engine serves without its lmcache server (recompute), but shares nothing meanwhile.
     return "[yellow]degraded: lmcache unreachable[/yellow]" if i.engine_lmcache == "disconnected" else "healthy"
 
 
-def _print_status(rep: launch.FleetReport) -> None:
+def _print_status(rep: fleet_status.FleetReport) -> None:
     table = Table(title=f"fleet {rep.fleet} — {'READY' if rep.ready else 'NOT READY'}")
     for col in ("instance", "node", "server pid", "p2p_state", "peers", "peer ids", "L1 used/total GiB",
                 "engine", "engine health"):

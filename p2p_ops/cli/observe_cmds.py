@@ -12,6 +12,7 @@ from rich.live import Live
 from p2p_ops import grafana, monitor, prom
 from p2p_ops.cli.fleet_cmds import add_fleet_args, add_json_arg, context
 from p2p_ops.cli.output import console, show, emit_json
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput, CouldNotRun
 
 
@@ -45,7 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_prometheus(args: argparse.Namespace) -> int:
-    ctx = context(args)
+    with context(args) as ctx:
+        return _prometheus(ctx, args)
+
+
+def _prometheus(ctx: FleetContext, args: argparse.Namespace) -> int:
     if args.action == "up":
         where = prom.up(ctx)
         if args.json:
@@ -71,8 +76,8 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
 
 
 def cmd_grafana(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    ctx.close()
+    with context(args) as ctx:
+        pass  # loading checks the spec; the dashboard needs only the fleet's name
     if not args.window or not args.window[:-1].isdigit() or args.window[-1] not in "smh":
         raise BadInput(f"--window {args.window!r}: give a Prometheus duration like 30s, 1m or 5m")
     board = grafana.dashboard(ctx.fleet.name, window=args.window)
@@ -88,7 +93,7 @@ def cmd_grafana(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _frame(ctx, source: str, window_s: float):
+def _frame(ctx: FleetContext, source: str, window_s: float):
     if source in ("auto", "prometheus") and prom.ready(ctx):
         return monitor.frame_prometheus(prom.url(ctx), ctx), f"prometheus {prom.url(ctx)}"
     if source == "prometheus":
@@ -97,7 +102,11 @@ def _frame(ctx, source: str, window_s: float):
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    ctx = context(args)
+    with context(args) as ctx:
+        return _monitor(ctx, args)
+
+
+def _monitor(ctx: FleetContext, args: argparse.Namespace) -> int:
     window = max(0.5, min(args.interval, 5.0))
     if args.once or args.json:
         frames, source = _frame(ctx, args.source, window)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
 from p2p_ops.cli.output import console, show
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.nodeprobe import NodeProbe, probe_fleet
 from p2p_ops.nodeprobe.bootstrap import bootstrap_node, needs_bootstrap
@@ -31,8 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         if args.node is not None and args.node not in {n.name for n in ctx.fleet.nodes}:
             from p2p_ops.errors import BadInput
 
@@ -44,8 +44,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
             boot = _bootstrap(ctx, probes)
             if boot:
                 probes = probe_fleet(ctx, args.node)
-    finally:
-        ctx.close()
     if args.json:
         out = {"fleet": ctx.fleet.name, "ok": all(p.ok for p in probes.values()),
                "nodes": {name: p.to_json() for name, p in probes.items()}}
@@ -62,7 +60,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return EXIT_OK if all(p.ok for p in probes.values()) else EXIT_CHECK_FAILED
 
 
-def _bootstrap(ctx, probes: dict[str, NodeProbe]) -> dict[str, str]:
+def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str]:
     todo = [n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])]
     done: dict[str, str] = {}
     if not todo:
@@ -86,9 +84,8 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
     rows = [("host", f"{p.host.get('hostname', '')} (kernel {p.host.get('kernel', '')})")]
     py = p.python
     if py is not None and py.present:
-        pk = py.packages
         rows.append(("python", f"{py.version} {py.executable}"))
-        rows.append(("lmcache / nixl / vllm", " / ".join(pk.get(k) or "-" for k in ("lmcache", "nixl", "vllm"))))
+        rows.append(("lmcache / nixl / vllm", " / ".join(py.version_of(k) or "-" for k in ("lmcache", "nixl", "vllm"))))
     else:
         rows.append(("python", py.error if py else "-"))
     gpus = p.gpus
@@ -96,7 +93,7 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
                  ", ".join(f"{g.index}: {g.name} ({g.memory_total_mib} MiB)" for g in gpus) or "none"))
     rows.append(("RDMA", ", ".join(
         f"{d.name} (NUMA {d.numa_node if d.numa_node is not None else '?'}; "
-        + ", ".join(f"port {n} {pt.state} {pt.link_layer} {pt.rate}".strip() for n, pt in sorted(d.ports.items()))
+        + ", ".join(f"port {pt.port} {pt.state} {pt.link_layer} {pt.rate}".strip() for pt in d.ports)
         + (f"; {','.join(d.netdevs)}" if d.netdevs else "") + ")" for d in p.rdma) or "none"))
     free = [pc for pc in p.ports if pc.state == "free"]
     other = [f"{pc.port} {pc.role}: {pc.state} ({pc.holder})" for pc in p.ports if pc.state != "free"]

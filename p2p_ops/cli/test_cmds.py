@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Callable
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -12,6 +13,7 @@ from rich.table import Table
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
 from p2p_ops.cli.output import console, show, emit_json, heading
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
@@ -101,12 +103,9 @@ def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int
 
 
 def cmd_basic(args: argparse.Namespace) -> int:
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
                            seed=args.seed, progress=_progress)
-    finally:
-        ctx.close()
     if args.json:
         emit_json(result.to_dict())
     else:
@@ -173,21 +172,18 @@ class _Bars:
         self.p.update(self.tasks[label], completed=done, total=total)
 
 
-def _run_stages(ctx, opts: StressOptions, out_dir: Path) -> dict:
+def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
     # Bars go to stderr, so stdout holds only results (and only the JSON document with --json).
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=output.err_console.get(), disable=output.quiet()) as progress:
         return run_stress(ctx, opts, out_dir, _Bars(progress))
 
 
-def _run_and_report(args: argparse.Namespace, kind: str, body) -> int:
+def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
     """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind)
         body(ctx, out_dir)
-    finally:
-        ctx.close()
     summary = build_report(out_dir)
     return _verdict(args, summary, out_dir)
 
@@ -200,7 +196,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
 def cmd_all(args: argparse.Namespace) -> int:
     opts = stress_options(args)
 
-    def body(ctx, out_dir: Path) -> None:
+    def body(ctx: FleetContext, out_dir: Path) -> None:
         stage = heading if not args.json else (lambda _: None)
         stage("cross-node proof")
         basic = run_basic(ctx, progress=_progress, out_dir=out_dir / "basic")
@@ -224,7 +220,7 @@ def cmd_longdoc(args: argparse.Namespace) -> int:
                          max_tokens=args.max_tokens, policy=args.policy, max_seconds=args.max_seconds,
                          tag=args.tag, seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
 
-    def body(ctx, out_dir: Path) -> None:
+    def body(ctx: FleetContext, out_dir: Path) -> None:
         _run_stages(ctx, opts, out_dir)
         if args.with_lmcache_bench:
             run_lmcache_bench(ctx, out_dir / "lmcache-bench", document_length=args.document_length,
@@ -239,12 +235,9 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
     names = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
-    ctx = context(args)
-    try:
+    with context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, "faults")
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress)
-    finally:
-        ctx.close()
     console.print(faults.table_markdown(results, opts), markup=False)
     console.print(f"table: {out_dir / 'faults.md'}")
     ok = faults.passed(results)

@@ -1,20 +1,16 @@
 """Host-wide RDMA readiness checks: uverbs device nodes, memlock, GPUDirect, GPU/NIC affinity, TCP fallback.
 
-Each function takes the `Report` to add to and the gathered `RdmaInputs` (see `p2p_ops.diagnose.rdma`); all are
-pure.
+Each function takes the `Report` to add to and the gathered `RdmaInputs` (`p2p_ops.diagnose.rdma_inputs`); all
+are pure.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.fixes import FIXES
 from p2p_ops.facts.limits import PEERMEM_MODULES
+from p2p_ops.diagnose.rdma_inputs import RdmaInputs
 from p2p_ops.facts.topo import LINK_RANK
-
-if TYPE_CHECKING:
-    from p2p_ops.diagnose.rdma import RdmaInputs
 
 # An L1 of several GiB is registered in one piece, so anything short of unlimited is a latent failure.
 MEMLOCK_MIN_BYTES = 1 << 40

@@ -1,6 +1,7 @@
 """Facts: read-only probes of a host, each a command (or file reads) plus a pure, fixture-tested parser.
 
-Diagnose reads facts and never shells out itself. Command facts are listed in `COMMAND_FACTS` (a bundle can run
+Diagnose reads facts and never shells out itself. Every runner returns the connectors' `Result`; a node's facts
+are read in one round trip through its connector with `p2p_ops.facts.sections.read_node`. Command facts are listed in `COMMAND_FACTS` (a bundle can run
 them all and keep the raw outputs under `<name>.txt`, which `RecordedRunner` replays); file facts take the
 directory standing in for `/sys`, `/dev` or `/proc` so tests point them at fixture trees.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from p2p_ops.facts.base import CommandFact, CommandResult, RecordedRunner, Runner, run_local
+from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, run_local
 from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO
 from p2p_ops.facts.limits import LSMOD, ULIMIT_L
 from p2p_ops.facts.rdma_link import RDMA_LINK
@@ -27,5 +28,5 @@ def recorded_runner(directory: Path) -> RecordedRunner:
 
 
 __all__ = [
-    "COMMAND_FACTS", "CommandFact", "CommandResult", "RecordedRunner", "Runner", "recorded_runner", "run_local",
+    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "recorded_runner", "run_local",
 ]

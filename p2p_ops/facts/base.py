@@ -1,58 +1,46 @@
 """What a fact is: a command (or a file read) plus a pure parser, run through an injectable runner.
 
 A `CommandFact` names its command and its parser. `collect(runner)` runs the command and parses the combined
-output, so the same parser is tested from captured output (`tests/fixtures/diagnose/`) and used live. Runners:
+output, so the same parser is tested from captured output (`tests/fixtures/diagnose/`) and used live. Every
+runner returns the connectors' `Result`:
 
 - `run_local`: subprocess on this host, bounded by a timeout; a missing binary is exit 127, never an exception.
 - `RecordedRunner(dir)`: answers from `<dir>/<fact-name>.txt` (and optional `<fact-name>.rc`), which is how a
   captured host snapshot (a fixture tree, or a bundle) is replayed.
+- On a fleet node (local or SSH), through its connector: `p2p_ops.facts.sections.read_node(conn, {label: fact})`
+  runs many facts in one round trip.
 
-Add a fact as a module-level `CommandFact(name, argv, parse)` next to its parser and list it in
-`p2p_ops.facts.COMMAND_FACTS`.
+Add a fact as a module-level `CommandFact(name, argv, parse)` (or a function that builds one, when it takes a
+path or a pid) next to its parser; list host-wide tool facts in `p2p_ops.facts.COMMAND_FACTS`.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 from collections.abc import Callable, Mapping, Sequence
 
+from p2p_ops.connectors.base import EXIT_NOT_FOUND, Result
+
 T = TypeVar("T")
 
-EXIT_NOT_FOUND = 127
+LOCALHOST = "localhost"
+# What a probe prints when the tool it would ask is not there (nvidia-smi on a CPU node): "not checked".
+ABSENT = "@@absent"
 
 
-@dataclass(frozen=True)
-class CommandResult:
-    """One finished command: exit code and both streams."""
-
-    rc: int
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def output(self) -> str:
-        # Tools print their "no devices" verdicts on stderr (ibv_devinfo, rdma); parsers read both, as captured
-        # with `2>&1`.
-        if self.stdout and self.stderr:
-            return self.stdout.rstrip("\n") + "\n" + self.stderr
-        return self.stdout or self.stderr
-
-    @property
-    def not_found(self) -> bool:
-        return self.rc == EXIT_NOT_FOUND
-
-
-Runner = Callable[[Sequence[str]], CommandResult]
+Runner = Callable[[Sequence[str]], Result]
 
 
 def run_local(
     argv: Sequence[str], timeout_s: float = 20.0, env: Mapping[str, str] | None = None
-) -> CommandResult:
-    """Run argv on this host; a missing binary gives rc 127 and a timeout rc 124, like a shell would."""
+) -> Result:
+    """Run argv on this host; a missing binary gives exit code 127 and a timeout 124, like a shell would."""
+    command = shlex.join(argv)
     try:
         proc = subprocess.run(
             list(argv),
@@ -64,10 +52,10 @@ def run_local(
             check=False,
         )
     except FileNotFoundError:
-        return CommandResult(EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
+        return Result(LOCALHOST, command, EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return CommandResult(124, "", f"{argv[0]}: timed out after {timeout_s:g}s")
-    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+        return Result(LOCALHOST, command, 124, "", f"{argv[0]}: timed out after {timeout_s:g}s")
+    return Result(LOCALHOST, command, proc.returncode, proc.stdout, proc.stderr)
 
 
 class RecordedRunner:
@@ -80,14 +68,16 @@ class RecordedRunner:
         self.directory = Path(directory)
         self.names = dict(names)
 
-    def __call__(self, argv: Sequence[str]) -> CommandResult:
+    def __call__(self, argv: Sequence[str]) -> Result:
         name = self.names.get(tuple(argv))
         path = self.directory / f"{name}.txt"
+        where = f"recording {self.directory}"
         if name is None or not path.is_file():
-            return CommandResult(EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
+            return Result(where, shlex.join(argv), EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
         rc_path = self.directory / f"{name}.rc"
         rc = int(rc_path.read_text().strip()) if rc_path.is_file() else 0
-        return CommandResult(rc, path.read_text(errors="replace"), "")
+        return Result(where, shlex.join(argv), rc, path.read_text(errors="replace"), "")
+
 
 
 @dataclass(frozen=True)
@@ -101,7 +91,12 @@ class CommandFact(Generic[T]):
     def collect(self, runner: Runner = run_local) -> T:
         return self.parse(runner(self.argv).output)
 
-    def collect_raw(self, runner: Runner = run_local) -> tuple[CommandResult, T]:
+    @property
+    def shell(self) -> str:
+        """The command as one shell line (what a connector or a batched section runs)."""
+        return shlex.join(self.argv)
+
+    def collect_raw(self, runner: Runner = run_local) -> tuple[Result, T]:
         result = runner(self.argv)
         return result, self.parse(result.output)
 

@@ -3,8 +3,8 @@
 `ibv_devinfo` prints `key:<tabs>value` lines: device fields at one tab, `port:` at two, port fields at three;
 enumerations print as `NAME (n)`. Parsed shape::
 
-    IbvDevinfo(error=None, devices=[IbvDevice(name="mlx5_0", transport="InfiniBand", fields={...},
-               ports=[IbvPort(port=1, state="PORT_ACTIVE", link_layer="InfiniBand", gids=[Gid(...)])])])
+    IbvDevinfo(error=None, devices=[IbDevice(name="mlx5_0", transport="InfiniBand", fields={...},
+               ports=[IbPort(port=1, state="ACTIVE", link_layer="InfiniBand", gids=[Gid(...)])])])
 
 A host without RDMA prints one error line instead (`No IB devices found`, or `Failed to get IB devices list:
 Function not implemented` without RDMA netlink); that line lands in `error`.
@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.ib_model import Gid, IbDevice, IbPort
 
 _ENUM = re.compile(r"^(?P<name>.*?)\s*\((?P<code>-?\d+)\)$")
 _GID = re.compile(r"^GID\[\s*(?P<idx>\d+)\]:\s*(?P<gid>[0-9a-fA-F:.]+)(?:,\s*(?P<type>.+))?$")
@@ -23,43 +24,8 @@ _ERROR_HINTS = ("Failed to", "No IB devices found", "wasn't found", "Invalid por
 
 
 @dataclass
-class Gid:
-    """One GID table entry; `gid` as printed, `type` like `RoCE v2` (only printed for Ethernet ports)."""
-
-    index: int
-    gid: str
-    type: str = ""
-    ndev: str = ""
-
-
-@dataclass
-class IbvPort:
-    port: int
-    state: str = ""
-    state_code: int | None = None
-    phys_state: str = ""
-    link_layer: str = ""
-    active_mtu: str = ""
-    max_mtu: str = ""
-    sm_lid: str = ""
-    port_lid: str = ""
-    active_width: str = ""
-    active_speed: str = ""
-    gids: list[Gid] = field(default_factory=list)
-    fields: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class IbvDevice:
-    name: str
-    transport: str = ""
-    fields: dict[str, str] = field(default_factory=dict)
-    ports: list[IbvPort] = field(default_factory=list)
-
-
-@dataclass
 class IbvDevinfo:
-    devices: list[IbvDevice] = field(default_factory=list)
+    devices: list[IbDevice] = field(default_factory=list)
     error: str | None = None
 
 
@@ -69,28 +35,30 @@ def split_enum(value: str) -> tuple[str, int | None]:
     return (m["name"], int(m["code"])) if m else (value.strip(), None)
 
 
-def _port_field(port: IbvPort, key: str, value: str) -> None:
+def _port_field(port: IbPort, key: str, value: str) -> None:
     port.fields[key] = value
     if key == "state":
-        port.state, port.state_code = split_enum(value)
+        state, port.state_code = split_enum(value)
+        port.state = state.removeprefix("PORT_")  # the kernel's name, as sysfs shows it
     elif key == "phys_state":
         port.phys_state = split_enum(value)[0]
-    elif key in ("link_layer", "active_mtu", "max_mtu", "sm_lid", "port_lid", "active_width",
-                 "active_speed"):
+    elif key == "port_lid":
+        port.lid = value
+    elif key in ("link_layer", "active_mtu", "max_mtu", "sm_lid", "active_width", "active_speed"):
         setattr(port, key, value)
 
 
 def parse_ibv_devinfo(text: str) -> IbvDevinfo:
     """Parse `ibv_devinfo` or `ibv_devinfo -v` output (old and new GID line forms)."""
     info = IbvDevinfo()
-    device: IbvDevice | None = None
-    port: IbvPort | None = None
+    device: IbDevice | None = None
+    port: IbPort | None = None
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
         if line.startswith("hca_id:"):
-            device = IbvDevice(name=line.split(":", 1)[1].strip())
+            device = IbDevice(name=line.split(":", 1)[1].strip())
             info.devices.append(device)
             port = None
             continue
@@ -107,7 +75,7 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
             continue
         key, value = key.strip(), value.strip()
         if key == "port" and value.isdigit():
-            port = IbvPort(port=int(value))
+            port = IbPort(port=int(value))
             device.ports.append(port)
         elif port is not None:
             # Device fields all come before the first `port:` line, so everything after it is a port field;

@@ -1,6 +1,7 @@
 """Locked-memory limit (RDMA registration needs it unlimited) and loaded kernel modules (GPUDirect).
 
-- `ulimit -l` prints `unlimited` or a number of KiB.
+- `ulimit -l` prints `unlimited` or a number of KiB; the probe prints the soft and the hard limit
+  (`ulimit -Sl`, `ulimit -Hl`) on one line, e.g. `8192 unlimited`.
 - `/proc/<pid>/limits` has `Max locked memory   <soft>   <hard>   bytes`. Check the *running server*, not the
   login shell: systemd services take `LimitMEMLOCK=` from their unit.
 - `/proc/modules` (what `lsmod` reads) and `lsmod` output: first column is the module name.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from p2p_ops.facts.base import CommandFact, read_sysfs
@@ -41,11 +43,13 @@ def _bytes(value: str, unit_bytes: int) -> int | None:
 
 
 def parse_ulimit_l(text: str) -> Memlock:
-    value = text.strip().splitlines()[-1].strip() if text.strip() else ""
-    if value != "unlimited" and not value.isdigit():
-        return Memlock(source="ulimit -l", error=f"unexpected `ulimit -l` output: {value!r}")
-    limit = _bytes(value, 1024)
-    return Memlock(limit, limit, "ulimit -l")
+    """`<soft> [<hard>]`, each `unlimited` or KiB (one value: a recording of plain `ulimit -l`)."""
+    line = text.strip().splitlines()[-1].strip() if text.strip() else ""
+    parts = line.split()
+    if len(parts) not in (1, 2) or not all(p == "unlimited" or p.isdigit() for p in parts):
+        return Memlock(source="ulimit -l", error=f"unexpected `ulimit -l` output: {line!r}")
+    soft = _bytes(parts[0], 1024)
+    return Memlock(soft, _bytes(parts[-1], 1024), "ulimit -l")
 
 
 def parse_proc_limits(text: str, source: str = "/proc/self/limits") -> Memlock:
@@ -80,5 +84,11 @@ def read_modules(proc_root: Path = Path("/proc")) -> list[str] | None:
     return None if text is None else parse_modules(text)
 
 
-ULIMIT_L = CommandFact("ulimit_l", ("sh", "-c", "ulimit -l"), parse_ulimit_l)
+def proc_limits_fact(pid: int) -> CommandFact[Memlock]:
+    """The memlock limit of a running process (a server started by systemd has its unit's, not the shell's)."""
+    return CommandFact("proc_limits", ("cat", f"/proc/{int(pid)}/limits"),
+                       partial(parse_proc_limits, source=f"/proc/{int(pid)}/limits"))
+
+
+ULIMIT_L = CommandFact("ulimit_l", ("sh", "-c", 'echo "$(ulimit -Sl) $(ulimit -Hl)"'), parse_ulimit_l)
 LSMOD = CommandFact("lsmod", ("lsmod",), parse_modules)

@@ -11,12 +11,11 @@ Values carry a numeric prefix (`state` = `4: ACTIVE`, `phys_state` = `5: LinkUp`
 
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass, field
+import re
 from pathlib import Path
 
-from p2p_ops.facts.base import read_int, read_sysfs
-from p2p_ops.facts.ibverbs import Gid
+from p2p_ops.facts.base import CommandFact, read_int, read_sysfs
+from p2p_ops.facts.ib_model import Gid, IbDevice, IbPort, split_prefixed
 
 # Counters worth a snapshot: the data counters for rail accounting plus the error counters that explain them.
 PORT_COUNTERS = (
@@ -24,59 +23,6 @@ PORT_COUNTERS = (
     "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards", "port_xmit_wait",
 )
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-
-
-@dataclass
-class IbPort:
-    port: int
-    state: str = ""
-    state_code: int | None = None
-    phys_state: str = ""
-    link_layer: str = ""
-    rate: str = ""
-    lid: str = ""
-    sm_lid: str = ""
-    gids: list[Gid] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return self.state == "ACTIVE"
-
-    def roce_v2_ipv4_gids(self) -> list[Gid]:
-        """GIDs usable for routable RoCE: type `RoCE v2` *and* an IPv4-mapped address (fe80:: is RoCE v2 too)."""
-        return [g for g in self.gids if "v2" in g.type and gid_ipv4(g.gid)]
-
-
-@dataclass
-class IbDevice:
-    name: str
-    numa_node: int | None = None
-    node_guid: str = ""
-    fw_ver: str = ""
-    pci_path: str = ""
-    netdevs: list[str] = field(default_factory=list)
-    ports: list[IbPort] = field(default_factory=list)
-
-
-def split_prefixed(value: str | None) -> tuple[int | None, str]:
-    """`4: ACTIVE` -> (4, `ACTIVE`); a value without a numeric prefix comes back as (None, value)."""
-    if value is None:
-        return None, ""
-    code, sep, name = value.partition(":")
-    if sep and code.strip().lstrip("-").isdigit():
-        return int(code), name.strip()
-    return None, value.strip()
-
-
-def gid_ipv4(gid: str) -> str | None:
-    """The IPv4 address inside an IPv4-mapped GID (8-group or `::ffff:a.b.c.d` form), else None."""
-    try:
-        addr = ipaddress.IPv6Address(gid)
-    except ValueError:
-        return None
-    mapped = addr.ipv4_mapped
-    return str(mapped) if mapped else None
 
 
 def _read_gids(port_dir: Path) -> list[Gid]:
@@ -162,3 +108,42 @@ def list_dev_infiniband(dev_root: Path = Path("/dev")) -> list[str]:
     """Names under `/dev/infiniband` (uverbsN, rdma_cm, umadN); empty when it is not mapped in."""
     directory = Path(dev_root) / "infiniband"
     return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
+# The same sysfs attributes read in one command, for the batched node read (`p2pctl probe`, `doctor`): a remote
+# node's /sys cannot be walked with Path. `grep -H ""` prints `<path>:<value>` per attribute.
+SYSFS_IB_GREP = ('grep -H "" /sys/class/infiniband/*/device/numa_node /sys/class/infiniband/*/ports/*/state '
+                 '/sys/class/infiniband/*/ports/*/link_layer /sys/class/infiniband/*/ports/*/rate 2>/dev/null; '
+                 'ls -d /sys/class/infiniband/*/device/net/* 2>/dev/null; true')
+_GREP_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/(.+?):(.*)$")
+_NETDEV_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/device/net/([^/\s]+)$")
+
+
+def parse_sysfs_ib_grep(text: str) -> list[IbDevice]:
+    """`SYSFS_IB_GREP`'s output -> devices with numa node, netdevs and each port's state, link layer and rate."""
+    devices: dict[str, IbDevice] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        m = _NETDEV_LINE.match(line)
+        if m:
+            devices.setdefault(m[1], IbDevice(m[1])).netdevs.append(m[2])
+            continue
+        m = _GREP_LINE.match(line)
+        if not m:
+            continue
+        dev = devices.setdefault(m[1], IbDevice(m[1]))
+        attr, value = m[2], m[3].strip()
+        if attr == "device/numa_node":
+            dev.numa_node = int(value) if value.lstrip("-").isdigit() else None
+            continue
+        pm = re.fullmatch(r"ports/(\d+)/(state|link_layer|rate)", attr)
+        if pm:
+            port = dev.port(int(pm[1]))
+            if pm[2] == "state":
+                port.state_code, port.state = split_prefixed(value)
+            else:
+                setattr(port, pm[2], value)
+    return [devices[k] for k in sorted(devices)]
+
+
+SYSFS_IB = CommandFact("sysfs_ib", ("sh", "-c", SYSFS_IB_GREP), parse_sysfs_ib_grep)

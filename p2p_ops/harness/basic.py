@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import consistency, probes
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete, count_tokens
@@ -54,7 +55,7 @@ class BasicResult:
         return asdict(self)
 
 
-def pick_pair(ctx, a: Optional[str], b: Optional[str]):
+def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
     """A and B default to the first instances of two different nodes."""
     insts = ctx.fleet.instances()
     if len(insts) < 2:
@@ -93,7 +94,7 @@ def _build_prompt(engine_url: str, model: str, seed: int, index: int, target_tok
     raise RuntimeError(f"could not build a prompt of {target_tokens} tokens")
 
 
-def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
+def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
               seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
               out_dir: Optional[Path] = None) -> BasicResult:
     if chunks < 2:
@@ -184,7 +185,7 @@ def run_basic(ctx, a: Optional[str] = None, b: Optional[str] = None, chunks: int
     return result
 
 
-def likely_cause(ctx, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
+def likely_cause(ctx: FleetContext, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
     if not (r_a.ok and r_b.ok):
         return "requests failed: check the engines (`p2pctl status`, engine.log)"
     found = consistency.mismatches(consistency.collect(ctx))

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from p2p_ops.context import FleetContext
 from p2p_ops.harness import prompts
 from p2p_ops.harness.basic import pick_pair
 from p2p_ops.harness.openai_client import complete
@@ -29,7 +30,7 @@ class CrossoverRow:
         return self.ttft_recompute_b_s / self.ttft_pulled_b_s if self.ttft_pulled_b_s else float("nan")
 
 
-def measure(ctx, lengths: list[int], repeats: int = 3, seed: Optional[int] = None,
+def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optional[int] = None,
             progress: Callable[[str], None] = lambda _: None, a: Optional[str] = None,
             b: Optional[str] = None) -> list[CrossoverRow]:
     """A computes each prefix cold, B pulls it; A and B are instance ids (default: pick_pair's)."""

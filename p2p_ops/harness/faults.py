@@ -32,11 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import launch, procs
+from p2p_ops import fleet_status, procs
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.report import percentile
+from p2p_ops.stats import percentile
 
 Progress = Callable[[str], None]
 
@@ -135,11 +136,11 @@ class _Load:
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    proc: Callable[[launch.FleetContext], tuple]     # -> (node, Proc) of the part to kill
+    proc: Callable[[FleetContext], tuple]     # -> (node, Proc) of the part to kill
     dead_engine: bool = False                        # requests to that engine cannot be served meanwhile
 
 
-def _second(ctx: launch.FleetContext):
+def _second(ctx: FleetContext):
     return ctx.fleet.instances()[1]
 
 
@@ -161,7 +162,7 @@ def parse_scenarios(text: Optional[str]) -> list[str]:
     return names
 
 
-def _kill(ctx: launch.FleetContext, node, proc: procs.Proc) -> int:
+def _kill(ctx: FleetContext, node, proc: procs.Proc) -> int:
     [st] = procs.states(ctx.conn(node), [proc])
     if not st.running or st.pid is None:
         raise BadInput(f"{proc.name} is {st.state}, not running: start the fleet (`p2pctl up`) before a fault test")
@@ -169,24 +170,24 @@ def _kill(ctx: launch.FleetContext, node, proc: procs.Proc) -> int:
     return st.pid
 
 
-def _wait_ready(ctx: launch.FleetContext, timeout_s: float) -> Optional[float]:
+def _wait_ready(ctx: FleetContext, timeout_s: float) -> Optional[float]:
     """Seconds until the whole fleet reports ready (peers registered, engines healthy and connected)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
-        if launch.report(ctx).ready:
+        if fleet_status.report(ctx).ready:
             return time.monotonic() - start
         time.sleep(0.5)
     return None
 
 
-def _jobs(ctx: launch.FleetContext, opts: FaultOptions, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
+def _jobs(ctx: FleetContext, opts: FaultOptions, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
     urls = [ctx.engine_url(node, inst) for node, inst in ctx.fleet.instances()]
     docs = [prompts.document(seed, i, opts.doc_chars) for i in range(opts.docs)]
     jobs = [(url, doc + "\n" + prompts.question(seed, i)) for i, doc in enumerate(docs) for url in urls]
     return docs, jobs
 
 
-def run_scenario(ctx: launch.FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,
+def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,
                  seed: Optional[int] = None) -> tuple[Figures, list[Sample]]:
     scenario = SCENARIOS[name]
     node, proc = scenario.proc(ctx)
@@ -235,7 +236,7 @@ def _phase(s: Sample, marks: dict[str, float]) -> str:
     return "after"
 
 
-def _fill(fig: Figures, samples: list[Sample], marks: dict[str, float], ctx, scenario: Scenario, node) -> None:
+def _fill(fig: Figures, samples: list[Sample], marks: dict[str, float], ctx: FleetContext, scenario: Scenario, node) -> None:
     dead_url = ""
     if scenario.dead_engine:
         dead_url = ctx.engine_url(*_second(ctx))
@@ -269,7 +270,7 @@ def _round(v: Optional[float]) -> Optional[float]:
 
 # ---- the run: all scenarios, a table in the run folder --------------------------------------------------
 
-def run_faults(ctx: launch.FleetContext, names: list[str], opts: FaultOptions, out_dir: Path,
+def run_faults(ctx: FleetContext, names: list[str], opts: FaultOptions, out_dir: Path,
                progress: Progress = lambda _: None) -> list[Figures]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []

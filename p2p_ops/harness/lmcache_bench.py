@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.render import bin_dir_for
 
@@ -23,7 +24,7 @@ def tokens_per_gb(fleet) -> int:
     return max(1, (1 << 30) // bytes_per_token)
 
 
-def bench_command(ctx, engine_url: str, out_dir: Path, document_length: int, num_documents: int, queries: int,
+def bench_command(ctx: FleetContext, engine_url: str, out_dir: Path, document_length: int, num_documents: int, queries: int,
                   inflight: int, max_tokens: int) -> list[str]:
     node = ctx.fleet.nodes[0]
     tpg = tokens_per_gb(ctx.fleet)
@@ -36,7 +37,7 @@ def bench_command(ctx, engine_url: str, out_dir: Path, document_length: int, num
             "--no-interactive", "--json", "--output-dir", str(out_dir), "-q"]
 
 
-def run_lmcache_bench(ctx, out_dir: Path, quick: bool = False, instance: Optional[str] = None,
+def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, instance: Optional[str] = None,
                       document_length: Optional[int] = None, num_documents: Optional[int] = None,
                       queries: int = 2, inflight: int = 2, max_tokens: int = 8, timeout: float = 900.0,
                       progress: Callable[[str], None] = lambda _: None) -> dict:

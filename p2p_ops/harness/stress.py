@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import probes
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
@@ -80,7 +81,7 @@ Progress = Callable[[str, int, Optional[int]], None]   # (stage label, completed
 
 
 class _Run:
-    def __init__(self, ctx, opts: StressOptions, progress: Progress):
+    def __init__(self, ctx: FleetContext, opts: StressOptions, progress: Progress):
         self.ctx, self.opts, self.progress = ctx, opts, progress
         self.engines = [(n, i, ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
         self.model = ctx.fleet.model
@@ -214,7 +215,7 @@ class _Run:
         self.stages.append(StageInfo("sustained", o.sustained_concurrency, wall, n))
 
 
-def snapshot(ctx) -> dict:
+def snapshot(ctx: FleetContext) -> dict:
     """/status of every server and the metrics of every server and engine, for before/after evidence."""
     out = {}
     for node, inst in ctx.fleet.instances():
@@ -231,7 +232,7 @@ def snapshot(ctx) -> dict:
     return out
 
 
-def run_stress(ctx, opts: StressOptions, out_dir: Path, progress: Progress = lambda *_: None) -> dict:
+def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: Progress = lambda *_: None) -> dict:
     """Run the stages, write requests.csv, stages.json and the before/after snapshots into out_dir."""
     run = _Run(ctx, opts, progress)
     opts.validate(len(run.engines))

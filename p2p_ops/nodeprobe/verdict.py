@@ -25,16 +25,16 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
         problems.append(f"{py.error if py else 'python not probed'}: create the virtualenv "
                         "(`p2pctl probe --bootstrap`) or fix the node's venv in fleet.yaml")
     else:
-        pk = py.packages
-        if not pk.get("lmcache"):
+        lmcache = py.version_of("lmcache")
+        if not lmcache:
             problems.append(f"lmcache is not installed in {py.executable}: install it (`make setup`)")
-        elif pk["lmcache"] != LMCACHE_PIN:
-            warnings.append(f"lmcache {pk['lmcache']} (this toolkit is tested with {LMCACHE_PIN})")
-        if fleet.settings.transfer_engine == "nixl" and not pk.get("nixl"):
+        elif lmcache != LMCACHE_PIN:
+            warnings.append(f"lmcache {lmcache} (this toolkit is tested with {LMCACHE_PIN})")
+        if fleet.settings.transfer_engine == "nixl" and not py.version_of("nixl"):
             problems.append(f"nixl is not installed in {py.executable}, and transfer_engine is nixl: "
                             "install nixl-cu12 (`make setup`)")
         # A vLLM venv of its own is checked by `up`'s preflight, which knows where it is.
-        if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not pk.get("vllm"):
+        if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not py.version_of("vllm"):
             problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm "
                             "(or set vllm.venv to the venv that holds it)")
     _judge_gpus(fleet, node, probe)
@@ -75,8 +75,8 @@ def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
 def judge_fleet(fleet: Fleet, probes: dict) -> None:
     """Cross-node rules: versions that must agree across peers (decision 6: mismatches share nothing)."""
     for pkg in ("lmcache", "nixl", "vllm"):
-        seen = {name: p.python.packages.get(pkg) for name, p in probes.items()
-                if p.python is not None and p.python.present and p.python.packages.get(pkg)}
+        seen = {name: p.python.version_of(pkg) for name, p in probes.items()
+                if p.python is not None and p.python.present and p.python.version_of(pkg)}
         if len(set(seen.values())) > 1:
             listing = ", ".join(f"{n}={v}" for n, v in sorted(seen.items()))
             for name in seen:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from tests.conftest import write_local_fleet
 
 
@@ -15,7 +16,7 @@ from tests.conftest import write_local_fleet
 def running_fleet(tmp: Path, n_nodes: int = 2, name: str = "e2e", **overrides):
     """Up + wait, yield the FleetContext, and always down (also when up or a test fails)."""
     fleet_file = write_local_fleet(tmp / "fleet.yaml", n_nodes, name=name, **overrides)
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
     try:
         launch.up(ctx)
         launch.wait(ctx, timeout=90)

@@ -8,15 +8,16 @@ from pathlib import Path
 import pytest
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.harness.basic import run_basic
 from tests.conftest import write_local_fleet
 
 pytestmark = pytest.mark.e2e
 
 
-def _start_with_edited_env(tmp_path: Path, edit: dict[str, str], **overrides) -> launch.FleetContext:
+def _start_with_edited_env(tmp_path: Path, edit: dict[str, str], **overrides) -> FleetContext:
     """Render from a valid spec, then hand-edit node-b-0's env.sh: what the spec check would have refused."""
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="mismatch", **overrides))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="mismatch", **overrides))
     launch.render(ctx)
     env = ctx.layout.env("node-b-0")
     text = env.read_text()
@@ -50,5 +51,5 @@ def test_peers_that_hash_differently_share_nothing_and_fail_names_why(tmp_path, 
         assert cause in result.likely_cause, result.likely_cause
     finally:
         if ctx is None:
-            ctx = launch.FleetContext.load(tmp_path / "fleet.yaml")
+            ctx = FleetContext.load(tmp_path / "fleet.yaml")
         launch.down(ctx)

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.fleet import Settings
 from p2p_ops.harness.basic import run_basic
@@ -37,7 +38,7 @@ def start_edited(tmp: Path, name: str, edit, settings: dict | None = None, wait:
     process on this shared box can take one before the server binds it, so that case is retried (bounded)."""
     overrides = {"settings": {**Settings(server_nice=10).model_dump(), **settings}} if settings else {}
     for attempt in range(3):
-        ctx = launch.FleetContext.load(write_local_fleet(tmp / "fleet.yaml", 2, name=name, **overrides))
+        ctx = FleetContext.load(write_local_fleet(tmp / "fleet.yaml", 2, name=name, **overrides))
         try:
             launch.render(ctx)
             edit(ctx)

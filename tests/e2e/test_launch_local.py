@@ -8,7 +8,8 @@ import socket
 import pytest
 import requests
 
-from p2p_ops import launch, probes, procs
+from p2p_ops import probes, procs
+from p2p_ops.context import FleetContext
 from tests.conftest import pid_alive as _alive
 from tests.conftest import write_local_fleet
 from tests.e2e.conftest import running_fleet
@@ -16,7 +17,7 @@ from tests.e2e.conftest import running_fleet
 pytestmark = pytest.mark.e2e
 
 
-def _pids(ctx: launch.FleetContext) -> list[int]:
+def _pids(ctx: FleetContext) -> list[int]:
     out = []
     for node in ctx.fleet.nodes:
         for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
@@ -56,7 +57,7 @@ def test_fleet_registers_status_shows_it_and_down_leaves_nothing(tmp_path, p2pct
 
 def test_port_taken_at_start_is_reported_with_the_log_tail(tmp_path, p2pctl):
     fleet_file = write_local_fleet(tmp_path / "fleet.yaml", 1, name="busy")
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
     _, inst = ctx.fleet.instance("node-a-0")
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", inst.ports.http))

@@ -10,9 +10,8 @@ import subprocess
 import pytest
 
 from p2p_ops import procs
-from p2p_ops.diagnose.doctor import parse_sessions
+from p2p_ops.facts.listeners import parse_listeners, parse_sessions
 from p2p_ops.harness.basic import run_basic
-from p2p_ops.nodeprobe.parsers import parse_listeners
 from tests.e2e.conftest import running_fleet
 
 pytestmark = pytest.mark.e2e

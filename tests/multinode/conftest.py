@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops import testbed
+from tests.support import testbed
 from tests.conftest import REPO, port_free
 
 VENV = REPO / ".venv"

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch, testbed
+from p2p_ops import launch
+from p2p_ops.context import FleetContext
+from tests.support import testbed
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, write_ssh_fleet
 
 pytestmark = [pytest.mark.multinode, needs_sshd, needs_engine]
@@ -47,7 +49,7 @@ def test_p2p_bytes_cross_the_veths_of_the_two_hosts_involved(tmp_path):
     with testbed.running(2, testbed.private_dir(), netns=True) as tb:
         assert tb.mode == "netns" and tb.control_address and all(h.veth for h in tb.hosts)
         fleet_file = write_ssh_fleet(tb, tmp_path, "ns", settings={"ucx_tls": "tcp"})
-        ctx = launch.FleetContext.load(fleet_file)
+        ctx = FleetContext.load(fleet_file)
         try:
             launch.up(ctx)
             rep = launch.wait(ctx, timeout=120)

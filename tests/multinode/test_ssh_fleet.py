@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, p2pctl, write_ssh_fleet
 
@@ -24,7 +25,7 @@ def test_fleet_over_ssh_registers_shares_across_hosts_and_stops_from_a_fresh_she
 
     fleet_file = write_ssh_fleet(testbed3, tmp_path, "mn")
     run_root = str(tmp_path / "run")
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
     try:
         launch.up(ctx)
         rep = launch.wait(ctx, timeout=120)
@@ -107,7 +108,7 @@ def test_one_bad_host_is_named_the_others_still_report_and_nothing_starts(testbe
     fleet_file.write_text(yaml.safe_dump(data, sort_keys=False))
     run_root = str(tmp_path / "run")
 
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
     try:
         with pytest.raises(CouldNotRun) as err:
             launch.up(ctx)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import testbed
+from tests.support import testbed
 from tests.multinode.conftest import free_port_on, needs_sshd
 
 pytestmark = [pytest.mark.multinode, needs_sshd]

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.bench.placement import port_plan
 from p2p_ops.fleet import local_fleet
 from tests.conftest import skip_tier_without, tool_venv
@@ -36,7 +37,7 @@ def write_router_fleet(path: Path, policy: str, name: str = "rt") -> Path:
 
 @contextlib.contextmanager
 def running_router_fleet(tmp: Path, policy: str, name: str = "rt"):
-    ctx = launch.FleetContext.load(write_router_fleet(tmp / "fleet.yaml", policy, name))
+    ctx = FleetContext.load(write_router_fleet(tmp / "fleet.yaml", policy, name))
     try:
         launch.up(ctx)
         launch.wait(ctx, timeout=120)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from p2p_ops import bundle, launch, probes, prom
+from p2p_ops import bundle, fleet_status, probes, prom
 from p2p_ops import router as fleet_router
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
@@ -31,7 +31,7 @@ def router_metric(ctx, name: str, **labels: str) -> float:
 
 def test_kv_aware_router_follows_the_engines_blocks(tmp_path):
     with running_router_fleet(tmp_path, "kv_aware") as ctx:
-        rep = launch.report(ctx).to_json()
+        rep = fleet_status.report(ctx).to_json()
         assert rep["ready"] and rep["router"]["ready"], rep["router"]
         assert sorted(rep["router"]["workers"]) == sorted(ctx.engine_url(n, i) for n, i in ctx.fleet.instances())
         pid = int(open(fleet_router.router_proc(ctx).pidfile).read())

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from p2p_ops import auth, launch, probes, readiness
+from p2p_ops.context import FleetContext
 from p2p_ops.harness.openai_client import complete
 from tests.conftest import write_local_fleet
 
@@ -17,7 +18,7 @@ KEY = "sk-fleetkey-0123456789abcdefXYZ"
 
 @pytest.fixture
 def keyed(tmp_path):
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="keyed", api_key=KEY))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="keyed", api_key=KEY))
     yield ctx
     ctx.close()
 
@@ -32,7 +33,7 @@ def test_env_sh_carries_the_key_privately(keyed):
 
 
 def test_no_key_no_lines(tmp_path):
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="open"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="open"))
     launch.render(ctx)
     assert "API_KEY" not in ctx.layout.env("node-a-0").read_text()
 
@@ -93,7 +94,7 @@ def test_the_key_is_never_printed(tmp_path, p2pctl):
 
 def test_bundle_redacts_the_key(tmp_path, p2pctl):
     fleet = write_local_fleet(tmp_path / "fleet.yaml", 2, name="bundled", api_key=KEY)
-    ctx = launch.FleetContext.load(fleet)
+    ctx = FleetContext.load(fleet)
     launch.render(ctx)
     out = tmp_path / "b.tar.gz"
     code, stdout, err = p2pctl("bundle", "-f", str(fleet), "-o", str(out), "--no-doctor")

@@ -7,6 +7,7 @@ import tarfile
 from pathlib import Path
 
 from p2p_ops import bundle, launch
+from p2p_ops.context import FleetContext
 from tests.conftest import write_local_fleet
 
 PEM_BODY = ("MIIEowIBAAKCAQEAPLANTEDxk3Jq1yDqkzV0qY7m6bN3bH8v5JbQmGm7Pq0kA2xQ\n"
@@ -91,7 +92,7 @@ def test_read_remote_caps_and_strips_colours(tmp_path):
 
 
 def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="stopped"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="stopped"))
     launch.render(ctx)
     plant_env(ctx.layout.env("node-b-0"))
     log = ctx.layout.log("node-b-0", "server")
@@ -123,7 +124,7 @@ def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
 
 
 def test_bundle_does_not_overwrite_without_force(tmp_path, p2pctl):
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="noclobber"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="noclobber"))
     launch.render(ctx)
     out = tmp_path / "bundle.tar.gz"
     out.write_text("precious")

@@ -8,6 +8,14 @@ import pytest
 
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.diagnose import doctor as D
+from p2p_ops.diagnose.doctor.gather import fill_node
+from p2p_ops.facts.envfile import env_file_fact, parse_env_sh
+from p2p_ops.facts.listeners import LISTENERS, SESSIONS, Listener, parse_listeners, parse_sessions
+from p2p_ops.facts.python_env import python_env_fact
+from p2p_ops.facts.reach import reach_fact
+from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.server_log import parse_hash_fallback
+from p2p_ops.facts.sysfs_ib import SYSFS_IB
 
 STATUS = {"is_healthy": True, "chunk_size": 256, "hash_algorithm": "blake3", "p2p_enabled": True,
           "p2p_state": "registered", "p2p_peer_count": 1,
@@ -105,8 +113,8 @@ def test_pythonhashseed_mismatch_is_an_error_where_an_instance_really_runs_built
 def test_hash_fallback_line_is_recognised():
     line = ("[2026-11-30 21:00:01,123] LMCache WARNING: Could not load 'builtin' from vLLM. Using builtin hash. "
             "This may cause inconsistencies in distributed caching. (token_hasher.py:112:lmcache)")
-    assert D.hash_fallback(line) == "builtin"
-    assert D.hash_fallback("Using blake3 hash function") is None
+    assert parse_hash_fallback(line) == "builtin"
+    assert parse_hash_fallback("Using blake3 hash function") is None
     # Equal seeds do not save a fleet that falls back: the doctor says so without any seed mismatch.
     rep = D.check(fleet([inst("node-a-0", hash_fallback="builtin"), inst("node-b-0", hash_fallback="builtin")]))
     [fb] = problems(rep, "hash:builtin_fallback")
@@ -184,23 +192,23 @@ def test_unreachable_target_is_named_with_source_and_address():
 
 def test_ports_busy_before_launch_and_silent_after():
     a, b = inst("node-a-0", running=False), inst("node-b-0", running=False)
-    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0/server"),
-             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0/server")]
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http"),
+             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0", "http")]
     facts = fleet([a, b], running=False, ports=ports)
     rep = D.check(facts)
     assert rep.exit_code == 0 and [f.check for f in rep.findings] == ["ports"]  # every planned port is free
-    facts.nodes[1].listeners = [("0.0.0.0", 8082, "python", 4321)]
+    facts.nodes[1].listeners = [Listener("0.0.0.0", 8082, "python", 4321)]
     [f] = problems(D.check(facts), "port_busy")
     assert f.subject == "node-b-0 http" and "pid 4321" in f.value and "not running" in f.message
 
 
 def test_running_process_must_listen_on_its_ports():
-    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0/server")]
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http")]
     facts = fleet([inst("node-a-0"), inst("node-b-0")], ports=ports,
                   proc_states={"node-a-0/server": "running"})
     [f] = problems(D.check(facts), "port_listening")
     assert f.subject == "node-a-0 http"
-    facts.nodes[0].listeners = [("127.0.0.1", 8081, "", None)]
+    facts.nodes[0].listeners = [Listener("127.0.0.1", 8081, "", None)]
     assert not problems(D.check(facts), "port_listening")
 
 
@@ -253,7 +261,7 @@ def test_parse_env_sh_and_safe_env():
     text = ("# comment\nexport PYTHONHASHSEED=0\nexport P2P_MODEL='tiny llm'\nexport UCX_TLS=rc,sm,self  # fast\n"
             "export HF_TOKEN=hf_PLANTEDaaaaBBBBccccDDDDeeeeFFFF1234\nLMCACHE_S3_SECRET_KEY=PLANTEDx\n"
             "export LMCACHE_AUTH=Bearer PLANTEDtoken0123456789\nexport PYTHONHASHSEED=7\n")
-    env_ = D.parse_env_sh(text)
+    env_ = parse_env_sh(text)
     assert env_["P2P_MODEL"] == "tiny llm" and env_["UCX_TLS"] == "rc,sm,self" and env_["PYTHONHASHSEED"] == "7"
     safe = D.safe_env(env_)
     assert "HF_TOKEN" not in safe and "LMCACHE_S3_SECRET_KEY" not in safe
@@ -268,7 +276,7 @@ def test_observed_prefers_the_running_process_and_names_the_source():
     assert D.observed(i, {"lmcache": "0.5.6"})["lmcache_version"] == ("0.5.6", "node python")
 
 
-def test_node_script_reads_files_and_connects(tmp_path):
+def test_node_read_gets_files_packages_and_connects(tmp_path):
     f = tmp_path / "env.sh"
     f.write_text("export PYTHONHASHSEED=3\n")
     listener = socket.socket()
@@ -281,18 +289,19 @@ def test_node_script_reads_files_and_connects(tmp_path):
     try:
         import sys
 
-        script = D.node_script(sys.executable, {"node-a-0": str(f)}, {}, {},
-                               [("x p2p", "127.0.0.1", open_port), ("y mq", "127.0.0.1", closed_port)])
-        res = LocalConnector().run(script, timeout=30)
+        batch = {"packages": python_env_fact(sys.executable), "rdma": SYSFS_IB, "listeners": LISTENERS,
+                 "sessions": SESSIONS, "env node-a-0": env_file_fact(str(f)),
+                 "reach": reach_fact("node-a", [("x p2p", "127.0.0.1", open_port),
+                                                ("y mq", "127.0.0.1", closed_port)])}
+        read = read_node(LocalConnector(), batch, timeout=30)
     finally:
         listener.close()
-    sec = D.parse_node_output(res.stdout)
-    assert D.parse_env_sh(sec["file node-a-0"]) == {"PYTHONHASHSEED": "3"}
-    assert '"lmcache"' in sec["packages"]
+    assert read["packages"].ok and '"lmcache"' in read["packages"].output
     facts = D.FleetFacts("t", "embedded", COORD, "node-a", instances=[D.InstanceFacts("node-a-0", "node-a", "x")])
-    nf = D._fill_node(D.NodeFacts("node-a", "127.0.0.1"), sec, facts, {}, "node-a")
+    nf = fill_node(D.NodeFacts("node-a", "127.0.0.1"), batch, read, facts)
+    assert nf.error is None and nf.packages["lmcache"]
     assert {(r.target, r.ok) for r in nf.reach} == {("x p2p", True), ("y mq", False)}
-    assert any(ln[1] == open_port for ln in nf.listeners) or nf.listeners == []
+    assert any(ln.port == open_port for ln in nf.listeners) or nf.listeners == []
     assert facts.instances[0].env_file == {"PYTHONHASHSEED": "3"}
 
 
@@ -309,12 +318,10 @@ LISTEN 0      128          0.0.0.0:22         0.0.0.0:*    users:(("sshd",pid=77
 
 
 def test_doctor_names_every_fleet_listener_wider_than_loopback():
-    from p2p_ops.nodeprobe.parsers import parse_listeners
-
     n = node("node-a")
-    n.listeners = [(ln.address, ln.port, ln.process, ln.pid) for ln in parse_listeners(SS_LISTENERS)]
+    n.listeners = parse_listeners(SS_LISTENERS)
     # 4210 is a thread-owning child of the server (same session 4200); sshd (77) is not the fleet's.
-    n.sessions = D.parse_sessions("4100 4100\n4200 4200\n4210 4200\n4300 4300\n4400 4400\n77 77\n")
+    n.sessions = parse_sessions("4100 4100\n4200 4200\n4210 4200\n4300 4300\n4400 4400\n77 77\n")
     n.fleet_pids = {4100: "coordinator/coordinator", 4200: "node-a-0/server", 4300: "node-a-0/engine",
                     4400: "node-b-0/engine"}
     n.bind_ok = ("loopback",)
@@ -328,7 +335,7 @@ def test_doctor_names_every_fleet_listener_wider_than_loopback():
 
 def test_ssh_node_may_listen_on_its_own_address():
     n = node("node-a")
-    n.listeners = [("198.18.0.2", 40123, "lmcache", 4200), ("198.18.0.9", 40124, "lmcache", 4200)]
+    n.listeners = [Listener("198.18.0.2", 40123, "lmcache", 4200), Listener("198.18.0.9", 40124, "lmcache", 4200)]
     n.sessions, n.fleet_pids = {4200: 4200}, {4200: "node-a-0/server"}
     n.bind_ok = ("loopback", "198.18.0.2", "198.18.0.2")
     assert [w[1] for w in D.wide_binds(n)] == ["198.18.0.9"]

@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.fleet import Settings
 from tests.conftest import write_local_fleet
 
@@ -25,7 +26,7 @@ def _edit(ctx, instance: str, key: str, value: str) -> None:
 def rendered(tmp_path):
     def make(**settings):
         overrides = {"settings": {**Settings(server_nice=10).model_dump(), **settings}} if settings else {}
-        ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="pre", **overrides))
+        ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="pre", **overrides))
         launch.render(ctx)
         return ctx
     return make

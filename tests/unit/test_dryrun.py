@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops import dryrun, launch, readiness
+from p2p_ops import dryrun, readiness
+from p2p_ops.context import FleetContext
 from p2p_ops.fleet import local_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "dryrun"
@@ -20,7 +21,7 @@ KV_CFG = ('{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_load_fai
           '"kv_connector_extra_config":{"lmcache.mp.host":"tcp://10.0.0.2","lmcache.mp.port":5602}}')
 
 
-def vllm_ssh_fleet(tmp_path: Path, model: str = "Qwen/Qwen3-8B") -> launch.FleetContext:
+def vllm_ssh_fleet(tmp_path: Path, model: str = "Qwen/Qwen3-8B") -> FleetContext:
     """Two GPU nodes reached over SSH (the golden vLLM fleet of test_render, on two addresses)."""
     data = local_fleet(2, name="golden", runtime="vllm", vllm={"device": "cuda", "model_path": "", "venv": "",
                                                                "enforce_eager": False, "max_model_len": None,
@@ -34,7 +35,7 @@ def vllm_ssh_fleet(tmp_path: Path, model: str = "Qwen/Qwen3-8B") -> launch.Fleet
         node["instances"][0].pop("cpus", None)
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return launch.FleetContext.load(path, run_dir="/home/ops/p2p-run/golden")
+    return FleetContext.load(path, run_dir="/home/ops/p2p-run/golden")
 
 
 def test_vllm_plan_matches_golden(tmp_path):
@@ -84,7 +85,7 @@ def test_awkward_values_stay_one_argument(tmp_path):
 def test_local_embedded_fleet_writes_locally(tmp_path):
     from tests.conftest import write_local_fleet
 
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="loc"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="loc"))
     steps = dryrun.plan(ctx)
     a = steps["node-a"]
     assert a[0] == "check    bash -c true   (local)"
@@ -94,8 +95,10 @@ def test_local_embedded_fleet_writes_locally(tmp_path):
     assert not ctx.layout.root.exists(), "a dry run must not write the run folder"
 
 
-def test_env_values_reads_quoted_exports():
-    env = dryrun.env_values("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n")
+def test_env_sh_parser_reads_quoted_exports():
+    from p2p_ops.facts.envfile import parse_env_sh
+
+    env = parse_env_sh("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n")
     assert env == {"A": "plain", "B": "a b'c", "D": ""}
 
 

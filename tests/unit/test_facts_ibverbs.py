@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
-from p2p_ops.facts.base import CommandResult
+from p2p_ops.connectors.base import Result
 from p2p_ops.facts.ibverbs import IBV_DEVINFO, parse_ibv_devices, parse_ibv_devinfo, split_enum
 from p2p_ops.facts.rdma_link import parse_rdma_link
 
@@ -28,11 +29,11 @@ def test_devinfo_verbose_infiniband_ports_and_gids():
     assert dev.transport == "InfiniBand" and dev.fields["fw_ver"] == "28.39.2048"
     assert dev.fields["atomic_cap"] == "ATOMIC_HCA (1)"
     port = dev.ports[0]
-    assert (port.port, port.state, port.state_code, port.phys_state) == (1, "PORT_ACTIVE", 4, "LINK_UP")
-    assert (port.link_layer, port.sm_lid, port.port_lid, port.active_width) == ("InfiniBand", "1", "1554", "4X (2)")
+    assert (port.port, port.state, port.state_code, port.phys_state) == (1, "ACTIVE", 4, "LINK_UP")
+    assert (port.link_layer, port.sm_lid, port.lid, port.active_width) == ("InfiniBand", "1", "1554", "4X (2)")
     assert port.gids[0].gid == "fe80:0000:0000:0000:a088:c203:0012:1e40" and port.gids[0].type == ""
     init = info.devices[1].ports[0]
-    assert (init.state, init.phys_state, init.sm_lid) == ("PORT_INIT", "LINK_UP", "0")
+    assert (init.state, init.phys_state, init.sm_lid) == ("INIT", "LINK_UP", "0")
 
 
 def test_devinfo_roce_gid_types_in_both_address_forms():
@@ -40,16 +41,16 @@ def test_devinfo_roce_gid_types_in_both_address_forms():
     up, down = info.devices[0].ports[0], info.devices[1].ports[0]
     assert [(g.index, g.type) for g in up.gids] == [(0, "RoCE v1"), (1, "RoCE v2"), (2, "RoCE v1"), (3, "RoCE v2")]
     assert up.gids[3].gid == "::ffff:198.18.1.11"
-    assert (down.state, down.phys_state, down.active_mtu) == ("PORT_DOWN", "POLLING", "1024 (3)")
+    assert (down.state, down.phys_state, down.active_mtu) == ("DOWN", "POLLING", "1024 (3)")
     assert all("v2" not in g.type or g.gid.startswith("fe80") for g in down.gids)
 
 
 def test_devinfo_short_form_and_device_ports_line():
     info = parse_ibv_devinfo(read("ibverbs", "ibv_devinfo_roce_down_and_rxe.txt"))
     mlx, rxe = info.devices
-    assert mlx.ports[0].state == "PORT_DOWN" and mlx.ports[0].link_layer == "Ethernet"
+    assert mlx.ports[0].state == "DOWN" and mlx.ports[0].link_layer == "Ethernet"
     assert rxe.fields["vendor_id"] == "0xffffff" and "Device ports" not in rxe.fields
-    assert rxe.ports[0].state == "PORT_ACTIVE"
+    assert rxe.ports[0].state == "ACTIVE"
 
 
 def test_devinfo_failed_open_and_split_enum():
@@ -64,7 +65,7 @@ def test_devinfo_fact_runs_through_an_injected_runner():
 
     def runner(argv):
         calls.append(tuple(argv))
-        return CommandResult(255, "", read("ucx", "ibv_devinfo_noib.txt"))
+        return Result("fixture", shlex.join(argv), 255, "", read("ucx", "ibv_devinfo_noib.txt"))
 
     assert IBV_DEVINFO.collect(runner).error.startswith("Failed to get IB devices list")
     assert calls == [("ibv_devinfo", "-v")]
@@ -98,5 +99,5 @@ def test_recorded_runner_replays_output_and_exit_code():
 
     runner = recorded_runner(FIX / "rdma" / "no_rdma" / "tools")
     result, info = IBV_DEVINFO.collect_raw(runner)
-    assert result.rc == 255 and info.error.startswith("Failed to get IB devices list")
+    assert result.exit_code == 255 and info.error.startswith("Failed to get IB devices list")
     assert runner(("nvidia-smi", "topo", "-m")).not_found  # no recording = tool absent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from p2p_ops import dryrun, launch, procs
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.fleet import Node
 from tests.conftest import write_local_fleet
@@ -21,7 +22,7 @@ def test_up_says_kept_when_the_process_already_ran():
 
 @pytest.fixture
 def ctx(tmp_path):
-    c = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="plan"))
+    c = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="plan"))
     yield c
     c.close()
 

@@ -4,16 +4,24 @@ the verdict rules, bootstrap's steps, and `p2pctl probe` on a local fleet."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
 
-from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.fleet import local_fleet, parse_fleet
-from p2p_ops.nodeprobe import NodeProbe, PortCheck, check_ports, fill, hf_cache_dir_name, planned_ports, probe_script
-from p2p_ops.nodeprobe import parsers as P
+from p2p_ops.facts import sections
+from p2p_ops.facts.base import ABSENT
+from p2p_ops.facts.gpus import Gpu, parse_gpus
+from p2p_ops.facts.host import parse_host
+from p2p_ops.facts.ib_model import IbDevice
+from p2p_ops.facts.limits import Memlock, parse_ulimit_l
+from p2p_ops.facts.listeners import Listener, parse_listeners
+from p2p_ops.facts.python_env import PythonEnv, parse_python
+from p2p_ops.facts.storage import Disk, ModelCache, hf_cache_dir_name, parse_df, parse_model_cache
+from p2p_ops.facts.sysfs_ib import SYSFS_IB_GREP, parse_sysfs_ib_grep
+from p2p_ops.nodeprobe import NodeProbe, PortCheck, check_ports, fill, node_facts, planned_ports
 from p2p_ops.nodeprobe.bootstrap import PROJECT, bootstrap_script, pip_steps
 from p2p_ops.nodeprobe.verdict import judge_fleet, judge_node
 from tests.conftest import write_local_fleet
@@ -49,72 +57,71 @@ Filesystem     1024-blocks     Used Available Capacity Mounted on
 # ---- parsers ------------------------------------------------------------------------------------------
 
 def test_sections_split_with_their_exit_codes():
-    out = "noise\n@@p2p-probe a\nx\ny\n\n@@p2p-rc 0\n\n@@p2p-probe b\nz\n@@p2p-rc 127\n@@p2p-probe c\ncut"
-    secs = P.parse_sections(out)
-    assert secs["a"] == P.Section(0, "x\ny") and secs["b"] == P.Section(127, "z") and secs["c"].rc == -1
+    out = "noise\n@@p2p-section a\nx\ny\n\n@@p2p-rc 0\n\n@@p2p-section b\nz\n@@p2p-rc 127\n@@p2p-section c\ncut"
+    secs = sections.parse_sections(out)
+    assert secs["a"] == (0, "x\ny") and secs["b"] == (127, "z") and secs["c"][0] == -1
 
 
 def test_gpus_from_nvidia_smi_csv_and_absent():
-    gpus = P.parse_gpus(NVIDIA_SMI)
+    gpus = parse_gpus(NVIDIA_SMI)
     assert [g.index for g in gpus] == [0, 1]
-    assert gpus[1] == P.Gpu(1, "NVIDIA H100 80GB HBM3", 81559, 70123, "550.54.15", "00000000:2A:00.0")
-    assert P.parse_gpus(P.ABSENT) is None
-    assert P.parse_gpus("No devices were found") == []
-    assert P.parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == []
+    assert gpus[1] == Gpu(1, "NVIDIA H100 80GB HBM3", 81559, 70123, "550.54.15", "00000000:2A:00.0")
+    assert parse_gpus(ABSENT) is None
+    assert parse_gpus("No devices were found") == []
+    assert parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == []
 
 
 def _rdma_section_on(tree: Path) -> str:
     """Run the probe's own rdma command against a fixture tree, reporting paths as on a live host."""
-    body = re.search(r"@@p2p-probe rdma\\n'\n\{\n(.*?)\n\} 2>&1", probe_script("/x/python", "/tmp", None), re.S)[1]
-    real = body.replace("/sys/class/infiniband", f"{tree}/sys/class/infiniband")
+    real = SYSFS_IB_GREP.replace("/sys/class/infiniband", f"{tree}/sys/class/infiniband")
     out = subprocess.run(["bash", "-c", real], capture_output=True, text=True, check=True).stdout
     return out.replace(str(tree), "")
 
 
 def test_rdma_devices_with_numa_ports_and_netdevs_from_a_roce_tree():
-    devs = P.parse_rdma(_rdma_section_on(RDMA_TREES / "roce_healthy"))
+    devs = parse_sysfs_ib_grep(_rdma_section_on(RDMA_TREES / "roce_healthy"))
     assert [(d.name, d.numa_node, d.netdevs) for d in devs] == [
         ("rocep193s0f0", 1, ["ens9f0np0"]), ("rocep65s0f0", 0, ["ens1f0np0"])]
-    port = devs[0].ports[1]
+    port = devs[0].port(1)
     assert (port.state, port.link_layer, port.rate) == ("ACTIVE", "Ethernet", "200 Gb/sec (4X HDR)")
 
 
 def test_rdma_from_an_infiniband_tree_and_from_a_host_without_rdma():
-    devs = P.parse_rdma(_rdma_section_on(RDMA_TREES / "ib_healthy"))
-    assert len(devs) >= 4 and all(d.ports[1].link_layer == "InfiniBand" for d in devs)
+    devs = parse_sysfs_ib_grep(_rdma_section_on(RDMA_TREES / "ib_healthy"))
+    assert len(devs) >= 4 and all(d.port(1).link_layer == "InfiniBand" for d in devs)
     assert {d.numa_node for d in devs} <= {0, 1}
-    assert P.parse_rdma(_rdma_section_on(RDMA_TREES / "no_rdma")) == []
+    assert parse_sysfs_ib_grep(_rdma_section_on(RDMA_TREES / "no_rdma")) == []
 
 
 def test_listeners_from_ss_and_from_proc_net_tcp():
-    ls = P.parse_listeners(SS)
-    assert P.Listener("127.0.0.1", 8081, "lmcache", 4121) in ls
-    assert P.Listener("127.0.0.53", 53) in ls
+    ls = parse_listeners(SS)
+    assert Listener("127.0.0.1", 8081, "lmcache", 4121) in ls
+    assert Listener("127.0.0.53", 53) in ls
     assert [x.wildcard for x in ls] == [False, True, False, True]
-    raw = P.parse_listeners(PROC_NET_TCP)
-    assert raw == [P.Listener("127.0.0.1", 8081), P.Listener("::", 9300)]
+    raw = parse_listeners(PROC_NET_TCP)
+    assert raw == [Listener("127.0.0.1", 8081), Listener("::", 9300)]
 
 
 def test_disk_memlock_model_cache_host():
-    assert P.parse_df(DF) == P.Disk("/srv", 937367304 * 1024, 81042828 * 1024)
-    assert P.parse_df("df: /nope: No such file or directory") is None
-    assert P.parse_memlock("8192 unlimited") == P.Memlock(8192 * 1024, None)
-    assert P.parse_memlock("unlimited unlimited").unlimited
-    assert P.parse_memlock("bash: ulimit: error").error
-    mc = P.parse_model_cache("present /r/.cache/huggingface/hub/models--Qwen--Qwen3-8B\nabc123\ndef456")
-    assert mc == P.ModelCache(True, "/r/.cache/huggingface/hub/models--Qwen--Qwen3-8B", ("abc123", "def456"))
-    assert P.parse_model_cache("absent /x").present is False and P.parse_model_cache(P.ABSENT) is None
-    assert P.parse_host("gpu-node-3\n6.8.0-45-generic") == {"hostname": "gpu-node-3", "kernel": "6.8.0-45-generic"}
+    assert parse_df(DF) == Disk("/srv", 937367304 * 1024, 81042828 * 1024)
+    assert parse_df("df: /nope: No such file or directory") is None
+    assert parse_ulimit_l("8192 unlimited") == Memlock(8192 * 1024, None, "ulimit -l")
+    assert parse_ulimit_l("unlimited unlimited").unlimited
+    assert parse_ulimit_l("bash: ulimit: error").error
+    mc = parse_model_cache("present /r/.cache/huggingface/hub/models--Qwen--Qwen3-8B\nabc123\ndef456")
+    assert mc == ModelCache(True, "/r/.cache/huggingface/hub/models--Qwen--Qwen3-8B", ("abc123", "def456"))
+    assert parse_model_cache("absent /x").present is False and parse_model_cache(ABSENT) is None
+    assert parse_host("gpu-node-3\n6.8.0-45-generic") == {"hostname": "gpu-node-3", "kernel": "6.8.0-45-generic"}
     assert hf_cache_dir_name("Qwen/Qwen3-8B") == "models--Qwen--Qwen3-8B"
 
 
 def test_python_versions_or_missing_interpreter():
-    env = P.parse_python('warning first\n{"python": "3.11.7", "executable": "/v/bin/python", '
+    env = parse_python('warning first\n{"python": "3.11.7", "executable": "/v/bin/python", '
                          '"packages": {"lmcache": "0.5.6", "vllm": null, "nixl": "1.5.1"}}')
     assert env.present and env.version == "3.11.7" and env.packages["lmcache"] == "0.5.6"
-    missing = P.parse_python("missing /opt/p2p/.venv/bin/python")
+    missing = parse_python("missing /opt/p2p/.venv/bin/python")
     assert not missing.present and "/opt/p2p/.venv/bin/python" in missing.error
-    assert not P.parse_python("Traceback (most recent call last):\n...").present
+    assert not parse_python("Traceback (most recent call last):\n...").present
 
 
 # ---- the probe on this machine ------------------------------------------------------------------------
@@ -125,17 +132,18 @@ def fleet2(**changes):
     return parse_fleet(data)
 
 
-def test_probe_script_runs_here_and_every_section_parses(tmp_path):
+def test_node_read_runs_here_and_every_fact_parses(tmp_path):
     import sys
 
     fleet = fleet2()
     node = fleet.nodes[0]
     python = str(Path(sys.executable).parent / "python")
-    res = LocalConnector("node-a").run(probe_script(python, str(tmp_path / "not" / "yet"), "Qwen/Qwen3-8B"))
-    secs = P.parse_sections(res.stdout)
-    assert set(secs) == {"host", "python", "gpus", "rdma", "ports", "disk", "memlock", "model"}
+    facts = node_facts(python, str(tmp_path / "not" / "yet"), "Qwen/Qwen3-8B")
+    read = sections.read_node(LocalConnector("node-a"), facts)
+    assert set(read) == {"host", "python", "gpus", "rdma", "ports", "disk", "memlock", "model"}
+    assert all(r.exit_code != -1 for r in read.values())
     probe = NodeProbe("node-a", "127.0.0.1", "local")
-    fill(probe, secs, fleet, node, {})
+    fill(probe, facts, read, fleet, node, {})
     assert probe.python.present and probe.python.packages["lmcache"]
     assert probe.disk is not None and probe.disk.avail_bytes > 0
     assert probe.memlock is not None and probe.memlock.error is None
@@ -143,11 +151,11 @@ def test_probe_script_runs_here_and_every_section_parses(tmp_path):
     assert len(probe.ports) == 5  # coordinator + mp/http/p2p/engine
 
 
-def test_values_in_the_probe_script_are_quoted(tmp_path):
+def test_values_in_the_node_read_are_quoted(tmp_path):
     evil = tmp_path / "run dir'; touch PWNED; '"
-    res = LocalConnector().run(probe_script("/no/such python", str(evil), "org/model; touch PWNED2"))
-    secs = P.parse_sections(res.stdout)
-    assert P.parse_python(secs["python"].text).error == "no python at /no/such python"
+    facts = node_facts("/no/such python", str(evil), "org/model; touch PWNED2")
+    read = sections.read_node(LocalConnector(), facts)
+    assert facts["python"].parse(read["python"].output).error == "no python at /no/such python"
     assert not list(tmp_path.glob("PWNED*")) and not Path("PWNED").exists()
 
 
@@ -157,16 +165,16 @@ def test_ports_free_ours_or_busy():
     fleet = fleet2()
     plan = planned_ports(fleet, fleet.nodes[0])
     port = plan[1][0]  # node-a-0 mp
-    listeners = [P.Listener("0.0.0.0", port, "nginx", 911), P.Listener("127.0.0.1", plan[2][0], "lmcache", 42),
-                 P.Listener("10.0.0.1", plan[3][0], "other", 5)]
+    listeners = [Listener("0.0.0.0", port, "nginx", 911), Listener("127.0.0.1", plan[2][0], "lmcache", 42),
+                 Listener("10.0.0.1", plan[3][0], "other", 5)]
     checks = check_ports(plan, listeners, {42: "node-a-0/server"})
     assert [c.state for c in checks] == ["free", "busy", "this fleet", "free", "free"]
     assert "nginx pid 911" in checks[1].holder and "node-a-0/server" in checks[2].holder
 
 
 def _probe(**kw) -> NodeProbe:
-    base = dict(python=P.PythonEnv("/v/bin/python", "3.11.7", {"lmcache": "0.5.6", "nixl": "1.5.1", "vllm": None}),
-                gpus=None, memlock=P.Memlock(8192 * 1024, 8192 * 1024), disk=P.Disk("/", 10 * 2**40, 10 * 2**40))
+    base = dict(python=PythonEnv("/v/bin/python", "3.11.7", {"lmcache": "0.5.6", "nixl": "1.5.1", "vllm": None}),
+                gpus=None, memlock=Memlock(8192 * 1024, 8192 * 1024), disk=Disk("/", 10 * 2**40, 10 * 2**40))
     base.update(kw)
     return NodeProbe("node-a", "127.0.0.1", "local", **base)
 
@@ -183,12 +191,12 @@ def test_vllm_nodes_need_gpus_vllm_and_want_the_model_cached():
     data["model"] = "Qwen/Qwen3-8B"
     data["nodes"][0]["instances"][0]["gpu"] = 3
     fleet = parse_fleet(data)
-    p = _probe(model_cache=P.ModelCache(False, "/r/hub/models--Qwen--Qwen3-8B"))
+    p = _probe(model_cache=ModelCache(False, "/r/hub/models--Qwen--Qwen3-8B"))
     judge_node(fleet, fleet.nodes[0], p)
     text = "\n".join(p.problems)
     assert "no GPU is visible" in text and "vllm is not installed" in text
     assert any("not in the cache" in w for w in p.warnings)
-    p2 = _probe(gpus=P.parse_gpus(NVIDIA_SMI))
+    p2 = _probe(gpus=parse_gpus(NVIDIA_SMI))
     judge_node(fleet, fleet.nodes[0], p2)
     assert any("GPU(s) [3]" in m for m in p2.problems)
 
@@ -202,15 +210,15 @@ def test_cpu_vllm_nodes_need_no_gpu_and_their_vllm_venv_is_left_to_preflight():
 
 def test_missing_venv_memlock_with_rdma_busy_port_and_version_skew():
     fleet = fleet2()
-    a = _probe(python=P.PythonEnv("/v/bin/python", error="no python at /v/bin/python"))
+    a = _probe(python=PythonEnv("/v/bin/python", error="no python at /v/bin/python"))
     judge_node(fleet, fleet.nodes[0], a)
     assert any("--bootstrap" in m for m in a.problems)
-    b = _probe(rdma=[P.RdmaDevice("mlx5_0", 0)],
+    b = _probe(rdma=[IbDevice("mlx5_0", 0)],
                ports=[PortCheck(8081, "x http", "127.0.0.1", "busy", "nginx pid 1")])
     judge_node(fleet, fleet.nodes[1], b)
     assert any("port 8081 (x http) is held by nginx pid 1" in m for m in b.problems)
     assert any("memlock" in w and "unlimited" in w for w in b.warnings)
-    c = _probe(python=P.PythonEnv("/v/bin/python", "3.11.7", {"lmcache": "0.5.5", "nixl": "1.5.1"}))
+    c = _probe(python=PythonEnv("/v/bin/python", "3.11.7", {"lmcache": "0.5.5", "nixl": "1.5.1"}))
     d = _probe()
     judge_fleet(fleet, {"node-a": c, "node-b": d})
     assert any("lmcache versions differ across nodes (node-a=0.5.5, node-b=0.5.6)" in m for m in c.problems)
@@ -255,7 +263,7 @@ def test_p2pctl_probe_names_an_unknown_node(tmp_path, p2pctl):
 
 def test_probe_reports_a_node_it_cannot_reach_and_still_the_others(tmp_path, monkeypatch):
     fleet_file = write_local_fleet(tmp_path / "fleet.yaml", 2, name="pr")
-    ctx = launch.FleetContext.load(fleet_file)
+    ctx = FleetContext.load(fleet_file)
 
     class Down(LocalConnector):
         def run(self, command, timeout=60, check=False):

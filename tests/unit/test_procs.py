@@ -142,10 +142,11 @@ def test_up_has_an_overall_deadline(tmp_path, monkeypatch):
     import pytest
 
     from p2p_ops import launch
+    from p2p_ops.context import FleetContext
     from p2p_ops.errors import CouldNotRun
     from tests.conftest import write_local_fleet
 
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="deadline"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="deadline"))
     monkeypatch.setattr(launch, "preflight", lambda *a, **k: time.sleep(0.3))  # a slow node
     started = []
     monkeypatch.setattr(launch.procs, "start", lambda *a, **k: started.append(a))

@@ -7,6 +7,8 @@ Adding a scenario means adding a folder.
 
 from __future__ import annotations
 
+import shlex
+
 import json
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from p2p_ops.cli.diag_cmds import run_standalone
 from p2p_ops.diagnose.host import HostView
 from p2p_ops.diagnose.rdma import check_rdma, gather_rdma
 from p2p_ops.errors import BadInput
-from p2p_ops.facts.base import CommandResult
+from p2p_ops.connectors.base import Result
 
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "rdma"
 CASES = sorted(p.name for p in TREES.iterdir() if (p / "expected.json").is_file())
@@ -58,7 +60,7 @@ def test_affinity_facts_and_require_rdma():
 
 def test_no_rdma_without_ucx_info_asks_nixl(tmp_path):
     def no_tools(argv):
-        return CommandResult(127, "", f"{argv[0]}: command not found")
+        return Result("fixture", shlex.join(argv), 127, "", f"{argv[0]}: command not found")
 
     host = HostView(sysfs=tmp_path, dev=tmp_path, proc=tmp_path, runner=no_tools)
     inputs = gather_rdma(host, nixl_lanes=lambda: ["cma/memory", "tcp/lo"])

@@ -120,9 +120,10 @@ def test_bundle_of_a_fleet_whose_log_holds_every_form(tmp_path, p2pctl):
     import tarfile
 
     from p2p_ops import launch
+    from p2p_ops.context import FleetContext
     from tests.conftest import write_local_fleet
 
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="forms"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="forms"))
     launch.render(ctx)
     log = ctx.layout.log("node-a-0", "server")
     texts = [(f.replace("{{", "{").replace("}}", "}") if "{{" in f else f).replace("{S}", s) for f, s in FORMS]

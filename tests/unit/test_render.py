@@ -133,9 +133,10 @@ def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_p
 def test_run_folder_is_private(tmp_path):
     """env.sh (keys), wrappers and the folders holding logs and pidfiles: the owner only."""
     from p2p_ops import launch
+    from p2p_ops.context import FleetContext
     from tests.conftest import write_local_fleet
 
-    ctx = launch.FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="private"))
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="private"))
     ctx.layout.root.mkdir(parents=True, mode=0o755)
     ctx.layout.root.chmod(0o755)  # a run folder made before the rule is tightened too
     launch.render(ctx)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from p2p_ops import launch
+from p2p_ops.context import FleetContext
 from p2p_ops.fleet import local_fleet
 from tests.conftest import free_port_base, skip_tier_without, tool_venv
 
@@ -47,7 +48,7 @@ def write_vllm_fleet(path: Path, model: Path, n_nodes: int = 2, name: str = "vll
 
 @contextlib.contextmanager
 def running_vllm_fleet(tmp: Path, model: Path, name: str = "vllm"):
-    ctx = launch.FleetContext.load(write_vllm_fleet(tmp / "fleet.yaml", model, name=name))
+    ctx = FleetContext.load(write_vllm_fleet(tmp / "fleet.yaml", model, name=name))
     try:
         launch.up(ctx, start_timeout=VLLM_UP_TIMEOUT)
         launch.wait(ctx, timeout=120)

@@ -1,4 +1,5 @@
-"""`make demo`: a whole P2P fleet on this machine, the cross-node proof and an honest speed figure.
+"""`make demo` (`python -m p2p_ops.cli.demo`): a whole P2P fleet on this machine, the cross-node proof and an
+honest speed figure.
 
 `run_demo(fleet_data, title)` writes the spec to p2p-run/<name>.yaml, brings the fleet up, waits until every
 server is registered, then:
@@ -20,6 +21,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 from rich.table import Table
@@ -27,10 +29,12 @@ from rich.table import Table
 from p2p_ops import launch
 from p2p_ops.cli.output import console, err_console, heading, show
 from p2p_ops.cli.test_cmds import print_basic
+from p2p_ops.context import FleetContext
 from p2p_ops.errors import P2POpsError
 from p2p_ops.fleet import local_fleet
-from p2p_ops.harness.basic import run_basic
+from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.crossover import CrossoverRow, measure
+from p2p_ops.ports import default_base, local_fleet_ports
 
 REPEATS = 3
 
@@ -48,10 +52,8 @@ def _free(port: int) -> bool:
 def free_base(n: int) -> dict[str, int]:
     """The default port plan, shifted by 1000s until every port is free (a user's fleet may be running)."""
     for off in range(0, 20000, 1000):
-        base = {"coordinator": 9300 + off, "mp": 5600 + off, "http": 8080 + off, "p2p": 8550 + off,
-                "engine": 8000 + off}
-        ports = [base["coordinator"]] + [base[k] + i + 1 for k in ("mp", "http", "p2p", "engine") for i in range(n)]
-        if all(_free(p) for p in ports):
+        base = default_base(off)
+        if all(_free(p) for p in local_fleet_ports(base, n)):
             return base
     raise P2POpsError("no free port range for the demo fleet")
 
@@ -83,9 +85,19 @@ def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: 
     fleet_file = Path(root) / f"{name}.yaml"
     fleet_file.parent.mkdir(parents=True, exist_ok=True)
     fleet_file.write_text(yaml.safe_dump(fleet_data, sort_keys=False))
-    ctx = launch.FleetContext.load(fleet_file, run_dir=str(Path(root) / name))
-    heading(title)
-    console.print(f"fleet spec {fleet_file}, state in {ctx.layout.root}", soft_wrap=True)
+    with FleetContext.load(fleet_file, run_dir=str(Path(root) / name)) as ctx:
+        heading(title)
+        console.print(f"fleet spec {fleet_file}, state in {ctx.layout.root}", soft_wrap=True)
+        result, row, stamps = _up_prove_measure(ctx, wait_timeout, start_timeout)
+    if result is None:
+        return 1
+    _summary(result, row, stamps, time.monotonic() - started)
+    return 0 if result.passed else 1
+
+
+def _up_prove_measure(ctx: FleetContext, wait_timeout: float, start_timeout: float
+                      ) -> tuple[Optional[BasicResult], Optional[CrossoverRow], dict[str, float]]:
+    """Up, wait, warm, prove, measure; the fleet goes down whatever happens. (None, ...) when it failed."""
     stamps: dict[str, float] = {}
     result, row = None, None
     try:
@@ -116,18 +128,14 @@ def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: 
     finally:
         with err_console.status("stopping the fleet ..."):
             launch.down(ctx)
-        ctx.close()
-    if result is None:
-        return 1
-    _summary(result, row, stamps, time.monotonic() - started)
-    return 0 if result.passed else 1
+    return result, row, stamps
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def _summary(result, row: CrossoverRow | None, stamps: dict[str, float], total: float) -> None:
+def _summary(result: BasicResult, row: CrossoverRow | None, stamps: dict[str, float], total: float) -> None:
     n = result.numbers
     table = Table(title=f"demo summary: TTFT on node B, median of {REPEATS}, after one warm-up pull")
     for col in ("prompt tokens", "pulled from A", "recomputed on B", "speed-up", "cached tokens on B",

@@ -5,8 +5,9 @@ turn it into a fleet spec whose nodes are reached over real SSH.
         data = tb.fleet("mn", venv=".venv", run_root=tmp / "run")
         Path("fleet.yaml").write_text(dump_yaml(data))
 
-`testbed.json` (written by `testbed.sh up`) is the contract: mode, user, ssh_config, known_hosts, user_key,
-control_address/bridge (netns mode) and one entry per host with name, address, port, netns and veth.
+`testbed.json` (written by `testbed.sh up` through scripts/testbed_describe.py) is the contract: mode, user,
+ssh_config, known_hosts, user_key, control_address/bridge (netns mode) and one entry per host with name, address,
+port, netns and veth.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Iterator, Optional
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.fleet import Settings, local_fleet
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "testbed.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "testbed.sh"
 
 
 @dataclass(frozen=True)

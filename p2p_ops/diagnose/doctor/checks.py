@@ -1,0 +1,357 @@
+"""The doctor's judgement (pure): `check(facts)` turns `FleetFacts` into a `findings.Report`.
+
+Settings that must agree across peers, the hash fallback, ports (free before launch, listening after), binds
+wider than the node allows, UCX_TLS, and for a running fleet: processes, coordinator membership, reachability
+and memlock. Add a check: a `_check_*` function over `FleetFacts`, called in `check`, with a unit test on
+hand-built facts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Optional
+
+from p2p_ops.agreement import BY_KEY, MUST_AGREE
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.peers import observed
+from p2p_ops.diagnose.findings import Report
+from p2p_ops.facts.python_env import version_of
+from p2p_ops.layout import COORDINATOR
+
+_HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
+             "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
+_NET_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
+            "dc_x", "dc_mlx5", "ib", "all"}
+_RDMA_TLS = _NET_TLS - {"tcp", "all"}
+_CUDA_TLS = {"cuda", "cuda_copy", "cuda_ipc", "gdr_copy"}
+
+
+def _names(values: dict[str, object]) -> str:
+    return ", ".join(sorted(values))
+
+
+def _shown(values: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+# ---- checks ----------------------------------------------------------------------------------------------
+
+def _vllm_anywhere(facts: FleetFacts) -> bool:
+    return facts.runtime == "vllm" or any(version_of(n.packages, "vllm") for n in facts.nodes)
+
+
+def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tuple[str, str]:
+    """How bad differing PYTHONHASHSEEDs are, judged by what each instance really runs, not by the spec."""
+    real = {name: obs.get("hash_algorithm", ("blake3", ""))[0] for name, obs in per_inst.items()}
+    fallback = sorted(i.instance for i in facts.instances if i.hash_fallback)
+    if facts.runtime != "vllm" and not fallback and all(alg == "blake3" for alg in real.values()):
+        return "warn", (" Harmless today: every instance hashes with blake3 (" + _shown(real) + "), which does "
+                        "not use PYTHONHASHSEED; keep them equal anyway, other hash algorithms depend on it.")
+    why = (f" {', '.join(fallback)} hash(es) with Python's builtin hash (LMCache could not load the algorithm from "
+           "vLLM)" if fallback else f" hash algorithms in use: {_shown(real)}")
+    return "error", (f"{why}: every chunk hash depends on the seed, so these peers share nothing (zero cached "
+                     "tokens, no error).")
+
+
+def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
+    """LMCache's own log says it fell back to Python's hash(): on Python < 3.12 hash(None) is an address, so
+    NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
+    fell = {i.instance: i.hash_fallback for i in facts.instances if i.hash_fallback}
+    if fell:
+        report.add("error", "hash:builtin_fallback", _names(fell), _shown(fell),
+                   "LMCache logged \"Could not load '<algorithm>' from vLLM. Using builtin hash\": these servers hash "
+                   "with Python's hash(), whose NONE_HASH differs per process even with equal PYTHONHASHSEED, so "
+                   "they share nothing",
+                   "set settings.hash_algorithm: blake3 (only runtime: vllm may use builtin/sha256_cbor), "
+                   "re-render and restart")
+
+
+def _check_agreement(report: Report, facts: FleetFacts) -> None:
+    per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
+                for i in facts.instances}
+    keys = [m.key for m in MUST_AGREE if any(m.key in v for v in per_inst.values())]
+    agreed: dict[str, str] = {}
+    for key in keys:
+        values = {inst: obs[key][0] for inst, obs in per_inst.items() if key in obs}
+        if key in ("chunk_size", "hash_algorithm") and facts.coordinator_env:
+            cval = facts.coordinator_env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
+            if cval:
+                values[COORDINATOR] = cval
+        if len(set(values.values())) <= 1:
+            if values:
+                agreed[key] = next(iter(values.values()))
+            continue
+        sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
+        severity, note = BY_KEY[key].severity, ""
+        if key == "PYTHONHASHSEED":
+            severity, note = _seed_mismatch_severity(facts, per_inst)
+        report.add(severity, f"agree:{key}", _names(values), _shown(values),
+                   f"{key} differs across peers (read from {', '.join(sources)}).{note}", BY_KEY[key].fix)
+    report.facts["agreed"] = agreed
+    _check_stale_env(report, facts)
+
+
+def _check_stale_env(report: Report, facts: FleetFacts) -> None:
+    """env.sh edited after the server started: the running process still uses the old value."""
+    for inst in facts.instances:
+        if not inst.running or not inst.process_env or not inst.env_file or inst.env_file_rendered:
+            continue
+        for key, live in inst.process_env.items():
+            on_disk = inst.env_file.get(key)
+            if live is not None and on_disk is not None and live != on_disk:
+                report.add("warn", "stale_env", inst.instance, f"process {key}={live}, env.sh {key}={on_disk}",
+                           f"env.sh changed after {inst.instance}'s server started; the running server uses the "
+                           "old value", f"restart {inst.instance} (`p2pctl down` then `p2pctl up --no-render`) "
+                           "or revert the edit")
+
+
+def _check_coordinator(report: Report, facts: FleetFacts) -> None:
+    running = [i for i in facts.instances if i.running]
+    if not facts.coordinator_healthy:
+        if facts.coordinator_state == "running":
+            msg = f"the coordinator process runs but {facts.coordinator_url}/healthz does not answer healthy"
+        elif running:
+            msg = (f"the coordinator is not running (process {facts.coordinator_state}): servers cannot register "
+                   "or discover peers; each drops its peer adapters after 4 missed polls")
+        else:
+            msg = None
+        if msg:
+            report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
+                       f"{facts.coordinator_state}", msg, "start it again with `p2pctl up --no-render` (it only "
+                       "starts what is not running) and read coordinator/coordinator.log")
+    for inst in running:
+        url = inst.process_env.get("LMCACHE_COORDINATOR_URL") or (inst.env_file or {}).get("LMCACHE_COORDINATOR_URL")
+        if url and url.rstrip("/") != facts.coordinator_url.rstrip("/"):
+            report.add("error", "coordinator_url", inst.instance,
+                       f"{inst.instance}={url}, fleet={facts.coordinator_url}",
+                       f"{inst.instance}'s server talks to {url}, not to the fleet's coordinator: it registers "
+                       "nowhere (or in another fleet) and sees no peers",
+                       f"set LMCACHE_COORDINATOR_URL={facts.coordinator_url} (re-render with `p2pctl render`) and "
+                       f"restart {inst.instance}")
+    if facts.coordinator_healthy:
+        _check_membership(report, facts, running)
+    for inst in running:
+        if inst.status is None:
+            report.add("error", "server_http", inst.instance, "no answer",
+                       f"{inst.instance}'s server process runs but does not answer /status",
+                       f"read {inst.instance}/server.log; the HTTP port may be taken or the server is stuck")
+            continue
+        state = inst.status.get("p2p_state", "unknown")
+        peers = inst.status.get("p2p_peer_count")
+        if state != "registered":
+            report.add("error", "p2p_state", inst.instance, f"p2p_state={state}",
+                       f"{inst.instance} is {state}: its last GET /instances failed or did not list itself, so it "
+                       "has no peers", "check the coordinator (finding above) and LMCACHE_COORDINATOR_URL; grep its "
+                       "server.log for 'P2P instance discovery failed' and 'Coordinator registration/heartbeat "
+                       "failed'")
+        elif isinstance(peers, int) and peers != len(running) - 1:
+            report.add("warn", "peer_count", inst.instance, f"{peers} peer(s) {inst.status.get('p2p_peers')}",
+                       f"{inst.instance} sees {peers} peer(s), {len(running) - 1} other server(s) are running",
+                       "wait one poll interval; a peer missing for longer is not registered (see its findings)")
+
+
+def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceFacts]) -> None:
+    listed = {str(e.get("instance_id")): e for e in facts.coordinator_instances or []}
+    known = {i.instance for i in facts.instances}
+    for inst in running:
+        entry = listed.get(inst.instance)
+        if entry is None:
+            report.add("error", "registration", inst.instance, "absent from /instances",
+                       f"{inst.instance}'s server runs but the coordinator does not list it: peers cannot find it",
+                       "check its LMCACHE_COORDINATOR_URL and that it reaches the coordinator; its server.log "
+                       "shows 'Coordinator registration/heartbeat failed' with the reason")
+            continue
+        want = inst.process_env.get("LMCACHE_P2P_ADVERTISE_URL") or (inst.env_file or {}).get(
+            "LMCACHE_P2P_ADVERTISE_URL")
+        got = entry.get("p2p_advertised_url") or ""
+        if not got or not entry.get("mq_port"):
+            report.add("error", "registration", inst.instance, f"p2p_advertised_url={got!r} mq_port="
+                       f"{entry.get('mq_port')}", f"{inst.instance} registered without a P2P URL or mq port: "
+                       "peers skip it", "start the server with --p2p-advertise-url (LMCACHE_P2P_ADVERTISE_URL)")
+        elif want and got != want:
+            report.add("error", "registration", inst.instance, f"advertised {got}, env {want}",
+                       f"{inst.instance} advertises {got} but is configured for {want}",
+                       "restart the server so it registers its current URL")
+    for iid in sorted(set(listed) - known):
+        report.add("warn", "registration", iid, listed[iid].get("p2p_advertised_url"),
+                   f"the coordinator lists {iid}, which is not in this fleet (a stale entry, or another fleet "
+                   "shares this coordinator)", "give each fleet its own coordinator port; stale entries leave "
+                   "after --instance-timeout (30 s)")
+
+
+def _check_reach(report: Report, facts: FleetFacts) -> None:
+    for node in facts.nodes:
+        for r in node.reach:
+            if not r.ok:
+                report.add("error", "reach", f"{r.source} -> {r.target}", f"{r.host}:{r.port}",
+                           f"node {r.source} cannot open a TCP connection to {r.target} at {r.host}:{r.port}",
+                           "bind the server to an address peers can reach (node.bind / --host), open the port in "
+                           "the firewall, and check the advertised address")
+
+
+def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
+    """(process name, address, port, pid) of each fleet listener bound wider than the node allows."""
+    out = []
+    for ln in node.listeners:
+        if ln.pid is None:
+            continue  # /proc/net/tcp fallback or another user's socket: cannot be attributed
+        owner = node.fleet_pids.get(node.sessions.get(ln.pid, -1)) or node.fleet_pids.get(ln.pid)
+        if owner is None or _bind_allowed(ln.address, node.bind_ok):
+            continue
+        out.append((owner, ln.address, ln.port, ln.pid))
+    return out
+
+
+def _bind_allowed(address: str, allowed: tuple[str, ...]) -> bool:
+    host = address.strip("[]").split("%", 1)[0]
+    if host in allowed:
+        return True
+    try:
+        return "loopback" in allowed and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "*" and names: every interface
+
+
+def _check_binds(report: Report, facts: FleetFacts) -> None:
+    """Loopback means loopback: a fleet process listening on 0.0.0.0, eth0 or another interface is named."""
+    for node in facts.nodes:
+        if node.error:
+            continue
+        for owner, address, port, pid in wide_binds(node):
+            planned = any(p.node == node.node and p.port == port for p in facts.ports)
+            scope = "127.0.0.0/8" if node.bind_ok == ("loopback",) else f"{node.address} (and loopback)"
+            fix = ("set the node's bind (or coordinator.host / prometheus.host) to its address and re-render"
+                   if planned else
+                   "a listener on a random port is UCX's (NIXL transfer channel): set settings.ucx_net_devices "
+                   "to the interface of the node's address (lo for a local fleet), re-render and restart")
+            report.add("error", "bind:wide", f"{owner} on {node.node}", f"{address}:{port} (pid {pid})",
+                       f"{owner} listens on {address}:{port}, outside {scope}", fix)
+
+
+def _check_ports(report: Report, facts: FleetFacts) -> None:
+    by_node = {n.node: n for n in facts.nodes}
+    before = len(report.problems)
+    for p in facts.ports:
+        node = by_node.get(p.node)
+        if node is None or node.error:
+            continue
+        holders = [ln for ln in node.listeners if ln.port == p.port and
+                   (ln.address in (p.bind, "*", "0.0.0.0", "::", "[::]") or p.bind in ("0.0.0.0", "*"))]
+        owner_running = facts.proc_states.get(p.process) == "running"
+        if owner_running and not holders:
+            report.add("error", "port_listening", p.role,
+                       f"{p.bind}:{p.port}", f"{p.process} runs but nothing listens on {p.bind}:{p.port} ({p.role})",
+                       f"read {p.process}.log: the process may still be starting, or it failed to bind")
+        elif not owner_running and holders:
+            who = holders[0].process or "another process"
+            pid = f" pid {holders[0].pid}" if holders[0].pid else ""
+            report.add("error", "port_busy", p.role, f"{p.bind}:{p.port} held by {who}{pid}",
+                       f"port {p.port} ({p.role}) on {p.node} is taken while {p.process} is not running: it will "
+                       "fail to start", "stop what holds it, or pick another port in fleet.yaml and re-render")
+    if not facts.any_running and len(report.problems) == before and facts.ports:
+        report.add("info", "ports", "fleet", f"{len(facts.ports)} ports", "every planned port is free on its node")
+
+
+def _check_memlock(report: Report, facts: FleetFacts) -> None:
+    for inst in facts.instances:
+        m = inst.memlock
+        if not inst.running or not m or m.get("error") or m.get("soft") is None:
+            continue
+        node = facts.node(inst.node)
+        tls = set(_tls_tokens(observed(inst, {})["UCX_TLS"][0]))
+        rdma = bool(node and node.rdma_devices) or bool(tls & _RDMA_TLS)
+        soft = m["soft"]
+        if rdma:
+            report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
+                       f"{inst.instance}'s server may lock only {soft} bytes: RDMA memory registration of its L1 "
+                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)",
+                       "start the server with unlimited locked memory: `ulimit -l unlimited` (needs the hard "
+                       "limit), LimitMEMLOCK=infinity (systemd), --ulimit memlock=-1 (Docker)")
+        else:
+            report.add("info", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
+                       "memlock is limited; fine for TCP/shared memory, RDMA registration would need it unlimited")
+
+
+def _tls_tokens(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()] if value and value != "(unset)" else []
+
+
+def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
+    for inst in facts.instances:
+        value = observed(inst, {})["UCX_TLS"][0]
+        tokens = _tls_tokens(value)
+        if not tokens:
+            continue
+        node = facts.node(inst.node)
+        subject, seen = inst.instance, f"UCX_TLS={value}"
+        if any("^" in t for t in tokens[1:]) or "^" in tokens[0].lstrip("^") or tokens[0].startswith("^^"):
+            report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "
+                       "UCX_TLS (NIXL refuses it: NIXL_ERR_BACKEND)", "write a deny-list as ^a,b or an allow-list")
+            continue
+        if tokens[0].startswith("^"):
+            denied = {tokens[0][1:], *tokens[1:]}
+            if facts.multi_host and "tcp" in denied and not (node and node.rdma_devices):
+                report.add("error", "ucx_tls", subject, seen, "UCX_TLS denies tcp on a node without RDMA: no "
+                           "transport is left between hosts", "drop ^tcp, or give the node an RDMA NIC")
+            continue
+        names = {t.lower() for t in tokens}
+        if not names & _HOST_TLS:
+            report.add("error", "ucx_tls", subject, seen, "UCX_TLS lists only GPU transports, but LMCache's L1 is "
+                       "host DRAM: NIXL fails with NIXL_ERR_BACKEND ('transports cuda_ipc,cuda_copy are not "
+                       "available')", "use UCX_TLS=rc,sm,self on RDMA fabrics or tcp,sm,self without RDMA "
+                       "(or leave it unset)")
+            continue
+        if facts.multi_host and not names & _NET_TLS:
+            report.add("error", "ucx_tls", subject, seen, "UCX_TLS has no network transport (tcp, rc, ud, dc): "
+                       "peers on other hosts cannot be reached", "add rc (RDMA) or tcp")
+        elif names & _NET_TLS and not names & {"tcp", "all"} and node is not None and node.rdma_devices == 0:
+            report.add("error", "ucx_tls", subject, seen, f"UCX_TLS asks for RDMA transports but node "
+                       f"{inst.node} has no RDMA device", "add tcp, or fix the RDMA stack (`p2pctl rdma`)")
+        if names & _CUDA_TLS:
+            report.add("warn", "ucx_tls", subject, seen, "UCX_TLS lists CUDA transports; L1 is host DRAM so they "
+                       "carry nothing, and cuda_copy alone lowers throughput (openucx/ucx#11652)",
+                       "drop cuda_copy/cuda_ipc: rc,sm,self (RDMA) or tcp,sm,self")
+
+
+def _check_processes(report: Report, facts: FleetFacts) -> None:
+    if not facts.any_running:
+        return
+    for inst in facts.instances:
+        if inst.server_state in ("dead", "stale"):
+            report.add("error", "process", f"{inst.instance}/server", inst.server_state,
+                       f"{inst.instance}'s server is {inst.server_state} while the fleet runs",
+                       f"read {inst.instance}/server.log (`p2pctl diagnose 'server exits with NIXL_ERR_BACKEND'`), "
+                       "then `p2pctl up --no-render`")
+
+
+def check(facts: FleetFacts) -> Report:
+    """Judge gathered facts (pure). A stopped fleet gets the pre-launch subset."""
+    mode = "running" if facts.any_running else "stopped (pre-launch checks)"
+    report = Report(f"fleet doctor: {facts.fleet} ({mode})")
+    reachable = [n for n in facts.nodes if not n.error]
+    for n in facts.nodes:
+        if n.error:
+            report.add("error", "node", n.node, n.address, f"cannot read node {n.node}: {n.error}",
+                       "check the connection (`p2pctl probe`)")
+    if facts.nodes and not reachable:
+        report.could_not_check = "no node could be read"
+        return report
+    for inst in facts.instances:
+        if inst.env_file_rendered:
+            report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
+                       "`p2pctl render` (or `p2pctl up`) writes it")
+    _check_agreement(report, facts)
+    _check_hash_fallback(report, facts)
+    _check_ports(report, facts)
+    _check_binds(report, facts)
+    _check_ucx_tls(report, facts)
+    if facts.any_running:
+        _check_processes(report, facts)
+        _check_coordinator(report, facts)
+        _check_reach(report, facts)
+        _check_memlock(report, facts)
+    report.facts["mode"] = mode
+    report.facts["instances"] = {i.instance: {k: v for k, (v, _) in observed(
+        i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages).items()} | {
+        "server": i.server_state, "p2p_state": (i.status or {}).get("p2p_state")} for i in facts.instances}
+    return report

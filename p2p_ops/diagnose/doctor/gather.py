@@ -1,0 +1,188 @@
+"""Read everything the doctor's checks need (impure, bounded): `gather(ctx) -> FleetFacts`.
+
+Per node, one batched read through its connector (`facts.sections.read_node`, so over SSH too): package
+versions from the node's interpreter, RDMA devices, listening sockets and sessions, each instance's env.sh, and
+for each running server its log's NONE_HASH and hash-fallback lines, `/proc/<pid>/limits`, its process
+environment (must-agree keys and a few more, never the whole of it), plus TCP connects to every advertised P2P
+URL, mq port and the coordinator. Over HTTP: each running server's /status, /config, /lmc_version and the
+coordinator's /healthz and /instances. One unreachable node or server becomes a fact, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+
+from p2p_ops import probes, procs
+from p2p_ops.agreement import ENGINE_MODEL_ENV, SERVER_ENV
+from p2p_ops.context import FleetContext
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.peers import safe_env
+from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
+from p2p_ops.facts.limits import proc_limits_fact
+from p2p_ops.facts.listeners import LISTENERS, SESSIONS
+from p2p_ops.facts.python_env import python_env_fact
+from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
+from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
+from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.fleet import Instance, Node
+from p2p_ops.layout import COORDINATOR
+from p2p_ops.ports import port_plan
+from p2p_ops.render import bin_dir_for, render_fleet
+
+# The ports whose owner the doctor knows how to judge (the router's are its own business: `p2pctl router`).
+CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")
+# Read from the server's process environment (never the whole environment: it may hold secrets).
+SERVER_ENV_KEYS = SERVER_ENV + ("LMCACHE_COORDINATOR_URL", "LMCACHE_P2P_ADVERTISE_URL", "UCX_NET_DEVICES",
+                                "UCX_MAX_RMA_RAILS")
+
+
+def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str, int]]:
+    """(label, host, port) of everything peers connect to; only where the owner runs."""
+    targets: dict[tuple[str, int], str] = {}
+    fleet = ctx.fleet
+    if facts.coordinator_state == "running":
+        targets[(fleet.coordinator.host, fleet.coordinator.port)] = "coordinator"
+    for node, inst in fleet.instances():
+        if facts.proc_states.get(ctx.server_proc(node, inst).name) == "running":
+            targets[(node.address, inst.ports.p2p)] = f"{inst.id} p2p"
+            targets[(node.address, inst.ports.mp)] = f"{inst.id} mq"
+    for e in facts.coordinator_instances or []:
+        url, ip, mq = e.get("p2p_advertised_url") or "", e.get("ip"), e.get("mq_port")
+        host, _, port = url.rpartition(":")
+        if host and port.isdigit():
+            targets.setdefault((host, int(port)), f"{e.get('instance_id')} p2p (advertised)")
+        if ip and mq:
+            targets.setdefault((str(ip), int(mq)), f"{e.get('instance_id')} mq (advertised)")
+    return [(label, h, p) for (h, p), label in targets.items() if re.fullmatch(r"[A-Za-z0-9.:_-]+", h)]
+
+
+def _instance_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts) -> None:
+    url = ctx.server_url(node, inst)
+    st = probes.server_status(url)
+    i.status = st.raw if st.reachable else None
+    i.config = probes.get_json(url + "/config")
+    ver = probes.get_json(url + "/lmc_version")
+    if not isinstance(ver, (str, int, float)):  # older servers: /version is "0.5.6-g<commit>"
+        ver = probes.get_json(url + "/version")
+        ver = str(ver).split("-g")[0] if isinstance(ver, (str, int, float)) else None
+    i.lmc_version = str(ver) if ver is not None else None
+
+
+def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str, int], reach: bool) -> dict[str, CommandFact]:
+    """What the doctor reads on one node, by label (`<kind> <instance>` for per-instance facts)."""
+    lay = ctx.node_layout(node)
+    batch: dict[str, CommandFact] = {"packages": python_env_fact(f"{bin_dir_for(node)}/python"), "rdma": SYSFS_IB,
+                                     "listeners": LISTENERS, "sessions": SESSIONS}
+    for inst in node.instances:
+        batch[f"env {inst.id}"] = env_file_fact(str(lay.env(inst.id)))
+    if node.name == ctx.fleet.coordinator_node().name:
+        batch[f"env {COORDINATOR}"] = env_file_fact(str(lay.env(COORDINATOR)))
+    for inst in node.instances:
+        sproc, eproc = ctx.server_proc(node, inst), ctx.engine_proc(node, inst)
+        if sproc.name not in pids:
+            continue  # an old log of a stopped server proves nothing
+        batch[f"nonehash {inst.id}"] = none_hash_fact(sproc.log)
+        batch[f"hashfallback {inst.id}"] = hash_fallback_fact(sproc.log)
+        batch[f"limits {inst.id}"] = proc_limits_fact(pids[sproc.name])
+        batch[f"server_env {inst.id}"] = process_env_fact(sproc.pidfile, SERVER_ENV_KEYS)
+        if ctx.fleet.runtime == "embedded" and eproc.name in pids:
+            batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ENGINE_MODEL_ENV)
+    targets = _reach_targets(ctx, facts) if reach and facts.any_running else []
+    if targets:
+        batch["reach"] = reach_fact(node.name, targets)
+    return batch
+
+
+def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: FleetFacts) -> NodeFacts:
+    """Parse one node's batched read into its NodeFacts and its instances' facts (pure)."""
+    if read["packages"].exit_code == -1 and not read["packages"].output:
+        nf.error = "the node read printed nothing"
+        return nf
+
+    def value(label: str):
+        return batch[label].parse(read[label].output)
+
+    nf.packages = value("packages").packages
+    nf.rdma_devices = len(value("rdma"))
+    nf.listeners = value("listeners")
+    nf.sessions = value("sessions")
+    nf.reach = value("reach") if "reach" in batch else []
+    by_id = {i.instance: i for i in facts.instances}
+    for label in batch:
+        kind, _, iid = label.partition(" ")
+        if kind == "env" and read[label].ok:
+            env = safe_env(value(label))
+            if iid == COORDINATOR:
+                facts.coordinator_env = env
+            elif iid in by_id:
+                by_id[iid].env_file = env
+        elif iid in by_id:
+            inst = by_id[iid]
+            if kind == "nonehash":
+                inst.none_hash = value(label)
+            elif kind == "hashfallback":
+                inst.hash_fallback = value(label)
+            elif kind == "limits":
+                inst.memlock = asdict(value(label))
+            elif kind == "server_env":
+                inst.process_env = value(label)
+            elif kind == "engine_env":
+                inst.engine_env = value(label)
+    return nf
+
+
+def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
+    """Read everything the checks need. Never raises for one unreachable node or server: it becomes a fact."""
+    fleet = ctx.fleet
+    cnode = fleet.coordinator_node()
+    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name, ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS])
+    node_errors: dict[str, str] = {}
+    pids: dict[str, int] = {}
+    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.node_procs(n))).items():
+        if isinstance(res, Exception):
+            node_errors[name] = str(res).splitlines()[0] if str(res) else type(res).__name__
+            continue
+        for st in res:
+            facts.proc_states[st.name] = st.state
+            if st.running and st.pid is not None:
+                pids[st.name] = st.pid
+    facts.coordinator_state = facts.proc_states.get(ctx.coordinator_proc().name, "unknown")
+    facts.coordinator_healthy = probes.coordinator_healthy(fleet.coordinator_url)
+    facts.coordinator_instances = probes.coordinator_instances(fleet.coordinator_url) \
+        if facts.coordinator_healthy else None
+    rendered = {(f.unit, f.name): f.text for f in render_fleet(fleet, ctx.node_layout)}
+
+    for node, inst in fleet.instances():
+        sproc, eproc = ctx.server_proc(node, inst), ctx.engine_proc(node, inst)
+        i = InstanceFacts(inst.id, node.name, node.address, server_state=facts.proc_states.get(sproc.name, "unknown"),
+                          engine_state=facts.proc_states.get(eproc.name, "unknown"), pid=pids.get(sproc.name))
+        if i.running and node.name not in node_errors:
+            _instance_http(ctx, node, inst, i)
+        facts.instances.append(i)
+
+    def per_node(node) -> NodeFacts:
+        batch = node_facts(ctx, node, facts, pids, reach)
+        read = read_node(ctx.conn(node), batch, timeout=60 + CONNECT_TIMEOUT_S)
+        nf = fill_node(NodeFacts(node.name, node.address), batch, read, facts)
+        nf.fleet_pids = {pid: name for name, pid in pids.items()
+                         if name in {p.name for p in ctx.node_procs(node)}}
+        nf.bind_ok = ("loopback",) if fleet.all_loopback else ("loopback", node.address, node.bind_host)
+        return nf
+
+    for name, res in ctx.for_each_node(per_node).items():
+        node = next(n for n in fleet.nodes if n.name == name)
+        if isinstance(res, Exception) or name in node_errors:
+            facts.nodes.append(NodeFacts(name, node.address, error=node_errors.get(name) or str(res)))
+        else:
+            facts.nodes.append(res)
+    for i in facts.instances:  # instances whose node could not be read still compare the spec's rendering
+        if i.env_file is None:
+            i.env_file = parse_env_sh(rendered[(i.instance, "env.sh")])
+            i.env_file_rendered = True
+    if facts.coordinator_env is None:
+        facts.coordinator_env = parse_env_sh(rendered[(COORDINATOR, "env.sh")])
+    facts.nodes.sort(key=lambda n: [x.name for x in fleet.nodes].index(n.node))
+    return facts

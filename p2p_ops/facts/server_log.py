@@ -1,0 +1,41 @@
+"""Lines of an `lmcache server` log that say how it hashes, read from a running server's log.
+
+- `Computed NONE_HASH=<value> using <algorithm>`: the root of every chunk key. Peers whose NONE_HASH differs share
+  nothing.
+- `Could not load '<algorithm>' from vLLM. Using builtin hash`: LMCache fell back to Python's hash(), whose
+  NONE_HASH differs per process on Python < 3.12, whatever the settings say.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Optional
+
+from p2p_ops.facts.base import CommandFact
+
+_NONE_HASH = re.compile(r"Computed NONE_HASH=(.*?) using")
+_FALLBACK = re.compile(r"Could not load '([^']*)' from vLLM")
+_ANSI_SED = "sed 's/\\x1b\\[[0-9;]*m//g'"
+
+
+def parse_none_hash(text: str) -> Optional[str]:
+    m = _NONE_HASH.search(text)
+    return m[1] if m else None
+
+
+def parse_hash_fallback(text: str) -> Optional[str]:
+    """The algorithm named by the fallback line, if any."""
+    m = _FALLBACK.search(text)
+    return m[1] if m else None
+
+
+def none_hash_fact(log: str) -> CommandFact[Optional[str]]:
+    return CommandFact("none_hash", ("sh", "-c", f"grep -a -m1 'Computed NONE_HASH=' {shlex.quote(log)} | {_ANSI_SED}"),
+                       parse_none_hash)
+
+
+def hash_fallback_fact(log: str) -> CommandFact[Optional[str]]:
+    return CommandFact("hash_fallback",
+                       ("sh", "-c", f"grep -a -m1 \"Could not load '.*' from vLLM\" {shlex.quote(log)} | {_ANSI_SED}"),
+                       parse_hash_fallback)
