@@ -44,7 +44,8 @@ def render_rules(fleet) -> str:
         fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
 
 
-def _proc(ctx: FleetContext) -> procs.Proc:
+def prometheus_proc(ctx: FleetContext) -> procs.Proc:
+    """The fleet's own Prometheus: it runs where p2pctl runs, under the run folder."""
     d = prom_dir(ctx)
     return procs.Proc(name="prometheus", workdir=str(d), wrapper=str(d / "start_prometheus.sh"),
                       log=str(d / "prometheus.log"), pidfile=str(d / "prometheus.pid"),
@@ -79,7 +80,7 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
         f"--web.listen-address={q(f'{p.host}:{p.port}')} --web.enable-lifecycle\n")
     wrapper.chmod(0o755)
     conn = LocalConnector()
-    proc = _proc(ctx)
+    proc = prometheus_proc(ctx)
     if procs.start(conn, proc).kept:
         # Already running: make it read the config and rules just written.
         try:
@@ -98,8 +99,8 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
 
 
 def down(ctx: FleetContext) -> str:
-    return procs.stop(LocalConnector(), _proc(ctx))
+    return procs.stop(LocalConnector(), prometheus_proc(ctx))
 
 
 def running(ctx: FleetContext) -> bool:
-    return procs.states(LocalConnector(), [_proc(ctx)])[0].running
+    return procs.states(LocalConnector(), [prometheus_proc(ctx)])[0].running

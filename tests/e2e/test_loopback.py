@@ -1,15 +1,17 @@
-"""Loopback means loopback: every process of a local fleet listens only on 127.0.0.0/8, NIXL/UCX included,
-and P2P still moves KV (UCX_NET_DEVICES=lo is rendered by default for such a fleet)."""
+"""Loopback means loopback: every process of a local fleet listens only on 127.0.0.0/8, NIXL/UCX and the fleet's
+Prometheus included, and P2P still moves KV (UCX_NET_DEVICES=lo is rendered by default for such a fleet)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import subprocess
 
 import pytest
 
-from p2p_ops import procs
+from p2p_ops import procs, prom
+from p2p_ops.diagnose.doctor.gather import watched_procs
 from p2p_ops.facts.listeners import parse_listeners, parse_sessions
 from p2p_ops.harness.basic import run_basic
 from tests.e2e.conftest import running_fleet
@@ -21,7 +23,7 @@ def fleet_listeners(ctx) -> list[tuple[str, str, int]]:
     """(process name, address, port) of every listening socket owned by a fleet process or its children."""
     leaders = {}
     for node in ctx.fleet.nodes:
-        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
+        for st in procs.states(ctx.conn(node), watched_procs(ctx, node)):
             if st.running and st.pid:
                 leaders[st.pid] = st.name
     sessions = parse_sessions(subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True,
@@ -40,11 +42,19 @@ def test_local_fleet_listens_only_on_loopback_and_still_shares(tmp_path, p2pctl)
         assert "export UCX_NET_DEVICES=lo" in ctx.layout.env("node-a-0").read_text()
         result = run_basic(ctx, chunks=4, max_tokens=4)  # a real NIXL transfer: UCX opened what it needs
         assert result.passed, result.likely_cause
-        listeners = fleet_listeners(ctx)
-        owners = {o for o, _, _ in listeners}
-        assert {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"} <= owners, listeners
-        wide = [(o, a, p) for o, a, p in listeners
-                if not ipaddress.ip_address(a.strip("[]").split("%")[0]).is_loopback]
-        assert not wide, wide
-        code, out, err = p2pctl("doctor", "-f", str(ctx.fleet_file), "--json")
-        assert not [f for f in json.loads(out)["findings"] if f["check"] == "bind:wide"], out
+        with_prometheus = shutil.which("prometheus") is not None  # CI installs it (scripts/test_deps.sh)
+        if with_prometheus:
+            prom.up(ctx)
+        try:
+            listeners = fleet_listeners(ctx)
+            owners = {o for o, _, _ in listeners}
+            expected = {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"}
+            assert expected | ({"prometheus"} if with_prometheus else set()) <= owners, listeners
+            wide = [(o, a, p) for o, a, p in listeners
+                    if not ipaddress.ip_address(a.strip("[]").split("%")[0]).is_loopback]
+            assert not wide, wide
+            code, out, err = p2pctl("doctor", "-f", str(ctx.fleet_file), "--json")
+            assert not [f for f in json.loads(out)["findings"] if f["check"] == "bind:wide"], out
+        finally:
+            if with_prometheus:
+                prom.down(ctx)

@@ -9,6 +9,7 @@ import pytest
 
 from p2p_ops import bundle, fleet_status, probes, prom
 from p2p_ops import router as fleet_router
+from p2p_ops.diagnose import doctor
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 from tests.conftest import pid_alive
@@ -74,3 +75,10 @@ def test_round_robin_router_spreads_a_session_and_p2p_serves_it(tmp_path):
         names = tarfile.open(bundle.collect(ctx, with_doctor=False)["path"]).getnames()
         for part in ("router/router.log", "router/status.json", "router/workers.json", "router/metrics.txt"):
             assert any(n.endswith(part) for n in names), part
+        # The doctor reads the router's sockets too: it is a fleet process, and it stays on loopback.
+        facts, report = doctor.run(ctx, reach=False)
+        router_node = facts.node(ctx.fleet.router_node().name)
+        assert "router/router" in router_node.fleet_pids.values(), router_node.fleet_pids
+        assert any(ln.pid in router_node.fleet_pids or router_node.sessions.get(ln.pid) in router_node.fleet_pids
+                   for ln in router_node.listeners if ln.port == ctx.fleet.router.port), router_node.listeners
+        assert not [f for f in report.findings if f.check == "bind:wide"], report.render()

@@ -339,3 +339,26 @@ def test_ssh_node_may_listen_on_its_own_address():
     n.sessions, n.fleet_pids = {4200: 4200}, {4200: "node-a-0/server"}
     n.bind_ok = ("loopback", "198.18.0.2", "198.18.0.2")
     assert [w[1] for w in D.wide_binds(n)] == ["198.18.0.9"]
+
+
+def test_the_router_and_prometheus_are_watched_and_prometheus_may_use_its_spec_address(tmp_path):
+    from p2p_ops.context import FleetContext
+    from p2p_ops.diagnose.doctor.gather import watched_procs
+    from p2p_ops.fleet import dump_yaml, local_fleet
+
+    data = local_fleet(2, name="watched")
+    data["router"] = {"enabled": True, "policy": "round_robin", "port": 8200, "prometheus_port": 8201}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(dump_yaml(data))
+    with FleetContext.load(path) as ctx:
+        first, second = ([p.name for p in watched_procs(ctx, n)] for n in ctx.fleet.nodes)
+    assert {"router/router", "prometheus", "coordinator/coordinator", "node-a-0/server"} <= set(first)
+    assert "prometheus" not in second and "router/router" not in second and "node-b-0/engine" in second
+
+    n = node("node-a")
+    n.listeners = [Listener("0.0.0.0", 9390, "prometheus", 500), Listener("0.0.0.0", 8200, "vllm-router", 600)]
+    n.sessions, n.fleet_pids = {500: 500, 600: 600}, {500: "prometheus", 600: "router/router"}
+    n.bind_ok = ("loopback",)
+    assert [w[0] for w in D.wide_binds(n)] == ["prometheus", "router/router"]
+    n.proc_binds = {"prometheus": ("0.0.0.0",)}  # the spec's prometheus.host: the operator asked for it
+    assert [w[0] for w in D.wide_binds(n)] == ["router/router"]

@@ -196,7 +196,7 @@ def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
         if ln.pid is None:
             continue  # /proc/net/tcp fallback or another user's socket: cannot be attributed
         owner = node.fleet_pids.get(node.sessions.get(ln.pid, -1)) or node.fleet_pids.get(ln.pid)
-        if owner is None or _bind_allowed(ln.address, node.bind_ok):
+        if owner is None or _bind_allowed(ln.address, node.bind_ok + node.proc_binds.get(owner, ())):
             continue
         out.append((owner, ln.address, ln.port, ln.pid))
     return out

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from p2p_ops import probes, procs
+from p2p_ops import probes, procs, prom
+from p2p_ops import router as fleet_router
 from p2p_ops.agreement import ENGINE_MODEL_ENV, SERVER_ENV
 from p2p_ops.context import FleetContext
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
@@ -27,7 +28,7 @@ from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.fleet import Instance, Node
+from p2p_ops.fleet import Fleet, Instance, Node
 from p2p_ops.layout import COORDINATOR
 from p2p_ops.ports import port_plan
 from p2p_ops.render import bin_dir_for, render_fleet
@@ -37,6 +38,25 @@ CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")
 # Read from the server's process environment (never the whole environment: it may hold secrets).
 SERVER_ENV_KEYS = SERVER_ENV + ("LMCACHE_COORDINATOR_URL", "LMCACHE_P2P_ADVERTISE_URL", "UCX_NET_DEVICES",
                                 "UCX_MAX_RMA_RAILS")
+
+
+def watched_procs(ctx: FleetContext, node: Node) -> list[procs.Proc]:
+    """Every fleet process on this node whose sockets the doctor reads: coordinator, servers and engines, the
+    router on its node, and the fleet's Prometheus on the first local node (it runs where p2pctl runs)."""
+    out = ctx.node_procs(node)
+    if ctx.fleet.router.enabled and ctx.fleet.router_node().name == node.name:
+        out.append(fleet_router.router_proc(ctx))
+    if node.name == next((n.name for n in ctx.fleet.nodes if n.connection == "local"), None):
+        out.append(prom.prometheus_proc(ctx))
+    return out
+
+
+def bind_ok(fleet: Fleet, node: Node) -> tuple[str, ...]:
+    """Where a fleet process on this node may listen: loopback on an all-loopback fleet, else loopback and the
+    node's own address."""
+    if fleet.all_loopback:
+        return ("loopback",)
+    return ("loopback", node.address, node.bind_host)
 
 
 def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str, int]]:
@@ -138,10 +158,11 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
     """Read everything the checks need. Never raises for one unreachable node or server: it becomes a fact."""
     fleet = ctx.fleet
     cnode = fleet.coordinator_node()
-    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name, ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS])
+    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name,
+                       ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS])
     node_errors: dict[str, str] = {}
     pids: dict[str, int] = {}
-    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.node_procs(n))).items():
+    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), watched_procs(ctx, n))).items():
         if isinstance(res, Exception):
             node_errors[name] = str(res).splitlines()[0] if str(res) else type(res).__name__
             continue
@@ -168,8 +189,10 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
         read = read_node(ctx.conn(node), batch, timeout=60 + CONNECT_TIMEOUT_S)
         nf = fill_node(NodeFacts(node.name, node.address), batch, read, facts)
         nf.fleet_pids = {pid: name for name, pid in pids.items()
-                         if name in {p.name for p in ctx.node_procs(node)}}
-        nf.bind_ok = ("loopback",) if fleet.all_loopback else ("loopback", node.address, node.bind_host)
+                         if name in {p.name for p in watched_procs(ctx, node)}}
+        nf.bind_ok = bind_ok(fleet, node)
+        # Prometheus listens where the spec's prometheus.host says: the operator's choice, not a leak.
+        nf.proc_binds = {prom.prometheus_proc(ctx).name: (fleet.prometheus.host,)}
         return nf
 
     for name, res in ctx.for_each_node(per_node).items():

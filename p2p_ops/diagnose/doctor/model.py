@@ -55,6 +55,7 @@ class NodeFacts:
     sessions: dict[int, int] = field(default_factory=dict)
     fleet_pids: dict[int, str] = field(default_factory=dict)   # session leader pid -> process name
     bind_ok: tuple[str, ...] = ()                                # addresses a fleet process may listen on
+    proc_binds: dict[str, tuple[str, ...]] = field(default_factory=dict)   # process name -> more it may use
 
 
 @dataclass
