@@ -63,6 +63,7 @@ class Figures:
     reregistered_after_restart_s: Optional[float] = None
     recovered: bool = False
     unexpected_failures: int = 0   # failures a recompute could have served (not sent to an unreachable engine)
+    lookups_inflight_before: Optional[int] = None  # at rest before the fault
     lookups_inflight_max: Optional[int] = None   # LMCache P2P lookups/prefetches/read locks in flight (drain.py)
     lookups_inflight_end: Optional[int] = None
     lookups_drained: Optional[bool] = None

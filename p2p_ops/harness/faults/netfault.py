@@ -13,6 +13,7 @@ peer (a P2P pull) crawl, requests still get through.
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import dataclass
 
 from p2p_ops.errors import BadInput, CouldNotRun
@@ -78,7 +79,9 @@ def cut_link(ctx, node, seconds: float) -> NetFault:
     iface = _iface(ctx, node)
     q, n = shlex.quote(iface), max(1, int(round(seconds)))
     up = f"ip link set dev {q} up"
-    _schedule(ctx, node, f"ip link set dev {q} down; sleep {n}; {up}", f"take {iface} down")
+    # One second's grace: the SSH answer to this very command must leave before the link goes.
+    _schedule(ctx, node, f"sleep 1; ip link set dev {q} down; sleep {n}; {up}", f"take {iface} down")
+    time.sleep(1.2)
     return NetFault(ctx, node, iface, up, f"{iface} down for {n} s")
 
 

@@ -39,7 +39,9 @@ def run_scenario(ctx: launch.FleetContext, name: str, opts: FaultOptions, progre
     for doc in docs:  # computed once on A: every other engine pulls these prefixes over P2P
         complete(first, model, doc, max_tokens=1, timeout=opts.request_timeout_s)
 
-    figures = Figures(name, fault.part)
+    # What is in flight at rest before the fault: "drained" means back to this, not necessarily to 0.
+    baseline = drain.total(drain.snapshot(ctx))
+    figures = Figures(name, fault.part, lookups_inflight_before=baseline)
     t0 = time.monotonic()
     load = Load(jobs, model, opts, t0).start()
     sampler = drain.Sampler(ctx).start()
@@ -64,7 +66,10 @@ def run_scenario(ctx: launch.FleetContext, name: str, opts: FaultOptions, progre
         sampler.stop()
         fault.cleanup()
     figures.part = fault.part
-    d = drain.wait_drained(ctx, sampler.max_seen, opts.drain_timeout_s)
+    # A lookup or pull cut off by the fault ends by LMCache's own timeouts at the latest: wait that long.
+    worst = max(max(st.p2p_lookup_timeout, st.p2p_load_timeout)
+                for st in (ctx.fleet.effective_settings(i) for _, i in ctx.fleet.instances()))
+    d = drain.wait_drained(ctx, sampler.max_seen, max(opts.drain_timeout_s, worst + 5), baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
     figures.extra = dict(fault.extra, inflight_by_server=d.last)

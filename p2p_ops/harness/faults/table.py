@@ -18,7 +18,7 @@ def _drained(f: Figures) -> str:
     if f.lookups_drained is None:
         return "-"
     word = f"yes ({f.lookups_drained_after_s:g} s)" if f.lookups_drained else f"NO ({f.lookups_inflight_end} left)"
-    return f"{word}, max {f.lookups_inflight_max} in flight"
+    return f"{word}, {f.lookups_inflight_before} at rest before, max {f.lookups_inflight_max} in flight"
 
 
 def _extra(f: Figures) -> str:
