@@ -132,8 +132,22 @@ class SlowPeer(Fault):
             self.limit.undo()
 
 
-# LMCache 0.5.6 starts evicting at 80 % of L1 (--eviction-trigger-watermark's default).
+# LMCache 0.5.6 starts evicting at 80 % of L1 unless `lmcache server --eviction-trigger-watermark` says otherwise.
 WATERMARK = 0.8
+
+
+def eviction_watermark(extra_args: list[str]) -> float:
+    """The watermark a server runs with, from settings.server_extra_args (LMCache's default otherwise)."""
+    flag = "--eviction-trigger-watermark"
+    for i, a in enumerate(extra_args):
+        try:
+            if a == flag and i + 1 < len(extra_args):
+                return float(extra_args[i + 1])
+            if a.startswith(flag + "="):
+                return float(a.split("=", 1)[1])
+        except ValueError:
+            break
+    return WATERMARK
 
 
 class L1Full(Fault):
@@ -142,6 +156,7 @@ class L1Full(Fault):
         super().__init__(f"{inst.id}'s L1")
         self.ctx, self.opts, self.seed = ctx, opts, seed
         self.server, self.engine = ctx.server_url(node, inst), ctx.engine_url(node, inst)
+        self.watermark = eviction_watermark(ctx.fleet.effective_settings(inst).server_extra_args)
 
     def _l1(self) -> tuple[int, int, float]:
         st = probes.server_status(self.server)
@@ -150,7 +165,8 @@ class L1Full(Fault):
 
     def inject(self, load, progress) -> None:
         used, total, evicted = self._l1()
-        self.extra.update(l1_total_bytes=total, l1_used_before=used, evicted_before=evicted)
+        self.extra.update(l1_total_bytes=total, l1_used_before=used, evicted_before=evicted,
+                          watermark=self.watermark)
         progress(f"filling {self.part}: {used / 2**20:.0f} of {total / 2**20:.0f} MiB used")
 
     def hold(self, load, opts, progress) -> None:
@@ -163,12 +179,17 @@ class L1Full(Fault):
         start, full = time.monotonic(), False
         while not fill.done and time.monotonic() - start < opts.fill_timeout_s:
             used, total, evicted = self._l1()
-            if evicted > self.extra["evicted_before"] or (total and used >= WATERMARK * total):
+            if evicted > self.extra["evicted_before"] or (total and used >= self.watermark * total):
                 full = True
                 break
             time.sleep(1.0)
-        # Past the first eviction: a few more prompts so the fleet serves under a full L1, not at its edge.
-        time.sleep(min(opts.hold_s, 5.0) if full else 0.0)
+        # Past the watermark: go on filling (bounded) until LMCache reports an eviction, so the fleet serves
+        # under an evicting L1, not at its edge.
+        until = time.monotonic() + max(opts.hold_s, 15.0)
+        while full and not fill.done and time.monotonic() < until:
+            if self._l1()[2] > self.extra["evicted_before"]:
+                break
+            time.sleep(1.0)
         fill.stop()
         used, total, evicted = self._l1()
         self.extra.update(l1_used_after=used, evicted=evicted - self.extra["evicted_before"], full=full,
