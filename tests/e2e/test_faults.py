@@ -24,6 +24,7 @@ def fleet(tmp_path_factory):
 
 
 def _check(fig: faults.Figures) -> None:
+    print(faults.table_markdown([fig], OPTS))  # the figures, for whoever reads the log (-s)
     assert fig.recovered, fig
     assert fig.sent_by_phase["before"] > 0 and fig.sent_by_phase["during"] > 0 and fig.sent_by_phase["after"] > 0
     assert fig.failed_by_phase["before"] == 0, fig
