@@ -77,11 +77,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(ld)
     ld.set_defaults(handler=cmd_longdoc)
 
-    fa = tsub.add_parser("faults", help="kill a server, the coordinator, an engine under load; figures per fault")
+    fa = tsub.add_parser("faults", help="kill a server, the coordinator, an engine; cut a link, slow a peer, fill "
+                                        "L1; all under load, figures per fault")
     add_fleet_args(fa)
     fa.add_argument("--quick", action="store_true", help="5 s phases, 4 s outages, 3 documents")
     fa.add_argument("--scenarios", default=None,
-                    help="comma list of peer_server_killed,coordinator_restart,engine_killed (default: all)")
+                    help="comma list of peer_server_killed,coordinator_restart,engine_killed,link_cut,slow_peer,"
+                         "l1_full (default: all this fleet allows; link_cut and slow_peer need SSH nodes with "
+                         "their own interface and are listed as skipped otherwise)")
     fa.set_defaults(handler=cmd_faults)
 
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
@@ -237,7 +240,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
     with context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, "faults")
-        results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress)
+        results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
+                                    explicit=args.scenarios is not None)
     console.print(faults.table_markdown(results, opts), markup=False)
     console.print(f"table: {out_dir / 'faults.md'}")
     ok = faults.passed(results)

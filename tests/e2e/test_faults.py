@@ -24,10 +24,13 @@ def fleet(tmp_path_factory):
 
 
 def _check(fig: faults.Figures) -> None:
+    print(faults.table_markdown([fig], OPTS))  # the figures, for whoever reads the log (-s)
     assert fig.recovered, fig
     assert fig.sent_by_phase["before"] > 0 and fig.sent_by_phase["during"] > 0 and fig.sent_by_phase["after"] > 0
     assert fig.failed_by_phase["before"] == 0, fig
     assert fig.recovered_after_fault_s is not None and fig.recovered_after_fault_s >= OPTS.hold_s
+    # LMCache's in-flight P2P work was sampled under load and after it (reported; see faults/drain.py).
+    assert fig.lookups_drained is not None and fig.lookups_inflight_before is not None, fig
 
 
 def test_peer_server_killed_recompute_serves_every_request(fleet):
@@ -53,7 +56,7 @@ def test_cli_writes_the_table_into_the_run_folder(fleet, p2pctl):
     code, out, err = p2pctl("test", "faults", "--quick", "--scenarios", "engine_killed", "-f", str(fleet.fleet_file))
     assert code in (0, 1), err
     [table] = sorted(fleet.layout.tests.glob("*-faults/faults.md"))[-1:]
-    assert "| engine_killed |" in table.read_text()
+    assert "| engine_killed |" in table.read_text() and "lookups drained" in table.read_text()
     data = json.loads((table.parent / "faults.json").read_text())
     assert data["scenarios"][0]["scenario"] == "engine_killed" and data["scenarios"][0]["sent"] > 0
     assert (table.parent / "faults-engine_killed-requests.csv").read_text().startswith("t_s,url,ok")

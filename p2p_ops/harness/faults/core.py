@@ -1,0 +1,202 @@
+"""The load and the figures every fault scenario shares: closed-loop clients that record each request, the
+three phases (before / during / after the fault) and what counts as a failure recompute could have served."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from p2p_ops import fleet_status
+from p2p_ops.context import FleetContext
+from p2p_ops.harness import prompts
+from p2p_ops.harness.openai_client import complete
+from p2p_ops.stats import percentile
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FaultOptions:
+    phase_s: float = 10.0          # load before the fault and after recovery
+    hold_s: float = 8.0            # how long the part stays broken
+    recover_timeout_s: float = 120.0
+    concurrency: int = 2
+    doc_chars: int = 1600          # > 4 chunks of 256 byte-tokens: real P2P pulls
+    docs: int = 4
+    max_tokens: int = 4
+    max_requests: int = 2000       # per scenario, hard bound
+    request_timeout_s: float = 60.0
+    slow_rate_kbit: int = 800      # slow_peer: the holder's egress; a ~3 MB pull then takes ~30 s
+    fill_chars: int = 1500         # l1_full: one distinct prompt (byte tokens): ~6 chunks, quick to prefill
+    fill_max_requests: int = 400   # l1_full: bound on the prompts sent to fill L1
+    fill_timeout_s: float = 240.0  # l1_full: bound on the fill
+    drain_timeout_s: float = 15.0
+
+    @classmethod
+    def quick(cls) -> "FaultOptions":
+        return cls(phase_s=5.0, hold_s=4.0, recover_timeout_s=90.0, docs=3, fill_timeout_s=150.0)
+
+
+@dataclass
+class Sample:
+    t: float                       # seconds since the scenario's start, when the request was sent
+    url: str
+    ok: bool
+    ttft_s: Optional[float]
+    cached_tokens: int
+    error: str = ""
+    t_end: float = 0.0             # when the answer (or the error) came back
+
+
+@dataclass
+class Figures:
+    scenario: str
+    part: str                      # what was broken
+    sent: int = 0
+    failed: int = 0
+    failed_by_phase: dict[str, int] = field(default_factory=dict)
+    failed_urls: dict[str, int] = field(default_factory=dict)
+    sent_by_phase: dict[str, int] = field(default_factory=dict)
+    p99_ttft_s: dict[str, Optional[float]] = field(default_factory=dict)
+    recovered_after_fault_s: Optional[float] = None
+    reregistered_after_restart_s: Optional[float] = None
+    recovered: bool = False
+    unexpected_failures: int = 0   # failures a recompute could have served (not sent to an unreachable engine)
+    lookups_inflight_before: Optional[int] = None  # at rest before the fault
+    lookups_inflight_max: Optional[int] = None   # LMCache P2P lookups/prefetches/read locks in flight (drain.py)
+    lookups_inflight_end: Optional[int] = None
+    lookups_drained: Optional[bool] = None
+    lookups_drained_after_s: Optional[float] = None
+    extra: dict = field(default_factory=dict)    # the scenario's own figures (evictions, timeout, ...)
+    skipped: str = ""              # why the scenario did not run on this fleet
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Load:
+    """Closed-loop clients over a fixed set of (url, prompt) jobs, recording every request."""
+
+    def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float,
+                 concurrency: Optional[int] = None, max_requests: Optional[int] = None,
+                 cycle: bool = True) -> None:
+        self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
+        self.max_requests = max_requests or opts.max_requests
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._next = 0
+        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"fault-load-{i}")
+                         for i in range(concurrency or opts.concurrency)]
+
+    def start(self) -> "Load":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(timeout=self.opts.request_timeout_s + 5)
+
+    @property
+    def taken(self) -> int:
+        return self._next
+
+    @property
+    def done(self) -> bool:
+        return not any(t.is_alive() for t in self._threads)
+
+    def _take(self) -> Optional[tuple[str, str]]:
+        with self._lock:
+            if self._stop.is_set() or self._next >= self.max_requests:
+                return None
+            if not self.cycle and self._next >= len(self.jobs):
+                return None
+            job = self.jobs[self._next % len(self.jobs)]
+            self._next += 1
+            return job
+
+    def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> Sample:
+        """Send one request now (from the caller's thread) and record it."""
+        sent = time.monotonic() - self.t0
+        c = complete(url, self.model, prompt, max_tokens=max_tokens or self.opts.max_tokens,
+                     timeout=self.opts.request_timeout_s)
+        s = Sample(sent, url, c.ok, c.ttft_s if c.ok else None, c.cached_tokens, c.error[:200],
+                   time.monotonic() - self.t0)
+        with self._lock:
+            self.samples.append(s)
+        return s
+
+    def _run(self) -> None:
+        while (job := self._take()) is not None:
+            if not self.one(*job).ok:
+                time.sleep(0.2)  # a dead engine refuses at once: do not spin
+
+
+def wait_ready(ctx: FleetContext, timeout_s: float) -> Optional[float]:
+    """Seconds until the whole fleet reports ready (peers registered, engines healthy and connected)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if fleet_status.report(ctx).ready:
+            return time.monotonic() - start
+        time.sleep(0.5)
+    return None
+
+
+def shared_jobs(ctx: FleetContext, opts: FaultOptions, seed: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """Documents every engine is asked about (a question after each): one warm-up on A, pulls elsewhere."""
+    urls = [ctx.engine_url(node, inst) for node, inst in ctx.fleet.instances()]
+    docs = [prompts.document(seed, i, opts.doc_chars) for i in range(opts.docs)]
+    jobs = [(url, doc + "\n" + prompts.question(seed, i)) for i, doc in enumerate(docs) for url in urls]
+    return docs, jobs
+
+
+def phase_of(s: Sample, marks: dict[str, float]) -> str:
+    """A request still in flight when the fault hit belongs to `during`: the fault is what it met."""
+    if s.t_end < marks.get("fault", float("inf")):
+        return "before"
+    if s.t < marks.get("recovered", float("inf")):
+        return "during"
+    return "after"
+
+
+def fill_figures(fig: Figures, samples: list[Sample], marks: dict[str, float], unreachable_url: str,
+                 why_unreachable: str) -> None:
+    fig.sent = len(samples)
+    fig.failed = sum(not s.ok for s in samples)
+    for ph in ("before", "during", "after"):
+        in_phase = [s for s in samples if phase_of(s, marks) == ph]
+        fig.sent_by_phase[ph] = len(in_phase)
+        fig.failed_by_phase[ph] = sum(not s.ok for s in in_phase)
+        fig.p99_ttft_s[ph] = rounded(percentile([s.ttft_s for s in in_phase if s.ok and s.ttft_s is not None], 99))
+    for s in samples:
+        if not s.ok:
+            fig.failed_urls[s.url] = fig.failed_urls.get(s.url, 0) + 1
+    # Only while the part was broken: afterwards that engine is back and every request must succeed.
+    excused = [s for s in samples if not s.ok and unreachable_url and s.url == unreachable_url
+               and phase_of(s, marks) == "during"]
+    fig.unexpected_failures = fig.failed - len(excused)
+    notes = []
+    if excused:
+        notes.append(f"{len(excused)} request(s) went to {unreachable_url} while {why_unreachable}: nothing can "
+                     "serve them there meanwhile (a router would send them to another engine)")
+    if fig.unexpected_failures:
+        first = next(s for s in samples if not s.ok and s not in excused)
+        notes.append(f"{fig.unexpected_failures} request(s) failed where recompute could have served them, "
+                     f"first: {first.url}: {first.error}")
+    if not fig.recovered:
+        notes.append("the fleet was not ready again within the recovery timeout")
+    if fig.lookups_drained is False:
+        notes.append(f"LMCache P2P lookups did not drain: {fig.lookups_inflight_end} still in flight")
+    fig.note = "; ".join(notes) or "no failed request"
+
+
+def rounded(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v, 3)

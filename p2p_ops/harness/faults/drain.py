@@ -1,0 +1,95 @@
+"""Whether LMCache's P2P lookups drained after a fault.
+
+LMCache 0.5.6 has no counter of pending transfers, but its servers' /status says what is in flight:
+`active_p2p_lookup_jobs` (P2PControllerModule.report_status: lookup-and-lock jobs a peer started here and has
+not finished or released; the same value is the gauge `lmcache_mp_active_p2p_lookup_jobs`),
+`active_prefetch_jobs` (LookupModule: this server's own prefetches, which include its P2P pulls), and the L1's
+`read_locked_count` (chunks a lookup locked for a peer's read; an abandoned lookup holds them until the read
+TTL). "Drained" means: after the load stopped, the sum over every server came back to what it was at rest
+before the fault, within the fleet's own lookup/load timeouts (+5 s).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from p2p_ops import probes
+from p2p_ops.context import FleetContext
+
+FIELDS = ("active_p2p_lookup_jobs", "active_prefetch_jobs", "read_locked_count")
+
+
+def inflight(status: dict) -> Optional[dict[str, int]]:
+    """The in-flight counts of one server's /status body (None when it did not answer)."""
+    if not isinstance(status, dict) or not status:
+        return None
+    sm = status.get("storage_manager") or {}
+    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    return {"active_p2p_lookup_jobs": int(status.get("active_p2p_lookup_jobs") or 0),
+            "active_prefetch_jobs": int(status.get("active_prefetch_jobs") or 0),
+            "read_locked_count": int(l1.get("read_locked_count") or 0)}
+
+
+def snapshot(ctx: FleetContext) -> dict[str, Optional[dict[str, int]]]:
+    out = {}
+    for node, inst in ctx.fleet.instances():
+        st = probes.server_status(ctx.server_url(node, inst))
+        out[inst.id] = inflight(st.raw) if st.reachable else None
+    return out
+
+
+def total(snap: dict[str, Optional[dict[str, int]]]) -> int:
+    return sum(sum(v.values()) for v in snap.values() if v)
+
+
+@dataclass
+class DrainFigures:
+    inflight_max_during: int = 0          # the most in flight seen (all servers, all three counts) under load
+    inflight_at_end: Optional[int] = None  # after the drain wait (None: a server did not answer)
+    drained: bool = False
+    drained_after_s: Optional[float] = None
+    last: dict = field(default_factory=dict)
+
+
+class Sampler:
+    """Polls every server's /status once a second while the scenario runs, keeping the maximum in flight."""
+
+    def __init__(self, ctx: FleetContext, period_s: float = 1.0) -> None:
+        self.ctx, self.period_s, self.max_seen = ctx, period_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fault-drain-sampler")
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.max_seen = max(self.max_seen, total(snapshot(self.ctx)))
+            except Exception:  # noqa: BLE001 - a server down is what a fault does; keep sampling
+                pass
+
+
+def wait_drained(ctx: FleetContext, max_seen: int, timeout_s: float = 15.0, baseline: int = 0) -> DrainFigures:
+    """After the load stopped: seconds until every server reports no more in flight than at rest before."""
+    start = time.monotonic()
+    fig = DrainFigures(inflight_max_during=max_seen)
+    while True:
+        snap = snapshot(ctx)
+        fig.last = snap
+        answered = all(v is not None for v in snap.values())
+        fig.inflight_at_end = total(snap) if answered else None
+        if answered and fig.inflight_at_end <= baseline:
+            fig.drained, fig.drained_after_s = True, round(time.monotonic() - start, 2)
+            return fig
+        if time.monotonic() - start > timeout_s:
+            return fig
+        time.sleep(0.5)

@@ -1,0 +1,235 @@
+"""The faults themselves. Each `Fault` breaks one part (`inject`), keeps it broken (`hold`) and mends it
+(`restore`); the runner wraps them in the same measured load.
+
+- peer_server_killed: node B's lmcache server (SIGKILL to its process group); B's engine must recompute.
+- coordinator_restart: the coordinator; servers keep serving from their last membership and re-register.
+- engine_killed: node B's engine; requests sent to it fail while it is down (nothing else serves them there).
+- link_cut: node B's interface (the one holding its address) down for `hold_s`, restored by B itself.
+- slow_peer: node A (which holds the shared documents) rate-limited on egress; B asks about fresh documents
+  held only on A, so each pull is slower than `settings.p2p_load_timeout` and B must recompute.
+- l1_full: many distinct long prompts to A until its L1 evicts (or is full); then the shared documents again.
+
+link_cut and slow_peer need SSH nodes with their own interface (netfault.eligible says why not otherwise).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from p2p_ops import probes, procs
+from p2p_ops.context import FleetContext
+from p2p_ops.errors import BadInput
+from p2p_ops.harness import prompts
+from p2p_ops.harness.faults import netfault
+from p2p_ops.harness.faults.core import FaultOptions, Load, Progress
+
+
+@dataclass
+class Fault:
+    part: str
+    unreachable_url: str = ""        # an engine no request can reach while the part is broken
+    why_unreachable: str = ""
+    restarted: bool = False          # restore() started a process again (re-registration time is a figure)
+    extra: dict = field(default_factory=dict)
+
+    def inject(self, load: Load, progress: Progress) -> None: ...
+
+    def hold(self, load: Load, opts: FaultOptions, progress: Progress) -> None:
+        time.sleep(opts.hold_s)
+
+    def restore(self, progress: Progress) -> None: ...
+
+    def cleanup(self) -> None:
+        """Whatever happens (also an exception): leave nothing broken."""
+
+
+def _a(ctx: FleetContext):
+    return ctx.fleet.instances()[0]
+
+
+def _b(ctx: FleetContext):
+    return ctx.fleet.instances()[1]
+
+
+class Kill(Fault):
+    def __init__(self, ctx: FleetContext, node, proc: procs.Proc, dead_engine: str = "") -> None:
+        super().__init__(proc.name, dead_engine, "its engine was dead" if dead_engine else "", restarted=True)
+        self.ctx, self.node, self.proc = ctx, node, proc
+
+    def inject(self, load, progress) -> None:
+        [st] = procs.states(self.ctx.conn(self.node), [self.proc])
+        if not st.running or st.pid is None:
+            raise BadInput(f"{self.proc.name} is {st.state}, not running: start the fleet (`p2pctl up`) "
+                           "before a fault test")
+        progress(f"killing {self.proc.name}")
+        self.ctx.conn(self.node).run(f"kill -KILL -- -{int(st.pid)} 2>/dev/null || kill -KILL {int(st.pid)}",
+                                     timeout=15)
+
+    def restore(self, progress) -> None:
+        progress(f"starting {self.proc.name} again")
+        procs.start(self.ctx.conn(self.node), self.proc)
+
+
+class LinkCut(Fault):
+    def __init__(self, ctx: FleetContext, opts: FaultOptions) -> None:
+        node, inst = _b(ctx)
+        super().__init__(f"{node.name}'s link", ctx.engine_url(node, inst), "its host's link was down")
+        self.ctx, self.node, self.opts, self.cut = ctx, node, opts, None
+
+    def inject(self, load, progress) -> None:
+        self.cut = netfault.cut_link(self.ctx, self.node, self.opts.hold_s)
+        self.until = time.monotonic() + max(1, round(self.opts.hold_s))
+        self.part = f"{self.node.name}:{self.cut.iface} down"
+        progress(f"{self.node.name}: {self.cut.what}")
+
+    def hold(self, load, opts, progress) -> None:
+        time.sleep(max(0.0, self.until - time.monotonic()) + 0.5)  # the node brings it back by itself
+
+    def cleanup(self) -> None:
+        if self.cut:
+            self.cut.undo()
+
+
+class SlowPeer(Fault):
+    def __init__(self, ctx: FleetContext, opts: FaultOptions, seed: int) -> None:
+        node, _ = _a(ctx)
+        super().__init__(f"{node.name}'s egress")
+        self.ctx, self.node, self.opts, self.seed, self.limit = ctx, node, opts, seed, None
+        self.timeout = ctx.fleet.effective_settings(_b(ctx)[1]).p2p_load_timeout
+        self.extra = {"p2p_load_timeout_s": self.timeout, "rate_kbit": opts.slow_rate_kbit}
+
+    def inject(self, load, progress) -> None:
+        limit_s = self.opts.docs * 2 * (self.opts.request_timeout_s + 5) + 30  # the node's own undo, a backstop
+        self.limit = netfault.rate_limit(self.ctx, self.node, limit_s, self.opts.slow_rate_kbit)
+        self.part = f"{self.node.name}:{self.cut_name()} {self.opts.slow_rate_kbit} kbit/s"
+        progress(f"{self.node.name}: {self.limit.what}")
+
+    def cut_name(self) -> str:
+        return self.limit.iface if self.limit else "?"
+
+    def hold(self, load, opts, progress) -> None:
+        """Fresh documents, computed on A only: B's pull of each crawls through A's limited egress."""
+        a_url, b_url = self.ctx.engine_url(*_a(self.ctx)), self.ctx.engine_url(*_b(self.ctx))
+        fresh = []
+        for i in range(opts.docs):
+            doc = prompts.document(self.seed + 7919, i, opts.doc_chars)
+            load.one(a_url, doc, max_tokens=1)
+            s = load.one(b_url, doc + "\n" + prompts.question(self.seed + 7919, i))
+            fresh.append(s)
+        ok = [s for s in fresh if s.ok]
+        self.extra.update(fresh_docs=len(fresh), fresh_ok=len(ok),
+                          fresh_from_cache=sum(s.cached_tokens > 0 for s in ok),
+                          fresh_ttft_max_s=round(max((s.ttft_s or 0) for s in ok), 3) if ok else None)
+        progress(f"slow peer: {len(ok)}/{len(fresh)} fresh requests served, "
+                 f"{self.extra['fresh_from_cache']} with cached tokens")
+
+    def restore(self, progress) -> None:
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        if self.limit:
+            self.limit.undo()
+
+
+# LMCache 0.5.6 starts evicting at 80 % of L1 unless `lmcache server --eviction-trigger-watermark` says otherwise.
+WATERMARK = 0.8
+
+
+def eviction_watermark(extra_args: list[str]) -> float:
+    """The watermark a server runs with, from settings.server_extra_args (LMCache's default otherwise)."""
+    flag = "--eviction-trigger-watermark"
+    for i, a in enumerate(extra_args):
+        try:
+            if a == flag and i + 1 < len(extra_args):
+                return float(extra_args[i + 1])
+            if a.startswith(flag + "="):
+                return float(a.split("=", 1)[1])
+        except ValueError:
+            break
+    return WATERMARK
+
+
+class L1Full(Fault):
+    def __init__(self, ctx: FleetContext, opts: FaultOptions, seed: int) -> None:
+        node, inst = _a(ctx)
+        super().__init__(f"{inst.id}'s L1")
+        self.ctx, self.opts, self.seed = ctx, opts, seed
+        self.server, self.engine = ctx.server_url(node, inst), ctx.engine_url(node, inst)
+        self.watermark = eviction_watermark(ctx.fleet.effective_settings(inst).server_extra_args)
+
+    def _l1(self) -> tuple[int, int, float]:
+        st = probes.server_status(self.server)
+        evicted = sum(v for n, _, v in probes.scrape(self.server) if "l1_evicted" in n and not n.endswith("_created"))
+        return st.l1_used, st.l1_total, evicted
+
+    def inject(self, load, progress) -> None:
+        used, total, evicted = self._l1()
+        self.extra.update(l1_total_bytes=total, l1_used_before=used, evicted_before=evicted,
+                          watermark=self.watermark)
+        progress(f"filling {self.part}: {used / 2**20:.0f} of {total / 2**20:.0f} MiB used")
+
+    def hold(self, load, opts, progress) -> None:
+        jobs = [(self.engine, prompts.document(self.seed + 104729, i, opts.fill_chars))
+                for i in range(opts.fill_max_requests)]
+        fill = Load(jobs, load.model, opts, load.t0, concurrency=opts.concurrency, cycle=False)
+        fill.samples = load.samples  # one record: the fill's requests are client requests too
+        fill._lock = load._lock
+        fill.start()
+        start, full = time.monotonic(), False
+        while not fill.done and time.monotonic() - start < opts.fill_timeout_s:
+            used, total, evicted = self._l1()
+            if evicted > self.extra["evicted_before"] or (total and used >= self.watermark * total):
+                full = True
+                break
+            time.sleep(1.0)
+        # Past the watermark: go on filling (bounded) until LMCache reports an eviction, so the fleet serves
+        # under an evicting L1, not at its edge.
+        until = time.monotonic() + max(opts.hold_s, 15.0)
+        while full and not fill.done and time.monotonic() < until:
+            if self._l1()[2] > self.extra["evicted_before"]:
+                break
+            time.sleep(1.0)
+        fill.stop()
+        used, total, evicted = self._l1()
+        self.extra.update(l1_used_after=used, evicted=evicted - self.extra["evicted_before"], full=full,
+                          fill_prompts=fill.taken)
+        progress(f"{self.part}: {used / 2**20:.0f} of {total / 2**20:.0f} MiB, {evicted:g} chunk(s) evicted")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    make: Callable[[FleetContext, FaultOptions, int], Fault]
+    needs_net: bool = False
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("peer_server_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.server_proc(*_b(ctx)))),
+    Scenario("coordinator_restart",
+             lambda ctx, o, seed: Kill(ctx, ctx.fleet.coordinator_node(), ctx.coordinator_proc())),
+    Scenario("engine_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.engine_proc(*_b(ctx)),
+                                                          dead_engine=ctx.engine_url(*_b(ctx)))),
+    Scenario("link_cut", lambda ctx, o, seed: LinkCut(ctx, o), needs_net=True),
+    Scenario("slow_peer", lambda ctx, o, seed: SlowPeer(ctx, o, seed), needs_net=True),
+    Scenario("l1_full", lambda ctx, o, seed: L1Full(ctx, o, seed)),
+)}
+
+# What runs without --scenarios: everything this fleet allows (the network faults need SSH nodes).
+DEFAULT = list(SCENARIOS)
+
+
+def parse_scenarios(text: Optional[str]) -> list[str]:
+    names = [s.strip() for s in (text or "").split(",") if s.strip()] or list(DEFAULT)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise BadInput(f"--scenarios {','.join(unknown)}: unknown; use any of {', '.join(SCENARIOS)}")
+    return names
+
+
+def why_not(ctx: FleetContext, name: str) -> str:
+    """'' when the scenario can run on this fleet; else why not (one line)."""
+    if len(ctx.fleet.instances()) < 2:
+        return "needs at least two instances"
+    return netfault.eligible(ctx) if SCENARIOS[name].needs_net else ""

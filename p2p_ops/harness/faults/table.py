@@ -1,0 +1,75 @@
+"""The figures of a fault run as faults.md, faults.json and one CSV of requests per scenario."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+from p2p_ops.harness.faults.core import FaultOptions, Figures, Sample
+
+
+def _s(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _drained(f: Figures) -> str:
+    if f.lookups_drained is None:
+        return "-"
+    word = f"yes ({f.lookups_drained_after_s:g} s)" if f.lookups_drained else f"NO ({f.lookups_inflight_end} left)"
+    return f"{word}, {f.lookups_inflight_before} at rest before, max {f.lookups_inflight_max} in flight"
+
+
+def _extra(f: Figures) -> str:
+    keep = {k: v for k, v in f.extra.items() if k != "inflight_by_server"}
+    return ", ".join(f"{k}={v}" for k, v in keep.items()) or "-"
+
+
+def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
+    lines = [
+        "# Faults under load", "",
+        f"phase {opts.phase_s:g} s before and after, part broken for {opts.hold_s:g} s, {opts.concurrency} "
+        f"client(s), {opts.docs} shared document(s) of ~{opts.doc_chars} characters warmed on the first engine. "
+        "`lookups drained`: every lmcache server's active_p2p_lookup_jobs, active_prefetch_jobs and L1 "
+        "read_locked_count back at 0 after the load stopped (LMCache 0.5.6 has no pending-transfer counter).", "",
+        "| scenario | broken | sent | failed (before/during/after) | p99 TTFT s before | during | after | "
+        "ready again after fault s | after restart s | recovered | lookups drained | scenario figures | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for f in results:
+        if f.skipped:
+            lines.append(f"| {f.scenario} | - | - | - | - | - | - | - | - | - | - | - | skipped: {f.skipped} |")
+            continue
+        fb = f.failed_by_phase
+        lines.append(
+            f"| {f.scenario} | {f.part} | {f.sent} | {f.failed} ({fb.get('before', 0)}/{fb.get('during', 0)}/"
+            f"{fb.get('after', 0)}) | {_s(f.p99_ttft_s.get('before'))} | {_s(f.p99_ttft_s.get('during'))} | "
+            f"{_s(f.p99_ttft_s.get('after'))} | {_s(f.recovered_after_fault_s)} | "
+            f"{_s(f.reregistered_after_restart_s)} | {'yes' if f.recovered else 'NO'} | {_drained(f)} | "
+            f"{_extra(f)} | {f.note} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Path:
+    path = out_dir / "faults.md"
+    path.write_text(table_markdown(results, opts))
+    (out_dir / "faults.json").write_text(json.dumps({"options": asdict(opts),
+                                                     "scenarios": [f.to_json() for f in results]}, indent=2) + "\n")
+    return path
+
+
+def write_requests(samples: list[Sample], path: Path) -> None:
+    with path.open("w") as f:
+        f.write("t_s,url,ok,ttft_s,cached_tokens,error\n")
+        for s in samples:
+            err = s.error.replace('"', "'").replace("\n", " ")
+            f.write(f'{s.t:.3f},{s.url},{int(s.ok)},{"" if s.ttft_s is None else f"{s.ttft_s:.4f}"},'
+                    f'{s.cached_tokens},"{err}"\n')
+
+
+def passed(results: list[Figures]) -> bool:
+    """Every scenario that ran recovered and lost no request recompute could serve. Undrained lookups are named
+    in the note but do not fail the run: LMCache keeps a lookup whose requester gave up (no TTL on the job, its
+    read locks until the 300 s read TTL), which no setting of ours changes."""
+    return all(f.recovered and f.unexpected_failures == 0 for f in results if not f.skipped)
