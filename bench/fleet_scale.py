@@ -13,7 +13,9 @@ part of `bundle` spent collecting node after node (before its doctor run).
 
 from __future__ import annotations
 
+import cProfile
 import os
+import pstats
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +30,19 @@ def _timed(fn) -> float:
     t = time.monotonic()
     fn()
     return time.monotonic() - t
+
+
+def _profiled(fn, path: Path) -> float:
+    """Like _timed, and write the top of a cProfile (by cumulative time) to path: which calls the time is in
+    (threads other than this one show up as their waits)."""
+    prof = cProfile.Profile()
+    t = time.monotonic()
+    prof.runcall(fn)
+    took = time.monotonic() - t
+    with path.open("w") as f:
+        f.write(f"{took:.2f} s wall\n")
+        pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(25)
+    return took
 
 
 def _box_busy_s() -> float:
@@ -124,12 +139,15 @@ def run(report) -> None:
                     # Servers that are up and idle still burn CPU (NIXL's progress thread busy-polls).
                     idle_server = (_cpu_s_under(run_root)["server"] - cpu["server"]) / wait_s / n
                     busy = (_box_busy_s() - busy0) / (up_s + wait_s) / report.box["nproc"] * 100
+                    prof = report.out_dir / "profiles"
+                    prof.mkdir(exist_ok=True)
                     row = {"hosts": n, "up+wait s": up_s + wait_s,
-                           "status s": _timed(lambda: launch.report(ctx)),
-                           "doctor s": _timed(lambda: doctor.run(ctx))}
+                           "status s": _profiled(lambda: launch.report(ctx), prof / f"status-{n}hosts.txt"),
+                           "doctor s": _profiled(lambda: doctor.run(ctx), prof / f"doctor-{n}hosts.txt")}
                     bundle_clock.t0 = time.monotonic()
-                    row["bundle s"] = _timed(lambda: bundle.collect(ctx, tmp / f"bundle{n}.tar.gz",
-                                                                    progress=bundle_clock))
+                    row["bundle s"] = _profiled(lambda: bundle.collect(ctx, tmp / f"bundle{n}.tar.gz",
+                                                                       progress=bundle_clock),
+                                                prof / f"bundle-{n}hosts.txt")
                 finally:
                     launch.down(ctx)
                     ctx.close()
