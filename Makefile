@@ -62,7 +62,7 @@ bench: setup
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m bench
 
 bench-quick: setup
-	$(PY) -m bench --quick
+	$(PY) -m bench --quick --readme
 
 # The layering (import-linter contracts in pyproject.toml) and no import cycle at all, lazy imports included.
 lint: setup

@@ -151,11 +151,7 @@ class Report:
                + f"; git {b.get('git')}, lmcache {b.get('lmcache')}, python {b.get('python')}. "
                "Shared box: compare figures within one table (measured interleaved), not across runs.", ""]
         if self.targets:
-            out += ["## Targets", "", "| target | goal | measured | status | why |", "|---|---|---|---|---|"]
-            for t in self.targets:
-                mark = {True: "reached", False: "**not reached**", None: "not measured"}[t.reached]
-                out.append(f"| {t.name} | {t.goal} | {t.measured} | {mark} | {t.reason} |")
-            out.append("")
+            out += ["## Targets", "", *self.targets_table(), ""]
         for t in self.tables.values():
             out += [f"## {t.title}", ""]
             if t.rows:
@@ -178,6 +174,35 @@ class Report:
         if self.timings:
             out += ["Wall time per benchmark: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.timings.items()), ""]
         return "\n".join(out)
+
+
+    def targets_table(self) -> list[str]:
+        out = ["| target | goal | measured | status | why |", "|---|---|---|---|---|"]
+        for t in self.targets:
+            mark = {True: "reached", False: "**not reached**", None: "not measured"}[t.reached]
+            out.append(f"| {t.name} | {t.goal} | {t.measured} | {mark} | {t.reason} |")
+        return out
+
+    def box_line(self) -> str:
+        b = self.box
+        mode = {"full": "make bench", "quick": "make bench-quick"}.get(self.size, self.size)
+        return (f"From `{mode}` on {self.started:%Y-%m-%d %H:%M} UTC, git {b.get('git')}: {b.get('nproc')} CPUs "
+                f"({b.get('cpu')}), load average {b.get('loadavg')} at start"
+                + (f", {b['loadavg_end']} at end" if "loadavg_end" in b else "")
+                + " (a shared box: compare figures within one table, not across runs).")
+
+
+README_BEGIN, README_END = "<!-- bench:targets -->", "<!-- /bench:targets -->"
+
+
+def replace_readme_targets(readme: str, report: "Report") -> str:
+    """README text with the block between the bench markers replaced by this run's box line and targets."""
+    if README_BEGIN not in readme or README_END not in readme:
+        raise ValueError(f"README has no {README_BEGIN} ... {README_END} block to replace; add the two markers")
+    head, rest = readme.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    body = "\n".join([report.box_line(), "", *report.targets_table()])
+    return f"{head}{README_BEGIN}\n{body}\n{README_END}{tail}"
 
 
 def _fmt(v: Any) -> str:

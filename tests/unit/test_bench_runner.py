@@ -59,3 +59,31 @@ def test_instant_server_answers_the_harness_client(tmp_path):
                  tmp_path / "s.log", timeout_s=30):
         c = complete(url, "tiny-llm", "hi", max_tokens=1)
     assert c.ok and c.text == "a" and c.completion_tokens == 1
+
+
+def test_readme_targets_block_is_replaced_and_the_rest_kept(tmp_path):
+    import pytest
+
+    from bench.report import README_BEGIN, README_END, replace_readme_targets
+
+    report = Report(tmp_path, size="quick", echo=lambda _: None)
+    report.target("P2P lookup", "<= 10 ms", "6.7 ms", True, "a miss")
+    readme = f"intro\n{README_BEGIN}\nold table\n{README_END}\n## Layout\n"
+    out = replace_readme_targets(readme, report)
+    assert out.startswith("intro\n") and out.endswith(f"{README_END}\n## Layout\n")
+    assert "old table" not in out and "| P2P lookup | <= 10 ms | 6.7 ms | reached | a miss |" in out
+    assert "make bench-quick" in out and "load average" in out
+    assert replace_readme_targets(out, report) == out  # idempotent
+    with pytest.raises(ValueError, match="markers"):
+        replace_readme_targets("no block here", report)
+
+
+def test_fleet_scale_splits_a_step_at_its_progress_lines():
+    from bench.fleet_scale import _Clock
+
+    c = _Clock()
+    for line in ("rendered env.sh", "started a", "a is up", "started b"):
+        c(line)
+    assert c.first("rendered") <= c.first("started") <= c.last("started")
+    assert c.last("started") >= c.first("a is up")
+    assert c.first("never") != c.first("never")  # nan: a missing line reads as "not measured"

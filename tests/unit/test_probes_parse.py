@@ -36,3 +36,18 @@ def test_a_malformed_line_costs_only_itself():
     text = "good_a 1\nthis is { not a sample\ngood_b{x=\"1\"} 2.5\n"
     assert parse_metrics(text) == [("good_a", {}, 1.0), ("good_b", {"x": "1"}, 2.5)]
     assert parse_metrics("") == [] and parse_metrics(None) == []
+
+
+def test_engine_lmcache_state_reads_only_its_metric(monkeypatch):
+    from p2p_ops import probes
+
+    text = ("# HELP p2p_engine_lmcache_connected 1 when linked\n# TYPE p2p_engine_lmcache_connected gauge\n"
+            "p2p_engine_lmcache_connected 1.0\np2p_engine_lmcache_connected_since 5.0\nother_metric{a=\"b\"} 3\n")
+    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: text)
+    assert probes.engine_lmcache_state("http://e") == "connected"
+    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: text.replace(" 1.0\n", " 0.0\n", 1))
+    assert probes.engine_lmcache_state("http://e") == "disconnected"
+    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: "other_metric 1\n")
+    assert probes.engine_lmcache_state("http://e") == "n/a"
+    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: None)
+    assert probes.engine_lmcache_state("http://e") == "n/a"
