@@ -8,7 +8,7 @@ much as the toolkit: read the ratio to 1 host next to the load average.
 Where the time goes is recorded beside each total: `up` split at its own progress lines (preflight+render,
 starting the processes over SSH, waiting for readiness), the CPU seconds the fleet's processes burnt until
 they were ready (every process whose working folder is in the run folder) against the box's CPUs, and the
-part of `bundle` spent collecting node after node (before its doctor run).
+part of `bundle` spent collecting the nodes (side by side; before its doctor run).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def run(report) -> None:
                         launch.down(ctx)
                 rendered = up_clock.first("rendered")
                 started = up_clock.last("started")
-                per_node = bundle_clock.first("running the fleet doctor") - bundle_clock.first("collecting node")
+                per_node = bundle_clock.first("running the fleet doctor") - bundle_clock.first("collecting")
                 report.add_row(where, **{
                     "hosts": n, "preflight+render s": rendered, "start over SSH s": started - rendered,
                     "readiness s": up_s - started, "wait s": wait_s, "fleet CPU s until ready": sum(cpu.values()),

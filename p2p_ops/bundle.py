@@ -88,6 +88,13 @@ class BundleWriter:
     def add_json(self, path: str, obj: Any, what: str, source: str) -> None:
         self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
 
+    def merge(self, part: BundleWriter) -> None:
+        """Take in what another writer (one node's, collected in parallel) holds."""
+        self.files.update(part.files)
+        self.entries += part.entries
+        self.redactions += part.redactions
+        self.unreachable += part.unreachable
+
     def missing(self, what: str, source: str, error: str) -> None:
         self.unreachable.append(Unreachable(what, source, redact_text(str(error), "manifest").text[:500]))
 
@@ -348,9 +355,22 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
             states.update({st.name: st.state for st in res})
     progress(f"processes: {sum(s == 'running' for s in states.values())}/{len(states)} running")
     _add_coordinator(w, ctx, states)
+    progress(f"collecting {len(ctx.fleet.nodes)} node(s)")
+
+    def node_part(node: Node) -> BundleWriter:
+        part = BundleWriter(w.root)
+        _add_node(part, ctx, node, states)
+        return part
+
+    # Each node is about twenty reads over its connection: nodes side by side (bench/fleet_scale measured the
+    # serial walk at 33 of 45 s on 8 hosts), merged back in the spec's order so the bundle stays deterministic.
+    parts = ctx.for_each_node(node_part)
     for node in ctx.fleet.nodes:
-        progress(f"collecting node {node.name}")
-        _add_node(w, ctx, node, states)
+        part = parts[node.name]
+        if isinstance(part, Exception):
+            w.missing(f"node {node.name}", node.name, f"{type(part).__name__}: {part}")
+        else:
+            w.merge(part)
     _add_router(w, ctx)
     _add_prometheus(w, ctx)
     doctor_summary = None

@@ -13,7 +13,7 @@ from typing import Optional
 from p2p_ops import probes, procs
 from p2p_ops import router as fleet_router
 from p2p_ops.context import FleetContext
-from p2p_ops.fleet import Node
+from p2p_ops.fleet import Instance, Node
 from p2p_ops.layout import COORDINATOR
 
 
@@ -108,14 +108,23 @@ def report(ctx: FleetContext) -> FleetReport:
             node = next(n for n in fleet.nodes if n.name == name)
             for proc in ctx.node_procs(node):
                 states[proc.name] = "unreachable"
-    items = []
-    for node, inst in fleet.instances():
+
+    def instance(node: Node, inst: Instance) -> InstanceReport:
         surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
         healthy = probes.engine_healthy(eurl)
         link = probes.engine_lmcache_state(eurl) if healthy and fleet.runtime == "embedded" else "n/a"
-        items.append(InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
-                                    states.get(f"{inst.id}/engine", "none"), probes.server_status(surl),
-                                    healthy, surl, eurl, link, fleet.effective_settings(inst).p2p))
+        return InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
+                              states.get(f"{inst.id}/engine", "none"), probes.server_status(surl),
+                              healthy, surl, eurl, link, fleet.effective_settings(inst).p2p)
+
+    # Three HTTP probes per instance: on a large fleet, one node after another would add up (bench/fleet_scale).
+    per_node = ctx.for_each_node(lambda n: [instance(n, inst) for inst in n.instances])
+    items = []
+    for node in fleet.nodes:
+        res = per_node[node.name]
+        if isinstance(res, Exception):
+            raise res
+        items += res
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
                        probes.coordinator_healthy(fleet.coordinator_url),
                        probes.coordinator_instances(fleet.coordinator_url),

@@ -178,11 +178,18 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
 
     for node, inst in fleet.instances():
         sproc, eproc = ctx.server_proc(node, inst), ctx.engine_proc(node, inst)
-        i = InstanceFacts(inst.id, node.name, node.address, server_state=facts.proc_states.get(sproc.name, "unknown"),
-                          engine_state=facts.proc_states.get(eproc.name, "unknown"), pid=pids.get(sproc.name))
-        if i.running and node.name not in node_errors:
-            _instance_http(ctx, node, inst, i)
-        facts.instances.append(i)
+        facts.instances.append(InstanceFacts(
+            inst.id, node.name, node.address, server_state=facts.proc_states.get(sproc.name, "unknown"),
+            engine_state=facts.proc_states.get(eproc.name, "unknown"), pid=pids.get(sproc.name)))
+    by_id = {i.instance: i for i in facts.instances}
+
+    def node_http(node: Node) -> None:
+        for inst in node.instances:
+            if by_id[inst.id].running and node.name not in node_errors:
+                _instance_http(ctx, node, inst, by_id[inst.id])
+
+    # Four HTTP reads per running server: nodes side by side, not one after another (bench/fleet_scale).
+    ctx.for_each_node(node_http)
 
     def per_node(node) -> NodeFacts:
         batch = node_facts(ctx, node, facts, pids, reach)
