@@ -21,13 +21,20 @@ from p2p_ops.facts.base import CommandFact
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
+def _computed(raw: str) -> bool:
+    """A value the shell works out at start (`"$DEV"`, `$(ip ...)`): outside single quotes it has a `$`."""
+    return "$" in re.sub(r"'[^']*'", "", raw)
+
+
 def parse_env_sh(text: str) -> dict[str, str]:
     """`[export] KEY=VALUE` lines (shell-quoted values unquoted, comments dropped); a later assignment wins, like
-    in bash. A value bash would not parse (a hand edit spread over lines) is kept raw rather than failing."""
+    in bash. A value bash would not parse (a hand edit spread over lines) is kept raw rather than failing. A value
+    the shell computes at start is left out: the file does not say what it will be (the process's environment
+    does)."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         m = _ASSIGN.match(line)
-        if not m:
+        if not m or _computed(m[2]):
             continue
         try:
             parts = shlex.split(m[2], comments=True)

@@ -98,8 +98,9 @@ def test_local_embedded_fleet_writes_locally(tmp_path):
 def test_env_sh_parser_reads_quoted_exports():
     from p2p_ops.facts.envfile import parse_env_sh
 
-    env = parse_env_sh("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n")
-    assert env == {"A": "plain", "B": "a b'c", "D": ""}
+    env = parse_env_sh("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n"
+                       "export E='$not_expanded'\nif true; then\n  export F=\"$DEV\"\nfi\nG=$(hostname)\n")
+    assert env == {"A": "plain", "B": "a b'c", "D": "", "E": "$not_expanded"}
 
 
 @pytest.mark.parametrize("body,expected", [
