@@ -55,7 +55,7 @@ def run_vllm(report) -> None:
     """
 
     from bench.procs import free_port, process
-    from p2p_ops.local_model import make_model
+    from p2p_ops.harness.local_model import make_model
 
     venv = Path(os.environ.get("P2P_VLLM_VENV") or "/work/main/.venv-vllm").resolve()
     python = venv / "bin" / "python"

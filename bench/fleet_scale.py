@@ -93,8 +93,9 @@ class _Clock:
 
 
 def run(report) -> None:
-    from p2p_ops import bundle, fleet_status, launch
-    from p2p_ops.context import FleetContext
+    from p2p_ops.diagnose import bundle
+    from p2p_ops.lifecycle import status as fleet_status, launch
+    from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.diagnose import doctor
     from tests.multinode.conftest import free_base_on, free_port_on
     from tests.support import testbed

@@ -36,7 +36,7 @@ import torch
 from bench.localfleet import local_fleet
 
 if TYPE_CHECKING:
-    from p2p_ops.context import FleetContext
+    from p2p_ops.lifecycle.context import FleetContext
 
 CHUNK = 256
 # 7936, not 8192: the engine's context is 8192 tokens (EngineSettings.max_model_len) and the crossover's
@@ -172,7 +172,7 @@ def scatter_s(n_tokens: int, repeats: int = 7) -> float:
 
 
 def nixl_read_gbps(nbytes: int, env: dict[str, str]) -> float | None:
-    from p2p_ops.diagnose.nixl_probe import ProbeOptions, run_probe
+    from p2p_ops.diagnose.nixl.probe import ProbeOptions, run_probe
 
     res = run_probe(ProbeOptions(env=env, size_bytes=nbytes, iterations=5, timeout_s=60))
     return res.throughput_gbps if res.ok else None
@@ -311,7 +311,7 @@ def _engine_op_seconds(url: str) -> dict[str, float]:
     """The engine's p2p_engine_lmcache_op_seconds_sum per op (lookup, retrieve, store)."""
     import requests
 
-    from p2p_ops.probes import parse_metrics
+    from p2p_ops.endpoints.metrics_api import parse_metrics
 
     text = requests.get(url + "/metrics", timeout=10).text
     return {labels.get("op", "?"): v for name, labels, v in parse_metrics(text)

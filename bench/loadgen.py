@@ -36,7 +36,7 @@ def drive(url: str, n: int, concurrency: int, prompt: str, max_tokens: int = 1) 
 
 
 def _ttft_sum_count(url: str) -> tuple[float, float]:
-    from p2p_ops.probes import parse_metrics
+    from p2p_ops.endpoints.metrics_api import parse_metrics
 
     total = count = 0.0
     for name, _, value in parse_metrics(requests.get(url + "/metrics", timeout=10).text):

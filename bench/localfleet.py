@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 import yaml
 
 if TYPE_CHECKING:
-    from p2p_ops.context import FleetContext
+    from p2p_ops.lifecycle.context import FleetContext
 
 
 @contextmanager
@@ -21,9 +21,9 @@ def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[di
 
     `timings` (if given) receives the seconds `up` and `wait` took.
     """
-    from p2p_ops import launch
-    from p2p_ops.context import FleetContext
-    from p2p_ops.fleet import local_fleet as fleet_data
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle.context import FleetContext
+    from p2p_ops.spec.starter import local_fleet as fleet_data
     from tests.conftest import free_port_base
 
     data = fleet_data(n, name=name, base=free_port_base(n))

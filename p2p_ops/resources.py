@@ -10,12 +10,16 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+# The checkout this package was imported from (an editable install's source tree). Only checkout-relative
+# defaults use it: the router's venv, the Makefile's install steps, the skills' generated references.
+CHECKOUT = Path(__file__).resolve().parent.parent
+
 
 def _templates():
     try:
         return resources.files("p2p_ops.templates")
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "templates"
+        return CHECKOUT / "templates"
 
 
 def template_text(name: str) -> str:
@@ -27,4 +31,4 @@ def template_names() -> list[str]:
 
 
 def tree_text() -> str:
-    return resources.files("p2p_ops.diagnose").joinpath("tree.yaml").read_text(encoding="utf-8")
+    return resources.files("p2p_ops.diagnose.tree").joinpath("tree.yaml").read_text(encoding="utf-8")

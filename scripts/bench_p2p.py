@@ -31,8 +31,8 @@ def main() -> int:
     ap.add_argument("--lengths", default="256,1024,2048,4096")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from p2p_ops import launch
-    from p2p_ops.context import FleetContext
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.harness.crossover import measure
 
     console = Console(stderr=True)
@@ -46,7 +46,7 @@ def main() -> int:
         import yaml
 
         from p2p_ops.cli.demo import free_base
-        from p2p_ops.fleet import local_fleet
+        from p2p_ops.spec.starter import local_fleet
 
         tmp = tempfile.TemporaryDirectory(prefix="bench-p2p-")
         fleet_file = Path(tmp.name) / "fleet.yaml"

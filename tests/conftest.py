@@ -42,7 +42,7 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def free_port_base(n_nodes: int, attempts: int = 200) -> dict[str, int]:
     """A port plan (as for `local_fleet`) whose every port is free right now."""
-    from p2p_ops.ports import local_fleet_ports
+    from p2p_ops.spec.ports import local_fleet_ports
 
     rng = random.Random()
     for _ in range(attempts):
@@ -73,7 +73,7 @@ def skip_tier_without(venv: Path, stamp: str, require_var: str, make_target: str
 
 
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
-    from p2p_ops.fleet import local_fleet
+    from p2p_ops.spec.starter import local_fleet
 
     data = local_fleet(n_nodes, name=name, base=free_port_base(n_nodes))
     for key, value in overrides.items():

@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.bench import charts
-from p2p_ops.context import FleetContext
+from p2p_ops.observe import charts
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.harness import crossover
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)

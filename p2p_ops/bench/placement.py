@@ -18,15 +18,19 @@ from typing import Callable
 
 import yaml
 
-from p2p_ops import launch, probes
-from p2p_ops import router as fleet_router
-from p2p_ops.bench import charts, docqa
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.observe import charts
+from p2p_ops.bench import docqa
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput, CouldNotRun
-from p2p_ops.fleet import ROUTER_POLICIES, load_fleet, local_fleet
+from p2p_ops.spec.settings import ROUTER_POLICIES
+from p2p_ops.spec.load import load_fleet
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.harness.basic import PEER_HIT_TOKENS
-from p2p_ops.ports import local_fleet_ports
-from p2p_ops.render import render_router, write_rendered
+from p2p_ops.spec.ports import local_fleet_ports
+from p2p_ops.lifecycle.render import render_router, write_rendered
+from p2p_ops.endpoints import metrics_api
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 # A GPU-like cost profile for the embedded engine: computing a prompt token costs 20x loading one (an
@@ -156,12 +160,12 @@ def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeou
 
 
 def _scrape_servers(ctx: FleetContext) -> list:
-    return [probes.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()]
+    return [metrics_api.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()]
 
 
 def _router_metrics(ctx: FleetContext) -> list:
     node = ctx.fleet.router_node()
-    return probes.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
+    return metrics_api.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
 
 
 # ---- the run -------------------------------------------------------------------------------------------
@@ -208,10 +212,10 @@ def _run_arm(ctx: FleetContext, path: Path, data: dict, policy: str, p2p: bool, 
     before, rbefore = _scrape_servers(ctx), _router_metrics(ctx)
     turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, label, progress)
     after, rafter = _scrape_servers(ctx), _router_metrics(ctx)
-    peer = sum(probes.metric_sum(a, PEER_HIT_TOKENS) - probes.metric_sum(b, PEER_HIT_TOKENS)
+    peer = sum(metrics_api.metric_sum(a, PEER_HIT_TOKENS) - metrics_api.metric_sum(b, PEER_HIT_TOKENS)
                for a, b in zip(after, before))
-    hits = probes.metric_sum(rafter, KV_HITS, result="hit") - probes.metric_sum(rbefore, KV_HITS, result="hit")
-    inputs = probes.metric_sum(rafter, KV_INPUTS) - probes.metric_sum(rbefore, KV_INPUTS)
+    hits = metrics_api.metric_sum(rafter, KV_HITS, result="hit") - metrics_api.metric_sum(rbefore, KV_HITS, result="hit")
+    inputs = metrics_api.metric_sum(rafter, KV_INPUTS) - metrics_api.metric_sum(rbefore, KV_INPUTS)
     turns_out += [{"arm": label, **t.to_dict()} for t in turns]
     res = summarize(policy, p2p, turns, wall, peer, hits, inputs)
     progress(f"{label}: {res.req_per_s:.2f} req/s, TTFT p50 {res.ttft_p50_ms:.0f} ms, "

@@ -26,15 +26,15 @@ from typing import Optional
 import yaml
 from rich.table import Table
 
-from p2p_ops import launch
+from p2p_ops.lifecycle import launch
 from p2p_ops.cli.output import console, err_console, heading, show
 from p2p_ops.cli.test_cmds import print_basic
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import P2POpsError
-from p2p_ops.fleet import local_fleet
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.crossover import CrossoverRow, measure
-from p2p_ops.ports import default_base, local_fleet_ports
+from p2p_ops.spec.ports import default_base, local_fleet_ports
 
 REPEATS = 3
 
@@ -64,7 +64,7 @@ def embedded_fleet() -> dict:
 
 def vllm_fleet(model_dir: str = "models/tiny-llama") -> dict:
     """Two vLLM CPU nodes (the vLLM runtime's fleet spec: `vllm:` section, model made locally if missing)."""
-    from p2p_ops.local_model import is_model_dir, make_model
+    from p2p_ops.harness.local_model import is_model_dir, make_model
 
     model = Path(model_dir).resolve()
     if not is_model_dir(model):

@@ -54,9 +54,9 @@ def _port_table(report: Report) -> list[str]:
 
 
 def cmd_rdma(args) -> int:
-    from p2p_ops.diagnose.host import HostView
-    from p2p_ops.diagnose.nixl_probe import agent_lanes
-    from p2p_ops.diagnose.rdma import check_rdma, gather_rdma
+    from p2p_ops.facts.host_view import HostView
+    from p2p_ops.diagnose.nixl.probe import agent_lanes
+    from p2p_ops.diagnose.rdma.check import check_rdma, gather_rdma
 
     if args.root and args.sysfs_root:
         raise BadInput("use --root (a whole snapshot tree) or --sysfs-root (a copy of /sys), not both")
@@ -99,7 +99,7 @@ def _probe_lines(result) -> list[str]:
 
 
 def cmd_probe_nixl(args) -> int:
-    from p2p_ops.diagnose.nixl_probe import ProbeOptions, run_probe
+    from p2p_ops.diagnose.nixl.probe import ProbeOptions, run_probe
 
     if args.iterations < 1 or args.timeout <= 0:
         raise BadInput("--iterations must be >= 1 and --timeout > 0")
@@ -175,7 +175,7 @@ def _rails_table(report: Report) -> list[str]:
 # --- p2pctl ucx-trace --------------------------------------------------------------------------------------
 
 def cmd_ucx_trace(args) -> int:
-    from p2p_ops.diagnose.trace_report import render_endpoints, trace_report
+    from p2p_ops.diagnose.traces import render_endpoints, trace_report
     from p2p_ops.facts.ucx_trace import parse_traces
 
     texts = []

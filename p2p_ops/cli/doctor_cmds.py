@@ -14,8 +14,12 @@ from pathlib import Path
 
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import add_fleet_args
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput
+from p2p_ops.diagnose.tree import evidence
+from p2p_ops.diagnose.tree import model
+from p2p_ops.diagnose.tree import render
+from p2p_ops.diagnose.tree import walk
 
 
 def _progress(msg: str) -> None:
@@ -38,11 +42,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from p2p_ops.diagnose import tree as T
 
-    data = T.load_tree()
+
+    data = model.load_tree()
     if args.markdown:
-        sys.stdout.write(T.render_markdown(data))
+        sys.stdout.write(render.render_markdown(data))
         return 0
     if args.list or not args.symptom:
         if args.json:
@@ -53,7 +57,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             for s in data.symptoms:
                 print(f"  {s.title:<40} {s.looks_like[:110]}")
         return 0 if args.list else 2
-    symptom = T.find_symptom(data, " ".join(args.symptom))
+    symptom = model.find_symptom(data, " ".join(args.symptom))
     logs = tuple(Path(p) for p in args.log or [])
     for p in logs:
         if not p.is_file():
@@ -63,16 +67,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     # Without a fleet file the logs alone are checked (ctx None).
     loaded = FleetContext.load(args.fleet, args.run_dir) if Path(args.fleet).is_file() else nullcontext()
     with loaded as ctx:
-        result = T.diagnose(data, symptom, T.Evidence(ctx, data, logs, reach=not args.no_reach))
+        result = walk.diagnose(data, symptom, evidence.Evidence(ctx, data, logs, reach=not args.no_reach))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        print("\n".join(T.render_text(result)))
+        print("\n".join(render.render_text(result)))
     return result.exit_code
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from p2p_ops import bundle
+    from p2p_ops.diagnose import bundle
 
     with FleetContext.load(args.fleet, args.run_dir) as ctx:
         out = Path(args.output) if args.output else None

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from rich.table import Table
 
-from p2p_ops import fleet_status, launch
+from p2p_ops.lifecycle import status as fleet_status, launch
 from p2p_ops.cli.output import console, show, emit_json, err_console
 from p2p_ops.cli.output import progress as _progress
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
-from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
-from p2p_ops.ports import default_base
+from p2p_ops.spec.starter import dump_yaml, local_fleet
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.ports import default_base
 
 ROLE_CHOICES = ("server", "engine", "coordinator")
 
@@ -175,7 +176,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]) -> int:
-    from p2p_ops import dryrun
+    from p2p_ops.lifecycle import dryrun
 
     launch.check_node(ctx, args.node)
     steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from p2p_ops.errors import EXIT_OK
-from p2p_ops.local_model import ModelSpec, make_model
+from p2p_ops.harness.local_model import ModelSpec, make_model
 
 console = Console()
 

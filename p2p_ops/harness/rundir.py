@@ -6,7 +6,7 @@ import shutil
 import time
 from pathlib import Path
 
-from p2p_ops.layout import COORDINATOR, RunLayout
+from p2p_ops.spec.layout import COORDINATOR, RunLayout
 
 
 def new_run_dir(layout: RunLayout, kind: str) -> Path:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch, probes, procs
+from p2p_ops.lifecycle import launch, procs
+from p2p_ops.endpoints import lmcache_api
 from tests.e2e.test_diagnose import edit_env, start_edited
 
 pytestmark = pytest.mark.e2e
@@ -54,7 +55,7 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     node_b, inst_b = ctx.fleet.instance("node-b-0")
     b_log = Path(ctx.server_proc(node_b, inst_b).log)
     _wait_for("node-a-0 registered and node-b-0 failing to register", lambda: (
-        probes.server_status(ctx.server_url(node_a, inst_a)).p2p_state == "registered"
+        lmcache_api.server_status(ctx.server_url(node_a, inst_a)).p2p_state == "registered"
         and "Coordinator registration/heartbeat failed" in b_log.read_text(errors="replace")))
 
     code, out, err = p2pctl("diagnose", "peers not registered", "-f", fleet_file, "--json")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops.fleet import local_fleet
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.harness import faults
 from tests.e2e.conftest import running_fleet
 

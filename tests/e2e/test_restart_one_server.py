@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from p2p_ops import procs
+from p2p_ops.lifecycle import procs
 from tests.conftest import pid_alive
 from tests.e2e.conftest import running_fleet
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import procs
+from p2p_ops.lifecycle import procs
 from p2p_ops.connectors.ssh import SSHConnectError, SSHConnector
 from tests.multinode.conftest import needs_sshd
 

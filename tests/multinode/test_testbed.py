@@ -76,7 +76,7 @@ def test_a_failed_up_stops_what_it_started_and_down_cleans_the_rest():
 def test_python_helper_builds_an_ssh_fleet(testbed3, tmp_path):
     data = testbed3.fleet("x", venv="/v", run_root=tmp_path / "run",
                           base={"coordinator": 40000, "mp": 40010, "http": 40030, "p2p": 40050, "engine": 40070})
-    from p2p_ops.fleet import parse_fleet
+    from p2p_ops.spec.load import parse_fleet
 
     fleet = parse_fleet(data)
     assert [n.connection for n in fleet.nodes] == ["ssh"] * 3

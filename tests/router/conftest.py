@@ -11,10 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.bench.placement import port_plan
-from p2p_ops.fleet import local_fleet
+from p2p_ops.spec.starter import local_fleet
 from tests.conftest import skip_tier_without, tool_venv
 
 ROUTER_VENV = tool_venv("P2P_ROUTER_VENV", ".venv-router")

@@ -7,11 +7,13 @@ import time
 
 import pytest
 
-from p2p_ops import bundle, fleet_status, probes, prom
-from p2p_ops import router as fleet_router
+from p2p_ops.diagnose import bundle
+from p2p_ops.lifecycle import status as fleet_status, prometheus as prom
+from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.diagnose import doctor
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.endpoints import metrics_api
 from tests.conftest import pid_alive
 from tests.router.conftest import running_router_fleet
 
@@ -20,13 +22,13 @@ pytestmark = pytest.mark.e2e
 
 def served_by(ctx) -> dict[str, float]:
     """Completed requests per engine, from the engines' own counters."""
-    return {inst.id: probes.metric_sum(probes.scrape(ctx.engine_url(node, inst)), "vllm:request_success_total")
+    return {inst.id: metrics_api.metric_sum(metrics_api.scrape(ctx.engine_url(node, inst)), "vllm:request_success_total")
             for node, inst in ctx.fleet.instances()}
 
 
 def router_metric(ctx, name: str, **labels: str) -> float:
     node = ctx.fleet.router_node()
-    return probes.metric_sum(probes.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}"), name,
+    return metrics_api.metric_sum(metrics_api.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}"), name,
                              **labels)
 
 

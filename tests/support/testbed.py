@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.fleet import Settings, local_fleet
+from p2p_ops.spec.settings import Settings
+from p2p_ops.spec.starter import local_fleet
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "testbed.sh"
 

@@ -6,8 +6,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from p2p_ops import bundle, launch
-from p2p_ops.context import FleetContext
+from p2p_ops.diagnose import bundle
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 PEM_BODY = ("MIIEowIBAAKCAQEAPLANTEDxk3Jq1yDqkzV0qY7m6bN3bH8v5JbQmGm7Pq0kA2xQ\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 

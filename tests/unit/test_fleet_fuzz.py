@@ -8,7 +8,7 @@ import copy
 from hypothesis import HealthCheck, given, settings, strategies as st
 import yaml
 
-from p2p_ops.fleet import local_fleet
+from p2p_ops.spec.starter import local_fleet
 
 GOOD = local_fleet(2)
 

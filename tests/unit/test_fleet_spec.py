@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from p2p_ops.errors import BadInput
-from p2p_ops.fleet import local_fleet, parse_fleet
+from p2p_ops.spec.starter import local_fleet
+from p2p_ops.spec.load import parse_fleet
 
 
 def base() -> dict:
@@ -196,7 +197,7 @@ def test_dry_run_with_a_newline_in_a_value_is_one_line(tmp_path, p2pctl):
 
 @pytest.mark.parametrize("value", ["node-x\n", "..", ".", "a/b", ""])
 def test_id_check_is_a_full_match(value):
-    from p2p_ops.fleet_spec import _check_id
+    from p2p_ops.spec.model import _check_id
 
     with pytest.raises(ValueError):
         _check_id(value)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops import dryrun, launch, procs
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import dryrun, launch, procs
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.fleet import Node
+from p2p_ops.spec.model import Node
 from tests.conftest import write_local_fleet
 
 

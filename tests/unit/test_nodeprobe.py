@@ -8,9 +8,10 @@ import subprocess
 from pathlib import Path
 
 
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.connectors import LocalConnector
-from p2p_ops.fleet import local_fleet, parse_fleet
+from p2p_ops.spec.starter import local_fleet
+from p2p_ops.spec.load import parse_fleet
 from p2p_ops.facts import sections
 from p2p_ops.facts.base import ABSENT
 from p2p_ops.facts.gpus import Gpu, parse_gpus
@@ -21,9 +22,9 @@ from p2p_ops.facts.listeners import Listener, parse_listeners
 from p2p_ops.facts.python_env import PythonEnv, parse_python
 from p2p_ops.facts.storage import Disk, ModelCache, hf_cache_dir_name, parse_df, parse_model_cache
 from p2p_ops.facts.sysfs_ib import SYSFS_IB_GREP, parse_sysfs_ib_grep
-from p2p_ops.nodeprobe import NodeProbe, PortCheck, check_ports, fill, node_facts, planned_ports
-from p2p_ops.nodeprobe.bootstrap import PROJECT, bootstrap_script, pip_steps
-from p2p_ops.nodeprobe.verdict import judge_fleet, judge_node
+from p2p_ops.lifecycle.preflight.probe import NodeProbe, PortCheck, check_ports, fill, node_facts, planned_ports
+from p2p_ops.lifecycle.preflight.bootstrap import PROJECT, bootstrap_script, pip_steps
+from p2p_ops.lifecycle.preflight.verdict import judge_fleet, judge_node
 from tests.conftest import write_local_fleet
 
 RDMA_TREES = Path(__file__).resolve().parent.parent / "fixtures" / "diagnose" / "rdma"
@@ -272,7 +273,7 @@ def test_probe_reports_a_node_it_cannot_reach_and_still_the_others(tmp_path, mon
             raise SSHConnectError("node-b", "root@10.0.0.2:22", "unreachable", "connection refused", "start sshd")
 
     ctx._conns["node-b"] = Down("node-b")
-    from p2p_ops.nodeprobe import probe_fleet
+    from p2p_ops.lifecycle.preflight.probe import probe_fleet
 
     probes = probe_fleet(ctx)
     assert probes["node-a"].ok and probes["node-b"].error.startswith("node-b (root@10.0.0.2:22): unreachable")

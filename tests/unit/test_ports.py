@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from p2p_ops.context import FleetContext
-from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
-from p2p_ops.ports import DEFAULT_BASE, default_base, local_fleet_ports, port_plan
-from p2p_ops.router import router_proc
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.starter import dump_yaml, local_fleet
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.ports import DEFAULT_BASE, default_base, local_fleet_ports, port_plan
+from p2p_ops.lifecycle.router import router_proc
 
 BASE_KINDS = ("coordinator", "mp", "http", "p2p", "engine")
 

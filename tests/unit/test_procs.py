@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from p2p_ops import procs
+from p2p_ops.lifecycle import procs
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.connectors.base import CommandFailed
 from tests.conftest import pid_alive as alive
@@ -141,8 +141,8 @@ def test_up_has_an_overall_deadline(tmp_path, monkeypatch):
     """Slow remote steps (each within its own timeout) cannot add up beyond `up`'s deadline."""
     import pytest
 
-    from p2p_ops import launch
-    from p2p_ops.context import FleetContext
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.errors import CouldNotRun
     from tests.conftest import write_local_fleet
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from p2p_ops.cli.diag_cmds import run_standalone
-from p2p_ops.diagnose.host import HostView
-from p2p_ops.diagnose.rdma import check_rdma, gather_rdma
+from p2p_ops.facts.host_view import HostView
+from p2p_ops.diagnose.rdma.check import check_rdma, gather_rdma
 from p2p_ops.errors import BadInput
 from p2p_ops.connectors.base import Result
 

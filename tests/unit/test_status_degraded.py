@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from p2p_ops import fleet_status, probes
+from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.cli.fleet_cmds import _engine_health
+from p2p_ops.endpoints import lmcache_api
 
 
 def report(link: str, healthy: bool = True) -> fleet_status.InstanceReport:
-    st = probes.ServerStatus(reachable=True, healthy=True, p2p_enabled=True, p2p_state="registered", peer_count=1)
+    st = lmcache_api.ServerStatus(reachable=True, healthy=True, p2p_enabled=True, p2p_state="registered", peer_count=1)
     return fleet_status.InstanceReport("node-a", "node-a-0", "running", "running", st, healthy, "http://s", "http://e", link)
 
 

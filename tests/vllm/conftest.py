@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
-from p2p_ops.fleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.starter import local_fleet
 from tests.conftest import free_port_base, skip_tier_without, tool_venv
 
 VLLM_VENV = tool_venv("P2P_VLLM_VENV", ".venv-vllm")
@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from p2p_ops.local_model import make_model
+    from p2p_ops.harness.local_model import make_model
 
     return make_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import probes, procs, readiness
+from p2p_ops.lifecycle import procs
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.endpoints import engine_api
+from p2p_ops.endpoints import metrics_api
 from tests.conftest import pid_alive
 from tests.vllm.conftest import VLLM_UP_TIMEOUT
 
@@ -25,7 +27,7 @@ EXTERNAL = "vllm:prompt_tokens_by_source_total"
 
 def _engine_metric(ctx, inst_id: str, name: str, **labels: str) -> float:
     node, inst = ctx.fleet.instance(inst_id)
-    return probes.metric_sum(probes.scrape(ctx.engine_url(node, inst)), name, **labels)
+    return metrics_api.metric_sum(metrics_api.scrape(ctx.engine_url(node, inst)), name, **labels)
 
 
 def test_fleet_is_up_with_vllm_engines_bound_to_loopback(vllm_fleet, p2pctl):
@@ -95,7 +97,7 @@ def _restart_engine(ctx, inst_id: str) -> None:
     procs.start(ctx.conn(node), proc)
     url = ctx.engine_url(node, inst)
     deadline = time.monotonic() + VLLM_UP_TIMEOUT
-    while not readiness.engine_ready("vllm", url, ctx.fleet.model):
+    while not engine_api.engine_ready("vllm", url, ctx.fleet.model):
         assert procs.states(ctx.conn(node), [proc])[0].running, procs.log_tail(ctx.conn(node), proc.log, 30)
         assert time.monotonic() < deadline, "restarted vLLM did not become ready"
         time.sleep(2)

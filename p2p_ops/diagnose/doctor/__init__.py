@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.diagnose.doctor.checks import check, wide_binds
 from p2p_ops.diagnose.doctor.gather import gather
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts, PlannedPort, Reach

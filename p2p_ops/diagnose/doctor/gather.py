@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from p2p_ops import probes, procs, prom
-from p2p_ops import router as fleet_router
-from p2p_ops.agreement import ENGINE_MODEL_ENV, SERVER_ENV
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import procs, prometheus as prom
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
 from p2p_ops.facts.base import CommandFact
@@ -28,10 +28,12 @@ from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.fleet import Fleet, Instance, Node
-from p2p_ops.layout import COORDINATOR
-from p2p_ops.ports import port_plan
-from p2p_ops.render import bin_dir_for, render_fleet
+from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.spec.ports import port_plan
+from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
+from p2p_ops.endpoints import fetch
+from p2p_ops.endpoints import lmcache_api
 
 # The ports whose owner the doctor knows how to judge (the router's are its own business: `p2pctl router`).
 CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")
@@ -81,12 +83,12 @@ def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str,
 
 def _instance_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts) -> None:
     url = ctx.server_url(node, inst)
-    st = probes.server_status(url)
+    st = lmcache_api.server_status(url)
     i.status = st.raw if st.reachable else None
-    i.config = probes.get_json(url + "/config")
-    ver = probes.get_json(url + "/lmc_version")
+    i.config = fetch.get_json(url + "/config")
+    ver = fetch.get_json(url + "/lmc_version")
     if not isinstance(ver, (str, int, float)):  # older servers: /version is "0.5.6-g<commit>"
-        ver = probes.get_json(url + "/version")
+        ver = fetch.get_json(url + "/version")
         ver = str(ver).split("-g")[0] if isinstance(ver, (str, int, float)) else None
     i.lmc_version = str(ver) if ver is not None else None
 
@@ -171,8 +173,8 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
             if st.running and st.pid is not None:
                 pids[st.name] = st.pid
     facts.coordinator_state = facts.proc_states.get(ctx.coordinator_proc().name, "unknown")
-    facts.coordinator_healthy = probes.coordinator_healthy(fleet.coordinator_url)
-    facts.coordinator_instances = probes.coordinator_instances(fleet.coordinator_url) \
+    facts.coordinator_healthy = lmcache_api.coordinator_healthy(fleet.coordinator_url)
+    facts.coordinator_instances = lmcache_api.coordinator_instances(fleet.coordinator_url) \
         if facts.coordinator_healthy else None
     rendered = {(f.unit, f.name): f.text for f in render_fleet(fleet, ctx.node_layout)}
 

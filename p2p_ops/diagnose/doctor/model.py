@@ -10,7 +10,7 @@ from typing import Optional
 
 from p2p_ops.facts.listeners import Listener
 from p2p_ops.facts.reach import Reach
-from p2p_ops.ports import PlannedPort
+from p2p_ops.spec.ports import PlannedPort
 
 __all__ = ["FleetFacts", "InstanceFacts", "NodeFacts", "PlannedPort", "Reach"]
 

@@ -8,11 +8,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops import fleet_status
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import status as fleet_status
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.stats import percentile
+from p2p_ops.observe.stats import percentile
 
 Progress = Callable[[str], None]
 

@@ -16,7 +16,7 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput, CouldNotRun
 
 # The interface holding an IPv4 address, on the node ("" when none; a veth's "@ifN" suffix cut off).

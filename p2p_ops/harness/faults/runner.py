@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.faults import drain
 from p2p_ops.harness.faults.core import FaultOptions, Figures, Load, Progress, Sample, fill_figures, \

@@ -18,12 +18,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops import probes, procs
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.faults import netfault
 from p2p_ops.harness.faults.core import FaultOptions, Load, Progress
+from p2p_ops.endpoints import lmcache_api
+from p2p_ops.endpoints import metrics_api
 
 
 @dataclass
@@ -160,8 +162,8 @@ class L1Full(Fault):
         self.watermark = eviction_watermark(ctx.fleet.effective_settings(inst).server_extra_args)
 
     def _l1(self) -> tuple[int, int, float]:
-        st = probes.server_status(self.server)
-        evicted = sum(v for n, _, v in probes.scrape(self.server) if "l1_evicted" in n and not n.endswith("_created"))
+        st = lmcache_api.server_status(self.server)
+        evicted = sum(v for n, _, v in metrics_api.scrape(self.server) if "l1_evicted" in n and not n.endswith("_created"))
         return st.l1_used, st.l1_total, evicted
 
     def inject(self, load, progress) -> None:

@@ -1,0 +1,193 @@
+"""Loading and validating `fleet.yaml`: every invalid file is refused with one line naming the field path and the fix.
+
+For example `nodes[1].instances[0].ports.http: 8081 is already used by node-a-0 on 127.0.0.1`. The models are in
+`spec.model` (topology) and `spec.settings` (settings sections); the checks that span fields, the error
+formatting and loading are here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import ValidationError
+
+from p2p_ops.errors import BadInput
+from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
+from p2p_ops.spec.model import Fleet, host_key, is_loopback
+from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
+
+
+def _path_str(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def fleet_wide_only_message(loc: tuple[Any, ...]) -> Optional[str]:
+    """The must-agree rule at load time (`p2p_ops.spec.agreement`): a setting peers must agree on, put under an
+    instance's settings, is refused with this message (None when `loc`, the path of an unknown key, is not one)."""
+    key = loc[-1] if loc else "?"
+    if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
+        setting = "model" if key == "model" else f"settings.{key}"
+        return (f"{_path_str(loc)}: must be identical across peers and cannot be overridden per "
+                f"instance; set it once as {setting}")
+    return None
+
+
+def _pydantic_message(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    loc = err.get("loc", ())
+    if kind == "extra_forbidden":
+        key = loc[-1] if loc else "?"
+        parent = _path_str(loc[:-1])
+        if must_agree := fleet_wide_only_message(loc):
+            return must_agree
+        return f"{_path_str(loc)}: unknown key {key!r} in {parent}; remove it or check the spelling"
+    if kind == "missing":
+        return f"{_path_str(loc)}: required field is missing; add it"
+    msg = err.get("msg", "invalid value")
+    value = err.get("input")
+    secret = bool(loc) and str(loc[-1]) in SECRET_FIELDS
+    shown = "" if secret or isinstance(value, (dict, list)) else f" (got {value!r})"
+    return f"{_path_str(loc)}: {msg}{shown}"
+
+
+def _cross_checks(fleet: Fleet) -> None:
+    """Checks that span fields: unique ids, port clashes per host."""
+    seen_nodes: dict[str, int] = {}
+    for ni, node in enumerate(fleet.nodes):
+        if node.name in seen_nodes:
+            raise BadInput(f"nodes[{ni}].name: {node.name!r} is already used by nodes[{seen_nodes[node.name]}]; "
+                           "node names must be unique")
+        seen_nodes[node.name] = ni
+        if node.connection == "local" and not is_loopback(node.address):
+            raise BadInput(f"nodes[{ni}].address: {node.address!r} is not a loopback address; a 'local' node "
+                           "runs on this machine, use 127.0.0.1 (or connection: ssh for a remote host)")
+
+    alg = fleet.settings.hash_algorithm
+    if alg != "blake3" and fleet.runtime != "vllm":
+        # LMCache 0.5.6 loads every algorithm but blake3 from vLLM; without it, it falls back to Python's hash(),
+        # whose NONE_HASH differs per process (hash(None) is an address before Python 3.12): nothing is shared.
+        raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
+                       "a per-process builtin hash and peers share nothing); use blake3")
+    fleet.coordinator_node()  # raises on an unknown coordinator.node
+    _vllm_checks(fleet)
+    seen_ids: dict[str, str] = {}
+    # (host, port) -> owner description; the coordinator is a port user on its host too.
+    used: dict[tuple[str, int], str] = {(host_key(fleet.coordinator.host), fleet.coordinator.port): "the coordinator"}
+    for ni, node in enumerate(fleet.nodes):
+        host = host_key(node.address)
+        for ii, inst in enumerate(node.instances):
+            where = f"nodes[{ni}].instances[{ii}]"
+            if inst.id in seen_ids:
+                raise BadInput(f"{where}.id: {inst.id!r} is already used by {seen_ids[inst.id]}; "
+                               "instance ids must be unique across the fleet")
+            seen_ids[inst.id] = where
+            for field in ("mp", "http", "p2p", "engine"):
+                port = getattr(inst.ports, field)
+                owner = used.get((host, port))
+                if owner:
+                    raise BadInput(f"{where}.ports.{field}: {port} is already used by {owner} on {node.address}; "
+                                   "pick a free port")
+                used[(host, port)] = inst.id
+    _router_checks(fleet, used)
+
+
+def _router_checks(fleet: Fleet, used: dict[tuple[str, int], str]) -> None:
+    """The router's ports and every engine's KV-event ports may clash with nothing else on their host."""
+    if not fleet.router.enabled:
+        return
+    node = fleet.router_node()
+    if fleet.router.venv and not fleet.router.venv.startswith("/"):
+        raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
+                       "in its own run folder)")
+    wanted = [(node, "router.port", fleet.router.port, "the router"),
+              (node, "router.prometheus_port", fleet.router.prometheus_port, "the router's Prometheus port")]
+    if fleet.kv_events_on:
+        for i, (n, inst) in enumerate(fleet.instances()):
+            pub, replay = fleet.router.kv_event_ports(i)
+            wanted += [(n, "router.kv_events_port_base", pub, f"{inst.id}'s KV events"),
+                       (n, "router.kv_events_port_base", replay, f"{inst.id}'s KV-event replay")]
+    for n, field, port, owner in wanted:
+        key = (host_key(n.address), port)
+        if key in used:
+            raise BadInput(f"{field}: port {port} ({owner}) is already used by {used[key]} on {n.address}; "
+                           "pick a free port")
+        used[key] = owner
+
+
+def _vllm_checks(fleet: Fleet) -> None:
+    if fleet.runtime != "vllm":
+        return
+    v, chunk = fleet.vllm, fleet.settings.chunk_size
+    block = v.effective_block_size()
+    if chunk % block:
+        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of vLLM's block size {block} "
+                       f"(vllm.block_size, device {v.device}); LMCache stores whole blocks per chunk, so use a "
+                       f"multiple such as {block * max(1, round(chunk / block))}")
+    if v.device == "cpu" and v.block_size not in (None, CPU_BLOCK_SIZE):
+        raise BadInput(f"vllm.block_size: {v.block_size} is not supported by vLLM's CPU backend; use "
+                       f"{CPU_BLOCK_SIZE} or leave it empty")
+    for ni, node in enumerate(fleet.nodes):
+        for ii, inst in enumerate(node.instances):
+            where = f"nodes[{ni}].instances[{ii}]"
+            if v.device == "cpu" and inst.gpu is not None:
+                raise BadInput(f"{where}.gpu: set on a vllm.device: cpu fleet; remove it (or use "
+                               "vllm.device: cuda)")
+            if inst.cpus and not CPUS_PATTERN.fullmatch(inst.cpus):
+                raise BadInput(f"{where}.cpus: {inst.cpus!r} is not a core list like '0-3' or '0,2,4'")
+    # Engines start in their own run folders, so a relative path would point somewhere else there.
+    paths = [("vllm.venv", v.venv), ("vllm.model_path", v.model_path)]
+    paths += [(f"nodes[{ni}].vllm_venv", n.vllm_venv) for ni, n in enumerate(fleet.nodes)]
+    for where, value in paths:
+        relative = value.startswith(("./", "../", "~")) or value in (".", "..")
+        if where.endswith("venv") and value and not value.startswith("/") or relative:
+            raise BadInput(f"{where}: {value!r} is relative; use an absolute path (engines start in their own "
+                           "run folders)")
+    for flag in ("--host", "--port", "--kv-transfer-config", "--served-model-name", "--model"):
+        if any(a == flag or a.startswith(flag + "=") for a in v.args):
+            raise BadInput(f"vllm.args: {flag} is set by p2pctl from the fleet spec; remove it from vllm.args")
+
+
+CPUS_PATTERN = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
+
+
+def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: expected a mapping at the top level (name:, nodes:, ...); see `p2pctl init`")
+    try:
+        fleet = Fleet.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BadInput(_pydantic_message(first)) from None
+    _cross_checks(fleet)
+    return fleet
+
+
+def _check_utf8(path: Path) -> None:
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
+    _check_utf8(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", exc)).split())  # one line, whatever YAML says
+        raise BadInput(f"{path}:{where} is not valid YAML ({problem})") from None
+    return parse_fleet(data, str(path))
