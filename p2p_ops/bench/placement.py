@@ -19,6 +19,7 @@ from typing import Callable
 import yaml
 
 from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.observe import charts
 from p2p_ops.bench import docqa
@@ -145,18 +146,18 @@ def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeou
     """Restart only the router, under another policy (engines and caches stay)."""
     if ctx.fleet.router.policy == policy and fleet_router.status(ctx).ready:
         return
-    fleet_router.stop(ctx)
+    procs.stop(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     data["router"]["policy"] = policy
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     ctx.fleet = load_fleet(path)
     write_rendered(render_router(ctx.fleet, ctx.node_layout), ctx.layout)
-    fleet_router.start(ctx)
+    procs.start(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if fleet_router.status(ctx).ready:
             return
         time.sleep(0.5)
-    raise CouldNotRun(f"router under {policy} not ready after {timeout:.0f} s; log: {fleet_router.router_proc(ctx).log}")
+    raise CouldNotRun(f"router under {policy} not ready after {timeout:.0f} s; log: {ctx.proc('router').log}")
 
 
 def _scrape_servers(ctx: FleetContext) -> list:

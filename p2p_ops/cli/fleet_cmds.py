@@ -17,9 +17,6 @@ from p2p_ops.spec.starter import dump_yaml, local_fleet
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.ports import default_base
 
-ROLE_CHOICES = ("server", "engine", "coordinator")
-
-
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--fleet", default="fleet.yaml", help="fleet spec file (default: ./fleet.yaml)")
     p.add_argument("--run-dir", default=None,
@@ -40,9 +37,9 @@ def _roles(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def add_role_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--role", action="append", choices=ROLE_CHOICES, default=None,
+    p.add_argument("--role", action="append", choices=launch.ROLES, default=None,
                    help="only these processes (repeatable), e.g. `--node node-a --role server` restarts one "
-                        "lmcache server and keeps its engine")
+                        "lmcache server and keeps its engine (the router goes with the engines)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

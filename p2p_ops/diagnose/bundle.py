@@ -23,7 +23,6 @@ import io
 import json
 import os
 import re
-import shlex
 import tarfile
 import tempfile
 import time
@@ -40,10 +39,18 @@ from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.spec.model import Node
-from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.spec.layout import BUNDLES
 from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
+from p2p_ops.diagnose import doctor
 from p2p_ops.endpoints import fetch
+from p2p_ops.facts.logs import file_copy_fact
+from p2p_ops.facts.paths import paths_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.spec.layout import PROMETHEUS
+from p2p_ops.spec.units import Unit
 
 FORMAT = "p2p-bundle/1"
 LOG_CAP_BYTES = 4 << 20
@@ -149,21 +156,14 @@ def trim_partial_head(text: str) -> str:
 
 
 def read_remote(conn, path: str, cap: int = LOG_CAP_BYTES) -> tuple[Optional[str], int, str]:
-    """(text or None, size in bytes, error). ANSI colours stripped; at most `cap` bytes from the end."""
-    q = shlex.quote(path)
-    cmd = (f"[ -f {q} ] || {{ echo 'no such file' >&2; exit 3; }}; wc -c < {q}; "
-           f"tail -c {int(cap)} {q} | sed 's/\\x1b\\[[0-9;]*m//g' | iconv -c -f UTF-8 -t UTF-8 2>/dev/null")
+    """(text or None, size in bytes, error): at most `cap` bytes from the end (`facts.logs.file_copy_fact`)."""
     try:
-        res = conn.run(cmd, timeout=60)
+        copy = read_fact(conn, file_copy_fact(path, cap), timeout=60)
     except Exception as exc:  # noqa: BLE001 - an unreachable node is a manifest entry, not a failure
         return None, 0, str(exc)
-    if not res.ok:
-        return None, 0, (res.stderr.strip() or f"exit {res.exit_code}")
-    size_line, _, text = res.stdout.partition("\n")
-    size = int(size_line.strip()) if size_line.strip().isdigit() else len(text)
-    if size > cap:
-        text = trim_partial_head(text)
-    return text, size, ""
+    if not copy.exists:
+        return None, 0, "no such file"
+    return (trim_partial_head(copy.text) if copy.truncated(cap) else copy.text), copy.size, ""
 
 
 def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: str) -> None:
@@ -243,7 +243,6 @@ def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) 
 
 def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
     conn = ctx.conn(node)
-    lay = ctx.node_layout(node)
     base = f"nodes/{node.name}"
     batch = node_facts(ctx, node)
     try:
@@ -259,103 +258,91 @@ def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, 
             w.add_text(f"{base}/host.txt", res.output, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
         else:
             _add_tool(w, base, node, fact, res)
-    for inst in node.instances:
-        d = f"{base}/{inst.id}"
-        _add_remote(w, conn, node.name, str(lay.env(inst.id)), f"{d}/env.sh", f"env.sh of {inst.id}")
-        for role in ("server", "engine"):
-            _add_remote(w, conn, node.name, str(lay.wrapper(inst.id, role)), f"{d}/start_{role}.sh",
-                        f"{role} start wrapper of {inst.id}")
-            for suffix in ("", ".1"):
-                log = str(lay.log(inst.id, role)) + suffix
-                if suffix and not conn.run(f"[ -f {shlex.quote(log)} ]", timeout=10).ok:
-                    continue
-                _add_remote(w, conn, node.name, log, f"{d}/{role}.log{suffix}",
-                            f"{role} log of {inst.id}" + (" (previous run)" if suffix else ""))
-        surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
-        if states.get(ctx.server_proc(node, inst).name) == "running":
-            _add_http(w, surl + "/status", f"{d}/status.json", f"/status of {inst.id}", True)
-            _add_http(w, surl + "/config", f"{d}/config.json", f"/config of {inst.id}", True)
-            _add_http(w, surl + "/lmc_version", f"{d}/lmc_version.json", f"/lmc_version of {inst.id}", True)
-            _add_http(w, surl + "/version", f"{d}/version.json", f"/version of {inst.id}", True)
-            _add_http(w, surl + "/metrics", f"{d}/server_metrics.txt", f"server metrics of {inst.id}", False)
-        else:
-            w.missing(f"/status, /config, /metrics of {inst.id}", surl,
-                      f"server process {states.get(ctx.server_proc(node, inst).name, 'unknown')}")
-        if states.get(ctx.engine_proc(node, inst).name) == "running":
-            _add_http(w, eurl + "/metrics", f"{d}/engine_metrics.txt", f"engine metrics of {inst.id}", False)
-        else:
-            w.missing(f"engine metrics of {inst.id}", eurl,
-                      f"engine process {states.get(ctx.engine_proc(node, inst).name, 'unknown')}")
+    for unit in ctx.units(node):
+        _add_unit(w, ctx, unit, states)
 
 
-def _add_coordinator(w: BundleWriter, ctx: FleetContext, states: dict[str, str]) -> None:
-    cnode = ctx.fleet.coordinator_node()
-    conn, lay = ctx.conn(cnode), ctx.node_layout(cnode)
-    for name, what in (("env.sh", "coordinator env.sh"), ("start_coordinator.sh", "coordinator start wrapper")):
-        _add_remote(w, conn, cnode.name, str(lay.dir(COORDINATOR) / name), f"coordinator/{name}", what)
-    _add_remote(w, conn, cnode.name, ctx.coordinator_proc().log, "coordinator/coordinator.log", "coordinator log")
-    url = ctx.fleet.coordinator_url
-    if states.get(ctx.coordinator_proc().name) == "running":
-        _add_http(w, url + "/healthz", "coordinator/healthz.json", "coordinator /healthz", True)
-        _add_http(w, url + "/instances", "coordinator/instances.json", "coordinator /instances (membership)", True)
-        _add_http(w, url + "/metrics", "coordinator/metrics.txt", "coordinator metrics", False)
+# What the bundle reads over HTTP from a running unit: (path, file in its bundle folder, what it is, as JSON).
+_HTTP = {
+    "coordinator": (("/healthz", "healthz.json", "/healthz", True),
+                    ("/instances", "instances.json", "/instances (membership)", True),
+                    ("/metrics", "metrics.txt", "metrics", False)),
+    "server": (("/status", "status.json", "/status", True), ("/config", "config.json", "/config", True),
+               ("/lmc_version", "lmc_version.json", "/lmc_version", True), ("/version", "version.json", "/version", True),
+               ("/metrics", "server_metrics.txt", "metrics", False)),
+    "engine": (("/metrics", "engine_metrics.txt", "metrics", False),),
+}
+
+
+def _bundle_dir(unit: Unit) -> str:
+    if unit.instance is not None and unit.node is not None:
+        return f"nodes/{unit.node.name}/{unit.instance.id}"
+    return unit.folder
+
+
+def _add_unit(w: BundleWriter, ctx: FleetContext, unit: Unit, states: dict[str, str]) -> None:
+    """One unit's env.sh (once per folder), start wrapper, log (and the previous run's), and what it serves."""
+    conn, lay, proc = ctx.conn(unit.node), ctx.node_layout(unit.node), ctx.proc(unit)
+    node = unit.node.name if unit.node is not None else "local"
+    d, iid = _bundle_dir(unit), unit.instance.id if unit.instance is not None else ""
+
+    def what(thing: str) -> str:
+        return f"{unit.role} {thing} of {iid}" if iid else f"{unit.role} {thing}"
+
+    if unit.role != "engine":  # an instance's server and engine share one env.sh
+        _add_remote(w, conn, node, str(lay.env(unit.folder)), f"{d}/env.sh", f"env.sh of {iid}" if iid else what("env.sh"))
+    _add_remote(w, conn, node, proc.wrapper, f"{d}/start_{unit.role}.sh", what("start wrapper"))
+    _add_remote(w, conn, node, proc.log, f"{d}/{unit.role}.log", what("log"))
+    previous = proc.log + ".1"
+    if read_fact(conn, paths_fact({previous: "file"}), timeout=10)[previous]:
+        _add_remote(w, conn, node, previous, f"{d}/{unit.role}.log.1", what("log") + " (previous run)")
+    state = states.get(unit.name, "unknown")
+    if unit.role == "router":
+        _add_router_http(w, ctx, unit)
+    elif _HTTP.get(unit.role) and state != "running":
+        w.missing(what(", ".join(path for path, *_ in _HTTP[unit.role])), unit.url, f"{unit.role} process {state}")
     else:
-        w.missing("coordinator /healthz, /instances, /metrics", url,
-                  f"coordinator process {states.get(ctx.coordinator_proc().name, 'unknown')}")
+        for path, name, thing, as_json in _HTTP.get(unit.role, ()):
+            _add_http(w, unit.url + path, f"{d}/{name}", what(thing), as_json)
 
 
-def _add_router(w: BundleWriter, ctx: FleetContext) -> None:
-    """The router's env, wrapper, log, worker list and its own metrics (its Prometheus port, not /metrics)."""
-    from p2p_ops.lifecycle import router as fleet_router
-    from p2p_ops.lifecycle.render import ROUTER
-
-    if not ctx.fleet.router.enabled:
-        return
-    rnode = ctx.fleet.router_node()
-    conn, lay = ctx.conn(rnode), ctx.node_layout(rnode)
-    for name, what in (("env.sh", "router env.sh"), ("start_router.sh", "router start wrapper")):
-        _add_remote(w, conn, rnode.name, str(lay.dir(ROUTER) / name), f"router/{name}", what)
-    _add_remote(w, conn, rnode.name, fleet_router.router_proc(ctx).log, "router/router.log", "router log")
+def _add_router_http(w: BundleWriter, ctx: FleetContext, unit: Unit) -> None:
+    """The router's worker list and its own metrics (on its Prometheus port, not /metrics)."""
     st = fleet_router.status(ctx)
     w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
     if st.healthy:
         _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
-        prom = f"http://{rnode.address}:{ctx.fleet.router.prometheus_port}/metrics"
+        prom = f"http://{unit.node.address}:{ctx.fleet.router.prometheus_port}/metrics"
         _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
 def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
-    """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder."""
-    from p2p_ops.connectors import LocalConnector
-
-    pdir = ctx.layout.dir("prometheus")
+    """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder; only
+    what it left there (a fleet that never ran one has nothing to show)."""
+    pdir = ctx.layout.dir(PROMETHEUS)
     for name, what in (("prometheus.yml", "Prometheus config"), ("prometheus.log", "Prometheus log")):
         if (pdir / name).is_file():
-            _add_remote(w, LocalConnector(), "local", str(pdir / name), f"prometheus/{name}", what)
+            _add_remote(w, ctx.conn(None), "local", str(pdir / name), f"prometheus/{name}", what)
 
 
 def default_path(ctx: FleetContext, stamp: str) -> Path:
-    return ctx.layout.root / "bundles" / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
+    return ctx.layout.root / BUNDLES / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
 
 
 def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
             force: bool = False) -> dict:
     """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
-    from p2p_ops.lifecycle import procs
-    from p2p_ops.diagnose import doctor
-
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(out) if out else default_path(ctx, stamp)
     w = BundleWriter(f"p2p-bundle-{ctx.fleet.name}-{stamp}")
     w.add_text("fleet.yaml", ctx.fleet_file.read_text(errors="replace"), "the fleet spec", str(ctx.fleet_file))
     states: dict[str, str] = {}
-    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.node_procs(n))).items():
+    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.procs(n))).items():
         if isinstance(res, Exception):
             w.missing(f"process states on {name}", name, str(res))
         else:
             states.update({st.name: st.state for st in res})
     progress(f"processes: {sum(s == 'running' for s in states.values())}/{len(states)} running")
-    _add_coordinator(w, ctx, states)
     progress(f"collecting {len(ctx.fleet.nodes)} node(s)")
 
     def node_part(node: Node) -> BundleWriter:
@@ -372,7 +359,6 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
             w.missing(f"node {node.name}", node.name, f"{type(part).__name__}: {part}")
         else:
             w.merge(part)
-    _add_router(w, ctx)
     _add_prometheus(w, ctx)
     doctor_summary = None
     if with_doctor:

@@ -30,9 +30,9 @@ def collect(ctx: FleetContext) -> list[PeerSettings]:
     """For every instance: /status chunk size and hash, plus its server's (and embedded engine's) environment."""
     out = []
     for node, inst in ctx.fleet.instances():
-        facts = {"server": process_env_fact(ctx.server_proc(node, inst).pidfile, SERVER_ENV)}
+        facts = {"server": process_env_fact(ctx.proc("server", inst).pidfile, SERVER_ENV)}
         if ctx.fleet.runtime == "embedded":
-            facts["engine"] = process_env_fact(ctx.engine_proc(node, inst).pidfile, ENGINE_MODEL_ENV)
+            facts["engine"] = process_env_fact(ctx.proc("engine", inst).pidfile, ENGINE_MODEL_ENV)
         read = read_node(ctx.conn(node), facts, timeout=15)
         values = values_from_env(facts["server"].parse(read["server"].output))
         if "engine" in facts:

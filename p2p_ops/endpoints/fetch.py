@@ -31,3 +31,11 @@ def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
         return resp.text if resp.status_code == 200 else None
     except requests.RequestException:
         return None
+
+
+def answers(url: str, timeout: float = TIMEOUT) -> bool:
+    """GET answers 200 (a health or readiness route)."""
+    try:
+        return requests.get(url, timeout=timeout, headers=auth.headers(url)).status_code == 200
+    except requests.RequestException:
+        return False

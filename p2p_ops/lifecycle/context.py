@@ -1,8 +1,9 @@
 """The fleet context: a loaded fleet, where its state lives, how to reach each node and its processes.
 
-Every verb (launch, status, tests, doctor, bundle, ...) takes one. It sits below all of them and imports none
-of them, so any module may type its `ctx` parameter without an import cycle. Use it as a context manager:
-`with FleetContext.load(path) as ctx:` closes its connectors (SSH sessions) on the way out.
+Every verb (launch, status, tests, doctor, bundle, ...) takes one. It imports only the spec and the connectors,
+so any module of a layer above may type its `ctx` parameter without an import cycle. Use it as a context
+manager: `with FleetContext.load(path) as ctx:` closes its connectors (SSH sessions) on the way out. Unit tests
+pass `connect=` a scripted fake connector (tests/support/fake_connector.py) instead of reaching a node.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Optional, TypeVar
 
+from p2p_ops.connectors import Connector, LocalConnector, connector_for
 from p2p_ops.endpoints import auth
-from p2p_ops.lifecycle import procs
-from p2p_ops.connectors import Connector, connector_for
-from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.errors import BadInput
+from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import load_fleet
-from p2p_ops.spec.layout import COORDINATOR, RunLayout
+from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.units import LAUNCHED_ROLES, ROLES, Proc, Unit, fleet_units, unit_layout
 
-Proc = procs.Proc
 T = TypeVar("T")
+
+
+def connect_node(node: Optional[Node]) -> Connector:
+    """A node's own connector (local or SSH, by its spec); None is the machine p2pctl runs on."""
+    return LocalConnector() if node is None else connector_for(node)
 
 
 @dataclass
@@ -31,13 +37,17 @@ class FleetContext:
     fleet: Fleet
     fleet_file: Path
     layout: RunLayout
+    # How a node is reached: `connector_for` (local or SSH) unless a caller (a unit test's scripted fake)
+    # says otherwise.
+    connect: Callable[[Optional[Node]], Connector] = connect_node
     _conns: dict[str, Connector] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, fleet_file: str | Path, run_dir: Optional[str] = None) -> FleetContext:
+    def load(cls, fleet_file: str | Path, run_dir: Optional[str] = None,
+             connect: Callable[[Optional[Node]], Connector] = connect_node) -> FleetContext:
         path = Path(fleet_file)
         fleet = load_fleet(path)
-        ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir))
+        ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir), connect)
         ctx._register_api_key()
         return ctx
 
@@ -54,40 +64,44 @@ class FleetContext:
                  tb: Optional[TracebackType]) -> None:
         self.close()
 
-    def node_layout(self, node: Node) -> RunLayout:
-        """The run folder on that node (the same path as here unless the node sets run_dir)."""
-        if node.run_dir:
-            return RunLayout(Path(node.run_dir) / self.fleet.name)
-        return self.layout
+    def node_layout(self, node: Optional[Node]) -> RunLayout:
+        """The run folder on that node (None: this machine): the same path as here unless the node sets run_dir."""
+        return unit_layout(self.fleet, self.layout, node)
 
-    def conn(self, node: Node) -> Connector:
-        if node.name not in self._conns:
-            self._conns[node.name] = connector_for(node)
-        return self._conns[node.name]
+    def conn(self, node: Optional[Node]) -> Connector:
+        """The node's connector (one per node, opened on first use); None is the machine p2pctl runs on."""
+        key = node.name if node is not None else ""
+        if key not in self._conns:
+            self._conns[key] = self.connect(node)
+        return self._conns[key]
 
     def close(self) -> None:
         for c in self._conns.values():
             c.close()
         self._conns.clear()
 
-    # ---- the fleet's processes ----------------------------------------------------------------------
-    def coordinator_proc(self) -> Proc:
-        lay = self.node_layout(self.fleet.coordinator_node())
-        return _proc(lay, COORDINATOR, "coordinator", f"--port {self.fleet.coordinator.port} ")
+    # ---- the fleet's units (spec.units) and their processes ----------------------------------------
+    def units(self, node: Optional[Node] = None, roles: tuple[str, ...] = ROLES) -> list[Unit]:
+        """The fleet's units with a role in `roles`, in start order; with `node`, only those running there."""
+        units = fleet_units(self.fleet, roles)
+        return units if node is None else [u for u in units if u.node is not None and u.node.name == node.name]
 
-    def server_proc(self, node: Node, inst: Instance) -> Proc:
-        return _proc(self.node_layout(node), inst.id, "server", f"--http-port {inst.ports.http} ")
+    def unit(self, role: str, instance: Optional[Instance | str] = None) -> Unit:
+        """The unit of `role` (of `instance`, for servers and engines)."""
+        iid = instance.id if isinstance(instance, Instance) else instance
+        for u in fleet_units(self.fleet, (role,)):
+            if u.instance is None or u.instance.id == iid:
+                return u
+        raise BadInput(f"fleet {self.fleet.name!r} has no {role}" + (f" for instance {iid!r}" if iid else ""))
 
-    def engine_proc(self, node: Node, inst: Instance) -> Proc:
-        return _proc(self.node_layout(node), inst.id, "engine", f"--port {inst.ports.engine} ")
+    def proc(self, unit: Unit | str, instance: Optional[Instance | str] = None) -> Proc:
+        """A unit's process files in its node's run folder; `ctx.proc("server", inst)` names the unit by role."""
+        u = self.unit(unit, instance) if isinstance(unit, str) else unit
+        return u.proc(self.node_layout(u.node))
 
-    def node_procs(self, node: Node) -> list[Proc]:
-        out = []
-        if self.fleet.coordinator_node().name == node.name:
-            out.append(self.coordinator_proc())
-        for inst in node.instances:
-            out += [self.server_proc(node, inst), self.engine_proc(node, inst)]
-        return out
+    def procs(self, node: Optional[Node] = None, roles: tuple[str, ...] = LAUNCHED_ROLES) -> list[Proc]:
+        """The processes `up` starts (by default), on `node` or everywhere."""
+        return [self.proc(u) for u in self.units(node, roles)]
 
     def server_url(self, node: Node, inst: Instance) -> str:
         return f"http://{node.address}:{inst.ports.http}"
@@ -108,7 +122,3 @@ class FleetContext:
                     results[name] = exc
         return results
 
-
-def _proc(lay: RunLayout, unit: str, role: str, marker: str) -> Proc:
-    return procs.Proc(name=f"{unit}/{role}", workdir=str(lay.dir(unit)), wrapper=str(lay.wrapper(unit, role)),
-                      log=str(lay.log(unit, role)), pidfile=str(lay.pidfile(unit, role)), marker=marker)

@@ -28,9 +28,9 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.facts.envfile import parse_env_sh
 from p2p_ops.spec.model import Node
-from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.lifecycle.launch import launched_units
+from p2p_ops.spec.units import LAUNCHED_ROLES
 from p2p_ops.lifecycle.render import RenderedFile, render_fleet
-from p2p_ops.endpoints import engine_api
 
 # Environment that decides how a process behaves beyond its flags; shown in front of exec lines when set.
 SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONHASHSEED",
@@ -95,7 +95,7 @@ def _on_disk(ctx: FleetContext, rendered: list[RenderedFile]) -> list[RenderedFi
 
 
 def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
-         roles: tuple[str, ...] = ("coordinator", "server", "engine")) -> dict[str, list[str]]:
+         roles: tuple[str, ...] = LAUNCHED_ROLES) -> dict[str, list[str]]:
     """Per node name, the ordered commands `up` would run there (same `only`, `rerender`, `roles`)."""
     fleet = ctx.fleet
     rendered = render_fleet(fleet, ctx.node_layout)
@@ -117,26 +117,11 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
                                   f"({'0755' if f.executable else '0644'}, over SFTP)")
         else:
             out[node.name].append(f"write    {local}")
-    cnode = fleet.coordinator_node()
-    cproc = ctx.coordinator_proc()
-    if "coordinator" in roles and cnode.name in out:
-        out[cnode.name] += [f"start    {_start_line(cproc)}",
-                            f"exec     {_exec_line(by_unit, COORDINATOR, 'coordinator')}",
-                            f"ready    GET {fleet.coordinator_url}/healthz answers status healthy"]
-    for role in ("server", "engine"):
-        if role not in roles:
-            continue
-        for node, inst in fleet.instances():
-            if node.name not in out:
-                continue
-            proc = ctx.server_proc(node, inst) if role == "server" else ctx.engine_proc(node, inst)
-            if role == "server":
-                ready = f"GET {ctx.server_url(node, inst)}/status answers"
-            else:
-                ready = engine_api.describe_ready(fleet.runtime, ctx.engine_url(node, inst), fleet.model)
-            out[node.name] += [f"start    {_start_line(proc)}",
-                               f"exec     {_exec_line(by_unit, inst.id, role)}",
-                               f"ready    {ready}"]
+    for unit in launched_units(ctx, roles, only):
+        proc = ctx.proc(unit)
+        out[unit.node.name] += [f"start    {_start_line(proc)}",
+                                f"exec     {_exec_line(by_unit, unit.folder, unit.role)}",
+                                f"ready    {unit.ready_says}"]
     return out
 
 

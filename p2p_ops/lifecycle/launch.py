@@ -1,8 +1,9 @@
-"""Bring a fleet up, wait until it shares, take it down: the lifecycle verbs render, preflight, up, wait, down.
+"""Bring a fleet up, wait until it shares, take it down: the lifecycle verbs render, up, wait, down.
 
-Order matters: coordinator, then servers (they register with it), then engines (they connect to their local
-server). Each node's processes are handled by its connector; nodes are handled in parallel. What the fleet
-looks like meanwhile (`report()`) is in fleet_status; the context every verb takes is in context.
+What starts, in which order and how each unit is known to be ready is the units table (`spec.units`): units
+start phase by phase (coordinator, servers and embedded engines together; vLLM engines after their servers;
+the router after the engines) and stop in reverse role order. Each node's processes are handled by its
+connector; nodes are handled in parallel. What the fleet looks like meanwhile (`report()`) is in `status`.
 """
 
 from __future__ import annotations
@@ -11,22 +12,22 @@ import shlex
 import time
 from typing import Callable, Optional
 
+from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
+from p2p_ops.facts.logs import log_excerpt_fact, log_tail_fact
+from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
-from p2p_ops.spec.model import Node
+from p2p_ops.lifecycle.preflight.reach import preflight
+from p2p_ops.lifecycle.render import RenderedFile, file_mode, render_fleet, write_rendered
 from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
-from p2p_ops.lifecycle.render import RenderedFile, file_mode, render_fleet, vllm_python, write_rendered
-from p2p_ops.endpoints import engine_api
-from p2p_ops.endpoints import lmcache_api
+from p2p_ops.spec.model import Node
+from p2p_ops.spec.units import LAUNCHED_ROLES, Proc, Unit
 
 Progress = Callable[[str], None]
 # How often a slow start reports what it is waiting for.
 NOTE_EVERY_S = 10.0
-# vLLM becomes healthy after 25-90 s on a 2-core box (model load, warm-up); more on a busy one.
-VLLM_START_TIMEOUT_S = 900.0
 
 
 def _quiet(_: str) -> None:
@@ -58,49 +59,57 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
 
 # ---- up ----------------------------------------------------------------------------------------------
 
-def _wait_started(ctx: FleetContext, items: list[tuple[Node, procs.Proc, Callable[[], bool]]],
-                  timeout: float, progress: Progress, what: str) -> None:
-    """Wait until each process answers its readiness probe, or fail naming those that died or hung."""
+Started = tuple[Unit, Proc]
+
+
+def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progress: Progress, what: str) -> None:
+    """Wait until each unit answers its readiness probe, or fail naming those that died or hung."""
     pending = list(items)
     start = time.monotonic()
     deadline = start + timeout
     next_note = start + NOTE_EVERY_S
-    dead: list[tuple[Node, procs.Proc]] = []
+    dead: list[Started] = []
     while pending and time.monotonic() < deadline:
         if time.monotonic() >= next_note:
             # vLLM takes a minute or more to load; say what each slow process is doing meanwhile.
             next_note += NOTE_EVERY_S
-            for node, proc, _ in pending:
-                last = procs.log_tail(ctx.conn(node), proc.log, 1)
+            for unit, proc in pending:
+                last = read_fact(ctx.conn(unit.node), log_tail_fact(proc.log, 1), timeout=15)
                 progress(f"waiting for {proc.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
-                         f"{last[:160]}")
+                         f"{(last[0] if last else '(log is empty)')[:160]}")
         still = []
-        for node, proc, ready in pending:
-            if ready():
+        for unit, proc in pending:
+            if unit.ready():
                 progress(f"{proc.name} is up")
                 continue
-            st = procs.states(ctx.conn(node), [proc])[0]
+            st = procs.states(ctx.conn(unit.node), [proc])[0]
             if not st.running:
-                dead.append((node, proc))
+                dead.append((unit, proc))
             else:
-                still.append((node, proc, ready))
+                still.append((unit, proc))
         pending = still
         if dead:
             break
         if pending:
             time.sleep(0.5)
-    problems = [_describe_failure(ctx, node, proc, "exited during start") for node, proc in dead]
-    problems += [_describe_failure(ctx, node, proc, f"did not answer within {timeout:.0f} s")
-                 for node, proc, _ in pending]
+    problems = [describe_failure(ctx, unit, proc, "exited during start") for unit, proc in dead]
+    problems += [describe_failure(ctx, unit, proc, f"did not answer within {timeout:.0f} s") for unit, proc in pending]
     if problems:
         raise CouldNotRun(f"{what} failed to start:\n" + "\n".join(problems)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
 
 
-def _describe_failure(ctx: FleetContext, node: Node, proc: procs.Proc, why: str) -> str:
-    excerpt = procs.log_excerpt(ctx.conn(node), proc.log, 10)
+def describe_failure(ctx: FleetContext, unit: Unit, proc: Proc, why: str) -> str:
+    """One failed unit: what, where, why, and the error lines and tail of its log."""
+    excerpt = read_fact(ctx.conn(unit.node), log_excerpt_fact(proc.log, 10), timeout=15)
     indented = "\n".join("    " + line for line in excerpt.splitlines())
-    return f"- {proc.name} on {node.name} ({node.address}) {why}; from {proc.log}:\n{indented}"
+    return f"- {proc.name} on {_where(unit, address=True)} {why}; from {proc.log}:\n{indented}"
+
+
+def _where(unit: Unit, address: bool = False) -> str:
+    if unit.node is None:
+        return "this machine"
+    return f"{unit.node.name} ({unit.node.address})" if address else unit.node.name
 
 
 def check_node(ctx: FleetContext, only: Optional[str]) -> None:
@@ -108,46 +117,25 @@ def check_node(ctx: FleetContext, only: Optional[str]) -> None:
         raise BadInput(f"--node {only}: no such node; use one of " + ", ".join(n.name for n in ctx.fleet.nodes))
 
 
-def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
-    """Reach every node before anything starts: an unreachable host, a refused key or a bad host key then
-    fails the launch with one line per host while nothing runs anywhere. vLLM nodes must also hold vLLM's
-    interpreter and, for a local model folder, the model."""
-    results = ctx.for_each_node(lambda n: ctx.conn(n).run("true", timeout=30, check=True), only)
-    errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
-    if errors:
-        raise CouldNotRun("cannot reach every node, so nothing was started:\n" + "\n".join(errors))
-    if ctx.fleet.runtime == "vllm":
-        missing = {name: res for name, res in ctx.for_each_node(lambda n: _vllm_missing(ctx, n), only).items()
-                   if res}
-        if missing:
-            raise CouldNotRun("vLLM cannot start on every node, so nothing was started:\n"
-                              + "\n".join(f"- {name}: {res}" for name, res in missing.items()))
+ROLES = LAUNCHED_ROLES
 
 
-def _vllm_missing(ctx: FleetContext, node: Node) -> str:
-    """What a vLLM node lacks (its interpreter, a local model folder), with the fix; empty when nothing."""
-    py = vllm_python(ctx.fleet, node)
-    model = ctx.fleet.vllm.model_path
-    q = shlex.quote
-    checks = [(f"test -x {q(py)}", f"no vLLM interpreter at {py}; run `make setup-vllm` there or set "
-                                   "vllm.venv / nodes[].vllm_venv")]
-    if model.startswith("/"):
-        checks.append((f"test -f {q(model + '/config.json')}",
-                       f"no model at {model} (no config.json); make one with `p2pctl make-model {model}` or "
-                       "fix vllm.model_path"))
-    for cmd, problem in checks:
-        if not ctx.conn(node).run(cmd, timeout=30).ok:
-            return problem
-    return ""
+def _with_router(roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The router goes with its engines: it starts after them and stops before them (no client is routed to an
+    engine that is gone), so an engine restart takes it along."""
+    return roles + ("router",) if "engine" in roles and "router" not in roles else roles
 
 
-ROLES = ("coordinator", "server", "engine")
+def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str]) -> list[Unit]:
+    """The units `up` and `down` handle for these roles, on node `only` or everywhere, in start order."""
+    return [u for u in ctx.units(roles=_with_router(roles)) if u.phase is not None
+            and (only is None or (u.node is not None and u.node.name == only))]
 
 
-def _started(proc: procs.Proc, node: Node, state: procs.ProcState) -> str:
+def _started(proc: Proc, unit: Unit, state: procs.ProcState) -> str:
     if state.kept:
-        return f"kept {proc.name} on {node.name} (already running, pid {state.pid}; `down` it to restart)"
-    return f"started {proc.name} on {node.name}"
+        return f"kept {proc.name} on {_where(unit)} (already running, pid {state.pid}; `down` it to restart)"
+    return f"started {proc.name} on {_where(unit)}"
 
 
 # Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
@@ -158,7 +146,7 @@ UP_DEADLINE_S = 1800.0
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
        only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES,
        deadline_s: float = UP_DEADLINE_S) -> None:
-    """Start the fleet, or with `only` one node's processes (plus the coordinator if it lives there).
+    """Start the fleet, or with `only` one node's units (the coordinator and router too if they live there).
 
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
     roles limits what starts, e.g. ("server",) restarts only lmcache servers after a `down --role server`.
@@ -182,62 +170,42 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
     else:
         progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
-
-    left(0)
-    cnode = fleet.coordinator_node()
-    started: list[tuple[Node, procs.Proc, Callable[[], bool]]] = []
-    if "coordinator" in roles and (only is None or only == cnode.name):
-        cproc = ctx.coordinator_proc()
-        progress(_started(cproc, cnode, procs.start(ctx.conn(cnode), cproc)))
-        started.append((cnode, cproc, lambda: lmcache_api.coordinator_healthy(fleet.coordinator_url)))
-
-    def start_role(role: str) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
-        if role not in roles:
-            return []
-
-        def on_node(node: Node) -> list[tuple[Node, procs.Proc, Callable[[], bool]]]:
-            out = []
-            for inst in node.instances:
-                if role == "server":
-                    proc, url = ctx.server_proc(node, inst), ctx.server_url(node, inst)
-                    ready = (lambda u=url: lmcache_api.server_status(u).reachable)
-                else:
-                    proc, url = ctx.engine_proc(node, inst), ctx.engine_url(node, inst)
-                    ready = (lambda u=url: engine_api.engine_ready(fleet.runtime, u, fleet.model))
-                progress(_started(proc, node, procs.start(ctx.conn(node), proc)))
-                out.append((node, proc, ready))
-            return out
-
-        results = ctx.for_each_node(on_node, only)
-        errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
-        if errors:
-            raise CouldNotRun(f"could not start every {role}:\n" + "\n".join(errors)
-                              + "\nOther processes are left running; `p2pctl down` stops them all.")
-        return [item for res in results.values() for item in res]  # type: ignore[union-attr]
-
-    if fleet.runtime == "embedded":
-        # Servers retry registration and embedded engines reconnect to their server, so everything starts at
-        # once: the imports (seconds of CPU each) overlap instead of queueing phase after phase.
-        started += start_role("server") + start_role("engine")
-        _wait_started(ctx, started, left(start_timeout), progress, "the fleet")
-    else:
-        # vLLM's connector expects its lmcache server at start-up: servers first, then engines.
-        _wait_started(ctx, started + start_role("server"), left(start_timeout), progress,
-                      "the coordinator and servers")
-        _wait_started(ctx, start_role("engine"), left(VLLM_START_TIMEOUT_S), progress, "engines")
-    if "engine" in roles:
-        _start_router(ctx, progress, left(start_timeout), only)
+    units = launched_units(ctx, roles, only)
+    for phase in sorted({u.phase for u in units}):
+        left(0)
+        batch = [u for u in units if u.phase == phase]
+        started = _start_units(ctx, batch, progress)
+        timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
+        _wait_started(ctx, started, left(timeout), progress, _what(batch))
 
 
-def _start_router(ctx: FleetContext, progress: Progress, timeout: float, only: Optional[str]) -> None:
-    """After the engines: vllm-router serves only once every worker answers its health check."""
-    rnode = ctx.fleet.router_node() if ctx.fleet.router.enabled else None
-    if rnode is None or (only is not None and only != rnode.name):
-        return
-    proc = fleet_router.start(ctx)
-    progress(f"started {proc.name} on {rnode.name} ({ctx.fleet.router.policy}, {ctx.fleet.router_url})")
-    _wait_started(ctx, [(rnode, proc, lambda: fleet_router.status(ctx, "running").healthy)], timeout, progress,
-                  "the router")
+def _what(units: list[Unit]) -> str:
+    roles = list(dict.fromkeys(u.role for u in units))
+    if len(roles) > 2:
+        return "the fleet"
+    return " and ".join(f"the {r}s" if r in ("server", "engine") else f"the {r}" for r in roles)
+
+
+def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:
+    """Start each unit through its node's connector, nodes side by side; every node's failure is reported."""
+    def on_node(node: Node) -> list[Started]:
+        out = []
+        for unit in units:
+            if unit.node is not None and unit.node.name == node.name:
+                proc = ctx.proc(unit)
+                progress(_started(proc, unit, procs.start(ctx.conn(node), proc)))
+                out.append((unit, proc))
+        return out
+
+    names = {u.node.name for u in units if u.node is not None}
+    results = {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
+    errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
+    if errors:
+        raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
+                          + "\nOther processes are left running; `p2pctl down` stops them all.")
+    order = {u.name: i for i, u in enumerate(units)}
+    started = [item for res in results.values() for item in res]  # type: ignore[union-attr]
+    return sorted(started, key=lambda item: order[item[0].name])
 
 
 # ---- wait --------------------------------------------------------------------------------------------
@@ -265,18 +233,17 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
     lines = [f"{head}:"]
     if not rep.coordinator_healthy:
         lines.append(f"- coordinator at {rep.coordinator_url} is not healthy (process {rep.coordinator_proc}); "
-                     f"log: {ctx.coordinator_proc().log}")
+                     f"log: {ctx.proc('coordinator').log}")
     for i in rep.instances:
         if i.ready(rep.expected_peers):
             continue
-        node, inst = ctx.fleet.instance(i.instance)
         engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
             i.server.peer_count == rep.expected_peers
-        proc = ctx.engine_proc(node, inst) if engine_side else ctx.server_proc(node, inst)
-        lines.append(_describe_failure(ctx, node, proc, i.problem(rep.expected_peers)))
+        unit = ctx.unit("engine" if engine_side else "server", i.instance)
+        lines.append(describe_failure(ctx, unit, ctx.proc(unit), i.problem(rep.expected_peers)))
     if rep.router is not None and not rep.router.ready:
-        lines.append(_describe_failure(ctx, ctx.fleet.router_node(), fleet_router.router_proc(ctx),
-                                       rep.router.problem()))
+        unit = ctx.unit("router")
+        lines.append(describe_failure(ctx, unit, ctx.proc(unit), rep.router.problem()))
     return "\n".join(lines)
 
 
@@ -295,44 +262,34 @@ def _remove_shm(ctx: FleetContext, only: Optional[str]) -> None:
 
 def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None,
          roles: tuple[str, ...] = ROLES) -> dict[str, str]:
-    """Stop engines, then servers (they deregister), then the coordinator. Idempotent; `roles` limits it."""
+    """Stop the units role by role in reverse start order (router, engines, servers, coordinator); servers
+    deregister on the way. Idempotent; `roles` and `only` (a node) limit it."""
     check_node(ctx, only)
     outcome: dict[str, str] = {}
-    if ctx.fleet.router.enabled and "engine" in roles and (only is None or only == ctx.fleet.router_node().name):
-        # First: no client is routed to an engine that is going away (a server-only restart keeps it).
-        try:
-            outcome[fleet_router.router_proc(ctx).name] = fleet_router.stop(ctx)
-        except Exception as exc:  # noqa: BLE001 - reported with the rest
-            outcome[fleet_router.router_proc(ctx).name] = f"error: {exc}"
-
-    def stop_role(role: str) -> None:
-        if role not in roles:
-            return
-
-        def on_node(node: Node) -> dict[str, str]:
-            done = {}
-            for inst in node.instances:
-                proc = ctx.engine_proc(node, inst) if role == "engine" else ctx.server_proc(node, inst)
-                done[proc.name] = procs.stop(ctx.conn(node), proc)
-            return done
-
-        for name, res in ctx.for_each_node(on_node, only).items():
-            if isinstance(res, Exception):
-                outcome[f"{name}/{role}s"] = f"error: {res}"
-            else:
-                outcome.update(res)  # type: ignore[arg-type]
-
-    stop_role("engine")
-    stop_role("server")
-    if "server" in roles:
-        _remove_shm(ctx, only)
-    cnode = ctx.fleet.coordinator_node()
-    if "coordinator" not in roles or (only is not None and only != cnode.name):
-        return outcome
-    try:
-        outcome[ctx.coordinator_proc().name] = procs.stop(ctx.conn(cnode), ctx.coordinator_proc())
-    except Exception as exc:  # noqa: BLE001 - reported with the rest
-        outcome[ctx.coordinator_proc().name] = f"error: {exc}"
+    units = launched_units(ctx, roles, only)
+    for role in reversed(LAUNCHED_ROLES):
+        batch = [u for u in units if u.role == role]
+        if batch:
+            outcome.update(_stop_units(ctx, batch, role))
+            if role == "server":
+                _remove_shm(ctx, only)
     for name, what in outcome.items():
         progress(f"{name}: {what}")
     return outcome
+
+
+def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
+    def on_node(node: Node) -> dict[str, str]:
+        return {u.name: procs.stop(ctx.conn(node), ctx.proc(u)) for u in units
+                if u.node is not None and u.node.name == node.name}
+
+    names = {u.node.name for u in units if u.node is not None}
+    out: dict[str, str] = {}
+    for name, res in ctx.for_each_node(on_node).items():
+        if name not in names:
+            continue
+        if isinstance(res, Exception):
+            out[f"{name}/{role}s"] = f"error: {res}"
+        else:
+            out.update(res)  # type: ignore[arg-type]
+    return out

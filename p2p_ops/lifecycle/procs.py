@@ -13,42 +13,15 @@ import shlex
 from dataclasses import dataclass
 
 from p2p_ops.connectors.base import Connector
-
-# alive PID: exists and is not a zombie. started PID: its start time in clock ticks since boot (field 22;
-# the command name in field 2 may hold spaces, hence cutting after its closing parenthesis).
-# owns PID MARKER WRAPPER [STARTFILE]: its command line contains MARKER or WRAPPER, and its start time is the
-# one recorded at launch (pidfiles written before start times were recorded are judged by the marker alone).
-_SH_LIB = r"""
-alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]; }
-started() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
-owns() {
-  if [ -n "$4" ] && [ -s "$4" ] && [ "$(cat "$4")" != "$(started "$1")" ]; then return 1; fi
-  tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -e "$2" -e "$3"
-}
-"""
+from p2p_ops.facts.pidfile import SH_LIB, Watched, pid_states_fact, startfile
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.spec.units import Proc
 
 # The launcher shell that writes the pidfile before it execs the wrapper. A signal that reaches it in the
 # instant before exec can be lost (bash's handler only sets a flag, and exec resets it), so start() waits
 # until the launcher is gone: a `down` right after `up` then stops the process with its first SIGINT.
 # A process whose pidfile cannot be written is never started: nothing could stop it later.
 _LAUNCHER = 'sed "s/.*) //" /proc/$$/stat | cut -d" " -f20 > "$1.start" && echo $$ > "$1" && exec bash "$2"'
-
-
-def startfile(pidfile: str) -> str:
-    return pidfile + ".start"
-
-
-@dataclass(frozen=True)
-class Proc:
-    """One long-lived process of the fleet: where it lives and how to recognise it."""
-
-    name: str          # e.g. "node-a-0/server"
-    workdir: str
-    wrapper: str
-    log: str
-    pidfile: str
-    marker: str        # a string its command line contains once running, e.g. "--http-port 8081 "
-    # Before the wrapper execs, the command line is `bash <wrapper>`: the wrapper path identifies it too.
 
 
 @dataclass(frozen=True)
@@ -65,7 +38,7 @@ class ProcState:
 
 def start(conn: Connector, proc: Proc) -> ProcState:
     q = shlex.quote
-    cmd = _SH_LIB + f"""
+    cmd = SH_LIB + f"""
 cd {q(proc.workdir)} || exit 3
 if [ -f {q(proc.pidfile)} ]; then
   pid=$(cat {q(proc.pidfile)})
@@ -96,23 +69,12 @@ echo "started $pid"
 
 
 def states(conn: Connector, procs: list[Proc]) -> list[ProcState]:
-    """One round trip per node: the state of every pidfile."""
+    """One round trip per node: the state of every pidfile (the `facts.pidfile` read)."""
     if not procs:
         return []
-    q = shlex.quote
-    lines = [_SH_LIB]
-    for p in procs:
-        lines.append(f"""pf={q(p.pidfile)}; m={q(p.marker)}; w={q(p.wrapper)}; sf={q(startfile(p.pidfile))}
-if [ ! -f "$pf" ]; then echo none -
-else pid=$(cat "$pf"); if alive "$pid"; then if owns "$pid" "$m" "$w" "$sf"; then echo running "$pid"; else echo stale "$pid"; fi
-else echo dead "$pid"; fi; fi""")
-    res = conn.run("\n".join(lines), timeout=30, check=True)
-    out = res.stdout.split("\n")
-    parsed = [line.split() for line in out if line.strip()]
-    result = []
-    for p, (state, pid) in zip(procs, parsed):
-        result.append(ProcState(p.name, state, int(pid) if pid.isdigit() else None))
-    return result
+    fact = pid_states_fact([Watched(p.pidfile, p.marker, p.wrapper) for p in procs])
+    found = read_fact(conn, fact, timeout=30, check=True)
+    return [ProcState(p.name, st.state, st.pid) for p, st in zip(procs, found)]
 
 
 def stop(conn: Connector, proc: Proc, grace_s: float = 20.0) -> str:
@@ -122,7 +84,7 @@ def stop(conn: Connector, proc: Proc, grace_s: float = 20.0) -> str:
     well over 10 s to honour SIGINT, and one that does is "stopped", not "killed"."""
     q = shlex.quote
     ticks = max(1, int(grace_s / 0.2))
-    cmd = _SH_LIB + f"""
+    cmd = SH_LIB + f"""
 pf={q(proc.pidfile)}
 [ -f "$pf" ] || {{ echo none; exit 0; }}
 pid=$(cat "$pf")
@@ -143,22 +105,3 @@ echo "$how"
 """
     res = conn.run(cmd, timeout=grace_s * 3 + 30, check=True)
     return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "none"
-
-
-def log_excerpt(conn: Connector, log: str, lines: int = 10) -> str:
-    """The first error lines of a log plus its tail: the cause is often above a long shutdown sequence."""
-    q = shlex.quote(log)
-    cmd = (f"grep -m 4 -E 'ERROR|Error:|error while|Errno|Exception|Traceback' {q} 2>/dev/null; echo ---; "
-           f"tail -n {int(lines)} {q} 2>/dev/null")
-    out = conn.run(f"({cmd}) | sed 's/\\x1b\\[[0-9;]*m//g'", timeout=15).stdout
-    errors, _, tail_text = out.partition("---\n")
-    tail_lines = tail_text.rstrip().splitlines()
-    picked = [e for e in errors.rstrip().splitlines() if e not in tail_lines]
-    if picked:
-        return "\n".join(["errors:", *picked, "last lines:", *tail_lines])
-    return "\n".join(tail_lines) or "(log is empty)"
-
-
-def log_tail(conn: Connector, log: str, lines: int = 20) -> str:
-    res = conn.run(f"tail -n {int(lines)} {shlex.quote(log)} 2>/dev/null | sed 's/\\x1b\\[[0-9;]*m//g'", timeout=15)
-    return res.stdout.rstrip() or "(log is empty)"

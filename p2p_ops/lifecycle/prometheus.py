@@ -9,22 +9,21 @@ from pathlib import Path
 
 import requests
 
-from p2p_ops.lifecycle import procs
-from p2p_ops.connectors import LocalConnector
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import CouldNotRun
+from p2p_ops.facts.logs import log_excerpt_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import template_env
-
-UNIT = "prometheus"
+from p2p_ops.spec.layout import PROMETHEUS
 
 
 def prom_dir(ctx: FleetContext) -> Path:
-    return ctx.layout.dir(UNIT)
+    return ctx.layout.dir(PROMETHEUS)
 
 
 def url(ctx: FleetContext) -> str:
-    p = ctx.fleet.prometheus
-    return f"http://{p.host}:{p.port}"
+    return ctx.unit("prometheus").url
 
 
 RULES_FILE = "rules.yml"
@@ -44,19 +43,8 @@ def render_rules(fleet) -> str:
         fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
 
 
-def prometheus_proc(ctx: FleetContext) -> procs.Proc:
-    """The fleet's own Prometheus: it runs where p2pctl runs, under the run folder."""
-    d = prom_dir(ctx)
-    return procs.Proc(name="prometheus", workdir=str(d), wrapper=str(d / "start_prometheus.sh"),
-                      log=str(d / "prometheus.log"), pidfile=str(d / "prometheus.pid"),
-                      marker=f"--web.listen-address={ctx.fleet.prometheus.host}:{ctx.fleet.prometheus.port} ")
-
-
 def ready(ctx: FleetContext) -> bool:
-    try:
-        return requests.get(url(ctx) + "/-/ready", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
+    return ctx.unit("prometheus").ready()
 
 
 def up(ctx: FleetContext, timeout: float = 60.0) -> str:
@@ -79,8 +67,8 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
         f"--storage.tsdb.path={q(str(d / 'data'))} --storage.tsdb.retention.time={q(p.retention)} "
         f"--web.listen-address={q(f'{p.host}:{p.port}')} --web.enable-lifecycle\n")
     wrapper.chmod(0o755)
-    conn = LocalConnector()
-    proc = prometheus_proc(ctx)
+    conn = ctx.conn(None)
+    proc = ctx.proc("prometheus")
     if procs.start(conn, proc).kept:
         # Already running: make it read the config and rules just written.
         try:
@@ -93,14 +81,14 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
             return url(ctx)
         if not procs.states(conn, [proc])[0].running:
             raise CouldNotRun(f"prometheus exited during start; from {proc.log}:\n"
-                              + procs.log_excerpt(conn, proc.log, 10))
+                              + read_fact(conn, log_excerpt_fact(proc.log, 10), timeout=15))
         time.sleep(0.5)
     raise CouldNotRun(f"prometheus did not answer {url(ctx)}/-/ready within {timeout:.0f} s; see {proc.log}")
 
 
 def down(ctx: FleetContext) -> str:
-    return procs.stop(LocalConnector(), prometheus_proc(ctx))
+    return procs.stop(ctx.conn(None), ctx.proc("prometheus"))
 
 
 def running(ctx: FleetContext) -> bool:
-    return procs.states(LocalConnector(), [prometheus_proc(ctx)])[0].running
+    return procs.states(ctx.conn(None), [ctx.proc("prometheus")])[0].running

@@ -13,7 +13,7 @@ from typing import Callable
 import jinja2
 
 from p2p_ops.spec.model import Fleet, Instance, Node
-from p2p_ops.spec.layout import COORDINATOR, RunLayout
+from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.resources import CHECKOUT, template_text
 
 def template_env() -> jinja2.Environment:
@@ -80,7 +80,6 @@ def vllm_args(fleet: Fleet) -> list[str]:
     return args + list(v.args)
 
 
-ROUTER = "router"
 
 
 def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:

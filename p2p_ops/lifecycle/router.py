@@ -1,7 +1,8 @@
-"""The fleet's router (vllm-router): its process, start, readiness and state.
+"""The fleet's router (vllm-router): whether it can start, and its state (process, health, workers).
 
-Launch calls in here after the engines are up (the router waits for healthy workers before it serves) and
-before anything else goes down, so clients never see a router without engines behind it.
+The router is a unit of the fleet (`spec.units`): `up` starts it after the engines (it waits for healthy
+workers before it serves) and `down` stops it before anything else, so clients never see a router without
+engines behind it. Here: whether its binary is there, and what it says about its workers.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import requests
-
+from p2p_ops.endpoints import fetch, router_api
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.render import ROUTER, router_bin
+from p2p_ops.lifecycle.render import router_bin
 
 
 @dataclass
@@ -47,13 +47,6 @@ class RouterStatus:
                 "problem": self.problem()}
 
 
-def router_proc(ctx: FleetContext) -> procs.Proc:
-    lay = ctx.node_layout(ctx.fleet.router_node())
-    return procs.Proc(name=f"{ROUTER}/router", workdir=str(lay.dir(ROUTER)), wrapper=str(lay.wrapper(ROUTER, "router")),
-                      log=str(lay.log(ROUTER, "router")), pidfile=str(lay.pidfile(ROUTER, "router")),
-                      marker=f"--port {ctx.fleet.router.port} ")
-
-
 def missing_binary(ctx: FleetContext) -> Optional[str]:
     """A one-line fix when the router binary is absent (checked on local nodes; SSH nodes fail at start)."""
     node = ctx.fleet.router_node()
@@ -64,31 +57,18 @@ def missing_binary(ctx: FleetContext) -> Optional[str]:
     return None
 
 
-def start(ctx: FleetContext) -> procs.Proc:
-    proc = router_proc(ctx)
-    procs.start(ctx.conn(ctx.fleet.router_node()), proc)
-    return proc
-
-
-def stop(ctx: FleetContext) -> str:
-    return procs.stop(ctx.conn(ctx.fleet.router_node()), router_proc(ctx))
-
-
 def status(ctx: FleetContext, process: Optional[str] = None, timeout: float = 3.0) -> RouterStatus:
     fleet = ctx.fleet
     url = fleet.router_url
     if process is None:
-        states = procs.states(ctx.conn(fleet.router_node()), [router_proc(ctx)])
+        states = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])
         process = states[0].state if states else "none"
     engines = [f"http://{n.address}:{i.ports.engine}" for n, i in fleet.instances()]
-    st = RouterStatus(url, process, False)
-    try:
-        st.healthy = requests.get(f"{url}/health", timeout=timeout).status_code == 200
-        body = requests.get(f"{url}/workers", timeout=timeout).json()
-    except (requests.RequestException, ValueError):
+    st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=timeout))
+    listed = router_api.workers(url, timeout=timeout)
+    if listed is None:
         st.missing = engines
         return st
-    listed = {w.get("url", "").rstrip("/"): bool(w.get("is_healthy")) for w in body.get("workers", [])}
     st.workers = sorted(listed)
     st.missing = [e for e in engines if e not in listed]
     st.unhealthy = [e for e in engines if e in listed and not listed[e]]

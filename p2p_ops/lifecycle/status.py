@@ -14,7 +14,6 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.model import Instance, Node
-from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.endpoints import engine_api
 from p2p_ops.endpoints import lmcache_api
 
@@ -99,7 +98,7 @@ def report(ctx: FleetContext) -> FleetReport:
     states: dict[str, str] = {}
 
     def node_states(node: Node) -> None:
-        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
+        for st in procs.states(ctx.conn(node), ctx.procs(node)):
             states[st.name] = st.state
 
     errors: dict[str, str] = {}
@@ -108,7 +107,7 @@ def report(ctx: FleetContext) -> FleetReport:
             # One unreachable host must not hide the others: its processes read "unreachable".
             errors[name] = str(res)
             node = next(n for n in fleet.nodes if n.name == name)
-            for proc in ctx.node_procs(node):
+            for proc in ctx.procs(node):
                 states[proc.name] = "unreachable"
 
     def instance(node: Node, inst: Instance) -> InstanceReport:
@@ -127,7 +126,7 @@ def report(ctx: FleetContext) -> FleetReport:
         if isinstance(res, Exception):
             raise res
         items += res
-    return FleetReport(fleet.name, fleet.coordinator_url, states.get(f"{COORDINATOR}/coordinator", "none"),
+    return FleetReport(fleet.name, fleet.coordinator_url, states.get(ctx.unit("coordinator").name, "none"),
                        lmcache_api.coordinator_healthy(fleet.coordinator_url),
                        lmcache_api.coordinator_instances(fleet.coordinator_url),
                        len(fleet.instances()) - 1, items, errors,

@@ -10,9 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+# The folders of the fleet's singletons (instances' folders are their ids, which may be none of these).
 COORDINATOR = "coordinator"
-# Process roles: the name of their wrapper, log and pidfile inside an instance folder.
-ROLES = ("server", "engine")
+ROUTER = "router"
+PROMETHEUS = "prometheus"
+TESTS = "tests"
+BUNDLES = "bundles"
+RESERVED_FOLDERS = (COORDINATOR, ROUTER, PROMETHEUS, TESTS, BUNDLES)
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,7 @@ class RunLayout:
         return cls((fleet_file.resolve().parent / "p2p-run" / fleet_name))
 
     def dir(self, unit: str) -> Path:
-        """unit: an instance id or COORDINATOR."""
+        """unit: an instance id or a singleton's folder (COORDINATOR, ROUTER, PROMETHEUS)."""
         return self.root / unit
 
     def env(self, unit: str) -> Path:
@@ -43,4 +47,4 @@ class RunLayout:
 
     @property
     def tests(self) -> Path:
-        return self.root / "tests"
+        return self.root / TESTS

@@ -18,6 +18,8 @@ from p2p_ops.errors import BadInput
 from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
+from p2p_ops.spec.ports import INSTANCE_KINDS
+from p2p_ops.spec.units import PlannedPort, port_plan
 
 
 def _path_str(loc: tuple[Any, ...]) -> str:
@@ -60,7 +62,7 @@ def _pydantic_message(err: dict[str, Any]) -> str:
 
 
 def _cross_checks(fleet: Fleet) -> None:
-    """Checks that span fields: unique ids, port clashes per host."""
+    """Checks that span fields: unique names and ids, loopback local nodes, port clashes per host."""
     seen_nodes: dict[str, int] = {}
     for ni, node in enumerate(fleet.nodes):
         if node.name in seen_nodes:
@@ -80,47 +82,37 @@ def _cross_checks(fleet: Fleet) -> None:
     fleet.coordinator_node()  # raises on an unknown coordinator.node
     _vllm_checks(fleet)
     seen_ids: dict[str, str] = {}
-    # (host, port) -> owner description; the coordinator is a port user on its host too.
-    used: dict[tuple[str, int], str] = {(host_key(fleet.coordinator.host), fleet.coordinator.port): "the coordinator"}
     for ni, node in enumerate(fleet.nodes):
-        host = host_key(node.address)
         for ii, inst in enumerate(node.instances):
             where = f"nodes[{ni}].instances[{ii}]"
             if inst.id in seen_ids:
                 raise BadInput(f"{where}.id: {inst.id!r} is already used by {seen_ids[inst.id]}; "
                                "instance ids must be unique across the fleet")
             seen_ids[inst.id] = where
-            for field in ("mp", "http", "p2p", "engine"):
-                port = getattr(inst.ports, field)
-                owner = used.get((host, port))
-                if owner:
-                    raise BadInput(f"{where}.ports.{field}: {port} is already used by {owner} on {node.address}; "
-                                   "pick a free port")
-                used[(host, port)] = inst.id
-    _router_checks(fleet, used)
-
-
-def _router_checks(fleet: Fleet, used: dict[tuple[str, int], str]) -> None:
-    """The router's ports and every engine's KV-event ports may clash with nothing else on their host."""
-    if not fleet.router.enabled:
-        return
-    node = fleet.router_node()
-    if fleet.router.venv and not fleet.router.venv.startswith("/"):
+    if fleet.router.enabled and fleet.router.venv and not fleet.router.venv.startswith("/"):
         raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
                        "in its own run folder)")
-    wanted = [(node, "router.port", fleet.router.port, "the router"),
-              (node, "router.prometheus_port", fleet.router.prometheus_port, "the router's Prometheus port")]
-    if fleet.kv_events_on:
-        for i, (n, inst) in enumerate(fleet.instances()):
-            pub, replay = fleet.router.kv_event_ports(i)
-            wanted += [(n, "router.kv_events_port_base", pub, f"{inst.id}'s KV events"),
-                       (n, "router.kv_events_port_base", replay, f"{inst.id}'s KV-event replay")]
-    for n, field, port, owner in wanted:
-        key = (host_key(n.address), port)
-        if key in used:
-            raise BadInput(f"{field}: port {port} ({owner}) is already used by {used[key]} on {n.address}; "
+    _port_clashes(fleet)
+
+
+def _port_clashes(fleet: Fleet) -> None:
+    """No two ports of the port plan (everything `up` makes listen) on one host; the first claimant keeps it."""
+    addresses = {n.name: n.address for n in fleet.nodes}
+    owners: dict[tuple[str, int], str] = {}
+    for p in port_plan(fleet):
+        address = fleet.coordinator.host if p.kind == "coordinator" else addresses[p.node]
+        key = (host_key(address), p.port)
+        if key in owners:
+            what = "" if p.kind in INSTANCE_KINDS else f" ({p.role})"
+            raise BadInput(f"{p.field}: {p.port}{what} is already used by {owners[key]} on {address}; "
                            "pick a free port")
-        used[key] = owner
+        owners[key] = _owner(p)
+
+
+def _owner(p: PlannedPort) -> str:
+    if p.kind == "coordinator":
+        return "the coordinator"
+    return p.role if p.kind.startswith(("router", "kv_events")) else p.instance
 
 
 def _vllm_checks(fleet: Fleet) -> None:

@@ -13,14 +13,16 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from p2p_ops.errors import BadInput
-from p2p_ops.spec.settings import (EngineSettings, InstanceSettings, PrometheusSettings, RouterSettings, Settings, StrictModel, VllmSettings)
+from p2p_ops.spec.layout import RESERVED_FOLDERS
+from p2p_ops.spec.settings import (EngineSettings, InstanceSettings, PrometheusSettings, RouterSettings, Settings,
+                                   StrictModel, VllmSettings)
 
 # Ids become file names and command arguments: keep them boring. Matched in full (`$` would let a trailing
 # newline through), never `.`/`..` (a folder outside the run folder).
 ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 # Folders the run layout itself uses next to the instances' folders: an instance of that name would overwrite
 # them (an instance `coordinator` would overwrite the coordinator's env.sh).
-RESERVED_IDS = ("coordinator", "prometheus", "tests", "bundles")
+RESERVED_IDS = RESERVED_FOLDERS
 
 
 def _check_id(value: str) -> str:

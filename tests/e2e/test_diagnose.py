@@ -114,7 +114,7 @@ def _plant_in_running_log(ctx) -> None:
     url = ctx.server_url(node, inst)
     requests.get(f"{url}/status", params={"hf_token": SECRETS["HF_TOKEN"], "api_key": SECRETS["OPENAI_API_KEY"]},
                  timeout=5)
-    with Path(ctx.server_proc(node, inst).log).open("a") as f:
+    with Path(ctx.proc("server", inst).log).open("a") as f:
         f.write(f"export AWS_SECRET_ACCESS_KEY={SECRETS['AWS_SECRET_ACCESS_KEY']}\n{PEM}\n")
 
 

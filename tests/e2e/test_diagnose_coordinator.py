@@ -53,7 +53,7 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     fleet_file = str(ctx.fleet_file)
     node_a, inst_a = ctx.fleet.instance("node-a-0")
     node_b, inst_b = ctx.fleet.instance("node-b-0")
-    b_log = Path(ctx.server_proc(node_b, inst_b).log)
+    b_log = Path(ctx.proc("server", inst_b).log)
     _wait_for("node-a-0 registered and node-b-0 failing to register", lambda: (
         lmcache_api.server_status(ctx.server_url(node_a, inst_a)).p2p_state == "registered"
         and "Coordinator registration/heartbeat failed" in b_log.read_text(errors="replace")))
@@ -74,7 +74,7 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     assert [f["subject"] for f in _findings(out, "registration")] == ["node-b-0"]
     assert not _findings(out, "coordinator")
 
-    assert procs.stop(ctx.conn(ctx.fleet.coordinator_node()), ctx.coordinator_proc()) == "stopped"
+    assert procs.stop(ctx.conn(ctx.fleet.coordinator_node()), ctx.proc("coordinator")) == "stopped"
     code, out, _ = p2pctl("doctor", "-f", fleet_file, "--json")
     [coord] = _findings(out, "coordinator")
     assert code == 1 and coord["severity"] == "error" and "not running" in coord["message"]

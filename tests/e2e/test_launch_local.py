@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 def _pids(ctx: FleetContext) -> list[int]:
     out = []
     for node in ctx.fleet.nodes:
-        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
+        for st in procs.states(ctx.conn(node), ctx.procs(node)):
             if st.pid:
                 out.append(st.pid)
     return out

@@ -25,7 +25,7 @@ def test_engine_killed_mid_stage_is_reported_as_failures_on_that_node(disposable
     out_dir = new_run_dir(fleet2.layout, "killed")
     opts = StressOptions(stages=["sustained"], sustained_s=12, sustained_concurrency=2, doc_tokens=512,
                          max_tokens=4, seed=99)
-    pid = procs.states(fleet2.conn(node), [fleet2.engine_proc(node, inst)])[0].pid
+    pid = procs.states(fleet2.conn(node), [fleet2.proc("engine", inst)])[0].pid
     assert pid
 
     def kill_later():

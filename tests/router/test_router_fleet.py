@@ -9,7 +9,6 @@ import pytest
 
 from p2p_ops.diagnose import bundle
 from p2p_ops.lifecycle import status as fleet_status, prometheus as prom
-from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.diagnose import doctor
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
@@ -37,7 +36,7 @@ def test_kv_aware_router_follows_the_engines_blocks(tmp_path):
         rep = fleet_status.report(ctx).to_json()
         assert rep["ready"] and rep["router"]["ready"], rep["router"]
         assert sorted(rep["router"]["workers"]) == sorted(ctx.engine_url(n, i) for n, i in ctx.fleet.instances())
-        pid = int(open(fleet_router.router_proc(ctx).pidfile).read())
+        pid = int(open(ctx.proc("router").pidfile).read())
         url, model = ctx.fleet.router_url, ctx.fleet.model
         doc = prompts.document(7, 1, 2048)
 

@@ -113,7 +113,7 @@ def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
     assert ("nodes/node-b/node-b-0/env.sh", "private_key") in red
     assert {k for w, k in red if w == "nodes/node-b/node-b-0/server.log"} >= {"bearer_token", "private_key"}
     unreachable = {u["what"] for u in manifest["unreachable"]}
-    assert "/status, /config, /metrics of node-a-0" in unreachable
+    assert "server /status, /config, /lmc_version, /version, /metrics of node-a-0" in unreachable
     assert "coordinator /healthz, /instances, /metrics" in unreachable
     assert all(s == "none" for s in manifest["processes"].values())
     assert manifest["doctor"]["exit_code"] == 0

@@ -7,17 +7,7 @@ import pytest
 from p2p_ops.lifecycle import dryrun, launch, procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.spec.model import Node
 from tests.conftest import write_local_fleet
-
-
-def test_up_says_kept_when_the_process_already_ran():
-    node = Node.model_validate({"name": "n", "address": "127.0.0.1", "instances": [
-        {"id": "n-0", "ports": {"mp": 5601, "http": 8081, "p2p": 8551, "engine": 8001}}]})
-    proc = procs.Proc(name="n-0/engine", workdir="/w", wrapper="/w/s.sh", log="/w/l", pidfile="/w/p", marker="m")
-    assert launch._started(proc, node, procs.ProcState("n-0/engine", "running", 7)) == "started n-0/engine on n"
-    kept = launch._started(proc, node, procs.ProcState("n-0/engine", "running", 7, kept=True))
-    assert kept.startswith("kept n-0/engine on n") and "pid 7" in kept and "started" not in kept
 
 
 @pytest.fixture
@@ -25,6 +15,15 @@ def ctx(tmp_path):
     c = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="plan"))
     yield c
     c.close()
+
+
+def test_up_says_kept_when_the_process_already_ran(ctx):
+    unit = ctx.unit("engine", "node-a-0")
+    proc = ctx.proc(unit)
+    started = launch._started(proc, unit, procs.ProcState(proc.name, "running", 7))
+    assert started == "started node-a-0/engine on node-a"
+    kept = launch._started(proc, unit, procs.ProcState(proc.name, "running", 7, kept=True))
+    assert kept.startswith("kept node-a-0/engine on node-a") and "pid 7" in kept and "started" not in kept
 
 
 def test_dry_run_honours_node_and_role(ctx):

@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+from p2p_ops.facts.logs import log_tail_fact
+from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.connectors.base import CommandFailed
@@ -58,7 +60,7 @@ def test_start_state_stop_roundtrip(tmp_path):
     assert not Path(proc.pidfile).exists()
     assert procs.stop(conn, proc) == "none"  # idempotent
     assert procs.states(conn, [proc])[0].state == "none"
-    assert "hello" in procs.log_tail(conn, proc.log)
+    assert "hello" in "\n".join(read_fact(conn, log_tail_fact(proc.log)))
 
 
 def test_process_ignoring_sigint_is_killed(tmp_path):
@@ -88,7 +90,7 @@ def test_dead_process_is_reported_dead(tmp_path):
     while procs.states(conn, [proc])[0].state == "running" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert procs.states(conn, [proc])[0].state == "dead"
-    assert "boom" in procs.log_tail(conn, proc.log)
+    assert "boom" in "\n".join(read_fact(conn, log_tail_fact(proc.log)))
     assert procs.stop(conn, proc) == "dead"
 
 

@@ -5,16 +5,20 @@ Add a check: an entry in `CHECKS` (or a `log:` signature in tree.yaml), then nam
 
 from __future__ import annotations
 
-import shlex
 from typing import Callable, Optional
 
 
+from p2p_ops.diagnose.redact import redact_text
+from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
 from p2p_ops.diagnose.tree.model import Tree
-from p2p_ops.diagnose.redact import redact_text
-from p2p_ops.endpoints import engine_api
-from p2p_ops.endpoints import lmcache_api
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.facts.logs import log_tail_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.facts.ucx_trace import parse_traces
+
+# How much of each server log the UCX trace check reads (UCX_LOG_LEVEL=info writes a few lines per endpoint).
+TRACE_TAIL_LINES = 20000
 
 _RUNNING_ONLY = {"coordinator", "coordinator_url", "registration", "p2p_state", "peer_count", "reach", "memlock",
                  "process", "server_http"}
@@ -179,16 +183,12 @@ def _env_ucx_rails(ev: Evidence) -> list[Observation]:
 
 
 def _trace_server_logs(ev: Evidence) -> list[Observation]:
-    from p2p_ops.diagnose.traces import trace_report
-    from p2p_ops.facts.ucx_trace import parse_traces
-
     if ev.ctx is None:
         return [Observation("trace:server_logs", "unknown", "fleet", "no fleet to check")]
     texts = []
-    for node, inst in ev.ctx.fleet.instances():
-        log = ev.ctx.server_proc(node, inst).log
-        res = ev.ctx.conn(node).run(f"tail -n 20000 {shlex.quote(log)} 2>/dev/null", timeout=30)
-        texts.append((f"{inst.id}/server.log", res.stdout))
+    for unit in ev.ctx.units(roles=("server",)):
+        lines = read_fact(ev.ctx.conn(unit.node), log_tail_fact(ev.ctx.proc(unit).log, TRACE_TAIL_LINES), timeout=30)
+        texts.append((f"{unit.folder}/server.log", "\n".join(lines)))
     rdma = any((n.rdma_devices or 0) > 0 for n in (ev.facts.nodes if ev.facts else []))
     report = trace_report(parse_traces(texts), expect_rdma=rdma)
     if not report.facts.get("endpoints") and not report.problems:

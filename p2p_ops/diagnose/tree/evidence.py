@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.connectors import Connector, LocalConnector
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.endpoints import metrics_api
+from p2p_ops.facts.logs import log_grep_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.units import LAUNCHED_ROLES
 
 LOG_MATCH_LIMIT = 5000
 STATUSES = ("problem", "info", "ok", "unknown")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -63,27 +63,18 @@ class Evidence:
     def logs(self) -> list[tuple[str, str, list[str]]]:
         """(label, role, matching lines) per log: one grep per log for the union of all signatures."""
         if self._logs is None:
-            self._logs = []
             patterns = [s.pattern for s in self.tree.signatures.values()]
-            grep = "grep -a -E " + " ".join(f"-e {shlex.quote(p)}" for p in patterns)
-            for label, role, conn, path in self._log_files():
-                res = conn.run(f"{grep} {shlex.quote(path)} 2>/dev/null | tail -n {LOG_MATCH_LIMIT}", timeout=30)
-                lines = [_ANSI.sub("", ln) for ln in res.stdout.splitlines()]
-                self._logs.append((label, role, lines))
+            self._logs = [(label, role, read_fact(conn, log_grep_fact(path, patterns, LOG_MATCH_LIMIT), timeout=30))
+                          for label, role, conn, path in self._log_files()]
         return self._logs
 
-    def _log_files(self):
-        from p2p_ops.connectors import LocalConnector
-
+    def _log_files(self) -> list[tuple[str, str, Connector, str]]:
+        """(label, role, connector, path) of every unit's log, then the --log files (read on this machine)."""
         out = []
         if self.ctx is not None:
-            ctx = self.ctx
-            cnode = ctx.fleet.coordinator_node()
-            out.append(("coordinator/coordinator.log", "coordinator", ctx.conn(cnode), ctx.coordinator_proc().log))
-            for node, inst in ctx.fleet.instances():
-                for role in ("server", "engine"):
-                    proc = ctx.server_proc(node, inst) if role == "server" else ctx.engine_proc(node, inst)
-                    out.append((f"{inst.id}/{role}.log", role, ctx.conn(node), proc.log))
+            for unit in self.ctx.units(roles=LAUNCHED_ROLES):
+                out.append((f"{unit.folder}/{unit.role}.log", unit.role, self.ctx.conn(unit.node),
+                            self.ctx.proc(unit).log))
         local = LocalConnector()
         out += [(str(p), "any", local, str(p)) for p in self.extra_logs]
         return out

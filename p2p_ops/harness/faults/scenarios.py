@@ -208,10 +208,10 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("peer_server_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.server_proc(*_b(ctx)))),
+    Scenario("peer_server_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.proc("server", _b(ctx)[1]))),
     Scenario("coordinator_restart",
-             lambda ctx, o, seed: Kill(ctx, ctx.fleet.coordinator_node(), ctx.coordinator_proc())),
-    Scenario("engine_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.engine_proc(*_b(ctx)),
+             lambda ctx, o, seed: Kill(ctx, ctx.fleet.coordinator_node(), ctx.proc("coordinator"))),
+    Scenario("engine_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.proc("engine", _b(ctx)[1]),
                                                           dead_engine=ctx.engine_url(*_b(ctx)))),
     Scenario("link_cut", lambda ctx, o, seed: LinkCut(ctx, o), needs_net=True),
     Scenario("slow_peer", lambda ctx, o, seed: SlowPeer(ctx, o, seed), needs_net=True),

@@ -29,7 +29,7 @@ from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.spec.model import Fleet, Node
-from p2p_ops.spec.ports import port_plan
+from p2p_ops.spec.units import port_plan
 from p2p_ops.lifecycle.render import bin_dir_for
 
 
@@ -77,7 +77,7 @@ class NodeProbe:
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
-    """(port, role, bind address) of everything the fleet will listen on at this node (`ports.port_plan`)."""
+    """(port, role, bind address) of everything the fleet will listen on at this node (`units.port_plan`)."""
     return [(p.port, p.role, p.bind) for p in port_plan(fleet) if p.node == node.name]
 
 
@@ -116,7 +116,7 @@ def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
         conn = ctx.conn(node)
         facts = node_facts(node_python(node), str(lay.root), model)
         read = read_node(conn, facts, timeout=90)
-        ours = {st.pid: st.name for st in procs.states(conn, ctx.node_procs(node))
+        ours = {st.pid: st.name for st in procs.states(conn, ctx.procs(node))
                 if st.running and st.pid is not None}
     except Exception as exc:  # noqa: BLE001 - one host's failure is that host's result
         result.error = str(exc)
