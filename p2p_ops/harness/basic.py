@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.diagnose import peer_settings as consistency
+from p2p_ops.diagnose import peer_settings
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
@@ -190,7 +190,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
 def likely_cause(ctx: FleetContext, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
     if not (r_a.ok and r_b.ok):
         return "requests failed: check the engines (`p2pctl status`, engine.log)"
-    found = consistency.mismatches(consistency.collect(ctx))
+    found = peer_settings.mismatches(peer_settings.collect(ctx))
     if found:
         return "; ".join(m.describe() for m in found)
     st = lmcache_api.server_status(ctx.server_url(nb, ib))

@@ -2,7 +2,7 @@
 
 Every chunk key LMCache computes depends on the hash seed, the chunk size, the hash algorithm and the model; a
 peer that differs in any of them finds nothing on the others and reports no error. This list is the single
-source: `validate` refuses a per-instance override of a spec setting here (`FLEET_WIDE_ONLY`), `consistency`
+source: `validate` refuses a per-instance override of a spec setting here (`FLEET_WIDE_ONLY`), `diagnose.peer_settings`
 (used by `test basic`) and `doctor` read each peer's value and call `disagreements`.
 """
 

@@ -1,5 +1,5 @@
 """The fleet spec's topology: nodes, their instances and ports, the coordinator, and the `Fleet` that holds them
-with its settings sections (fleet_settings) and the views derived from them (who runs where, which URL).
+with its settings sections (`spec.settings`) and the views derived from them (who runs where, which URL).
 
 Loading a file and the checks that span fields live in fleet, the module callers import from.
 """

@@ -1,7 +1,7 @@
 """The fleet spec's settings sections: LMCache settings (fleet-wide and per instance), the embedded engine,
 vLLM, Prometheus and the router. Strict models: an unknown key, a bad value or a control character is refused.
 
-The topology (nodes, instances, ports, the coordinator) is in fleet_spec; loading and the cross-field checks in
+The topology (nodes, instances, ports, the coordinator) is in `spec.model`; loading and the cross-field checks in
 fleet, the module callers import from.
 """
 

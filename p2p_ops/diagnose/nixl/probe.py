@@ -4,7 +4,7 @@
 (`p2p_ops.diagnose.nixl.peer`) with that environment plus `UCX_LOG_LEVEL=info` and `UCX_PROTO_INFO=y`, which
 make UCX log its endpoint configurations and protocol tables. The result says whether the READ worked, how many
 bytes were verified, the median throughput, the transports and READ path UCX picked (parsed with
-`p2p_ops.facts.ucx_trace`), and on failure the exception mapped to cause and fix (`nixl_failures`).
+`p2p_ops.facts.ucx_trace`), and on failure the exception mapped to cause and fix (`diagnose.nixl.failures`).
 
 Two agents on one host talk intra-node (cma/shared memory) unless UCX_TLS excludes those; to exercise a NIC,
 pass e.g. `UCX_TLS=rc,self` or `UCX_TLS=tcp` with `UCX_NET_DEVICES` naming it.

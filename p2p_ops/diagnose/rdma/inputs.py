@@ -1,6 +1,6 @@
 """What the RDMA readiness checks look at (`RdmaInputs`), and `gather_rdma`, which reads it from a host view.
 
-The checks (`p2p_ops.diagnose.rdma.check`, `rdma_host`) are pure functions of these inputs, so the same checks run on
+The checks (`p2p_ops.diagnose.rdma.check`, `host_checks`) are pure functions of these inputs, so the same checks run on
 the live host, on a fixture tree and on a bundle's snapshot.
 """
 

@@ -43,7 +43,7 @@ def _describe_check(tree: Tree, check: str) -> str:
 def render_markdown(tree: Tree) -> str:
     """references/decision-tree.md, generated: `p2pctl diagnose --markdown > <that file>`."""
     out = ["# Decision tree: symptom -> checks -> cause -> fix", "",
-           "<!-- Generated from p2p_ops/diagnose/tree.yaml by `p2pctl diagnose --markdown`; do not edit by hand. -->",
+           "<!-- Generated from p2p_ops/diagnose/tree/tree.yaml by `p2pctl diagnose --markdown`; do not edit by hand. -->",
            "", "Run `scripts/diagnose.sh \"SYMPTOM\"` (or `p2pctl diagnose \"SYMPTOM\" -f fleet.yaml`): it walks the "
            "steps below in order, runs the automated checks of each step and prints what it found, the cause and "
            "the fix. `doctor:*` checks are findings of `scripts/doctor.sh`.", "", "## Symptoms", ""]
