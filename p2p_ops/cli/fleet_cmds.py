@@ -13,7 +13,7 @@ from p2p_ops.cli.output import console, show, emit_json, err_console
 from p2p_ops.cli.output import progress as _progress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
-from p2p_ops.spec.starter import dump_yaml, local_fleet
+from p2p_ops.spec.starter import DEFAULT_MODEL_DIR, DEFAULT_VLLM_VENV, dump_yaml, local_fleet, vllm_paths
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.ports import default_base
 
@@ -47,11 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local", type=int, metavar="N", required=True, help="N single-instance nodes on 127.0.0.1")
     p.add_argument("--name", default="local", help="fleet name (default: local)")
     p.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
-    p.add_argument("--model-path", default="models/tiny-llama",
-                   help="runtime vllm: the model folder vLLM loads (default: ./models/tiny-llama, made by "
-                        "`p2pctl make-model`)")
-    p.add_argument("--vllm-venv", default=".venv-vllm",
-                   help="runtime vllm: the venv holding vLLM (default: ./.venv-vllm, made by `make setup-vllm`)")
+    p.add_argument("--model-path", default=None,
+                   help=f"runtime vllm: the model folder vLLM loads (default: {DEFAULT_MODEL_DIR} beside the fleet "
+                        "file, made by `p2pctl make-model`); written as an absolute path")
+    p.add_argument("--vllm-venv", default=None,
+                   help=f"runtime vllm: the venv holding vLLM (default: {DEFAULT_VLLM_VENV}, made by "
+                        "`make setup-vllm`); written as an absolute path")
     p.add_argument("--port-offset", type=int, default=0,
                    help="add this to every default port (run several fleets side by side)")
     p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
@@ -104,9 +105,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not args.force:
         raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
+    if not out.parent.is_dir():
+        raise BadInput(f"-o {out}: folder {out.parent} does not exist; create it or write elsewhere")
     off = args.port_offset
     base = default_base(off)
-    vllm = {"model_path": str(Path(args.model_path).resolve()), "venv": str(Path(args.vllm_venv).resolve())}
+    vllm = vllm_paths(out, args.model_path, args.vllm_venv)
     data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime, vllm=vllm,
                        cpu_count=os.cpu_count() or 1)
     for port in base.values():
@@ -120,7 +123,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     missing = []
     if args.runtime == "vllm":
         missing = [f"{need} does not exist yet; make it with `{hint}`" for need, hint in (
-            (Path(vllm["model_path"]) / "config.json", f"p2pctl make-model {args.model_path}"),
+            (Path(vllm["model_path"]) / "config.json", f"p2pctl make-model {vllm['model_path']}"),
             (Path(vllm["venv"]) / "bin" / "python", "make setup-vllm")) if not need.exists()]
     if args.json:
         emit_json({"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,

@@ -81,6 +81,7 @@ def _cross_checks(fleet: Fleet) -> None:
                        "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
     _vllm_checks(fleet)
+    _engine_checks(fleet)
     seen_ids: dict[str, str] = {}
     for ni, node in enumerate(fleet.nodes):
         for ii, inst in enumerate(node.instances):
@@ -139,13 +140,35 @@ def _vllm_checks(fleet: Fleet) -> None:
     paths = [("vllm.venv", v.venv), ("vllm.model_path", v.model_path)]
     paths += [(f"nodes[{ni}].vllm_venv", n.vllm_venv) for ni, n in enumerate(fleet.nodes)]
     for where, value in paths:
-        relative = value.startswith(("./", "../", "~")) or value in (".", "..")
-        if where.endswith("venv") and value and not value.startswith("/") or relative:
+        if _relative(where, value):
+            absolute = str(Path(value).expanduser().resolve())
             raise BadInput(f"{where}: {value!r} is relative; use an absolute path (engines start in their own "
-                           "run folders)")
+                           f"run folders), e.g. {absolute!r}")
     for flag in ("--host", "--port", "--kv-transfer-config", "--served-model-name", "--model"):
         if any(a == flag or a.startswith(flag + "=") for a in v.args):
             raise BadInput(f"vllm.args: {flag} is set by p2pctl from the fleet spec; remove it from vllm.args")
+
+
+def _relative(where: str, value: str) -> bool:
+    if not value or value.startswith("/"):
+        return False
+    if where.endswith("venv"):
+        return True
+    # vllm.model_path may be a hub id (`name` or `owner/name`) as well as a folder: anything else that is not
+    # absolute is a relative path, and so is an id-shaped one that names something in the current folder
+    # (`models/tiny-llama`), which vLLM, started elsewhere, would look up on the hub.
+    return (value.startswith(("./", "../", "~")) or value in (".", "..") or value.count("/") > 1
+            or Path(value).exists())
+
+
+def _engine_checks(fleet: Fleet) -> None:
+    if fleet.runtime != "embedded":
+        return
+    chunk, block = fleet.settings.chunk_size, fleet.engine.block_size
+    if chunk % block:
+        near = block * max(1, round(chunk / block))
+        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of engine.block_size {block}; the engine "
+                       f"stores whole blocks per chunk, so use a multiple such as {near}")
 
 
 CPUS_PATTERN = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")

@@ -8,9 +8,12 @@ fleet, the module callers import from.
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
+
+from p2p_runtime.config import ConfigError, EngineConfig, flag_type
 
 # Flags start_server.sh already passes from the spec: settings.server_extra_args may not repeat them (the
 # consistency checks read the spec, so a second value on the command line would hide from them).
@@ -122,24 +125,76 @@ class InstanceSettings(StrictModel):
     shm_transport: Optional[bool] = None
 
 
-class EngineSettings(StrictModel):
-    """The embedded CPU engine (runtime: embedded). Ignored by runtime: vllm."""
+# The embedded engine's flags (p2p_runtime.config.EngineConfig) are the one source of the `engine:` section:
+# every EngineConfig field is either filled by p2pctl from another part of the spec (below, with where it comes
+# from; start_engine.sh passes each) or a key of `engine:` with the engine's own default. A new engine flag thus
+# shows up in the spec, env.sh and the start line by itself (tests/unit/test_engine_settings_agree.py).
+ENGINE_FROM_FLEET = {
+    "host": "nodes[].bind (else nodes[].address)",
+    "port": "instances[].ports.engine",
+    "served_model_name": "model",
+    "lmcache_url": "the instance's own lmcache server (instances[].ports.mp)",
+    "instance_id": "instances[].id",
+    "chunk_size": "settings.chunk_size",
+    "kv_events_config": "router.kv_events",
+    "api_key": "api_key (env.sh's P2P_ENGINE_API_KEY, never on a command line)",
+}
+# The spec's limits where they are tighter than the engine's (a fleet file should not ask for 1000 layers);
+# everything the engine itself refuses is refused at validation too (EngineSection._engine_accepts).
+_ENGINE_LIMITS: dict[str, dict[str, Any]] = {
+    "num_layers": dict(ge=1, le=64), "num_heads": dict(ge=1, le=64), "head_size": dict(ge=4, le=512),
+    "vocab_size": dict(ge=259, le=65536), "max_model_len": dict(ge=256), "block_size": dict(ge=1, le=1024),
+    "num_blocks": dict(ge=16), "max_num_seqs": dict(ge=1, le=4096), "threads": dict(ge=1, le=64),
+    "prefill_us_per_token": dict(ge=0), "decode_ms_per_token": dict(ge=0), "load_us_per_token": dict(ge=0),
+    "timing_jitter": dict(ge=0),
+}
+_ENGINE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
-    model_seed: int = 1234
-    num_layers: int = Field(2, ge=1, le=64)
-    num_heads: int = Field(4, ge=1, le=64)
-    head_size: int = Field(32, ge=4, le=512)
-    vocab_size: int = Field(384, ge=259, le=65536)
-    max_model_len: int = Field(8192, ge=256)
-    block_size: int = Field(16, ge=1, le=1024)
-    num_blocks: int = Field(2048, ge=16)
-    threads: int = Field(1, ge=1, le=64)
-    # GPU timing emulation (off when all are 0).
-    prefill_us_per_token: float = Field(0.0, ge=0)
-    decode_ms_per_token: float = Field(0.0, ge=0)
-    load_us_per_token: float = Field(0.0, ge=0)
-    timing_jitter: float = Field(0.0, ge=0, le=1)
-    timing_seed: int = 0
+
+def engine_env_name(key: str) -> str:
+    """The env.sh variable that carries engine.<key> to start_engine.sh."""
+    return "P2P_ENGINE_" + key.upper()
+
+
+class EngineSection(StrictModel):
+    """What the `engine:` section can do beyond its fields (EngineSettings adds them from EngineConfig)."""
+
+    @model_validator(mode="after")
+    def _engine_accepts(self) -> "EngineSection":
+        try:
+            self.config()
+        except ConfigError as exc:
+            # The engine names its flags (--num-blocks); the spec's reader knows engine.num_blocks.
+            raise ValueError(_ENGINE_FLAG.sub(self._spec_key, str(exc))) from None
+        return self
+
+    @classmethod
+    def _spec_key(cls, m: re.Match[str]) -> str:
+        key = m.group(1).replace("-", "_")
+        return f"engine.{key}" if key in cls.model_fields else m.group(0)
+
+    def config(self, **from_fleet: Any) -> EngineConfig:
+        """The engine's config for these settings plus what the fleet fills in (ENGINE_FROM_FLEET keys)."""
+        return EngineConfig(**self.model_dump(), **from_fleet)
+
+    def env(self) -> dict[str, Any]:
+        """env.sh's engine variables, in EngineConfig order."""
+        return {engine_env_name(k): v for k, v in self.model_dump().items()}
+
+    def flags(self) -> list[tuple[str, str]]:
+        """(flag, env.sh variable) for every key: the arguments start_engine.sh passes from env.sh."""
+        return [("--" + k.replace("_", "-"), engine_env_name(k)) for k in type(self).model_fields]
+
+
+def _engine_field(f: Any) -> tuple[type, Any]:
+    return flag_type(f), Field(f.default, **_ENGINE_LIMITS.get(f.name, {}))
+
+
+EngineSettings = create_model(
+    "EngineSettings", __base__=EngineSection, __module__=__name__,
+    __doc__="The embedded CPU engine (runtime: embedded): EngineConfig's fields and defaults. Ignored by "
+            "runtime: vllm.",
+    **{f.name: _engine_field(f) for f in fields(EngineConfig) if f.name not in ENGINE_FROM_FLEET})
 
 
 class VllmSettings(StrictModel):
@@ -150,11 +205,12 @@ class VllmSettings(StrictModel):
     """
 
     device: Literal["cuda", "cpu"] = "cuda"
-    # What vLLM loads (a local folder, or a hub id on nodes that can download); empty = the fleet's `model`.
+    # What vLLM loads (an absolute folder, or a hub id on nodes that can download); empty = the fleet's `model`.
     # The fleet's `model` stays the served name that clients and the harness ask for.
     model_path: str = ""
-    # The venv that holds vLLM on every node (a node's `vllm_venv` overrides it); empty = the node's `venv`.
-    # vLLM gets a venv of its own so that its pins never move the lmcache servers' (see `make setup-vllm`).
+    # The venv that holds vLLM on every node, absolute (a node's `vllm_venv` overrides it); empty = the node's
+    # `venv`. vLLM gets a venv of its own so that its pins never move the lmcache servers' (`make setup-vllm`).
+    # Paths must be absolute because engines start in their own run folders (spec.load refuses relative ones).
     venv: str = ""
     max_model_len: Optional[int] = Field(None, ge=256)
     # vLLM's KV block size; LMCache's chunk size must be a multiple of it. Empty = vLLM's own default (16 on

@@ -3,11 +3,14 @@ loopback, as plain data ready for YAML."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
 from p2p_ops.errors import BadInput
+from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec import ports as port_defaults
 from p2p_ops.spec.settings import EngineSettings, Settings, VllmSettings
 
@@ -52,6 +55,22 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
         data["engine"] = EngineSettings().model_dump()
     data["nodes"] = nodes
     return data
+
+
+# `init --runtime vllm`'s defaults: the venv `make setup-vllm` makes in the checkout, and the model folder
+# `p2pctl make-model` is told to make beside the fleet file.
+DEFAULT_VLLM_VENV = CHECKOUT / ".venv-vllm"
+DEFAULT_MODEL_DIR = "models/tiny-llama"
+
+
+def vllm_paths(fleet_file: Path, model_path: Optional[str] = None, venv: Optional[str] = None) -> dict[str, str]:
+    """Absolute `vllm.model_path` and `vllm.venv` for a starter fleet, so the file means the same wherever it is
+    read from (engines start in their own run folders). Paths given on the command line are taken from the
+    current folder, as the shell that typed them does; the defaults are DEFAULT_VLLM_VENV and DEFAULT_MODEL_DIR
+    in the fleet file's folder."""
+    model = Path(model_path) if model_path else fleet_file.parent / DEFAULT_MODEL_DIR
+    env = Path(venv) if venv else DEFAULT_VLLM_VENV
+    return {"model_path": os.path.abspath(model.expanduser()), "venv": os.path.abspath(env.expanduser())}
 
 
 def dump_yaml(data: dict[str, Any]) -> str:
