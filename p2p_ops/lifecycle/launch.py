@@ -336,3 +336,8 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
     for name, what in outcome.items():
         progress(f"{name}: {what}")
     return outcome
+
+
+def down_errors(outcome: dict[str, str]) -> list[str]:
+    """What `down` could not stop (a process, or a node's role it could not reach): a failed `down`."""
+    return [name for name, what in outcome.items() if what.startswith("error")]

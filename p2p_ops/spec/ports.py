@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from p2p_ops.errors import BadInput
 from p2p_ops.spec.model import Coordinator, Fleet
 
 # The ports every instance has (fleet_spec.Ports), in the order plans list them.
@@ -81,3 +82,9 @@ def port_plan(fleet: Fleet) -> list[PlannedPort]:
             out.append(PlannedPort(node.name, replay, f"{inst.id} kv-events replay", node.bind_host, inst.id,
                                    "kv_events_replay"))
     return out
+
+
+def check_local_base(base: dict[str, int], n: int, offset: int) -> None:
+    """A starter fleet of n instances on `base` (default ports + offset) keeps every port within 1..65535."""
+    if any(not 1 <= port <= 65535 - n - 1 for port in base.values()):
+        raise BadInput(f"--port-offset {offset}: puts ports out of range; choose a smaller offset")
