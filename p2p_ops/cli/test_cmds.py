@@ -85,6 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="comma list of peer_server_killed,coordinator_restart,engine_killed,link_cut,slow_peer,"
                          "l1_full (default: all this fleet allows; link_cut and slow_peer need SSH nodes with "
                          "their own interface and are listed as skipped otherwise)")
+    add_json_arg(fa)
     fa.set_defaults(handler=cmd_faults)
 
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
@@ -242,9 +243,13 @@ def cmd_faults(args: argparse.Namespace) -> int:
         out_dir = new_run_dir(ctx.layout, "faults")
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
                                     explicit=args.scenarios is not None)
+    ok = faults.passed(results)
+    if args.json:
+        emit_json({"run_dir": str(out_dir), "table": str(out_dir / "faults.md"), "passed": ok,
+                   "scenarios": [f.to_json() for f in results]})
+        return EXIT_OK if ok else EXIT_CHECK_FAILED
     console.print(faults.table_markdown(results, opts), markup=False)
     console.print(f"table: {out_dir / 'faults.md'}")
-    ok = faults.passed(results)
     console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the table's notes)")
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 

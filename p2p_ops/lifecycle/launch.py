@@ -293,3 +293,8 @@ def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, st
         else:
             out.update(res)  # type: ignore[arg-type]
     return out
+
+
+def down_errors(outcome: dict[str, str]) -> list[str]:
+    """What `down` could not stop (a process, or a node's role it could not reach): a failed `down`."""
+    return [name for name, what in outcome.items() if what.startswith("error")]

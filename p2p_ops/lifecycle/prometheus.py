@@ -92,3 +92,10 @@ def down(ctx: FleetContext) -> str:
 
 def running(ctx: FleetContext) -> bool:
     return procs.states(ctx.conn(None), [ctx.proc("prometheus")])[0].running
+
+
+def state(ctx: FleetContext) -> str:
+    """ready (answers /-/ready), not ready (its process runs but does not answer yet) or not running."""
+    if not running(ctx):
+        return "not running"
+    return "ready" if ready(ctx) else "not ready"

@@ -54,6 +54,19 @@ class InstanceReport:
             return "engine is degraded: its lmcache server is unreachable (serving without the cache)"
         return "ok"
 
+    @property
+    def engine_degraded(self) -> bool:
+        """The engine serves without its lmcache server (it recomputes), so it shares nothing meanwhile."""
+        return self.engine_healthy and self.engine_lmcache == "disconnected"
+
+    @property
+    def engine_health(self) -> str:
+        """The engine's health in a few words: healthy, degraded (and why), or its process state when it does
+        not answer /health."""
+        if not self.engine_healthy:
+            return self.engine_proc
+        return "degraded: lmcache unreachable" if self.engine_degraded else "healthy"
+
 
 @dataclass
 class FleetReport:
@@ -86,6 +99,7 @@ class FleetReport:
                 "p2p_state": i.server.p2p_state, "peer_count": i.server.peer_count, "peers": i.server.peers,
                 "l1_used_bytes": i.server.l1_used, "l1_total_bytes": i.server.l1_total,
                 "engine_healthy": i.engine_healthy, "engine_lmcache": i.engine_lmcache,
+                "engine_health": i.engine_health,
                 "ready": i.ready(self.expected_peers),
                 "problem": i.problem(self.expected_peers),
             } for i in self.instances],

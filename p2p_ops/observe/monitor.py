@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
-
+from p2p_ops.errors import CouldNotRun
+from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.endpoints import metrics_api
 
@@ -180,3 +181,35 @@ def render_table(frames: list[NodeFrame], source: str):
                       pct(f.l1_usage_ratio), f"{f.running:g}", f"{f.waiting:g}", ms(f.ttft_p50_s),
                       ms(f.ttft_p99_s))
     return table
+
+
+def rate_window(interval_s: float) -> float:
+    """Seconds between the two scrapes of a direct frame: the frame interval, kept within 0.5..5 s so a rate
+    is neither noise nor a long stall."""
+    return max(0.5, min(interval_s, 5.0))
+
+
+def frame(ctx: FleetContext, source: str, window_s: float) -> tuple[list[NodeFrame], str]:
+    """One frame and where it came from. source auto: the fleet's Prometheus when it answers, else /metrics
+    directly; prometheus: that or CouldNotRun; direct: /metrics."""
+    if source in ("auto", "prometheus") and prom.ready(ctx):
+        return frame_prometheus(prom.url(ctx), ctx), f"prometheus {prom.url(ctx)}"
+    if source == "prometheus":
+        raise CouldNotRun(f"no Prometheus answers at {prom.url(ctx)}; start it with `p2pctl prometheus up`")
+    return frame_direct(ctx, window_s), "direct /metrics"
+
+
+def frames(ctx: FleetContext, source: str, interval_s: float, count: int) -> Iterator[tuple[list[NodeFrame], str]]:
+    """`count` frames (at least one), one every interval_s, each with its source: a direct frame spends its rate window
+    scraping, so only a Prometheus one waits the interval before the next."""
+    window, label = rate_window(interval_s), ""
+    for i in range(max(count, 1)):
+        if i and label.startswith("prometheus"):
+            time.sleep(interval_s)
+        got, label = frame(ctx, source, window)
+        yield got, label
+
+
+def all_up(frames: list[NodeFrame]) -> bool:
+    """Every instance answered its scrape."""
+    return all(f.up for f in frames)

@@ -6,6 +6,7 @@ What a fleet listens on where, and which unit owns each port, is `spec.units.por
 
 from __future__ import annotations
 
+from p2p_ops.errors import BadInput
 from p2p_ops.spec.model import Coordinator, Ports
 
 # The ports every instance has (`spec.model.Ports`: mp, http, p2p, engine); all but the engine's are its server's.
@@ -30,3 +31,9 @@ def local_instance_ports(base: dict[str, int], index: int) -> dict[str, int]:
 def local_fleet_ports(base: dict[str, int], n: int) -> list[int]:
     """Every port a local starter fleet of n instances listens on."""
     return [base["coordinator"]] + [port for i in range(n) for port in local_instance_ports(base, i).values()]
+
+
+def check_local_base(base: dict[str, int], n: int, offset: int) -> None:
+    """A starter fleet of n instances on `base` (default ports + offset) keeps every port within 1..65535."""
+    if any(not 1 <= port <= 65535 - n - 1 for port in base.values()):
+        raise BadInput(f"--port-offset {offset}: puts ports out of range; choose a smaller offset")

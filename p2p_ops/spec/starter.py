@@ -75,3 +75,21 @@ def vllm_paths(fleet_file: Path, model_path: Optional[str] = None, venv: Optiona
 
 def dump_yaml(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+HEADER = ("# Fleet spec written by `p2pctl init`. Edit freely; `p2pctl validate` checks it.\n"
+          "# settings: must be identical across peers (instances may override only l1_size_gb, eviction,\n"
+          "# timeouts, heartbeat, log level, nice and UCX settings under instances[].settings).\n")
+
+
+def starter_yaml(data: dict[str, Any]) -> str:
+    """The fleet file `p2pctl init` writes: a header saying what may differ across peers, then the spec."""
+    return HEADER + dump_yaml(data)
+
+
+def vllm_missing(model_path: str, venv: str) -> list[str]:
+    """What a vLLM starter fleet still lacks on this machine, each with the command that makes it (paths as
+    the user gave them, relative to the current folder)."""
+    return [f"{need} does not exist yet; make it with `{hint}`" for need, hint in (
+        (Path(model_path).resolve() / "config.json", f"p2pctl make-model {model_path}"),
+        (Path(venv).resolve() / "bin" / "python", "make setup-vllm")) if not need.exists()]

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from p2p_ops.diagnose.nixl.failures import classify
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.facts.ucx_trace import TraceSummary, parse_traces
 
 # Always set for the agents: the probe's transport report depends on these log lines.
@@ -73,6 +74,13 @@ class ProbeResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def exit_code(self) -> int:
+        """0 the READ worked, 1 it failed, 2 it could not run here (NIXL is not installed)."""
+        if self.failure and self.failure.rule == "nixl_missing":
+            return EXIT_BAD_INPUT
+        return EXIT_OK if self.ok else EXIT_CHECK_FAILED
 
 
 def candidate_env(options: ProbeOptions) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Optional
 
 from p2p_ops.lifecycle import procs
 from p2p_ops.connectors.base import Result
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.gpus import GPUS, Gpu
@@ -70,9 +71,15 @@ class NodeProbe:
     def ok(self) -> bool:
         return self.error is None and not self.problems
 
+    @property
+    def verdict(self) -> str:
+        """unreachable (the node could not be probed at all), ok (warnings allowed) or problems."""
+        return "unreachable" if self.error else "ok" if self.ok else "problems"
+
     def to_json(self) -> dict:
         data = asdict(self)
         data["ok"] = self.ok
+        data["verdict"] = self.verdict
         return data
 
 
@@ -156,3 +163,15 @@ def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, Node
             NodeProbe(node.name, node.address, node.connection, error=str(res))
     judge_fleet(ctx.fleet, probes)
     return probes
+
+
+def fleet_ok(probes: dict[str, NodeProbe]) -> bool:
+    return all(p.ok for p in probes.values())
+
+
+def fleet_exit_code(probes: dict[str, NodeProbe]) -> int:
+    """2 when a node could not be probed (unreachable, authentication, host key), 1 when a node has problems,
+    0 when every node is ready."""
+    if any(p.error for p in probes.values()):
+        return EXIT_BAD_INPUT
+    return EXIT_OK if fleet_ok(probes) else EXIT_CHECK_FAILED
