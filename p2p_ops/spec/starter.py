@@ -88,8 +88,8 @@ def starter_yaml(data: dict[str, Any]) -> str:
 
 
 def vllm_missing(model_path: str, venv: str) -> list[str]:
-    """What a vLLM starter fleet still lacks on this machine, each with the command that makes it (paths as
-    the user gave them, relative to the current folder)."""
+    """What a vLLM starter fleet still lacks on this machine, each with the command that makes it (the paths
+    `vllm_paths` wrote, absolute)."""
     return [f"{need} does not exist yet; make it with `{hint}`" for need, hint in (
         (Path(model_path).resolve() / "config.json", f"p2pctl make-model {model_path}"),
         (Path(venv).resolve() / "bin" / "python", "make setup-vllm")) if not need.exists()]
