@@ -93,3 +93,14 @@ def p2pctl(capsys):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def fakes(tmp_path):
+    """Scripted fake connectors and fleets reached through them (tests/support/fake_connector.py); on teardown
+    every fake must have run all its declared commands and no undeclared one."""
+    from tests.support.fake_connector import Fakes
+
+    made = Fakes(tmp_path)
+    yield made
+    made.verify()

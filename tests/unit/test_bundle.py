@@ -29,12 +29,16 @@ def plant_env(env_sh: Path) -> None:
     env_sh.write_text(env_sh.read_text() + "\n".join(lines) + "\n")
 
 
+# Log lines that carry credentials, as a server may print them.
+LOG_SECRETS = ("[2026-11-30 02:28:01,789] LMCache INFO: headers Authorization: Bearer PLANTEDbearer0123456789ab\n"
+               f"[2026-11-30 02:28:01,790] LMCache WARNING: env OPENAI_API_KEY={SECRETS['OPENAI_API_KEY']}\n"
+               f"aws_secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
+               f"token {SECRETS['HF_TOKEN']} used\n{PEM}\n")
+
+
 def plant_log(log: Path) -> None:
     with log.open("a") as f:
-        f.write("[2026-11-30 02:28:01,789] LMCache INFO: headers Authorization: Bearer PLANTEDbearer0123456789ab\n"
-                f"[2026-11-30 02:28:01,790] LMCache WARNING: env OPENAI_API_KEY={SECRETS['OPENAI_API_KEY']}\n"
-                f"aws_secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
-                f"token {SECRETS['HF_TOKEN']} used\n{PEM}\n")
+        f.write(LOG_SECRETS)
 
 
 def unpack(path: Path, dest: Path) -> tuple[Path, dict]:

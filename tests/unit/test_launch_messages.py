@@ -1,10 +1,10 @@
-"""What `up` says about each process, and what `up --dry-run` plans with --node / --role / --no-render."""
+"""What `up --dry-run` plans with --node / --role / --no-render (what `up` itself says: test_launch_ops.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from p2p_ops.lifecycle import dryrun, launch, procs
+from p2p_ops.lifecycle import dryrun, launch
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from tests.conftest import write_local_fleet
@@ -15,15 +15,6 @@ def ctx(tmp_path):
     c = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="plan"))
     yield c
     c.close()
-
-
-def test_up_says_kept_when_the_process_already_ran(ctx):
-    unit = ctx.unit("engine", "node-a-0")
-    proc = ctx.proc(unit)
-    started = launch._started(proc, unit, procs.ProcState(proc.name, "running", 7))
-    assert started == "started node-a-0/engine on node-a"
-    kept = launch._started(proc, unit, procs.ProcState(proc.name, "running", 7, kept=True))
-    assert kept.startswith("kept node-a-0/engine on node-a") and "pid 7" in kept and "started" not in kept
 
 
 def test_dry_run_honours_node_and_role(ctx):

@@ -138,20 +138,3 @@ def test_no_pidfile_message_runs_nothing_from_the_path(tmp_path):
         assert f"no pidfile written by {proc.wrapper}" in str(exc)
     assert not canary.exists()
 
-
-def test_up_has_an_overall_deadline(tmp_path, monkeypatch):
-    """Slow remote steps (each within its own timeout) cannot add up beyond `up`'s deadline."""
-    import pytest
-
-    from p2p_ops.lifecycle import launch
-    from p2p_ops.lifecycle.context import FleetContext
-    from p2p_ops.errors import CouldNotRun
-    from tests.conftest import write_local_fleet
-
-    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="deadline"))
-    monkeypatch.setattr(launch, "preflight", lambda *a, **k: time.sleep(0.3))  # a slow node
-    started = []
-    monkeypatch.setattr(launch.procs, "start", lambda *a, **k: started.append(a))
-    with pytest.raises(CouldNotRun, match="overall deadline of 0 s"):
-        launch.up(ctx, deadline_s=0.2)
-    assert started == []  # nothing was started after the deadline passed
