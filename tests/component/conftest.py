@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,14 @@ import urllib.request
 import httpx
 import pytest
 
+from p2p_ops.lifecycle.free_ports import free_port
+
 BIN = Path(sys.executable).parent
 LMCACHE = BIN / "lmcache"
 READY_RE = re.compile(r"engine ready on http://([\d.]+):(\d+)")
 
 ENV = {**os.environ, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1",
        "LMCACHE_DISABLE_BANNER": "1", "PYTHONWARNINGS": "ignore"}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

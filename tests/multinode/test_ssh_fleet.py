@@ -89,9 +89,9 @@ def _changed_host_key(tb, tmp: Path) -> dict:
 
 
 def _unreachable(tb, tmp: Path) -> dict:
-    from tests.multinode.conftest import free_port_on
+    from p2p_ops.lifecycle.free_ports import free_port
 
-    return {"address": "127.0.0.9", "ssh_port": free_port_on(["127.0.0.9"])}  # nothing listens there
+    return {"address": "127.0.0.9", "ssh_port": free_port(["127.0.0.9"])}  # nothing listens there
 
 
 @pytest.mark.parametrize("breaks,what", [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 
@@ -17,15 +16,10 @@ from p2p_runtime import kv_events as kv
 from p2p_runtime.api import create_app
 from p2p_runtime.config import ConfigError, EngineConfig
 from p2p_runtime.core import EngineCore
+from p2p_ops.lifecycle.free_ports import free_port
 from tests.conftest import tool_venv
 
 VLLM_PYTHON = tool_venv("P2P_VLLM_VENV", ".venv-vllm") / "bin" / "python"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def endpoint() -> str:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from p2p_ops.resources import CHECKOUT
+
 SIZES = {"tiny": [1], "quick": [1, 2], "full": [1, 2, 4, 8]}
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -97,8 +99,8 @@ def run(report) -> None:
     from p2p_ops.lifecycle import status as fleet_status, launch
     from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.diagnose import doctor
-    from tests.multinode.conftest import free_base_on, free_port_on
-    from tests.support import testbed
+    from p2p_ops.bench import testbed
+    from p2p_ops.lifecycle.free_ports import free_base, free_port
 
     if not os.access("/usr/sbin/sshd", os.X_OK):
         report.failed("fleet", "needs /usr/sbin/sshd for the SSH testbed (apt-get install openssh-server)")
@@ -116,17 +118,17 @@ def run(report) -> None:
     report.note(where, f"CPU-bound floor: the fleet's CPU seconds until ready / {report.box['nproc']} CPUs, i.e. the "
                 "shortest up+wait this box allows however parallel the toolkit is; box busy: all CPUs, other "
                 "sessions included, during up+wait")
-    venv = Path(__file__).resolve().parent.parent / ".venv"
+    venv = CHECKOUT / ".venv"
     # sshd's StrictModes refuses keys below a world-writable folder such as /tmp: the testbed lives under ~/.cache.
     tb_dir = testbed.private_dir("bench-tb-")
     with tempfile.TemporaryDirectory(prefix="bench-tb-") as tmp:
         tmp = Path(tmp)
         addresses = [f"127.0.0.{i + 2}" for i in range(max(sizes))]
-        with testbed.running(max(sizes), tb_dir, port=free_port_on(addresses)) as tb:
+        with testbed.running(max(sizes), tb_dir, port=free_port(addresses)) as tb:
             first = None
             for n in sizes:
                 sub = testbed.Testbed(**{**tb.__dict__, "hosts": tb.hosts[:n]})
-                base = free_base_on([h.address for h in sub.hosts], n)
+                base = free_base(n, [h.address for h in sub.hosts])
                 run_root = tmp / f"run{n}"
                 data = sub.fleet(f"scale{n}", venv=venv, run_root=run_root, base=base)
                 path = tmp / f"fleet{n}.yaml"

@@ -1,4 +1,4 @@
-"""Run the benchmarks: `python -m bench [--quick] [--only kv,loadgen,...] [--out DIR]`.
+"""Run the benchmarks: `python -m p2p_ops.bench.suite [--quick] [--only kv,loadgen,...] [--out DIR]`.
 
 Each benchmark runs in turn; one that fails is recorded and the next one still runs. The run's
 results.md is also copied to bench/results/latest.md (the README's results section is made from it).
@@ -15,11 +15,12 @@ import time
 import traceback
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from p2p_ops.bench.suite import engines, fleet_scale, kv_path, kv_settings, loadgen
+from p2p_ops.bench.suite.report import Report, replace_readme_targets
+from p2p_ops.resources import CHECKOUT
 
-from bench import engines, fleet_scale, kv_path, kv_settings, loadgen  # noqa: E402
-from bench.report import Report, replace_readme_targets  # noqa: E402
+# Results stay in the checkout beside bench/README.md (bench/results/example*/ are committed runs).
+RESULTS = CHECKOUT / "bench" / "results"
 
 # Order matters only for the reader: the KV path is what the issue is about.
 BENCHES = {"kv": kv_path.run, "loadgen": loadgen.run, "engines": engines.run, "fleet": fleet_scale.run}
@@ -27,7 +28,7 @@ FULL_ONLY = {"kvset": kv_settings.run, "vllm": engines.run_vllm}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m p2p_ops.bench.suite", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, no vLLM (under 10 minutes)")
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ",".join([*BENCHES, *FULL_ONLY]))
     ap.add_argument("--out", default="", help="results folder (default bench/results/<stamp>)")
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else HERE / "results" / stamp
+    out = Path(args.out) if args.out else RESULTS / stamp
     report = Report(out, size="tiny" if args.tiny else "quick" if args.quick else "full")
     benches = dict(BENCHES)
     if not (args.quick or args.tiny):
@@ -63,9 +64,9 @@ def main(argv=None) -> int:
             report.timings[name] = time.monotonic() - started
     report.finish()
     if not args.out:
-        shutil.copyfile(out / "results.md", HERE / "results" / "latest.md")
+        shutil.copyfile(out / "results.md", RESULTS / "latest.md")
     if args.readme:
-        readme = HERE.parent / "README.md"
+        readme = CHECKOUT / "README.md"
         readme.write_text(replace_readme_targets(readme.read_text(), report))
         print(f"updated the targets table in {readme}")
     print(f"\nwrote {out}/results.md  (total {sum(report.timings.values()):.0f} s)")

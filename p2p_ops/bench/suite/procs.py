@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -12,11 +11,7 @@ from typing import Iterator
 
 import requests
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from p2p_ops.lifecycle.free_ports import free_port
 
 
 @contextmanager

@@ -1,8 +1,10 @@
 """The multi-host testbed (`scripts/testbed.sh`) from Python: bring it up or down, read what it wrote, and
-turn it into a fleet spec whose nodes are reached over real SSH.
+turn it into a fleet spec whose nodes are reached over real SSH. The multinode tests and the fleet-scale
+benchmark both drive it from here.
 
     with testbed.running(3, testbed.private_dir()) as tb:   # 127.0.0.2..4, one sshd each (not under /tmp)
-        data = tb.fleet("mn", venv=".venv", run_root=tmp / "run")
+        base = free_ports.free_base(3, [h.address for h in tb.hosts])
+        data = tb.fleet("mn", venv=".venv", run_root=tmp / "run", base=base)
         Path("fleet.yaml").write_text(dump_yaml(data))
 
 `testbed.json` (written by `testbed.sh up` through scripts/testbed_describe.py) is the contract: mode, user,
@@ -22,10 +24,12 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from p2p_ops.errors import CouldNotRun
+from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.settings import Settings
 from p2p_ops.spec.starter import local_fleet
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "testbed.sh"
+# The script stays in the checkout's scripts/ (it is a tool for the shell too); it ships with no wheel.
+SCRIPT = CHECKOUT / "scripts" / "testbed.sh"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import os
 import statistics
 from pathlib import Path
 
-from bench.procs import engine
+from p2p_ops.bench.suite.procs import engine
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 
@@ -54,8 +54,9 @@ def run_vllm(report) -> None:
     this row is about the engine's own speed.
     """
 
-    from bench.procs import free_port, process
+    from p2p_ops.bench.suite.procs import process
     from p2p_ops.harness.local_model import make_model
+    from p2p_ops.lifecycle.free_ports import free_port
 
     venv = Path(os.environ.get("P2P_VLLM_VENV") or "/work/main/.venv-vllm").resolve()
     python = venv / "bin" / "python"

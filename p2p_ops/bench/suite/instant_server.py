@@ -1,6 +1,6 @@
 """An OpenAI-compatible server that answers at once: what the load generator costs by itself.
 
-`python -m bench.instant_server PORT` serves GET /v1/models and POST /v1/completions (streamed, one
+`python -m p2p_ops.bench.suite.instant_server PORT` serves GET /v1/models and POST /v1/completions (streamed, one
 token, usage included) on raw asyncio, with no framework work per request, so a client's latency
 against it is the client's own overhead plus loopback.
 """

@@ -1,6 +1,6 @@
 """The load generator's own cost, so its figures can be trusted.
 
-1. Against bench/instant_server.py (answers at once): how many requests/s the harness client
+1. Against instant_server.py (answers at once): how many requests/s the harness client
    (p2p_ops.harness.openai_client.complete, as the stress ladder uses it) can drive per level of
    concurrency, and the latency it adds per request.
 2. Against a real embedded engine under a short concurrency ladder: the client's TTFT next to the
@@ -16,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from bench.procs import engine, free_port, process
+from p2p_ops.bench.suite.procs import engine, process
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle.free_ports import free_port
 
 LEVELS = {"tiny": [1, 2], "quick": [1, 4, 16], "full": [1, 4, 16, 64]}
 REQUESTS = {"tiny": 20, "quick": 300, "full": 1000}
@@ -54,7 +55,7 @@ def run(report) -> None:
                      plot=("concurrency", ["req/s"], "requests/s", False))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "bench.instant_server", str(port)]
+    cmd = [sys.executable, "-m", "p2p_ops.bench.suite.instant_server", str(port)]
     with process(cmd, url + "/v1/models", report.out_dir / "instant_server.log", timeout_s=30):
         drive(url, 20, 2, lambda i: "warm")
         for c in LEVELS[size]:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bench.localfleet import local_fleet
+from p2p_ops.bench.localfleet import local_fleet
 
 if TYPE_CHECKING:
     from p2p_ops.lifecycle.context import FleetContext
