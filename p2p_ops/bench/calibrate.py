@@ -25,7 +25,7 @@ from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
-from p2p_ops.observe import charts
+from p2p_ops.observe import bench_plots
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
 QUICK_LENGTHS = (256, 512, 1024, 2048, 4096)
@@ -129,7 +129,7 @@ def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
     (out_dir / "crossover.json").write_text(json.dumps(doc, indent=2))
     (out_dir / "summary.md").write_text(summary(doc))
     if rows:
-        charts.crossover(out_dir / "crossover.png", rows)
+        bench_plots.crossover(out_dir / "crossover.png", rows)
 
 
 def summary(doc: dict[str, Any]) -> str:

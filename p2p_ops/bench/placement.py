@@ -19,21 +19,20 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from p2p_ops.lifecycle import launch
-from p2p_ops.lifecycle import procs
-from p2p_ops.lifecycle import router as fleet_router
-from p2p_ops.observe import charts
 from p2p_ops.bench import docqa
 from p2p_ops.bench.strict_json import finite
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
-from p2p_ops.spec.settings import ROUTER_POLICIES
-from p2p_ops.spec.load import load_fleet
-from p2p_ops.spec.starter import local_fleet
 from p2p_ops.harness.basic import PEER_HIT_TOKENS
+from p2p_ops.lifecycle import launch, procs
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
 from p2p_ops.lifecycle.render import render_router, write_rendered
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.observe import bench_plots
+from p2p_ops.spec.load import load_fleet
+from p2p_ops.spec.settings import ROUTER_POLICIES
+from p2p_ops.spec.starter import local_fleet
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 # A GPU-like cost profile for the embedded engine: computing a prompt token costs 20x loading one (an
@@ -220,7 +219,7 @@ def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: Pla
     (out_dir / "results.json").write_text(json.dumps(document(results, opts, ports), indent=2, default=str))
     (out_dir / "turns.json").write_text(json.dumps(turns))
     (out_dir / "summary.md").write_text(markdown(results, opts))
-    charts.placement(out_dir, results)
+    bench_plots.placement(out_dir, results)
 
 
 # ---- report ---------------------------------------------------------------------------------------------

@@ -29,15 +29,15 @@ from typing import Optional
 import yaml
 from rich.table import Table
 
-from p2p_ops.lifecycle import launch
 from p2p_ops.cli.output import console, err_console, heading, progress, show
 from p2p_ops.cli.test_cmds import print_basic
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import P2POpsError
-from p2p_ops.lifecycle.free_ports import choose
-from p2p_ops.spec.starter import local_fleet
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.crossover import CrossoverRow, measure
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 
 REPEATS = 3
 

@@ -54,9 +54,9 @@ def _port_table(report: Report) -> list[str]:
 
 
 def cmd_rdma(args) -> int:
-    from p2p_ops.facts.host_view import HostView
     from p2p_ops.diagnose.nixl.probe import agent_lanes
     from p2p_ops.diagnose.rdma.check import check_rdma, gather_rdma
+    from p2p_ops.facts.host_view import HostView
 
     if args.root and args.sysfs_root:
         raise BadInput("use --root (a whole snapshot tree) or --sysfs-root (a copy of /sys), not both")
@@ -261,9 +261,8 @@ def register(subparsers) -> None:
 
 def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
     """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
-    from p2p_ops.errors import P2POpsError
-
     from p2p_ops.cli import EXIT_CODES_EPILOG
+    from p2p_ops.errors import P2POpsError
 
     parser = argparse.ArgumentParser(prog=prog, epilog=EXIT_CODES_EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -14,12 +14,9 @@ from pathlib import Path
 
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import add_fleet_args
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.diagnose.tree import evidence, model, render, walk
 from p2p_ops.errors import BadInput
-from p2p_ops.diagnose.tree import evidence
-from p2p_ops.diagnose.tree import model
-from p2p_ops.diagnose.tree import render
-from p2p_ops.diagnose.tree import walk
+from p2p_ops.lifecycle.context import FleetContext
 
 
 def _progress(msg: str) -> None:

@@ -8,15 +8,22 @@ from pathlib import Path
 
 from rich.table import Table
 
-from p2p_ops.lifecycle import status as fleet_status, launch
-from p2p_ops.cli.output import console, show, emit_json, err_console
+from p2p_ops.cli.output import console, emit_json, err_console, show
 from p2p_ops.cli.output import progress as _progress
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
-from p2p_ops.spec.starter import (DEFAULT_MODEL_DIR, DEFAULT_VLLM_VENV, local_fleet, starter_yaml, vllm_missing,
-                                  vllm_paths)
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle import status as fleet_status
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.ports import check_local_base, default_base
+from p2p_ops.spec.starter import (
+    DEFAULT_MODEL_DIR,
+    DEFAULT_VLLM_VENV,
+    local_fleet,
+    starter_yaml,
+    vllm_missing,
+    vllm_paths,
+)
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from rich.live import Live
 
-from p2p_ops.observe import grafana, monitor
-from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.cli.fleet_cmds import add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, show, emit_json
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.cli.output import console, emit_json, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.lifecycle import prometheus as prom
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe import grafana, monitor
 from p2p_ops.spec.settings import PrometheusSettings
 
 _PROM = PrometheusSettings()

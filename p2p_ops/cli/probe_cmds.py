@@ -13,10 +13,10 @@ from rich.table import Table
 
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
 from p2p_ops.cli.output import console, show
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle import launch
-from p2p_ops.lifecycle.preflight.probe import NodeProbe, fleet_exit_code, fleet_ok, probe_fleet
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.preflight.bootstrap import bootstrap_node, needs_bootstrap
+from p2p_ops.lifecycle.preflight.probe import NodeProbe, fleet_exit_code, fleet_ok, probe_fleet
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,14 +12,15 @@ from rich.table import Table
 
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, show, emit_json, heading
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.cli.output import console, emit_json, heading, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.report import build_report, overall_passed
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("test", help="test a running fleet (basic: the cross-node proof)")

@@ -30,26 +30,23 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-
 from p2p_ops.connectors.base import Result
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.diagnose import doctor
+from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
+from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
 from p2p_ops.facts import COMMAND_FACTS
 from p2p_ops.facts.base import CommandFact
-from p2p_ops.facts.python_env import python_env_fact
-from p2p_ops.facts.sections import read_node
-from p2p_ops.spec.model import Node
-from p2p_ops.spec.layout import BUNDLES
-from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
-from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
-from p2p_ops.diagnose import doctor
-from p2p_ops.endpoints import fetch
 from p2p_ops.facts.logs import file_copy_fact
 from p2p_ops.facts.paths import paths_fact
-from p2p_ops.facts.sections import read_fact
+from p2p_ops.facts.python_env import python_env_fact
+from p2p_ops.facts.sections import read_fact, read_node
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
-from p2p_ops.spec.layout import PROMETHEUS
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
+from p2p_ops.spec.layout import BUNDLES, PROMETHEUS
+from p2p_ops.spec.model import Node
 from p2p_ops.spec.units import Unit
 
 FORMAT = "p2p-bundle/1"

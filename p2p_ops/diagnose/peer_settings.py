@@ -12,12 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-
-from p2p_ops.spec.agreement import (ENGINE_MODEL_ENV, SERVER_ENV, Disagreement, disagreements, engine_model, values_from_env)
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.endpoints import lmcache_api
 from p2p_ops.facts.envfile import process_env_fact
 from p2p_ops.facts.sections import read_node
-from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.agreement import (
+    ENGINE_MODEL_ENV,
+    SERVER_ENV,
+    Disagreement,
+    disagreements,
+    engine_model,
+    values_from_env,
+)
 
 
 @dataclass

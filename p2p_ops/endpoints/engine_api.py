@@ -10,8 +10,7 @@ from typing import Any, Optional
 
 import requests
 
-from p2p_ops.endpoints import auth
-from p2p_ops.endpoints import fetch
+from p2p_ops.endpoints import auth, fetch
 from p2p_ops.endpoints.metrics_api import parse_metrics
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 from p2p_ops.endpoints.fetch import get_json
 
+
 @dataclass
 class ServerStatus:
     """The P2P-relevant part of an lmcache server's /status."""

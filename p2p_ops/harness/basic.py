@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops.diagnose import peer_settings
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete, count_tokens
 from p2p_ops.harness.rundir import new_run_dir
-from p2p_ops.endpoints import lmcache_api
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.lifecycle.context import FleetContext
 
 P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"

@@ -17,14 +17,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord, write_csv
-from p2p_ops.endpoints import lmcache_api
-from p2p_ops.endpoints import metrics_api
 
 POLICIES = ("other", "round-robin")
 STAGES = ("ladder", "longdoc", "sustained")

@@ -23,14 +23,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.facts.envfile import parse_env_sh
-from p2p_ops.spec.model import Node
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.launch import launched_units
-from p2p_ops.spec.units import LAUNCHED_ROLES
 from p2p_ops.lifecycle.render import RenderedFile, render_fleet
+from p2p_ops.spec.model import Node
+from p2p_ops.spec.units import LAUNCHED_ROLES
 
 # Environment that decides how a process behaves beyond its flags; shown in front of exec lines when set.
 SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONHASHSEED",

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from p2p_ops.errors import BadInput, CouldNotRun
-from p2p_ops.spec.ports import default_base, local_fleet_ports
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.ports import default_base
 from p2p_ops.spec.settings import RouterSettings
+from p2p_ops.spec.starter import local_fleet
+from p2p_ops.spec.units import port_plan
 
 LOOPBACK = ("127.0.0.1",)
 ROUTER_KINDS = ("router", "router_prometheus", "kv_events")
@@ -70,13 +73,12 @@ def router_ports(base: dict[str, int]) -> dict[str, int]:
 
 
 def planned_ports(base: dict[str, int], n: int) -> list[int]:
-    """Every port a starter fleet of n nodes on this base listens on, the router's too when the base has them."""
-    ports = local_fleet_ports(base, n)
+    """Every port a starter fleet of n nodes on this base listens on (the router's too when the base has them):
+    the port plan of that very fleet (`spec.units.port_plan`)."""
+    data = local_fleet(n, name="free-ports", base=base)
     if "router" in base:
-        router = RouterSettings(**router_ports(base))
-        ports += [router.port, router.prometheus_port]
-        ports += [p for i in range(n) for p in router.kv_event_ports(i)]
-    return ports
+        data["router"] = {"enabled": True, **router_ports(base)}
+    return [p.port for p in port_plan(parse_fleet(data))]
 
 
 def all_free(ports: list[int], addresses: Sequence[str] = LOOPBACK) -> bool:
@@ -139,7 +141,7 @@ def choose(n: int, offset: Optional[int] = None, router: bool = False,
         base = offset_base(offset, router)
         try:
             ports = planned_ports(base, n)
-        except ValueError:  # RouterSettings' own bounds refuse the shifted router ports
+        except (ValueError, BadInput):  # the spec's own bounds refuse ports shifted past 65535
             ports = []
         if not ports or not all(1 <= p <= 65535 for p in ports):
             raise BadInput(f"--port-offset {offset}: puts ports out of range; choose a smaller offset")

@@ -12,9 +12,10 @@ from typing import Callable
 
 import jinja2
 
-from p2p_ops.spec.model import Fleet, Instance, Node
-from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.resources import CHECKOUT, template_text
+from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
+from p2p_ops.spec.model import Fleet, Instance, Node
+
 
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(

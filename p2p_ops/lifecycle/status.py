@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from p2p_ops.endpoints import engine_api, lmcache_api
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.model import Instance, Node
-from p2p_ops.endpoints import engine_api
-from p2p_ops.endpoints import lmcache_api
 
 
 @dataclass

@@ -11,10 +11,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional
 
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.endpoints import metrics_api
 
 Samples = list[tuple[str, dict[str, str], float]]
 

@@ -173,7 +173,8 @@ def build_report(run_dir: Path) -> Path:
                       "P2P loads by its server |", "|---|---|---|---|"]
             lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
                       f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
-        from p2p_ops.observe import plots as plotting# here, not at the top: matplotlib adds ~0.5 s to every p2pctl start
+        # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
+        from p2p_ops.observe import run_plots as plotting
 
         plots = plotting.make_all(run_dir, records, walls, nb)
         if plots:

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from p2p_ops.errors import BadInput
 from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
-from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
 from p2p_ops.spec.ports import INSTANCE_KINDS
+from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
 from p2p_ops.spec.units import PlannedPort, port_plan
 
 

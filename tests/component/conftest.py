@@ -7,15 +7,15 @@ SIGKILL. Failures carry the tail of the process log.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import os
-from pathlib import Path
 import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest

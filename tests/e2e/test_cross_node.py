@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from p2p_ops.harness.basic import run_basic
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.harness.basic import run_basic
 from tests.conftest import write_local_fleet
 
 pytestmark = pytest.mark.e2e

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from p2p_ops.errors import CouldNotRun
+from p2p_ops.harness.basic import run_basic
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.errors import CouldNotRun
 from p2p_ops.spec.settings import Settings
-from p2p_ops.harness.basic import run_basic
 from tests.conftest import write_local_fleet
 from tests.unit.test_bundle import MARKER, PEM, SECRETS, assert_no_secret, plant_env, unpack
 

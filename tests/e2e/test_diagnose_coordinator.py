@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.lifecycle import launch, procs
 from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle import launch, procs
 from tests.e2e.test_diagnose import edit_env, start_edited
 
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,9 @@ import socket
 import pytest
 import requests
 
+from p2p_ops.endpoints import lmcache_api
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.endpoints import lmcache_api
 from tests.conftest import pid_alive as _alive
 from tests.conftest import write_local_fleet
 from tests.e2e.conftest import running_fleet

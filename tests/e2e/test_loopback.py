@@ -10,10 +10,11 @@ import subprocess
 
 import pytest
 
-from p2p_ops.lifecycle import procs, prometheus as prom
 from p2p_ops.diagnose.doctor.gather import watched_procs
 from p2p_ops.facts.listeners import parse_listeners, parse_sessions
 from p2p_ops.harness.basic import run_basic
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle import prometheus as prom
 from tests.e2e.conftest import running_fleet
 
 pytestmark = pytest.mark.e2e

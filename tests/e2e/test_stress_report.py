@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from p2p_ops.lifecycle import procs
-from p2p_ops.observe.records import read_csv
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
+from p2p_ops.lifecycle import procs
+from p2p_ops.observe.records import read_csv
 from p2p_ops.observe.report import build_report, overall_passed
 
 pytestmark = pytest.mark.e2e

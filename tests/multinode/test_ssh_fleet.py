@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from p2p_ops.errors import CouldNotRun
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.errors import CouldNotRun
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, p2pctl, write_ssh_fleet
 
 pytestmark = [pytest.mark.multinode, needs_sshd]

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from p2p_ops.diagnose import bundle
-from p2p_ops.lifecycle import status as fleet_status, prometheus as prom
-from p2p_ops.diagnose import doctor
+from p2p_ops.diagnose import bundle, doctor
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.lifecycle import prometheus as prom
+from p2p_ops.lifecycle import status as fleet_status
 from tests.conftest import pid_alive
 from tests.router.conftest import running_router_fleet
 

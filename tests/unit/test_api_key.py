@@ -8,12 +8,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from p2p_ops.endpoints import auth
+from p2p_ops.endpoints import auth, engine_api, fetch
+from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.harness.openai_client import complete
-from p2p_ops.endpoints import engine_api
-from p2p_ops.endpoints import fetch
 from tests.conftest import write_local_fleet
 
 KEY = "sk-fleetkey-0123456789abcdefXYZ"

@@ -122,14 +122,10 @@ def _all_verbs():
     return dict(_verbs(build_parser()))
 
 
-# The bench branch (issue 18, item 8) adds --json to these two; strict, so once it is merged this mark fails
-# the run until it is removed, and the test then holds them to the rule like every other verb.
-_BENCH_VERBS = {"bench placement", "calibrate"}
 _VERB_NAMES = sorted(_all_verbs())
 
 
-@pytest.mark.parametrize("verb", [pytest.param(v, marks=pytest.mark.xfail(
-    strict=True, reason="--json comes with the bench branch")) if v in _BENCH_VERBS else v for v in _VERB_NAMES])
+@pytest.mark.parametrize("verb", _VERB_NAMES)
 def test_every_verb_takes_json(verb):
     parser = _all_verbs()[verb]
     flags = {o for a in parser._actions for o in a.option_strings}

@@ -342,8 +342,8 @@ def test_ssh_node_may_listen_on_its_own_address():
 
 
 def test_the_router_and_prometheus_are_watched_and_prometheus_may_use_its_spec_address(tmp_path):
-    from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.diagnose.doctor.gather import watched_procs
+    from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.spec.starter import dump_yaml, local_fleet
 
     data = local_fleet(2, name="watched")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from p2p_ops.endpoints import engine_api, fetch
 from p2p_ops.lifecycle import dryrun
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.starter import local_fleet
-from p2p_ops.endpoints import engine_api, fetch
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "dryrun"
 KV_CFG = ('{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_load_failure_policy":"recompute",'

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi.testclient import TestClient
 import pytest
+from fastapi.testclient import TestClient
 
 from p2p_ops.endpoints.metrics_api import metric_sum, parse_metrics
 from p2p_runtime.api import create_app

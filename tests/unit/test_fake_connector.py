@@ -16,8 +16,23 @@ from p2p_ops.facts.paths import NODE_ANSWERS
 from p2p_ops.facts.sections import read_fact, read_node
 from p2p_ops.lifecycle import procs
 from tests.support.fake_connector import (
-    FakeConnector, Fakes, UndeclaredCommand, command_of, expect, fact, file_copy, framed, like, missing_file,
-    node_read, pid_lines, pid_states, serve_ready, start, stop, unreachable,
+    FakeConnector,
+    Fakes,
+    UndeclaredCommand,
+    command_of,
+    expect,
+    fact,
+    file_copy,
+    framed,
+    like,
+    missing_file,
+    node_read,
+    pid_lines,
+    pid_states,
+    serve_ready,
+    start,
+    stop,
+    unreachable,
 )
 
 

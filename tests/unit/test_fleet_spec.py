@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from p2p_ops.errors import BadInput
-from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 
 def base() -> dict:

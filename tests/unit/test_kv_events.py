@@ -7,16 +7,16 @@ import os
 import subprocess
 import time
 
-from fastapi.testclient import TestClient
 import msgspec
 import pytest
 import zmq
+from fastapi.testclient import TestClient
 
+from p2p_ops.lifecycle.free_ports import free_port
 from p2p_runtime import kv_events as kv
 from p2p_runtime.api import create_app
 from p2p_runtime.config import ConfigError, EngineConfig
 from p2p_runtime.core import EngineCore
-from p2p_ops.lifecycle.free_ports import free_port
 from tests.conftest import tool_venv
 
 VLLM_PYTHON = tool_venv("P2P_VLLM_VENV", ".venv-vllm") / "bin" / "python"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from p2p_ops.errors import CouldNotRun
 from p2p_ops.lifecycle import dryrun, launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.errors import CouldNotRun
 from tests.conftest import write_local_fleet
 
 

@@ -8,10 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-
 from p2p_ops.connectors import LocalConnector
-from p2p_ops.spec.starter import local_fleet
-from p2p_ops.spec.load import parse_fleet
 from p2p_ops.facts import sections
 from p2p_ops.facts.base import ABSENT
 from p2p_ops.facts.gpus import Gpu, parse_gpus
@@ -22,11 +19,20 @@ from p2p_ops.facts.listeners import Listener, parse_listeners
 from p2p_ops.facts.python_env import PythonEnv, parse_python
 from p2p_ops.facts.storage import Disk, ModelCache, hf_cache_dir_name, parse_df, parse_model_cache
 from p2p_ops.facts.sysfs_ib import SYSFS_IB_GREP, parse_sysfs_ib_grep
-from p2p_ops.lifecycle.preflight.probe import (
-    NodeProbe, PortCheck, check_ports, fill, node_facts, node_python, planned_ports, probe_fleet,
-)
 from p2p_ops.lifecycle.preflight.bootstrap import PROJECT, bootstrap_script, pip_steps
+from p2p_ops.lifecycle.preflight.probe import (
+    NodeProbe,
+    PortCheck,
+    check_ports,
+    fill,
+    node_facts,
+    node_python,
+    planned_ports,
+    probe_fleet,
+)
 from p2p_ops.lifecycle.preflight.verdict import judge_fleet, judge_node
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 from tests.conftest import write_local_fleet
 from tests.support.fake_connector import cli_through, exactly, expect, node_read, pid_states, unreachable
 

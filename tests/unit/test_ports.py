@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.spec.starter import dump_yaml, local_fleet
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.ports import DEFAULT_BASE, default_base, local_fleet_ports
+from p2p_ops.spec.starter import dump_yaml, local_fleet
 from p2p_ops.spec.units import port_plan
 
 BASE_KINDS = ("coordinator", "mp", "http", "p2p", "engine")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from p2p_ops.endpoints import engine_api, fetch
 from p2p_ops.endpoints.metrics_api import metric_sum, parse_metrics
-from p2p_ops.endpoints import engine_api
-from p2p_ops.endpoints import fetch
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
 

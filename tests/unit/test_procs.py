@@ -6,11 +6,11 @@ import os
 import time
 from pathlib import Path
 
+from p2p_ops.connectors import LocalConnector
+from p2p_ops.connectors.base import CommandFailed
 from p2p_ops.facts.logs import log_tail_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
-from p2p_ops.connectors import LocalConnector
-from p2p_ops.connectors.base import CommandFailed
 from tests.conftest import pid_alive as alive
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.spec.starter import local_fleet
-from p2p_ops.spec.load import parse_fleet
-from p2p_ops.spec.layout import RunLayout
 from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.spec.layout import RunLayout
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
 # A vLLM flag value with spaces, quotes and a glob: it must reach vLLM as one word.

@@ -3,9 +3,9 @@ is the status model's (`InstanceReport.engine_health`); the CLI only colours it.
 
 from __future__ import annotations
 
-from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.cli.fleet_cmds import _engine_health
 from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle import status as fleet_status
 
 
 def report(link: str, healthy: bool = True, engine_proc: str = "running") -> fleet_status.InstanceReport:

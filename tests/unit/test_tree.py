@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-
+from p2p_ops.diagnose.tree import checks, evidence, model, render, walk
 from p2p_ops.errors import BadInput
-from p2p_ops.diagnose.tree import checks
-from p2p_ops.diagnose.tree import evidence
-from p2p_ops.diagnose.tree import model
-from p2p_ops.diagnose.tree import render
-from p2p_ops.diagnose.tree import walk
 
 TREE = model.load_tree()
 SKILL = Path(__file__).resolve().parents[2] / ".claude" / "skills" / "lmcache-p2p-diagnose"

@@ -16,8 +16,8 @@ import yaml
 
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.spec.starter import local_fleet
 from p2p_ops.lifecycle.free_ports import free_base
+from p2p_ops.spec.starter import local_fleet
 from tests.conftest import skip_tier_without, tool_venv
 
 VLLM_VENV = tool_venv("P2P_VLLM_VENV", ".venv-vllm")

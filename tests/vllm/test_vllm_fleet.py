@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from p2p_ops.endpoints import engine_api, metrics_api
 from p2p_ops.facts.logs import log_tail_fact
 from p2p_ops.facts.sections import read_fact
-from p2p_ops.lifecycle import procs
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.endpoints import engine_api
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.lifecycle import procs
 from tests.conftest import pid_alive
 from tests.vllm.conftest import VLLM_UP_TIMEOUT
 

@@ -95,11 +95,11 @@ class _Clock:
 
 
 def run(report) -> None:
-    from p2p_ops.diagnose import bundle
-    from p2p_ops.lifecycle import status as fleet_status, launch
-    from p2p_ops.lifecycle.context import FleetContext
-    from p2p_ops.diagnose import doctor
     from p2p_ops.bench import testbed
+    from p2p_ops.diagnose import bundle, doctor
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle import status as fleet_status
+    from p2p_ops.lifecycle.context import FleetContext
     from p2p_ops.lifecycle.free_ports import free_base, free_port
 
     if not os.access("/usr/sbin/sshd", os.X_OK):

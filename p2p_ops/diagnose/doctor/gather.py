@@ -13,11 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from p2p_ops.lifecycle import procs
-from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
+from p2p_ops.endpoints import fetch, lmcache_api
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
 from p2p_ops.facts.limits import proc_limits_fact
@@ -27,12 +25,13 @@ from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.spec.model import Fleet, Instance, Node
-from p2p_ops.spec.layout import COORDINATOR
-from p2p_ops.spec.units import ROLES, Proc, port_plan
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
-from p2p_ops.endpoints import fetch
-from p2p_ops.endpoints import lmcache_api
+from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV
+from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.units import ROLES, Proc, port_plan
 
 # The ports whose owner the doctor knows how to judge (the router's state is in `p2pctl status`).
 CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")

@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from p2p_ops.spec.agreement import engine_model
 from p2p_ops.diagnose.doctor.model import InstanceFacts
-from p2p_ops.facts.python_env import version_of
 from p2p_ops.diagnose.redact import redact_text
-
+from p2p_ops.facts.python_env import version_of
+from p2p_ops.spec.agreement import engine_model
 
 _KEEP_ENV = re.compile(r"^(PYTHONHASHSEED|LMCACHE_|P2P_|UCX_|NIXL_)")
 

@@ -8,9 +8,9 @@ and the fix; fix texts live in `p2p_ops.diagnose.fixes` so the CLI, docs and tes
 
 from __future__ import annotations
 
-from p2p_ops.diagnose.rdma import host_checks as rdma_host
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.fixes import FIXES
+from p2p_ops.diagnose.rdma import host_checks as rdma_host
 from p2p_ops.diagnose.rdma.inputs import RdmaInputs, gather_rdma
 from p2p_ops.facts.ib_model import IbDevice, IbPort, gid_ipv4
 

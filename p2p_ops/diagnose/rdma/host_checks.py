@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.fixes import FIXES
-from p2p_ops.facts.limits import PEERMEM_MODULES
 from p2p_ops.diagnose.rdma.inputs import RdmaInputs
+from p2p_ops.facts.limits import PEERMEM_MODULES
 from p2p_ops.facts.topo import LINK_RANK
 
 # An L1 of several GiB is registered in one piece, so anything short of unlimited is a latent failure.

@@ -6,9 +6,9 @@ the live host, on a fixture tree and on a bundle's snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 
 from p2p_ops.facts.host_view import HostView
 from p2p_ops.facts.ib_model import IbDevice

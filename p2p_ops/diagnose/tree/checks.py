@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.diagnose.tree.walk import Diagnosis
 from p2p_ops.resources import CHECKOUT

@@ -8,10 +8,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops.lifecycle import status
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle import status
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.stats import percentile
 
 Progress = Callable[[str], None]

@@ -16,9 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle.context import FleetContext
 
 FIELDS = ("active_p2p_lookup_jobs", "active_prefetch_jobs", "read_locked_count")
 

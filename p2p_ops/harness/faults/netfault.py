@@ -16,10 +16,11 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle.context import FleetContext
+
 
 # The interface holding an IPv4 address, on the node ("" when none; a veth's "@ifN" suffix cut off).
 def eligible(ctx: FleetContext) -> str:

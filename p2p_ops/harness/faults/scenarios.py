@@ -18,14 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops.lifecycle import procs
-from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.faults import netfault
 from p2p_ops.harness.faults.core import FaultOptions, Load, Progress
-from p2p_ops.endpoints import lmcache_api
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
 
 
 @dataclass

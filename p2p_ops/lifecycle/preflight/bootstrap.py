@@ -19,8 +19,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.errors import BadInput
+from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.model import Node
 

@@ -15,10 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from p2p_ops.lifecycle import procs
 from p2p_ops.connectors.base import Result
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.gpus import GPUS, Gpu
 from p2p_ops.facts.host import HOST
@@ -29,9 +27,11 @@ from p2p_ops.facts.python_env import PythonEnv, python_env_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.spec.model import Fleet, Node
 from p2p_ops.spec.units import port_plan
-from p2p_ops.lifecycle.render import bin_dir_for
 
 
 def node_facts(python: str, run_dir: str, model: Optional[str]) -> dict[str, CommandFact]:

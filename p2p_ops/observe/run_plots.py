@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from p2p_ops.observe.records import RequestRecord# noqa: E402
-from p2p_ops.observe.stats import percentile# noqa: E402
+from p2p_ops.observe.records import RequestRecord  # noqa: E402
+from p2p_ops.observe.stats import percentile  # noqa: E402
 
 
 def _pct(vals: list[float], q: float) -> float:
