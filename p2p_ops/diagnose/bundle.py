@@ -347,7 +347,7 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
         _add_node(part, ctx, node, states)
         return part
 
-    # Each node is about twenty reads over its connection: nodes side by side (bench/fleet_scale measured the
+    # Each node is about twenty reads over its connection: nodes side by side (bench/suite/fleet_scale measured the
     # serial walk at 33 of 45 s on 8 hosts), merged back in the spec's order so the bundle stays deterministic.
     parts = ctx.for_each_node(node_part)
     for node in ctx.fleet.nodes:

@@ -25,7 +25,7 @@ def engine_healthy(engine_url: str) -> bool:
 def engine_lmcache_state(engine_url: str) -> str:
     """The embedded engine's link to its lmcache server: connected | disconnected | n/a (no such metric)."""
     # Only this metric's lines are parsed: a full parse of an engine's /metrics took 0.1 s of CPU per engine,
-    # serial in `status`, and most of status's time at 8 hosts (bench/fleet_scale.py profiles).
+    # serial in `status`, and most of status's time at 8 hosts (bench/suite/fleet_scale.py profiles).
     text = fetch.get_text(engine_url.rstrip("/") + "/metrics") or ""
     wanted = "".join(line + "\n" for line in text.splitlines() if line.startswith("p2p_engine_lmcache_connected"))
     values = [v for n, _, v in parse_metrics(wanted) if n == "p2p_engine_lmcache_connected"]

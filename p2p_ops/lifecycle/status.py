@@ -131,7 +131,7 @@ def report(ctx: FleetContext) -> FleetReport:
                               states.get(f"{inst.id}/engine", "none"), lmcache_api.server_status(surl),
                               healthy, surl, eurl, link, fleet.effective_settings(inst).p2p)
 
-    # Three HTTP probes per instance: on a large fleet, one node after another would add up (bench/fleet_scale).
+    # Three HTTP probes per instance: on a large fleet, one node after another would add up (bench/suite/fleet_scale).
     per_node = ctx.for_each_node(lambda n: [instance(n, inst) for inst in n.instances])
     items = []
     for node in fleet.nodes:

@@ -90,7 +90,7 @@ class Settings(StrictModel):
         return _check_server_args(v)
 
     # Engine <-> local server KV bytes through the server's L1 pool mapped as POSIX shared memory
-    # (lmcache server --shm-name) instead of pickled tensors over ZMQ: bench/kv_path.py measured the
+    # (lmcache server --shm-name) instead of pickled tensors over ZMQ: bench/suite/kv_path.py measured the
     # retrieve 5-8x faster. Needs l1_size_gb free in /dev/shm (else the server falls back to pickle).
     # Opt-in: the retrieve step is faster, but end to end at 1k tokens it did not win yet (issue 14 notes).
     shm_transport: bool = False

@@ -186,7 +186,7 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
             if by_id[inst.id].running and node.name not in node_errors:
                 _instance_http(ctx, node, inst, by_id[inst.id])
 
-    # Four HTTP reads per running server: nodes side by side, not one after another (bench/fleet_scale).
+    # Four HTTP reads per running server: nodes side by side, not one after another (bench/suite/fleet_scale).
     ctx.for_each_node(node_http)
 
     def per_node(node) -> NodeFacts:
