@@ -46,7 +46,7 @@ from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.layout import BUNDLES, PROMETHEUS
-from p2p_ops.spec.model import Node
+from p2p_ops.spec.model import Node, hostport
 from p2p_ops.spec.units import Unit
 
 FORMAT = "p2p-bundle/1"
@@ -309,7 +309,7 @@ def _add_router_http(w: BundleWriter, ctx: FleetContext, unit: Unit) -> None:
     w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
     if st.healthy:
         _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
-        prom = f"http://{unit.node.address}:{ctx.fleet.router.prometheus_port}/metrics"
+        prom = f"http://{hostport(unit.node.address, ctx.fleet.router.prometheus_port)}/metrics"
         _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
