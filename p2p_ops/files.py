@@ -56,7 +56,8 @@ def _open(path: Path, follow: bool, within: Path | None) -> int:
     if within is not None:
         target = os.path.realpath(path)
         if not _inside(target, os.path.realpath(within)):
-            raise Refused(path, f"resolves to {target}, outside {within}; not read")
+            how = f"is a symbolic link (to {os.readlink(path)})" if os.path.islink(path) else f"resolves to {target}"
+            raise Refused(path, f"{how}, outside {within}; not read")
         follow = False  # the resolved path has no link left in it, unless one appeared since: refuse that
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -82,9 +83,12 @@ def read_bytes(path: str | Path, cap: int = DEFAULT_CAP, *, follow: bool = True,
         if st.st_size > cap:
             os.lseek(fd, st.st_size - cap, os.SEEK_SET)
         chunks, left = [], cap
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        try:
+            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:  # a sysfs attribute that errors on read, a file on a dying disk
+            raise Refused(path, f"cannot be read: {exc.strerror}") from None
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -96,7 +100,12 @@ def read_text(path: str | Path, cap: int = DEFAULT_CAP, **kw) -> str:
 
 
 def write_text(path: str | Path, text: str, mode: int = 0o600) -> Path:
-    """Write `text` to `path` through a fresh temp file and a rename: a link at `path` is replaced, never
+    """`write_bytes` of the text as UTF-8."""
+    return write_bytes(path, text.encode("utf-8"), mode)
+
+
+def write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> Path:
+    """Write `data` to `path` through a fresh temp file and a rename: a link at `path` is replaced, never
     followed. The folder must exist."""
     path = Path(path)
     folder = path.parent
@@ -104,26 +113,28 @@ def write_text(path: str | Path, text: str, mode: int = 0o600) -> Path:
         raise Refused(path, f"folder {folder} does not exist", "create it or write elsewhere")
     if path.is_dir() and not path.is_symlink():
         raise Refused(path, "is a folder", "name a file inside it")
-    for attempt in range(100):
-        tmp = folder / f".{path.name[:200]}.{os.getpid()}.{attempt}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-            break
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise Refused(path, f"cannot write in {folder}: {exc.strerror}") from None
-    else:
-        raise Refused(path, f"no free temp file name in {folder}")
+    fd, tmp = _temp_beside(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
             os.fchmod(out.fileno(), mode)  # the umask may have taken bits off
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _temp_beside(path: Path) -> tuple[int, Path]:
+    for attempt in range(100):
+        tmp = path.parent / f".{path.name[:200]}.{os.getpid()}.{attempt}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise Refused(path, f"cannot write in {path.parent}: {exc.strerror}") from None
+    raise Refused(path, f"no free temp file name in {path.parent}")
 
 
 def check_trusted(path: str | Path, st: os.stat_result | None = None) -> None:

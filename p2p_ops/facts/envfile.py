@@ -17,6 +17,7 @@ from functools import partial
 from typing import Optional
 
 from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.logs import guard, read_cmd
 from p2p_ops.facts.shellwords import Part, Statement, Word, literal, statements
 
 _KEYWORDS = ("then", "else", "do", "{", "!")
@@ -70,8 +71,13 @@ def parse_env_sh(text: str) -> dict[str, str]:
     return out
 
 
+def _parse_env_file(text: str) -> dict[str, str]:
+    return {} if text.startswith(("@@p2p-refused", "@@p2p-no-such-file")) else parse_env_sh(text)
+
+
 def env_file_fact(path: str) -> CommandFact[dict[str, str]]:
-    return CommandFact("env_file", ("cat", path), parse_env_sh)
+    """An env.sh on its node, parsed; one that is a link, a FIFO or larger than 1 MiB is not read ({})."""
+    return CommandFact("env_file", ("sh", "-c", f"{guard(path)}; {read_cmd(path, 1 << 20)}"), _parse_env_file)
 
 
 def parse_environ(text: str, keys: Sequence[str]) -> dict[str, Optional[str]]:
@@ -87,5 +93,6 @@ def parse_environ(text: str, keys: Sequence[str]) -> dict[str, Optional[str]]:
 def process_env_fact(pidfile: str, keys: Sequence[str]) -> CommandFact[dict[str, Optional[str]]]:
     """Selected variables of the process whose pid a pidfile holds (every key None when it is unreadable)."""
     pf = shlex.quote(pidfile)
-    body = f"pid=$(cat {pf} 2>/dev/null) && tr '\\0' '\\n' < /proc/$pid/environ"
+    body = (f"pid=$(cat {pf} 2>/dev/null) && case $pid in ''|*[!0-9]*) exit 1;; esac && "
+            "tr '\\0' '\\n' < /proc/$pid/environ")
     return CommandFact("process_env", ("sh", "-c", body), partial(parse_environ, keys=tuple(keys)))
