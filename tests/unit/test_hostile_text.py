@@ -59,6 +59,8 @@ ADVERSARIAL = {
     "ucx_padding": "[1.2] [h:1:t] " + " " * MB + "x",
     "nixl_glog": "I0801 15:40:05.1 " + "1" * MB,
     "nixl_vllm": "(" * MB,
+    "nixl_exceptions": "nixl" * (MB // 4),
+    "nixl_modified": "Modified UCX config: " + "a" * MB,
     "env_vars": "[1.2] [h:1:t] f.c:1 UCX INFO UCX_* env variables: " + "a=b " * (MB // 4),
 }
 REDACT = {

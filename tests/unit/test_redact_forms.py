@@ -105,7 +105,7 @@ FORMS = [
     # secret names glued to a prefix without an underscore
     ("PGPASSWORD={S} psql -h db", "Zq9pgpassword"),
     ("export MYSQLPASSWORD={S}", "Zq9gluedMysql"),
-    ("REDISCLIAUTH={S}", "Zq9gluedAuth"),
+    ("PGPASSWORD='{S}' pg_dump app", "Zq9glued quoted"),
 ]
 
 
@@ -114,7 +114,9 @@ def windows(secret: str, n: int = 4) -> set[str]:
 
 
 def leaked(form: str, secret: str, redacted: str, n: int = 4) -> list[str]:
-    around = "\0".join(f.replace("{S}", "\0") for f in form.split("\n#\n")) + "\0before line\0after line"  # 4-grams of the form itself may remain
+    # 4-grams of the form itself may remain (forms sit on lines of their own: a newline may follow any of them)
+    parts = [f.replace("{S}", "\0") for f in form.split("\n#\n")]
+    around = "\0".join(parts) + "\n".join(parts) + "\0before line\nafter line\n"
     return sorted(w for w in windows(secret, n) if w in redacted and w not in around)
 
 
