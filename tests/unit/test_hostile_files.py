@@ -262,3 +262,17 @@ def test_spec_names_too_long_for_a_file_name_never_reach_render(tmp_path, p2pctl
     f.write_text(yaml.safe_dump(data))
     code, out, err = p2pctl("render", "-f", str(f))
     assert code == 2 and "File name too long" not in err and "nodes[0].instances[0].id" in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_fleet_file_that_is_no_file_is_one_line(tmp_path, kind):
+    f = tmp_path / "fleet.yaml"
+    if kind == "fifo":
+        os.mkfifo(f)
+    elif kind == "device":
+        f.symlink_to("/dev/zero")  # the file the user named is followed, and then refused for what it is
+    else:
+        f.mkdir()
+    res = cli("validate", "-f", str(f), timeout=60)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert ("FIFO" if kind == "fifo" else "device" if kind == "device" else "folder") in res.stderr

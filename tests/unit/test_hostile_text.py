@@ -96,10 +96,21 @@ def _bounded(fn, text: str, limit_s: float) -> float:
     return took
 
 
+ADVERSARIAL |= {
+    "memlock_cause": "ibv_reg_mr " * (MB // 11),
+    "uverbs_cause": "ibv_open_device(" * (MB // 16),
+    "transports_cause": "transport 'a'," + "'a'," * (MB // 4),
+}
+
+
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_trace_parsers_take_a_megabyte_line_in_linear_time(name):
+    from p2p_ops.diagnose.nixl.failures import classify
+    from p2p_ops.diagnose.traces import trace_report
+
     text = ADVERSARIAL[name]
-    for fn in (parse_trace, parse_log_line, parse_nixl_line, parse_ep_config):
+    for fn in (parse_trace, parse_log_line, parse_nixl_line, parse_ep_config, classify,
+               lambda t: trace_report(parse_trace("[1.2] [h:1:t] f.c:1 UCX ERROR " + t))):
         _bounded(fn, text, 10)
 
 
@@ -108,6 +119,7 @@ def test_redactor_takes_a_megabyte_of_adversarial_text_in_linear_time(name):
     _bounded(redact_text, REDACT[name], 20)
 
 
+@pytest.mark.fuzz
 def test_redactor_and_trace_parser_take_ten_megabyte_lines():
     _bounded(redact_text, "cache_key=" * (MB // 1), 60)
     _bounded(redact_text, "api_key=" * (MB // 1), 60)
@@ -132,6 +144,7 @@ print(trace_s, redact_s, rss, summary.lines_read, len(red.redactions))
 """
 
 
+@pytest.mark.fuzz
 def test_a_hundred_megabyte_log_under_time_and_memory_bounds(tmp_path):
     block = ("[1764467401.123456] [node-a:1234:0]     ucp_worker.c:1997 UCX  INFO  B intra-node cfg#1 "
              "rma_am(tcp/lo) am(tcp/lo cma/memory)\n"
