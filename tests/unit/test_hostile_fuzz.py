@@ -5,6 +5,8 @@ the folder it was given.
 Bounded twice: hypothesis draws a fixed number of examples (derandomized, so a failure reproduces), and each
 test stops drawing new work once its wall-clock budget is spent (a busy box runs fewer examples, never longer).
 Every example that could block runs under an alarm, so a regression fails instead of stalling the suite.
+The budgets add up to about 75 s, what `make test` can spare; `make test-hostile` (P2P_FUZZ_SCALE=8) draws and
+spends eight times as much.
 """
 
 from __future__ import annotations
@@ -27,14 +29,19 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.fuzz
 TREES = REPO / "tests" / "fixtures" / "diagnose" / "rdma"
 SECRET = "FUZZ-SECRET-0123456789"
+SCALE = float(os.environ.get("P2P_FUZZ_SCALE", "1"))
 FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
+
+
+def examples(n: int) -> int:
+    return max(1, int(n * SCALE))
 
 
 class Budget:
     """Wall-clock budget of one test: examples drawn after it is spent pass without doing the work."""
 
     def __init__(self, seconds: float):
-        self.seconds, self.until = seconds, None
+        self.seconds, self.until = seconds * SCALE, None
 
     def spent(self) -> bool:
         if self.until is None:  # the clock starts at the test's first example, not at import
@@ -100,10 +107,10 @@ def _parsers():
 
 
 PARSERS = _parsers()
-PARSER_BUDGET = Budget(60)
+PARSER_BUDGET = Budget(15)
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=examples(300))
 @given(text=texts, prefix=st.sampled_from(["", "[1.2] [h:1:t] f.c:1 UCX INFO ", "export A=", "machine h password ",
                                            "client_secret: |\n  ", "-----BEGIN PRIVATE KEY-----\n", "I0801 1:1:1.1 1 a.cc:1] "]))
 def test_every_parser_takes_any_text(text, prefix):
@@ -122,10 +129,10 @@ trees = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4
                      max_leaves=20)
 YAML_BITS = ["nodes:", "- ", "  ", "&a ", "*a", "<<: *a", "!!python/object:os.system", "{", "}", "[", "]", "'", '"',
              "\n", ": ", "1:20", "0x1f", "9" * 40, "\u2028", "\t", "? ", "--- ", "...", "name: x\n", "name: x\n"]
-YAML_BUDGET = Budget(45)
+YAML_BUDGET = Budget(12)
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=examples(200))
 @given(data=trees, edits=st.lists(st.tuples(st.integers(0, 400), st.sampled_from(YAML_BITS)), max_size=6))
 def test_any_yaml_is_a_fleet_or_one_line_exit_2(tmp_path_factory, p2pctl, data, edits):
     if YAML_BUDGET.spent():
@@ -187,10 +194,10 @@ def outside_file(root: Path) -> Path:
 
 RDMA_SPOTS = ["proc/modules", "proc/self/limits", "tools/ucx_info_d.txt", "tools/nvidia_smi_topo.txt",
               "sys/class/net/lo/mtu", "sys/class/infiniband", "sys/class/net", "dev/infiniband", "tools/ucx_info_d.rc"]
-RDMA_BUDGET = Budget(45)
+RDMA_BUDGET = Budget(12)
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(changes=st.lists(st.tuples(st.sampled_from(RDMA_SPOTS), st.sampled_from(KINDS), st.binary(max_size=200)),
                         min_size=1, max_size=4),
        case=st.sampled_from(["roce_healthy", "ib_healthy", "no_rdma"]))
@@ -219,7 +226,7 @@ json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_
                                                                 ["checks", "numbers", "stages", "name", "ok",
                                                                  "detail", "level", "wall_s", "failed"]), inner,
                                                                 max_size=4)), max_leaves=12)
-REPORT_BUDGET = Budget(45)
+REPORT_BUDGET = Budget(12)
 
 
 def _record_csv(cells: list[str]) -> bytes:
@@ -228,7 +235,7 @@ def _record_csv(cells: list[str]) -> bytes:
     return (",".join(FIELDS) + "\n" + ",".join((cells + [""] * len(FIELDS))[:len(FIELDS)]) + "\n").encode()
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(changes=st.lists(st.tuples(st.sampled_from(REPORT_FILES), st.sampled_from(KINDS + ["json", "csv"]),
                                   json_values, st.lists(st.text(max_size=8), max_size=14)), min_size=1, max_size=4))
 def test_report_on_any_run_folder(tmp_path_factory, p2pctl, changes):
@@ -250,7 +257,7 @@ def test_report_on_any_run_folder(tmp_path_factory, p2pctl, changes):
 
 BUNDLE_SPOTS = ["node-a-0/server.log", "node-a-0/engine.log", "node-a-0/env.sh", "node-a-0/start_server.sh",
                 "node-a-0/server.log.1", "coordinator/coordinator.log", "node-a-0"]
-BUNDLE_BUDGET = Budget(90)
+BUNDLE_BUDGET = Budget(24)
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +267,7 @@ def one_node_fleet(tmp_path_factory):
     return write_local_fleet(tmp_path_factory.mktemp("bundle") / "fleet.yaml", 1, name="fz")
 
 
-@settings(FUZZ, max_examples=12)
+@settings(FUZZ, max_examples=examples(12))
 @given(changes=st.lists(st.tuples(st.sampled_from(BUNDLE_SPOTS), st.sampled_from(KINDS), st.binary(max_size=300)),
                         min_size=1, max_size=3))
 def test_bundle_of_any_run_folder(one_node_fleet, tmp_path_factory, changes):

@@ -119,11 +119,16 @@ def test_redactor_takes_a_megabyte_of_adversarial_text_in_linear_time(name):
     _bounded(redact_text, REDACT[name], 20)
 
 
+# The 10 MB lines and the 100 MB log take minutes on a busy 2-core box: opt-in (`make test-hostile`), figures printed.
+soak = pytest.mark.skipif(not os.environ.get("P2P_SOAK"), reason="10-100 MB inputs: make test-hostile (P2P_SOAK=1)")
+
+
 @pytest.mark.fuzz
+@soak
 def test_redactor_and_trace_parser_take_ten_megabyte_lines():
-    _bounded(redact_text, "cache_key=" * (MB // 1), 60)
-    _bounded(redact_text, "api_key=" * (MB // 1), 60)
-    _bounded(parse_trace, "[1.2] [h:1:t] ucp_worker.c:1 UCX INFO x self cfg#1 " + "a(" * (5 * MB), 60)
+    took = [_bounded(redact_text, "cache_key=" * (MB // 1), 60), _bounded(redact_text, "api_key=" * (MB // 1), 60),
+            _bounded(parse_trace, "[1.2] [h:1:t] ucp_worker.c:1 UCX INFO x self cfg#1 " + "a(" * (5 * MB), 60)]
+    print("10 MB lines, CPU s: redact cache_key= %.1f, redact api_key= %.1f, trace a( %.1f" % tuple(took))
 
 
 HUNDRED_MB_CHILD = r"""
@@ -145,6 +150,7 @@ print(trace_s, redact_s, rss, summary.lines_read, len(red.redactions))
 
 
 @pytest.mark.fuzz
+@soak
 def test_a_hundred_megabyte_log_under_time_and_memory_bounds(tmp_path):
     block = ("[1764467401.123456] [node-a:1234:0]     ucp_worker.c:1997 UCX  INFO  B intra-node cfg#1 "
              "rma_am(tcp/lo) am(tcp/lo cma/memory)\n"
