@@ -56,13 +56,14 @@ test-vllm: setup-vllm
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
 
-# Benchmarks print figures with ratios and write bench/results/<stamp>/ (and bench/results/latest.md);
-# they never fail on timings. bench-quick stays under 10 minutes on a 2-core box; bench adds vLLM.
+# Benchmarks (p2p_ops/bench/suite) print figures with ratios and write bench/results/<stamp>/ (and
+# bench/results/latest.md); they never fail on timings. bench-quick stays under 10 minutes on a 2-core box;
+# bench adds vLLM.
 bench: setup
-	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m bench
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.bench.suite
 
 bench-quick: setup
-	$(PY) -m bench --quick --readme
+	$(PY) -m p2p_ops.bench.suite --quick --readme
 
 # The layering (import-linter contracts in pyproject.toml) and no import cycle at all, lazy imports included.
 lint: setup

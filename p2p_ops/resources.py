@@ -1,8 +1,8 @@
 """Files that ship inside the package (templates, the decision tree), read through importlib.resources.
 
 The templates live in the repo's top-level templates/ folder; pyproject maps that folder to the
-`p2p_ops.templates` package, so the same lookup works from an editable install and a wheel. A checkout
-that was never installed (p2p_ops imported from the source tree) falls back to the folder itself.
+`p2p_ops.templates` package, which is what a wheel reads; a checkout (installed editable or not) reads the
+folder beside the package it was imported from.
 """
 
 from __future__ import annotations
@@ -10,12 +10,19 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+# The checkout this package was imported from (an editable install's source tree). Only checkout-relative
+# defaults use it: the router's venv, the Makefile's install steps, the skills' generated references.
+CHECKOUT = Path(__file__).resolve().parent.parent
+
 
 def _templates():
-    try:
-        return resources.files("p2p_ops.templates")
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "templates"
+    # A checkout's own templates/ first: the package it was imported from is this very source tree (an
+    # editable install maps `p2p_ops.templates` to whichever tree was installed last, maybe another checkout).
+    # An installed wheel has no templates/ beside the package and reads its package data.
+    here = CHECKOUT / "templates"
+    if (here / "env.sh.j2").is_file() and (CHECKOUT / "p2p_ops").is_dir():
+        return here
+    return resources.files("p2p_ops.templates")
 
 
 def template_text(name: str) -> str:
@@ -27,4 +34,4 @@ def template_names() -> list[str]:
 
 
 def tree_text() -> str:
-    return resources.files("p2p_ops.diagnose").joinpath("tree.yaml").read_text(encoding="utf-8")
+    return resources.files("p2p_ops.diagnose.tree").joinpath("tree.yaml").read_text(encoding="utf-8")

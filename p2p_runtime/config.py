@@ -7,13 +7,16 @@ fleet spec or a test can build the same config from an argv list or from keyword
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 import math
 import os
+from typing import TYPE_CHECKING
 
-from p2p_runtime.kv_events import KVEventsConfig
 from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
+
+if TYPE_CHECKING:
+    from p2p_runtime.kv_events import KVEventsConfig
 
 DEFAULT_CHUNK_SIZE = 256
 
@@ -32,11 +35,13 @@ class EngineConfig:
     lmcache_url: str = ""
     instance_id: str = ""
     chunk_size: int | None = None
-    model_seed: int = 0
+    # The fleet spec's engine section takes its defaults from here (p2p_ops/spec/settings.py), so a bare
+    # `p2p-engine` runs the same model as a freshly rendered fleet.
+    model_seed: int = 1234
     num_layers: int = 2
     num_heads: int = 4
     head_size: int = 32
-    vocab_size: int = 512
+    vocab_size: int = 384
     max_model_len: int = 8192
     block_size: int = 16
     num_blocks: int = 2048
@@ -109,6 +114,9 @@ class EngineConfig:
 
     @property
     def kv_events(self) -> KVEventsConfig:
+        # Imported here: kv_events pulls zmq and msgspec, and the fleet spec imports this module for the
+        # engine's fields alone (every p2pctl command would pay for them).
+        from p2p_runtime.kv_events import KVEventsConfig
         return KVEventsConfig.from_json(self.kv_events_config)
 
     @property
@@ -169,6 +177,11 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
+def flag_type(f: Field) -> type:
+    """The Python type of one EngineConfig field (annotations are strings under `from __future__`)."""
+    return {"int": int, "float": float, "str": str, "int | None": int}[str(f.type)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``p2p-engine`` argument parser; defaults come from :class:`EngineConfig`."""
     parser = argparse.ArgumentParser(
@@ -177,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "deterministic transformer whose paged KV cache is shared through LMCache.",
     )
     for f in fields(EngineConfig):
-        kind = {"int": int, "float": float, "str": str, "int | None": int}[str(f.type)]
+        kind = flag_type(f)
         text = _HELP[f.name]
         default = f.default
         if f.name == "api_key":

@@ -1,10 +1,9 @@
-"""Shared test helpers: free loopback ports, a fleet spec on them, and the p2pctl entry point."""
+"""Shared test helpers: a fleet spec on free loopback ports (p2p_ops.lifecycle.free_ports), tool venvs, and the
+p2pctl entry point."""
 
 from __future__ import annotations
 
 import os
-import random
-import socket
 import sys
 from pathlib import Path
 
@@ -30,30 +29,6 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def free_port_base(n_nodes: int, attempts: int = 200) -> dict[str, int]:
-    """A port plan (as for `local_fleet`) whose every port is free right now."""
-    from p2p_ops.ports import local_fleet_ports
-
-    rng = random.Random()
-    for _ in range(attempts):
-        # Below the kernel's ephemeral range (32768+), so outgoing connections never take our ports.
-        start = rng.randrange(23000, 32600, 100)
-        base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50, "engine": start + 70}
-        if all(port_free(p) for p in local_fleet_ports(base, n_nodes)):
-            return base
-    raise RuntimeError("no free port range found")
-
-
 def tool_venv(env_var: str, default: str) -> Path:
     """A tool's own venv (vLLM, vllm-router): absolute, since engines and routers start in their run folders."""
     return Path(os.environ.get(env_var, REPO / default)).resolve()
@@ -73,9 +48,10 @@ def skip_tier_without(venv: Path, stamp: str, require_var: str, make_target: str
 
 
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
-    from p2p_ops.fleet import local_fleet
+    from p2p_ops.lifecycle.free_ports import free_base
+    from p2p_ops.spec.starter import local_fleet
 
-    data = local_fleet(n_nodes, name=name, base=free_port_base(n_nodes))
+    data = local_fleet(n_nodes, name=name, base=free_base(n_nodes))
     for key, value in overrides.items():
         data[key] = value
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -93,3 +69,14 @@ def p2pctl(capsys):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def fakes(tmp_path):
+    """Scripted fake connectors and fleets reached through them (tests/support/fake_connector.py); on teardown
+    every fake must have run all its declared commands and no undeclared one."""
+    from tests.support.fake_connector import Fakes
+
+    made = Fakes(tmp_path)
+    yield made
+    made.verify()

@@ -3,7 +3,11 @@ cache threshold to match (llm-d calibrates `minCachedTokenDelta` the same way, r
 
 Both legs run on the same node B: a fresh prompt computed on A and then served on B (pulled), and another fresh
 prompt computed cold on B (recomputed); fresh prompts per length and repetition, medians per length. A length
-whose measurement fails is recorded and skipped; the rows before it are kept.
+whose measurement fails is recorded and skipped; the rows before it are kept. Lengths over the engines' context
+are skipped and said so.
+
+`run` measures a running fleet (and says first, naming `p2pctl up`, when it is not running); `run_launched`
+starts a temporary 2-node local fleet for it, times `up` and `wait`, and always takes it down.
 """
 
 from __future__ import annotations
@@ -12,14 +16,20 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from p2p_ops.bench import charts
-from p2p_ops.context import FleetContext
+from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.bench.strict_json import finite
 from p2p_ops.harness import crossover
+from p2p_ops.lifecycle import status as fleet_status
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.observe import bench_plots
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
 QUICK_LENGTHS = (256, 512, 1024, 2048, 4096)
+# The byte-level engine spends one token per character plus BOS, and the answer needs one more.
+_CONTEXT_MARGIN = 2
 
 
 def advice(rows: list, doc_tokens: int) -> dict:
@@ -37,35 +47,102 @@ def advice(rows: list, doc_tokens: int) -> dict:
     return out
 
 
-def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
-        progress: Callable[[str], None] = lambda _: None) -> dict:
+def prompt_limit(ctx: FleetContext) -> Optional[int]:
+    """The longest prefix the engines take (prompt + one generated token); None when the model decides."""
+    fleet = ctx.fleet
+    context = fleet.vllm.max_model_len if fleet.runtime == "vllm" else fleet.engine.max_model_len
+    return context - _CONTEXT_MARGIN if context else None
+
+
+def check_running(ctx: FleetContext) -> None:
+    """Raise, naming what to run, unless the fleet is up (the router is not needed: the measure talks to the
+    engines)."""
+    fleet_status.require_ready(ctx, "or pass --launch to measure on a temporary local fleet")
+
+
+def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int],
+        doc_tokens: Optional[int], progress: Callable[[str], None] = lambda _: None,
+        launched: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Measure every length on a running fleet (check_running first says when it is not); returns (and writes
+    as crossover.json) the run's document. `launched` (ports, timings) is recorded when the fleet was started for
+    this run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = seed if seed is not None else int(time.time()) % 10**6
+    limit = prompt_limit(ctx)
+    skipped = sorted(n for n in lengths if limit is not None and n > limit)
+    if skipped:
+        progress(f"skipping {skipped}: longer than the engines' context ({limit} prompt tokens fit)")
     rows, failures = [], []
-    for n in sorted(lengths):
+
+    def record() -> dict[str, Any]:
+        doc = document(ctx, rows, failures, skipped, advice(rows, doc_tokens or max(lengths)), repeats, launched)
+        _write(out_dir, doc, rows)
+        return doc
+
+    doc = record()
+    for n in sorted(set(lengths) - set(skipped)):
         try:
             rows += crossover.measure(ctx, [n], repeats, seed, progress)
         except Exception as exc:  # noqa: BLE001 - finished rows are kept; the failure is recorded
             failures.append({"tokens": n, "error": f"{type(exc).__name__}: {exc}"[:300]})
             progress(f"{n} tokens failed: {exc}")
-        _write(out_dir, rows, failures, advice(rows, doc_tokens or max(lengths)), ctx)
-    return {"rows": rows, "failures": failures}
+        doc = record()
+    return doc
 
 
-def _write(out_dir: Path, rows: list, failures: list, adv: dict, ctx: FleetContext) -> None:
-    (out_dir / "crossover.json").write_text(json.dumps(
-        {"rows": [asdict(r) | {"speedup": r.speedup} for r in rows], "failures": failures, "advice": adv,
-         "fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime}, indent=2))
-    lines = [f"# Pull vs recompute on {ctx.fleet.name} ({ctx.fleet.runtime})", "",
-             "| Prefix tokens | TTFT pulled (ms) | TTFT recomputed (ms) | Pull speed-up | Cached tokens on B |",
-             "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.tokens} | {r.ttft_pulled_b_s * 1000:.0f} | {r.ttft_recompute_b_s * 1000:.0f} | "
-                     f"{r.speedup:.2f}x | {r.cached_tokens_b} |")
-    for f in failures:
-        lines.append(f"| {f['tokens']} | failed: {f['error'][:60]} | | | |")
+def run_launched(out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
+                 port_offset: Optional[int] = None, progress: Callable[[str], None] = lambda _: None
+                 ) -> dict[str, Any]:
+    """`run` on a temporary 2-node local fleet under out_dir/fleet (its logs stay), on free ports or at
+    port_offset; the port choice and the up/wait seconds go into the document."""
+    ports = choose(2, port_offset)
+    progress(ports.line())
+    timings: dict[str, float] = {}
+    with local_fleet(2, name="calibrate", base=ports.base, where=out_dir / "fleet", timings=timings,
+                     progress=progress) as ctx:
+        progress(f"fleet up in {timings['up_s']:.1f} s, ready {timings['wait_s']:.1f} s later")
+        return run(ctx, out_dir, lengths, repeats, seed, doc_tokens, progress,
+                   launched={"ports": ports.to_json(), "timings_s": dict(timings)})
+
+
+def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], adv: dict, repeats: int,
+             launched: Optional[dict[str, Any]]) -> dict[str, Any]:
+    doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats,
+           "rows": [asdict(r) | {"speedup": r.speedup} for r in rows], "failures": failures, "skipped": skipped,
+           "advice": adv, "launched": launched}
+    return finite(doc)
+
+
+def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
+    (out_dir / "crossover.json").write_text(json.dumps(doc, indent=2))
+    (out_dir / "summary.md").write_text(summary(doc))
+    if rows:
+        bench_plots.crossover(out_dir / "crossover.png", rows)
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """Pure: summary.md of a calibration document."""
+    lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}, median of {doc['repeats']})", ""]
+    launched = doc.get("launched")
+    if launched:
+        t = launched["timings_s"]
+        lines += [f"A temporary local fleet: up {t['up_s']:.1f} s, ready {t['wait_s']:.1f} s later; ports "
+                  f"{launched['ports']['how']} (default plan + {launched['ports']['offset']}).", ""]
+    lines += ["| Prefix tokens | TTFT cold on A (ms) | TTFT pulled on B (ms) | TTFT recomputed on B (ms) | "
+              "Pull speed-up | Cached tokens on B |", "|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "n/a"
+        lines.append(f"| {r['tokens']} | {r['ttft_cold_a_s'] * 1000:.0f} | {r['ttft_pulled_b_s'] * 1000:.0f} | "
+                     f"{r['ttft_recompute_b_s'] * 1000:.0f} | {speed} | {r['cached_tokens_b']} |")
+    for f in doc["failures"]:
+        lines.append(f"| {f['tokens']} | failed: {f['error'][:60]} | | | | |")
     lines.append("")
-    if adv["min_pull_tokens"] is None:
+    if doc["skipped"]:
+        lines += [f"Skipped {doc['skipped']}: longer than the engines' context.", ""]
+    adv = doc["advice"]
+    if not doc["rows"]:
+        lines.append("Advice: none; no length could be measured (see the failures above).")
+    elif adv["min_pull_tokens"] is None:
         lines.append("Advice: the pull never won consistently at these lengths; keep P2P for longer prefixes "
                      "or check the transfer path (`p2pctl test basic`).")
     else:
@@ -73,6 +150,4 @@ def _write(out_dir: Path, rows: list, failures: list, adv: dict, ctx: FleetConte
                      f"minCachedTokenDelta={adv['min_pull_tokens']}); for requests of ~{adv['doc_tokens']} tokens "
                      f"start vllm-router with --cache-threshold {adv['cache_threshold']} "
                      f"(router.cache_threshold in the fleet spec).")
-    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
-    if rows:
-        charts.crossover(out_dir / "crossover.png", rows)
+    return "\n".join(lines) + "\n"

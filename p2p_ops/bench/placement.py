@@ -4,29 +4,35 @@ Two local fleets are started one after the other from the same spec: one whose s
 one whose servers do not (`settings.p2p: false`, no `--p2p-advertise-url`). On each, the router is restarted
 once per policy and the same document-QA workload runs with fresh documents, so no arm is served from what an
 earlier one cached. Every finished arm is written out at once: a failure later keeps the rows before it.
+
+Ports: the default plan, the router's included, at the first offset where all are free, or exactly at
+`--port-offset K`; the choice is printed (one progress line) and kept in results.json.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import yaml
 
-from p2p_ops import launch, probes
-from p2p_ops import router as fleet_router
-from p2p_ops.bench import charts, docqa
-from p2p_ops.context import FleetContext
+from p2p_ops.bench import docqa
+from p2p_ops.bench.strict_json import finite
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
-from p2p_ops.fleet import ROUTER_POLICIES, load_fleet, local_fleet
 from p2p_ops.harness.basic import PEER_HIT_TOKENS
-from p2p_ops.ports import local_fleet_ports
-from p2p_ops.render import render_router, write_rendered
+from p2p_ops.lifecycle import launch, procs
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
+from p2p_ops.lifecycle.render import render_router, write_rendered
+from p2p_ops.observe import bench_plots
+from p2p_ops.spec.load import load_fleet
+from p2p_ops.spec.settings import ROUTER_POLICIES
+from p2p_ops.spec.starter import local_fleet
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 # A GPU-like cost profile for the embedded engine: computing a prompt token costs 20x loading one (an
@@ -46,6 +52,8 @@ class PlacementOptions:
     gpu_timing: bool = True
     workload: docqa.DocQAOptions = field(default_factory=docqa.DocQAOptions)
     max_seconds: float = 1800.0
+    # None: the first free offset of the default plan (free_ports.choose); else exactly this offset.
+    port_offset: Optional[int] = None
 
     @classmethod
     def quick(cls, **kw) -> "PlacementOptions":
@@ -104,36 +112,13 @@ def summarize(policy: str, p2p: bool, turns: list[docqa.Turn], wall_s: float, pe
 
 # ---- fleets ------------------------------------------------------------------------------------------
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def port_plan(n: int, attempts: int = 200) -> dict[str, int]:
-    """Ports for `local_fleet` plus the router's and the KV-event ports, all free right now."""
-    rng = random.Random()
-    for _ in range(attempts):
-        start = rng.randrange(23000, 32000, 100)
-        base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50,
-                "engine": start + 70, "router": start + 80}
-        ports = local_fleet_ports(base, n) + [start + 80, start + 81]
-        ports += [start + 82 + i for i in range(2 * n)]
-        if all(_free(p) for p in ports):
-            return base
-    raise CouldNotRun("no free loopback port range found for the placement fleets")
-
-
 def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], gpu_timing: bool, name: str) -> dict:
+    """A local fleet with a router on `ports` (a free_ports base with the router kinds)."""
     data = local_fleet(n, name=name, base=ports)
     data["settings"].update(p2p=p2p, p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)
     if gpu_timing:
         data["engine"].update(GPU_TIMING)
-    data["router"] = {"enabled": True, "policy": policy, "port": ports["router"],
-                      "prometheus_port": ports["router"] + 1, "kv_events_port_base": ports["router"] + 2}
+    data["router"] = {"enabled": True, "policy": policy, **router_ports(ports)}
     return data
 
 
@@ -141,38 +126,41 @@ def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeou
     """Restart only the router, under another policy (engines and caches stay)."""
     if ctx.fleet.router.policy == policy and fleet_router.status(ctx).ready:
         return
-    fleet_router.stop(ctx)
+    procs.stop(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     data["router"]["policy"] = policy
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     ctx.fleet = load_fleet(path)
     write_rendered(render_router(ctx.fleet, ctx.node_layout), ctx.layout)
-    fleet_router.start(ctx)
+    procs.start(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if fleet_router.status(ctx).ready:
             return
         time.sleep(0.5)
-    raise CouldNotRun(f"router under {policy} not ready after {timeout:.0f} s; log: {fleet_router.router_proc(ctx).log}")
+    raise CouldNotRun(f"router under {policy} not ready after {timeout:.0f} s; log: {ctx.proc('router').log}")
 
 
 def _scrape_servers(ctx: FleetContext) -> list:
-    return [probes.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()]
+    return [metrics_api.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()]
 
 
 def _router_metrics(ctx: FleetContext) -> list:
     node = ctx.fleet.router_node()
-    return probes.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
+    return metrics_api.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
 
 
 # ---- the run -------------------------------------------------------------------------------------------
 
 def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] = lambda _: None) -> list[ArmResult]:
     opts.validate()
+    # Both arms run one after the other on the same ports (the first is down before the second starts).
+    choice = choose(opts.nodes, opts.port_offset, router=True)
+    progress(choice.line())
+    ports = choice.base
     out_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + opts.max_seconds
     results: list[ArmResult] = []
     turns_out: list[dict] = []
-    ports = port_plan(opts.nodes)
     for p2p in opts.p2p_arms:
         arm = "on" if p2p else "off"
         name = f"placement-p2p-{arm}"
@@ -189,12 +177,12 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
                         progress(f"time bound reached: skipping {policy} (P2P {arm})")
                         continue
                     results.append(_run_arm(ctx, path, data, policy, p2p, opts, turns_out, progress))
-                    _write(out_dir, results, turns_out, opts)
+                    _write(out_dir, results, turns_out, opts, choice)
             except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
                 progress(f"P2P {arm}: {type(exc).__name__}: {exc}")
                 results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
                                          error=f"{type(exc).__name__}: {exc}"[:500]))
-                _write(out_dir, results, turns_out, opts)
+                _write(out_dir, results, turns_out, opts, choice)
             finally:
                 launch.down(ctx)
     return results
@@ -208,10 +196,10 @@ def _run_arm(ctx: FleetContext, path: Path, data: dict, policy: str, p2p: bool, 
     before, rbefore = _scrape_servers(ctx), _router_metrics(ctx)
     turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, label, progress)
     after, rafter = _scrape_servers(ctx), _router_metrics(ctx)
-    peer = sum(probes.metric_sum(a, PEER_HIT_TOKENS) - probes.metric_sum(b, PEER_HIT_TOKENS)
+    peer = sum(metrics_api.metric_sum(a, PEER_HIT_TOKENS) - metrics_api.metric_sum(b, PEER_HIT_TOKENS)
                for a, b in zip(after, before))
-    hits = probes.metric_sum(rafter, KV_HITS, result="hit") - probes.metric_sum(rbefore, KV_HITS, result="hit")
-    inputs = probes.metric_sum(rafter, KV_INPUTS) - probes.metric_sum(rbefore, KV_INPUTS)
+    hits = metrics_api.metric_sum(rafter, KV_HITS, result="hit") - metrics_api.metric_sum(rbefore, KV_HITS, result="hit")
+    inputs = metrics_api.metric_sum(rafter, KV_INPUTS) - metrics_api.metric_sum(rbefore, KV_INPUTS)
     turns_out += [{"arm": label, **t.to_dict()} for t in turns]
     res = summarize(policy, p2p, turns, wall, peer, hits, inputs)
     progress(f"{label}: {res.req_per_s:.2f} req/s, TTFT p50 {res.ttft_p50_ms:.0f} ms, "
@@ -219,13 +207,19 @@ def _run_arm(ctx: FleetContext, path: Path, data: dict, policy: str, p2p: bool, 
     return res
 
 
-def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions) -> None:
-    (out_dir / "results.json").write_text(json.dumps({
-        "options": {**asdict(opts), "gpu_timing_profile": GPU_TIMING if opts.gpu_timing else None},
-        "arms": [r.to_dict() for r in results], "margins": margins(results)}, indent=2, default=str))
+def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice) -> dict[str, Any]:
+    """What results.json holds (and `bench placement --json` prints): strict JSON, a figure never measured is
+    null, not NaN."""
+    return finite({"options": {**asdict(opts), "gpu_timing_profile": GPU_TIMING if opts.gpu_timing else None},
+                   "ports": ports.to_json(), "arms": [r.to_dict() for r in results], "margins": margins(results)})
+
+
+def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions,
+           ports: PortChoice) -> None:
+    (out_dir / "results.json").write_text(json.dumps(document(results, opts, ports), indent=2, default=str))
     (out_dir / "turns.json").write_text(json.dumps(turns))
     (out_dir / "summary.md").write_text(markdown(results, opts))
-    charts.placement(out_dir, results)
+    bench_plots.placement(out_dir, results)
 
 
 # ---- report ---------------------------------------------------------------------------------------------

@@ -49,9 +49,18 @@ def _subparsers(parser: argparse.ArgumentParser):
             yield from action.choices.values()
 
 
+class _Paragraphs(argparse.HelpFormatter):
+    """argparse's formatter, filling each blank-line-separated paragraph on its own (an epilog's example stays
+    apart from the exit codes line)."""
+
+    def _fill_text(self, text, width, indent):
+        return "\n\n".join(super(_Paragraphs, self)._fill_text(p, width, indent) for p in text.split("\n\n"))
+
+
 def _add_epilogs(parser: argparse.ArgumentParser) -> None:
     """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line."""
     parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
+    parser.formatter_class = _Paragraphs
     for sub in _subparsers(parser):
         _add_epilogs(sub)
 

@@ -1,19 +1,22 @@
-"""`p2pctl bench placement` and `p2pctl calibrate`: the router-side benchmarks (they start their own fleets)."""
+"""`p2pctl bench placement` and `p2pctl calibrate`: the router-side benchmarks.
+
+`bench placement` and `calibrate --launch` start their own local fleets, on free ports or at `--port-offset`
+(a progress line and the --json document say which); `calibrate` without --launch measures a running fleet.
+With --json, stdout holds one document (the run's results) and progress stays on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-
 from p2p_ops.bench.placement import PlacementOptions
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
+from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
+from p2p_ops.cli.output import console, emit_json
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
-
-console = Console()
 
 
 def _out_dir(args: argparse.Namespace, kind: str) -> Path:
@@ -44,24 +47,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--no-gpu-timing", action="store_true", help="engines run at CPU speed (no GPU cost profile)")
     pl.add_argument("--p2p", choices=["both", "on", "off"], default="both", help="which P2P arms (default both)")
     pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run")
+    add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
     pl.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-placement)")
+    add_json_arg(pl)
     pl.set_defaults(handler=cmd_placement)
 
     c = sub.add_parser(
         "calibrate", help="pull-vs-recompute crossover: the shortest prefix worth pulling",
-        description="On a running fleet: per prefix length, fresh prompts computed on A then served on B from A "
+        description="On a running fleet (or, with --launch, a temporary 2-node local one it starts, times and "
+                    "takes down): per prefix length, fresh prompts computed on A then served on B from A "
                     "(pulled) and cold on B (recomputed), medians over repetitions; prints the shortest length "
                     "where the pull wins and the router cache threshold to match.",
-        epilog="exit codes: 0 measured, 1 no length could be measured, 2 bad input")
+        epilog="exit codes: 0 measured, 1 no length could be measured, 2 bad input or the fleet is not running")
     add_fleet_args(c)
+    c.add_argument("--launch", action="store_true",
+                   help="start a temporary 2-node local fleet for the run (up and wait timed), always taken down; "
+                        "-f is then not read")
+    add_port_offset_arg(c, "with --launch: ")
     c.add_argument("--quick", action="store_true", help="lengths 256..4096, 2 repetitions")
     c.add_argument("--lengths", default=None, help="comma list of prefix lengths in tokens")
     c.add_argument("--repeats", type=int, default=None, help="repetitions per length (default 3)")
     c.add_argument("--doc-tokens", type=int, default=None,
                    help="typical request length, for the cache threshold advice (default: longest length)")
     c.add_argument("--seed", type=int, default=None)
-    c.add_argument("--out", default=None, help="run folder (default <run>/tests/<UTC time>-calibrate)")
+    c.add_argument("--out", default=None, help="run folder (default <run>/tests/<UTC time>-calibrate; with "
+                                               "--launch p2p-run/bench/<UTC time>-calibrate)")
+    add_json_arg(c)
     c.set_defaults(handler=cmd_calibrate)
+
+
+def add_port_offset_arg(p: argparse.ArgumentParser, prefix: str = "", ports: str = "the fleet's ports") -> None:
+    p.add_argument("--port-offset", type=int, default=None, metavar="K",
+                   help=f"{prefix}{ports} are the default plan + K, as `p2pctl init --port-offset K` writes "
+                        "(default: the first offset 0, 1000, 2000, ... where every port is free)")
 
 
 def placement_options(args: argparse.Namespace) -> PlacementOptions:
@@ -73,6 +91,7 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
     opts.p2p_arms = {"both": [True, False], "on": [True], "off": [False]}[args.p2p]
     if args.max_seconds:
         opts.max_seconds = args.max_seconds
+    opts.port_offset = args.port_offset
     wl = opts.workload
     for name in ("sessions", "questions", "doc_tokens", "inflight"):
         if getattr(args, name) is not None:
@@ -88,29 +107,52 @@ def cmd_placement(args: argparse.Namespace) -> int:
     opts.validate()
     out = _out_dir(args, "placement")
     results = placement.run(out, opts, _progress)
-    console.print((out / "summary.md").read_text(), soft_wrap=True, markup=False)
-    console.print(f"run folder: {out}", soft_wrap=True)
     bad = [r for r in results if r.error or r.failed]
-    return EXIT_CHECK_FAILED if bad or not results else EXIT_OK
+    ok = bool(results) and not bad
+    _show(args, out, {**json.loads((out / "results.json").read_text()), "passed": ok})
+    return EXIT_OK if ok else EXIT_CHECK_FAILED
+
+
+def calibrate_lengths(args: argparse.Namespace) -> list[int]:
+    from p2p_ops.bench import calibrate
+
+    if not args.lengths:
+        return list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
+    try:
+        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--lengths {args.lengths!r}: give token counts, e.g. 512,1024,2048") from None
+    if not lengths or min(lengths) < 1:
+        raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
+    return lengths
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from p2p_ops.bench import calibrate
     from p2p_ops.harness.rundir import new_run_dir
 
-    if args.lengths:
-        try:
-            lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-        except ValueError:
-            raise BadInput(f"--lengths {args.lengths!r}: give token counts, e.g. 512,1024,2048") from None
-    else:
-        lengths = list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
+    lengths = calibrate_lengths(args)
     repeats = args.repeats or (2 if args.quick else 3)
-    with context(args) as ctx:
-        out = Path(args.out) if args.out else new_run_dir(ctx.layout, "calibrate")
-        result = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, _progress)
+    if args.port_offset is not None and not args.launch:
+        raise BadInput("--port-offset: only with --launch (a running fleet's ports are in its fleet.yaml)")
+    if args.launch:
+        out = _out_dir(args, "calibrate")
+        doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, _progress)
+    else:
+        with context(args) as ctx:
+            calibrate.check_running(ctx)  # before the run folder: a fleet that is not up leaves nothing behind
+            out = Path(args.out) if args.out else new_run_dir(ctx.layout, "calibrate")
+            doc = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, _progress)
+    _show(args, out, doc)
+    return EXIT_OK if doc["rows"] else EXIT_CHECK_FAILED
+
+
+def _show(args: argparse.Namespace, out: Path, doc: dict) -> None:
+    """--json: the run's document and its folder, alone on stdout; else summary.md and the folder."""
+    if args.json:
+        emit_json({"run_dir": str(out), **doc})
+        return
     console.print((out / "summary.md").read_text(), soft_wrap=True, markup=False)
     console.print(f"run folder: {out}", soft_wrap=True)
-    return EXIT_OK if result["rows"] else EXIT_CHECK_FAILED
 
 

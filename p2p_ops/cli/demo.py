@@ -11,13 +11,16 @@ server is registered, then:
 It prints a summary and takes the fleet down, also on failure. `make demo` runs it with a 2-node embedded
 fleet; `--runtime vllm` (`make demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or
 ./.venv-vllm, a tiny model made under ./models/ when missing); other callers pass their own fleet data.
+
+Ports: the default plan (coordinator 9300, ...) at the first offset (0, 1000, 2000, ...) where every port is
+free, so the demo runs beside another fleet; `--port-offset K` takes exactly that offset. The first line on
+stderr says which.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -26,51 +29,32 @@ from typing import Optional
 import yaml
 from rich.table import Table
 
-from p2p_ops import launch
-from p2p_ops.cli.output import console, err_console, heading, show
+from p2p_ops.cli.output import console, err_console, heading, progress, show
 from p2p_ops.cli.test_cmds import print_basic
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import P2POpsError
-from p2p_ops.fleet import local_fleet
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.crossover import CrossoverRow, measure
-from p2p_ops.ports import default_base, local_fleet_ports
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 
 REPEATS = 3
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+def embedded_fleet(base: dict[str, int]) -> dict:
+    return local_fleet(2, name="demo", base=base)
 
 
-def free_base(n: int) -> dict[str, int]:
-    """The default port plan, shifted by 1000s until every port is free (a user's fleet may be running)."""
-    for off in range(0, 20000, 1000):
-        base = default_base(off)
-        if all(_free(p) for p in local_fleet_ports(base, n)):
-            return base
-    raise P2POpsError("no free port range for the demo fleet")
-
-
-def embedded_fleet() -> dict:
-    return local_fleet(2, name="demo", base=free_base(2))
-
-
-def vllm_fleet(model_dir: str = "models/tiny-llama") -> dict:
+def vllm_fleet(base: dict[str, int], model_dir: str = "models/tiny-llama") -> dict:
     """Two vLLM CPU nodes (the vLLM runtime's fleet spec: `vllm:` section, model made locally if missing)."""
-    from p2p_ops.local_model import is_model_dir, make_model
+    from p2p_ops.harness.local_model import is_model_dir, make_model
 
     model = Path(model_dir).resolve()
     if not is_model_dir(model):
         make_model(model)
     venv = Path(os.environ.get("P2P_VLLM_VENV", ".venv-vllm")).resolve()
-    data = local_fleet(2, name="demo-vllm", base=free_base(2), runtime="vllm",
+    data = local_fleet(2, name="demo-vllm", base=base, runtime="vllm",
                        vllm={"model_path": str(model), "venv": str(venv)}, cpu_count=os.cpu_count() or 1)
     # A dead peer must not hold a request for the default 30 s.
     data["settings"].update(p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)
@@ -154,15 +138,23 @@ def _summary(result: BasicResult, row: CrossoverRow | None, stamps: dict[str, fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m p2p_ops.demo", description=__doc__.splitlines()[0],
-                                 epilog="exit codes: 0 the proof passed, 1 it failed or the fleet did not come up")
+    ap = argparse.ArgumentParser(prog="python -m p2p_ops.cli.demo", description=__doc__.splitlines()[0],
+                                 epilog="exit codes: 0 the proof passed, 1 it failed or the fleet did not come up, 2 bad input")
     ap.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
+    ap.add_argument("--port-offset", type=int, default=None, metavar="K",
+                    help="the default ports + K (default: the first offset 0, 1000, ... where all are free)")
     args = ap.parse_args(argv)
+    try:
+        ports = choose(2, args.port_offset)
+    except P2POpsError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return exc.exit_code
+    progress(ports.line())
     if args.runtime == "vllm":
         # vLLM needs 25-90 s to become healthy on an idle 2-core box.
-        return run_demo(vllm_fleet(), "LMCache P2P demo: 2 nodes, real lmcache servers, vLLM (CPU build)",
+        return run_demo(vllm_fleet(ports.base), "LMCache P2P demo: 2 nodes, real lmcache servers, vLLM (CPU build)",
                         wait_timeout=120.0, start_timeout=600.0)
-    return run_demo(embedded_fleet(), "LMCache P2P demo: 2 nodes, real lmcache servers, CPU engines")
+    return run_demo(embedded_fleet(ports.base), "LMCache P2P demo: 2 nodes, real lmcache servers, CPU engines")
 
 
 if __name__ == "__main__":

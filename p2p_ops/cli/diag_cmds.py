@@ -54,9 +54,9 @@ def _port_table(report: Report) -> list[str]:
 
 
 def cmd_rdma(args) -> int:
-    from p2p_ops.diagnose.host import HostView
-    from p2p_ops.diagnose.nixl_probe import agent_lanes
-    from p2p_ops.diagnose.rdma import check_rdma, gather_rdma
+    from p2p_ops.diagnose.nixl.probe import agent_lanes
+    from p2p_ops.diagnose.rdma.check import check_rdma, gather_rdma
+    from p2p_ops.facts.host_view import HostView
 
     if args.root and args.sysfs_root:
         raise BadInput("use --root (a whole snapshot tree) or --sysfs-root (a copy of /sys), not both")
@@ -99,7 +99,7 @@ def _probe_lines(result) -> list[str]:
 
 
 def cmd_probe_nixl(args) -> int:
-    from p2p_ops.diagnose.nixl_probe import ProbeOptions, run_probe
+    from p2p_ops.diagnose.nixl.probe import ProbeOptions, run_probe
 
     if args.iterations < 1 or args.timeout <= 0:
         raise BadInput("--iterations must be >= 1 and --timeout > 0")
@@ -111,9 +111,7 @@ def cmd_probe_nixl(args) -> int:
     else:
         env = " ".join(f"{k}={v}" for k, v in result.env.items())
         print("\n".join([f"NIXL READ probe ({env})", *_probe_lines(result), f"  wall time {result.wall_s}s"]))
-    if result.failure and result.failure.rule == "nixl_missing":
-        return 2
-    return 0 if result.ok else 1
+    return result.exit_code
 
 
 # --- p2pctl rails ------------------------------------------------------------------------------------------
@@ -175,7 +173,7 @@ def _rails_table(report: Report) -> list[str]:
 # --- p2pctl ucx-trace --------------------------------------------------------------------------------------
 
 def cmd_ucx_trace(args) -> int:
-    from p2p_ops.diagnose.trace_report import render_endpoints, trace_report
+    from p2p_ops.diagnose.traces import render_endpoints, trace_report
     from p2p_ops.facts.ucx_trace import parse_traces
 
     texts = []
@@ -196,18 +194,26 @@ def cmd_ucx_trace(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("rdma", help="RDMA readiness: ports, GIDs, uverbs, memlock, GPUDirect, affinity",
                               description="Check whether this host can do RDMA for "
-                              "NIXL/UCX; without RDMA, check the TCP path. Exit 0 healthy, 1 findings, 2 could "
-                              "not check.")
+                              "NIXL/UCX; without RDMA, check the TCP path. Reads /sys/class/infiniband (state, "
+                              "phys_state, link_layer, rate, GIDs, NUMA node), /dev/infiniband, the memlock limit "
+                              "(of --pid, e.g. a running lmcache server, else this process), loaded modules "
+                              "(nvidia_peermem), `nvidia-smi topo -m` and `ucx_info -d`. Each finding names the "
+                              "device/port, the value seen and the fix; healthy output ends with \"result: "
+                              "healthy\". Exit 0 healthy, 1 findings, 2 could not check.")
     p.add_argument("--sysfs-root", metavar="DIR", help="read this directory instead of /sys")
     p.add_argument("--root", metavar="DIR", help="a captured snapshot tree (sys/, dev/, proc/, tools/*.txt)")
     p.add_argument("--pid", default="self", help="check the memlock limit of this process (default: self)")
-    p.add_argument("--require-rdma", action="store_true", help="a host without RDMA devices is a finding")
+    p.add_argument("--require-rdma", action="store_true", help="a host without RDMA devices is a finding (exit 1)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=cmd_rdma)
 
     p = subparsers.add_parser("probe-nixl", help="real two-process NIXL READ under a candidate UCX environment",
                               description="Run a NIXL agent pair on this host, READ and verify a buffer, and "
-                              "report throughput and the transports UCX chose; on failure, cause and fix.")
+                              "report the bytes verified, the median throughput and the transports and READ path "
+                              "UCX chose (from its UCX_LOG_LEVEL=info / UCX_PROTO_INFO log); on failure, the "
+                              "exception with its likely cause and fix. Metadata goes through files, not the NIXL "
+                              "listener. Exit 0 the READ worked, 1 it failed, 2 could not run.",
+                              epilog="example: %(prog)s --tls tcp --net-devices lo   (the TCP path, on loopback)")
     p.add_argument("--tls", metavar="LIST", help="UCX_TLS for the agents, e.g. tcp or rc,sm,self")
     p.add_argument("--net-devices", metavar="LIST", help="UCX_NET_DEVICES, e.g. lo or mlx5_0:1,mlx5_1:1")
     p.add_argument("--env", action="append", metavar="NAME=VALUE", help="any other variable (repeatable)")
@@ -219,11 +225,16 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_probe_nixl)
 
     p = subparsers.add_parser("rails", help="which NICs carried the bytes: counter deltas around a transfer",
-                              description="Snapshot per-NIC byte counters (RDMA ports x4, netdev statistics), "
-                              "wait or run a command, snapshot again, and flag imbalance or unexpected rails.")
+                              description="Snapshot per-NIC byte counters (RDMA ports from "
+                              "counters/port_{xmit,rcv}_data, x4: they count 4-byte words; TCP interfaces from "
+                              "/sys/class/net/<if>/statistics), wait or run a command, snapshot again, and flag "
+                              "idle, unexpected or imbalanced rails. --save-snapshot on each node and --before/"
+                              "--after later compare two moments without running anything in between.",
+                              epilog="example: %(prog)s --expect mlx5_0,mlx5_1 -- p2pctl test basic")
     p.add_argument("--sysfs-root", metavar="DIR", help="read this directory instead of /sys")
-    p.add_argument("--expect", metavar="IFS", help="comma list of expected rails (mlx5_0, mlx5_0:1, eth0)")
-    p.add_argument("--wait", type=float, default=5.0, help="seconds to watch when no command is given")
+    p.add_argument("--expect", metavar="IFS", help="comma list of expected rails (mlx5_0, mlx5_0:1, eth0); others "
+                   "carrying traffic are flagged; without it, all RDMA ports are compared for balance")
+    p.add_argument("--wait", type=float, default=5.0, help="seconds to watch when no command is given (default 5)")
     p.add_argument("--timeout", type=float, default=600.0, help="limit for the command (default 600 s)")
     p.add_argument("--before", metavar="FILE", help="snapshot JSON taken earlier (see --save-snapshot)")
     p.add_argument("--after", metavar="FILE", help="snapshot JSON to compare with --before")
@@ -235,8 +246,13 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_rails)
 
     p = subparsers.add_parser("ucx-trace", help="summarise UCX/NIXL logs: lanes per endpoint, grouped errors",
-                              description="Parse UCX log lines, endpoint configs, PROTO_INFO tables and NIXL "
-                              "lines into a per-endpoint transport summary plus grouped errors.")
+                              description="Parse UCX log lines (any version's padding, the fatal form), "
+                              "endpoint-configuration lines (`rma(rc_mlx5/mlx5_0:1)` = RDMA, `rma_am(tcp/eth0)` = "
+                              "emulated), UCX_PROTO_INFO tables (1.13, 1.15-1.19 and 1.23 layouts), `ucx_info -e` "
+                              "dumps and NIXL core/Python/vLLM lines into a per-endpoint transport summary plus "
+                              "grouped errors. Capture logs with UCX_LOG_LEVEL=info (and UCX_PROTO_INFO=y for the "
+                              "protocol tables). Exit 0 no errors, 1 errors (or, with --expect-rdma, inter-node "
+                              "payload not on RDMA), 2 nothing parsed.")
     p.add_argument("files", nargs="+", metavar="FILE", help="log files ('-' for stdin)")
     p.add_argument("--expect-rdma", action="store_true", help="inter-node payload not on RDMA is a finding")
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -245,9 +261,8 @@ def register(subparsers) -> None:
 
 def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
     """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
-    from p2p_ops.errors import P2POpsError
-
     from p2p_ops.cli import EXIT_CODES_EPILOG
+    from p2p_ops.errors import P2POpsError
 
     parser = argparse.ArgumentParser(prog=prog, epilog=EXIT_CODES_EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

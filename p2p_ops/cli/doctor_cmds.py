@@ -14,8 +14,9 @@ from pathlib import Path
 
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import add_fleet_args
-from p2p_ops.context import FleetContext
+from p2p_ops.diagnose.tree import evidence, model, render, walk
 from p2p_ops.errors import BadInput
+from p2p_ops.lifecycle.context import FleetContext
 
 
 def _progress(msg: str) -> None:
@@ -38,11 +39,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from p2p_ops.diagnose import tree as T
 
-    data = T.load_tree()
+
+    data = model.load_tree()
     if args.markdown:
-        sys.stdout.write(T.render_markdown(data))
+        sys.stdout.write(render.render_markdown(data))
         return 0
     if args.list or not args.symptom:
         if args.json:
@@ -53,7 +54,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             for s in data.symptoms:
                 print(f"  {s.title:<40} {s.looks_like[:110]}")
         return 0 if args.list else 2
-    symptom = T.find_symptom(data, " ".join(args.symptom))
+    symptom = model.find_symptom(data, " ".join(args.symptom))
     logs = tuple(Path(p) for p in args.log or [])
     for p in logs:
         if not p.is_file():
@@ -63,16 +64,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     # Without a fleet file the logs alone are checked (ctx None).
     loaded = FleetContext.load(args.fleet, args.run_dir) if Path(args.fleet).is_file() else nullcontext()
     with loaded as ctx:
-        result = T.diagnose(data, symptom, T.Evidence(ctx, data, logs, reach=not args.no_reach))
+        result = walk.diagnose(data, symptom, evidence.Evidence(ctx, data, logs, reach=not args.no_reach))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        print("\n".join(T.render_text(result)))
+        print("\n".join(render.render_text(result)))
     return result.exit_code
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from p2p_ops import bundle
+    from p2p_ops.diagnose import bundle
 
     with FleetContext.load(args.fleet, args.run_dir) as ctx:
         out = Path(args.output) if args.output else None
@@ -95,8 +96,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "/config and process environment; checks PYTHONHASHSEED, chunk size, hash algorithm, L1 "
                        "alignment, model, world size, LMCache/NIXL versions and transfer engine across peers, the "
                        "coordinator and its /instances, TCP reachability of every advertised P2P URL and mq port from "
-                       "every node, ports (free before launch, listening after), memlock and UCX_TLS. Exit 0 "
-                       "healthy, 1 findings, 2 could not check.")
+                       "every node, ports (free before launch, listening after), memlock and UCX_TLS. Works on a "
+                       "stopped fleet (env.sh agreement, ports free). Each finding names the instances, the values "
+                       "and the fix; healthy output ends with \"result: healthy\". Exit 0 healthy, 1 findings, 2 "
+                       "could not check.")
     add_fleet_args(p)
     p.add_argument("--no-reach", action="store_true", help="skip the TCP connects between nodes")
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -105,26 +108,32 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("diagnose", help="walk the decision tree of a symptom, running its checks",
                        description="Walk a symptom's decision tree: each step runs its automated checks (doctor "
-                       "findings, log signatures, metrics, /status) and prints what it found, the cause and the fix. "
+                       "findings, log signatures, metrics, /status) and prints what it found, the cause and the fix; "
+                       "the last line names the likely cause, or says that no automated check found one. --list "
+                       "shows the symptoms; close wordings match too (e.g. \"no hits\", \"unregistered\", \"hang\"). "
                        "Exit 0 no problem found, 1 a step found the problem, 2 bad input.")
     p.add_argument("symptom", nargs="*", help="e.g. \"peers not registered\", \"zero cached tokens\", l1_oom")
     add_fleet_args(p)
     p.add_argument("--list", action="store_true", help="list the symptoms")
     p.add_argument("--markdown", action="store_true", help="print the whole tree as Markdown (the skill reference)")
-    p.add_argument("--log", action="append", metavar="FILE", help="also grep this log for the signatures")
+    p.add_argument("--log", action="append", metavar="FILE",
+                   help="also grep this log for the signatures (works without a fleet file)")
     p.add_argument("--no-reach", action="store_true", help="skip the TCP connects between nodes")
-    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable result; \"likely_cause\" names the first failing step and its subjects")
     p.set_defaults(handler=cmd_diagnose)
 
     p = sub.add_parser("bundle", help="one redacted tar.gz with env, logs, status, metrics, facts and doctor output",
                        description="Collect env.sh files, logs, /status, /config, /instances, metrics, package "
                        "versions, host facts and the doctor's output into one tar.gz with manifest.json. Secrets are "
-                       "redacted before anything is written; the manifest lists what was redacted and where. Works on "
-                       "a stopped fleet (collects what exists).")
+                       "redacted in memory before anything is written (tokens, API keys, passwords, private keys, "
+                       "cloud credentials); manifest.json lists every redaction (kind, file, line, variable name), "
+                       "never the value. Prints the path, size, how many secrets were redacted and what could not be "
+                       "collected. Works on a stopped fleet: what cannot be read is listed under \"unreachable\".")
     add_fleet_args(p)
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="bundle path (default: p2p-run/<fleet>/bundles/p2p-bundle-<fleet>-<UTC>.tar.gz)")
+                   help="bundle path, mode 0600 (default: p2p-run/<fleet>/bundles/p2p-bundle-<fleet>-<UTC>.tar.gz)")
     p.add_argument("--no-doctor", action="store_true", help="do not run the doctor into the bundle")
     p.add_argument("--force", action="store_true", help="replace an existing -o file")
-    p.add_argument("--json", action="store_true", help="print the manifest")
+    p.add_argument("--json", action="store_true", help="print the manifest instead of the summary")
     p.set_defaults(handler=cmd_bundle)

@@ -8,15 +8,22 @@ from pathlib import Path
 
 from rich.table import Table
 
-from p2p_ops import fleet_status, launch
-from p2p_ops.cli.output import console, show, emit_json, err_console
+from p2p_ops.cli.output import console, emit_json, err_console, show
 from p2p_ops.cli.output import progress as _progress
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
-from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
-from p2p_ops.ports import default_base
-
-ROLE_CHOICES = ("server", "engine", "coordinator")
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle import status as fleet_status
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.ports import check_local_base, default_base
+from p2p_ops.spec.starter import (
+    DEFAULT_MODEL_DIR,
+    DEFAULT_VLLM_VENV,
+    local_fleet,
+    starter_yaml,
+    vllm_missing,
+    vllm_paths,
+)
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -38,10 +45,9 @@ def _roles(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.role) if args.role else launch.ROLES
 
 
-def add_role_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--role", action="append", choices=ROLE_CHOICES, default=None,
-                   help="only these processes (repeatable), e.g. `--node node-a --role server` restarts one "
-                        "lmcache server and keeps its engine")
+def add_role_arg(p: argparse.ArgumentParser, example: str) -> None:
+    p.add_argument("--role", action="append", choices=launch.ROLES, default=None,
+                   help=f"only these processes (repeatable), e.g. `--node node-b --role server` {example}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,11 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local", type=int, metavar="N", required=True, help="N single-instance nodes on 127.0.0.1")
     p.add_argument("--name", default="local", help="fleet name (default: local)")
     p.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
-    p.add_argument("--model-path", default="models/tiny-llama",
-                   help="runtime vllm: the model folder vLLM loads (default: ./models/tiny-llama, made by "
-                        "`p2pctl make-model`)")
-    p.add_argument("--vllm-venv", default=".venv-vllm",
-                   help="runtime vllm: the venv holding vLLM (default: ./.venv-vllm, made by `make setup-vllm`)")
+    p.add_argument("--model-path", default=None,
+                   help=f"runtime vllm: the model folder vLLM loads (default: {DEFAULT_MODEL_DIR} beside the fleet "
+                        "file, made by `p2pctl make-model`); written as an absolute path")
+    p.add_argument("--vllm-venv", default=None,
+                   help=f"runtime vllm: the venv holding vLLM (default: {DEFAULT_VLLM_VENV}, made by "
+                        "`make setup-vllm`); written as an absolute path")
     p.add_argument("--port-offset", type=int, default=0,
                    help="add this to every default port (run several fleets side by side)")
     p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
@@ -66,26 +73,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(p)
     p.set_defaults(handler=cmd_validate)
 
-    p = sub.add_parser("render", help="write env.sh and start wrappers for every instance")
+    p = sub.add_parser("render", help="write env.sh and start wrappers for every instance",
+                       description="Write <run-dir>/<instance>/env.sh, start_server.sh and start_engine.sh, and "
+                       "<run-dir>/coordinator/*; print the paths written. Source an env.sh to get that "
+                       "instance's settings in your shell.")
     add_fleet_args(p)
     add_json_arg(p)
     p.set_defaults(handler=cmd_render)
 
-    p = sub.add_parser("up", help="start coordinator, servers and engines (detached)")
+    p = sub.add_parser("up", help="start coordinator, servers and engines (detached)",
+                       description="Without --node: the whole fleet. With --node: that node's servers and engines "
+                       "(and the coordinator if it runs there). Returns once every process answers HTTP; a "
+                       "process that dies at start is reported with the error lines and the tail of its log. A "
+                       "process that already runs is kept (reported as \"kept ...\"), never restarted.")
     add_fleet_args(p)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to answer")
     p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print, per host, every command `up` would run, and start nothing")
+                   help="print, per host, every command `up` would run, and start nothing (honours --node, "
+                        "--role, --no-render)")
     p.add_argument("--no-render", action="store_true",
                    help="start from the env.sh files as they are (hand-edited ones included); no spec re-render")
-    add_role_arg(p)
+    add_role_arg(p, "starts one lmcache server again after `down` stopped it, keeping its engine")
     add_json_arg(p)
     p.set_defaults(handler=cmd_up)
 
-    p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy")
+    p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy",
+                       description="Exit 0 and a status table when ready; exit 1 naming each instance that is not, "
+                       "its state and the tail of its log.")
     add_fleet_args(p)
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
     add_json_arg(p)
     p.set_defaults(handler=cmd_wait)
 
@@ -94,10 +111,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(p)
     p.set_defaults(handler=cmd_status)
 
-    p = sub.add_parser("down", help="stop everything the fleet started (idempotent)")
+    p = sub.add_parser("down", help="stop everything the fleet started (idempotent)",
+                       description="Stop engines, then servers, then the coordinator, by pidfile: SIGINT, then TERM, "
+                       "then KILL. Safe to run twice; never signals a pid whose command line is not the one it "
+                       "started.")
     add_fleet_args(p)
     p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
-    add_role_arg(p)
+    add_role_arg(p, "stops one lmcache server and leaves its engine running")
     add_json_arg(p)
     p.set_defaults(handler=cmd_down)
 
@@ -106,24 +126,17 @@ def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not args.force:
         raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
+    if not out.parent.is_dir():
+        raise BadInput(f"-o {out}: folder {out.parent} does not exist; create it or write elsewhere")
     off = args.port_offset
     base = default_base(off)
-    vllm = {"model_path": str(Path(args.model_path).resolve()), "venv": str(Path(args.vllm_venv).resolve())}
+    vllm = vllm_paths(out, args.model_path, args.vllm_venv)
     data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime, vllm=vllm,
                        cpu_count=os.cpu_count() or 1)
-    for port in base.values():
-        if not 1 <= port <= 65535 - args.local - 1:
-            raise BadInput(f"--port-offset {off}: puts ports out of range; choose a smaller offset")
+    check_local_base(base, args.local, off)
     parse_fleet(data)  # what we write must load
-    header = ("# Fleet spec written by `p2pctl init`. Edit freely; `p2pctl validate` checks it.\n"
-              "# settings: must be identical across peers (instances may override only l1_size_gb, eviction,\n"
-              "# timeouts, heartbeat, log level, nice and UCX settings under instances[].settings).\n")
-    out.write_text(header + dump_yaml(data))
-    missing = []
-    if args.runtime == "vllm":
-        missing = [f"{need} does not exist yet; make it with `{hint}`" for need, hint in (
-            (Path(vllm["model_path"]) / "config.json", f"p2pctl make-model {args.model_path}"),
-            (Path(vllm["venv"]) / "bin" / "python", "make setup-vllm")) if not need.exists()]
+    out.write_text(starter_yaml(data))
+    missing = vllm_missing(vllm["model_path"], vllm["venv"]) if args.runtime == "vllm" else []
     if args.json:
         emit_json({"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
                    "notes": missing})
@@ -175,7 +188,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]) -> int:
-    from p2p_ops import dryrun
+    from p2p_ops.lifecycle import dryrun
 
     launch.check_node(ctx, args.node)
     steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
@@ -211,7 +224,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         outcome = launch.down(ctx, only=args.node, roles=_roles(args))
-    errors = [n for n, w in outcome.items() if w.startswith("error")]
+    errors = launch.down_errors(outcome)
     if args.json:
         emit_json({"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors})
         return EXIT_CHECK_FAILED if errors else EXIT_OK
@@ -229,10 +242,7 @@ def _gib(n: int) -> str:
 
 
 def _engine_health(i: fleet_status.InstanceReport) -> str:
-    if not i.engine_healthy:
-        return i.engine_proc
-    # The engine serves without its lmcache server (recompute), but shares nothing meanwhile.
-    return "[yellow]degraded: lmcache unreachable[/yellow]" if i.engine_lmcache == "disconnected" else "healthy"
+    return f"[yellow]{i.engine_health}[/yellow]" if i.engine_degraded else i.engine_health
 
 
 def _print_status(rep: fleet_status.FleetReport) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 
-from rich.console import Console
-
+from p2p_ops.cli import output
+from p2p_ops.cli.fleet_cmds import add_json_arg
+from p2p_ops.cli.output import console, emit_json
 from p2p_ops.errors import EXIT_OK
-from p2p_ops.local_model import ModelSpec, make_model
-
-console = Console()
+from p2p_ops.harness.local_model import ModelSpec, make_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,13 +21,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="folder to write (created; refused if it holds something else)")
     p.add_argument("--seed", type=int, default=ModelSpec.seed, help="weights and tokenizer seed (default %(default)s)")
     p.add_argument("--force", action="store_true", help="write into a non-empty folder")
+    add_json_arg(p)
     p.set_defaults(handler=cmd_make_model)
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
     t = time.monotonic()
-    with console.status(f"making a tiny Llama in {args.dir} ..."):
+    # The spinner is progress: stderr, so stdout holds only the result (the JSON document with --json).
+    spinner = nullcontext() if output.quiet() else output.err_console.status(f"making a tiny Llama in {args.dir} ...")
+    with spinner:
         out = make_model(args.dir, ModelSpec(seed=args.seed), force=args.force)
-    console.print(f"wrote {out} in {time.monotonic() - t:.1f} s (seed {args.seed})", soft_wrap=True)
+    seconds = round(time.monotonic() - t, 1)
+    if args.json:
+        emit_json({"wrote": str(out), "seed": args.seed, "seconds": seconds})
+        return EXIT_OK
+    console.print(f"wrote {out} in {seconds:.1f} s (seed {args.seed})", soft_wrap=True)
     console.print(f"serve it with  vllm.model_path: {out}", soft_wrap=True)
     return EXIT_OK

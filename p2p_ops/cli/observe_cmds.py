@@ -4,25 +4,39 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 from rich.live import Live
 
-from p2p_ops import grafana, monitor, prom
 from p2p_ops.cli.fleet_cmds import add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, show, emit_json
-from p2p_ops.context import FleetContext
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput, CouldNotRun
+from p2p_ops.cli.output import console, emit_json, show
+from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.lifecycle import prometheus as prom
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe import grafana, monitor
+from p2p_ops.spec.settings import PrometheusSettings
+
+_PROM = PrometheusSettings()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prometheus", help="run the fleet's Prometheus with its alert and recording rules "
                                           "(up | down | status)")
-    p.add_argument("action", choices=["up", "down", "status"])
-    add_fleet_args(p)
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_prometheus)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, helptext, description in (
+            ("up", "start it (or find it running) and wait until it answers",
+             "Render prometheus.yml (every server's, engine's and the coordinator's /metrics) and rules.yml "
+             "(alert and recording rules from the fleet: peers below N-1, P2P load failures, lookup timeouts, "
+             "L1 out of memory, engine or server down) into p2p-run/<fleet>/prometheus/, start the `prometheus` "
+             f"binary (Debian package) on prometheus.host:port (default {_PROM.host}:{_PROM.port}) with its "
+             "tsdb there, and wait for /-/ready; a running one reloads them. `p2pctl grafana` writes a "
+             "dashboard for it."),
+            ("down", "stop it", "Stop the fleet's Prometheus (its tsdb stays in the run folder)."),
+            ("status", "ready, not ready or not running", "Say whether the fleet's Prometheus answers /-/ready.")):
+        a = actions.add_parser(action, help=helptext, description=description)
+        add_fleet_args(a)
+        add_json_arg(a)
+        a.set_defaults(handler=cmd_prometheus)
 
     p = sub.add_parser("grafana", help="print (or write) a Grafana dashboard JSON for the fleet's Prometheus",
                        description="A dashboard with P2P loads and KV bytes per node, peers per server, TTFT and "
@@ -67,19 +81,18 @@ def _prometheus(ctx: FleetContext, args: argparse.Namespace) -> int:
         else:
             console.print(f"prometheus: {what}")
         return EXIT_OK
-    ok = prom.running(ctx) and prom.ready(ctx)
+    state = prom.state(ctx)
     if args.json:
-        emit_json({"prometheus": prom.url(ctx), "ready": ok})
+        emit_json({"prometheus": prom.url(ctx), "ready": state == "ready", "state": state})
     else:
-        console.print(f"prometheus at {prom.url(ctx)}: {'ready' if ok else 'not running'}")
-    return EXIT_OK if ok else EXIT_CHECK_FAILED
+        console.print(f"prometheus at {prom.url(ctx)}: {state}")
+    return EXIT_OK if state == "ready" else EXIT_CHECK_FAILED
 
 
 def cmd_grafana(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         pass  # loading checks the spec; the dashboard needs only the fleet's name
-    if not args.window or not args.window[:-1].isdigit() or args.window[-1] not in "smh":
-        raise BadInput(f"--window {args.window!r}: give a Prometheus duration like 30s, 1m or 5m")
+    grafana.check_window(args.window)
     board = grafana.dashboard(ctx.fleet.name, window=args.window)
     if not args.output:
         emit_json(board)
@@ -93,42 +106,26 @@ def cmd_grafana(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _frame(ctx: FleetContext, source: str, window_s: float):
-    if source in ("auto", "prometheus") and prom.ready(ctx):
-        return monitor.frame_prometheus(prom.url(ctx), ctx), f"prometheus {prom.url(ctx)}"
-    if source == "prometheus":
-        raise CouldNotRun(f"no Prometheus answers at {prom.url(ctx)}; start it with `p2pctl prometheus up`")
-    return monitor.frame_direct(ctx, window_s), "direct /metrics"
-
-
 def cmd_monitor(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         return _monitor(ctx, args)
 
 
 def _monitor(ctx: FleetContext, args: argparse.Namespace) -> int:
-    window = max(0.5, min(args.interval, 5.0))
     if args.once or args.json:
-        frames, source = _frame(ctx, args.source, window)
+        frames, source = next(monitor.frames(ctx, args.source, args.interval, 1))
         if args.json:
             emit_json({"source": source, "frames": [f.to_dict() for f in frames]})
         else:
             show(monitor.render_table(frames, source))
-        return EXIT_OK if all(f.up for f in frames) else EXIT_CHECK_FAILED
-    frames, source = _frame(ctx, args.source, window)
+        return EXIT_OK if monitor.all_up(frames) else EXIT_CHECK_FAILED
+    stream = monitor.frames(ctx, args.source, args.interval, args.max_frames)
     if not console.is_terminal:
         # Piped: one plain table per frame (a Live display would show nothing until it ends).
-        for i in range(args.max_frames):
-            if i:
-                if source.startswith("prometheus"):
-                    time.sleep(args.interval)
-                frames, source = _frame(ctx, args.source, window)
+        for frames, source in stream:
             show(monitor.render_table(frames, source))
         return EXIT_OK
-    with Live(monitor.render_table(frames, source), console=console.get(), refresh_per_second=1) as live:
-        for _ in range(args.max_frames - 1):
-            if source.startswith("prometheus"):
-                time.sleep(args.interval)
-            frames, source = _frame(ctx, args.source, window)
+    with Live(monitor.render_table(*next(stream)), console=console.get(), refresh_per_second=1) as live:
+        for frames, source in stream:
             live.update(monitor.render_table(frames, source))
     return EXIT_OK

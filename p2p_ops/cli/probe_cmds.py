@@ -13,10 +13,10 @@ from rich.table import Table
 
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
 from p2p_ops.cli.output import console, show
-from p2p_ops.context import FleetContext
-from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
-from p2p_ops.nodeprobe import NodeProbe, probe_fleet
-from p2p_ops.nodeprobe.bootstrap import bootstrap_node, needs_bootstrap
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.preflight.bootstrap import bootstrap_node, needs_bootstrap
+from p2p_ops.lifecycle.preflight.probe import NodeProbe, fleet_exit_code, fleet_ok, probe_fleet
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,11 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     with context(args) as ctx:
-        if args.node is not None and args.node not in {n.name for n in ctx.fleet.nodes}:
-            from p2p_ops.errors import BadInput
-
-            raise BadInput(f"--node {args.node}: no such node; use one of "
-                           + ", ".join(n.name for n in ctx.fleet.nodes))
+        launch.check_node(ctx, args.node)
         probes = probe_fleet(ctx, args.node)
         boot: dict[str, str] = {}
         if args.bootstrap:
@@ -45,7 +41,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             if boot:
                 probes = probe_fleet(ctx, args.node)
     if args.json:
-        out = {"fleet": ctx.fleet.name, "ok": all(p.ok for p in probes.values()),
+        out = {"fleet": ctx.fleet.name, "ok": fleet_ok(probes),
                "nodes": {name: p.to_json() for name, p in probes.items()}}
         if args.bootstrap:
             out["bootstrap"] = boot
@@ -55,9 +51,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             _print_node(p)
         for name, what in boot.items():
             console.print(f"bootstrap {name}: {what}")
-    if any(p.error for p in probes.values()):
-        return EXIT_BAD_INPUT
-    return EXIT_OK if all(p.ok for p in probes.values()) else EXIT_CHECK_FAILED
+    return fleet_exit_code(probes)
 
 
 def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str]:
@@ -109,7 +103,8 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
 
 
 def _print_node(p: NodeProbe) -> None:
-    verdict = "[red]UNREACHABLE[/red]" if p.error else "[green]OK[/green]" if p.ok else "[red]PROBLEMS[/red]"
+    colour = "green" if p.ok else "red"
+    verdict = f"[{colour}]{p.verdict.upper()}[/{colour}]"
     table = Table(title=f"node {p.node} ({p.connection} {p.address}) — {verdict}", title_justify="left")
     table.add_column("check")
     table.add_column("value", overflow="fold")

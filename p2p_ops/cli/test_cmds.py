@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from p2p_ops.cli import output
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, show, emit_json, heading
-from p2p_ops.context import FleetContext
+from p2p_ops.cli.output import console, emit_json, heading, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
-from p2p_ops.report import build_report, overall_passed
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.status import require_ready
+from p2p_ops.observe.report import build_report, overall_passed
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("test", help="test a running fleet (basic: the cross-node proof)")
@@ -85,6 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="comma list of peer_server_killed,coordinator_restart,engine_killed,link_cut,slow_peer,"
                          "l1_full (default: all this fleet allows; link_cut and slow_peer need SSH nodes with "
                          "their own interface and are listed as skipped otherwise)")
+    add_json_arg(fa)
     fa.set_defaults(handler=cmd_faults)
 
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
@@ -105,8 +109,16 @@ def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int
     return 2
 
 
-def cmd_basic(args: argparse.Namespace) -> int:
+@contextmanager
+def running_context(args: argparse.Namespace) -> Iterator[FleetContext]:
+    """The fleet context of a verb that needs a running fleet: it says so first (exit 2), naming `p2pctl up`."""
     with context(args) as ctx:
+        require_ready(ctx)
+        yield ctx
+
+
+def cmd_basic(args: argparse.Namespace) -> int:
+    with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
                            seed=args.seed, progress=_progress)
     if args.json:
@@ -184,7 +196,7 @@ def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
     """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
-    with context(args) as ctx:
+    with running_context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind)
         body(ctx, out_dir)
     summary = build_report(out_dir)
@@ -238,13 +250,17 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
     names = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
-    with context(args) as ctx:
+    with running_context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, "faults")
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
                                     explicit=args.scenarios is not None)
+    ok = faults.passed(results)
+    if args.json:
+        emit_json({"run_dir": str(out_dir), "table": str(out_dir / "faults.md"), "passed": ok,
+                   "scenarios": [f.to_json() for f in results]})
+        return EXIT_OK if ok else EXIT_CHECK_FAILED
     console.print(faults.table_markdown(results, opts), markup=False)
     console.print(f"table: {out_dir / 'faults.md'}")
-    ok = faults.passed(results)
     console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the table's notes)")
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 

@@ -1,8 +1,12 @@
 """Diagnose: checks that read facts and report findings naming the subject, the value and the fix.
 
-- `rdma` / `rdma_host`: RDMA readiness (ports, GIDs, uverbs, memlock, GPUDirect, GPU/NIC affinity, TCP fallback)
+- `doctor/`: does a fleet's peers agree on what must match, can they reach each other (gather, then pure checks)
+- `tree/`: the symptom decision tree (`p2pctl diagnose SYMPTOM`)
+- `rdma/`: RDMA readiness (ports, GIDs, uverbs, memlock, GPUDirect, GPU/NIC affinity, TCP fallback)
 - `rails`: per-NIC byte counters around a transfer
-- `nixl_probe` (+ `nixl_peer`, `nixl_failures`): a real NIXL READ under a candidate UCX environment
-- `trace_report`: UCX/NIXL logs as a report
+- `nixl/`: a real NIXL READ under a candidate UCX environment, and what its failures mean
+- `traces`: UCX/NIXL logs as a report
+- `peer_settings`: what each running peer uses (`test basic`'s likely cause)
+- `bundle` (+ `redact`): the redacted debug bundle to attach to an issue
 All return `findings.Report`, whose exit code is 0 healthy, 1 findings, 2 could not check.
 """

@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
-from collections.abc import Callable, Mapping, Sequence
 
 from p2p_ops.connectors.base import EXIT_NOT_FOUND, Result
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2p_ops.facts.base import read_int, read_sysfs
+from p2p_ops.facts.base import CommandFact, read_int, read_sysfs
 
 
 @dataclass
@@ -50,3 +50,19 @@ def read_netdevs(sysfs_root: Path = Path("/sys"), names: list[str] | None = None
         return []
     dirs = [d for d in sorted(class_dir.iterdir()) if names is None or d.name in names]
     return [read_netdev(d) for d in dirs]
+
+
+def parse_ipv4_interfaces(text: str) -> dict[str, str]:
+    """`ip -o -4 addr show` -> {address: interface}; a veth's peer suffix (`veth0@if5`) is dropped.
+
+    A line: `2: eth0    inet 198.18.0.2/24 brd 198.18.0.255 scope global eth0\\       valid_lft forever ...`
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "inet":
+            out.setdefault(fields[3].split("/")[0], fields[1].split("@")[0])
+    return out
+
+
+IPV4_INTERFACES = CommandFact("ipv4_interfaces", ("ip", "-o", "-4", "addr", "show"), parse_ipv4_interfaces)

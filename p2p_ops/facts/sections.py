@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from typing import TypeVar
 
 from p2p_ops.connectors.base import Result
 from p2p_ops.facts.base import CommandFact
@@ -22,6 +23,7 @@ from p2p_ops.facts.base import CommandFact
 SECTION = "@@p2p-section"
 RC = "@@p2p-rc"
 CUT_SHORT = -1
+T = TypeVar("T")
 
 
 def script(facts: Mapping[str, CommandFact]) -> str:
@@ -71,3 +73,8 @@ def read_node(conn, facts: Mapping[str, CommandFact], timeout: float = 90) -> di
         return {}
     res = conn.run(script(facts), timeout=timeout)
     return results(res.stdout, conn.host, facts)
+
+
+def read_fact(conn, fact: CommandFact[T], timeout: float = 30, check: bool = False) -> T:
+    """One fact on the connector's node, parsed. With check, a failing command raises (CommandFailed)."""
+    return fact.parse(conn.run(fact.shell, timeout=timeout, check=check).output)

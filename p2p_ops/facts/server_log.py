@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Optional
 
 from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.logs import first_match_argv, strip_ansi
 
 _NONE_HASH = re.compile(r"Computed NONE_HASH=(.*?) using")
 _FALLBACK = re.compile(r"Could not load '([^']*)' from vLLM")
-_ANSI_SED = "sed 's/\\x1b\\[[0-9;]*m//g'"
 
 
 def parse_none_hash(text: str) -> Optional[str]:
@@ -31,11 +30,10 @@ def parse_hash_fallback(text: str) -> Optional[str]:
 
 
 def none_hash_fact(log: str) -> CommandFact[Optional[str]]:
-    return CommandFact("none_hash", ("sh", "-c", f"grep -a -m1 'Computed NONE_HASH=' {shlex.quote(log)} | {_ANSI_SED}"),
-                       parse_none_hash)
+    return CommandFact("none_hash", first_match_argv(log, "Computed NONE_HASH="),
+                       lambda text: parse_none_hash(strip_ansi(text)))
 
 
 def hash_fallback_fact(log: str) -> CommandFact[Optional[str]]:
-    return CommandFact("hash_fallback",
-                       ("sh", "-c", f"grep -a -m1 \"Could not load '.*' from vLLM\" {shlex.quote(log)} | {_ANSI_SED}"),
-                       parse_hash_fallback)
+    return CommandFact("hash_fallback", first_match_argv(log, "Could not load '.*' from vLLM"),
+                       lambda text: parse_hash_fallback(strip_ansi(text)))

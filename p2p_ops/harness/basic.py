@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import consistency, probes
-from p2p_ops.context import FleetContext
+from p2p_ops.diagnose import peer_settings
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete, count_tokens
 from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.lifecycle.context import FleetContext
 
 P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
@@ -71,7 +72,7 @@ def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
     return (na, ia), (nb, ib)
 
 
-def _l1_objects(status: probes.ServerStatus) -> int:
+def _l1_objects(status: lmcache_api.ServerStatus) -> int:
     sm = status.raw.get("storage_manager") or {}
     l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
     return int(l1.get("total_object_count") or 0)
@@ -79,7 +80,7 @@ def _l1_objects(status: probes.ServerStatus) -> int:
 
 def _kv_bytes_per_token(before: list, after: list, objects_before: int, objects_after: int, chunk: int) -> float:
     stored = (objects_after - objects_before) * chunk
-    grown = probes.metric_sum(after, SERVER_L1_BYTES) - probes.metric_sum(before, SERVER_L1_BYTES)
+    grown = metrics_api.metric_sum(after, SERVER_L1_BYTES) - metrics_api.metric_sum(before, SERVER_L1_BYTES)
     return grown / stored if stored > 0 and grown > 0 else 0.0
 
 
@@ -104,7 +105,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     a_url, b_url = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
     a_srv, b_srv = ctx.server_url(na, ia), ctx.server_url(nb, ib)
     seed = int(time.time() * 1000) % 10**9 if seed is None else seed
-    st_a = probes.server_status(a_srv)
+    st_a = lmcache_api.server_status(a_srv)
     chunk = st_a.chunk_size or ctx.fleet.settings.chunk_size
     target = chunks * chunk + chunk // 2
 
@@ -112,24 +113,24 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     prompt, n_prompt = _build_prompt(a_url, model, seed, 0, target)
     control, _ = _build_prompt(a_url, model, seed, 1, target)
 
-    before = {"a": probes.scrape(a_srv), "b": probes.scrape(b_srv), "b_engine": probes.scrape(b_url)}
+    before = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
     a_objects_before = _l1_objects(st_a)
 
     progress(f"request 1: prompt to {ia.id} (cold)")
     r_a = complete(a_url, model, prompt, max_tokens)
     # The engine stores its new chunks as part of the request; wait until A's L1 shows them (bounded).
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _l1_objects(probes.server_status(a_srv)) < a_objects_before + chunks:
+    while time.monotonic() < deadline and _l1_objects(lmcache_api.server_status(a_srv)) < a_objects_before + chunks:
         time.sleep(0.2)
     progress(f"request 2: same prompt to {ib.id} (its cache never saw it)")
     r_b = complete(b_url, model, prompt, max_tokens)
     progress(f"request 3: fresh control prompt to {ib.id}")
     r_c = complete(b_url, model, control, max_tokens)
 
-    after = {"a": probes.scrape(a_srv), "b": probes.scrape(b_srv), "b_engine": probes.scrape(b_url)}
+    after = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
 
     def delta(which: str, name: str, **labels: str) -> float:
-        return probes.metric_sum(after[which], name, **labels) - probes.metric_sum(before[which], name, **labels)
+        return metrics_api.metric_sum(after[which], name, **labels) - metrics_api.metric_sum(before[which], name, **labels)
 
     p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
@@ -137,7 +138,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
     # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
     kv_bytes = (peer_hit_tokens * _kv_bytes_per_token(before["a"], after["a"], a_objects_before,
-                                                      _l1_objects(probes.server_status(a_srv)), chunk)
+                                                      _l1_objects(lmcache_api.server_status(a_srv)), chunk)
                 if vllm else delta("b_engine", ENGINE_LOADED_BYTES))
     need = (chunks - 1) * chunk
 
@@ -188,10 +189,10 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
 def likely_cause(ctx: FleetContext, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
     if not (r_a.ok and r_b.ok):
         return "requests failed: check the engines (`p2pctl status`, engine.log)"
-    found = consistency.mismatches(consistency.collect(ctx))
+    found = peer_settings.mismatches(peer_settings.collect(ctx))
     if found:
         return "; ".join(m.describe() for m in found)
-    st = probes.server_status(ctx.server_url(nb, ib))
+    st = lmcache_api.server_status(ctx.server_url(nb, ib))
     expected = len(ctx.fleet.instances()) - 1
     if st.p2p_state != "registered" or st.peer_count != expected:
         return (f"{ib.id}'s server is {st.p2p_state} with {st.peer_count}/{expected} peers: it cannot ask its "

@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from p2p_ops.context import FleetContext
 from p2p_ops.harness import prompts
 from p2p_ops.harness.basic import pick_pair
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle.context import FleetContext
 
 
 @dataclass

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.render import bin_dir_for
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for
 
 
 def tokens_per_gb(fleet) -> int:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import requests
 
-from p2p_ops import auth
+from p2p_ops.endpoints import auth
 
 
 @dataclass

@@ -6,7 +6,7 @@ import shutil
 import time
 from pathlib import Path
 
-from p2p_ops.layout import COORDINATOR, RunLayout
+from p2p_ops.spec.layout import COORDINATOR, TESTS, RunLayout
 
 
 def new_run_dir(layout: RunLayout, kind: str) -> Path:
@@ -27,7 +27,7 @@ def copy_env_files(layout: RunLayout, dest: Path) -> None:
         return
     for env in sorted(layout.root.glob("*/env.sh")):
         unit = env.parent.name
-        if unit == "tests":
+        if unit == TESTS:
             continue
         target = dest / ("coordinator.env.sh" if unit == COORDINATOR else f"{unit}.env.sh")
         target.parent.mkdir(parents=True, exist_ok=True)

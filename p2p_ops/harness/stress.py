@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops import probes
-from p2p_ops.context import FleetContext
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.harness.records import RequestRecord, write_csv
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.records import RequestRecord, write_csv
 
 POLICIES = ("other", "round-robin")
 STAGES = ("ladder", "longdoc", "sustained")
@@ -219,14 +219,14 @@ def snapshot(ctx: FleetContext) -> dict:
     """/status of every server and the metrics of every server and engine, for before/after evidence."""
     out = {}
     for node, inst in ctx.fleet.instances():
-        st = probes.server_status(ctx.server_url(node, inst))
+        st = lmcache_api.server_status(ctx.server_url(node, inst))
         out[inst.id] = {
             "status": st.raw if st.reachable else None,
             "server_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
-                               for n, lab, v in probes.scrape(ctx.server_url(node, inst))
+                               for n, lab, v in metrics_api.scrape(ctx.server_url(node, inst))
                                if n.startswith("lmcache_mp_")},
             "engine_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
-                               for n, lab, v in probes.scrape(ctx.engine_url(node, inst))
+                               for n, lab, v in metrics_api.scrape(ctx.engine_url(node, inst))
                                if n.startswith(("vllm:", "p2p_engine_"))},
         }
     return out

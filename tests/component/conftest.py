@@ -7,19 +7,20 @@ SIGKILL. Failures carry the tail of the process log.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import os
-from pathlib import Path
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+
+from p2p_ops.lifecycle.free_ports import free_port
 
 BIN = Path(sys.executable).parent
 LMCACHE = BIN / "lmcache"
@@ -27,12 +28,6 @@ READY_RE = re.compile(r"engine ready on http://([\d.]+):(\d+)")
 
 ENV = {**os.environ, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1",
        "LMCACHE_DISABLE_BANNER": "1", "PYTHONWARNINGS": "ignore"}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.diagnose.nixl_probe import ProbeOptions, run_probe
+from p2p_ops.diagnose.nixl.probe import ProbeOptions, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".claude" / "skills" / "lmcache-p2p-diagnose" / "scripts" / "probe_nixl.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 

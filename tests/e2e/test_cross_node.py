@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
 from p2p_ops.harness.basic import run_basic
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +36,7 @@ def _start_with_edited_env(tmp_path: Path, edit: dict[str, str], **overrides) ->
     ({"LMCACHE_CHUNK_SIZE": "512"}, {}, "chunk_size differs across peers"),
 ], ids=["chunk-size"])
 def test_peers_that_hash_differently_share_nothing_and_fail_names_why(tmp_path, edit, settings, cause):
-    from p2p_ops.fleet import Settings
+    from p2p_ops.spec.settings import Settings
 
     overrides = {}
     if settings:

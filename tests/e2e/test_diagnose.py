@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.fleet import Settings
 from p2p_ops.harness.basic import run_basic
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.settings import Settings
 from tests.conftest import write_local_fleet
 from tests.unit.test_bundle import MARKER, PEM, SECRETS, assert_no_secret, plant_env, unpack
 
@@ -114,7 +114,7 @@ def _plant_in_running_log(ctx) -> None:
     url = ctx.server_url(node, inst)
     requests.get(f"{url}/status", params={"hf_token": SECRETS["HF_TOKEN"], "api_key": SECRETS["OPENAI_API_KEY"]},
                  timeout=5)
-    with Path(ctx.server_proc(node, inst).log).open("a") as f:
+    with Path(ctx.proc("server", inst).log).open("a") as f:
         f.write(f"export AWS_SECRET_ACCESS_KEY={SECRETS['AWS_SECRET_ACCESS_KEY']}\n{PEM}\n")
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch, probes, procs
+from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle import launch, procs
 from tests.e2e.test_diagnose import edit_env, start_edited
 
 pytestmark = pytest.mark.e2e
@@ -52,9 +53,9 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     fleet_file = str(ctx.fleet_file)
     node_a, inst_a = ctx.fleet.instance("node-a-0")
     node_b, inst_b = ctx.fleet.instance("node-b-0")
-    b_log = Path(ctx.server_proc(node_b, inst_b).log)
+    b_log = Path(ctx.proc("server", inst_b).log)
     _wait_for("node-a-0 registered and node-b-0 failing to register", lambda: (
-        probes.server_status(ctx.server_url(node_a, inst_a)).p2p_state == "registered"
+        lmcache_api.server_status(ctx.server_url(node_a, inst_a)).p2p_state == "registered"
         and "Coordinator registration/heartbeat failed" in b_log.read_text(errors="replace")))
 
     code, out, err = p2pctl("diagnose", "peers not registered", "-f", fleet_file, "--json")
@@ -73,7 +74,7 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     assert [f["subject"] for f in _findings(out, "registration")] == ["node-b-0"]
     assert not _findings(out, "coordinator")
 
-    assert procs.stop(ctx.conn(ctx.fleet.coordinator_node()), ctx.coordinator_proc()) == "stopped"
+    assert procs.stop(ctx.conn(ctx.fleet.coordinator_node()), ctx.proc("coordinator")) == "stopped"
     code, out, _ = p2pctl("doctor", "-f", fleet_file, "--json")
     [coord] = _findings(out, "coordinator")
     assert code == 1 and coord["severity"] == "error" and "not running" in coord["message"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops.fleet import local_fleet
 from p2p_ops.harness import faults
+from p2p_ops.spec.starter import local_fleet
 from tests.e2e.conftest import running_fleet
 
 pytestmark = pytest.mark.e2e

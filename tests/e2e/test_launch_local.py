@@ -8,8 +8,9 @@ import socket
 import pytest
 import requests
 
-from p2p_ops import probes, procs
-from p2p_ops.context import FleetContext
+from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import pid_alive as _alive
 from tests.conftest import write_local_fleet
 from tests.e2e.conftest import running_fleet
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.e2e
 def _pids(ctx: FleetContext) -> list[int]:
     out = []
     for node in ctx.fleet.nodes:
-        for st in procs.states(ctx.conn(node), ctx.node_procs(node)):
+        for st in procs.states(ctx.conn(node), ctx.procs(node)):
             if st.pid:
                 out.append(st.pid)
     return out
@@ -30,11 +31,11 @@ def test_fleet_registers_status_shows_it_and_down_leaves_nothing(tmp_path, p2pct
     with running_fleet(tmp_path) as ctx:
         fleet = ctx.fleet
         # The coordinator really holds both registrations, with the advertised P2P URLs.
-        listed = {i["instance_id"]: i for i in probes.coordinator_instances(fleet.coordinator_url)}
+        listed = {i["instance_id"]: i for i in lmcache_api.coordinator_instances(fleet.coordinator_url)}
         for node, inst in fleet.instances():
             assert listed[inst.id]["p2p_advertised_url"] == f"{node.address}:{inst.ports.p2p}"
             assert listed[inst.id]["mq_port"] == inst.ports.mp
-            st = probes.server_status(ctx.server_url(node, inst))
+            st = lmcache_api.server_status(ctx.server_url(node, inst))
             assert st.p2p_state == "registered" and st.peer_count == 1
             others = [i.id for _, i in fleet.instances() if i.id != inst.id]
             assert st.peers == others and st.p2p_adapters == 1
@@ -73,4 +74,4 @@ def test_port_taken_at_start_is_reported_with_the_log_tail(tmp_path, p2pctl):
         code, _, _ = p2pctl("down", "-f", str(fleet_file))
     assert code == 0
     assert [p for p in _pids(ctx) if _alive(p)] == []
-    assert not probes.coordinator_healthy(ctx.fleet.coordinator_url)
+    assert not lmcache_api.coordinator_healthy(ctx.fleet.coordinator_url)

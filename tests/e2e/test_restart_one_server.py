@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from p2p_ops import procs
+from p2p_ops.lifecycle import procs
 from tests.conftest import pid_alive
 from tests.e2e.conftest import running_fleet
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 def _pid(ctx, node_name: str, role: str) -> int | None:
     node = next(n for n in ctx.fleet.nodes if n.name == node_name)
     inst = node.instances[0]
-    proc = ctx.server_proc(node, inst) if role == "server" else ctx.engine_proc(node, inst)
+    proc = ctx.proc("server", inst) if role == "server" else ctx.proc("engine", inst)
     st = procs.states(ctx.conn(node), [proc])[0]
     return st.pid if st.running else None
 

@@ -12,9 +12,10 @@ import pytest
 import requests
 from prometheus_api_client import PrometheusConnect
 
-from p2p_ops import grafana, prom
 from p2p_ops.harness.basic import run_basic
-from p2p_ops.harness.records import read_csv
+from p2p_ops.lifecycle import prometheus as prom
+from p2p_ops.observe import grafana
+from p2p_ops.observe.records import read_csv
 
 pytestmark = pytest.mark.e2e
 

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from p2p_ops import procs
-from p2p_ops.harness.records import read_csv
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
-from p2p_ops.report import build_report, overall_passed
+from p2p_ops.lifecycle import procs
+from p2p_ops.observe.records import read_csv
+from p2p_ops.observe.report import build_report, overall_passed
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,7 @@ def test_engine_killed_mid_stage_is_reported_as_failures_on_that_node(disposable
     out_dir = new_run_dir(fleet2.layout, "killed")
     opts = StressOptions(stages=["sustained"], sustained_s=12, sustained_concurrency=2, doc_tokens=512,
                          max_tokens=4, seed=99)
-    pid = procs.states(fleet2.conn(node), [fleet2.engine_proc(node, inst)])[0].pid
+    pid = procs.states(fleet2.conn(node), [fleet2.proc("engine", inst)])[0].pid
     assert pid
 
     def kill_later():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -19,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import testbed
-from tests.conftest import REPO, port_free
+from p2p_ops.bench import testbed
+from p2p_ops.lifecycle.free_ports import free_base, free_port
+from tests.conftest import REPO
 
 VENV = REPO / ".venv"
 P2PCTL = VENV / "bin" / "p2pctl"
@@ -31,34 +31,13 @@ needs_engine = pytest.mark.skipif(importlib.util.find_spec("p2p_runtime.engine")
                                   reason="the embedded engine (p2p_runtime.engine) is not importable yet")
 
 
-def free_port_on(addresses: list[str], lo: int = 30000, hi: int = 60000, attempts: int = 200) -> int:
-    rng = random.Random()
-    for _ in range(attempts):
-        port = rng.randrange(lo, hi)
-        if all(port_free(port, a) for a in addresses):
-            return port
-    raise RuntimeError("no free port found")
-
-
-def free_base_on(addresses: list[str], n: int, attempts: int = 200) -> dict[str, int]:
-    """A port plan (as for `local_fleet`) free on every address."""
-    rng = random.Random()
-    for _ in range(attempts):
-        start = rng.randrange(30000, 60000, 100)
-        base = {"coordinator": start, "mp": start + 10, "http": start + 30, "p2p": start + 50, "engine": start + 70}
-        ports = [base["coordinator"]] + [base[k] + i + 1 for k in ("mp", "http", "p2p", "engine") for i in range(n)]
-        if all(port_free(p, a) for p in ports for a in addresses):
-            return base
-    raise RuntimeError("no free port range found")
-
-
 @pytest.fixture(scope="session")
 def testbed3(tmp_path_factory):
     """Three SSH hosts h1..h3 on 127.0.0.2..4 (one sshd each, verified host keys)."""
     if not os.access("/usr/sbin/sshd", os.X_OK):
         pytest.skip("needs /usr/sbin/sshd (apt-get install openssh-server)")
     directory = testbed.private_dir()  # not under /tmp: sshd runs with StrictModes yes
-    port = free_port_on(["127.0.0.2", "127.0.0.3", "127.0.0.4"])
+    port = free_port(["127.0.0.2", "127.0.0.3", "127.0.0.4"])
     with testbed.running(3, directory, port=port) as tb:
         yield tb
 
@@ -69,7 +48,7 @@ def write_ssh_fleet(tb: testbed.Testbed, tmp: Path, name: str, settings: dict | 
     if hosts is not None:
         tb = testbed.Testbed(**{**tb.__dict__, "hosts": [tb.host(h) for h in hosts]})
     # Namespaced hosts start with every port free (and their addresses cannot be bound from here).
-    base = free_base_on([h.address for h in tb.hosts] if tb.mode == "loopback" else [], len(tb.hosts))
+    base = free_base(len(tb.hosts), [h.address for h in tb.hosts] if tb.mode == "loopback" else [])
     data = tb.fleet(name, venv=VENV, run_root=tmp / "run", base=base, settings=settings)
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
+from p2p_ops.bench import testbed
 from p2p_ops.harness import faults
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, write_ssh_fleet
 from tests.multinode.test_netns_counters import _netns_allowed
-from tests.support import testbed
 
 pytestmark = [pytest.mark.multinode, needs_sshd, needs_engine]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import procs
 from p2p_ops.connectors.ssh import SSHConnectError, SSHConnector
+from p2p_ops.lifecycle import procs
 from tests.multinode.conftest import needs_sshd
 
 pytestmark = [pytest.mark.multinode, needs_sshd]

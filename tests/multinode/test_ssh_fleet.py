@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, p2pctl, write_ssh_fleet
 
 pytestmark = [pytest.mark.multinode, needs_sshd]
@@ -89,9 +89,9 @@ def _changed_host_key(tb, tmp: Path) -> dict:
 
 
 def _unreachable(tb, tmp: Path) -> dict:
-    from tests.multinode.conftest import free_port_on
+    from p2p_ops.lifecycle.free_ports import free_port
 
-    return {"address": "127.0.0.9", "ssh_port": free_port_on(["127.0.0.9"])}  # nothing listens there
+    return {"address": "127.0.0.9", "ssh_port": free_port(["127.0.0.9"])}  # nothing listens there
 
 
 @pytest.mark.parametrize("breaks,what", [

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import testbed
-from tests.multinode.conftest import free_port_on, needs_sshd
+from p2p_ops.bench import testbed
+from p2p_ops.lifecycle.free_ports import free_port
+from tests.multinode.conftest import needs_sshd
 
 pytestmark = [pytest.mark.multinode, needs_sshd]
 
@@ -40,7 +41,7 @@ def test_help_answers():
 
 def test_up_describes_hosts_that_ssh_verifies_and_down_removes_everything():
     d = testbed.private_dir()
-    res = sh("up", "2", "--dir", str(d), "--port", str(free_port_on(["127.0.0.2", "127.0.0.3"])))
+    res = sh("up", "2", "--dir", str(d), "--port", str(free_port(["127.0.0.2", "127.0.0.3"])))
     try:
         assert res.returncode == 0, res.stderr
         data = json.loads((d / "testbed.json").read_text())
@@ -63,7 +64,7 @@ def test_up_describes_hosts_that_ssh_verifies_and_down_removes_everything():
 
 def test_a_failed_up_stops_what_it_started_and_down_cleans_the_rest():
     d = testbed.private_dir()
-    port = free_port_on(["127.0.0.2", "127.0.0.3"])
+    port = free_port(["127.0.0.2", "127.0.0.3"])
     with socket.socket() as blocker:  # h2's address:port is taken, so h2's sshd cannot start
         blocker.bind(("127.0.0.3", port))
         blocker.listen()
@@ -76,7 +77,7 @@ def test_a_failed_up_stops_what_it_started_and_down_cleans_the_rest():
 def test_python_helper_builds_an_ssh_fleet(testbed3, tmp_path):
     data = testbed3.fleet("x", venv="/v", run_root=tmp_path / "run",
                           base={"coordinator": 40000, "mp": 40010, "http": 40030, "p2p": 40050, "engine": 40070})
-    from p2p_ops.fleet import parse_fleet
+    from p2p_ops.spec.load import parse_fleet
 
     fleet = parse_fleet(data)
     assert [n.connection for n in fleet.nodes] == ["ssh"] * 3
@@ -87,7 +88,7 @@ def test_python_helper_builds_an_ssh_fleet(testbed3, tmp_path):
 # ---- hardening: the folder, the state file, symlinks --------------------------------------------------
 
 def test_default_folder_is_private_and_printed():
-    res = sh("up", "1", "--port", str(free_port_on(["127.0.0.2"])))
+    res = sh("up", "1", "--port", str(free_port(["127.0.0.2"])))
     line = next((ln for ln in res.stderr.splitlines() if "private folder" in ln), "")
     d = Path(line.split("private folder ", 1)[1].split(" ", 1)[0]) if line else None
     try:
@@ -112,7 +113,7 @@ def test_up_refuses_folders_others_can_write(tmp_path, how):
         else:
             target = d.parent / (d.name + "-link")
             target.symlink_to(d)
-        res = sh("up", "1", "--dir", str(target), "--port", str(free_port_on(["127.0.0.2"])))
+        res = sh("up", "1", "--dir", str(target), "--port", str(free_port(["127.0.0.2"])))
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert sshd_pids(d) == [] and not (d / "state").exists()
         if how == "symlink":
@@ -128,7 +129,7 @@ def test_down_removes_only_what_carries_its_marker(tmp_path):
     victim.mkdir()
     (victim / "data").write_text("keep me")
     d = testbed.private_dir()
-    res = sh("up", "1", "--dir", str(d), "--port", str(free_port_on(["127.0.0.2"])))
+    res = sh("up", "1", "--dir", str(d), "--port", str(free_port(["127.0.0.2"])))
     assert res.returncode == 0, res.stderr
     foreign = d / "h7"
     foreign.mkdir()

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
-from p2p_ops.bench.placement import port_plan
-from p2p_ops.fleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import free_base, router_ports
+from p2p_ops.spec.starter import local_fleet
 from tests.conftest import skip_tier_without, tool_venv
 
 ROUTER_VENV = tool_venv("P2P_ROUTER_VENV", ".venv-router")
@@ -26,11 +26,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def write_router_fleet(path: Path, policy: str, name: str = "rt") -> Path:
-    ports = port_plan(2)
+    ports = free_base(2, router=True)
     data = local_fleet(2, name=name, base=ports)
-    data["router"] = {"enabled": True, "policy": policy, "port": ports["router"],
-                      "prometheus_port": ports["router"] + 1, "kv_events_port_base": ports["router"] + 2,
-                      "venv": str(ROUTER_VENV)}
+    data["router"] = {"enabled": True, "policy": policy, **router_ports(ports), "venv": str(ROUTER_VENV)}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

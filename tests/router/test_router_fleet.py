@@ -7,11 +7,12 @@ import time
 
 import pytest
 
-from p2p_ops import bundle, fleet_status, probes, prom
-from p2p_ops import router as fleet_router
-from p2p_ops.diagnose import doctor
+from p2p_ops.diagnose import bundle, doctor
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle import prometheus as prom
+from p2p_ops.lifecycle import status as fleet_status
 from tests.conftest import pid_alive
 from tests.router.conftest import running_router_fleet
 
@@ -20,13 +21,13 @@ pytestmark = pytest.mark.e2e
 
 def served_by(ctx) -> dict[str, float]:
     """Completed requests per engine, from the engines' own counters."""
-    return {inst.id: probes.metric_sum(probes.scrape(ctx.engine_url(node, inst)), "vllm:request_success_total")
+    return {inst.id: metrics_api.metric_sum(metrics_api.scrape(ctx.engine_url(node, inst)), "vllm:request_success_total")
             for node, inst in ctx.fleet.instances()}
 
 
 def router_metric(ctx, name: str, **labels: str) -> float:
     node = ctx.fleet.router_node()
-    return probes.metric_sum(probes.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}"), name,
+    return metrics_api.metric_sum(metrics_api.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}"), name,
                              **labels)
 
 
@@ -35,7 +36,7 @@ def test_kv_aware_router_follows_the_engines_blocks(tmp_path):
         rep = fleet_status.report(ctx).to_json()
         assert rep["ready"] and rep["router"]["ready"], rep["router"]
         assert sorted(rep["router"]["workers"]) == sorted(ctx.engine_url(n, i) for n, i in ctx.fleet.instances())
-        pid = int(open(fleet_router.router_proc(ctx).pidfile).read())
+        pid = int(open(ctx.proc("router").pidfile).read())
         url, model = ctx.fleet.router_url, ctx.fleet.model
         doc = prompts.document(7, 1, 2048)
 

@@ -1,1 +1,2 @@
-"""Test support shared by the test tiers and the benchmarks (not shipped: the product package is p2p_ops)."""
+"""Test support shared by the test tiers only: what the benchmarks also use (free ports, the SSH testbed) is
+product code in p2p_ops (lifecycle/free_ports.py, bench/testbed.py), so nothing outside tests/ imports this."""

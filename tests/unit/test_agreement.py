@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from p2p_ops import agreement as A
+from p2p_ops.spec import agreement as A
 
 
 def test_the_spec_settings_that_must_be_fleet_wide_come_from_the_list():

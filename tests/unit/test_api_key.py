@@ -8,9 +8,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from p2p_ops import auth, launch, probes, readiness
-from p2p_ops.context import FleetContext
+from p2p_ops.endpoints import auth, engine_api, fetch
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 KEY = "sk-fleetkey-0123456789abcdefXYZ"
@@ -68,11 +69,11 @@ def test_every_client_sends_the_key_to_the_fleets_engines(keyed):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}"
     try:
-        assert probes.get_json(url + "/v1/models") is None  # not registered: no key sent
+        assert fetch.get_json(url + "/v1/models") is None  # not registered: no key sent
         auth.register(url, KEY)
-        assert readiness.vllm_ready(url, "tiny-llm")
+        assert engine_api.vllm_ready(url, "tiny-llm")
         assert complete(url, "tiny-llm", "hi", stream=False).ok
-        assert probes.get_json(url + "/v1/models")["data"][0]["id"] == "tiny-llm"
+        assert fetch.get_json(url + "/v1/models")["data"][0]["id"] == "tiny-llm"
     finally:
         server.shutdown()
         server.server_close()

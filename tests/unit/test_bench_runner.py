@@ -6,8 +6,8 @@ Timings are never asserted: benchmarks print, tests only check the shape of what
 import csv
 import json
 
-from bench import __main__ as runner
-from bench.report import Report
+from p2p_ops.bench.suite import __main__ as runner
+from p2p_ops.bench.suite.report import Report
 
 
 def _ok(report):
@@ -50,12 +50,13 @@ def test_rows_are_flushed_as_they_come(tmp_path):
 def test_instant_server_answers_the_harness_client(tmp_path):
     import sys
 
-    from bench.procs import free_port, process
+    from p2p_ops.bench.suite.procs import process
     from p2p_ops.harness.openai_client import complete
+    from p2p_ops.lifecycle.free_ports import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with process([sys.executable, "-m", "bench.instant_server", str(port)], url + "/v1/models",
+    with process([sys.executable, "-m", "p2p_ops.bench.suite.instant_server", str(port)], url + "/v1/models",
                  tmp_path / "s.log", timeout_s=30):
         c = complete(url, "tiny-llm", "hi", max_tokens=1)
     assert c.ok and c.text == "a" and c.completion_tokens == 1
@@ -64,7 +65,7 @@ def test_instant_server_answers_the_harness_client(tmp_path):
 def test_readme_targets_block_is_replaced_and_the_rest_kept(tmp_path):
     import pytest
 
-    from bench.report import README_BEGIN, README_END, replace_readme_targets
+    from p2p_ops.bench.suite.report import README_BEGIN, README_END, replace_readme_targets
 
     report = Report(tmp_path, size="quick", echo=lambda _: None)
     report.target("P2P lookup", "<= 10 ms", "6.7 ms", True, "a miss")
@@ -79,7 +80,7 @@ def test_readme_targets_block_is_replaced_and_the_rest_kept(tmp_path):
 
 
 def test_fleet_scale_splits_a_step_at_its_progress_lines():
-    from bench.fleet_scale import _Clock
+    from p2p_ops.bench.suite.fleet_scale import _Clock
 
     c = _Clock()
     for line in ("rendered env.sh", "started a", "a is up", "started b"):

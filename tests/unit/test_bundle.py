@@ -6,8 +6,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from p2p_ops import bundle, launch
-from p2p_ops.context import FleetContext
+from p2p_ops.diagnose import bundle
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 PEM_BODY = ("MIIEowIBAAKCAQEAPLANTEDxk3Jq1yDqkzV0qY7m6bN3bH8v5JbQmGm7Pq0kA2xQ\n"
@@ -28,12 +29,16 @@ def plant_env(env_sh: Path) -> None:
     env_sh.write_text(env_sh.read_text() + "\n".join(lines) + "\n")
 
 
+# Log lines that carry credentials, as a server may print them.
+LOG_SECRETS = ("[2026-11-30 02:28:01,789] LMCache INFO: headers Authorization: Bearer PLANTEDbearer0123456789ab\n"
+               f"[2026-11-30 02:28:01,790] LMCache WARNING: env OPENAI_API_KEY={SECRETS['OPENAI_API_KEY']}\n"
+               f"aws_secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
+               f"token {SECRETS['HF_TOKEN']} used\n{PEM}\n")
+
+
 def plant_log(log: Path) -> None:
     with log.open("a") as f:
-        f.write("[2026-11-30 02:28:01,789] LMCache INFO: headers Authorization: Bearer PLANTEDbearer0123456789ab\n"
-                f"[2026-11-30 02:28:01,790] LMCache WARNING: env OPENAI_API_KEY={SECRETS['OPENAI_API_KEY']}\n"
-                f"aws_secret_access_key = {SECRETS['AWS_SECRET_ACCESS_KEY']}\n"
-                f"token {SECRETS['HF_TOKEN']} used\n{PEM}\n")
+        f.write(LOG_SECRETS)
 
 
 def unpack(path: Path, dest: Path) -> tuple[Path, dict]:
@@ -112,7 +117,7 @@ def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
     assert ("nodes/node-b/node-b-0/env.sh", "private_key") in red
     assert {k for w, k in red if w == "nodes/node-b/node-b-0/server.log"} >= {"bearer_token", "private_key"}
     unreachable = {u["what"] for u in manifest["unreachable"]}
-    assert "/status, /config, /metrics of node-a-0" in unreachable
+    assert "server /status, /config, /lmc_version, /version, /metrics of node-a-0" in unreachable
     assert "coordinator /healthz, /instances, /metrics" in unreachable
     assert all(s == "none" for s in manifest["processes"].values())
     assert manifest["doctor"]["exit_code"] == 0

@@ -89,6 +89,9 @@ JSON_VERBS = [
     ["test"], ["diagnose", "--list"], ["doctor", "--no-reach"], ["monitor", "--once", "--source", "direct"],
     ["grafana", "-o", "dash.json"], ["bundle", "--no-doctor", "-o", "b.tar.gz"],
     ["ucx-trace", str(FIXTURES / "ucx/recorded_tcp_fallback.log")],
+    ["test", "faults", "--quick"],  # a stopped fleet: refused, still one document
+    ["make-model", "tiny-model"],
+    ["prometheus", "down"],
 ]
 
 
@@ -98,6 +101,41 @@ def test_json_is_one_document_on_stdout(run, fleet_dir, argv):
     assert res.returncode in (0, 1, 2), res.stderr
     assert "Traceback" not in res.stderr
     json.loads(res.stdout)  # raises on anything else printed there
+
+
+def _verbs(parser, words=()):
+    """(words, parser) of every verb: a parser without subcommands, or a group that runs a handler of its own
+    (`p2pctl test` lists the kinds); a group that only holds subcommands (`p2pctl bench`) is not a verb."""
+    import argparse
+
+    subs = {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
+    if words and (not subs or parser.get_default("handler")):
+        yield " ".join(words), parser
+    for name, sub in subs.items():
+        yield from _verbs(sub, (*words, name))
+
+
+def _all_verbs():
+    from p2p_ops.cli import build_parser
+
+    return dict(_verbs(build_parser()))
+
+
+_VERB_NAMES = sorted(_all_verbs())
+
+
+@pytest.mark.parametrize("verb", _VERB_NAMES)
+def test_every_verb_takes_json(verb):
+    parser = _all_verbs()[verb]
+    flags = {o for a in parser._actions for o in a.option_strings}
+    assert "--json" in flags, f"p2pctl {verb} has no --json (house rule: p2p_ops/cli/output.py)"
+
+
+def test_the_verb_walk_sees_every_verb():
+    assert {"init", "status", "test", "test basic", "test faults", "prometheus up", "make-model",
+            "bench placement", "calibrate"} <= set(_VERB_NAMES)
+    assert "bench" not in _VERB_NAMES and "prometheus" not in _VERB_NAMES
 
 
 def test_grafana_without_output_prints_the_dashboard(run, fleet_dir):

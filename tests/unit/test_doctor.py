@@ -192,8 +192,8 @@ def test_unreachable_target_is_named_with_source_and_address():
 
 def test_ports_busy_before_launch_and_silent_after():
     a, b = inst("node-a-0", running=False), inst("node-b-0", running=False)
-    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http"),
-             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0", "http")]
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http", "node-a-0/server"),
+             D.PlannedPort("node-b", 8082, "node-b-0 http", "127.0.0.1", "node-b-0", "http", "node-b-0/server")]
     facts = fleet([a, b], running=False, ports=ports)
     rep = D.check(facts)
     assert rep.exit_code == 0 and [f.check for f in rep.findings] == ["ports"]  # every planned port is free
@@ -203,7 +203,7 @@ def test_ports_busy_before_launch_and_silent_after():
 
 
 def test_running_process_must_listen_on_its_ports():
-    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http")]
+    ports = [D.PlannedPort("node-a", 8081, "node-a-0 http", "127.0.0.1", "node-a-0", "http", "node-a-0/server")]
     facts = fleet([inst("node-a-0"), inst("node-b-0")], ports=ports,
                   proc_states={"node-a-0/server": "running"})
     [f] = problems(D.check(facts), "port_listening")
@@ -342,9 +342,9 @@ def test_ssh_node_may_listen_on_its_own_address():
 
 
 def test_the_router_and_prometheus_are_watched_and_prometheus_may_use_its_spec_address(tmp_path):
-    from p2p_ops.context import FleetContext
     from p2p_ops.diagnose.doctor.gather import watched_procs
-    from p2p_ops.fleet import dump_yaml, local_fleet
+    from p2p_ops.lifecycle.context import FleetContext
+    from p2p_ops.spec.starter import dump_yaml, local_fleet
 
     data = local_fleet(2, name="watched")
     data["router"] = {"enabled": True, "policy": "round_robin", "port": 8200, "prometheus_port": 8201}
@@ -352,13 +352,13 @@ def test_the_router_and_prometheus_are_watched_and_prometheus_may_use_its_spec_a
     path.write_text(dump_yaml(data))
     with FleetContext.load(path) as ctx:
         first, second = ([p.name for p in watched_procs(ctx, n)] for n in ctx.fleet.nodes)
-    assert {"router/router", "prometheus", "coordinator/coordinator", "node-a-0/server"} <= set(first)
-    assert "prometheus" not in second and "router/router" not in second and "node-b-0/engine" in second
+    assert {"router/router", "prometheus/prometheus", "coordinator/coordinator", "node-a-0/server"} <= set(first)
+    assert "prometheus/prometheus" not in second and "router/router" not in second and "node-b-0/engine" in second
 
     n = node("node-a")
     n.listeners = [Listener("0.0.0.0", 9390, "prometheus", 500), Listener("0.0.0.0", 8200, "vllm-router", 600)]
-    n.sessions, n.fleet_pids = {500: 500, 600: 600}, {500: "prometheus", 600: "router/router"}
+    n.sessions, n.fleet_pids = {500: 500, 600: 600}, {500: "prometheus/prometheus", 600: "router/router"}
     n.bind_ok = ("loopback",)
-    assert [w[0] for w in D.wide_binds(n)] == ["prometheus", "router/router"]
-    n.proc_binds = {"prometheus": ("0.0.0.0",)}  # the spec's prometheus.host: the operator asked for it
+    assert [w[0] for w in D.wide_binds(n)] == ["prometheus/prometheus", "router/router"]
+    n.proc_binds = {"prometheus/prometheus": ("0.0.0.0",)}  # the spec's prometheus.host: the operator asked for it
     assert [w[0] for w in D.wide_binds(n)] == ["router/router"]

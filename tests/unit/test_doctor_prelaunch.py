@@ -9,9 +9,9 @@ import socket
 
 import pytest
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
-from p2p_ops.fleet import Settings
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.settings import Settings
 from tests.conftest import write_local_fleet
 
 

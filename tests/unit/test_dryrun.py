@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops import dryrun, readiness
-from p2p_ops.context import FleetContext
-from p2p_ops.fleet import local_fleet
+from p2p_ops.endpoints import engine_api, fetch
+from p2p_ops.lifecycle import dryrun
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.starter import local_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "dryrun"
 KV_CFG = ('{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_load_failure_policy":"recompute",'
@@ -108,7 +109,7 @@ def test_env_sh_parser_reads_quoted_exports():
     ({"data": []}, []), (None, []), ({"error": "x"}, []),
 ])
 def test_served_models(body, expected):
-    assert readiness.served_models(body) == expected
+    assert engine_api.served_models(body) == expected
 
 
 def test_vllm_ready_needs_health_and_the_model(monkeypatch):
@@ -121,11 +122,11 @@ def test_vllm_ready_needs_health_and_the_model(monkeypatch):
     answers = {"/health": 200}
     monkeypatch.setattr(requests, "get", lambda url, timeout, headers=None: R(answers.get(url[url.rindex("/"):], 404)))
     models = {"v": {"data": [{"id": "m"}]}}
-    monkeypatch.setattr(readiness.probes, "get_json", lambda url, timeout: models["v"])
-    assert readiness.vllm_ready("http://x:1", "m") and not readiness.vllm_ready("http://x:1", "other")
+    monkeypatch.setattr(fetch, "get_json", lambda url, timeout: models["v"])
+    assert engine_api.vllm_ready("http://x:1", "m") and not engine_api.vllm_ready("http://x:1", "other")
     models["v"] = {"data": []}
-    assert not readiness.vllm_ready("http://x:1")
+    assert not engine_api.vllm_ready("http://x:1")
     answers["/health"] = 503
     models["v"] = {"data": [{"id": "m"}]}
-    assert not readiness.vllm_ready("http://x:1", "m")
-    assert readiness.engine_ready("embedded", "http://127.0.0.1:1") is False
+    assert not engine_api.vllm_ready("http://x:1", "m")
+    assert engine_api.engine_ready("embedded", "http://127.0.0.1:1") is False

@@ -1,14 +1,13 @@
 """Engine flags: parsing, defaults and validation messages."""
 
+from dataclasses import fields
+
 import pytest
 
 from p2p_runtime.config import ConfigError, EngineConfig, build_parser
 
-FLAGS = ["--host", "--port", "--served-model-name", "--lmcache-url", "--instance-id",
-         "--chunk-size", "--model-seed", "--num-layers", "--num-heads", "--head-size",
-         "--vocab-size", "--max-model-len", "--block-size", "--num-blocks", "--threads",
-         "--prefill-us-per-token", "--decode-ms-per-token", "--load-us-per-token",
-         "--timing-jitter", "--timing-seed", "--log-level"]
+# Every field is a flag (the fleet spec's engine section and start_engine.sh are built from the same fields).
+FLAGS = ["--" + f.name.replace("_", "-") for f in fields(EngineConfig)]
 
 
 def test_help_names_every_flag(capsys):
@@ -24,6 +23,7 @@ def test_defaults_and_overrides():
     assert (cfg.host, cfg.port, cfg.max_model_len, cfg.block_size, cfg.threads) == \
         ("127.0.0.1", 8000, 8192, 16, 1)
     assert cfg.chunk_size is None and cfg.lmcache_url == "" and cfg.label == "engine-8000"
+    assert (cfg.model_seed, cfg.vocab_size) == (1234, 384)  # what a rendered fleet runs (EngineSettings)
     cfg = EngineConfig.from_argv(["--port", "0", "--chunk-size", "512", "--instance-id", "a-0",
                                   "--decode-ms-per-token", "20", "--timing-jitter", "0.1"])
     assert cfg.chunk_size == 512 and cfg.label == "a-0"

@@ -6,9 +6,9 @@ so it can run with the unit tests.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
 import pytest
 import schemathesis
+from hypothesis import HealthCheck, settings
 from schemathesis.python import asgi
 
 from p2p_runtime.api import create_app

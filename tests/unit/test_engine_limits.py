@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from fastapi.testclient import TestClient
 import pytest
+from fastapi.testclient import TestClient
 
 from p2p_runtime.api import create_app
 from p2p_runtime.config import EngineConfig

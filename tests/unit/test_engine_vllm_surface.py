@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi.testclient import TestClient
 import pytest
+from fastapi.testclient import TestClient
 
-from p2p_ops.probes import metric_sum, parse_metrics
+from p2p_ops.endpoints.metrics_api import metric_sum, parse_metrics
 from p2p_runtime.api import create_app
 from p2p_runtime.config import EngineConfig
 from p2p_runtime.core import EngineCore

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.facts.netdev import read_netdevs
 from p2p_ops.facts.ib_model import gid_ipv4, split_prefixed
+from p2p_ops.facts.netdev import read_netdevs
 from p2p_ops.facts.sysfs_ib import list_dev_infiniband, read_ib_devices, read_uverbs
 
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "rdma"

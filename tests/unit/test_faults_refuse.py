@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import faults
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
 
 OPTS = faults.FaultOptions.quick()

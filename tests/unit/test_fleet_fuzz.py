@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import copy
 
-from hypothesis import HealthCheck, given, settings, strategies as st
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from p2p_ops.fleet import local_fleet
+from p2p_ops.spec.starter import local_fleet
 
 GOOD = local_fleet(2)
 

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from p2p_ops.errors import BadInput
-from p2p_ops.fleet import local_fleet, parse_fleet
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 
 def base() -> dict:
@@ -82,6 +83,15 @@ BAD = [
     ("model with a newline", "model", "tiny\nllm", "model: Value error, 'tiny\\nllm' contains a control"),
     ("run_dir with a newline", "nodes[0].run_dir", "/tmp/a\nb", "nodes[0].run_dir: Value error, '/tmp/a\\nb' contains"),
     ("vllm arg with a newline", "vllm", {"args": ["--x", "a\nb"]}, "vllm.args: Value error, 'a\\nb'"),
+    # What the engine itself would refuse at start, refused at validation in the spec's words.
+    ("engine cache smaller than one request", "engine.num_blocks", 100,
+     "engine: Value error, engine.num_blocks 100 x engine.block_size 16 cannot hold one engine.max_model_len "
+     "8192 request; use engine.num_blocks >= 512"),
+    ("odd engine head size", "engine.head_size", 31, "engine: Value error, engine.head_size must be even"),
+    ("unknown engine log format", "engine.log_format", "xml", "engine.log_format must be text or json, got xml"),
+    ("unknown engine key", "engine.num_layerz", 3, "engine.num_layerz: unknown key 'num_layerz'"),
+    ("chunk not a multiple of the engine block", "settings.chunk_size", 200,
+     "settings.chunk_size: 200 is not a multiple of engine.block_size 16; the engine stores whole blocks"),
 ]
 
 
@@ -162,6 +172,9 @@ BAD_VLLM = [
     ("a relative vLLM venv", "vllm.venv", ".venv-vllm", "vllm.venv: '.venv-vllm' is relative; use an absolute"),
     ("a relative model folder", "vllm.model_path", "./models/tiny", "vllm.model_path: './models/tiny' is relative"),
     ("a relative node vLLM venv", "nodes[1].vllm_venv", "v/env", "nodes[1].vllm_venv: 'v/env' is relative"),
+    ("a model path that is no hub id", "vllm.model_path", "models/tiny/llama",
+     "vllm.model_path: 'models/tiny/llama' is relative; use an absolute path"),
+    ("a model path under ~", "vllm.model_path", "~/models/tiny", "vllm.model_path: '~/models/tiny' is relative"),
 ]
 
 
@@ -174,6 +187,45 @@ def test_bad_vllm_fleet_is_refused_with_one_line(tmp_path, p2pctl, label, path, 
     assert code == 2, (label, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], err
+
+
+def test_hub_id_is_a_model_path_unless_it_names_a_folder_here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = set_path(local_fleet(2, name="v", runtime="vllm", cpu_count=2), "vllm.model_path", "models/tiny-llama")
+    assert parse_fleet(data).vllm.model_path == "models/tiny-llama"  # owner/name: a hub id
+    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
+    with pytest.raises(BadInput) as exc:
+        parse_fleet(data)
+    assert str(exc.value) == ("vllm.model_path: 'models/tiny-llama' is relative; use an absolute path (engines start "
+                              f"in their own run folders), e.g. '{tmp_path}/models/tiny-llama'")
+
+
+def test_init_vllm_writes_absolute_paths_that_mean_the_same_anywhere(tmp_path, monkeypatch, p2pctl):
+    from p2p_ops.resources import CHECKOUT
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "fleets").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    out = tmp_path / "fleets" / "fleet.yaml"
+    code, _, err = p2pctl("init", "--local", "2", "--runtime", "vllm", "-o", "../fleets/fleet.yaml")
+    assert code == 0, err
+    vllm = yaml.safe_load(out.read_text())["vllm"]
+    # The model beside the fleet file (not beside the caller), the venv where `make setup-vllm` puts it.
+    assert vllm["model_path"] == str(tmp_path / "fleets" / "models" / "tiny-llama")
+    assert vllm["venv"] == str(CHECKOUT / ".venv-vllm")
+    code, _, err = p2pctl("init", "--local", "2", "--runtime", "vllm", "-o", str(out), "--force",
+                          "--model-path", "m", "--vllm-venv", "../v")
+    assert code == 0, err
+    vllm = yaml.safe_load(out.read_text())["vllm"]
+    assert (vllm["model_path"], vllm["venv"]) == (str(tmp_path / "here" / "m"), str(tmp_path / "v"))  # as typed here
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = p2pctl("validate", "-f", str(out))
+    assert code == 0, err
+
+
+def test_init_into_a_missing_folder_is_one_line(tmp_path, p2pctl):
+    code, _, err = p2pctl("init", "--local", "2", "-o", str(tmp_path / "no" / "fleet.yaml"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "does not exist; create it" in err, err
 
 
 def test_cuda_fleet_takes_any_multiple_of_its_block_size():
@@ -196,7 +248,7 @@ def test_dry_run_with_a_newline_in_a_value_is_one_line(tmp_path, p2pctl):
 
 @pytest.mark.parametrize("value", ["node-x\n", "..", ".", "a/b", ""])
 def test_id_check_is_a_full_match(value):
-    from p2p_ops.fleet_spec import _check_id
+    from p2p_ops.spec.model import _check_id
 
     with pytest.raises(ValueError):
         _check_id(value)

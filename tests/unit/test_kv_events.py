@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 
-from fastapi.testclient import TestClient
 import msgspec
 import pytest
 import zmq
+from fastapi.testclient import TestClient
 
+from p2p_ops.lifecycle.free_ports import free_port
 from p2p_runtime import kv_events as kv
 from p2p_runtime.api import create_app
 from p2p_runtime.config import ConfigError, EngineConfig
@@ -20,12 +20,6 @@ from p2p_runtime.core import EngineCore
 from tests.conftest import tool_venv
 
 VLLM_PYTHON = tool_venv("P2P_VLLM_VENV", ".venv-vllm") / "bin" / "python"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def endpoint() -> str:

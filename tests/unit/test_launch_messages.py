@@ -1,23 +1,13 @@
-"""What `up` says about each process, and what `up --dry-run` plans with --node / --role / --no-render."""
+"""What `up --dry-run` plans with --node / --role / --no-render (what `up` itself says: test_launch_ops.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from p2p_ops import dryrun, launch, procs
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.fleet import Node
+from p2p_ops.lifecycle import dryrun, launch
+from p2p_ops.lifecycle.context import FleetContext
 from tests.conftest import write_local_fleet
-
-
-def test_up_says_kept_when_the_process_already_ran():
-    node = Node.model_validate({"name": "n", "address": "127.0.0.1", "instances": [
-        {"id": "n-0", "ports": {"mp": 5601, "http": 8081, "p2p": 8551, "engine": 8001}}]})
-    proc = procs.Proc(name="n-0/engine", workdir="/w", wrapper="/w/s.sh", log="/w/l", pidfile="/w/p", marker="m")
-    assert launch._started(proc, node, procs.ProcState("n-0/engine", "running", 7)) == "started n-0/engine on n"
-    kept = launch._started(proc, node, procs.ProcState("n-0/engine", "running", 7, kept=True))
-    assert kept.startswith("kept n-0/engine on n") and "pid 7" in kept and "started" not in kept
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from p2p_ops.local_model import is_model_dir, make_model
+from p2p_ops.harness.local_model import is_model_dir, make_model
 
 
 def _digest(d) -> str:
@@ -18,7 +18,7 @@ def test_same_seed_same_model_other_seed_other_weights(tmp_path, p2pctl):
     code, out, err = p2pctl("make-model", str(tmp_path / "a"))
     assert code == 0, err
     make_model(tmp_path / "b")
-    make_model(tmp_path / "c", __import__("p2p_ops.local_model").local_model.ModelSpec(seed=7))
+    make_model(tmp_path / "c", __import__("p2p_ops.harness.local_model").harness.local_model.ModelSpec(seed=7))
     assert is_model_dir(tmp_path / "a")
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b") != _digest(tmp_path / "c")
     cfg = json.loads((tmp_path / "a" / "config.json").read_text())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops.monitor import frame_from_samples, histogram_quantile
-from p2p_ops.probes import metric_sum, parse_metrics
+from p2p_ops.endpoints.metrics_api import metric_sum, parse_metrics
+from p2p_ops.observe.monitor import frame_from_samples, histogram_quantile
 
 SERVER_T0 = """
 # HELP lmcache_mp_l2_load_completed_requests_total Total L2 load tasks completed (per-adapter)

@@ -1,5 +1,6 @@
 """Node probe: each parser from captured output, the probe script on this machine and on fixture trees,
-the verdict rules, bootstrap's steps, and `p2pctl probe` on a local fleet."""
+the verdict rules, bootstrap's steps, `p2pctl probe` on a local fleet, and probing (and bootstrapping)
+through scripted fake connectors."""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-
-from p2p_ops.context import FleetContext
 from p2p_ops.connectors import LocalConnector
-from p2p_ops.fleet import local_fleet, parse_fleet
 from p2p_ops.facts import sections
 from p2p_ops.facts.base import ABSENT
 from p2p_ops.facts.gpus import Gpu, parse_gpus
@@ -21,10 +19,22 @@ from p2p_ops.facts.listeners import Listener, parse_listeners
 from p2p_ops.facts.python_env import PythonEnv, parse_python
 from p2p_ops.facts.storage import Disk, ModelCache, hf_cache_dir_name, parse_df, parse_model_cache
 from p2p_ops.facts.sysfs_ib import SYSFS_IB_GREP, parse_sysfs_ib_grep
-from p2p_ops.nodeprobe import NodeProbe, PortCheck, check_ports, fill, node_facts, planned_ports
-from p2p_ops.nodeprobe.bootstrap import PROJECT, bootstrap_script, pip_steps
-from p2p_ops.nodeprobe.verdict import judge_fleet, judge_node
+from p2p_ops.lifecycle.preflight.bootstrap import PROJECT, bootstrap_script, pip_steps
+from p2p_ops.lifecycle.preflight.probe import (
+    NodeProbe,
+    PortCheck,
+    check_ports,
+    fill,
+    node_facts,
+    node_python,
+    planned_ports,
+    probe_fleet,
+)
+from p2p_ops.lifecycle.preflight.verdict import judge_fleet, judge_node
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 from tests.conftest import write_local_fleet
+from tests.support.fake_connector import cli_through, exactly, expect, node_read, pid_states, unreachable
 
 RDMA_TREES = Path(__file__).resolve().parent.parent / "fixtures" / "diagnose" / "rdma"
 
@@ -261,39 +271,72 @@ def test_p2pctl_probe_names_an_unknown_node(tmp_path, p2pctl):
     assert code == 2 and "no such node" in err
 
 
-def test_probe_reports_a_node_it_cannot_reach_and_still_the_others(tmp_path, monkeypatch):
-    fleet_file = write_local_fleet(tmp_path / "fleet.yaml", 2, name="pr")
-    ctx = FleetContext.load(fleet_file)
+# ---- probing through the nodes' connectors (scripted fakes) ---------------------------------------------
 
-    class Down(LocalConnector):
-        def run(self, command, timeout=60, check=False):
-            from p2p_ops.connectors.ssh import SSHConnectError
+def _python_json(python: str) -> str:
+    return json.dumps({"python": "3.11.7", "executable": python,
+                       "packages": {"lmcache": "0.5.6", "nixl-cu12": "1.5.1", "torch": "2.13.0", "vllm": None}})
 
-            raise SSHConnectError("node-b", "root@10.0.0.2:22", "unreachable", "connection refused", "start sshd")
 
-    ctx._conns["node-b"] = Down("node-b")
-    from p2p_ops.nodeprobe import probe_fleet
+def probe_read(ctx, node, listeners: str = "", python_missing: bool = False, repeat: bool = False):
+    """The probe's batched read of a node answered as a ready CPU node would (or one without its venv)."""
+    python = node_python(node)
+    facts = node_facts(python, str(ctx.node_layout(node).root), None)
+    return node_read(facts, {
+        "host": f"{node.name}\n6.8.0-45-generic",
+        "python": f"missing {python}" if python_missing else _python_json(python),
+        "gpus": ABSENT, "rdma": "", "ports": listeners, "disk": DF, "memlock": "unlimited unlimited", "model": ABSENT,
+    }, repeat=repeat)
 
+
+def test_probe_reports_a_node_it_cannot_reach_and_still_the_others(fakes):
+    fleet = fakes.fleet(2, {"node-b": [unreachable("node-b", "root@10.0.0.2:22")]}, name="pr")
+    ctx = fleet.ctx
+    node_a = ctx.fleet.nodes[0]
+    fleet["node-a"].expect(probe_read(ctx, node_a), pid_states(ctx.procs(node_a)))
     probes = probe_fleet(ctx)
     assert probes["node-a"].ok and probes["node-b"].error.startswith("node-b (root@10.0.0.2:22): unreachable")
 
 
-def test_bootstrap_runs_only_on_nodes_without_their_venv(tmp_path, p2pctl, monkeypatch):
-    import yaml
+def test_probe_tells_the_fleets_own_listeners_from_a_stranger(fakes):
+    fleet = fakes.fleet(2, {"node-b": []}, name="pr")
+    ctx = fleet.ctx
+    node_a = ctx.fleet.nodes[0]
+    server, coordinator = ctx.unit("server", "node-a-0"), ctx.unit("coordinator")
+    http, mp = (next(p.port for p in server.ports if p.kind == k) for k in ("http", "mp"))
+    ss = (f'LISTEN 0 128 127.0.0.1:{http} 0.0.0.0:* users:(("lmcache",pid=4121,fd=18))\n'
+          f'LISTEN 0 128 0.0.0.0:{mp} 0.0.0.0:* users:(("nginx",pid=911,fd=3))\n')
+    fleet["node-a"].expect(probe_read(ctx, node_a, ss),
+                           pid_states(ctx.procs(node_a), {server.name: 4121, coordinator.name: "dead 3"}))
+    fleet["node-b"].expect(probe_read(ctx, ctx.fleet.nodes[1]), pid_states(ctx.procs(ctx.fleet.nodes[1])))
+    probes = probe_fleet(ctx)
+    states = {pc.port: (pc.state, pc.holder) for pc in probes["node-a"].ports}
+    assert states[http] == ("this fleet", "lmcache pid 4121 on 127.0.0.1 (node-a-0/server)")
+    assert states[mp] == ("busy", "nginx pid 911 on 0.0.0.0")
+    assert any(f"port {mp} (node-a-0 mp) is held by nginx pid 911" in m for m in probes["node-a"].problems)
+    assert probes["node-b"].ok and not probes["node-a"].ok
 
-    fleet_file = write_local_fleet(tmp_path / "fleet.yaml", 2, name="pr")
-    data = yaml.safe_load(fleet_file.read_text())
-    data["nodes"][1]["venv"] = str(tmp_path / "no venv yet")
-    fleet_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    calls = []
 
-    def fake_bootstrap(ctx, node, project=PROJECT, timeout=3600):
-        calls.append(node.name)
-        return f"bootstrapped {node.venv}"
+def test_bootstrap_runs_only_on_nodes_without_their_venv(tmp_path, fakes, p2pctl, monkeypatch):
+    venv = str(tmp_path / "no venv yet")
 
-    monkeypatch.setattr("p2p_ops.cli.probe_cmds.bootstrap_node", fake_bootstrap)
-    code, out, _ = p2pctl("probe", "-f", str(fleet_file), "--json", "--bootstrap")
+    def edit(data):
+        data["nodes"][1]["venv"] = venv
+
+    fleet = fakes.fleet(2, name="pr", edit=edit)
+    ctx = fleet.ctx
+    node_a, node_b = ctx.fleet.nodes
+    steps = pip_steps((PROJECT / "Makefile").read_text())
+    # Both probes (before and after the bootstrap) read each node; only node-b is bootstrapped.
+    fleet["node-a"].expect(probe_read(ctx, node_a, repeat=True), pid_states(ctx.procs(node_a), repeat=True))
+    fleet["node-b"].expect(probe_read(ctx, node_b, python_missing=True, repeat=True),
+                           pid_states(ctx.procs(node_b), repeat=True),
+                           expect(exactly(bootstrap_script(venv, str(PROJECT), steps)), f"bootstrapped {venv}\n",
+                                  label="bootstrap"))
+    cli_through(monkeypatch, fleet)
+    code, out, _ = p2pctl("probe", "-f", str(ctx.fleet_file), "--json", "--bootstrap")
     result = json.loads(out)
+    calls = [host for host, label in fleet.labels() if label == "bootstrap"]
     assert calls == ["node-b"] and result["bootstrap"] == {"node-b": f"bootstrapped {tmp_path / 'no venv yet'}"}
     assert code == 1 and any("--bootstrap" in p for p in result["nodes"]["node-b"]["problems"])
     assert result["nodes"]["node-a"]["ok"]

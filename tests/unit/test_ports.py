@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from p2p_ops.context import FleetContext
-from p2p_ops.fleet import dump_yaml, local_fleet, parse_fleet
-from p2p_ops.ports import DEFAULT_BASE, default_base, local_fleet_ports, port_plan
-from p2p_ops.router import router_proc
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.ports import DEFAULT_BASE, default_base, local_fleet_ports
+from p2p_ops.spec.starter import dump_yaml, local_fleet
+from p2p_ops.spec.units import port_plan
 
 BASE_KINDS = ("coordinator", "mp", "http", "p2p", "engine")
 
@@ -48,12 +49,13 @@ def test_a_router_adds_its_ports_and_the_engines_kv_event_ports(tmp_path):
     path.write_text(dump_yaml(data))
     with FleetContext.load(path) as ctx:
         extra = [p for p in port_plan(ctx.fleet) if p.kind not in BASE_KINDS]
+        # In start order: each engine's KV-event ports with its engine, then the router's.
         assert [(p.node, p.port, p.kind) for p in extra] == [
-            ("node-a", 8200, "router"), ("node-a", 8201, "router_prometheus"),
             ("node-a", 5557, "kv_events"), ("node-a", 5558, "kv_events_replay"),
-            ("node-b", 5559, "kv_events"), ("node-b", 5560, "kv_events_replay")]
-        assert extra[0].process == router_proc(ctx).name
-        assert extra[2].process == ctx.engine_proc(*ctx.fleet.instances()[0]).name
+            ("node-b", 5559, "kv_events"), ("node-b", 5560, "kv_events_replay"),
+            ("node-a", 8200, "router"), ("node-a", 8201, "router_prometheus")]
+        assert extra[4].process == ctx.proc("router").name
+        assert extra[0].process == ctx.proc("engine", ctx.fleet.instances()[0][1]).name
     data["router"]["kv_events"] = False
     assert [p.kind for p in port_plan(parse_fleet(data)) if p.kind not in BASE_KINDS] == ["router",
                                                                                          "router_prometheus"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from p2p_ops.probes import metric_sum, parse_metrics
+from p2p_ops.endpoints import engine_api, fetch
+from p2p_ops.endpoints.metrics_api import metric_sum, parse_metrics
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
 
@@ -39,15 +40,15 @@ def test_a_malformed_line_costs_only_itself():
 
 
 def test_engine_lmcache_state_reads_only_its_metric(monkeypatch):
-    from p2p_ops import probes
+
 
     text = ("# HELP p2p_engine_lmcache_connected 1 when linked\n# TYPE p2p_engine_lmcache_connected gauge\n"
             "p2p_engine_lmcache_connected 1.0\np2p_engine_lmcache_connected_since 5.0\nother_metric{a=\"b\"} 3\n")
-    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: text)
-    assert probes.engine_lmcache_state("http://e") == "connected"
-    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: text.replace(" 1.0\n", " 0.0\n", 1))
-    assert probes.engine_lmcache_state("http://e") == "disconnected"
-    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: "other_metric 1\n")
-    assert probes.engine_lmcache_state("http://e") == "n/a"
-    monkeypatch.setattr(probes, "get_text", lambda url, timeout=probes.TIMEOUT: None)
-    assert probes.engine_lmcache_state("http://e") == "n/a"
+    monkeypatch.setattr(fetch, "get_text", lambda url, timeout=fetch.TIMEOUT: text)
+    assert engine_api.engine_lmcache_state("http://e") == "connected"
+    monkeypatch.setattr(fetch, "get_text", lambda url, timeout=fetch.TIMEOUT: text.replace(" 1.0\n", " 0.0\n", 1))
+    assert engine_api.engine_lmcache_state("http://e") == "disconnected"
+    monkeypatch.setattr(fetch, "get_text", lambda url, timeout=fetch.TIMEOUT: "other_metric 1\n")
+    assert engine_api.engine_lmcache_state("http://e") == "n/a"
+    monkeypatch.setattr(fetch, "get_text", lambda url, timeout=fetch.TIMEOUT: None)
+    assert engine_api.engine_lmcache_state("http://e") == "n/a"

@@ -8,8 +8,10 @@ import subprocess
 import pytest
 import yaml
 
-from p2p_ops import grafana, prom
-from p2p_ops.fleet import local_fleet, parse_fleet
+from p2p_ops.lifecycle import prometheus as prom
+from p2p_ops.observe import grafana
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
                                 reason="promtool not installed (Debian prometheus; `make test` installs it)")

@@ -7,18 +7,17 @@ Adding a scenario means adding a folder.
 
 from __future__ import annotations
 
-import shlex
-
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
 from p2p_ops.cli.diag_cmds import run_standalone
-from p2p_ops.diagnose.host import HostView
-from p2p_ops.diagnose.rdma import check_rdma, gather_rdma
-from p2p_ops.errors import BadInput
 from p2p_ops.connectors.base import Result
+from p2p_ops.diagnose.rdma.check import check_rdma, gather_rdma
+from p2p_ops.errors import BadInput
+from p2p_ops.facts.host_view import HostView
 
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "rdma"
 CASES = sorted(p.name for p in TREES.iterdir() if (p / "expected.json").is_file())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.redact import MASK, manifest_entries, redact_file, redact_text
+from p2p_ops.diagnose.redact import MASK, manifest_entries, redact_file, redact_text
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "redact"
 PLANTED = "PLANTED"

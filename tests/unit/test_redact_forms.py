@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2p_ops.redact import MASK, redact_text
+from p2p_ops.diagnose.redact import MASK, redact_text
 
 # (form with {S} where the secret goes, the secret)
 FORMS = [
@@ -119,8 +119,8 @@ def test_bundle_of_a_fleet_whose_log_holds_every_form(tmp_path, p2pctl):
     import json
     import tarfile
 
-    from p2p_ops import launch
-    from p2p_ops.context import FleetContext
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle.context import FleetContext
     from tests.conftest import write_local_fleet
 
     ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="forms"))

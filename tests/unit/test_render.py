@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.fleet import local_fleet, parse_fleet
-from p2p_ops.layout import RunLayout
-from p2p_ops.render import render_fleet
+from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.spec.layout import RunLayout
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
 # A vLLM flag value with spaces, quotes and a glob: it must reach vLLM as one word.
@@ -96,7 +97,7 @@ def test_rendered_wrappers_pass_shellcheck(tmp_path):
 
 
 def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
-    from p2p_ops.dryrun import exec_argv
+    from p2p_ops.lifecycle.dryrun import exec_argv
 
     files = rendered("vllm")
     argv = exec_argv(files["vllm/node-a-0/start_engine.sh"], files["vllm/node-a-0/env.sh"])
@@ -110,7 +111,7 @@ def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
 
 
 def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_path):
-    from p2p_ops.dryrun import exec_argv
+    from p2p_ops.lifecycle.dryrun import exec_argv
 
     model = tmp_path / "tiny model"
     data = local_fleet(2, name="cpu", runtime="vllm", cpu_count=2,
@@ -132,8 +133,8 @@ def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_p
 
 def test_run_folder_is_private(tmp_path):
     """env.sh (keys), wrappers and the folders holding logs and pidfiles: the owner only."""
-    from p2p_ops import launch
-    from p2p_ops.context import FleetContext
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle.context import FleetContext
     from tests.conftest import write_local_fleet
 
     ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="private"))

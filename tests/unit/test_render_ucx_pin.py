@@ -6,9 +6,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from p2p_ops.fleet import local_fleet, parse_fleet
-from p2p_ops.layout import RunLayout
-from p2p_ops.render import render_fleet
+from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.spec.layout import RunLayout
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 IP_OUTPUT = """\
 1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever

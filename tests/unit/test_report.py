@@ -6,9 +6,9 @@ import json
 
 import matplotlib.image as mpimg
 
-from p2p_ops.harness.records import RequestRecord, read_csv, write_csv
-from p2p_ops.report import build_report, overall_passed, stage_checks
-from p2p_ops.stats import percentile
+from p2p_ops.observe.records import RequestRecord, read_csv, write_csv
+from p2p_ops.observe.report import build_report, overall_passed, stage_checks
+from p2p_ops.observe.stats import percentile
 
 
 def rec(stage, level, inst, warmer, t, cached=512, ok=True, ttft=0.1):

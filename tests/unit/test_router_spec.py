@@ -9,10 +9,11 @@ import pytest
 
 from p2p_ops.bench import calibrate, docqa, placement
 from p2p_ops.errors import BadInput
-from p2p_ops.fleet import local_fleet, parse_fleet
 from p2p_ops.harness.crossover import CrossoverRow
-from p2p_ops.layout import RunLayout
-from p2p_ops.render import render_fleet
+from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.spec.layout import RunLayout
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 
 def router_fleet(runtime: str = "embedded", **router) -> dict:

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.dryrun import exec_argv
 from p2p_ops.errors import BadInput
-from p2p_ops.fleet import local_fleet, parse_fleet
-from p2p_ops.layout import RunLayout
-from p2p_ops.render import render_fleet
+from p2p_ops.lifecycle.dryrun import exec_argv
+from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.spec.layout import RunLayout
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 AWKWARD = ["--otlp-endpoint", "http://127.0.0.1:4317", "--log-tag", "it's a $(reboot) `x` ; y", "--a=b c"]
 

@@ -15,7 +15,7 @@ import pytest
 from p2p_ops.connectors import connector_for
 from p2p_ops.connectors.ssh import SSHConnectError, SSHConnector, _UnknownHostKey
 from p2p_ops.errors import CouldNotRun
-from p2p_ops.fleet import parse_fleet
+from p2p_ops.spec.load import parse_fleet
 
 
 def ssh_node(**extra):

@@ -1,22 +1,38 @@
-"""`p2pctl status`: an engine that serves without its lmcache server shows as degraded, and says why."""
+"""`p2pctl status`: an engine that serves without its lmcache server shows as degraded, and says why. The verdict
+is the status model's (`InstanceReport.engine_health`); the CLI only colours it."""
 
 from __future__ import annotations
 
-from p2p_ops import fleet_status, probes
 from p2p_ops.cli.fleet_cmds import _engine_health
+from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle import status as fleet_status
 
 
-def report(link: str, healthy: bool = True) -> fleet_status.InstanceReport:
-    st = probes.ServerStatus(reachable=True, healthy=True, p2p_enabled=True, p2p_state="registered", peer_count=1)
-    return fleet_status.InstanceReport("node-a", "node-a-0", "running", "running", st, healthy, "http://s", "http://e", link)
+def report(link: str, healthy: bool = True, engine_proc: str = "running") -> fleet_status.InstanceReport:
+    st = lmcache_api.ServerStatus(reachable=True, healthy=True, p2p_enabled=True, p2p_state="registered", peer_count=1)
+    return fleet_status.InstanceReport("node-a", "node-a-0", "running", engine_proc, st, healthy, "http://s",
+                                       "http://e", link)
+
+
+def fleet(*instances: fleet_status.InstanceReport) -> fleet_status.FleetReport:
+    return fleet_status.FleetReport("f", "http://c", "running", True, [], 1, list(instances))
 
 
 def test_disconnected_engine_is_degraded_in_status():
     r = report("disconnected")
-    assert "degraded" in _engine_health(r) and not r.ready(1)
+    assert r.engine_degraded and r.engine_health == "degraded: lmcache unreachable" and not r.ready(1)
     assert r.problem(1).startswith("engine is degraded: its lmcache server is unreachable")
+    assert _engine_health(r) == "[yellow]degraded: lmcache unreachable[/yellow]"
 
 
 def test_connected_engine_is_healthy_and_a_dead_one_shows_its_process_state():
-    assert _engine_health(report("connected")) == "healthy" and report("connected").ready(1)
-    assert _engine_health(report("n/a", healthy=False)) == "running"
+    ok = report("connected")
+    assert ok.engine_health == "healthy" and not ok.engine_degraded and ok.ready(1)
+    assert _engine_health(ok) == "healthy"
+    dead = report("n/a", healthy=False, engine_proc="exited")
+    assert dead.engine_health == "exited" and not dead.engine_degraded and _engine_health(dead) == "exited"
+
+
+def test_engine_health_is_in_the_json_report():
+    rows = fleet(report("disconnected"), report("connected")).to_json()["instances"]
+    assert [r["engine_health"] for r in rows] == ["degraded: lmcache unreachable", "healthy"]

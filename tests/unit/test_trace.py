@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from p2p_ops.cli.diag_cmds import run_standalone
-from p2p_ops.diagnose.trace_report import trace_report
+from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.facts.ucx_trace import normalise_message, parse_trace, parse_traces
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.diagnose.nixl_failures import classify
-from p2p_ops.diagnose.nixl_probe import explain_failure
+from p2p_ops.diagnose.nixl.failures import classify
+from p2p_ops.diagnose.nixl.probe import explain_failure
 from p2p_ops.facts.ucx_trace import parse_traces
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.diagnose import tree as T
+from p2p_ops.diagnose.tree import checks, evidence, model, render, walk
 from p2p_ops.errors import BadInput
 
-TREE = T.load_tree()
+TREE = model.load_tree()
 SKILL = Path(__file__).resolve().parents[2] / ".claude" / "skills" / "lmcache-p2p-diagnose"
 REQUIRED = {"peers-not-registered", "nixl-err-backend", "zero-cached-tokens", "l1-fallbacks", "single-nic-or-tcp",
             "slow-pulls", "requests-stall"}
@@ -32,7 +32,7 @@ def test_every_symptom_has_automated_checks_causes_and_fixes(symptom):
         assert st.ask.endswith("?") and st.cause and st.fix, st.id
         assert st.checks or st.manual, f"{symptom.id}/{st.id} has neither checks nor a manual command"
         for check in st.checks:
-            assert T.known_check(TREE, check), f"{symptom.id}/{st.id}: unknown check {check}"
+            assert checks.known_check(TREE, check), f"{symptom.id}/{st.id}: unknown check {check}"
 
 
 def test_every_signature_is_used_and_is_valid_for_python_and_grep(tmp_path):
@@ -49,7 +49,7 @@ def test_every_signature_is_used_and_is_valid_for_python_and_grep(tmp_path):
 
 def test_reference_page_is_generated_from_the_tree():
     page = SKILL / "references" / "decision-tree.md"
-    assert page.read_text() == T.render_markdown(TREE), (
+    assert page.read_text() == render.render_markdown(TREE), (
         "references/decision-tree.md is stale; regenerate it with:\n"
         "  .venv/bin/p2pctl diagnose --markdown > .claude/skills/lmcache-p2p-diagnose/references/decision-tree.md")
 
@@ -70,12 +70,12 @@ def test_failure_modes_reference_covers_every_signature():
     ("requests stall", "requests-stall"), ("hang", "requests-stall"),
 ])
 def test_find_symptom(text, expected):
-    assert T.find_symptom(TREE, text).id == expected
+    assert model.find_symptom(TREE, text).id == expected
 
 
 def test_unknown_symptom_lists_the_known_ones():
     with pytest.raises(BadInput, match="Zero cached tokens"):
-        T.find_symptom(TREE, "the printer is on fire")
+        model.find_symptom(TREE, "the printer is on fire")
 
 
 def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
@@ -86,7 +86,7 @@ def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
         " please use one or more of: cma, posix, self, sysv, tcp\n"
         "nixl_cu12._bindings.nixlBackendError: NIXL_ERR_BACKEND\n"
         "Authorization: Bearer PLANTEDbearer0123456789\n")
-    d = T.diagnose(TREE, T.find_symptom(TREE, "NIXL_ERR_BACKEND"), T.Evidence(None, TREE, (log,)))
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "NIXL_ERR_BACKEND"), evidence.Evidence(None, TREE, (log,)))
     steps = {s.id: s for s in d.steps}
     assert steps["transport-signature"].verdict == "problem"
     assert d.first_problem.id == "transport-signature" and d.exit_code == 1
@@ -94,7 +94,7 @@ def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
     assert {o.check for o in hits} == {"log:nixl_err_backend", "log:ucx_transport_unavailable"}
     assert all(o.subject == str(log) for o in hits)
     assert steps["ucx-tls"].verdict == "unknown"  # no fleet: the doctor cannot run
-    out = "\n".join(T.render_text(d))
+    out = "\n".join(render.render_text(d))
     assert "likely cause (step 2" in out and "no fleet" in out
     assert json.loads(json.dumps(d.to_dict()))["likely_cause"]["step"] == "transport-signature"
 
@@ -102,15 +102,15 @@ def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
 def test_logs_only_clean_log_finds_nothing(tmp_path):
     log = tmp_path / "server.log"
     log.write_text("[2026-11-30 01:00:00,000] LMCache INFO: Registered with coordinator as node-a-0\n")
-    d = T.diagnose(TREE, T.find_symptom(TREE, "peers not registered"), T.Evidence(None, TREE, (log,)))
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "peers not registered"), evidence.Evidence(None, TREE, (log,)))
     assert d.exit_code == 0 and d.first_problem is None
-    assert "no automated check found a problem" in "\n".join(T.render_text(d))
+    assert "no automated check found a problem" in "\n".join(render.render_text(d))
 
 
 def test_cli_list_and_markdown(p2pctl):
     code, out, _ = p2pctl("diagnose", "--list", "--json")
     assert code == 0 and {s["id"] for s in json.loads(out)} == REQUIRED
     code, out, _ = p2pctl("diagnose", "--markdown")
-    assert code == 0 and out == T.render_markdown(TREE)
+    assert code == 0 and out == render.render_markdown(TREE)
     code, _, err = p2pctl("diagnose", "zero cached tokens", "-f", "/nonexistent/fleet.yaml")
     assert code == 2 and "no fleet file" in err

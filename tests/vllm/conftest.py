@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops import launch
-from p2p_ops.context import FleetContext
-from p2p_ops.fleet import local_fleet
-from tests.conftest import free_port_base, skip_tier_without, tool_venv
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import free_base
+from p2p_ops.spec.starter import local_fleet
+from tests.conftest import skip_tier_without, tool_venv
 
 VLLM_VENV = tool_venv("P2P_VLLM_VENV", ".venv-vllm")
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
@@ -32,13 +33,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from p2p_ops.local_model import make_model
+    from p2p_ops.harness.local_model import make_model
 
     return make_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
 def write_vllm_fleet(path: Path, model: Path, n_nodes: int = 2, name: str = "vllm") -> Path:
-    data = local_fleet(n_nodes, name=name, base=free_port_base(n_nodes), runtime="vllm",
+    data = local_fleet(n_nodes, name=name, base=free_base(n_nodes), runtime="vllm",
                        vllm={"model_path": str(model), "venv": str(VLLM_VENV)}, cpu_count=os.cpu_count() or 1)
     # Short peer timeouts: a dead peer must not hold a request for the default 30 s.
     data["settings"].update(p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)

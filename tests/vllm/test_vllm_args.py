@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.dryrun import exec_argv
+from p2p_ops.lifecycle.dryrun import exec_argv
 from tests.vllm.conftest import VLLM_PYTHON
 
 pytestmark = pytest.mark.vllm

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops import probes, procs, readiness
+from p2p_ops.endpoints import engine_api, metrics_api
+from p2p_ops.facts.logs import log_tail_fact
+from p2p_ops.facts.sections import read_fact
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle import procs
 from tests.conftest import pid_alive
 from tests.vllm.conftest import VLLM_UP_TIMEOUT
 
@@ -25,7 +28,7 @@ EXTERNAL = "vllm:prompt_tokens_by_source_total"
 
 def _engine_metric(ctx, inst_id: str, name: str, **labels: str) -> float:
     node, inst = ctx.fleet.instance(inst_id)
-    return probes.metric_sum(probes.scrape(ctx.engine_url(node, inst)), name, **labels)
+    return metrics_api.metric_sum(metrics_api.scrape(ctx.engine_url(node, inst)), name, **labels)
 
 
 def test_fleet_is_up_with_vllm_engines_bound_to_loopback(vllm_fleet, p2pctl):
@@ -90,13 +93,13 @@ def test_doctor_diagnose_and_bundle_read_a_vllm_fleet(vllm_fleet, p2pctl, tmp_pa
 
 def _restart_engine(ctx, inst_id: str) -> None:
     node, inst = ctx.fleet.instance(inst_id)
-    proc = ctx.engine_proc(node, inst)
+    proc = ctx.proc("engine", inst)
     assert procs.stop(ctx.conn(node), proc) in ("stopped", "killed")
     procs.start(ctx.conn(node), proc)
     url = ctx.engine_url(node, inst)
     deadline = time.monotonic() + VLLM_UP_TIMEOUT
-    while not readiness.engine_ready("vllm", url, ctx.fleet.model):
-        assert procs.states(ctx.conn(node), [proc])[0].running, procs.log_tail(ctx.conn(node), proc.log, 30)
+    while not engine_api.engine_ready("vllm", url, ctx.fleet.model):
+        assert procs.states(ctx.conn(node), [proc])[0].running, "\n".join(read_fact(ctx.conn(node), log_tail_fact(proc.log, 30)))
         assert time.monotonic() < deadline, "restarted vLLM did not become ready"
         time.sleep(2)
 
@@ -129,7 +132,7 @@ def test_peer_server_killed_mid_run_vllm_recomputes(vllm_fleet):
     on_a = complete(a_url, ctx.fleet.model, prompt, max_tokens=16)
     assert on_a.ok
     time.sleep(2)
-    server = ctx.server_proc(na, ia)
+    server = ctx.proc("server", ia)
     pid = int(Path(server.pidfile).read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from p2p_ops.context import FleetContext
 from p2p_ops.diagnose.doctor.checks import check, wide_binds
 from p2p_ops.diagnose.doctor.gather import gather
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts, PlannedPort, Reach
 from p2p_ops.diagnose.doctor.peers import observed, safe_env
 from p2p_ops.diagnose.findings import Report
+from p2p_ops.lifecycle.context import FleetContext
 
 __all__ = ["FleetFacts", "InstanceFacts", "NodeFacts", "PlannedPort", "Reach", "check", "gather", "observed",
            "run", "safe_env", "summary_lines", "wide_binds"]

@@ -11,12 +11,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional
 
-from p2p_ops.agreement import BY_KEY, MUST_AGREE
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.facts.python_env import version_of
-from p2p_ops.layout import COORDINATOR
+from p2p_ops.spec.agreement import BY_KEY, MUST_AGREE
+from p2p_ops.spec.layout import COORDINATOR
 
 _HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
              "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}

@@ -13,12 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from p2p_ops import probes, procs, prom
-from p2p_ops import router as fleet_router
-from p2p_ops.agreement import ENGINE_MODEL_ENV, SERVER_ENV
-from p2p_ops.context import FleetContext
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
+from p2p_ops.endpoints import fetch, lmcache_api
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
 from p2p_ops.facts.limits import proc_limits_fact
@@ -28,26 +25,28 @@ from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.fleet import Fleet, Instance, Node
-from p2p_ops.layout import COORDINATOR
-from p2p_ops.ports import port_plan
-from p2p_ops.render import bin_dir_for, render_fleet
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
+from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV
+from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.ports import INSTANCE_KINDS
+from p2p_ops.spec.units import ROLES, Proc, port_plan
 
-# The ports whose owner the doctor knows how to judge (the router's are its own business: `p2pctl router`).
-CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")
+# The ports whose owner the doctor knows how to judge (the router's state is in `p2pctl status`).
+CHECKED_PORTS = ("coordinator", *INSTANCE_KINDS)
 # Read from the server's process environment (never the whole environment: it may hold secrets).
 SERVER_ENV_KEYS = SERVER_ENV + ("LMCACHE_COORDINATOR_URL", "LMCACHE_P2P_ADVERTISE_URL", "UCX_NET_DEVICES",
                                 "UCX_MAX_RMA_RAILS")
 
 
-def watched_procs(ctx: FleetContext, node: Node) -> list[procs.Proc]:
-    """Every fleet process on this node whose sockets the doctor reads: coordinator, servers and engines, the
-    router on its node, and the fleet's Prometheus on the first local node (it runs where p2pctl runs)."""
-    out = ctx.node_procs(node)
-    if ctx.fleet.router.enabled and ctx.fleet.router_node().name == node.name:
-        out.append(fleet_router.router_proc(ctx))
+def watched_procs(ctx: FleetContext, node: Node) -> list[Proc]:
+    """Every unit of the fleet on this node whose sockets the doctor reads (coordinator, servers, engines, the
+    router), and the fleet's Prometheus on the first local node (it runs where p2pctl runs)."""
+    out = ctx.procs(node, roles=ROLES)
     if node.name == next((n.name for n in ctx.fleet.nodes if n.connection == "local"), None):
-        out.append(prom.prometheus_proc(ctx))
+        out += [ctx.proc(u) for u in ctx.units(roles=ROLES) if u.node is None]
     return out
 
 
@@ -66,7 +65,7 @@ def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str,
     if facts.coordinator_state == "running":
         targets[(fleet.coordinator.host, fleet.coordinator.port)] = "coordinator"
     for node, inst in fleet.instances():
-        if facts.proc_states.get(ctx.server_proc(node, inst).name) == "running":
+        if facts.proc_states.get(ctx.unit("server", inst).name) == "running":
             targets[(node.address, inst.ports.p2p)] = f"{inst.id} p2p"
             targets[(node.address, inst.ports.mp)] = f"{inst.id} mq"
     for e in facts.coordinator_instances or []:
@@ -81,12 +80,12 @@ def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str,
 
 def _instance_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts) -> None:
     url = ctx.server_url(node, inst)
-    st = probes.server_status(url)
+    st = lmcache_api.server_status(url)
     i.status = st.raw if st.reachable else None
-    i.config = probes.get_json(url + "/config")
-    ver = probes.get_json(url + "/lmc_version")
+    i.config = fetch.get_json(url + "/config")
+    ver = fetch.get_json(url + "/lmc_version")
     if not isinstance(ver, (str, int, float)):  # older servers: /version is "0.5.6-g<commit>"
-        ver = probes.get_json(url + "/version")
+        ver = fetch.get_json(url + "/version")
         ver = str(ver).split("-g")[0] if isinstance(ver, (str, int, float)) else None
     i.lmc_version = str(ver) if ver is not None else None
 
@@ -101,7 +100,7 @@ def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str,
     if node.name == ctx.fleet.coordinator_node().name:
         batch[f"env {COORDINATOR}"] = env_file_fact(str(lay.env(COORDINATOR)))
     for inst in node.instances:
-        sproc, eproc = ctx.server_proc(node, inst), ctx.engine_proc(node, inst)
+        sproc, eproc = ctx.proc("server", inst), ctx.proc("engine", inst)
         if sproc.name not in pids:
             continue  # an old log of a stopped server proves nothing
         batch[f"nonehash {inst.id}"] = none_hash_fact(sproc.log)
@@ -170,14 +169,14 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
             facts.proc_states[st.name] = st.state
             if st.running and st.pid is not None:
                 pids[st.name] = st.pid
-    facts.coordinator_state = facts.proc_states.get(ctx.coordinator_proc().name, "unknown")
-    facts.coordinator_healthy = probes.coordinator_healthy(fleet.coordinator_url)
-    facts.coordinator_instances = probes.coordinator_instances(fleet.coordinator_url) \
+    facts.coordinator_state = facts.proc_states.get(ctx.unit("coordinator").name, "unknown")
+    facts.coordinator_healthy = lmcache_api.coordinator_healthy(fleet.coordinator_url)
+    facts.coordinator_instances = lmcache_api.coordinator_instances(fleet.coordinator_url) \
         if facts.coordinator_healthy else None
     rendered = {(f.unit, f.name): f.text for f in render_fleet(fleet, ctx.node_layout)}
 
     for node, inst in fleet.instances():
-        sproc, eproc = ctx.server_proc(node, inst), ctx.engine_proc(node, inst)
+        sproc, eproc = ctx.unit("server", inst), ctx.unit("engine", inst)
         facts.instances.append(InstanceFacts(
             inst.id, node.name, node.address, server_state=facts.proc_states.get(sproc.name, "unknown"),
             engine_state=facts.proc_states.get(eproc.name, "unknown"), pid=pids.get(sproc.name)))
@@ -188,7 +187,7 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
             if by_id[inst.id].running and node.name not in node_errors:
                 _instance_http(ctx, node, inst, by_id[inst.id])
 
-    # Four HTTP reads per running server: nodes side by side, not one after another (bench/fleet_scale).
+    # Four HTTP reads per running server: nodes side by side, not one after another (bench/suite/fleet_scale).
     ctx.for_each_node(node_http)
 
     def per_node(node) -> NodeFacts:
@@ -199,7 +198,7 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
                          if name in {p.name for p in watched_procs(ctx, node)}}
         nf.bind_ok = bind_ok(fleet, node)
         # Prometheus listens where the spec's prometheus.host says: the operator's choice, not a leak.
-        nf.proc_binds = {prom.prometheus_proc(ctx).name: (fleet.prometheus.host,)}
+        nf.proc_binds = {ctx.unit("prometheus").name: (fleet.prometheus.host,)}
         return nf
 
     for name, res in ctx.for_each_node(per_node).items():

@@ -10,7 +10,7 @@ from typing import Optional
 
 from p2p_ops.facts.listeners import Listener
 from p2p_ops.facts.reach import Reach
-from p2p_ops.ports import PlannedPort
+from p2p_ops.spec.units import PlannedPort
 
 __all__ = ["FleetFacts", "InstanceFacts", "NodeFacts", "PlannedPort", "Reach"]
 
@@ -70,7 +70,7 @@ class FleetFacts:
     coordinator_instances: Optional[list[dict]] = None
     instances: list[InstanceFacts] = field(default_factory=list)
     nodes: list[NodeFacts] = field(default_factory=list)
-    ports: list[PlannedPort] = field(default_factory=list)   # ports.port_plan(fleet)
+    ports: list[PlannedPort] = field(default_factory=list)   # units.port_plan(fleet)
     proc_states: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -1,4 +1,4 @@
-"""What each peer uses for every must-agree key (`p2p_ops.agreement`), and where each value was read.
+"""What each peer uses for every must-agree key (`p2p_ops.spec.agreement`), and where each value was read.
 
 Sources, best first: what the running server reports (/status, /config, /lmc_version, its log), its process
 environment, then its env.sh (or the spec's rendering when there is none yet).
@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from p2p_ops.agreement import engine_model
 from p2p_ops.diagnose.doctor.model import InstanceFacts
+from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.facts.python_env import version_of
-from p2p_ops.redact import redact_text
-
+from p2p_ops.spec.agreement import engine_model
 
 _KEEP_ENV = re.compile(r"^(PYTHONHASHSEED|LMCACHE_|P2P_|UCX_|NIXL_)")
 

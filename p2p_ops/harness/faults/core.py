@@ -8,11 +8,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops import fleet_status
-from p2p_ops.context import FleetContext
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.stats import percentile
+from p2p_ops.lifecycle import status
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.stats import percentile
 
 Progress = Callable[[str], None]
 
@@ -144,7 +144,7 @@ def wait_ready(ctx: FleetContext, timeout_s: float) -> Optional[float]:
     """Seconds until the whole fleet reports ready (peers registered, engines healthy and connected)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
-        if fleet_status.report(ctx).ready:
+        if status.report(ctx).ready:
             return time.monotonic() - start
         time.sleep(0.5)
     return None

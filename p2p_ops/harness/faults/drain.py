@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from p2p_ops import probes
-from p2p_ops.context import FleetContext
+from p2p_ops.endpoints import lmcache_api
+from p2p_ops.lifecycle.context import FleetContext
 
 FIELDS = ("active_p2p_lookup_jobs", "active_prefetch_jobs", "read_locked_count")
 
@@ -36,7 +36,7 @@ def inflight(status: dict) -> Optional[dict[str, int]]:
 def snapshot(ctx: FleetContext) -> dict[str, Optional[dict[str, int]]]:
     out = {}
     for node, inst in ctx.fleet.instances():
-        st = probes.server_status(ctx.server_url(node, inst))
+        st = lmcache_api.server_status(ctx.server_url(node, inst))
         out[inst.id] = inflight(st.raw) if st.reachable else None
     return out
 

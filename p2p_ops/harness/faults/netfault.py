@@ -16,14 +16,13 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput, CouldNotRun
+from p2p_ops.facts.netdev import IPV4_INTERFACES
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle.context import FleetContext
+
 
 # The interface holding an IPv4 address, on the node ("" when none; a veth's "@ifN" suffix cut off).
-_FIND_IFACE = ("ip -o -4 addr show 2>/dev/null | awk -v a={addr} "
-               "'{{split($4, p, \"/\"); if (p[1] == a) {{print $2; exit}}}}' | sed 's/@.*//'")
-
-
 def eligible(ctx: FleetContext) -> str:
     """'' when network faults can be injected on every node of this fleet; else why not (one line)."""
     for node in ctx.fleet.nodes:
@@ -39,8 +38,8 @@ def eligible(ctx: FleetContext) -> str:
 
 
 def interface_of(ctx: FleetContext, node) -> str:
-    res = ctx.conn(node).run(_FIND_IFACE.format(addr=shlex.quote(node.address)), timeout=15)
-    return res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
+    """The interface that holds the node's address, as the node sees it ("" when none does)."""
+    return read_fact(ctx.conn(node), IPV4_INTERFACES, timeout=15).get(node.address, "")
 
 
 @dataclass

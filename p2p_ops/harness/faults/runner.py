@@ -14,14 +14,22 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from p2p_ops.context import FleetContext
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.faults import drain
-from p2p_ops.harness.faults.core import FaultOptions, Figures, Load, Progress, Sample, fill_figures, \
-    shared_jobs, wait_ready
+from p2p_ops.harness.faults.core import (
+    FaultOptions,
+    Figures,
+    Load,
+    Progress,
+    Sample,
+    fill_figures,
+    shared_jobs,
+    wait_ready,
+)
 from p2p_ops.harness.faults.scenarios import SCENARIOS, why_not
 from p2p_ops.harness.faults.table import write_requests, write_table
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle.context import FleetContext
 
 
 def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,

@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops import probes, procs
-from p2p_ops.context import FleetContext
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.faults import netfault
 from p2p_ops.harness.faults.core import FaultOptions, Load, Progress
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
 
 
 @dataclass
@@ -160,8 +161,8 @@ class L1Full(Fault):
         self.watermark = eviction_watermark(ctx.fleet.effective_settings(inst).server_extra_args)
 
     def _l1(self) -> tuple[int, int, float]:
-        st = probes.server_status(self.server)
-        evicted = sum(v for n, _, v in probes.scrape(self.server) if "l1_evicted" in n and not n.endswith("_created"))
+        st = lmcache_api.server_status(self.server)
+        evicted = sum(v for n, _, v in metrics_api.scrape(self.server) if "l1_evicted" in n and not n.endswith("_created"))
         return st.l1_used, st.l1_total, evicted
 
     def inject(self, load, progress) -> None:
@@ -206,10 +207,10 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("peer_server_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.server_proc(*_b(ctx)))),
+    Scenario("peer_server_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.proc("server", _b(ctx)[1]))),
     Scenario("coordinator_restart",
-             lambda ctx, o, seed: Kill(ctx, ctx.fleet.coordinator_node(), ctx.coordinator_proc())),
-    Scenario("engine_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.engine_proc(*_b(ctx)),
+             lambda ctx, o, seed: Kill(ctx, ctx.fleet.coordinator_node(), ctx.proc("coordinator"))),
+    Scenario("engine_killed", lambda ctx, o, seed: Kill(ctx, _b(ctx)[0], ctx.proc("engine", _b(ctx)[1]),
                                                           dead_engine=ctx.engine_url(*_b(ctx)))),
     Scenario("link_cut", lambda ctx, o, seed: LinkCut(ctx, o), needs_net=True),
     Scenario("slow_peer", lambda ctx, o, seed: SlowPeer(ctx, o, seed), needs_net=True),

@@ -1,0 +1,395 @@
+"""Debug bundle (`p2pctl bundle`, `scripts/collect_bundle.sh`): one tar.gz to attach to an issue.
+
+Layout inside `p2p-bundle-<fleet>-<UTC>/`::
+
+    manifest.json                  what each file is, where it came from, its size, redactions, unreachable parts
+    fleet.yaml  doctor.txt  doctor.json
+    coordinator/   env.sh  start_coordinator.sh  coordinator.log  healthz.json  instances.json  metrics.txt
+    nodes/<node>/  packages.json  tools/<fact>.txt|.rc  facts/<fact>.json      (replayable: p2pctl rdma --root)
+    nodes/<node>/<instance>/  env.sh  start_*.sh  server.log  engine.log  status.json  config.json
+                              lmc_version.json  version.json  server_metrics.txt  engine_metrics.txt
+    router/        env.sh  start_router.sh  router.log  status.json  workers.json  metrics.txt  (router.enabled)
+    prometheus/    prometheus.yml  prometheus.log                                (if the fleet ran one)
+
+Every text passes through `redact.redact_text` in memory before anything is written; the tar holds only the
+redacted text and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
+Parts that cannot be read (a stopped fleet, a missing tool, an unreachable node) are listed under
+`unreachable` instead of failing the bundle.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from p2p_ops.connectors.base import Result
+from p2p_ops.diagnose import doctor
+from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
+from p2p_ops.endpoints import fetch
+from p2p_ops.errors import BadInput
+from p2p_ops.facts import COMMAND_FACTS
+from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.logs import file_copy_fact
+from p2p_ops.facts.paths import paths_fact
+from p2p_ops.facts.python_env import python_env_fact
+from p2p_ops.facts.sections import read_fact, read_node
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
+from p2p_ops.spec.layout import BUNDLES, PROMETHEUS
+from p2p_ops.spec.model import Node
+from p2p_ops.spec.units import Unit
+
+FORMAT = "p2p-bundle/1"
+LOG_CAP_BYTES = 4 << 20
+_BASE64_LINE = re.compile(r"^[A-Za-z0-9+/=]{16,}\\?n?\s*$")
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class FileEntry:
+    path: str
+    what: str
+    source: str
+    bytes: int
+    redactions: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class Unreachable:
+    what: str
+    source: str
+    error: str
+
+
+@dataclass
+class BundleWriter:
+    """Collects redacted files in memory; `write` makes the tar.gz (nothing unredacted ever touches disk)."""
+
+    root: str
+    files: dict[str, bytes] = field(default_factory=dict)
+    entries: list[FileEntry] = field(default_factory=list)
+    redactions: list[Redaction] = field(default_factory=list)
+    unreachable: list[Unreachable] = field(default_factory=list)
+
+    def add_text(self, path: str, text: str, what: str, source: str, truncated: bool = False) -> None:
+        result = redact_text(text, where=path)
+        data = result.text.encode("utf-8", errors="replace")
+        self.files[path] = data
+        self.redactions += result.redactions
+        self.entries.append(FileEntry(path, what, source, len(data), len(result.redactions), truncated))
+
+    def add_json(self, path: str, obj: Any, what: str, source: str) -> None:
+        self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
+
+    def merge(self, part: BundleWriter) -> None:
+        """Take in what another writer (one node's, collected in parallel) holds."""
+        self.files.update(part.files)
+        self.entries += part.entries
+        self.redactions += part.redactions
+        self.unreachable += part.unreachable
+
+    def missing(self, what: str, source: str, error: str) -> None:
+        self.unreachable.append(Unreachable(what, source, redact_text(str(error), "manifest").text[:500]))
+
+    def manifest(self, extra: dict) -> dict:
+        by_kind: dict[str, int] = {}
+        for r in self.redactions:
+            by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
+        return {
+            "format": FORMAT, **extra,
+            "files": [asdict(e) for e in self.entries],
+            "redactions": manifest_entries(self.redactions),
+            "redaction_summary": {"total": len(self.redactions), "by_kind": by_kind,
+                                  "files": sorted({r.where for r in self.redactions})},
+            "unreachable": [asdict(u) for u in self.unreachable],
+        }
+
+    def write(self, out: Path, extra: dict, force: bool = False) -> dict:
+        manifest = self.manifest(extra)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # A fresh private temp file (O_EXCL, 0600): a planted `<out>.tmp` symlink is never followed.
+        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        tmp = Path(tmp_name)
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            items = [("manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())] + sorted(self.files.items())
+            for path, data in items:
+                info = tarfile.TarInfo(f"{self.root}/{path}")
+                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+                tar.addfile(info, io.BytesIO(data))
+        tmp.chmod(0o600)
+        if force:
+            tmp.replace(out)
+            return manifest
+        try:  # a hard link never replaces: a file that appeared meanwhile (or a planted symlink) stays as it is
+            os.link(tmp, out)
+        except FileExistsError:
+            raise BadInput(f"{out} exists; name a new file or add --force to replace it") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return manifest
+
+
+# ---- reading from nodes and endpoints ---------------------------------------------------------------------
+
+def trim_partial_head(text: str) -> str:
+    """A log cut at a byte offset starts mid-line, maybe inside a private-key block whose BEGIN line is gone:
+    drop the partial first line and any key-material-looking lines after it (redaction needs the BEGIN line)."""
+    lines = text.split("\n")[1:]
+    while lines and _BASE64_LINE.match(lines[0]):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def read_remote(conn, path: str, cap: int = LOG_CAP_BYTES) -> tuple[Optional[str], int, str]:
+    """(text or None, size in bytes, error): at most `cap` bytes from the end (`facts.logs.file_copy_fact`)."""
+    try:
+        copy = read_fact(conn, file_copy_fact(path, cap), timeout=60)
+    except Exception as exc:  # noqa: BLE001 - an unreachable node is a manifest entry, not a failure
+        return None, 0, str(exc)
+    if not copy.exists:
+        return None, 0, "no such file"
+    return (trim_partial_head(copy.text) if copy.truncated(cap) else copy.text), copy.size, ""
+
+
+def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: str) -> None:
+    text, size, err = read_remote(conn, path)
+    if text is None:
+        w.missing(what, f"{node}:{path}", err)
+        return
+    w.add_text(dest, text, what, f"{node}:{path}", truncated=size > LOG_CAP_BYTES)
+
+
+def _add_http(w: BundleWriter, url: str, dest: str, what: str, as_json: bool) -> None:
+    if as_json:
+        body = fetch.get_json(url)
+        if body is None:
+            w.missing(what, url, "no answer (process stopped or endpoint missing)")
+        else:
+            w.add_json(dest, body, what, url)
+        return
+    text = fetch.get_text(url)
+    if text is None:
+        w.missing(what, url, "no answer (process stopped or endpoint missing)")
+    else:
+        w.add_text(dest, text, what, url)
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# What the bundle keeps of a node's host besides the command facts (free text, not parsed).
+HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)
+
+
+def node_facts(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
+    """Everything the bundle reads on a node in one round trip: interpreters, host, every command fact."""
+    batch: dict[str, CommandFact] = {"packages.json": python_env_fact(f"{bin_dir_for(node)}/python")}
+    if ctx.fleet.runtime == "vllm":
+        batch["vllm_packages.json"] = python_env_fact(vllm_python(ctx.fleet, node))
+    batch["host.txt"] = HOST_TXT
+    batch.update({f"tools/{fact.name}": fact for fact in COMMAND_FACTS})
+    return batch
+
+
+def _add_python(w: BundleWriter, base: str, node, label: str, res: Result, fact: CommandFact) -> None:
+    whose = "vLLM's interpreter" if label.startswith("vllm") else "the node's interpreter (servers)"
+    env = fact.parse(res.output)
+    python = env.executable
+    if env.present:
+        w.add_json(f"{base}/{label}", env.to_json(),
+                   f"python and package versions (lmcache, nixl, torch, vllm) of {whose}", f"{node.name}: {python}")
+    else:
+        w.missing(f"package versions of {whose}", f"{node.name}: {python}", env.error)
+
+
+def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) -> None:
+    """One command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
+    cmd, src = fact.shell, f"{node.name}: {fact.shell}"
+    if res.exit_code == -1:
+        w.missing(f"fact {fact.name} on {node.name}", src, res.stderr or "cut short")
+        return
+    if res.not_found or "command not found" in res.output[-200:]:
+        w.missing(f"fact {fact.name} on {node.name}", src, "not installed")
+        return
+    w.add_text(f"{base}/tools/{fact.name}.txt", res.output, f"output of `{cmd}`", src)
+    if res.exit_code:
+        w.add_text(f"{base}/tools/{fact.name}.rc", f"{res.exit_code}\n", f"exit code of `{cmd}`", src)
+    try:
+        w.add_json(f"{base}/facts/{fact.name}.json", _jsonable(fact.parse(res.output)),
+                   f"`{cmd}` parsed by p2p_ops.facts", src)
+    except Exception as exc:  # noqa: BLE001 - the raw output is kept either way
+        w.missing(f"parsed fact {fact.name}", src, f"parser failed: {exc}")
+
+
+def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
+    conn = ctx.conn(node)
+    base = f"nodes/{node.name}"
+    batch = node_facts(ctx, node)
+    try:
+        read = read_node(conn, batch, timeout=120)
+    except Exception as exc:  # noqa: BLE001
+        w.missing(f"facts of node {node.name}", node.name, str(exc))
+        return  # the node is unreachable: nothing else will work either
+    for label, fact in batch.items():
+        res = read[label]
+        if label.endswith("packages.json"):
+            _add_python(w, base, node, label, res, fact)
+        elif label == "host.txt":
+            w.add_text(f"{base}/host.txt", res.output, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
+        else:
+            _add_tool(w, base, node, fact, res)
+    for unit in ctx.units(node):
+        _add_unit(w, ctx, unit, states)
+
+
+# What the bundle reads over HTTP from a running unit: (path, file in its bundle folder, what it is, as JSON).
+_HTTP = {
+    "coordinator": (("/healthz", "healthz.json", "/healthz", True),
+                    ("/instances", "instances.json", "/instances (membership)", True),
+                    ("/metrics", "metrics.txt", "metrics", False)),
+    "server": (("/status", "status.json", "/status", True), ("/config", "config.json", "/config", True),
+               ("/lmc_version", "lmc_version.json", "/lmc_version", True), ("/version", "version.json", "/version", True),
+               ("/metrics", "server_metrics.txt", "metrics", False)),
+    "engine": (("/metrics", "engine_metrics.txt", "metrics", False),),
+}
+
+
+def _bundle_dir(unit: Unit) -> str:
+    if unit.instance is not None and unit.node is not None:
+        return f"nodes/{unit.node.name}/{unit.instance.id}"
+    return unit.folder
+
+
+def _add_unit(w: BundleWriter, ctx: FleetContext, unit: Unit, states: dict[str, str]) -> None:
+    """One unit's env.sh (once per folder), start wrapper, log (and the previous run's), and what it serves."""
+    conn, lay, proc = ctx.conn(unit.node), ctx.node_layout(unit.node), ctx.proc(unit)
+    node = unit.node.name if unit.node is not None else "local"
+    d, iid = _bundle_dir(unit), unit.instance.id if unit.instance is not None else ""
+
+    def what(thing: str) -> str:
+        return f"{unit.role} {thing} of {iid}" if iid else f"{unit.role} {thing}"
+
+    if unit.role != "engine":  # an instance's server and engine share one env.sh
+        _add_remote(w, conn, node, str(lay.env(unit.folder)), f"{d}/env.sh", f"env.sh of {iid}" if iid else what("env.sh"))
+    _add_remote(w, conn, node, proc.wrapper, f"{d}/start_{unit.role}.sh", what("start wrapper"))
+    _add_remote(w, conn, node, proc.log, f"{d}/{unit.role}.log", what("log"))
+    previous = proc.log + ".1"
+    if read_fact(conn, paths_fact({previous: "file"}), timeout=10)[previous]:
+        _add_remote(w, conn, node, previous, f"{d}/{unit.role}.log.1", what("log") + " (previous run)")
+    state = states.get(unit.name, "unknown")
+    if unit.role == "router":
+        _add_router_http(w, ctx, unit)
+    elif _HTTP.get(unit.role) and state != "running":
+        w.missing(what(", ".join(path for path, *_ in _HTTP[unit.role])), unit.url, f"{unit.role} process {state}")
+    else:
+        for path, name, thing, as_json in _HTTP.get(unit.role, ()):
+            _add_http(w, unit.url + path, f"{d}/{name}", what(thing), as_json)
+
+
+def _add_router_http(w: BundleWriter, ctx: FleetContext, unit: Unit) -> None:
+    """The router's worker list and its own metrics (on its Prometheus port, not /metrics)."""
+    st = fleet_router.status(ctx)
+    w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
+    if st.healthy:
+        _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
+        prom = f"http://{unit.node.address}:{ctx.fleet.router.prometheus_port}/metrics"
+        _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
+
+
+def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
+    """The fleet's own Prometheus (`p2pctl prometheus up`) runs on this machine, under the run folder; only
+    what it left there (a fleet that never ran one has nothing to show)."""
+    pdir = ctx.layout.dir(PROMETHEUS)
+    for name, what in (("prometheus.yml", "Prometheus config"), ("prometheus.log", "Prometheus log")):
+        if (pdir / name).is_file():
+            _add_remote(w, ctx.conn(None), "local", str(pdir / name), f"prometheus/{name}", what)
+
+
+def default_path(ctx: FleetContext, stamp: str) -> Path:
+    return ctx.layout.root / BUNDLES / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
+
+
+def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
+            force: bool = False) -> dict:
+    """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(out) if out else default_path(ctx, stamp)
+    w = BundleWriter(f"p2p-bundle-{ctx.fleet.name}-{stamp}")
+    w.add_text("fleet.yaml", ctx.fleet_file.read_text(errors="replace"), "the fleet spec", str(ctx.fleet_file))
+    states: dict[str, str] = {}
+    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.procs(n))).items():
+        if isinstance(res, Exception):
+            w.missing(f"process states on {name}", name, str(res))
+        else:
+            states.update({st.name: st.state for st in res})
+    progress(f"processes: {sum(s == 'running' for s in states.values())}/{len(states)} running")
+    progress(f"collecting {len(ctx.fleet.nodes)} node(s)")
+
+    def node_part(node: Node) -> BundleWriter:
+        part = BundleWriter(w.root)
+        _add_node(part, ctx, node, states)
+        return part
+
+    # Each node is about twenty reads over its connection: nodes side by side (bench/suite/fleet_scale measured the
+    # serial walk at 33 of 45 s on 8 hosts), merged back in the spec's order so the bundle stays deterministic.
+    parts = ctx.for_each_node(node_part)
+    for node in ctx.fleet.nodes:
+        part = parts[node.name]
+        if isinstance(part, Exception):
+            w.missing(f"node {node.name}", node.name, f"{type(part).__name__}: {part}")
+        else:
+            w.merge(part)
+    _add_prometheus(w, ctx)
+    doctor_summary = None
+    if with_doctor:
+        progress("running the fleet doctor")
+        try:
+            facts, report = doctor.run(ctx)
+            w.add_json("doctor.json", {"report": report.to_dict(), "facts": facts.to_dict()},
+                       "`p2pctl doctor --json`: findings and the facts they came from", "p2pctl doctor")
+            w.add_text("doctor.txt", "\n".join(doctor.summary_lines(report)) + "\n", "`p2pctl doctor` output",
+                       "p2pctl doctor")
+            doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems)}
+        except Exception as exc:  # noqa: BLE001
+            w.missing("doctor", "p2pctl doctor", f"{type(exc).__name__}: {exc}")
+    extra = {"fleet": ctx.fleet.name, "created_utc": stamp, "tool": "p2pctl bundle",
+             "fleet_file": str(ctx.fleet_file), "run_dir": str(ctx.layout.root),
+             "nodes": [{"name": n.name, "address": n.address, "connection": n.connection} for n in ctx.fleet.nodes],
+             "processes": states, "doctor": doctor_summary}
+    manifest = w.write(out, extra, force=force)
+    manifest["path"] = str(out)
+    manifest["size_bytes"] = out.stat().st_size
+    return manifest
+
+
+def summary_lines(manifest: dict) -> list[str]:
+    red = manifest["redaction_summary"]
+    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(red["by_kind"].items())) or "none"
+    lines = [f"bundle: {manifest['path']} ({manifest['size_bytes']:,} bytes, {len(manifest['files'])} files)",
+             f"redacted: {red['total']} secret(s) ({kinds}) in {len(red['files'])} file(s); listed in manifest.json",
+             f"not collected: {len(manifest['unreachable'])} item(s)"]
+    lines += [f"  - {u['what']}: {u['error']}" for u in manifest["unreachable"][:8]]
+    if len(manifest["unreachable"]) > 8:
+        lines.append(f"  ... {len(manifest['unreachable']) - 8} more in manifest.json")
+    doc = manifest.get("doctor")
+    if doc:
+        lines.append(f"doctor: {'healthy' if doc['exit_code'] == 0 else str(doc['problems']) + ' problem(s)'} "
+                     "(doctor.txt in the bundle)")
+    return lines

@@ -1,0 +1,239 @@
+"""The tree's automated checks: each reads an `Evidence` and returns `Observation`s naming subject and fix.
+
+Add a check: an entry in `CHECKS` (or a `log:` signature in tree.yaml), then name it in a step.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from p2p_ops.diagnose.redact import redact_text
+from p2p_ops.diagnose.traces import trace_report
+from p2p_ops.diagnose.tree.evidence import Evidence, Observation
+from p2p_ops.diagnose.tree.model import Tree
+from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.facts.logs import log_tail_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.facts.ucx_trace import parse_traces
+
+# How much of each server log the UCX trace check reads (UCX_LOG_LEVEL=info writes a few lines per endpoint).
+TRACE_TAIL_LINES = 20000
+
+_RUNNING_ONLY = {"coordinator", "coordinator_url", "registration", "p2p_state", "peer_count", "reach", "memlock",
+                 "process", "server_http"}
+
+
+def _check_doctor(ev: Evidence, name: str) -> list[Observation]:
+    got = ev.doctor()
+    if got is None:
+        return [Observation(f"doctor:{name}", "unknown", "fleet", "no fleet to check (pass -f fleet.yaml)")]
+    facts, report = got
+    if report.could_not_check:
+        return [Observation(f"doctor:{name}", "unknown", "fleet", report.could_not_check)]
+    if name in _RUNNING_ONLY and not facts.any_running:
+        return [Observation(f"doctor:{name}", "unknown", "fleet", "the fleet is not running")]
+    matches = [f for f in report.findings if f.check == name or (name == "agree" and f.check.startswith("agree:"))]
+    if not matches:
+        return [Observation(f"doctor:{name}", "ok", "fleet", "no finding")]
+    return [Observation(f"doctor:{f.check}", "info" if f.severity == "info" else "problem", f.subject,
+                        f"{f.message} (seen: {f.value})", f.fix) for f in matches]
+
+
+def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
+    sig = ev.tree.signatures[sig_id]
+    logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
+    if not logs:
+        return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
+    out = []
+    for label, lines in logs:
+        hits = [ln for ln in lines if sig.regex.search(ln)]
+        if hits:
+            last = redact_text(hits[-1].strip(), label).text[:300]
+            out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(hits)} line(s), last: {last}",
+                                   sig.meaning))
+    return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
+
+
+def _per_server(ev: Evidence, check: str, fn: Callable[[str, str], Optional[Observation]]) -> list[Observation]:
+    servers = ev.running_servers()
+    if not servers:
+        return [Observation(check, "unknown", "fleet", "no server is running")]
+    return [o for _, inst, url in servers if (o := fn(inst.id, url)) is not None]
+
+
+def _metric_p2p_loads(ev: Evidence) -> list[Observation]:
+    def one(iid: str, url: str) -> Observation:
+        n = metrics_api.metric_sum(ev.metrics(url), "lmcache_mp_l2_load_completed_requests_total", l2_name="p2p")
+        return Observation("metric:p2p_loads", "info", iid, f"{n:g} completed loads from peers")
+    return _per_server(ev, "metric:p2p_loads", one)
+
+
+_FAILURE_FIX = {
+    "l1_oom": "L1 cannot hold the restore buffers: raise settings.l1_size_gb or lower the eviction watermark",
+    "l1_contended": "the chunk was write-locked by a concurrent store: stagger identical prefixes",
+    "not_found": "the owner evicted the chunk between lookup and load: give owners more L1",
+}
+
+
+def _metric_prefetch_failure(ev: Evidence) -> list[Observation]:
+    def one(iid: str, url: str) -> Observation:
+        by_reason: dict[str, float] = {}
+        for name, labels, value in ev.metrics(url):
+            if name.startswith("lmcache_mp_l2_prefetch_failure") and not name.endswith(("_created", "_bucket")):
+                by_reason[labels.get("reason", "?")] = by_reason.get(labels.get("reason", "?"), 0) + value
+        bad = {r: v for r, v in by_reason.items() if v > 0}
+        if not bad:
+            return Observation("metric:prefetch_failure", "ok", iid, "no l2_prefetch_failure")
+        return Observation("metric:prefetch_failure", "problem", iid,
+                           "l2_prefetch_failure " + ", ".join(f"{r}={v:g}" for r, v in sorted(bad.items())),
+                           "; ".join(_FAILURE_FIX.get(r, r) for r in sorted(bad)))
+    return _per_server(ev, "metric:prefetch_failure", one)
+
+
+def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str):
+    def run(ev: Evidence) -> list[Observation]:
+        def one(iid: str, url: str) -> Observation:
+            v = metrics_api.metric_sum(ev.metrics(url), metric)
+            if v >= limit:
+                return Observation(check, "problem", iid, f"{metric}={v:g}: {message}", fix)
+            return Observation(check, "ok", iid, f"{metric}={v:g}")
+        return _per_server(ev, check, one)
+    return run
+
+
+def _metric_load_throughput(ev: Evidence) -> list[Observation]:
+    def one(iid: str, url: str) -> Observation:
+        buckets = sorted(((float(lab.get("le", "inf")), v) for n, lab, v in ev.metrics(url)
+                          if n == "lmcache_mp_l2_load_throughput_GB_per_second_bucket" and lab.get("l2_name") == "p2p"),
+                         key=lambda b: b[0])
+        total = buckets[-1][1] if buckets else 0
+        if not total:
+            return Observation("metric:load_throughput", "unknown", iid, "no peer loads measured yet")
+        median = next(le for le, cum in buckets if cum >= total / 2)
+        return Observation("metric:load_throughput", "info", iid, f"{total:g} peer loads, median <= {median:g} GB/s")
+    return _per_server(ev, "metric:load_throughput", one)
+
+
+def _status_locks(ev: Evidence) -> list[Observation]:
+    def one(iid: str, url: str) -> Observation:
+        st = lmcache_api.server_status(url).raw
+        sm = st.get("storage_manager") or {}
+        l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+        read_locked, jobs = int(l1.get("read_locked_count") or 0), int(st.get("active_p2p_lookup_jobs") or 0)
+        detail = f"read_locked_count={read_locked}, active_p2p_lookup_jobs={jobs}"
+        if read_locked or jobs:
+            return Observation("status:locks", "problem", iid, detail + " (both should be 0 when idle)",
+                               "if they never drain at idle, restart this server; abandoned lookups hold read "
+                               "locks until the 300 s read TTL")
+        return Observation("status:locks", "ok", iid, detail)
+    return _per_server(ev, "status:locks", one)
+
+
+def _engines_health(ev: Evidence) -> list[Observation]:
+    if ev.ctx is None or ev.facts is None:
+        return [Observation("engines:health", "unknown", "fleet", "no fleet to check")]
+    out = []
+    for node, inst in ev.ctx.fleet.instances():
+        state = next((i.engine_state for i in ev.facts.instances if i.instance == inst.id), "unknown")
+        if state != "running":
+            if ev.facts.any_running:
+                out.append(Observation("engines:health", "problem", inst.id, f"engine process {state}",
+                                       f"read {inst.id}/engine.log, then `p2pctl up --no-render`"))
+            continue
+        ok = engine_api.engine_healthy(ev.ctx.engine_url(node, inst))
+        out.append(Observation("engines:health", "ok" if ok else "problem", inst.id,
+                               "answers /health" if ok else "process runs but /health does not answer",
+                               "" if ok else f"read {inst.id}/engine.log; the engine may be wedged on its server"))
+    return out or [Observation("engines:health", "unknown", "fleet", "the fleet is not running")]
+
+
+def _node_rdma(ev: Evidence) -> list[Observation]:
+    if ev.facts is None:
+        return [Observation("node:rdma", "unknown", "fleet", "no fleet to check")]
+    out = []
+    for n in ev.facts.nodes:
+        if n.rdma_devices is None:
+            out.append(Observation("node:rdma", "unknown", n.node, n.error or "could not list /sys/class/infiniband"))
+        elif n.rdma_devices == 0:
+            out.append(Observation("node:rdma", "problem", n.node, "no RDMA device (/sys/class/infiniband is empty): "
+                                   "NIXL/UCX moves KV over TCP", "install the NIC driver and rdma-core (or pass "
+                                   "/dev/infiniband into the container); run scripts/check_rdma.sh"))
+        else:
+            out.append(Observation("node:rdma", "ok", n.node, f"{n.rdma_devices} RDMA device(s)"))
+    return out
+
+
+def _env_ucx_rails(ev: Evidence) -> list[Observation]:
+    if ev.facts is None:
+        return [Observation("env:ucx_rails", "unknown", "fleet", "no fleet to check")]
+    out = []
+    for i in ev.facts.instances:
+        if not i.running:
+            continue
+        devs, rails = i.process_env.get("UCX_NET_DEVICES"), i.process_env.get("UCX_MAX_RMA_RAILS")
+        detail = f"UCX_NET_DEVICES={devs or '(unset: all)'} UCX_MAX_RMA_RAILS={rails or '(unset: NIXL sets 2)'}"
+        single = devs and devs != "all" and "," not in devs
+        if single or rails == "1":
+            out.append(Observation("env:ucx_rails", "problem", i.instance, detail + ": one rail only",
+                                   "UCX_NET_DEVICES=all (or every GPU-local NIC) and UCX_MAX_RMA_RAILS=2..8"))
+        else:
+            out.append(Observation("env:ucx_rails", "ok", i.instance, detail))
+    return out or [Observation("env:ucx_rails", "unknown", "fleet", "no server is running")]
+
+
+def _trace_server_logs(ev: Evidence) -> list[Observation]:
+    if ev.ctx is None:
+        return [Observation("trace:server_logs", "unknown", "fleet", "no fleet to check")]
+    texts = []
+    for unit in ev.ctx.units(roles=("server",)):
+        lines = read_fact(ev.ctx.conn(unit.node), log_tail_fact(ev.ctx.proc(unit).log, TRACE_TAIL_LINES), timeout=30)
+        texts.append((f"{unit.folder}/server.log", "\n".join(lines)))
+    rdma = any((n.rdma_devices or 0) > 0 for n in (ev.facts.nodes if ev.facts else []))
+    report = trace_report(parse_traces(texts), expect_rdma=rdma)
+    if not report.facts.get("endpoints") and not report.problems:
+        return [Observation("trace:server_logs", "unknown", "server logs", "no UCX endpoint lines in the server logs",
+                            "set UCX_LOG_LEVEL=info and UCX_PROTO_INFO=y in env.sh, restart, pull once")]
+    out = [Observation("trace:server_logs", "problem", f.subject, f"{f.message} (seen: {f.value})", f.fix)
+           for f in report.problems]
+    lanes = ", ".join(f"{e['name']}: {e['payload_class'] or '?'}" for e in report.facts.get("endpoints", []))
+    return out or [Observation("trace:server_logs", "ok", "server logs", f"payload lanes: {lanes}")]
+
+
+CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
+    "metric:p2p_loads": _metric_p2p_loads,
+    "metric:prefetch_failure": _metric_prefetch_failure,
+    "metric:l1_usage": _metric_gauge("metric:l1_usage", "lmcache_mp_l1_usage_ratio", 0.8,
+                                     "L1 at the 0.8 eviction watermark", "raise settings.l1_size_gb"),
+    "metric:active_lookup_jobs": _metric_gauge("metric:active_lookup_jobs", "lmcache_mp_active_p2p_lookup_jobs", 1,
+                                               "owner-side lookup jobs held (0 when idle)",
+                                               "if it never returns to 0 at idle, restart this server"),
+    "metric:load_throughput": _metric_load_throughput,
+    "status:locks": _status_locks,
+    "engines:health": _engines_health,
+    "node:rdma": _node_rdma,
+    "env:ucx_rails": _env_ucx_rails,
+    "trace:server_logs": _trace_server_logs,
+}
+DOCTOR_CHECKS = {"agree", "stale_env", "coordinator", "coordinator_url", "registration", "p2p_state", "peer_count",
+                 "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening"}
+
+
+def known_check(tree: Tree, check: str) -> bool:
+    kind, _, name = check.partition(":")
+    if kind == "doctor":
+        return name in DOCTOR_CHECKS
+    if kind == "log":
+        return name in tree.signatures
+    return check in CHECKS
+
+
+def run_check(ev: Evidence, check: str) -> list[Observation]:
+    kind, _, name = check.partition(":")
+    try:
+        if kind == "doctor":
+            return _check_doctor(ev, name)
+        if kind == "log":
+            return _check_log(ev, name)
+        return CHECKS[check](ev)
+    except Exception as exc:  # noqa: BLE001 - one failing check must not hide the others
+        return [Observation(check, "unknown", "check", f"could not run: {type(exc).__name__}: {exc}")]

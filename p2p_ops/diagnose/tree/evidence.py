@@ -1,0 +1,80 @@
+"""What the tree's checks read: an `Evidence` gathers the fleet's doctor facts, logs and metrics once, lazily."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from p2p_ops.connectors import Connector, LocalConnector
+from p2p_ops.diagnose.tree.model import Tree
+from p2p_ops.endpoints import metrics_api
+from p2p_ops.facts.logs import log_grep_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.units import LAUNCHED_ROLES
+
+LOG_MATCH_LIMIT = 5000
+STATUSES = ("problem", "info", "ok", "unknown")
+
+
+@dataclass
+class Observation:
+    check: str
+    status: str               # problem | info | ok | unknown
+    subject: str
+    detail: str
+    fix: str = ""
+
+
+class Evidence:
+    """Everything the checks read, gathered at most once per run. `ctx` may be None (only --log files)."""
+
+    def __init__(self, ctx: FleetContext, tree: Tree, extra_logs: tuple[Path, ...] = (), reach: bool = True):
+        self.ctx, self.tree, self.extra_logs, self.reach = ctx, tree, tuple(extra_logs), reach
+        self._doctor = None
+        self._logs: Optional[list[tuple[str, str, list[str]]]] = None
+        self._metrics: dict[str, list] = {}
+
+    def doctor(self):
+        if self._doctor is None and self.ctx is not None:
+            from p2p_ops.diagnose.doctor import run
+
+            self._doctor = run(self.ctx, reach=self.reach)
+        return self._doctor
+
+    @property
+    def facts(self):
+        got = self.doctor()
+        return got[0] if got else None
+
+    def running_servers(self) -> list[tuple]:
+        """(node, instance, server url) of servers whose process runs."""
+        if self.facts is None:
+            return []
+        running = {i.instance for i in self.facts.instances if i.running}
+        return [(n, i, self.ctx.server_url(n, i)) for n, i in self.ctx.fleet.instances() if i.id in running]
+
+    def metrics(self, url: str) -> list:
+        if url not in self._metrics:
+            self._metrics[url] = metrics_api.scrape(url)
+        return self._metrics[url]
+
+    def logs(self) -> list[tuple[str, str, list[str]]]:
+        """(label, role, matching lines) per log: one grep per log for the union of all signatures."""
+        if self._logs is None:
+            patterns = [s.pattern for s in self.tree.signatures.values()]
+            self._logs = [(label, role, read_fact(conn, log_grep_fact(path, patterns, LOG_MATCH_LIMIT), timeout=30))
+                          for label, role, conn, path in self._log_files()]
+        return self._logs
+
+    def _log_files(self) -> list[tuple[str, str, Connector, str]]:
+        """(label, role, connector, path) of every unit's log, then the --log files (read on this machine)."""
+        out = []
+        if self.ctx is not None:
+            for unit in self.ctx.units(roles=LAUNCHED_ROLES):
+                out.append((f"{unit.folder}/{unit.role}.log", unit.role, self.ctx.conn(unit.node),
+                            self.ctx.proc(unit).log))
+        local = LocalConnector()
+        out += [(str(p), "any", local, str(p)) for p in self.extra_logs]
+        return out

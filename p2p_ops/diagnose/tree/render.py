@@ -1,0 +1,64 @@
+"""The tree as text: a diagnosis for the terminal, and the whole tree as the skill's reference page."""
+
+from __future__ import annotations
+
+from p2p_ops.diagnose.tree.model import Tree
+from p2p_ops.diagnose.tree.walk import Diagnosis
+from p2p_ops.resources import CHECKOUT
+
+REFERENCE_MD = CHECKOUT / ".claude/skills/lmcache-p2p-diagnose/references/decision-tree.md"
+
+
+def render_text(d: Diagnosis) -> list[str]:
+    lines = [f"diagnose: {d.title} (fleet {d.fleet})"] + [f"note: {n}" for n in d.notes]
+    mark = {"problem": "PROBLEM", "ok": "ok", "unknown": "not checked"}
+    for n, s in enumerate(d.steps, 1):
+        lines.append(f" {n}. {s.ask}  [{mark[s.verdict]}]")
+        for o in s.observations:
+            if o.status == "problem" or (s.verdict != "problem" and o.status in ("info", "unknown")):
+                lines.append(f"      - {o.subject}: {o.detail}")
+                if o.fix and o.status == "problem":
+                    lines.append(f"        fix: {o.fix}")
+        if s.verdict == "problem":
+            lines += [f"      cause: {s.cause}", f"      fix:   {s.fix}"]
+        if s.manual and s.verdict != "ok":
+            lines += [f"      run: {m}" for m in s.manual]
+    first = d.first_problem
+    if first:
+        subjects = sorted({o.subject for o in first.observations if o.status == "problem"})
+        lines.append(f"likely cause (step {d.steps.index(first) + 1}, {', '.join(subjects)}): {first.cause}")
+    else:
+        lines.append("no automated check found a problem; run the manual steps above, then `p2pctl bundle`")
+    return lines
+
+
+def _describe_check(tree: Tree, check: str) -> str:
+    kind, _, name = check.partition(":")
+    if kind == "log":
+        return f"`{check}` (log line `{tree.signatures[name].pattern}`)"
+    return f"`{check}`"
+
+
+def render_markdown(tree: Tree) -> str:
+    """references/decision-tree.md, generated: `p2pctl diagnose --markdown > <that file>`."""
+    out = ["# Decision tree: symptom -> checks -> cause -> fix", "",
+           "<!-- Generated from p2p_ops/diagnose/tree/tree.yaml by `p2pctl diagnose --markdown`; do not edit by hand. -->",
+           "", "Run `scripts/diagnose.sh \"SYMPTOM\"` (or `p2pctl diagnose \"SYMPTOM\" -f fleet.yaml`): it walks the "
+           "steps below in order, runs the automated checks of each step and prints what it found, the cause and "
+           "the fix. `doctor:*` checks are findings of `scripts/doctor.sh`.", "", "## Symptoms", ""]
+    out += [f"{n}. [{s.title}](#{s.id}) - `p2pctl diagnose \"{s.title}\"`" for n, s in enumerate(tree.symptoms, 1)]
+    for s in tree.symptoms:
+        out += ["", f"<a id=\"{s.id}\"></a>", f"## {s.title}", "", f"Looks like: {s.looks_like}", "",
+                "Also matched by: " + ", ".join(f"`{a}`" for a in s.aliases), ""]
+        for n, st in enumerate(s.steps, 1):
+            out.append(f"{n}. **{st.ask}**")
+            if st.checks:
+                out.append("   - checks: " + ", ".join(_describe_check(tree, c) for c in st.checks))
+            for m in st.manual:
+                out.append(f"   - run: `{m}`")
+            out += [f"   - cause: {st.cause}", f"   - fix: {st.fix}"]
+    out += ["", "## Log signatures", "", "| id | pattern (grep -E) | logs | meaning |", "|---|---|---|---|"]
+    pipe = "\\|"  # a literal | inside a table cell, even within a code span (GFM)
+    out += [f"| `{g.id}` | `{g.pattern.replace('|', pipe)}` | {', '.join(g.logs)} | {g.meaning} |"
+            for g in tree.signatures.values()]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,1 @@
+"""Reads of the fleet services HTTP APIs (LMCache server and coordinator, engines, Prometheus text), with pure parsers of what they answer. The sibling of `facts`, which reads nodes through commands."""

@@ -1,0 +1,64 @@
+"""What an engine says over HTTP: /health, its link to its lmcache server, and readiness by runtime.
+
+The embedded engine is ready when /health answers; vLLM when /health answers and /v1/models lists the served
+model (vLLM answers /health while the model is still loading on some versions).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import requests
+
+from p2p_ops.endpoints import auth, fetch
+from p2p_ops.endpoints.metrics_api import parse_metrics
+
+
+def engine_healthy(engine_url: str) -> bool:
+    try:
+        return requests.get(engine_url.rstrip("/") + "/health", timeout=fetch.TIMEOUT,
+                            headers=auth.headers(engine_url)).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def engine_lmcache_state(engine_url: str) -> str:
+    """The embedded engine's link to its lmcache server: connected | disconnected | n/a (no such metric)."""
+    # Only this metric's lines are parsed: a full parse of an engine's /metrics took 0.1 s of CPU per engine,
+    # serial in `status`, and most of status's time at 8 hosts (bench/suite/fleet_scale.py profiles).
+    text = fetch.get_text(engine_url.rstrip("/") + "/metrics") or ""
+    wanted = "".join(line + "\n" for line in text.splitlines() if line.startswith("p2p_engine_lmcache_connected"))
+    values = [v for n, _, v in parse_metrics(wanted) if n == "p2p_engine_lmcache_connected"]
+    if not values:
+        return "n/a"
+    return "connected" if max(values) >= 1 else "disconnected"
+
+
+def served_models(body: Any) -> list[str]:
+    """Model ids from an OpenAI `/v1/models` body (`{"object": "list", "data": [{"id": ...}, ...]}`)."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return []
+    return [str(m["id"]) for m in body["data"] if isinstance(m, dict) and m.get("id")]
+
+
+def vllm_ready(url: str, model: Optional[str] = None) -> bool:
+    """`GET /health` is 200 and `GET /v1/models` lists a model (`model`, when given)."""
+    try:
+        # vLLM started with --api-key guards /v1/models: without the key `up` would wait out its 900 s.
+        if requests.get(url.rstrip("/") + "/health", timeout=fetch.TIMEOUT, headers=auth.headers(url)).status_code != 200:
+            return False
+    except requests.RequestException:
+        return False
+    models = served_models(fetch.get_json(url.rstrip("/") + "/v1/models", timeout=fetch.TIMEOUT))
+    return bool(models) and (model is None or model in models)
+
+
+def engine_ready(runtime: str, url: str, model: Optional[str] = None) -> bool:
+    return vllm_ready(url, model) if runtime == "vllm" else engine_healthy(url)
+
+
+def describe_ready(runtime: str, url: str, model: str) -> str:
+    """What `engine_ready` checks, in words (for dry-run output)."""
+    if runtime == "vllm":
+        return f"GET {url}/health answers 200, then GET {url}/v1/models lists {model}"
+    return f"GET {url}/health answers 200"

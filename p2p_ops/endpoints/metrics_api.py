@@ -1,0 +1,41 @@
+"""Prometheus text exposition (the servers' and engines' /metrics): parse, sum, scrape."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from p2p_ops.endpoints.fetch import get_text
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def _parse(text: str) -> list[Sample]:
+    return [(smp.name, dict(smp.labels), float(smp.value))
+            for fam in text_string_to_metric_families(text) for smp in fam.samples]
+
+
+def parse_metrics(text: str) -> list[Sample]:
+    """Prometheus text exposition -> (name, labels, value) samples, by prometheus_client's parser (+Inf buckets,
+    escaped label values, NaN). A malformed line costs only itself: the text is then parsed line by line."""
+    text = text or ""
+    try:
+        return _parse(text)
+    except ValueError:
+        pass
+    out: list[Sample] = []
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            try:
+                out.extend(_parse(line + "\n"))
+            except ValueError:
+                continue
+    return out
+
+
+def metric_sum(samples: list[Sample], name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include `labels` (0.0 when absent: counters appear lazily)."""
+    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == val for k, val in labels.items()))
+
+
+def scrape(url: str) -> list[Sample]:
+    return parse_metrics(get_text(url.rstrip("/") + "/metrics") or "")

@@ -1,0 +1,159 @@
+"""Free ports on this machine for everything that starts its own processes: the demo, `bench placement`,
+`calibrate --launch`, the benchmarks and the tests.
+
+A port base is spec/ports.py's starter plan (instance i listens on base + i + 1 of each kind); with
+`router=True` it also holds the router's port, its Prometheus port and the first KV-event port (laid out by
+RouterSettings.kv_event_ports). Two ways to one:
+
+- `choose(n, offset)`: the default plan shifted by an offset, either the user's `--port-offset` (refused in one
+  line when a port is taken) or the first multiple of 1000 at which every port is free. What the verbs use:
+  the offset they print is one the user can pass again, and `p2pctl init --port-offset` shifts the same plan.
+- `free_base(n, addresses)`: a compact base at a random spot below the kernel's ephemeral range. What tests and
+  benchmarks use: runs side by side (several developers on one box) rarely reach for the same ports.
+
+`free_port(addresses)` is one port for a helper process (a testbed sshd, a bare engine, a stub server).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from p2p_ops.errors import BadInput, CouldNotRun
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.ports import default_base
+from p2p_ops.spec.settings import RouterSettings
+from p2p_ops.spec.starter import local_fleet
+from p2p_ops.spec.units import port_plan
+
+LOOPBACK = ("127.0.0.1",)
+ROUTER_KINDS = ("router", "router_prometheus", "kv_events")
+# The router's defaults (fleet_spec.RouterSettings), shifted with the rest of the plan by an offset.
+DEFAULT_ROUTER = {"router": RouterSettings.model_fields["port"].default,
+                  "router_prometheus": RouterSettings.model_fields["prometheus_port"].default,
+                  "kv_events": RouterSettings.model_fields["kv_events_port_base"].default}
+# Offsets the verbs try, 0 first: the highest keeps the whole plan below the ephemeral range (32768+).
+OFFSET_STEP, OFFSET_LIMIT = 1000, 20000
+# A compact base: 20 ports per kind (so at most 19 nodes), the router's after them (2 KV-event ports per node).
+_SLOT = {"coordinator": 0, "mp": 10, "http": 30, "p2p": 50, "engine": 70}
+_ROUTER_SLOT = {"router": 80, "router_prometheus": 81, "kv_events": 82}
+_COMPACT_MAX_NODES, _COMPACT_MAX_ROUTED = 19, 9
+# Below the kernel's ephemeral range (32768+), so outgoing connections never take a planned port.
+_COMPACT_STARTS = range(23000, 32600, 100)
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on host:port right now (a port in TIME_WAIT counts as free, as for the servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(addresses: Sequence[str] = LOOPBACK, attempts: int = 200) -> int:
+    """One port free on every address: the kernel's pick on the first, checked on the others."""
+    for _ in range(attempts):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((addresses[0], 0))
+            port = s.getsockname()[1]
+        if all(port_free(port, a) for a in addresses[1:]):
+            return port
+    raise CouldNotRun(f"no port free on all of {', '.join(addresses)} after {attempts} tries")
+
+
+def router_ports(base: dict[str, int]) -> dict[str, int]:
+    """The fleet spec's router keys for a base that holds the router kinds."""
+    return {"port": base["router"], "prometheus_port": base["router_prometheus"],
+            "kv_events_port_base": base["kv_events"]}
+
+
+def planned_ports(base: dict[str, int], n: int) -> list[int]:
+    """Every port a starter fleet of n nodes on this base listens on (the router's too when the base has them):
+    the port plan of that very fleet (`spec.units.port_plan`)."""
+    data = local_fleet(n, name="free-ports", base=base)
+    if "router" in base:
+        data["router"] = {"enabled": True, **router_ports(base)}
+    return [p.port for p in port_plan(parse_fleet(data))]
+
+
+def all_free(ports: list[int], addresses: Sequence[str] = LOOPBACK) -> bool:
+    return all(port_free(p, a) for p in ports for a in addresses)
+
+
+def offset_base(offset: int, router: bool = False) -> dict[str, int]:
+    """The default plan (the router's too, with router) shifted by offset, as `p2pctl init --port-offset` does."""
+    base = default_base(offset)
+    if router:
+        base |= {kind: port + offset for kind, port in DEFAULT_ROUTER.items()}
+    return base
+
+
+def free_base(n: int, addresses: Sequence[str] = LOOPBACK, router: bool = False, attempts: int = 200
+              ) -> dict[str, int]:
+    """A compact base whose every port (planned_ports) is free on every address right now."""
+    most = _COMPACT_MAX_ROUTED if router else _COMPACT_MAX_NODES
+    if not 1 <= n <= most:
+        raise BadInput(f"{n} nodes: a compact free port base holds 1..{most}")
+    rng = random.Random()
+    for _ in range(attempts):
+        start = rng.choice(_COMPACT_STARTS)
+        base = {kind: start + slot for kind, slot in _SLOT.items()}
+        if router:
+            base |= {kind: start + slot for kind, slot in _ROUTER_SLOT.items()}
+        if all_free(planned_ports(base, n), addresses):
+            return base
+    raise CouldNotRun(f"no free port range for {n} nodes on {', '.join(addresses) or 'any address'} "
+                      f"after {attempts} tries")
+
+
+@dataclass(frozen=True)
+class PortChoice:
+    """The ports a verb's own fleet listens on, and how they were chosen (the verb says it, in --json too)."""
+
+    base: dict[str, int]
+    offset: int
+    picked: bool  # True: the first free offset; False: the user's --port-offset
+
+    def line(self) -> str:
+        b = self.base
+        how = (f"picked free ports: the default plan + {self.offset}, the first free offset (--port-offset K "
+               "chooses one)" if self.picked else f"ports: the default plan + {self.offset} (--port-offset)")
+        where = (f"coordinator {b['coordinator']}, servers mp/http/p2p from {b['mp'] + 1}/{b['http'] + 1}/"
+                 f"{b['p2p'] + 1}, engines from {b['engine'] + 1}")
+        if "router" in b:
+            where += (f", router {b['router']} (prometheus {b['router_prometheus']}), KV events from "
+                      f"{b['kv_events']}")
+        return f"{how}: {where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"how": "free" if self.picked else "port-offset", "offset": self.offset, "base": dict(self.base)}
+
+
+def choose(n: int, offset: Optional[int] = None, router: bool = False,
+           addresses: Sequence[str] = LOOPBACK) -> PortChoice:
+    """The user's --port-offset (every port checked free), or without one the first free offset."""
+    if offset is not None:
+        base = offset_base(offset, router)
+        try:
+            ports = planned_ports(base, n)
+        except (ValueError, BadInput):  # the spec's own bounds refuse ports shifted past 65535
+            ports = []
+        if not ports or not all(1 <= p <= 65535 for p in ports):
+            raise BadInput(f"--port-offset {offset}: puts ports out of range; choose a smaller offset")
+        for port in ports:
+            taken = [a for a in addresses if not port_free(port, a)]
+            if taken:
+                raise BadInput(f"--port-offset {offset}: port {port} is in use on {taken[0]}; choose another "
+                               "offset, or leave --port-offset out to pick free ports")
+        return PortChoice(base, offset, picked=False)
+    for off in range(0, OFFSET_LIMIT, OFFSET_STEP):
+        base = offset_base(off, router)
+        if all_free(planned_ports(base, n), addresses):
+            return PortChoice(base, off, picked=True)
+    raise CouldNotRun(f"no free port range for {n} nodes at offsets 0..{OFFSET_LIMIT - OFFSET_STEP} of the "
+                      "default plan; pass --port-offset K")

@@ -1,0 +1,300 @@
+"""Bring a fleet up, wait until it shares, take it down: the lifecycle verbs render, up, wait, down.
+
+What starts, in which order and how each unit is known to be ready is the units table (`spec.units`): units
+start phase by phase (coordinator, servers and embedded engines together; vLLM engines after their servers;
+the router after the engines) and stop in reverse role order. Each node's processes are handled by its
+connector; nodes are handled in parallel. What the fleet looks like meanwhile (`report()`) is in `status`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Callable, Optional
+
+from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
+from p2p_ops.facts.logs import log_excerpt_fact, log_tail_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.preflight.reach import preflight
+from p2p_ops.lifecycle.render import RenderedFile, file_mode, render_fleet, write_rendered
+from p2p_ops.lifecycle.status import FleetReport, report
+from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.spec.model import Node
+from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Proc, Unit
+
+Progress = Callable[[str], None]
+# How often a slow start reports what it is waiting for.
+NOTE_EVERY_S = 10.0
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# ---- render ------------------------------------------------------------------------------------------
+
+def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
+    """Write every file here (the control copy, kept as evidence), then copy each node's files to its run
+    folder when that is elsewhere (an SSH host, or a local node with its own run_dir), nodes in parallel."""
+    files = render_fleet(ctx.fleet, ctx.node_layout)
+    write_rendered(files, ctx.layout)
+
+    def copy(node: Node) -> None:
+        lay = ctx.node_layout(node)
+        if node.connection != "ssh" and lay.root == ctx.layout.root:
+            return
+        conn = ctx.conn(node)
+        for f in files:
+            if f.node == node.name:
+                conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name), mode=file_mode(f.executable))
+
+    errors = [f"- {name}: {res}" for name, res in ctx.for_each_node(copy, only).items() if isinstance(res, Exception)]
+    if errors:
+        raise CouldNotRun("could not copy env.sh and wrappers to every node:\n" + "\n".join(errors))
+    return files
+
+
+# ---- up ----------------------------------------------------------------------------------------------
+
+Started = tuple[Unit, Proc]
+
+
+def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progress: Progress, what: str) -> None:
+    """Wait until each unit answers its readiness probe, or fail naming those that died or hung."""
+    pending = list(items)
+    start = time.monotonic()
+    deadline = start + timeout
+    next_note = start + NOTE_EVERY_S
+    dead: list[Started] = []
+    while pending and time.monotonic() < deadline:
+        if time.monotonic() >= next_note:
+            # vLLM takes a minute or more to load; say what each slow process is doing meanwhile.
+            next_note += NOTE_EVERY_S
+            for unit, proc in pending:
+                last = read_fact(ctx.conn(unit.node), log_tail_fact(proc.log, 1), timeout=15)
+                progress(f"waiting for {proc.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
+                         f"{(last[0] if last else '(log is empty)')[:160]}")
+        still = []
+        for unit, proc in pending:
+            if unit.ready():
+                progress(f"{proc.name} is up")
+                continue
+            st = procs.states(ctx.conn(unit.node), [proc])[0]
+            if not st.running:
+                dead.append((unit, proc))
+            else:
+                still.append((unit, proc))
+        pending = still
+        if dead:
+            break
+        if pending:
+            time.sleep(0.5)
+    problems = [describe_failure(ctx, unit, proc, "exited during start") for unit, proc in dead]
+    problems += [describe_failure(ctx, unit, proc, f"did not answer within {timeout:.0f} s") for unit, proc in pending]
+    if problems:
+        raise CouldNotRun(f"{what} failed to start:\n" + "\n".join(problems)
+                          + "\nOther processes are left running; `p2pctl down` stops them all.")
+
+
+def describe_failure(ctx: FleetContext, unit: Unit, proc: Proc, why: str) -> str:
+    """One failed unit: what, where, why, and the error lines and tail of its log."""
+    excerpt = read_fact(ctx.conn(unit.node), log_excerpt_fact(proc.log, 10), timeout=15)
+    indented = "\n".join("    " + line for line in excerpt.splitlines())
+    return f"- {proc.name} on {_where(unit, address=True)} {why}; from {proc.log}:\n{indented}"
+
+
+def _where(unit: Unit, address: bool = False) -> str:
+    if unit.node is None:
+        return "this machine"
+    return f"{unit.node.name} ({unit.node.address})" if address else unit.node.name
+
+
+def check_node(ctx: FleetContext, only: Optional[str]) -> None:
+    if only is not None and only not in {n.name for n in ctx.fleet.nodes}:
+        raise BadInput(f"--node {only}: no such node; use one of " + ", ".join(n.name for n in ctx.fleet.nodes))
+
+
+ROLES = LAUNCHED_ROLES
+
+
+def _with_router(roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The router goes with its engines: it starts after them and stops before them (no client is routed to an
+    engine that is gone), so an engine restart takes it along."""
+    return roles + ("router",) if "engine" in roles and "router" not in roles else roles
+
+
+def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str]) -> list[Unit]:
+    """The units `up` and `down` handle for these roles, on node `only` or everywhere, in start order."""
+    return [u for u in ctx.units(roles=_with_router(roles)) if u.phase is not None
+            and (only is None or (u.node is not None and u.node.name == only))]
+
+
+def _started(proc: Proc, unit: Unit, state: procs.ProcState) -> str:
+    if state.kept:
+        return f"kept {proc.name} on {_where(unit)} (already running, pid {state.pid}; `down` it to restart)"
+    return f"started {proc.name} on {_where(unit)}"
+
+
+# Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
+# hosts cannot keep `up` busy for the sum of all of them.
+UP_DEADLINE_S = 1800.0
+
+
+def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
+       only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES,
+       deadline_s: float = UP_DEADLINE_S) -> None:
+    """Start the fleet, or with `only` one node's units (the coordinator and router too if they live there).
+
+    rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
+    roles limits what starts, e.g. ("server",) restarts only lmcache servers after a `down --role server`.
+    """
+    until = time.monotonic() + deadline_s
+
+    def left(wanted: float) -> float:
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
+                              "`p2pctl status` shows what runs, `p2pctl down` stops it")
+        return min(wanted, remaining)
+
+    fleet = ctx.fleet
+    check_node(ctx, only)
+    preflight(ctx, only)
+    if fleet.router.enabled and (why := fleet_router.missing_binary(ctx)):
+        raise BadInput(why)
+    if rerender or not ctx.layout.env(COORDINATOR).is_file():
+        render(ctx, only)
+        progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+    else:
+        progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
+    units = launched_units(ctx, roles, only)
+    for phase in sorted({u.phase for u in units}):
+        left(0)
+        batch = [u for u in units if u.phase == phase]
+        started = _start_units(ctx, batch, progress)
+        timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
+        _wait_started(ctx, started, left(timeout), progress, _what(batch))
+
+
+def _what(units: list[Unit]) -> str:
+    roles = list(dict.fromkeys(u.role for u in units))
+    if len(roles) > 2:
+        return "the fleet"
+    return " and ".join(f"the {r}s" if r in INSTANCE_ROLES else f"the {r}" for r in roles)
+
+
+def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:
+    """Start each unit through its node's connector, nodes side by side; every node's failure is reported."""
+    def on_node(node: Node) -> list[Started]:
+        out = []
+        for unit in units:
+            if unit.node is not None and unit.node.name == node.name:
+                proc = ctx.proc(unit)
+                progress(_started(proc, unit, procs.start(ctx.conn(node), proc)))
+                out.append((unit, proc))
+        return out
+
+    names = {u.node.name for u in units if u.node is not None}
+    results = {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
+    errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
+    if errors:
+        raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
+                          + "\nOther processes are left running; `p2pctl down` stops them all.")
+    order = {u.name: i for i, u in enumerate(units)}
+    started = [item for res in results.values() for item in res]  # type: ignore[union-attr]
+    return sorted(started, key=lambda item: order[item[0].name])
+
+
+# ---- wait --------------------------------------------------------------------------------------------
+
+def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
+    deadline = time.monotonic() + timeout
+    last_summary = ""
+    while True:
+        rep = report(ctx)
+        if rep.ready:
+            return rep
+        dead = [i for i in rep.instances if i.server_proc in ("dead", "none") or i.engine_proc in ("dead", "none")]
+        summary = ", ".join(f"{i.instance}: {i.problem(rep.expected_peers)}" for i in rep.instances
+                            if not i.ready(rep.expected_peers))
+        if summary != last_summary:
+            progress(f"waiting: {summary or 'coordinator not healthy'}")
+            last_summary = summary
+        if dead or time.monotonic() >= deadline:
+            raise CheckFailed(_not_ready_message(ctx, rep, timeout, bool(dead)))
+        time.sleep(1.0)
+
+
+def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead: bool) -> str:
+    head = "a process of the fleet is not running" if dead else f"fleet not ready after {timeout:.0f} s"
+    lines = [f"{head}:"]
+    if not rep.coordinator_healthy:
+        lines.append(f"- coordinator at {rep.coordinator_url} is not healthy (process {rep.coordinator_proc}); "
+                     f"log: {ctx.proc('coordinator').log}")
+    for i in rep.instances:
+        if i.ready(rep.expected_peers):
+            continue
+        engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
+            i.server.peer_count == rep.expected_peers
+        unit = ctx.unit("engine" if engine_side else "server", i.instance)
+        lines.append(describe_failure(ctx, unit, ctx.proc(unit), i.problem(rep.expected_peers)))
+    if rep.router is not None and not rep.router.ready:
+        unit = ctx.unit("router")
+        lines.append(describe_failure(ctx, unit, ctx.proc(unit), rep.router.problem()))
+    return "\n".join(lines)
+
+
+# ---- down --------------------------------------------------------------------------------------------
+
+def _remove_shm(ctx: FleetContext, only: Optional[str]) -> None:
+    """A server stopped cleanly unlinks its shared-memory L1 pool; a killed one leaves it (its size in RAM)."""
+    def on_node(node: Node) -> None:
+        names = [f"/dev/shm/lmcache_l1_pool_{ctx.fleet.shm_name(i)}" for i in node.instances
+                 if ctx.fleet.shm_name(i)]
+        if names:
+            ctx.conn(node).run("rm -f " + " ".join(shlex.quote(n) for n in names), timeout=30)
+
+    ctx.for_each_node(on_node, only)
+
+
+def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None,
+         roles: tuple[str, ...] = ROLES) -> dict[str, str]:
+    """Stop the units role by role in reverse start order (router, engines, servers, coordinator); servers
+    deregister on the way. Idempotent; `roles` and `only` (a node) limit it."""
+    check_node(ctx, only)
+    outcome: dict[str, str] = {}
+    units = launched_units(ctx, roles, only)
+    for role in reversed(LAUNCHED_ROLES):
+        batch = [u for u in units if u.role == role]
+        if batch:
+            outcome.update(_stop_units(ctx, batch, role))
+            if role == "server":
+                _remove_shm(ctx, only)
+    for name, what in outcome.items():
+        progress(f"{name}: {what}")
+    return outcome
+
+
+def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
+    def on_node(node: Node) -> dict[str, str]:
+        return {u.name: procs.stop(ctx.conn(node), ctx.proc(u)) for u in units
+                if u.node is not None and u.node.name == node.name}
+
+    names = {u.node.name for u in units if u.node is not None}
+    out: dict[str, str] = {}
+    for name, res in ctx.for_each_node(on_node).items():
+        if name not in names:
+            continue
+        if isinstance(res, Exception):
+            out[f"{name}/{role}s"] = f"error: {res}"
+        else:
+            out.update(res)  # type: ignore[arg-type]
+    return out
+
+
+def down_errors(outcome: dict[str, str]) -> list[str]:
+    """What `down` could not stop (a process, or a node's role it could not reach): a failed `down`."""
+    return [name for name, what in outcome.items() if what.startswith("error")]

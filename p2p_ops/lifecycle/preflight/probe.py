@@ -1,0 +1,177 @@
+"""Node probe (`p2pctl probe`): is each node of a fleet ready to run its part, before anything starts?
+
+The facts (`p2p_ops.facts`: interpreter and packages, GPUs, RDMA devices, listeners, disk, memlock, model cache)
+are read per node in one round trip through its connector (`facts.sections.read_node`, so over SSH for remote
+nodes); `verdict.py` turns facts plus the fleet's plan into problems (launch would fail or share nothing) and
+warnings (it would run, but check this). Probing never changes a node; `bootstrap.py` is the one acting part
+(`--bootstrap`).
+
+Add a probe: a fact in `p2p_ops.facts` with a captured-output test, a label in `node_facts`, a field on
+`NodeProbe`, and a rule in `verdict.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from p2p_ops.connectors.base import Result
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.gpus import GPUS, Gpu
+from p2p_ops.facts.host import HOST
+from p2p_ops.facts.ib_model import IbDevice
+from p2p_ops.facts.limits import ULIMIT_L, Memlock
+from p2p_ops.facts.listeners import LISTENERS, Listener
+from p2p_ops.facts.python_env import PythonEnv, python_env_fact
+from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
+from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for
+from p2p_ops.spec.model import Fleet, Node
+from p2p_ops.spec.units import port_plan
+
+
+def node_facts(python: str, run_dir: str, model: Optional[str]) -> dict[str, CommandFact]:
+    """What the probe reads on one node, by label. `model` None skips the model-cache check (embedded)."""
+    return {"host": HOST, "python": python_env_fact(python), "gpus": GPUS, "rdma": SYSFS_IB,
+            "ports": LISTENERS, "disk": disk_fact(run_dir), "memlock": ULIMIT_L, "model": model_cache_fact(model)}
+
+
+@dataclass
+class PortCheck:
+    port: int
+    role: str            # e.g. "h1-0 http", "coordinator"
+    bind: str
+    state: str           # free | this fleet | busy
+    holder: str = ""     # who holds it, e.g. "lmcache pid 4121 (h1-0/server)"
+
+
+@dataclass
+class NodeProbe:
+    node: str
+    address: str
+    connection: str
+    error: Optional[str] = None          # the node could not be probed at all (unreachable, auth, host key)
+    host: dict = field(default_factory=dict)
+    python: Optional[PythonEnv] = None
+    gpus: Optional[list[Gpu]] = None     # None: no nvidia-smi
+    rdma: list[IbDevice] = field(default_factory=list)
+    ports: list[PortCheck] = field(default_factory=list)
+    disk_path: str = ""
+    disk: Optional[Disk] = None
+    memlock: Optional[Memlock] = None
+    model_cache: Optional[ModelCache] = None
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.problems
+
+    @property
+    def verdict(self) -> str:
+        """unreachable (the node could not be probed at all), ok (warnings allowed) or problems."""
+        return "unreachable" if self.error else "ok" if self.ok else "problems"
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["ok"] = self.ok
+        data["verdict"] = self.verdict
+        return data
+
+
+def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
+    """(port, role, bind address) of everything the fleet will listen on at this node (`units.port_plan`)."""
+    return [(p.port, p.role, p.bind) for p in port_plan(fleet) if p.node == node.name]
+
+
+def check_ports(plan: list[tuple[int, str, str]], listeners: list[Listener],
+                ours: dict[int, str]) -> list[PortCheck]:
+    """Each planned port: free, held by this fleet's own process (pid in `ours`), or busy."""
+    out = []
+    for port, role, bind in plan:
+        holders = [ln for ln in listeners if ln.port == port and (ln.wildcard or ln.address in (bind, "*"))]
+        if not holders:
+            out.append(PortCheck(port, role, bind, "free"))
+            continue
+        h = holders[0]
+        who = f"{h.process or 'a process'}{f' pid {h.pid}' if h.pid else ''} on {h.address}"
+        if h.pid is not None and h.pid in ours:
+            out.append(PortCheck(port, role, bind, "this fleet", f"{who} ({ours[h.pid]})"))
+        else:
+            out.append(PortCheck(port, role, bind, "busy", who))
+    return out
+
+
+def node_python(node: Node) -> str:
+    return f"{bin_dir_for(node)}/python"
+
+
+def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
+    """Run the probe on one node; connection failures become `error`, never an exception."""
+    from p2p_ops.lifecycle.preflight.verdict import judge_node
+
+    lay = ctx.node_layout(node)
+    result = NodeProbe(node.name, node.address, node.connection, disk_path=str(lay.root))
+    # A local model folder is checked by `up`'s preflight; a hub id must be in the node's HF cache.
+    hub_id = ctx.fleet.vllm.model_path or ctx.fleet.model
+    model = hub_id if ctx.fleet.runtime == "vllm" and not hub_id.startswith("/") else None
+    try:
+        conn = ctx.conn(node)
+        facts = node_facts(node_python(node), str(lay.root), model)
+        read = read_node(conn, facts, timeout=90)
+        ours = {st.pid: st.name for st in procs.states(conn, ctx.procs(node))
+                if st.running and st.pid is not None}
+    except Exception as exc:  # noqa: BLE001 - one host's failure is that host's result
+        result.error = str(exc)
+        return result
+    fill(result, facts, read, ctx.fleet, node, ours)
+    judge_node(ctx.fleet, node, result)
+    return result
+
+
+def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Result], fleet: Fleet, node: Node,
+         ours: dict[int, str]) -> None:
+    """Parse every fact into the probe (pure: used on captured output in tests)."""
+    def value(label: str):
+        return facts[label].parse(read[label].output)
+
+    result.host = value("host")
+    result.python = value("python")
+    result.gpus = value("gpus") if read["gpus"].exit_code != -1 else None
+    result.rdma = value("rdma")
+    result.ports = check_ports(planned_ports(fleet, node), value("ports"), ours)
+    result.disk = value("disk")
+    result.memlock = value("memlock")
+    result.model_cache = value("model")
+
+
+def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, NodeProbe]:
+    """Probe every node in parallel, then compare them (versions must agree across peers)."""
+    from p2p_ops.lifecycle.preflight.verdict import judge_fleet
+
+    results = ctx.for_each_node(lambda n: probe_node(ctx, n), only)
+    probes = {}
+    for node in ctx.fleet.nodes:
+        if node.name not in results:
+            continue
+        res = results[node.name]
+        probes[node.name] = res if isinstance(res, NodeProbe) else \
+            NodeProbe(node.name, node.address, node.connection, error=str(res))
+    judge_fleet(ctx.fleet, probes)
+    return probes
+
+
+def fleet_ok(probes: dict[str, NodeProbe]) -> bool:
+    return all(p.ok for p in probes.values())
+
+
+def fleet_exit_code(probes: dict[str, NodeProbe]) -> int:
+    """2 when a node could not be probed (unreachable, authentication, host key), 1 when a node has problems,
+    0 when every node is ready."""
+    if any(p.error for p in probes.values()):
+        return EXIT_BAD_INPUT
+    return EXIT_OK if fleet_ok(probes) else EXIT_CHECK_FAILED

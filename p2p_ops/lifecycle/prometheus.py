@@ -1,0 +1,101 @@
+"""The fleet's own Prometheus: config rendered from the fleet, the real `prometheus` binary, tsdb in the run folder."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+import requests
+
+from p2p_ops.errors import CouldNotRun
+from p2p_ops.facts.logs import log_excerpt_fact
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import template_env
+from p2p_ops.spec.layout import PROMETHEUS
+
+
+def prom_dir(ctx: FleetContext) -> Path:
+    return ctx.layout.dir(PROMETHEUS)
+
+
+def url(ctx: FleetContext) -> str:
+    return ctx.unit("prometheus").url
+
+
+RULES_FILE = "rules.yml"
+
+
+def render_config(ctx: FleetContext, rules_file: str | None = None) -> str:
+    interval = f"{ctx.fleet.prometheus.scrape_interval_s:g}s"
+    rules_file = rules_file or str(prom_dir(ctx) / RULES_FILE)
+    return template_env().get_template("prometheus.yml.j2").render(fleet=ctx.fleet, interval=interval,
+                                                                   rules_file=rules_file)
+
+
+def render_rules(fleet) -> str:
+    """Alert and recording rules for this fleet: every server expects all other servers as peers."""
+    n = len(fleet.instances())
+    return template_env().get_template("prometheus_rules.yml.j2").render(
+        fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
+
+
+def ready(ctx: FleetContext) -> bool:
+    return ctx.unit("prometheus").ready()
+
+
+def up(ctx: FleetContext, timeout: float = 60.0) -> str:
+    """Start (or find running) Prometheus for this fleet; returns its URL once /-/ready answers."""
+    binary = shutil.which("prometheus")
+    if not binary:
+        raise CouldNotRun("the `prometheus` binary is not installed; install the Debian package: "
+                          "apt-get install prometheus")
+    d = prom_dir(ctx)
+    (d / "data").mkdir(parents=True, exist_ok=True)
+    (d / RULES_FILE).write_text(render_rules(ctx.fleet))
+    (d / "prometheus.yml").write_text(render_config(ctx))
+    p = ctx.fleet.prometheus
+    q = shlex.quote
+    wrapper = d / "start_prometheus.sh"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n# Runs the fleet's Prometheus in the foreground; `p2pctl prometheus up` starts it detached.\n"
+        "set -euo pipefail\n"
+        f"exec {q(binary)} --config.file={q(str(d / 'prometheus.yml'))} "
+        f"--storage.tsdb.path={q(str(d / 'data'))} --storage.tsdb.retention.time={q(p.retention)} "
+        f"--web.listen-address={q(f'{p.host}:{p.port}')} --web.enable-lifecycle\n")
+    wrapper.chmod(0o755)
+    conn = ctx.conn(None)
+    proc = ctx.proc("prometheus")
+    if procs.start(conn, proc).kept:
+        # Already running: make it read the config and rules just written.
+        try:
+            requests.post(url(ctx) + "/-/reload", timeout=10)
+        except requests.RequestException:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready(ctx):
+            return url(ctx)
+        if not procs.states(conn, [proc])[0].running:
+            raise CouldNotRun(f"prometheus exited during start; from {proc.log}:\n"
+                              + read_fact(conn, log_excerpt_fact(proc.log, 10), timeout=15))
+        time.sleep(0.5)
+    raise CouldNotRun(f"prometheus did not answer {url(ctx)}/-/ready within {timeout:.0f} s; see {proc.log}")
+
+
+def down(ctx: FleetContext) -> str:
+    return procs.stop(ctx.conn(None), ctx.proc("prometheus"))
+
+
+def running(ctx: FleetContext) -> bool:
+    return procs.states(ctx.conn(None), [ctx.proc("prometheus")])[0].running
+
+
+def state(ctx: FleetContext) -> str:
+    """ready (answers /-/ready), not ready (its process runs but does not answer yet) or not running."""
+    if not running(ctx):
+        return "not running"
+    return "ready" if ready(ctx) else "not ready"

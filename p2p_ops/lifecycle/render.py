@@ -1,0 +1,200 @@
+"""Render env.sh and the start wrappers for every instance and the coordinator (jinja2, StrictUndefined)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+from p2p_ops.resources import CHECKOUT, template_text
+from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
+from p2p_ops.spec.units import INSTANCE_ROLES
+from p2p_ops.spec.model import Fleet, Instance, Node
+
+
+def template_env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        # Package data, not a folder next to this file: an installed wheel has no checkout around it.
+        loader=jinja2.FunctionLoader(template_text),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    # Every value that reaches a shell is quoted, whatever it contains.
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    node: str       # node that uses the file
+    unit: str       # instance id or "coordinator": the folder it lives in
+    name: str       # file name inside that folder
+    text: str
+    executable: bool
+
+
+def bin_dir_for(node: Node) -> str:
+    """The bin folder holding lmcache, p2p-engine (and vllm) on that node."""
+    if node.venv:
+        return str(Path(node.venv) / "bin")
+    return str(Path(sys.executable).parent)
+
+
+def vllm_python(fleet: Fleet, node: Node) -> str:
+    """The interpreter that runs vLLM on that node: its vllm_venv, the fleet's vllm.venv, else the node's."""
+    venv = node.vllm_venv or fleet.vllm.venv
+    return str(Path(venv) / "bin" / "python") if venv else str(Path(bin_dir_for(node)) / "python")
+
+
+def kv_transfer_config(node: Node, inst: Instance) -> str:
+    """vLLM's LMCacheMPConnector config: it talks only to the lmcache server of its own instance, at the
+    address that server binds (LMCache's default `tcp://localhost` misses a server bound to a node address)."""
+    return json.dumps({
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{node.bind_host}",
+                                      "lmcache.mp.port": inst.ports.mp},
+    }, separators=(",", ":"))
+
+
+def vllm_args(fleet: Fleet) -> list[str]:
+    """vLLM flags derived from the spec, then the user's `vllm.args`; host, port, model and the connector are
+    on the start line itself. Prompt-token details are always on: without them vLLM never reports
+    `usage.prompt_tokens_details.cached_tokens`, and no hit could be seen."""
+    v = fleet.vllm
+    args = ["--enable-prompt-tokens-details"]
+    if v.max_model_len:
+        args += ["--max-model-len", str(v.max_model_len)]
+    if v.block_size:
+        args += ["--block-size", str(v.block_size)]
+    if v.enforce_eager:
+        args.append("--enforce-eager")
+    if v.device == "cuda" and v.gpu_memory_utilization:
+        args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
+    return args + list(v.args)
+
+
+
+
+def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
+    """vLLM's --kv-events-config JSON for one instance ("" when the fleet's router reads no events).
+
+    The topic stays vLLM's default "": vllm-router's static sources subscribe with an empty topic and drop
+    batches under any other (llm-d's `kv@<address>:<port>@<model>` left its index empty). vLLM binds only endpoints with a
+    wildcard or `::` in them and *connects* the rest, so vLLM gets the IPv4-mapped form `tcp://[::ffff:A]:P`:
+    it binds A alone (never every interface) and the router still connects to `tcp://A:P`.
+    """
+    if not fleet.kv_events_on:
+        return ""
+    index = [i.id for _, i in fleet.instances()].index(inst.id)
+    pub, replay = fleet.router.kv_event_ports(index)
+    host = node.bind_host
+    if fleet.runtime == "vllm" and ":" not in host:
+        host = f"[::ffff:{host}]"
+    return json.dumps({
+        "enable_kv_cache_events": True, "publisher": "zmq",
+        "endpoint": f"tcp://{host}:{pub}", "replay_endpoint": f"tcp://{host}:{replay}",
+        "topic": "",
+    }, separators=(",", ":"))
+
+
+def kv_event_block_size(fleet: Fleet) -> int:
+    return fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
+
+
+def router_bin(fleet: Fleet) -> str:
+    venv = fleet.router.venv or str(CHECKOUT / ".venv-router")
+    return str(Path(venv) / "bin" / "vllm-router")
+
+
+def router_args(fleet: Fleet) -> list[str]:
+    """vllm-router flags beyond host, ports, workers and policy: KV-event sources and the user's args."""
+    r = fleet.router
+    args: list[str] = []
+    if r.cache_threshold is not None:
+        args += ["--cache-threshold", str(r.cache_threshold)]
+    # vllm-router refuses KV-event sources under any other policy; the engines publish regardless.
+    if fleet.kv_events_on and r.policy == "kv_aware":
+        for i, (node, inst) in enumerate(fleet.instances()):
+            pub, replay = r.kv_event_ports(i)
+            worker = f"http://{node.address}:{inst.ports.engine}"
+            args += ["--kv-event-source", f"{worker}=tcp://{node.address}:{pub}",
+                     "--kv-event-replay-source", f"{worker}=tcp://{node.address}:{replay}"]
+        args += ["--kv-event-block-size", str(kv_event_block_size(fleet)), "--kv-event-model", fleet.model]
+    return args + list(r.args)
+
+
+def render_router(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
+    if not fleet.router.enabled:
+        return []
+    env, node = template_env(), fleet.router_node()
+    workers = [f"http://{n.address}:{i.ports.engine}" for n, i in fleet.instances()]
+    ctx = dict(fleet=fleet, node=node, r=fleet.router, router_bin=router_bin(fleet), workers=workers,
+               router_args=router_args(fleet))
+    return [RenderedFile(node.name, ROUTER, "env.sh", env.get_template("router_env.sh.j2").render(ctx), False),
+            RenderedFile(node.name, ROUTER, "start_router.sh",
+                         env.get_template("start_router.sh.j2").render(ctx), True)]
+
+
+def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
+    """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder."""
+    env = template_env()
+    files: list[RenderedFile] = []
+    coord_node = fleet.coordinator_node()
+    keep_alive = max(fleet.coordinator.timeout_keep_alive,
+                     int(max(s.heartbeat_interval for s in
+                             [fleet.effective_settings(i) for _, i in fleet.instances()])) + 5)
+    ctx = dict(fleet=fleet, node=coord_node, s=fleet.settings,
+               instance_dir=str(layout_for(coord_node).dir(COORDINATOR)),
+               bin_dir=bin_dir_for(coord_node), keep_alive=keep_alive)
+    files.append(RenderedFile(coord_node.name, COORDINATOR, "env.sh",
+                              env.get_template("coordinator_env.sh.j2").render(ctx), False))
+    files.append(RenderedFile(coord_node.name, COORDINATOR, "start_coordinator.sh",
+                              env.get_template("start_coordinator.sh.j2").render(ctx), True))
+    for node, inst in fleet.instances():
+        ctx = dict(fleet=fleet, node=node, inst=inst, s=fleet.effective_settings(inst), e=fleet.engine,
+                   v=fleet.vllm, instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
+                   kv_transfer_config=kv_transfer_config(node, inst), vllm_python=vllm_python(fleet, node),
+                   vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model,
+                   kv_events_config=kv_events_config(fleet, node, inst), shm_name=fleet.shm_name(inst))
+        files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
+        for role in INSTANCE_ROLES:
+            files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",
+                                      env.get_template(f"start_{role}.sh.j2").render(ctx), True))
+    return files + render_router(fleet, layout_for)
+
+
+def file_mode(executable: bool) -> int:
+    return 0o700 if executable else 0o600
+
+
+def private_dir(path: Path) -> None:
+    """Create `path` (and parents) as 0700; an existing one made before this rule is tightened too."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+
+
+def write_rendered(files: list[RenderedFile], layout: RunLayout) -> list[Path]:
+    """Write the files under this machine's run folder (atomically); returns their paths."""
+    written = []
+    private_dir(layout.root)
+    for f in files:
+        path = layout.dir(f.unit) / f.name
+        private_dir(path.parent)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        # env.sh may hold an API key and logs hold prompts: only the owner reads the run folder.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, file_mode(f.executable))
+        with os.fdopen(fd, "w") as out:
+            out.write(f.text)
+        tmp.replace(path)
+        written.append(path)
+    return written

@@ -1,0 +1,75 @@
+"""The fleet's router (vllm-router): whether it can start, and its state (process, health, workers).
+
+The router is a unit of the fleet (`spec.units`): `up` starts it after the engines (it waits for healthy
+workers before it serves) and `down` stops it before anything else, so clients never see a router without
+engines behind it. Here: whether its binary is there, and what it says about its workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from p2p_ops.endpoints import fetch, router_api
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import router_bin
+
+
+@dataclass
+class RouterStatus:
+    url: str
+    process: str
+    healthy: bool
+    workers: list[str] = field(default_factory=list)
+    unhealthy: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return self.healthy and not self.missing and not self.unhealthy
+
+    def problem(self) -> str:
+        if self.process not in ("running", "n/a"):
+            return f"router process is {self.process}"
+        if not self.healthy:
+            return f"router at {self.url} does not answer /health"
+        if self.missing:
+            return f"router does not list engine(s) {', '.join(self.missing)} as workers"
+        if self.unhealthy:
+            return f"router marks engine(s) {', '.join(self.unhealthy)} unhealthy"
+        return "ok"
+
+    def to_json(self) -> dict:
+        return {"url": self.url, "process": self.process, "healthy": self.healthy, "workers": self.workers,
+                "unhealthy": self.unhealthy, "missing": self.missing, "ready": self.ready,
+                "problem": self.problem()}
+
+
+def missing_binary(ctx: FleetContext) -> Optional[str]:
+    """A one-line fix when the router binary is absent (checked on local nodes; SSH nodes fail at start)."""
+    node = ctx.fleet.router_node()
+    binary = router_bin(ctx.fleet)
+    if node.connection == "local" and not Path(binary).is_file():
+        return (f"router.venv: no vllm-router at {binary}; run `make setup-router` (or set router.venv to a venv "
+                "holding `pip install vllm-router==0.1.17`)")
+    return None
+
+
+def status(ctx: FleetContext, process: Optional[str] = None, timeout: float = 3.0) -> RouterStatus:
+    fleet = ctx.fleet
+    url = fleet.router_url
+    if process is None:
+        states = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])
+        process = states[0].state if states else "none"
+    engines = [f"http://{n.address}:{i.ports.engine}" for n, i in fleet.instances()]
+    st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=timeout))
+    listed = router_api.workers(url, timeout=timeout)
+    if listed is None:
+        st.missing = engines
+        return st
+    st.workers = sorted(listed)
+    st.missing = [e for e in engines if e not in listed]
+    st.unhealthy = [e for e in engines if e in listed and not listed[e]]
+    return st

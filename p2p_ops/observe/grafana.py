@@ -1,0 +1,85 @@
+"""`p2pctl grafana`: a Grafana dashboard (JSON model) for the fleet's Prometheus.
+
+Every panel is one PromQL expression over the series this fleet's Prometheus scrapes (labels `node` and
+`fleet_instance` come from templates/prometheus.yml.j2). `expressions()` lists them so a test can evaluate each
+one against a running fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from p2p_ops.errors import BadInput
+
+WINDOW = "1m"
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    expr: str
+    legend: str
+    unit: str
+    description: str
+
+
+def panels(window: str = WINDOW) -> list[Panel]:
+    w = window
+    return [
+        Panel("P2P loads from peers per node",
+              f'sum by (node) (rate(lmcache_mp_l2_load_completed_requests_total{{l2_name="p2p"}}[{w}]))',
+              "{{node}}", "reqps", "Completed KV loads a node's lmcache server read from its peers."),
+        Panel("KV bytes loaded per node",
+              f"sum by (node) (rate(p2p_engine_lmcache_loaded_bytes_total[{w}]))",
+              "{{node}}", "Bps", "KV bytes each engine loaded from its lmcache server (local or pulled from peers)."),
+        Panel("Peers seen per server",
+              'sum by (fleet_instance) (lmcache_mp_l2_prefetch_adapters{state="active"})',
+              "{{fleet_instance}}", "short", "Active peer adapters; every server should see all other servers."),
+        Panel("TTFT p50 per engine",
+              f"histogram_quantile(0.5, sum by (le, fleet_instance) "
+              f"(rate(vllm:time_to_first_token_seconds_bucket[{w}])))",
+              "{{fleet_instance}}", "s", "Median time to first token."),
+        Panel("Cached-token ratio per engine",
+              f"sum by (fleet_instance) (rate(vllm:prefix_cache_hits_total[{w}]) "
+              f"+ rate(vllm:external_prefix_cache_hits_total[{w}])) "
+              f"/ sum by (fleet_instance) (rate(vllm:prompt_tokens_total[{w}]))",
+              "{{fleet_instance}}", "percentunit", "Prompt tokens served from a cache (local or LMCache/peers)."),
+        Panel("L1 use per server", "max by (fleet_instance) (lmcache_mp_l1_usage_ratio)",
+              "{{fleet_instance}}", "percentunit", "lmcache L1 memory in use; eviction starts near 0.8."),
+        Panel("LMCache lookup latency p90 per engine",
+              f'histogram_quantile(0.9, sum by (le, fleet_instance) '
+              f'(rate(p2p_engine_lmcache_op_seconds_bucket{{op="lookup"}}[{w}])))',
+              "{{fleet_instance}}", "s", "How long an engine waits for its lmcache server's lookup (peers included)."),
+    ]
+
+
+def expressions(window: str = WINDOW) -> list[str]:
+    return [p.expr for p in panels(window)]
+
+
+def dashboard(fleet_name: str, window: str = WINDOW, datasource_uid: str = "${datasource}") -> dict:
+    """Grafana dashboard JSON (schema 39): a datasource variable and one time-series panel per row of two."""
+    out_panels = []
+    for i, p in enumerate(panels(window)):
+        out_panels.append({
+            "id": i + 1, "type": "timeseries", "title": p.title, "description": p.description,
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+            "datasource": {"type": "prometheus", "uid": datasource_uid},
+            "fieldConfig": {"defaults": {"unit": p.unit}, "overrides": []},
+            "targets": [{"refId": "A", "expr": p.expr, "legendFormat": p.legend,
+                         "datasource": {"type": "prometheus", "uid": datasource_uid}}],
+        })
+    return {
+        "title": f"LMCache P2P fleet {fleet_name}", "uid": f"p2p-{fleet_name}"[:40],
+        "tags": ["lmcache", "p2p", "kv-cache"], "schemaVersion": 39, "version": 1, "editable": True,
+        "time": {"from": "now-30m", "to": "now"}, "refresh": "10s",
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
+                                 "label": "Prometheus"}]},
+        "panels": out_panels,
+    }
+
+
+def check_window(window: str) -> None:
+    """The rate window must be a plain Prometheus duration (digits and one unit), or every panel errors."""
+    if not window or not window[:-1].isdigit() or window[-1] not in "smh":
+        raise BadInput(f"--window {window!r}: give a Prometheus duration like 30s, 1m or 5m")

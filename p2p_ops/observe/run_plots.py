@@ -1,0 +1,133 @@
+"""PNG plots for the report (matplotlib, headless). Every axis is labelled with its unit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from p2p_ops.observe.records import RequestRecord  # noqa: E402
+from p2p_ops.observe.stats import percentile  # noqa: E402
+
+
+def _pct(vals: list[float], q: float) -> float:
+    v = percentile(vals, q)
+    return float("nan") if v is None else v
+
+
+def _concurrency_axes(levels: list[int], ylabel: str, title: str):
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, out: Path) -> bool:
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
+    ladder = [r for r in records if r.stage == "ladder" and r.ok and r.ttft_s is not None]
+    levels = sorted({r.level for r in ladder})
+    if not levels:
+        return False
+    p50 = [_pct([r.ttft_s for r in ladder if r.level == c], 50) * 1000 for c in levels]
+    p99 = [_pct([r.ttft_s for r in ladder if r.level == c], 99) * 1000 for c in levels]
+    fig, ax = _concurrency_axes(levels, "time to first token (ms)", "TTFT vs concurrency (ladder, cross-node prefixes)")
+    ax.plot(levels, p50, "o-", label="p50")
+    ax.plot(levels, p99, "s--", label="p99")
+    ax.legend()
+    return _save(fig, out)
+
+
+def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: dict) -> bool:
+    levels = sorted(level for (name, level) in walls if name == "ladder")
+    if not levels:
+        return False
+    rps = []
+    for c in levels:
+        ok = [r for r in records if r.stage == "ladder" and r.level == c and r.ok]
+        rps.append(len(ok) / walls[("ladder", c)] if walls[("ladder", c)] else 0.0)
+    fig, ax = _concurrency_axes(levels, "throughput (completed requests/s)", "Throughput vs concurrency (ladder)")
+    ax.plot(levels, rps, "o-", color="tab:green")
+    return _save(fig, out)
+
+
+def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float = 5.0) -> bool:
+    ok = sorted((r for r in records if r.ok and r.prompt_tokens), key=lambda r: r.t_start_s)
+    if not ok:
+        return False
+    end = ok[-1].t_start_s
+    xs, ys, cross = [], [], []
+    t = 0.0
+    while t <= end:
+        win = [r for r in ok if t <= r.t_start_s < t + bucket_s]
+        if win:
+            xs.append(t + bucket_s / 2)
+            ys.append(100.0 * sum(r.cached_tokens for r in win) / sum(r.prompt_tokens for r in win))
+            cw = [r for r in win if r.cross_node]
+            cross.append(100.0 * sum(r.cached_tokens for r in cw) / sum(r.prompt_tokens for r in cw) if cw
+                         else float("nan"))
+        t += bucket_s
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot(xs, ys, "o-", label="all requests")
+    ax.plot(xs, cross, "s--", label="prefix warmed on another node")
+    ax.set_ylim(-5, 105)
+    ax.set_xlabel(f"time since start of run (s, {bucket_s:g} s buckets)")
+    ax.set_ylabel("cache hit ratio (% of prompt tokens)")
+    ax.set_title("Hit ratio over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _save(fig, out)
+
+
+def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -> bool:
+    nodes = sorted({r.instance for r in records})
+    if not nodes:
+        return False
+    tokens = [sum(r.cached_tokens for r in records if r.instance == n and r.ok and r.cross_node) for n in nodes]
+    per_node = [node_bytes.get(n, {}) for n in nodes]
+    if any(nb.get("kv_bytes_loaded") is not None for nb in per_node):
+        right = [(nb.get("kv_bytes_loaded") or 0.0) / 2**20 for nb in per_node]
+        right_label, right_axis = "KV loaded from LMCache (MiB)", "KV bytes loaded by the engine (MiB)"
+    else:  # vLLM counts tokens, not bytes: show the loads its server pulled from peers instead
+        right = [float(nb.get("p2p_loads") or 0.0) for nb in per_node]
+        right_label = right_axis = "P2P loads by the node's server"
+    fig, ax1 = plt.subplots(figsize=(6.4, 4.0))
+    x = range(len(nodes))
+    ax1.bar([i - 0.2 for i in x], tokens, width=0.4, label="tokens from peers (cross-node requests)")
+    ax1.set_ylabel("tokens served from a peer's prefix")
+    ax2 = ax1.twinx()
+    ax2.bar([i + 0.2 for i in x], right, width=0.4, color="tab:orange", label=right_label)
+    ax2.set_ylabel(right_axis)
+    # Headroom so the legend never covers a bar.
+    ax1.set_ylim(0, max(tokens + [1]) * 1.35)
+    ax2.set_ylim(0, max(right + [0.001]) * 1.35)
+    ax1.set_xticks(list(x), nodes)
+    ax1.set_xlabel("instance")
+    ax1.set_title("KV pulled per node")
+    h1, l1 = ax1.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax1.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    return _save(fig, out)
+
+
+def make_all(run_dir: Path, records: list[RequestRecord], walls: dict, node_bytes: dict) -> list[str]:
+    made = []
+    for name, fn in (("ttft_vs_concurrency.png", lambda p: ttft_vs_concurrency(p, records)),
+                     ("throughput_vs_concurrency.png", lambda p: throughput_vs_concurrency(p, records, walls)),
+                     ("hit_ratio_over_time.png", lambda p: hit_ratio_over_time(p, records)),
+                     ("pulled_per_node.png", lambda p: pulled_per_node(p, records, node_bytes))):
+        if fn(run_dir / name):
+            made.append(name)
+    return made

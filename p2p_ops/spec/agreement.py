@@ -1,0 +1,94 @@
+"""What peers must agree on, or they silently share nothing (DESIGN decision 6), and the one check for it.
+
+Every chunk key LMCache computes depends on the hash seed, the chunk size, the hash algorithm and the model; a
+peer that differs in any of them finds nothing on the others and reports no error. This list is the single
+source: `validate` refuses a per-instance override of a spec setting here (`FLEET_WIDE_ONLY`), `diagnose.peer_settings`
+(used by `test basic`) and `doctor` read each peer's value and call `disagreements`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Mapping, Optional
+
+
+@dataclass(frozen=True)
+class MustAgree:
+    key: str
+    fix: str
+    spec: Optional[str] = None        # the fleet spec setting (fleet-wide only), if the spec sets it
+    env: Optional[str] = None         # the variable env.sh sets and the server's process carries
+    severity: Literal["error", "warn"] = "error"   # warn: peers may still share, but should not differ
+
+
+MUST_AGREE: tuple[MustAgree, ...] = (
+    MustAgree("PYTHONHASHSEED", "set settings.python_hash_seed once in fleet.yaml and restart every server; it seeds "
+              "the hash chain with the builtin hash or whenever vLLM is importable",
+              spec="python_hash_seed", env="PYTHONHASHSEED"),
+    MustAgree("chunk_size", "set settings.chunk_size once in fleet.yaml (and the coordinator's --chunk-size), "
+              "re-render, restart", spec="chunk_size", env="LMCACHE_CHUNK_SIZE"),
+    MustAgree("hash_algorithm", "set settings.hash_algorithm once in fleet.yaml, re-render, restart every server",
+              spec="hash_algorithm", env="LMCACHE_HASH_ALGORITHM"),
+    MustAgree("l1_align_bytes", "set settings.l1_align_bytes once (65536), restart every server",
+              spec="l1_align_bytes", env="LMCACHE_L1_ALIGN_BYTES"),
+    MustAgree("transfer_engine", "use one settings.transfer_engine for every server",
+              spec="transfer_engine", env="LMCACHE_P2P_TRANSFER_ENGINE"),
+    MustAgree("model", "serve one model name on every engine (it is part of every cache key)",
+              spec="model", env="P2P_MODEL"),
+    MustAgree("world_size", "run every engine with the same tensor-parallel size (world size is part of every "
+              "cache key)"),
+    MustAgree("lmcache_version", "install one lmcache version on every node (`pip install lmcache==<v>`); P2P RPC "
+              "payloads are not compatible across versions"),
+    MustAgree("nixl_version", "install one nixl version on every node (`pip install nixl==<v> nixl-cu12==<v>`)",
+              severity="warn"),
+    MustAgree("NONE_HASH", "the hash chain starts differently on these servers: make PYTHONHASHSEED, "
+              "hash_algorithm and the vLLM version identical, then restart every server"),
+    MustAgree("engine_model", "use one engine.model_seed for the fleet: the same KV means something else to "
+              "another model"),
+    MustAgree("UCX_TLS", "use one settings.ucx_tls for the fleet (peers must share a transport), re-render, "
+              "restart", env="UCX_TLS", severity="warn"),
+)
+BY_KEY = {m.key: m for m in MUST_AGREE}
+FLEET_WIDE_ONLY = tuple(m.spec for m in MUST_AGREE if m.spec)
+# The must-agree variables of a server's environment (read from /proc/<pid>/environ, never the whole of it).
+SERVER_ENV = tuple(m.env for m in MUST_AGREE if m.env)
+# The embedded engine's model is its seed and shape: two engines differing here give the same KV another meaning.
+ENGINE_MODEL_ENV = ("P2P_ENGINE_MODEL_SEED", "P2P_ENGINE_NUM_LAYERS", "P2P_ENGINE_NUM_HEADS", "P2P_ENGINE_HEAD_SIZE")
+
+
+def engine_model(env: Optional[Mapping[str, Optional[str]]]) -> Optional[str]:
+    """One comparable value for an embedded engine's model, from its environment or env.sh."""
+    if not env or all(env.get(k) is None for k in ENGINE_MODEL_ENV):
+        return None
+    return "seed={} layers={} heads={} head_size={}".format(*(env.get(k) for k in ENGINE_MODEL_ENV))
+
+
+def values_from_env(env: Mapping[str, Optional[str]]) -> dict[str, Optional[str]]:
+    """A peer's must-agree values as its environment (process or env.sh) shows them, by key."""
+    return {m.key: env.get(m.env) for m in MUST_AGREE if m.env}
+
+
+@dataclass
+class Disagreement:
+    key: str
+    values: dict[str, str]   # peer -> value
+
+    @property
+    def rule(self) -> MustAgree:
+        return BY_KEY[self.key]
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{peer}={v}" for peer, v in sorted(self.values.items()))
+        return f"{self.key} differs across peers ({shown}); fix: {self.rule.fix}"
+
+
+def disagreements(per_peer: Mapping[str, Mapping[str, object]]) -> list[Disagreement]:
+    """Must-agree keys whose known values differ between peers, in `MUST_AGREE` order. A value that could not be
+    read (None or empty) is not evidence either way; keys outside the list are ignored."""
+    found = []
+    for rule in MUST_AGREE:
+        values = {peer: str(vals[rule.key]) for peer, vals in per_peer.items()
+                  if vals.get(rule.key) is not None and vals.get(rule.key) != ""}
+        if len(set(values.values())) > 1:
+            found.append(Disagreement(rule.key, values))
+    return found

