@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -16,7 +16,7 @@ from p2p_ops.cli.output import console, emit_json, heading, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
-from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.report import build_report, overall_passed
@@ -186,11 +186,25 @@ def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
     """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
+    run: Optional[RunFolder] = None
     with context(args) as ctx:
-        out_dir = new_run_dir(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind)
-        body(ctx, out_dir)
-    summary = build_report(out_dir)
-    return _verdict(args, summary, out_dir)
+        try:
+            with run_folder(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind) as run:
+                body(ctx, run.path)
+        except BaseException:
+            if run is not None:
+                _partial_report(run.path)
+            raise
+    summary = build_report(run.path)
+    return _verdict(args, summary, run.path)
+
+
+def _partial_report(run_dir: Path) -> None:
+    """A run cut short (Ctrl-C, an error) still gets its report from what it wrote, marked interrupted."""
+    try:
+        build_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the error that cut the run short is the one to show
+        output.err_console.get().print(f"no report for {run_dir}: {exc}", markup=False)
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
@@ -240,8 +254,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
     names = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
-    with context(args) as ctx:
-        out_dir = new_run_dir(ctx.layout, "faults")
+    with context(args) as ctx, run_folder(ctx.layout, "faults") as run:
+        out_dir = run.path
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
                                     explicit=args.scenarios is not None)
     ok = faults.passed(results)

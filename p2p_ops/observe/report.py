@@ -142,6 +142,9 @@ def build_report(run_dir: Path) -> Path:
         checks.append(CheckLine("lmcache bench engine long-doc-qa: no failed requests",
                                 b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
                                 f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed"))
+    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    if run.get("state") == "interrupted":  # written by harness.rundir: what is here is all the run got to
+        checks.append(CheckLine("run ran to its end (not interrupted)", False, run.get("reason", "")))
     if not checks:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)
