@@ -89,6 +89,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(fa)
     fa.set_defaults(handler=cmd_faults)
 
+    so = tsub.add_parser("soak", help="steady mixed load for minutes or hours: leak slopes, TTFT per minute, "
+                                      "periodic cross-node proofs; fails on a sustained leak or a failed request")
+    add_fleet_args(so)
+    so.add_argument("--duration", default=None, help="how long, e.g. 30m, 1h, 90s (default 30m; --quick: 3m)")
+    so.add_argument("--quick", action="store_true",
+                    help="3 minutes: 45 s warm-up, a sample every 5 s, a proof every minute")
+    so.add_argument("--warmup", default=None, help="left out of the slopes, e.g. 5m (default 5m; --quick: 45s)")
+    so.add_argument("--sample-every", type=float, default=None, help="seconds between samples (default 10)")
+    so.add_argument("--proof-every", type=float, default=None, help="seconds between cross-node proofs (default 300)")
+    so.add_argument("--concurrency", type=int, default=None, help="clients in flight (default 2)")
+    so.add_argument("--via-router", action="store_true", help="send every request to the fleet's router")
+    so.add_argument("--seed", type=int, default=None)
+    add_json_arg(so)
+    so.set_defaults(handler=cmd_soak)
+
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
     r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
     add_json_arg(r)
@@ -283,4 +298,45 @@ def _verdict(args: argparse.Namespace, summary: Path, run_dir: Path) -> int:
     else:
         console.print(f"report: {summary}", soft_wrap=True)
         console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
+    return EXIT_OK if ok else EXIT_CHECK_FAILED
+
+
+def soak_options(args: argparse.Namespace):
+    from p2p_ops.harness.soak import SoakOptions, parse_duration
+
+    kw: dict = {"via_router": args.via_router,
+                "seed": args.seed if args.seed is not None else int(time.time()) % 10**6}
+    if args.duration is not None:
+        kw["duration_s"] = parse_duration(args.duration)
+    if args.warmup is not None:
+        kw["warmup_s"] = parse_duration(args.warmup)
+    for opt, name in (("sample_every", "sample_every_s"), ("proof_every", "proof_every_s"),
+                      ("concurrency", "concurrency")):
+        if getattr(args, opt) is not None:
+            kw[name] = getattr(args, opt)
+    if args.sample_every is not None and not 1 <= args.sample_every <= 600:
+        raise BadInput(f"--sample-every {args.sample_every:g}: use 1..600 seconds")
+    if args.proof_every is not None and args.proof_every < 10:
+        raise BadInput(f"--proof-every {args.proof_every:g}: use at least 10 seconds")
+    opts = SoakOptions.quick(**kw) if args.quick else SoakOptions(**kw)
+    opts.validate()
+    return opts
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from p2p_ops.harness import soak
+
+    opts = soak_options(args)
+    with context(args) as ctx, run_folder(ctx.layout, "soak") as run:
+        s = soak.run_soak(ctx, opts, run.path, progress=_progress, stop=run.interrupted)
+        checks, trends = soak.soak_checks(s)
+        table = soak.write_evidence(s, checks, trends, run.path, ctx.fleet.name)
+    ok = soak.passed(checks)
+    if args.json:
+        emit_json({"run_dir": str(run.path), "table": str(table), "passed": ok,
+                   "checks": [c.__dict__ for c in checks]})
+        return EXIT_OK if ok else EXIT_CHECK_FAILED
+    console.print(soak.soak_markdown(s, checks, trends, ctx.fleet.name), markup=False)
+    console.print(f"evidence: {run.path}", soft_wrap=True)
+    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the checks)")
     return EXIT_OK if ok else EXIT_CHECK_FAILED

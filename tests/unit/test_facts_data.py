@@ -17,6 +17,7 @@ from p2p_ops.facts.logs import file_copy_fact, log_excerpt_fact, log_grep_fact, 
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.pidfile import Watched, pid_states_fact
+from p2p_ops.facts.proc_usage import usage_fact
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "facts"
 BUILDERS = {
@@ -26,12 +27,15 @@ BUILDERS = {
     "pid_states": lambda a: pid_states_fact([Watched(f"/p{i}", f"m{i}", f"/w{i}") for i in range(a["count"])]),
     "paths": lambda a: paths_fact(a["wanted"]),
     "ipv4_interfaces": lambda a: IPV4_INTERFACES,
+    "proc_usage": lambda a: usage_fact(a["sessions"]),
 }
 
 
 def _plain(value):
     if is_dataclass(value):
         return asdict(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [list(asdict(v).values()) if is_dataclass(v) else _plain(v) for v in value]
     return value
@@ -74,3 +78,22 @@ def test_pid_states_runs_one_check_per_watched_process_in_order(tmp_path):
     watched = [Watched(str(tmp_path / "none.pid"), "m", "/w"), Watched(str(tmp_path / "gone.pid"), "m", "/w")]
     states = read_fact(LocalConnector(), pid_states_fact(watched))
     assert [(s.state, s.pid) for s in states] == [("none", None), ("dead", 999999999)]
+
+
+def test_proc_usage_reads_the_sessions_of_real_processes():
+    """The live command on this machine: a sleeping child in its own session costs one process, one thread."""
+    import subprocess
+
+    from p2p_ops.connectors import LocalConnector
+    from p2p_ops.facts.sections import read_fact
+
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        got = read_fact(LocalConnector(), usage_fact([child.pid, 999_999_999]))
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert set(got) == {child.pid}  # an absent session is left out, not zero
+    u = got[child.pid]
+    assert u.procs == 1 and u.threads == 1 and u.fds >= 3 and 0 < u.rss_bytes < 64 * 2**20 and u.cpu_s >= 0
+    assert 0 < u.anon_bytes <= u.rss_bytes and u.shmem_bytes == 0
