@@ -65,3 +65,33 @@ def usage_fact(sessions: Sequence[int]) -> CommandFact[dict[int, Usage]]:
     """The cost of each session (a fleet process's pid: it leads its session); absent sessions are left out."""
     sids = " ".join(str(int(s)) for s in sessions)
     return CommandFact("proc_usage", ("bash", "-c", f"SIDS={shlex.quote(sids)}\n{_SCAN}"), parse_usage)
+
+
+# One line per thread: its name (comm may hold spaces: it goes last) and its CPU ticks so far.
+_THREADS = r"""
+echo "tck $(getconf CLK_TCK)"
+for t in /proc/$P/task/[0-9]*; do
+  read -r stat < "$t/stat" 2>/dev/null || continue
+  set -- ${stat##*) }
+  echo "thread ${t##*/} $((${12} + ${13})) $(cat "$t/comm" 2>/dev/null)"
+done
+"""
+
+
+def parse_threads(text: str) -> dict[str, float]:
+    """`tck T`, then `thread TID TICKS NAME...` -> CPU seconds by thread name (threads of one name summed)."""
+    tck = 100
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        parts = line.split(maxsplit=3)
+        if len(parts) == 2 and parts[0] == "tck" and parts[1].isdigit():
+            tck = int(parts[1]) or 100
+        elif len(parts) == 4 and parts[0] == "thread" and parts[1].isdigit() and parts[2].isdigit():
+            out[parts[3].strip()] = out.get(parts[3].strip(), 0.0) + int(parts[2])
+    return {name: round(ticks / tck, 2) for name, ticks in out.items()}
+
+
+def threads_fact(pid: int) -> CommandFact[dict[str, float]]:
+    """CPU seconds so far of each of a process's threads, by name: which thread a steady cost comes from
+    (NIXL's progress thread, LMCache's periodic notifier, the event loop), e.g. {"python3": 12.1, "nixl": 40.2}."""
+    return CommandFact("proc_threads", ("bash", "-c", f"P={int(pid)}\n{_THREADS}"), parse_threads)

@@ -17,7 +17,7 @@ from p2p_ops.facts.logs import file_copy_fact, log_excerpt_fact, log_grep_fact, 
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.pidfile import Watched, pid_states_fact
-from p2p_ops.facts.proc_usage import usage_fact
+from p2p_ops.facts.proc_usage import threads_fact, usage_fact
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "facts"
 BUILDERS = {
@@ -28,6 +28,7 @@ BUILDERS = {
     "paths": lambda a: paths_fact(a["wanted"]),
     "ipv4_interfaces": lambda a: IPV4_INTERFACES,
     "proc_usage": lambda a: usage_fact(a["sessions"]),
+    "proc_threads": lambda a: threads_fact(a["pid"]),
 }
 
 
@@ -97,3 +98,21 @@ def test_proc_usage_reads_the_sessions_of_real_processes():
     u = got[child.pid]
     assert u.procs == 1 and u.threads == 1 and u.fds >= 3 and 0 < u.rss_bytes < 64 * 2**20 and u.cpu_s >= 0
     assert 0 < u.anon_bytes <= u.rss_bytes and u.shmem_bytes == 0
+
+
+def test_proc_threads_names_this_processes_threads():
+    import os
+    import threading
+
+    from p2p_ops.connectors import LocalConnector
+    from p2p_ops.facts.sections import read_fact
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="soak-probe-thread")
+    t.start()
+    try:
+        got = read_fact(LocalConnector(), threads_fact(os.getpid()))
+    finally:
+        stop.set()
+        t.join()
+    assert got and all(v >= 0 for v in got.values()) and sum(got.values()) > 0, got
