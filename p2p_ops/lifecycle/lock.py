@@ -53,9 +53,17 @@ class Holder:
         return f"`{self.command}` (pid {self.pid} on {self.host}) since {stamp} ({held:.0f} s)"
 
 
+def command_line() -> str:
+    """This process's command as a person typed it: `p2pctl up -f fleet.yaml`, `python -m p2p_ops.cli up ...`."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    if len(argv) > 1 and os.path.basename(argv[0]).startswith("python"):
+        argv = ["python", *argv[1:]] if argv[1] in ("-m", "-c") else argv[1:]
+    words = [os.path.basename(argv[0] or "python"), *argv[1:]] if argv else ["python"]
+    return " ".join(words)[:200]
+
+
 def me(command: Optional[str] = None) -> Holder:
-    argv = [os.path.basename(sys.argv[0] or "python")] + sys.argv[1:]
-    return Holder(os.getpid(), socket.gethostname(), command or " ".join(argv)[:200], time.time())
+    return Holder(os.getpid(), socket.gethostname(), command or command_line(), time.time())
 
 
 def read_holder(path: Path) -> Optional[Holder]:

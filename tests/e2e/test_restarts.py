@@ -76,7 +76,8 @@ def test_two_ups_racing_start_one_copy_each_and_down_leaves_nothing(tmp_path):
         assert [code for code, _, _ in results] == [0, 0], results
         waited = [err for _, _, err in results if "waiting for fleet race's lock, held by `" in err]
         assert len(waited) == 1, [err for _, _, err in results]
-        assert "p2pctl up -f" in waited[0] and "pid " in waited[0] and "since " in waited[0], waited[0]
+        assert "python -m p2p_ops.cli up -f " in waited[0] and "pid " in waited[0] and "since " in waited[0], \
+            waited[0]
         # The second found everything running and kept it: one copy of each unit, each in its pidfile.
         assert waited[0].count("kept ") == 5, waited[0]
         units = [u for u in ctx.units() if u.phase is not None]

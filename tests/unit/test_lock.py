@@ -116,3 +116,14 @@ def test_ctrl_c_and_errors_end_the_run_interrupted(tmp_path):
         with run_folder(layout, "soak") as run2:
             raise RuntimeError("engine gone")
     assert "RuntimeError: engine gone" in run_state(run2.path)["reason"]
+
+
+def test_the_holder_is_named_as_it_was_typed(monkeypatch):
+    import sys
+
+    from p2p_ops.lifecycle.lock import command_line
+
+    monkeypatch.setattr(sys, "orig_argv", ["/v/bin/python3", "-m", "p2p_ops.cli", "up", "-f", "f.yaml"])
+    assert command_line() == "python -m p2p_ops.cli up -f f.yaml"
+    monkeypatch.setattr(sys, "orig_argv", ["/v/bin/python3", "/v/bin/p2pctl", "down"])
+    assert command_line() == "p2pctl down"

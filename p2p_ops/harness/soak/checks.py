@@ -49,8 +49,11 @@ def _processes(s: Soaked) -> Check:
 
 def _leaks(ts: list[Trend]) -> Check:
     leaks = [t.why for t in ts if t.leak and t.metric != "stale_p2p"]
-    return Check("no sustained leak (anonymous memory, fds, threads)", not leaks,
-                 "; ".join(leaks) or f"{sum(t.slope_per_h is not None for t in ts)} slopes, none sustained")
+    short = [t.why for t in ts if t.too_short and t.metric != "stale_p2p"]
+    detail = "; ".join(leaks) or f"{sum(t.slope_per_h is not None for t in ts)} slopes, none sustained"
+    if short and not leaks:
+        detail += "; not judged: " + "; ".join(short)
+    return Check("no sustained leak (anonymous memory, fds, threads)", not leaks, detail)
 
 
 def _stale(s: Soaked, ts: list[Trend]) -> Check:

@@ -1,11 +1,14 @@
 """Slopes and the leak rule over a soak's samples, and TTFT per minute. Pure functions over the recorded rows.
 
 A slope is the least-squares fit over the samples after warm-up, per hour. A leak is a *sustained* rise
-(`options.LeakRule`): split the post-warm-up span into three equal windows; the metric leaks when each window's
-median is above the one before, it grew by at least `min_growth` from the first to the last, and the slope is at
-least `min_per_hour`. Warm-up growth (a pool filling, an allocator settling) rises once and then stays flat, so
-its windows do not keep climbing. For the stale P2P work (lookup jobs + read locks summed over the servers) each
-window's minimum is used instead: under load they come and go, what stays at the floor is what leaks.
+(`options.LeakRule`): split the post-warm-up span into three equal windows and take each window's floor (its
+lowest sample); the metric leaks when each floor is above the one before, the last rise is not much smaller
+than the one before it (`STEADY`), it grew by at least `min_growth` from the first floor to the last, and the
+slope is at least `min_per_hour`. Floors, not medians: a Python process's memory spikes with each large request
+and the allocator keeps its high-water mark, so peaks ratchet up for a while under any load, while a leak lifts
+the floor. Warm-up growth (a pool filling, an allocator settling) rises and levels off, so its floors stop
+climbing or slow down. The stale P2P work (lookup jobs + read locks summed over the servers) is judged the same
+way: under load they come and go, what stays at the floor is what leaks.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from p2p_ops.harness.soak.sampler import Row
 from p2p_ops.observe.stats import percentile
 
 Point = tuple[float, float]  # (seconds since start, value)
+# A leak's last third rises at least this fraction of its second third's rise; warm-up decelerates below it.
+STEADY = 0.3
+# Below this span after warm-up a rise is reported, not judged: bounded pools (an engine's paged KV cache, the
+# allocator's arenas) are still being touched for the first time minutes into a run.
+MIN_SPAN_S = 600.0
 
 
 def slope_per_hour(points: list[Point]) -> Optional[float]:
@@ -56,9 +64,10 @@ class Trend:
     windows: list[float]
     leak: bool
     why: str = ""
+    too_short: bool = False  # rising, but the span after warm-up is too short to tell it from warm-up
 
 
-def trend(unit: str, metric: str, points: list[Point], rule: Optional[LeakRule], floor: bool = False) -> Trend:
+def trend(unit: str, metric: str, points: list[Point], rule: Optional[LeakRule], floor: bool = True) -> Trend:
     slope = slope_per_hour(points)
     wins = windows(points, min if floor else median)
     tr = Trend(unit, metric, points[0][1] if points else None, points[-1][1] if points else None,
@@ -67,10 +76,16 @@ def trend(unit: str, metric: str, points: list[Point], rule: Optional[LeakRule],
         return tr
     rising = wins[0] < wins[1] < wins[2]
     growth = wins[2] - wins[0]
-    if rising and growth >= rule.min_growth and slope >= rule.min_per_hour:
-        tr.leak = True
-        tr.why = (f"{metric} of {unit} rose through all three windows ({' -> '.join(f'{w:g}' for w in wins)}), "
-                  f"{slope:+.1f}/hour")
+    # Still climbing in the last third at a good part of the pace before: a curve levelling off is warm-up.
+    steady = (wins[2] - wins[1]) >= STEADY * (wins[1] - wins[0])
+    if rising and steady and growth >= rule.min_growth and slope >= rule.min_per_hour:
+        tr.why = (f"{metric} of {unit} rose at the floor through all three windows "
+                  f"({' -> '.join(f'{w:g}' for w in wins)}), {slope:+.1f}/hour")
+        span = points[-1][0] - points[0][0]
+        tr.leak = span >= MIN_SPAN_S
+        tr.too_short = not tr.leak
+        if tr.too_short:
+            tr.why += f", over only {span:.0f} s after warm-up (a leak needs {MIN_SPAN_S:.0f} s to tell)"
     return tr
 
 
@@ -89,7 +104,7 @@ def trends(rows: list[Row], opts: SoakOptions) -> list[Trend]:
     for r in post:
         if r.role == "server" and r.lookup_jobs is not None:
             by_t[r.t] = by_t.get(r.t, 0.0) + r.lookup_jobs + (r.read_locks or 0)
-    out.append(trend("all servers", "stale_p2p", sorted(by_t.items()), opts.stale, floor=True))
+    out.append(trend("all servers", "stale_p2p", sorted(by_t.items()), opts.stale))
     return out
 
 
