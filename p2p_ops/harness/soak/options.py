@@ -46,6 +46,7 @@ class SoakOptions:
     max_tokens: int = 8
     request_timeout_s: float = 60.0
     via_router: bool = False
+    fill_l1: bool = True             # warm-up also fills every L1 to its eviction watermark (fill.py)
     seed: int = 0
     rss: LeakRule = LeakRule(min_per_hour=30.0, min_growth=16.0)     # MiB of anonymous memory
     fds: LeakRule = LeakRule(min_per_hour=30.0, min_growth=8.0)
@@ -54,7 +55,7 @@ class SoakOptions:
 
     @classmethod
     def quick(cls, **kw) -> "SoakOptions":
-        base = dict(duration_s=180.0, warmup_s=45.0, sample_every_s=5.0, proof_every_s=60.0)
+        base = dict(duration_s=180.0, warmup_s=45.0, sample_every_s=5.0, proof_every_s=60.0, fill_l1=False)
         return cls(**{**base, **kw})
 
     def validate(self) -> None:

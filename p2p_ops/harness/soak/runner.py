@@ -13,6 +13,7 @@ from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import run_basic
 from p2p_ops.harness.faults import drain
 from p2p_ops.harness.faults.core import wait_ready
+from p2p_ops.harness.soak.fill import L1Filler
 from p2p_ops.harness.soak.load import MixedLoad
 from p2p_ops.harness.soak.options import SoakOptions
 from p2p_ops.harness.soak.sampler import Sampler
@@ -42,6 +43,7 @@ class Soaked:
     stopped_early: str = ""
     drained: Optional[drain.DrainFigures] = None
     inflight_at_rest_before: int = 0
+    filler: Optional[L1Filler] = None
 
 
 def _proof(ctx: FleetContext, out_dir: Path, t: float, n: int) -> Proof:
@@ -104,9 +106,13 @@ def run_soak(ctx: FleetContext, opts: SoakOptions, out_dir: Path, progress: Prog
     progress(f"soak: {opts.concurrency} client(s) for {opts.duration_s / 60:.1f} min on {len(urls)} engine(s)"
              f"{' through the router' if opts.via_router else ''}; warm-up {opts.warmup_s:.0f} s")
     load.start()
+    if opts.fill_l1:
+        s.filler = L1Filler(ctx, load, opts.warmup_s * 0.9).start()
     try:
         _loop(ctx, s, out_dir, t0, progress, stop)
     finally:
+        if s.filler:
+            s.filler.stop()
         load.stop()
         s.wall_s = round(time.monotonic() - t0, 1)
     if not s.stopped_early:

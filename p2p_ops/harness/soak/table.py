@@ -50,6 +50,11 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
              "| check | result | detail |", "|---|---|---|"]
     lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
     lines += ["", "## Per process (after warm-up: first → last sample, least-squares slope)", "", *trend_rows(s, ts)]
+    f = s.filler
+    if f is not None:
+        lines += ["", f"L1 fill in warm-up: every server's L1 at {f.fill or 0:.0%} of its size" +
+                  (f" from {f.filled_at:g} s on (steady state: evicting)." if f.filled_at is not None else
+                   " when the warm-up ended (not yet at the eviction watermark).")]
     stale = next((t for t in ts if t.metric == "stale_p2p"), None)
     lines += ["", f"Stale P2P work (lookup jobs + L1 read locks, all servers): {_trend_cell(stale)}, window floors "
               f"{stale.windows if stale else '-'}.", "", "## Per minute", "",
@@ -103,6 +108,7 @@ def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Pat
            "checks": [asdict(c) for c in checks], "trends": [asdict(t) for t in ts],
            "minutes": [asdict(m) for m in per_minute(reqs)], "proofs": [asdict(p) for p in s.proofs],
            "drained": asdict(s.drained) if s.drained else None, "stopped_early": s.stopped_early,
+           "l1_filled_at_s": s.filler.filled_at if s.filler else None,
            "cpu_percent": {u.name: cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s) for u in s.sampler.units},
            "plots": [p.name for p in plots]}
     (out_dir / "soak.json").write_text(json.dumps(doc, indent=2) + "\n")
