@@ -4,7 +4,7 @@ grows with what its L1 holds (chunk metadata) until the L1 is full, which is no 
 
 A thread of its own sends distinct long prompts to the engines in turn, recorded with the soak's requests (kind
 "fill": their failures count too), until every server reports L1 use at `WATERMARK` of its size or the time
-given runs out."""
+given runs out (an L1 already evicting counts as full)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Optional
 
-from p2p_ops.endpoints import lmcache_api
+from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.harness import prompts
 from p2p_ops.harness.soak.load import MixedLoad
 from p2p_ops.lifecycle.context import FleetContext
@@ -23,13 +23,16 @@ FILL_CHARS = 3000
 
 
 def l1_fill(ctx: FleetContext) -> Optional[float]:
-    """The least-filled server's L1 use as a fraction of its size (None when a server does not answer)."""
+    """The least-filled server's L1 use as a fraction of its size, 1.0 for a server already evicting (LMCache
+    evicts below the watermark it triggers at, so an evicting L1 is full); None when a server does not answer."""
     fracs = []
     for node, inst in ctx.fleet.instances():
-        st = lmcache_api.server_status(ctx.server_url(node, inst))
+        url = ctx.server_url(node, inst)
+        st = lmcache_api.server_status(url)
         if not st.reachable or not st.l1_total:
             return None
-        fracs.append(st.l1_used / st.l1_total)
+        evicted = metrics_api.metric_sum(metrics_api.scrape(url), "lmcache_mp_l1_evicted_chunks_total")
+        fracs.append(1.0 if evicted > 0 else st.l1_used / st.l1_total)
     return min(fracs) if fracs else None
 
 
