@@ -35,4 +35,6 @@ def test_soak_on_a_three_node_fleet_leaves_slopes_and_plots(tmp_path, p2pctl):
         for plot in ("soak-anon-memory.png", "soak-fds.png", "soak-threads.png", "soak-ttft.png"):
             assert (run / plot).stat().st_size > 1000, plot
         assert json.loads((run / "run.json").read_text())["state"] == "complete"
-        assert "rose at the floor" not in (run / "soak.md").read_text()
+        # A 65 s run may see a process still warming up rise: it is reported, never judged (10 min to tell).
+        md = (run / "soak.md").read_text()
+        assert md.count("rose at the floor") == md.count("(a leak needs 600 s to tell)"), md
