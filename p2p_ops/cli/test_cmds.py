@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -19,6 +20,7 @@ from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.status import require_ready
 from p2p_ops.observe.report import build_report, overall_passed
 
 
@@ -122,8 +124,16 @@ def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int
     return 2
 
 
-def cmd_basic(args: argparse.Namespace) -> int:
+@contextmanager
+def running_context(args: argparse.Namespace) -> Iterator[FleetContext]:
+    """The fleet context of a verb that needs a running fleet: it says so first (exit 2), naming `p2pctl up`."""
     with context(args) as ctx:
+        require_ready(ctx)
+        yield ctx
+
+
+def cmd_basic(args: argparse.Namespace) -> int:
+    with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
                            seed=args.seed, progress=_progress)
     if args.json:
@@ -202,7 +212,7 @@ def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
     """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
     run: Optional[RunFolder] = None
-    with context(args) as ctx:
+    with running_context(args) as ctx:
         try:
             with run_folder(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind) as run:
                 body(ctx, run.path)
@@ -269,7 +279,7 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
     names = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
-    with context(args) as ctx, run_folder(ctx.layout, "faults") as run:
+    with running_context(args) as ctx, run_folder(ctx.layout, "faults") as run:
         out_dir = run.path
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
                                     explicit=args.scenarios is not None)
@@ -327,7 +337,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     from p2p_ops.harness import soak
 
     opts = soak_options(args)
-    with context(args) as ctx, run_folder(ctx.layout, "soak") as run:
+    with running_context(args) as ctx, run_folder(ctx.layout, "soak") as run:
         s = soak.run_soak(ctx, opts, run.path, progress=_progress, stop=run.interrupted)
         checks, trends = soak.soak_checks(s)
         table = soak.write_evidence(s, checks, trends, run.path, ctx.fleet.name)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops.facts.logs import file_copy_fact, log_excerpt_fact, log_grep_fact, log_tail_fact
+from p2p_ops.facts.memory import MEMINFO
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.pidfile import Watched, pid_states_fact
@@ -29,6 +30,7 @@ BUILDERS = {
     "ipv4_interfaces": lambda a: IPV4_INTERFACES,
     "proc_usage": lambda a: usage_fact(a["sessions"]),
     "proc_threads": lambda a: threads_fact(a["pid"]),
+    "meminfo": lambda a: MEMINFO,
 }
 
 
