@@ -97,7 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     so.add_argument("--duration", default=None, help="how long, e.g. 30m, 1h, 90s (default 30m; --quick: 3m)")
     so.add_argument("--quick", action="store_true",
                     help="3 minutes: 45 s warm-up, a sample every 5 s, a proof every minute")
-    so.add_argument("--warmup", default=None, help="left out of the slopes, e.g. 5m (default 5m; --quick: 45s)")
+    so.add_argument("--warmup", default=None,
+                    help="left out of the slopes, e.g. 5m (default 10m, at most a third of --duration; --quick: 45s)")
     so.add_argument("--sample-every", type=float, default=None, help="seconds between samples (default 10)")
     so.add_argument("--proof-every", type=float, default=None, help="seconds between cross-node proofs (default 300)")
     so.add_argument("--concurrency", type=int, default=None, help="clients in flight (default 2)")
@@ -320,6 +321,8 @@ def soak_options(args: argparse.Namespace):
         kw["duration_s"] = parse_duration(args.duration)
     if args.warmup is not None:
         kw["warmup_s"] = parse_duration(args.warmup)
+    elif not args.quick and "duration_s" in kw:
+        kw["warmup_s"] = min(SoakOptions.warmup_s, kw["duration_s"] / 3)
     for opt, name in (("sample_every", "sample_every_s"), ("proof_every", "proof_every_s"),
                       ("concurrency", "concurrency")):
         if getattr(args, opt) is not None:

@@ -34,7 +34,9 @@ class LeakRule:
 @dataclass(frozen=True)
 class SoakOptions:
     duration_s: float = 1800.0
-    warmup_s: float = 300.0          # left out of slopes: caches, pools and connections settle first
+    # Left out of slopes: caches, pools and connections settle, and the fill brings every L1 to its watermark
+    # (three 1 GiB L1s took 6 min on a busy 2-core box, the 2026-12-01 soak B).
+    warmup_s: float = 600.0
     sample_every_s: float = 10.0     # process and server samples
     proof_every_s: float = 300.0     # the cross-node proof (test basic) under the load
     concurrency: int = 2             # clients in flight
