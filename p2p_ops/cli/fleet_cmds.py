@@ -14,6 +14,7 @@ from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.lock import WAIT_S
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.load import warnings as spec_warnings
 from p2p_ops.spec.sizing import BUDGET_SHARE, box_budget_gib, describe_sizing
@@ -105,6 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-render", action="store_true",
                    help="start from the env.sh files as they are (hand-edited ones included); no spec re-render")
     add_role_arg(p, "starts one lmcache server again after `down` stopped it, keeping its engine")
+    add_lock_arg(p)
     add_json_arg(p)
     p.set_defaults(handler=cmd_up)
 
@@ -128,8 +130,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fleet_args(p)
     p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
     add_role_arg(p, "stops one lmcache server and leaves its engine running")
+    add_lock_arg(p)
     add_json_arg(p)
     p.set_defaults(handler=cmd_down)
+
+
+def add_lock_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock-wait", type=float, default=WAIT_S, metavar="S",
+                   help=f"seconds to wait while another `up`/`down` of this fleet holds its lock (default "
+                        f"{WAIT_S:.0f}; 0: fail at once, naming who holds it)")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -203,7 +212,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.dry_run:
             return _dry_run(ctx, args, roles)
         launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node,
-                  rerender=not args.no_render, roles=roles)
+                  rerender=not args.no_render, roles=roles, lock_wait_s=args.lock_wait)
     what = "started" if roles == launch.ROLES and args.node is None else \
         f"started ({', '.join(roles)}{' on ' + args.node if args.node else ''})"
     if args.json:
@@ -247,9 +256,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if rep.ready else EXIT_CHECK_FAILED
 
 
+def _lock_note(line: str) -> None:
+    """`down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr."""
+    if line.startswith("waiting for fleet"):
+        _progress(line)
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     with context(args) as ctx:
-        outcome = launch.down(ctx, only=args.node, roles=_roles(args))
+        outcome = launch.down(ctx, only=args.node, roles=_roles(args), lock_wait_s=args.lock_wait,
+                              progress=_lock_note)
     errors = launch.down_errors(outcome)
     if args.json:
         emit_json({"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors})

@@ -6,7 +6,7 @@ import argparse
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -17,7 +17,7 @@ from p2p_ops.cli.output import console, emit_json, heading, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
-from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.status import require_ready
@@ -90,6 +90,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "their own interface and are listed as skipped otherwise)")
     add_json_arg(fa)
     fa.set_defaults(handler=cmd_faults)
+
+    so = tsub.add_parser("soak", help="steady mixed load for minutes or hours: leak slopes, TTFT per minute, "
+                                      "periodic cross-node proofs; fails on a sustained leak or a failed request")
+    add_fleet_args(so)
+    so.add_argument("--duration", default=None, help="how long, e.g. 30m, 1h, 90s (default 30m; --quick: 3m)")
+    so.add_argument("--quick", action="store_true",
+                    help="3 minutes: 45 s warm-up, a sample every 5 s, a proof every minute")
+    so.add_argument("--warmup", default=None,
+                    help="left out of the slopes, e.g. 5m (default 10m, at most a third of --duration; --quick: 45s)")
+    so.add_argument("--sample-every", type=float, default=None, help="seconds between samples (default 10)")
+    so.add_argument("--proof-every", type=float, default=None, help="seconds between cross-node proofs (default 300)")
+    so.add_argument("--concurrency", type=int, default=None, help="clients in flight (default 2)")
+    so.add_argument("--via-router", action="store_true", help="send every request to the fleet's router")
+    so.add_argument("--seed", type=int, default=None)
+    add_json_arg(so)
+    so.set_defaults(handler=cmd_soak)
 
     r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
     r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
@@ -196,11 +212,25 @@ def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
     """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
+    run: Optional[RunFolder] = None
     with running_context(args) as ctx:
-        out_dir = new_run_dir(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind)
-        body(ctx, out_dir)
-    summary = build_report(out_dir)
-    return _verdict(args, summary, out_dir)
+        try:
+            with run_folder(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind) as run:
+                body(ctx, run.path)
+        except BaseException:
+            if run is not None:
+                _partial_report(run.path)
+            raise
+    summary = build_report(run.path)
+    return _verdict(args, summary, run.path)
+
+
+def _partial_report(run_dir: Path) -> None:
+    """A run cut short (Ctrl-C, an error) still gets its report from what it wrote, marked interrupted."""
+    try:
+        build_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the error that cut the run short is the one to show
+        output.err_console.get().print(f"no report for {run_dir}: {exc}", markup=False)
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
@@ -250,8 +280,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
     names = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
-    with running_context(args) as ctx:
-        out_dir = new_run_dir(ctx.layout, "faults")
+    with running_context(args) as ctx, run_folder(ctx.layout, "faults") as run:
+        out_dir = run.path
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
                                     explicit=args.scenarios is not None)
     ok = faults.passed(results)
@@ -279,4 +309,47 @@ def _verdict(args: argparse.Namespace, summary: Path, run_dir: Path) -> int:
     else:
         console.print(f"report: {summary}", soft_wrap=True)
         console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
+    return EXIT_OK if ok else EXIT_CHECK_FAILED
+
+
+def soak_options(args: argparse.Namespace):
+    from p2p_ops.harness.soak import SoakOptions, parse_duration
+
+    kw: dict = {"via_router": args.via_router,
+                "seed": args.seed if args.seed is not None else int(time.time()) % 10**6}
+    if args.duration is not None:
+        kw["duration_s"] = parse_duration(args.duration)
+    if args.warmup is not None:
+        kw["warmup_s"] = parse_duration(args.warmup)
+    elif not args.quick and "duration_s" in kw:
+        kw["warmup_s"] = min(SoakOptions.warmup_s, kw["duration_s"] / 3)
+    for opt, name in (("sample_every", "sample_every_s"), ("proof_every", "proof_every_s"),
+                      ("concurrency", "concurrency")):
+        if getattr(args, opt) is not None:
+            kw[name] = getattr(args, opt)
+    if args.sample_every is not None and not 1 <= args.sample_every <= 600:
+        raise BadInput(f"--sample-every {args.sample_every:g}: use 1..600 seconds")
+    if args.proof_every is not None and args.proof_every < 10:
+        raise BadInput(f"--proof-every {args.proof_every:g}: use at least 10 seconds")
+    opts = SoakOptions.quick(**kw) if args.quick else SoakOptions(**kw)
+    opts.validate()
+    return opts
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from p2p_ops.harness import soak
+
+    opts = soak_options(args)
+    with running_context(args) as ctx, run_folder(ctx.layout, "soak") as run:
+        s = soak.run_soak(ctx, opts, run.path, progress=_progress, stop=run.interrupted)
+        checks, trends = soak.soak_checks(s)
+        table = soak.write_evidence(s, checks, trends, run.path, ctx.fleet.name)
+    ok = soak.passed(checks)
+    if args.json:
+        emit_json({"run_dir": str(run.path), "table": str(table), "passed": ok,
+                   "checks": [c.__dict__ for c in checks]})
+        return EXIT_OK if ok else EXIT_CHECK_FAILED
+    console.print(soak.soak_markdown(s, checks, trends, ctx.fleet.name), markup=False)
+    console.print(f"evidence: {run.path}", soft_wrap=True)
+    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the checks)")
     return EXIT_OK if ok else EXIT_CHECK_FAILED

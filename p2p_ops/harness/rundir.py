@@ -1,12 +1,26 @@
-"""Every test run leaves evidence in its own folder: <run>/tests/<UTC time>-<kind>/."""
+"""Every test run leaves evidence in its own folder: <run>/tests/<UTC time>-<kind>/.
+
+Its `run.json` says whether the run is still writing (`running`), finished (`complete`) or was cut short
+(`interrupted`, with the reason): a `p2pctl down` of the fleet while the test ran (lifecycle.lock records every
+`down`), or Ctrl-C. An interrupted run still gets its report from what it wrote, marked so.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Optional
 
+from p2p_ops.lifecycle.lock import last_down
 from p2p_ops.spec.layout import COORDINATOR, TESTS, RunLayout
+
+RUN_FILE = "run.json"
 
 
 def new_run_dir(layout: RunLayout, kind: str) -> Path:
@@ -32,3 +46,60 @@ def copy_env_files(layout: RunLayout, dest: Path) -> None:
         target = dest / ("coordinator.env.sh" if unit == COORDINATOR else f"{unit}.env.sh")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(env, target)
+
+
+def _write(path: Path, data: dict) -> None:
+    tmp = path / (RUN_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path / RUN_FILE)
+
+
+def run_state(path: Path) -> dict:
+    """The run's run.json ({} for folders written before it existed)."""
+    try:
+        return json.loads((path / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class RunFolder:
+    path: Path
+    layout: RunLayout
+
+    def interrupted(self) -> Optional[str]:
+        """Why the run is cut short (a `down` of the fleet since it started), or None. Cheap: one file read,
+        so long runs check it between steps and stop early."""
+        started = float(run_state(self.path).get("started") or 0)
+        found = last_down(self.layout.root)
+        if found is None or found[0].since <= started:
+            return None
+        holder, what = found
+        return f"{what} was stopped by {holder.describe()} while the test ran"
+
+    def finish(self, reason: str = "") -> str:
+        """Write the final state: interrupted (by a `down` seen meanwhile, or `reason`) or complete. A `down` comes
+        first: the error a test stopped on is then most likely its consequence."""
+        down = self.interrupted()
+        reason = (down + (f"; then {reason}" if reason else "")) if down else reason
+        state = dict(run_state(self.path), state="interrupted" if reason else "complete", ended=time.time(),
+                     reason=reason)
+        _write(self.path, state)
+        return state["state"]
+
+
+@contextmanager
+def run_folder(layout: RunLayout, kind: str) -> Iterator[RunFolder]:
+    """A new run folder for the block; its run.json ends complete or interrupted, whatever happens inside."""
+    run = RunFolder(new_run_dir(layout, kind), layout)
+    _write(run.path, {"kind": kind, "state": "running", "pid": os.getpid(), "host": socket.gethostname(),
+                      "started": time.time(), "ended": None, "reason": ""})
+    try:
+        yield run
+    except KeyboardInterrupt:
+        run.finish("stopped by the user (SIGINT) while the test ran")
+        raise
+    except BaseException as exc:
+        run.finish(f"the test stopped on an error: {type(exc).__name__}: {str(exc)[:300]}")
+        raise
+    run.finish()

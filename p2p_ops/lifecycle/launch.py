@@ -4,6 +4,7 @@ What starts, in which order and how each unit is known to be ready is the units 
 start phase by phase (coordinator, servers and embedded engines together; vLLM engines after their servers;
 the router after the engines) and stop in reverse role order. Each node's processes are handled by its
 connector; nodes are handled in parallel. What the fleet looks like meanwhile (`report()`) is in `status`.
+`up` and `down` hold the fleet's lock (`lock.py`): a second one on the same fleet waits, saying who holds it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from p2p_ops.facts.logs import log_excerpt_fact, log_tail_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
+from p2p_ops.lifecycle.lock import WAIT_S, fleet_lock, record_down
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.preflight.reach import preflight
 from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, render_fleet, write_rendered
@@ -145,12 +147,19 @@ UP_DEADLINE_S = 1800.0
 
 def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
        only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES,
-       deadline_s: float = UP_DEADLINE_S) -> None:
+       deadline_s: float = UP_DEADLINE_S, lock_wait_s: float = WAIT_S) -> None:
     """Start the fleet, or with `only` one node's units (the coordinator and router too if they live there).
 
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
     roles limits what starts, e.g. ("server",) restarts only lmcache servers after a `down --role server`.
+    Holds the fleet's lock, waiting up to lock_wait_s for another `up`/`down` of it.
     """
+    with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
+        _up(ctx, progress, start_timeout, only, rerender, roles, deadline_s)
+
+
+def _up(ctx: FleetContext, progress: Progress, start_timeout: float, only: Optional[str], rerender: bool,
+        roles: tuple[str, ...], deadline_s: float) -> None:
     until = time.monotonic() + deadline_s
 
     def left(wanted: float) -> float:
@@ -262,10 +271,19 @@ def _remove_shm(ctx: FleetContext, only: Optional[str]) -> None:
 
 
 def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = None,
-         roles: tuple[str, ...] = ROLES) -> dict[str, str]:
+         roles: tuple[str, ...] = ROLES, lock_wait_s: float = WAIT_S) -> dict[str, str]:
     """Stop the units role by role in reverse start order (router, engines, servers, coordinator); servers
-    deregister on the way. Idempotent; `roles` and `only` (a node) limit it."""
+    deregister on the way. Idempotent; `roles` and `only` (a node) limit it. Holds the fleet's lock, and
+    records who stopped what (`lock.record_down`): a test run writing its folder meanwhile ends "interrupted"."""
     check_node(ctx, only)
+    with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
+        what = "the fleet" if only is None and roles == ROLES else \
+            f"{', '.join(roles)}{' on ' + only if only else ''}"
+        record_down(ctx.layout.root, what)
+        return _down(ctx, progress, only, roles)
+
+
+def _down(ctx: FleetContext, progress: Progress, only: Optional[str], roles: tuple[str, ...]) -> dict[str, str]:
     outcome: dict[str, str] = {}
     units = launched_units(ctx, roles, only)
     for role in reversed(LAUNCHED_ROLES):

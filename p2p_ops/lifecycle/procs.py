@@ -5,6 +5,11 @@ written to a pidfile, its kernel start time (/proc/PID/stat field 22) next to it
 signalling we check that the pid still is the process we started: same start time (a recycled pid never has
 it) and a marker in its command line, so a recycled pid is never killed. Stopping signals the whole process group:
 SIGINT (LMCache shuts down cleanly on it), then TERM, then KILL.
+
+Every process starts with SIGINT and SIGQUIT at their defaults, whoever started `up`: a signal ignored at exec
+stays ignored in the child (and `set -m` does not undo it), so under `nohup ... &`, a background job of a
+non-interactive shell or an SSH session that ignores them, a wrapper or tool that installs no handler of its own
+would sit out the first SIGINT and be "killed" instead of "stopped".
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ from p2p_ops.spec.units import Proc
 # instant before exec can be lost (bash's handler only sets a flag, and exec resets it), so start() waits
 # until the launcher is gone: a `down` right after `up` then stops the process with its first SIGINT.
 # A process whose pidfile cannot be written is never started: nothing could stop it later.
-_LAUNCHER = 'sed "s/.*) //" /proc/$$/stat | cut -d" " -f20 > "$1.start" && echo $$ > "$1" && exec bash "$2"'
+# bash cannot un-ignore a signal it was started with (`trap - INT` is a no-op then), so the reset is done by
+# what execs the wrapper: coreutils `env --default-signal` (8.31+), else perl (Debian's perl-base is essential).
+LAUNCHER_TAG = ": p2p-launcher;"
+_LAUNCHER = (LAUNCHER_TAG + ' sed "s/.*) //" /proc/$$/stat | cut -d" " -f20 > "$1.start" && echo $$ > "$1" || exit 4\n'
+             'env --default-signal=INT true 2>/dev/null && exec env --default-signal=INT,QUIT bash "$2"\n'
+             'command -v perl >/dev/null && exec perl -e \'$SIG{INT}=$SIG{QUIT}="DEFAULT"; exec @ARGV\' bash "$2"\n'
+             'exec bash "$2"')
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,8 @@ if [ -f {q(proc.pidfile)} ]; then
   fi
 fi
 [ -f {q(proc.log)} ] && mv -f {q(proc.log)} {q(proc.log + '.1')}
-# Without job control, `&` children start with SIGINT ignored, and LMCache then cannot stop cleanly on it.
-# With it, the job leads its own process group, so setsid forks: the session leader writes its own pid.
+# Without job control, `&` children start with SIGINT ignored (the launcher resets that too). With it, the job
+# leads its own process group, so setsid forks: the session leader writes its own pid.
 set -m
 rm -f {q(proc.pidfile)} {q(startfile(proc.pidfile))}
 umask 077
@@ -58,7 +69,7 @@ for _ in $(seq 1 200); do [ -s {q(proc.pidfile)} ] && break; sleep 0.05; done
 pid=$(cat {q(proc.pidfile)})
 for _ in $(seq 1 200); do
   alive "$pid" || break
-  tr '\\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF 'exec bash "$2"' || break
+  tr '\\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF {q(LAUNCHER_TAG)} || break
   sleep 0.05
 done
 echo "started $pid"

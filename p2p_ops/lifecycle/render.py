@@ -122,9 +122,9 @@ def router_bin(fleet: Fleet) -> str:
 
 
 def router_args(fleet: Fleet) -> list[str]:
-    """vllm-router flags beyond host, ports, workers and policy: KV-event sources and the user's args."""
+    """vllm-router flags beyond host, ports, workers and policy: failover, KV-event sources, the user's args."""
     r = fleet.router
-    args: list[str] = []
+    args: list[str] = r.failover_args()
     if r.cache_threshold is not None:
         args += ["--cache-threshold", str(r.cache_threshold)]
     # vllm-router refuses KV-event sources under any other policy; the engines publish regardless.

@@ -222,6 +222,14 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
     return lines
 
 
+def _interrupted(run_dir: Path) -> list[CheckLine]:
+    # harness.rundir writes this when a run is cut (down, Ctrl-C, an error): what is here is all it got to
+    run = _json(run_dir, "run.json") or {}
+    if not isinstance(run, dict) or run.get("state") != "interrupted":
+        return []
+    return [CheckLine("run ran to its end (not interrupted)", False, str(run.get("reason", "")))]
+
+
 def build_report(run_dir: Path) -> Path:
     """Write `summary.md` into the run folder from its evidence files; a malformed or foreign file (a link
     out of the folder, a FIFO) is one line naming it (BadInput)."""
@@ -232,6 +240,7 @@ def build_report(run_dir: Path) -> Path:
     records = _records(run_dir)
     bench_checks, bench_lines = _bench(run_dir)
     checks = basic_checks + (stage_checks(records) if records else []) + bench_checks
+    checks += _interrupted(run_dir)
     if not checks:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)

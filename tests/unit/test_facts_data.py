@@ -19,6 +19,7 @@ from p2p_ops.facts.memory import MEMINFO
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.pidfile import Watched, pid_states_fact
+from p2p_ops.facts.proc_usage import threads_fact, usage_fact
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "facts"
 BUILDERS = {
@@ -28,6 +29,8 @@ BUILDERS = {
     "pid_states": lambda a: pid_states_fact([Watched(f"/p{i}", f"m{i}", f"/w{i}") for i in range(a["count"])]),
     "paths": lambda a: paths_fact(a["wanted"]),
     "ipv4_interfaces": lambda a: IPV4_INTERFACES,
+    "proc_usage": lambda a: usage_fact(a["sessions"]),
+    "proc_threads": lambda a: threads_fact(a["pid"]),
     "meminfo": lambda a: MEMINFO,
 }
 
@@ -35,6 +38,8 @@ BUILDERS = {
 def _plain(value):
     if is_dataclass(value):
         return asdict(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [list(asdict(v).values()) if is_dataclass(v) else _plain(v) for v in value]
     return value
@@ -110,3 +115,40 @@ def test_log_readers_refuse_links_fifos_and_folders_out_of_bounds(tmp_path):
     assert ok.size == 25 and ok.text == "boom\nline 3\n" and not ok.refused
     assert read_fact(conn, log_tail_fact(str(run / "ok.log"), 2), timeout=20) == ["ERROR boom", "line 3"]
     assert read_fact(conn, file_copy_fact(str(run / "none.log"), 10), timeout=20).exists is False
+
+
+def test_proc_usage_reads_the_sessions_of_real_processes():
+    """The live command on this machine: a sleeping child in its own session costs one process, one thread."""
+    import subprocess
+
+    from p2p_ops.connectors import LocalConnector
+    from p2p_ops.facts.sections import read_fact
+
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        got = read_fact(LocalConnector(), usage_fact([child.pid, 999_999_999]))
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert set(got) == {child.pid}  # an absent session is left out, not zero
+    u = got[child.pid]
+    assert u.procs == 1 and u.threads == 1 and u.fds >= 3 and 0 < u.rss_bytes < 64 * 2**20 and u.cpu_s >= 0
+    assert 0 < u.anon_bytes <= u.rss_bytes and u.shmem_bytes == 0
+
+
+def test_proc_threads_names_this_processes_threads():
+    import os
+    import threading
+
+    from p2p_ops.connectors import LocalConnector
+    from p2p_ops.facts.sections import read_fact
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="soak-probe-thread")
+    t.start()
+    try:
+        got = read_fact(LocalConnector(), threads_fact(os.getpid()))
+    finally:
+        stop.set()
+        t.join()
+    assert got and all(v >= 0 for v in got.values()) and sum(got.values()) > 0, got

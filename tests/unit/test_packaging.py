@@ -62,17 +62,21 @@ def installed(tmp_path_factory):
     return venv / "bin", work
 
 
+def _outside_env() -> dict:
+    """The caller's environment without what would point imports back at a checkout (PYTHONPATH, a venv)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _p2pctl(installed, *args):
     bin_dir, work = installed
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return _run([str(bin_dir / "p2pctl"), *args], cwd=work, env=env)
+    return _run([str(bin_dir / "p2pctl"), *args], cwd=work, env=_outside_env())
 
 
 def test_wheel_imports_from_itself_not_the_checkout(installed):
     bin_dir, work = installed
     res = _run([str(bin_dir / "python"), "-c",
                 "import p2p_ops, p2p_ops.templates; print(p2p_ops.__file__); print(p2p_ops.templates.__file__)"],
-               cwd=work)
+               cwd=work, env=_outside_env())
     assert res.returncode == 0, res.stderr
     for line in res.stdout.split():
         assert str(REPO) not in line and "site-packages" in line

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.connectors.base import CommandFailed
@@ -39,8 +43,43 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def test_start_state_stop_roundtrip(tmp_path):
+def ignored_signals(pid: int) -> int:
+    """The SigIgn mask of /proc/PID/status: bit N-1 set means signal N is ignored."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no SigIgn line for pid {pid}")
+
+
+def ignores(pid: int, sig: int) -> bool:
+    return bool(ignored_signals(pid) >> (sig - 1) & 1)
+
+
+@contextmanager
+def caller_ignoring(*sigs: int):
+    """Run the block as a caller under `nohup ... &` does: with these signals ignored, inherited by every child."""
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+@pytest.mark.parametrize("caller", ["as-is", "ignoring-sigint"])
+def test_start_state_stop_roundtrip(tmp_path, caller):
+    """Passes from any caller: the launcher puts SIGINT and SIGQUIT back at their defaults, so the `sleep`
+    (which installs no handler) stops on the first SIGINT even when whoever ran `up` ignored it."""
     conn = LocalConnector()
+    if caller == "ignoring-sigint":
+        with caller_ignoring(signal.SIGINT, signal.SIGQUIT):
+            assert ignores(os.getpid(), signal.SIGINT)
+            _roundtrip(conn, tmp_path)
+    else:
+        _roundtrip(conn, tmp_path)
+
+
+def _roundtrip(conn: LocalConnector, tmp_path: Path) -> None:
     proc = make_proc(tmp_path, "echo hello; exec sleep 300")
     st = procs.start(conn, proc)
     try:
@@ -53,6 +92,7 @@ def test_start_state_stop_roundtrip(tmp_path):
         assert again.pid == st.pid
         assert procs.states(conn, [proc])[0].state == "running"
         assert os.getsid(st.pid) == st.pid  # its own session: survives the shell that started it
+        assert not ignores(st.pid, signal.SIGINT) and not ignores(st.pid, signal.SIGQUIT), hex(ignored_signals(st.pid))
     finally:
         outcome = procs.stop(conn, proc, grace_s=5)
     assert outcome == "stopped"
@@ -138,3 +178,13 @@ def test_no_pidfile_message_runs_nothing_from_the_path(tmp_path):
         assert f"no pidfile written by {proc.wrapper}" in str(exc)
     assert not canary.exists()
 
+
+
+def test_perl_fallback_also_resets_the_signals(tmp_path):
+    """Hosts whose coreutils predate `env --default-signal` (8.31) get the reset from the launcher's perl line."""
+    line = next(ln for ln in procs._LAUNCHER.splitlines() if ln.startswith("command -v perl"))
+    script = line.replace('bash "$2"', 'grep SigIgn /proc/self/status')
+    with caller_ignoring(signal.SIGINT, signal.SIGQUIT):
+        out = LocalConnector().run(script, check=True).stdout
+    mask = int(out.split()[-1], 16)
+    assert not mask >> (signal.SIGINT - 1) & 1 and not mask >> (signal.SIGQUIT - 1) & 1, out

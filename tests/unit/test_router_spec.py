@@ -75,6 +75,8 @@ def test_p2p_off_keeps_servers_out_of_the_mesh():
     ({"policy": "fastest"}, ["router.policy"]),
     ({"node": "node-z"}, ["router.node", "node-z"]),
     ({"cache_threshold": 2}, ["router.cache_threshold"]),
+    ({"cb_failure_threshold": 0}, ["router.cb_failure_threshold"]),
+    ({"retry_initial_backoff_ms": 500, "retry_max_backoff_ms": 100}, ["retry_max_backoff_ms", "500"]),
 ])
 def test_bad_router_settings_name_the_field(router, words):
     with pytest.raises(BadInput) as err:

@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from p2p_ops.bench.suite import engines, fleet_scale, kv_path, kv_settings, loadgen
+from p2p_ops.bench.suite import engines, fleet_scale, kv_path, kv_settings, loadgen, steady_cost
 from p2p_ops.bench.suite.report import Report, replace_readme_targets
 from p2p_ops.resources import CHECKOUT
 
@@ -24,7 +24,7 @@ RESULTS = CHECKOUT / "bench" / "results"
 
 # Order matters only for the reader: the KV path is what the issue is about.
 BENCHES = {"kv": kv_path.run, "loadgen": loadgen.run, "engines": engines.run, "fleet": fleet_scale.run}
-FULL_ONLY = {"kvset": kv_settings.run, "vllm": engines.run_vllm}
+FULL_ONLY = {"kvset": kv_settings.run, "idle": steady_cost.run, "vllm": engines.run_vllm}
 
 
 def main(argv=None) -> int:

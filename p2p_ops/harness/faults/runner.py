@@ -43,6 +43,8 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     if wait_ready(ctx, opts.recover_timeout_s) is None:
         raise BadInput(f"fleet {ctx.fleet.name} is not ready (`p2pctl status`); a fault test needs a healthy fleet")
     docs, jobs = shared_jobs(ctx, opts, seed)
+    if SCENARIOS[name].via_router:
+        jobs = [(ctx.fleet.router_url, prompt) for _, prompt in jobs]
     first = ctx.engine_url(*ctx.fleet.instances()[0])
     for doc in docs:  # computed once on A: every other engine pulls these prefixes over P2P
         complete(first, model, doc, max_tokens=1, timeout=opts.request_timeout_s)
@@ -80,8 +82,9 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     d = drain.wait_drained(ctx, sampler.max_seen, max(opts.drain_timeout_s, worst + 5), baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
-    figures.extra = dict(fault.extra, inflight_by_server=d.last)
     samples = sorted(load.samples, key=lambda s: s.t)
+    fault.finish(marks, samples)
+    figures.extra = dict(fault.extra, inflight_by_server=d.last)
     fill_figures(figures, samples, marks, fault.unreachable_url, fault.why_unreachable)
     return figures, samples
 

@@ -9,68 +9,29 @@
   held only on A, so each pull is slower than `settings.p2p_load_timeout` and B must recompute.
 - l1_full: many distinct long prompts to A until its L1 evicts (or is full); then the shared documents again.
 
-link_cut and slow_peer need SSH nodes with their own interface (netfault.eligible says why not otherwise).
+- engine_killed_via_router, peer_server_killed_via_router: the same kills with every request sent to the
+  fleet's router, which must route around the dead engine (routed.py has the router's figures).
+
+link_cut and slow_peer need SSH nodes with their own interface (netfault.eligible says why not otherwise); the
+*_via_router ones a fleet with `router.enabled`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.faults import netfault
-from p2p_ops.harness.faults.core import FaultOptions, Load, Progress
-from p2p_ops.lifecycle import procs
+from p2p_ops.harness.faults.core import FaultOptions, Load
+from p2p_ops.harness.faults.fault import Fault, Kill
+from p2p_ops.harness.faults.fault import inst_a as _a
+from p2p_ops.harness.faults.fault import inst_b as _b
+from p2p_ops.harness.faults.routed import RoutedKill
 from p2p_ops.lifecycle.context import FleetContext
-
-
-@dataclass
-class Fault:
-    part: str
-    unreachable_url: str = ""        # an engine no request can reach while the part is broken
-    why_unreachable: str = ""
-    restarted: bool = False          # restore() started a process again (re-registration time is a figure)
-    extra: dict = field(default_factory=dict)
-
-    def inject(self, load: Load, progress: Progress) -> None: ...
-
-    def hold(self, load: Load, opts: FaultOptions, progress: Progress) -> None:
-        time.sleep(opts.hold_s)
-
-    def restore(self, progress: Progress) -> None: ...
-
-    def cleanup(self) -> None:
-        """Whatever happens (also an exception): leave nothing broken."""
-
-
-def _a(ctx: FleetContext):
-    return ctx.fleet.instances()[0]
-
-
-def _b(ctx: FleetContext):
-    return ctx.fleet.instances()[1]
-
-
-class Kill(Fault):
-    def __init__(self, ctx: FleetContext, node, proc: procs.Proc, dead_engine: str = "") -> None:
-        super().__init__(proc.name, dead_engine, "its engine was dead" if dead_engine else "", restarted=True)
-        self.ctx, self.node, self.proc = ctx, node, proc
-
-    def inject(self, load, progress) -> None:
-        [st] = procs.states(self.ctx.conn(self.node), [self.proc])
-        if not st.running or st.pid is None:
-            raise BadInput(f"{self.proc.name} is {st.state}, not running: start the fleet (`p2pctl up`) "
-                           "before a fault test")
-        progress(f"killing {self.proc.name}")
-        self.ctx.conn(self.node).run(f"kill -KILL -- -{int(st.pid)} 2>/dev/null || kill -KILL {int(st.pid)}",
-                                     timeout=15)
-
-    def restore(self, progress) -> None:
-        progress(f"starting {self.proc.name} again")
-        procs.start(self.ctx.conn(self.node), self.proc)
 
 
 class LinkCut(Fault):
@@ -204,6 +165,12 @@ class Scenario:
     name: str
     make: Callable[[FleetContext, FaultOptions, int], Fault]
     needs_net: bool = False
+    via_router: bool = False       # every request goes to the fleet's router (router.enabled)
+
+
+def _routed(ctx: FleetContext, role: str) -> RoutedKill:
+    node, inst = _b(ctx)
+    return RoutedKill(ctx, node, ctx.proc(role, inst), ctx.engine_url(node, inst))
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -215,6 +182,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("link_cut", lambda ctx, o, seed: LinkCut(ctx, o), needs_net=True),
     Scenario("slow_peer", lambda ctx, o, seed: SlowPeer(ctx, o, seed), needs_net=True),
     Scenario("l1_full", lambda ctx, o, seed: L1Full(ctx, o, seed)),
+    Scenario("engine_killed_via_router", lambda ctx, o, seed: _routed(ctx, "engine"), via_router=True),
+    Scenario("peer_server_killed_via_router", lambda ctx, o, seed: _routed(ctx, "server"), via_router=True),
 )}
 
 # What runs without --scenarios: everything this fleet allows (the network faults need SSH nodes).
@@ -233,4 +202,6 @@ def why_not(ctx: FleetContext, name: str) -> str:
     """'' when the scenario can run on this fleet; else why not (one line)."""
     if len(ctx.fleet.instances()) < 2:
         return "needs at least two instances"
+    if SCENARIOS[name].via_router and not ctx.fleet.router.enabled:
+        return "needs the fleet's router (router: {enabled: true})"
     return netfault.eligible(ctx) if SCENARIOS[name].needs_net else ""

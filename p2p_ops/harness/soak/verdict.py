@@ -1,0 +1,140 @@
+"""Slopes and the leak rule over a soak's samples, and TTFT per minute. Pure functions over the recorded rows.
+
+A slope is the least-squares fit over the samples after warm-up, per hour. A leak is a *sustained* rise
+(`options.LeakRule`): split the post-warm-up span into three equal windows and take each window's floor (its
+lowest sample); the metric leaks when each floor is above the one before, the last rise is not much smaller
+than the one before it (`STEADY`), it grew by at least `min_growth` from the first floor to the last, and the
+slope is at least `min_per_hour`. Floors, not medians: a Python process's memory spikes with each large request
+and the allocator keeps its high-water mark, so peaks ratchet up for a while under any load, while a leak lifts
+the floor. Warm-up growth (a pool filling, an allocator settling) rises and levels off, so its floors stop
+climbing or slow down. The stale P2P work (lookup jobs + read locks summed over the servers) is judged the same
+way: under load they come and go, what stays at the floor is what leaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from typing import Callable, Optional
+
+from p2p_ops.harness.soak.load import Request
+from p2p_ops.harness.soak.options import LeakRule, SoakOptions
+from p2p_ops.harness.soak.sampler import Row
+from p2p_ops.observe.stats import percentile
+
+Point = tuple[float, float]  # (seconds since start, value)
+# A leak's last third rises at least this fraction of its second third's rise; warm-up decelerates below it.
+STEADY = 0.3
+# Below this span after warm-up a rise is reported, not judged: bounded pools (an engine's paged KV cache, the
+# allocator's arenas) are still being touched for the first time minutes into a run.
+MIN_SPAN_S = 600.0
+
+
+def slope_per_hour(points: list[Point]) -> Optional[float]:
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600.0
+
+
+def windows(points: list[Point], stat: Callable[[list[float]], float] = median) -> list[float]:
+    """`stat` of each third of the span the points cover (empty when a third holds no point)."""
+    if len(points) < 6:
+        return []
+    t0, t1 = points[0][0], points[-1][0]
+    edges = [t0 + (t1 - t0) * k / 3 for k in (1, 2)]
+    parts: list[list[float]] = [[], [], []]
+    for t, v in points:
+        parts[0 if t < edges[0] else 1 if t < edges[1] else 2].append(v)
+    return [stat(p) for p in parts] if all(parts) else []
+
+
+@dataclass
+class Trend:
+    unit: str
+    metric: str            # anon_mib | rss_mib | fds | threads | stale_p2p
+    start: Optional[float]  # the first post-warm-up value
+    end: Optional[float]
+    slope_per_h: Optional[float]
+    windows: list[float]
+    leak: bool
+    why: str = ""
+    too_short: bool = False  # rising, but the span after warm-up is too short to tell it from warm-up
+
+
+def trend(unit: str, metric: str, points: list[Point], rule: Optional[LeakRule], floor: bool = True) -> Trend:
+    slope = slope_per_hour(points)
+    wins = windows(points, min if floor else median)
+    tr = Trend(unit, metric, points[0][1] if points else None, points[-1][1] if points else None,
+               None if slope is None else round(slope, 2), [round(w, 2) for w in wins], False)
+    if rule is None or not wins or slope is None:
+        return tr
+    rising = wins[0] < wins[1] < wins[2]
+    growth = wins[2] - wins[0]
+    # Still climbing in the last third at a good part of the pace before: a curve levelling off is warm-up.
+    steady = (wins[2] - wins[1]) >= STEADY * (wins[1] - wins[0])
+    if rising and steady and growth >= rule.min_growth and slope >= rule.min_per_hour:
+        tr.why = (f"{metric} of {unit} rose at the floor through all three windows "
+                  f"({' -> '.join(f'{w:g}' for w in wins)}), {slope:+.1f}/hour")
+        span = points[-1][0] - points[0][0]
+        tr.leak = span >= MIN_SPAN_S
+        tr.too_short = not tr.leak
+        if tr.too_short:
+            tr.why += f", over only {span:.0f} s after warm-up (a leak needs {MIN_SPAN_S:.0f} s to tell)"
+    return tr
+
+
+def trends(rows: list[Row], opts: SoakOptions) -> list[Trend]:
+    """Per unit: anonymous memory, RSS (reported, not judged: it includes an L1 pool filling), fds, threads;
+    fleet-wide: stale P2P work. Only samples after warm-up count."""
+    post = [r for r in rows if r.t >= opts.warmup_s]
+    out: list[Trend] = []
+    for unit in dict.fromkeys(r.unit for r in post):
+        mine = [r for r in post if r.unit == unit and r.state == "running"]
+        for metric, rule in (("anon_mib", opts.rss), ("rss_mib", None), ("fds", opts.fds),
+                             ("threads", opts.threads)):
+            pts = [(r.t, float(getattr(r, metric))) for r in mine if getattr(r, metric) is not None]
+            out.append(trend(unit, metric, pts, rule))
+    by_t: dict[float, float] = {}
+    for r in post:
+        if r.role == "server" and r.lookup_jobs is not None:
+            by_t[r.t] = by_t.get(r.t, 0.0) + r.lookup_jobs + (r.read_locks or 0)
+    out.append(trend("all servers", "stale_p2p", sorted(by_t.items()), opts.stale))
+    return out
+
+
+def cpu_percent(rows: list[Row], unit: str, since: float) -> Optional[float]:
+    """Average CPU use of a unit after `since` (100 = one core busy)."""
+    pts = [(r.t, r.cpu_s) for r in rows if r.unit == unit and r.t >= since and r.cpu_s is not None]
+    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        return None
+    return round((pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) * 100.0, 1)
+
+
+@dataclass
+class Minute:
+    minute: int
+    requests: int
+    failed: int
+    ttft_p50_s: Optional[float]
+    ttft_p99_s: Optional[float]
+    cached_share: Optional[float]  # cached / prompt tokens of the minute's successful requests
+
+
+def per_minute(requests: list[Request]) -> list[Minute]:
+    out = []
+    for m in sorted({int(r.t // 60) for r in requests if r.kind != "warm"}):
+        rs = [r for r in requests if r.kind != "warm" and int(r.t // 60) == m]
+        ok = [r for r in rs if r.ok]
+        ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+        prompt = sum(r.prompt_tokens for r in ok)
+        p50, p99 = percentile(ttfts, 50), percentile(ttfts, 99)
+        out.append(Minute(m, len(rs), len(rs) - len(ok), None if p50 is None else round(p50, 4),
+                          None if p99 is None else round(p99, 4),
+                          round(sum(r.cached_tokens for r in ok) / prompt, 3) if prompt else None))
+    return out

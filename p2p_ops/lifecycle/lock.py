@@ -1,0 +1,182 @@
+"""One `up` or `down` at a time per fleet: an exclusive lock on `<run folder>/.lock`.
+
+Two `up`s started together on one fleet would both start every process and overwrite each other's pidfiles, and
+a later `down` could then stop only the processes whose pidfiles won. With the lock the second waits for the
+first (saying who holds it) and then runs against what the first left: an `up` keeps what already runs
+("kept ..."), so exactly one copy of each process exists and `down` stops all of them.
+
+The lock is flock(2) on the control machine, where every p2pctl of this fleet keeps its state (the run folder
+next to fleet.yaml); the kernel drops it when its holder exits, however it exits, so a lock is never stale.
+The holder writes who it is (pid, host, command, since) into the file for the one that waits. Two control
+machines driving one SSH fleet are not serialised by it (each has its own run folder).
+
+Within one process the lock is re-entrant (a caller holding it may call `up` or `down`); threads of one
+process take turns like processes do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from p2p_ops.errors import CouldNotRun
+
+LOCK_NAME = ".lock"
+# How long a second `up`/`down` waits by default: longer than a slow vLLM `up`, shorter than forever.
+WAIT_S = 900.0
+NOTE_EVERY_S = 15.0
+
+
+class FleetBusy(CouldNotRun):
+    """Another p2pctl held the fleet's lock for longer than this one would wait."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    host: str
+    command: str
+    since: float  # wall clock (for people), seconds since the epoch
+
+    def describe(self, now: Optional[float] = None) -> str:
+        held = max(0.0, (now or time.time()) - self.since)
+        stamp = time.strftime("%H:%M:%S UTC", time.gmtime(self.since))
+        return f"`{self.command}` (pid {self.pid} on {self.host}) since {stamp} ({held:.0f} s)"
+
+
+def command_line() -> str:
+    """This process's command as a person typed it: `p2pctl up -f fleet.yaml`, `python -m p2p_ops.cli up ...`."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    if len(argv) > 1 and os.path.basename(argv[0]).startswith("python"):
+        argv = ["python", *argv[1:]] if argv[1] in ("-m", "-c") else argv[1:]
+    words = [os.path.basename(argv[0] or "python"), *argv[1:]] if argv else ["python"]
+    return " ".join(words)[:200]
+
+
+def me(command: Optional[str] = None) -> Holder:
+    return Holder(os.getpid(), socket.gethostname(), command or command_line(), time.time())
+
+
+def read_holder(path: Path) -> Optional[Holder]:
+    """Who wrote the lock file last (None when it is empty or unreadable: the holder has not written yet)."""
+    try:
+        data = json.loads(path.read_text() or "null")
+        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+class _Held:
+    """This process's hold on one lock file: the open file (flock'd) and how deep the re-entry goes."""
+
+    def __init__(self) -> None:
+        self.turn = threading.RLock()
+        self.depth = 0
+        self.fd: Optional[int] = None
+
+
+_held: dict[str, _Held] = {}
+_held_guard = threading.Lock()
+
+
+def _state(path: Path) -> _Held:
+    with _held_guard:
+        return _held.setdefault(str(path), _Held())
+
+
+def _try_flock(path: Path) -> Optional[int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _write_holder(fd: int, holder: Holder) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(holder.__dict__).encode(), 0)
+
+
+@contextmanager
+def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callable[[str], None] = lambda _: None,
+               command: Optional[str] = None) -> Iterator[Holder]:
+    """Hold fleet `fleet`'s lock (in run folder `root`) for the block; wait up to `wait_s` for another holder.
+
+    Raises:
+        FleetBusy: still held by another process after `wait_s` (0: do not wait), naming who holds it.
+    """
+    path = root / LOCK_NAME
+    st = _state(path)
+    deadline = time.monotonic() + wait_s
+    if not st.turn.acquire(timeout=max(0.0, wait_s)):
+        raise FleetBusy(f"fleet {fleet} is busy: another thread of this process holds its lock ({path})")
+    try:
+        if st.depth == 0:
+            st.fd = _acquire(path, fleet, deadline, wait_s, progress)
+            _write_holder(st.fd, me(command))
+        st.depth += 1
+        try:
+            yield read_holder(path) or me(command)
+        finally:
+            st.depth -= 1
+            if st.depth == 0 and st.fd is not None:
+                os.close(st.fd)  # closing the last descriptor releases the flock
+                st.fd = None
+    finally:
+        st.turn.release()
+
+
+def _acquire(path: Path, fleet: str, deadline: float, wait_s: float, progress: Callable[[str], None]) -> int:
+    next_note = 0.0
+    while True:
+        fd = _try_flock(path)
+        if fd is not None:
+            return fd
+        holder = read_holder(path)
+        who = holder.describe() if holder else "another p2pctl (it has not said who yet)"
+        if time.monotonic() >= deadline:
+            raise FleetBusy(f"fleet {fleet} is busy: {who} holds its lock ({path}); wait for it to finish and "
+                            "try again (the lock goes when that process exits)"
+                            + (f", or wait longer with --lock-wait (waited {wait_s:.0f} s)" if wait_s else ""))
+        if time.monotonic() >= next_note:
+            progress(f"waiting for fleet {fleet}'s lock, held by {who}")
+            next_note = time.monotonic() + NOTE_EVERY_S
+        time.sleep(0.2)
+
+
+# ---- the last `down` -----------------------------------------------------------------------------------
+
+LAST_DOWN = ".last-down"
+
+
+def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
+    """Note who stopped (part of) the fleet and when, for a test run that was writing its folder meanwhile
+    (`harness.rundir` reads it and marks the run interrupted). `what`: the whole fleet, or the node/roles."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / (LAST_DOWN + ".tmp")
+    tmp.write_text(json.dumps(dict(me(command).__dict__, what=what)))
+    tmp.replace(root / LAST_DOWN)
+
+
+def last_down(root: Path) -> Optional[tuple[Holder, str]]:
+    """(who stopped the fleet last, what they stopped), or None when no `down` was recorded."""
+    path = root / LAST_DOWN
+    holder = read_holder(path)
+    if holder is None:
+        return None
+    try:
+        return holder, str(json.loads(path.read_text()).get("what", "the fleet"))
+    except (OSError, ValueError):
+        return holder, "the fleet"

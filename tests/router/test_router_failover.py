@@ -1,0 +1,40 @@
+"""Failover behind a real vllm-router: an engine killed under load costs no failed request (the router routes
+around it and back), and its figures come from the router's own metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p_ops.harness import faults
+from tests.router.conftest import running_router_fleet
+
+pytestmark = pytest.mark.e2e
+
+OPTS = faults.FaultOptions.quick()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    with running_router_fleet(tmp_path_factory.mktemp("failover"), "cache_aware", name="failover") as ctx:
+        yield ctx
+
+
+def test_engine_killed_behind_the_router_fails_no_request(fleet):
+    fig, samples = faults.run_scenario(fleet, "engine_killed_via_router", OPTS)
+    print(faults.table_markdown([fig], OPTS))
+    x = fig.extra
+    assert fig.recovered, fig.note
+    assert fig.sent_by_phase["during"] > 0 and {s.url for s in samples} == {fleet.fleet.router_url}
+    assert fig.failed == 0 and fig.unexpected_failures == 0, (fig.note, x["client_saw"])
+    assert x["client_saw"] == "no error"
+    # The router marked the dead engine down, stopped sending to it, and sent to it again after the restart.
+    assert x["marked_down_after_s"] is not None and x["stopped_sending_after_s"] <= OPTS.hold_s + 1, x
+    assert x["sent_again_after_restart_s"] is not None, x
+
+
+def test_server_killed_behind_the_router_fails_no_request(fleet):
+    fig, _ = faults.run_scenario(fleet, "peer_server_killed_via_router", OPTS)
+    print(faults.table_markdown([fig], OPTS))
+    assert fig.recovered and fig.failed == 0, (fig.note, fig.extra["client_saw"])
+    # The engine stayed up (it recomputes without its server): the router never took it out of the rotation.
+    assert fig.extra["marked_down_after_s"] is None, fig.extra

@@ -1,0 +1,129 @@
+"""The fleet lock between real processes: the second waits and names the holder, a dead holder frees it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from p2p_ops.harness.rundir import RunFolder, run_folder, run_state
+from p2p_ops.lifecycle.lock import FleetBusy, fleet_lock, last_down, read_holder, record_down
+from p2p_ops.spec.layout import RunLayout
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from p2p_ops.lifecycle.lock import fleet_lock
+    with fleet_lock(Path(sys.argv[1]), "f", command="p2pctl up -f fleet.yaml"):
+        print("held", flush=True)
+        sys.stdin.read()   # until the test closes our stdin (or kills us)
+""")
+
+
+def holder_process(root: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    assert proc.stdout.readline().strip() == "held"  # blocks until it holds the lock: no sleep, no race
+    return proc
+
+
+def test_second_holder_is_refused_naming_the_first(tmp_path):
+    proc = holder_process(tmp_path)
+    try:
+        with pytest.raises(FleetBusy) as err:
+            with fleet_lock(tmp_path, "f", wait_s=0):
+                pass
+        msg = str(err.value)
+        assert f"pid {proc.pid} on " in msg and "`p2pctl up -f fleet.yaml`" in msg and "since " in msg, msg
+        assert read_holder(tmp_path / ".lock").pid == proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_second_holder_waits_then_runs_and_says_who_it_waited_for(tmp_path):
+    proc = holder_process(tmp_path)
+    notes: list[str] = []
+
+    def note(line: str) -> None:
+        notes.append(line)
+        proc.stdin.close()  # the first finishes once the second has said it waits
+
+    with fleet_lock(tmp_path, "f", wait_s=120, progress=note) as me:
+        assert me.pid == os.getpid()
+        assert proc.wait(timeout=60) == 0
+    assert notes and f"held by `p2pctl up -f fleet.yaml` (pid {proc.pid}" in notes[0], notes
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    proc = holder_process(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    with fleet_lock(tmp_path, "f", wait_s=0) as me:  # at once: the kernel dropped the dead holder's flock
+        assert read_holder(tmp_path / ".lock").pid == me.pid
+
+
+def test_reentrant_within_one_thread(tmp_path):
+    with fleet_lock(tmp_path, "f", wait_s=0):
+        with fleet_lock(tmp_path, "f", wait_s=0):
+            pass
+        # still held after the inner block: another process is refused
+        res = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            from pathlib import Path
+            from p2p_ops.lifecycle.lock import fleet_lock, FleetBusy
+            try:
+                with fleet_lock(Path({str(tmp_path)!r}), "f", wait_s=0):
+                    print("got it")
+            except FleetBusy as exc:
+                print("busy:", exc)
+        """)], capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+        assert res.stdout.startswith("busy:") and f"pid {os.getpid()}" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_down_during_a_run_marks_it_interrupted(tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    with run_folder(layout, "stress") as run:
+        assert run_state(run.path)["state"] == "running" and run.interrupted() is None
+        record_down(layout.root, "the fleet", command="p2pctl down")
+        why = run.interrupted()
+        assert why and why.startswith("the fleet was stopped by `p2pctl down` (pid ") and "while the test ran" in why
+    state = run_state(run.path)
+    assert state["state"] == "interrupted" and state["reason"] == why and state["ended"] >= state["started"]
+
+
+def test_a_down_before_the_run_does_not_count(tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    record_down(layout.root, "server on node-b")
+    assert last_down(layout.root)[1] == "server on node-b"
+    with run_folder(layout, "basic") as run:
+        pass
+    assert run_state(run.path)["state"] == "complete" and RunFolder(run.path, layout).interrupted() is None
+
+
+def test_ctrl_c_and_errors_end_the_run_interrupted(tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        with run_folder(layout, "soak") as run:
+            raise KeyboardInterrupt
+    assert run_state(run.path)["state"] == "interrupted" and "SIGINT" in run_state(run.path)["reason"]
+    with pytest.raises(RuntimeError):
+        with run_folder(layout, "soak") as run2:
+            raise RuntimeError("engine gone")
+    assert "RuntimeError: engine gone" in run_state(run2.path)["reason"]
+
+
+def test_the_holder_is_named_as_it_was_typed(monkeypatch):
+    import sys
+
+    from p2p_ops.lifecycle.lock import command_line
+
+    monkeypatch.setattr(sys, "orig_argv", ["/v/bin/python3", "-m", "p2p_ops.cli", "up", "-f", "f.yaml"])
+    assert command_line() == "python -m p2p_ops.cli up -f f.yaml"
+    monkeypatch.setattr(sys, "orig_argv", ["/v/bin/python3", "/v/bin/p2pctl", "down"])
+    assert command_line() == "p2pctl down"
