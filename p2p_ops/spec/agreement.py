@@ -92,3 +92,33 @@ def disagreements(per_peer: Mapping[str, Mapping[str, object]]) -> list[Disagree
         if len(set(values.values())) > 1:
             found.append(Disagreement(rule.key, values))
     return found
+
+
+@dataclass
+class Split:
+    """How the peers split on one must-agree value: the majority's value and members, and the odd ones out.
+
+    With no strict majority (a tie, e.g. 1 vs 1) there is no odd one out: `odd` is empty and `tie` True."""
+
+    majority_value: Optional[str]
+    majority: list[str]
+    odd: dict[str, str]       # peer -> its value, for every peer outside the majority
+    tie: bool = False
+
+    def describe(self, key: str) -> str:
+        if self.tie:
+            return ", ".join(f"{p}={v}" for p, v in sorted(self.odd.items())) + " (no majority)"
+        odd = ", ".join(f"{p}={v}" for p, v in sorted(self.odd.items()))
+        return f"{odd} (the odd one out; {', '.join(sorted(self.majority))} use {key}={self.majority_value})"
+
+
+def split(values: Mapping[str, object]) -> Split:
+    """The majority value of `values` (peer -> value) and the peers that differ from it."""
+    counts: dict[str, list[str]] = {}
+    for peer, value in values.items():
+        counts.setdefault(str(value), []).append(peer)
+    ranked = sorted(counts.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    if len(ranked) > 1 and len(ranked[0][1]) == len(ranked[1][1]):
+        return Split(None, [], {p: str(values[p]) for p in values}, tie=True)
+    top, members = ranked[0] if ranked else (None, [])
+    return Split(top, sorted(members), {p: str(v) for p, v in values.items() if str(v) != top})
