@@ -39,20 +39,14 @@ def _states(ctx: FleetContext) -> dict[str, str]:
     states: dict[str, str] = {}
     for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.procs(n))).items():
         node = next(n for n in ctx.fleet.nodes if n.name == name)
-        for i, st in enumerate(res if not isinstance(res, Exception) else ctx.procs(node)):
+        for st in (res if not isinstance(res, Exception) else ctx.procs(node)):
             states[st.name] = "unreachable" if isinstance(res, Exception) else st.state
     return states
 
 
 def _adapter_order(status: dict, by_mq: dict[tuple[str, int], str]) -> list[str]:
     """Peer instance ids in the order of the server's P2P adapters (the order a lookup is planned in)."""
-    out = []
-    for a in (status.get("storage_manager") or {}).get("l2_adapters") or []:
-        url = str(a.get("peer_mq_server_url", "")) if isinstance(a, dict) else ""
-        host, _, port = url.rpartition("://")[2].rpartition(":")
-        if port.isdigit() and (host, int(port)) in by_mq:
-            out.append(by_mq[(host, int(port))])
-    return out
+    return [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(status) if (h, p) in by_mq]
 
 
 def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, prompt: PromptSpec,
