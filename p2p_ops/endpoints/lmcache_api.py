@@ -177,3 +177,19 @@ def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
         if port.isdigit():
             out.append((host, int(port), a))
     return out
+
+
+def directory_held_chunks(coordinator_url: str, model: str, token_ids: list[int], world_size: int = 1) -> Optional[int]:
+    """How many of a token sequence's leading chunks the directory places anywhere (the coordinator hashes them
+    with its own chunk size and algorithm, which the fleet renders equal to the servers'); None: no answer."""
+    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup",
+                           {"token_ids": token_ids, "model_name": model, "world_size": world_size})
+    entries = parse_directory_lookup(body) if code == 200 else None
+    if entries is None:
+        return None
+    held = 0
+    for e in entries:
+        if not e.placements:
+            break
+        held += 1
+    return held // max(1, world_size)
