@@ -179,12 +179,18 @@ def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
     return out
 
 
-def directory_held_chunks(coordinator_url: str, model: str, token_ids: list[int], world_size: int = 1) -> Optional[int]:
-    """How many of a token sequence's leading chunks the directory places anywhere (the coordinator hashes them
-    with its own chunk size and algorithm, which the fleet renders equal to the servers'); None: no answer."""
+def directory_lookup_tokens(coordinator_url: str, model: str, token_ids: list[int],
+                            world_size: int = 1) -> Optional[list[DirectoryEntry]]:
+    """Where the directory places each chunk key of a token sequence (the coordinator hashes it with its own
+    chunk size and algorithm, which the fleet renders equal to the servers'); None: no answer."""
     code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup",
                            {"token_ids": token_ids, "model_name": model, "world_size": world_size})
-    entries = parse_directory_lookup(body) if code == 200 else None
+    return parse_directory_lookup(body) if code == 200 else None
+
+
+def directory_held_chunks(coordinator_url: str, model: str, token_ids: list[int], world_size: int = 1) -> Optional[int]:
+    """How many of a token sequence's leading chunks the directory places anywhere; None: no answer."""
+    entries = directory_lookup_tokens(coordinator_url, model, token_ids, world_size)
     if entries is None:
         return None
     held = 0
