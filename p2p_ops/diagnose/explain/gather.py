@@ -65,7 +65,7 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
         view.evicted_keys = sum(v for n, _, v in metrics_api.scrape(surl)
                                 if n.startswith(EVICTED_PREFIX) and n.endswith("_total"))
     if view.engine_state != "running":
-        view.tokenize_error = f"{inst.id}'s engine is {view.engine_state}"
+        view.tokenize_error = f"{inst.id}'s engine is not running ({view.engine_state})"
         return
     view.tokens, view.tokenize_error = engine_api.tokenize(eurl, fleet.model, prompt.text, prompt.messages)
     if fleet.runtime == "embedded":

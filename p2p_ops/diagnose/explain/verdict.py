@@ -50,12 +50,15 @@ def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
     return here, others
 
 
-def _cannot_ask(x: InstanceView) -> Optional[tuple[str, str]]:
+def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
     if x.server_state != "running":
         return "server_down", f"{x.instance}'s server is {x.server_state}: its engine computes everything itself"
     if x.engine_degraded:
+        peer = next((p for p in facts.instances if p.instance != x.instance and p.serving), None)
+        differ = differing_inputs(x, peer) if peer is not None else []
         return "engine_degraded", (f"{x.instance}'s engine is degraded (not linked to its lmcache server): it "
-                                   "asks no cache and computes every chunk")
+                                   "asks no cache and computes every chunk"
+                                   + (f"; its server's keys would differ anyway: {'; '.join(differ)}" if differ else ""))
     return None
 
 
@@ -131,7 +134,7 @@ def _l1(v: InstanceView) -> str:
 def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
     """Fill one chunk's verdict as if nothing before it had missed."""
     c.here, c.holders = _holders(facts, c.key, x.instance)
-    blocked = _cannot_ask(x)
+    blocked = _cannot_ask(facts, x)
     if blocked:
         c.reason, c.detail = blocked
         return
