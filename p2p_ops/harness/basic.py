@@ -163,6 +163,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     progress(f"request 2: same prompt to {ib.id} (its cache never saw it)")
     starts.append(time.monotonic() - t0)
     r_b = complete(b_url, model, prompt, max_tokens)
+    b_between = metrics_api.scrape(b_url)      # B's engine after its one request: that request's own split
     progress(f"request 3: fresh control prompt to {ib.id}")
     starts.append(time.monotonic() - t0)
     r_c = complete(b_url, model, control, max_tokens)
@@ -222,7 +223,9 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     served = r_b.cached_tokens >= need
     sent = [("a", na, ia, prompt, r_a, "", False), ("b", nb, ib, prompt, r_b, ia.id, not served),
             ("control_b", nb, ib, control, r_c, "", False)]
-    write_requests(out_dir, sent, starts)
+    by_source = ({k: v - engine_api.tokens_by_source(before["b_engine"]).get(k, 0.0)
+                  for k, v in engine_api.tokens_by_source(b_between).items()} if vllm else {})
+    write_requests(out_dir, sent, starts, {"b": by_source} if by_source else {})
     if not served:
         progress(f"{ib.id} was not served from cache: explaining why (p2pctl explain, read-only)")
         result.explain = explain_miss(ctx, out_dir, prompt, ia.id, ib.id)
@@ -234,13 +237,15 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     return result
 
 
-def write_requests(out_dir: Path, sent: list[tuple], starts: list[float]) -> None:
-    """prompts.jsonl (what `p2pctl explain --run` and a replay read) and requests.csv (one row per request)."""
+def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_source: dict) -> None:
+    """prompts.jsonl (what `p2pctl explain --run` and a replay read) and requests.csv (one row per request).
+    `by_source`: per request id, vLLM's prompt tokens by source for that request alone (vLLM's own prefix cache
+    vs LMCache), where it was measured."""
     rows, records = [], []
     for (rid, node, inst, text, c, warmer, missed), t in zip(sent, starts):
         rows.append({"request": rid, "instance": inst.id, "node": node.name, "computed_on": warmer,
                      "missed": missed, "cached_tokens": c.cached_tokens, "prompt_tokens": c.prompt_tokens,
-                     "prompt": text})
+                     **({"tokens_by_source": by_source[rid]} if rid in by_source else {}), "prompt": text})
         records.append(RequestRecord("basic", 1, inst.id, node.name, warmer, rid, round(t, 4), c.prompt_tokens,
                                      c.cached_tokens, c.completion_tokens, c.ttft_s if c.ok else None, c.e2e_s,
                                      c.ok, c.error[:200]))

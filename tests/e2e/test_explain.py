@@ -10,6 +10,7 @@ the test then runs); node-a's server stopped; node-a's L1 filled until it evicts
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
@@ -88,6 +89,17 @@ def _explain(p2pctl, ctx, *args: str) -> tuple[int, dict]:
     return code, json.loads(out)
 
 
+def _show(title: str, doc: dict) -> None:
+    """What an operator sees for this cause (strip, verdict, reasons, differences), on the real stderr so that
+    `pytest -s` shows it and no p2pctl capture picks it up."""
+    lines = [f"=== {title}"]
+    for n in doc["nodes"]:
+        lines.append(f"{n['instance']} ({n['node']})  [{n['strip']}]  {n['verdict']}")
+        lines += [f"  chunk {c['index']}: {c['reason']}: {c['detail']}" for c in n["chunks"][:1] if c["reason"]]
+    lines += [f"  differs: {d}" for d in doc["differences"]]
+    print("\n".join(lines), file=sys.__stderr__)
+
+
 def _node(doc: dict, inst: str) -> dict:
     return next(n for n in doc["nodes"] if n["instance"] == inst)
 
@@ -118,19 +130,27 @@ def test_a_healthy_pull_shows_every_chunk_pulled_from_node_a(fleet3, p2pctl, tmp
         assert n["strip"] == "PPPPPPPP.", n["verdict"]
         assert {c["source"] for c in n["chunks"] if c["action"] == "pull"} == {"node-a"}
     assert code == 0 and _node(doc, "node-b-0")["chunks"][0]["holders"] == ["node-a-0"]
-    print("\n".join(p2pctl("explain", "-f", str(fleet3.fleet_file), "--prompt-file", path, "--node", "node-b")[1]
-                    .splitlines()[:14]))
+    _show("healthy pull", doc)
 
 
 def test_a_prompt_that_differs_in_its_first_token_is_named(fleet3, p2pctl, tmp_path):
-    text, _ = _computed_on_a(fleet3, tmp_path, 102)
+    """The proof saves its prompt; the same prompt with another first character misses everywhere, and explain
+    finds the saved prompt the fleet holds that differs only there."""
+    code, out, err = p2pctl("test", "basic", "-f", str(fleet3.fleet_file), "--a", "node-a-0", "--b", "node-b-0",
+                            "--json")
+    basic = json.loads(out)
+    assert code == 0, basic["checks"]
+    saved = [json.loads(line) for line in open(f"{basic['run_dir']}/prompts.jsonl")]
+    assert [r["request"] for r in saved] == ["a", "b", "control_b"] and saved[1]["computed_on"] == "node-a-0"
+    text = saved[0]["prompt"]
     changed = tmp_path / "changed.txt"
     changed.write_text(("X" if text[0] != "X" else "Y") + text[1:])
-    code, doc = _explain(p2pctl, fleet3, "--prompt-file", str(changed), "--node", "node-b")
-    first = _node(doc, "node-b-0")["chunks"][0]
+    code, doc = _explain(p2pctl, fleet3, "--prompt-file", str(changed), "--node", "node-c")
+    first = _node(doc, "node-c-0")["chunks"][0]
     assert code == 1 and first["reason"] == "prompt_differs", first
-    assert "node-a-0" in first["detail"] and "except at position(s) [" in first["detail"]
-    assert _node(doc, "node-b-0")["strip"].startswith("xxxxxxxx")
+    assert "node-a-0" in first["detail"] and "except at position(s) [" in first["detail"] and "request a" in first["detail"]
+    assert _node(doc, "node-c-0")["strip"].startswith("xxxxxxxx")
+    _show("first token differs", doc)
 
 
 def test_a_different_hash_seed_on_one_server_is_named_and_shown_harmless_under_blake3(fleet3, p2pctl, tmp_path):
@@ -142,6 +162,7 @@ def test_a_different_hash_seed_on_one_server_is_named_and_shown_harmless_under_b
     assert "node-c-0=7 (the odd one out; node-a-0, node-b-0 use PYTHONHASHSEED=0)" in seed
     assert "harmless here: NONE_HASH is identical" in seed
     assert code == 0 and _node(doc, "node-c-0")["strip"] == "PPPPPPPP."
+    _show("hash seed 7 on node-c", doc)
 
 
 def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fleet3, p2pctl, tmp_path):
@@ -156,6 +177,7 @@ def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fl
     assert any("chunk_size: node-c-0=512 (the odd one out; node-a-0, node-b-0 use chunk_size=256)" in d
                for d in doc["differences"])
     assert c["chunks"][0]["reason"] in ("engine_degraded", "keys_differ") and "chunk_size" in c["chunks"][0]["detail"]
+    _show("chunk size 512 on node-c", doc)
 
     code, out, err = p2pctl("doctor", "-f", f, "--json", "--no-reach")
     findings = json.loads(out)["findings"]
@@ -166,6 +188,8 @@ def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fl
     [drift] = [x for x in findings if x["check"] == "env_drift"]
     assert drift["subject"] == "node-c-0" and "LMCACHE_CHUNK_SIZE: env.sh 512, fleet.yaml renders 256" in drift["value"]
     assert any(x["check"] == "engine_degraded" and x["subject"] == "node-c-0/engine" for x in findings), findings
+    print("\n".join(f"[{x['severity']}] {x['subject']}: {x['message'][:160]}\n    fix: {x['fix']}" for x in findings
+                    if "node-c" in x["subject"]), file=sys.__stderr__)
 
     code, out, _ = p2pctl("test", "basic", "-f", f, "--a", "node-a-0", "--b", "node-c-0", "--json")
     basic = json.loads(out)
@@ -188,6 +212,7 @@ def test_a_peers_server_stopped_is_named(fleet3, p2pctl, tmp_path):
         assert code == 1 and first["reason"] in ("holder_down", "peer_not_connected"), first
         assert "node-a-0" in first["detail"] and ("not running" in first["detail"] or "dead" in first["detail"]
                                                   or "none" in first["detail"])
+        _show("node-a's server stopped", doc)
     finally:
         launch.up(fleet3, only="node-a", rerender=False, roles=("server",))
         _until("node-a's server back with its peers", lambda: lmcache_api.server_status(
@@ -212,4 +237,5 @@ def test_chunks_evicted_by_filling_l1_are_named_with_the_eviction_counter(fleet3
     code, doc = _explain(p2pctl, fleet3, "--prompt-file", path, "--node", "node-b")
     first = _node(doc, "node-b-0")["chunks"][0]
     assert code == 1 and first["reason"] == "evicted", first
-    assert "node-a-0 evicted" in first["detail"] and "L1 keys" in first["detail"]
+    assert "node-a-0: its eviction loop evicted" in first["detail"] and "L1 chunks deleted" in first["detail"]
+    _show(f"evicted on node-a (after {sent} fill prompts of 4096 tokens)", doc)

@@ -103,10 +103,20 @@ def test_a_stopped_peer_that_computed_the_prompt_is_named():
 
 def test_evicted_chunks_name_the_holder_and_its_eviction_counter():
     a, b = connected()
-    a.evicted_keys, a.l1_used, a.l1_total = 1234, 900 << 20, 1 << 30
+    a.evicted_keys, a.eviction_runs, a.l1_used, a.l1_total = 1234, 9, 900 << 20, 1 << 30
     ex = explain(fleet(a, b, computed_on="node-a-0", run="r1"))
     c = ex.nodes[0].chunks[0]
-    assert c.reason == "evicted" and "evicted 1234 L1 keys" in c.detail and "88 % of 1.0 GiB" in c.detail
+    assert c.reason == "evicted" and "evicted 9 time(s)" in c.detail and "1234 L1 chunks deleted" in c.detail
+    assert "88 % of 1.0 GiB" in c.detail
+
+
+def test_deleted_temporary_copies_are_not_evictions():
+    """A server deletes the copies of the pulls it served (LMCache counts them as l1_evicted too): without an
+    eviction-loop pass that is no evidence of an eviction."""
+    a, b = connected()
+    b.evicted_keys = 16
+    ex = explain(fleet(a, b))
+    assert ex.nodes[0].chunks[0].reason == "cold"
 
 
 def test_a_prompt_shorter_than_one_chunk():
@@ -168,3 +178,14 @@ def test_text_shows_a_table_the_strip_and_the_legend():
     assert "node-b-0 (node-b)  [PP.]" in text and "pull from node-a" in text and "strip: H local hit" in text
     assert "\n".join(render_text(ex, strip_only=True)).count("[PP.]") == 1
     assert ex.to_dict()["nodes"][0]["strip"] == "PP."
+
+
+def test_on_vllm_a_recorded_request_says_whether_vllms_own_prefix_cache_or_lmcache_served_it():
+    a, b = connected()
+    rec = {"instance": "node-b-0", "cached_tokens": 2048, "prompt_tokens": 2196,
+           "tokens_by_source": {"local_cache_hit": 2048.0, "external_kv_transfer": 0.0, "local_compute": 148.0}}
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}, recorded=rec))
+    notes = " ".join(ex.nodes[0].notes)
+    assert "local_cache_hit=2048" in notes and "vLLM's own prefix cache served it, not LMCache" in notes
+    rec["tokens_by_source"] = {"external_kv_transfer": 2048.0, "local_compute": 148.0}
+    assert "LMCache served it" in " ".join(explain(fleet(a, b, recorded=rec)).nodes[0].notes)

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from p2p_ops.diagnose.doctor.peers import context_meta
 from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
-from p2p_ops.diagnose.explain.near import near_first_chunk
+from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt
 from p2p_ops.diagnose.explain.prompt import PromptSpec
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.facts.chunk_keys import KeyInputs, chunk_keys_fact
@@ -30,7 +30,8 @@ from p2p_ops.spec.model import Instance, Node
 LOOKUP_TIMEOUT = r"P2P lookup .*timed out"
 # How far back "recent" reaches in a server log (LMCache writes a few lines per request at INFO).
 RECENT_LINES = 2000
-EVICTED_PREFIX = "lmcache_mp_l1_evicted"
+EVICTED = "lmcache_mp_l1_evicted_chunks_total"
+EVICTION_RUNS = "lmcache_mp_l1_eviction_loop_triggered_total"
 NOT_USED = ("not used (they change the fleet): POST /cache/prefetches (loads L2 into L1) and the engine's "
             "lookup (prefetches from peers, read-locks chunks on them)")
 
@@ -62,8 +63,9 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
                                     int(metas[0].get("world_size") or 1) if metas else 1, salt)
             view.p2p_state, view.peers, view.l1_used, view.l1_total = st.p2p_state, st.peers, st.l1_used, st.l1_total
             view.adapter_order = _adapter_order(st.raw, by_mq)
-        view.evicted_keys = sum(v for n, _, v in metrics_api.scrape(surl)
-                                if n.startswith(EVICTED_PREFIX) and n.endswith("_total"))
+        samples = metrics_api.scrape(surl)
+        view.evicted_keys = metrics_api.metric_sum(samples, EVICTED)
+        view.eviction_runs = metrics_api.metric_sum(samples, EVICTION_RUNS)
     if view.engine_state != "running":
         view.tokenize_error = f"{inst.id}'s engine is not running ({view.engine_state})"
         return
@@ -134,15 +136,20 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
         v.registered = v.instance in listed
     facts = ExplainFacts(fleet.name, fleet.runtime, prompt.label, list(views.values()),
                          targets or [i.id for _, i in fleet.instances()], computed_on=prompt.computed_on,
-                         run=prompt.run)
+                         run=prompt.run, recorded=prompt.recorded)
     progress("looking the keys up in the coordinator's key directory")
     _placements(ctx, facts)
     _sources(ctx, facts)
     for t in facts.targets:
         v = views.get(t)
         if v and v.tokens and v.hashes() and not facts.placements.get(v.hashes()[0]) and not facts.directory_error:
-            facts.near[t] = near_first_chunk(fleet.coordinator_url, v, views) or {}
-    facts.near = {k: v for k, v in facts.near.items() if v}
+            near = near_first_chunk(fleet.coordinator_url, v, views)
+            if near is None:
+                node, inst = fleet.instance(t)
+                near = near_saved_prompt(fleet.coordinator_url, fleet.model, ctx.engine_url(node, inst),
+                                         ctx.layout.tests, v.tokens[:v.inputs.chunk_size])
+            if near:
+                facts.near[t] = near
     return facts
 
 

@@ -37,7 +37,9 @@ class InstanceView:
     peers: list[str] = field(default_factory=list)          # p2p_peers of its /status
     adapter_order: list[str] = field(default_factory=list)  # peer instance ids in its P2P adapter order
     registered: bool = False                 # listed by the coordinator's /instances
-    evicted_keys: float = 0.0                # L1 keys its server evicted since it started
+    evicted_keys: float = 0.0                # L1 chunks its server deleted since it started (evictions, and
+                                             # the temporary copies of pulls it served)
+    eviction_runs: float = 0.0               # eviction-loop passes that evicted (L1 over its watermark)
     l1_used: int = 0
     l1_total: int = 0
     lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
@@ -65,6 +67,7 @@ class ExplainFacts:
     near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
     run: str = ""               # that run's folder
+    recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)
 
     def view(self, instance: str) -> Optional[InstanceView]:
         return next((v for v in self.instances if v.instance == instance), None)

@@ -1,19 +1,26 @@
 """A held chunk whose tokens nearly equal a prompt's first chunk: the evidence for "the prompt differs in its
 first chunk" (a timestamp, a user id or a changed system prompt at the start breaks every chained key).
 
-The coordinator's key directory keeps each stored chunk's token ids (servers report them with their cache
-events). This scans the L1 keys it lists (bounded) and compares their tokens position by position.
+Two sources, compared position by position: the token ids the coordinator's key directory keeps per chunk
+(LMCache binds them only on its lmcache-driven store path, i.e. vLLM on GPU; engine-driven CPU engines store
+none), and the prompts the fleet's test runs saved (prompts.jsonl), tokenized by the target's engine, whose
+first chunk the directory places somewhere.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from pathlib import Path
+
 from p2p_ops.diagnose.explain.model import InstanceView
-from p2p_ops.endpoints import lmcache_api
+from p2p_ops.diagnose.explain.prompt import saved_requests
+from p2p_ops.endpoints import engine_api, lmcache_api
 
 MAX_KEYS = 20_000
 BATCH = 1000
+SAVED_RUNS = 5
+SAVED_PROMPTS = 30
 
 
 def mismatches(mine: list[int], theirs: list[int]) -> list[int]:
@@ -48,3 +55,33 @@ def near_first_chunk(coordinator_url: str, target: InstanceView, views: dict[str
         got, _ = lmcache_api.directory_lookup(coordinator_url, [e.key for e in listed[i:i + BATCH]])
         held += got or []
     return closest(target.tokens[:cs], held)
+
+
+def _saved_texts(tests_dir: Path) -> list[tuple[str, str]]:
+    """(run/request, prompt) of the newest runs' saved prompts, one per distinct text, bounded."""
+    out, seen = [], set()
+    runs = sorted((p for p in tests_dir.glob("*") if p.is_dir()), key=lambda p: p.name, reverse=True)
+    for run in runs[:SAVED_RUNS]:
+        for folder in (run, run / "basic"):
+            for row in saved_requests(folder):
+                text = row.get("prompt") or ""
+                if text and text not in seen:
+                    seen.add(text)
+                    out.append((f"{folder.relative_to(tests_dir)} request {row.get('request')}", text))
+    return out[:SAVED_PROMPTS]
+
+
+def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_dir: Path,
+                      first: list[int]) -> Optional[dict]:
+    """A saved prompt whose first chunk nearly equals `first` and whose first chunk the directory places."""
+    for label, text in _saved_texts(tests_dir):
+        tokens, _ = engine_api.tokenize(engine_url, model, text)
+        if not tokens or len(tokens) < len(first) or tokens[:len(first)] == first:
+            continue
+        entries = lmcache_api.directory_lookup_tokens(coordinator_url, model, tokens[:len(first)]) or []
+        if entries and entries[0].placements:
+            near = closest(first, [lmcache_api.DirectoryEntry(entries[0].key, entries[0].placements,
+                                                              tokens[:len(first)])])
+            if near:
+                return near | {"saved": label}
+    return None

@@ -95,33 +95,38 @@ def _peer_copy(facts: ExplainFacts, x: InstanceView, end: int) -> Optional[tuple
     return None
 
 
+def _evictions(v: InstanceView) -> str:
+    return (f"its eviction loop evicted {v.eviction_runs:g} time(s) since it started "
+            f"(lmcache_mp_l1_eviction_loop_triggered), {v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
+
+
 def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
     """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
     near = facts.near.get(x.instance)
     if near:
+        saved = f" ({near['saved']})" if near.get("saved") else ""
         return "prompt_differs", (
-            f"{near['holder']} holds a chunk whose tokens equal this prompt's first chunk except at position(s) "
-            f"{near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs in its "
-            "first chunk, so every chained key differs")
+            f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's first chunk except at "
+            f"position(s) {near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs "
+            "in its first chunk, so every chained key differs")
     w = facts.view(facts.computed_on) if facts.computed_on else None
     if w is not None and w.server_state != "running":
         return "holder_down", (f"{w.instance} computed this prompt (run {facts.run}), but its server is "
                                f"{w.server_state}: what it held went with it")
     if w is not None:
-        if w.evicted_keys > 0:
+        if w.eviction_runs > 0:
             return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
-                               f"its server evicted {w.evicted_keys:g} L1 keys since it started (L1 "
-                               f"{_l1(w)})")
+                               f"{_evictions(w)}")
         return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
-                            "(no eviction counted there: its server restarted, or the cache was cleared)")
-    evicting = [v for v in facts.instances if v.evicted_keys > 0]
-    if evicting:
-        return "evicted", ("no server holds it; " + ", ".join(f"{v.instance} evicted {v.evicted_keys:g} L1 keys "
-                                                              f"(L1 {_l1(v)})" for v in evicting)
-                           + ": if it was computed before, it was evicted")
+                            "(no eviction ran there: its server restarted, or the cache was cleared)")
     down = [v.instance for v in facts.instances if v.server_state != "running"]
     if down:
-        return "holder_down", f"no running server holds it; {', '.join(down)} is not running (its L1 is gone)"
+        return "holder_down", (f"no running server holds it; {', '.join(down)}'s server is not running "
+                               f"({', '.join(facts.view(d).server_state for d in down)}): what it held is gone")
+    evicting = [v for v in facts.instances if v.eviction_runs > 0]
+    if evicting:
+        return "evicted", ("no server holds it; " + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting)
+                           + ": if it was computed before, it was evicted")
     return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
 
 
@@ -195,11 +200,30 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
                                        detail=f"tokens {start}-{len(x.tokens)} do not fill a chunk of {cs}: "
                                               "LMCache stores and looks up full chunks only"))
     out.verdict, out.reasons = _summary(out, cs)
+    out.notes += _recorded(facts, x)
     if x.tokens_by_source:
         out.notes.append("vLLM prompt tokens by source so far: " + ", ".join(
             f"{k}={v:g}" for k, v in sorted(x.tokens_by_source.items())) + " (local_cache_hit = vLLM's own prefix "
             "cache, which serves a repeat before LMCache is asked; external_kv_transfer = through LMCache)")
     return out
+
+
+def _recorded(facts: ExplainFacts, x: InstanceView) -> list[str]:
+    """What the run measured for this very request on this instance: on vLLM, which cache served it."""
+    rec = facts.recorded
+    if rec.get("instance") != x.instance:
+        return []
+    notes = [f"the run recorded for this request on {x.instance}: cached_tokens={rec.get('cached_tokens')} of "
+             f"{rec.get('prompt_tokens')}"]
+    src = rec.get("tokens_by_source") or {}
+    if src:
+        own, lm = src.get("local_cache_hit", 0.0), src.get("external_kv_transfer", 0.0)
+        who = ("vLLM's own prefix cache served it, not LMCache" if own > 0 and lm == 0 else
+               "LMCache served it (through vLLM's KV connector)" if lm > 0 and own == 0 else
+               "both vLLM's own prefix cache and LMCache served parts" if own > 0 else "nothing was cached")
+        notes.append(f"vLLM's prompt tokens by source for it: local_cache_hit={own:g} (vLLM's own prefix cache), "
+                     f"external_kv_transfer={lm:g} (LMCache), local_compute={src.get('local_compute', 0.0):g}: {who}")
+    return notes
 
 
 def _summary(out: NodeExplanation, cs: int) -> tuple[str, list[str]]:
