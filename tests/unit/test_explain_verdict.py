@@ -101,6 +101,13 @@ def test_a_stopped_peer_that_computed_the_prompt_is_named():
     assert c.reason == "holder_down" and "node-a-0 computed this prompt (run r1)" in c.detail and "dead" in c.detail
 
 
+def test_a_stopped_server_without_a_run_record_is_named_as_stopped():
+    a, b = connected()
+    a.server_state, a.inputs, a.keys = "none", None, None
+    c = explain(fleet(a, b)).nodes[0].chunks[0]
+    assert c.reason == "holder_down" and "node-a-0's server is stopped (no pid file)" in c.detail, c.detail
+
+
 def test_evicted_chunks_name_the_holder_and_its_eviction_counter():
     a, b = connected()
     a.evicted_keys, a.eviction_runs, a.l1_used, a.l1_total = 1234, 9, 900 << 20, 1 << 30

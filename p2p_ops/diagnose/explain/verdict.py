@@ -31,6 +31,11 @@ from p2p_ops.diagnose.explain.model import (
 )
 
 
+# procs' pid-file states as an operator reads them.
+STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file names a gone process)",
+               "stale": "stale (its pid file names another process)"}
+
+
 def _label(facts: ExplainFacts, instance: str) -> str:
     """A peer's name as people say it: its node, when that node runs only this instance."""
     view = facts.view(instance)
@@ -119,10 +124,11 @@ def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
                                f"{_evictions(w)}")
         return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
                             "(no eviction ran there: its server restarted, or the cache was cleared)")
-    down = [v.instance for v in facts.instances if v.server_state != "running"]
+    down = [v for v in facts.instances if v.server_state != "running"]
     if down:
-        return "holder_down", (f"no running server holds it; {', '.join(down)}'s server is not running "
-                               f"({', '.join(facts.view(d).server_state for d in down)}): what it held is gone")
+        return "holder_down", ("no running server holds it; " + "; ".join(
+            f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
+            + ": what it held is gone")
     evicting = [v for v in facts.instances if v.eviction_runs > 0]
     if evicting:
         return "evicted", ("no server holds it; " + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting)
