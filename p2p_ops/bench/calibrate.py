@@ -20,7 +20,6 @@ from typing import Any, Callable, Optional
 
 from p2p_ops.bench.localfleet import local_fleet
 from p2p_ops.bench.strict_json import finite
-from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
@@ -56,20 +55,9 @@ def prompt_limit(ctx: FleetContext) -> Optional[int]:
 
 
 def check_running(ctx: FleetContext) -> None:
-    """Raise, naming what to run, unless the coordinator answers and every server and engine is ready (the
-    router is not needed: the measure talks to the engines)."""
-    rep = fleet_status.report(ctx)
-    name, spec = ctx.fleet.name, ctx.fleet_file
-    if not rep.coordinator_healthy and not any(i.server.reachable or i.engine_healthy for i in rep.instances):
-        raise BadInput(f"fleet {name!r} is not running (nothing answers at {rep.coordinator_url} or on its servers "
-                       f"and engines): start it with `p2pctl up -f {spec}` and `p2pctl wait -f {spec}`, or pass "
-                       "--launch to measure on a temporary local fleet")
-    problems = ([] if rep.coordinator_healthy else [f"the coordinator does not answer at {rep.coordinator_url}"])
-    problems += [f"{i.instance}: {i.problem(rep.expected_peers)}" for i in rep.instances
-                 if not i.ready(rep.expected_peers)]
-    if problems:
-        raise CouldNotRun(f"fleet {name!r} is not ready ({'; '.join(problems[:3])}): `p2pctl wait -f {spec}` "
-                          f"waits for it, `p2pctl doctor -f {spec}` says why not")
+    """Raise, naming what to run, unless the fleet is up (the router is not needed: the measure talks to the
+    engines)."""
+    fleet_status.require_ready(ctx, "or pass --launch to measure on a temporary local fleet")
 
 
 def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int],

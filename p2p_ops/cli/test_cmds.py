@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -19,6 +20,7 @@ from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.status import require_ready
 from p2p_ops.observe.report import build_report, overall_passed
 
 
@@ -110,8 +112,16 @@ def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int
     return 2
 
 
-def cmd_basic(args: argparse.Namespace) -> int:
+@contextmanager
+def running_context(args: argparse.Namespace) -> Iterator[FleetContext]:
+    """The fleet context of a verb that needs a running fleet: it says so first (exit 2), naming `p2pctl up`."""
     with context(args) as ctx:
+        require_ready(ctx)
+        yield ctx
+
+
+def cmd_basic(args: argparse.Namespace) -> int:
+    with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
                            seed=args.seed, progress=_progress, prompt_text=_read_prompt(args.prompt_file))
     if args.json:
@@ -200,7 +210,7 @@ def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
     """A run folder, the work, the report and its verdict; the fleet context is closed whatever happens."""
-    with context(args) as ctx:
+    with running_context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind)
         body(ctx, out_dir)
     summary = build_report(out_dir)
@@ -254,7 +264,7 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
     names = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
-    with context(args) as ctx:
+    with running_context(args) as ctx:
         out_dir = new_run_dir(ctx.layout, "faults")
         results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
                                     explicit=args.scenarios is not None)

@@ -23,7 +23,7 @@ from p2p_ops.lifecycle.render import RenderedFile, file_mode, render_fleet, writ
 from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Node
-from p2p_ops.spec.units import LAUNCHED_ROLES, Proc, Unit
+from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Proc, Unit
 
 Progress = Callable[[str], None]
 # How often a slow start reports what it is waiting for.
@@ -183,7 +183,7 @@ def _what(units: list[Unit]) -> str:
     roles = list(dict.fromkeys(u.role for u in units))
     if len(roles) > 2:
         return "the fleet"
-    return " and ".join(f"the {r}s" if r in ("server", "engine") else f"the {r}" for r in roles)
+    return " and ".join(f"the {r}s" if r in INSTANCE_ROLES else f"the {r}" for r in roles)
 
 
 def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:

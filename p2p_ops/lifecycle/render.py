@@ -14,6 +14,7 @@ import jinja2
 
 from p2p_ops.resources import CHECKOUT, template_text
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
+from p2p_ops.spec.units import INSTANCE_ROLES
 from p2p_ops.spec.model import Fleet, Instance, Node
 
 
@@ -165,7 +166,7 @@ def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[
                    vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model,
                    kv_events_config=kv_events_config(fleet, node, inst), shm_name=fleet.shm_name(inst))
         files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
-        for role in ("server", "engine"):
+        for role in INSTANCE_ROLES:
             files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",
                                       env.get_template(f"start_{role}.sh.j2").render(ctx), True))
     return files + render_router(fleet, layout_for)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from p2p_ops.endpoints import engine_api, lmcache_api
+from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
@@ -144,3 +145,21 @@ def report(ctx: FleetContext) -> FleetReport:
                        lmcache_api.coordinator_instances(fleet.coordinator_url),
                        len(fleet.instances()) - 1, items, errors,
                        fleet_router.status(ctx) if fleet.router.enabled else None)
+
+
+def require_ready(ctx: FleetContext, alternative: str = "") -> FleetReport:
+    """The fleet's report, or a one-line refusal naming what to run: a verb that needs a running fleet says so
+    before it starts (the router is not required: verbs that need it check it themselves)."""
+    rep = report(ctx)
+    name, spec = ctx.fleet.name, ctx.fleet_file
+    if not rep.coordinator_healthy and not any(i.server.reachable or i.engine_healthy for i in rep.instances):
+        raise BadInput(f"fleet {name!r} is not running (nothing answers at {rep.coordinator_url} or on its servers "
+                       f"and engines): start it with `p2pctl up -f {spec}` and `p2pctl wait -f {spec}`"
+                       + (f", {alternative}" if alternative else ""))
+    problems = ([] if rep.coordinator_healthy else [f"the coordinator does not answer at {rep.coordinator_url}"])
+    problems += [f"{i.instance}: {i.problem(rep.expected_peers)}" for i in rep.instances
+                 if not i.ready(rep.expected_peers)]
+    if problems:
+        raise CouldNotRun(f"fleet {name!r} is not ready ({'; '.join(problems[:3])}): `p2pctl wait -f {spec}` "
+                          f"waits for it, `p2pctl doctor -f {spec}` says why not")
+    return rep

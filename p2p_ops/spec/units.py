@@ -27,8 +27,10 @@ from p2p_ops.spec.layout import COORDINATOR, PROMETHEUS, ROUTER, RunLayout
 from p2p_ops.spec.model import Fleet, Instance, Node
 from p2p_ops.spec.ports import SERVER_KINDS
 
+# What every instance runs (its folder holds one wrapper, log and pidfile of each).
+INSTANCE_ROLES = ("server", "engine")
 # In start order; `down` stops them in reverse (the router first: no client is sent to an engine going away).
-ROLES = ("coordinator", "server", "engine", "router", "prometheus")
+ROLES = ("coordinator", *INSTANCE_ROLES, "router", "prometheus")
 # What `up` and `down` manage (`--role`); the fleet's Prometheus has its own verb, `p2pctl prometheus`.
 LAUNCHED_ROLES = ROLES[:4]
 

@@ -50,7 +50,7 @@ def test_local_fleet_listens_only_on_loopback_and_still_shares(tmp_path, p2pctl)
             listeners = fleet_listeners(ctx)
             owners = {o for o, _, _ in listeners}
             expected = {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"}
-            assert expected | ({"prometheus"} if with_prometheus else set()) <= owners, listeners
+            assert expected | ({"prometheus/prometheus"} if with_prometheus else set()) <= owners, listeners
             wide = [(o, a, p) for o, a, p in listeners
                     if not ipaddress.ip_address(a.strip("[]").split("%")[0]).is_loopback]
             assert not wide, wide

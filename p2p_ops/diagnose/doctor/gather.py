@@ -34,10 +34,11 @@ from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
 from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV, vllm_values
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.ports import INSTANCE_KINDS
 from p2p_ops.spec.units import ROLES, Proc, port_plan
 
 # The ports whose owner the doctor knows how to judge (the router's state is in `p2pctl status`).
-CHECKED_PORTS = ("coordinator", "mp", "http", "p2p", "engine")
+CHECKED_PORTS = ("coordinator", *INSTANCE_KINDS)
 # Read from the server's process environment (never the whole environment: it may hold secrets).
 SERVER_ENV_KEYS = SERVER_ENV + ("LMCACHE_COORDINATOR_URL", "LMCACHE_P2P_ADVERTISE_URL", "UCX_NET_DEVICES",
                                 "UCX_MAX_RMA_RAILS")
