@@ -71,6 +71,21 @@ def test_explain_names_a_prompt_that_differs_in_its_first_token(fleet2, p2pctl, 
     show("first token differs", doc)
 
 
+def test_status_cache_maps_objects_duplicates_and_the_proofs_prefix(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
+    run = json.loads(out)["run_dir"].rstrip("/").rsplit("/", 1)[-1]
+    assert code == 0, err[-2000:]
+    code, out, err = p2pctl("status", "-f", str(fleet2.fleet_file), "--cache", "--json")
+    cmap = json.loads(out)["cache"]
+    assert code == 0 and not cmap["error"], cmap
+    by = {n["instance"]: n for n in cmap["nodes"]}
+    assert all(by[i]["directory_objects"] > 0 and by[i]["directory_bytes"] > 0 for i in ("node-a-0", "node-b-0"))
+    assert sum(n["directory_objects"] for n in cmap["nodes"]) == cmap["total_keys"] + sum(
+        n["duplicated"] for n in cmap["nodes"]) - cmap["duplicated_keys"]   # each duplicate counted on every holder
+    [proof] = [p for p in cmap["prefixes"] if p["label"] == f"{run}/a"]
+    assert proof["chunks"] >= 7 and proof["held"].get("node-a-0", 0) == proof["chunks"], proof     # computed on a
+
+
 @needs_prometheus
 def test_prometheus_scrapes_servers_and_engines_and_monitor_shows_p2p_loads(fleet2, p2pctl, tmp_path):
     assert run_basic(fleet2).passed
