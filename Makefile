@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-explain lint clean bench bench-quick
+.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain lint clean bench bench-quick
 
 setup: $(STAMP)
 
@@ -59,6 +59,11 @@ test-explain: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"
+
+# The hostile-input fuzz tier at eight times the examples and budget `make test` gives it, plus the 10 MB lines
+# and the 100 MB log (minutes on a busy 2-core box; each prints its figures).
+test-hostile: setup
+	P2P_SOAK=1 P2P_FUZZ_SCALE=8 $(PY) -m pytest -q -rs -s -m fuzz tests/unit
 
 # Benchmarks (p2p_ops/bench/suite) print figures with ratios and write bench/results/<stamp>/ (and
 # bench/results/latest.md); they never fail on timings. bench-quick stays under 10 minutes on a 2-core box;

@@ -15,9 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+from p2p_ops import files
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.errors import BadInput, CouldNotRun
 
+# A UCX/NIXL log worth summarising fits in memory; past this, cut it to the part that matters first.
+TRACE_CAP = 1 << 30
 _SIZE = re.compile(r"^(\d+)\s*([kmgt]?)(?:i?b)?$", re.I)
 
 
@@ -116,13 +119,15 @@ def cmd_probe_nixl(args) -> int:
 
 # --- p2pctl rails ------------------------------------------------------------------------------------------
 
-def _load_snapshot(path: str):
+def _load_snapshot(path: str, flag: str):
     from p2p_ops.diagnose.rails import Snapshot
 
     try:
-        return Snapshot.from_dict(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, TypeError) as exc:
-        raise BadInput(f"cannot read snapshot {path}: {exc}") from exc
+        return Snapshot.from_dict(json.loads(files.read_text(path, 16 << 20)))
+    except files.Refused as exc:
+        raise BadInput(f"{flag} {exc}") from None
+    except ValueError as exc:  # json.JSONDecodeError included
+        raise BadInput(f"{flag} {path}: not a rail snapshot ({exc})") from None
 
 
 def _during(args) -> str:
@@ -142,19 +147,19 @@ def _during(args) -> str:
 
 def cmd_rails(args) -> int:
     from p2p_ops.diagnose.rails import assess, diff, snapshot
+    from p2p_ops.facts.host_view import check_copy
 
     sysfs = Path(args.sysfs_root or "/sys")
-    if not sysfs.is_dir():
-        raise BadInput(f"--sysfs-root {sysfs} is not a directory")
+    check_copy(sysfs, "--sysfs-root", "point it at a copy of /sys")
     if args.save_snapshot:
-        Path(args.save_snapshot).write_text(json.dumps(snapshot(sysfs).to_dict(), indent=2))
+        files.write_text(args.save_snapshot, json.dumps(snapshot(sysfs).to_dict(), indent=2), 0o644)
         print(f"snapshot written to {args.save_snapshot}")
         return 0
     if args.after and not args.before:
         raise BadInput("--after needs --before")
-    before = _load_snapshot(args.before) if args.before else snapshot(sysfs)
+    before = _load_snapshot(args.before, "--before") if args.before else snapshot(sysfs)
     window = "from snapshot files" if args.before else _during(args)
-    after = _load_snapshot(args.after) if args.after else snapshot(sysfs)
+    after = _load_snapshot(args.after, "--after") if args.after else snapshot(sysfs)
     expected = [e for e in (args.expect or "").split(",") if e]
     report = assess(diff(before, after), expected or None, args.min_bytes, args.imbalance)
     report.facts["window"] = window
@@ -182,9 +187,10 @@ def cmd_ucx_trace(args) -> int:
             texts.append(("<stdin>", sys.stdin.read()))
             continue
         try:
-            texts.append((name, Path(name).read_text(errors="replace")))
-        except OSError as exc:
-            raise BadInput(f"cannot read {name}: {exc.strerror}") from exc
+            texts.append((name, files.read_text(name, TRACE_CAP)))
+        except files.Refused as exc:
+            raise BadInput(f"{exc}{' (read a pipe as `-`, from stdin)' if 'regular file' in exc.reason else ''}"
+                           ) from None
     report = trace_report(parse_traces(texts), expect_rdma=args.expect_rdma)
     return _emit(args, report, render_endpoints(report))
 

@@ -16,15 +16,16 @@ from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.cache_map import cache_map
 from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.load import warnings as spec_warnings
 from p2p_ops.spec.sizing import BUDGET_SHARE, box_budget_gib, describe_sizing
 from p2p_ops.spec.ports import check_local_base, default_base
 from p2p_ops.spec.starter import (
     DEFAULT_MODEL_DIR,
     DEFAULT_VLLM_VENV,
     local_fleet,
-    starter_yaml,
     vllm_missing,
     vllm_paths,
+    write_starter,
 )
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
@@ -137,10 +138,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.output)
-    if out.exists() and not args.force:
+    if (out.exists() or out.is_symlink()) and not args.force:
         raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
     if not out.parent.is_dir():
         raise BadInput(f"-o {out}: folder {out.parent} does not exist; create it or write elsewhere")
+    if out.is_dir() and not out.is_symlink():
+        raise BadInput(f"-o {out}: is a folder; name a file, e.g. -o {out / 'fleet.yaml'}")
     off = args.port_offset
     base = default_base(off)
     vllm = vllm_paths(out, args.model_path, args.vllm_venv)
@@ -149,7 +152,7 @@ def cmd_init(args: argparse.Namespace) -> int:
                        cpu_count=os.cpu_count() or 1, profile=args.profile, memory_budget_gib=budget)
     check_local_base(base, args.local, off)
     parse_fleet(data)  # what we write must load
-    out.write_text(starter_yaml(data))
+    write_starter(out, data, force=True)
     missing = vllm_missing(vllm["model_path"], vllm["venv"]) if args.runtime == "vllm" else []
     sized = describe_sizing(data, budget) if args.runtime == "embedded" else ""
     if args.json:
@@ -174,9 +177,12 @@ def _memory_budget(args: argparse.Namespace):
 def cmd_validate(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         f = ctx.fleet
+    notes = spec_warnings(f, Path(args.fleet))
+    for note in notes:
+        err_console.print(f"warning: {note}", soft_wrap=True, markup=False)
     if args.json:
         emit_json({"fleet_file": str(args.fleet), "ok": True, "fleet": f.name, "runtime": f.runtime,
-                   "nodes": len(f.nodes), "instances": len(f.instances())})
+                   "nodes": len(f.nodes), "instances": len(f.instances()), "warnings": notes})
         return EXIT_OK
     console.print(f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, {len(f.nodes)} node(s), "
                   f"{len(f.instances())} instance(s)")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
+from p2p_ops import files
 from p2p_ops.connectors.base import CommandFailed, Result
 
 
@@ -26,13 +26,13 @@ class LocalConnector:
         return result
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
+        """Copy a file the toolkit wrote (an env.sh, a wrapper) into a folder of this machine: the folder is made
+        private, and the copy replaces whatever is at `remote` (a link included) without following it."""
         dest = Path(remote)
         if Path(local).resolve() == dest.resolve():
             return
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, dest)
-        if mode is not None:
-            dest.chmod(mode)
+        files.private_dir(dest.parent)
+        files.write_text(dest, files.read_text(local), 0o600 if mode is None else mode)
 
     def close(self) -> None:
         pass

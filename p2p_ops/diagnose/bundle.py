@@ -14,7 +14,9 @@ Layout inside `p2p-bundle-<fleet>-<UTC>/`::
 Every text passes through `redact.redact_text` in memory before anything is written; the tar holds only the
 redacted text and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
 Parts that cannot be read (a stopped fleet, a missing tool, an unreachable node) are listed under
-`unreachable` instead of failing the bundle.
+`unreachable` instead of failing the bundle. Files the bundle will not read are listed under `refused` with the
+reason: a log or env.sh that is a symbolic link, a FIFO or a device, or one whose folder resolves outside the
+node's run folder (`facts.logs.file_copy_fact` refuses them on the node itself).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.connectors.base import Result
 from p2p_ops.diagnose import doctor, explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
@@ -38,7 +41,7 @@ from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
 from p2p_ops.facts import COMMAND_FACTS
 from p2p_ops.facts.base import CommandFact
-from p2p_ops.facts.logs import file_copy_fact
+from p2p_ops.facts.logs import FileCopy, file_copy_fact
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.sections import read_fact, read_node
@@ -47,7 +50,7 @@ from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.layout import BUNDLES, PROMETHEUS
-from p2p_ops.spec.model import Node
+from p2p_ops.spec.model import Node, hostport
 from p2p_ops.spec.units import Unit
 
 FORMAT = "p2p-bundle/1"
@@ -75,6 +78,13 @@ class Unreachable:
 
 
 @dataclass
+class Refusal:
+    what: str
+    source: str
+    reason: str
+
+
+@dataclass
 class BundleWriter:
     """Collects redacted files in memory; `write` makes the tar.gz (nothing unredacted ever touches disk)."""
 
@@ -83,6 +93,7 @@ class BundleWriter:
     entries: list[FileEntry] = field(default_factory=list)
     redactions: list[Redaction] = field(default_factory=list)
     unreachable: list[Unreachable] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
 
     def add_text(self, path: str, text: str, what: str, source: str, truncated: bool = False) -> None:
         result = redact_text(text, where=path)
@@ -100,6 +111,10 @@ class BundleWriter:
         self.entries += part.entries
         self.redactions += part.redactions
         self.unreachable += part.unreachable
+        self.refused += part.refused
+
+    def refuse(self, what: str, source: str, reason: str) -> None:
+        self.refused.append(Refusal(what, source, redact_text(reason, "manifest").text[:500]))
 
     def missing(self, what: str, source: str, error: str) -> None:
         self.unreachable.append(Unreachable(what, source, redact_text(str(error), "manifest").text[:500]))
@@ -115,6 +130,7 @@ class BundleWriter:
             "redaction_summary": {"total": len(self.redactions), "by_kind": by_kind,
                                   "files": sorted({r.where for r in self.redactions})},
             "unreachable": [asdict(u) for u in self.unreachable],
+            "refused": [asdict(r) for r in self.refused],
         }
 
     def write(self, out: Path, extra: dict, force: bool = False) -> dict:
@@ -153,23 +169,40 @@ def trim_partial_head(text: str) -> str:
     return "\n".join(lines)
 
 
-def read_remote(conn, path: str, cap: int = LOG_CAP_BYTES) -> tuple[Optional[str], int, str]:
-    """(text or None, size in bytes, error): at most `cap` bytes from the end (`facts.logs.file_copy_fact`)."""
+def _copy(conn, path: str, cap: int, within: Optional[str]) -> tuple[Optional[FileCopy], str]:
     try:
-        copy = read_fact(conn, file_copy_fact(path, cap), timeout=60)
+        return read_fact(conn, file_copy_fact(path, cap, within), timeout=60), ""
     except Exception as exc:  # noqa: BLE001 - an unreachable node is a manifest entry, not a failure
-        return None, 0, str(exc)
+        return None, str(exc)
+
+
+def _text(copy: FileCopy, cap: int) -> str:
+    return trim_partial_head(copy.text) if copy.truncated(cap) else copy.text
+
+
+def read_remote(conn, path: str, cap: int = LOG_CAP_BYTES, within: Optional[str] = None
+                ) -> tuple[Optional[str], int, str]:
+    """(text or None, size in bytes, error): at most `cap` bytes from the end (`facts.logs.file_copy_fact`);
+    a file it refuses (a link, a FIFO, outside `within`) gives None and the reason."""
+    copy, err = _copy(conn, path, cap, within)
+    if copy is None:
+        return None, 0, err
     if not copy.exists:
         return None, 0, "no such file"
-    return (trim_partial_head(copy.text) if copy.truncated(cap) else copy.text), copy.size, ""
+    if copy.refused:
+        return None, 0, f"not read: {copy.refused}"
+    return _text(copy, cap), copy.size, ""
 
 
-def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: str) -> None:
-    text, size, err = read_remote(conn, path)
-    if text is None:
-        w.missing(what, f"{node}:{path}", err)
-        return
-    w.add_text(dest, text, what, f"{node}:{path}", truncated=size > LOG_CAP_BYTES)
+def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: str, within: str) -> None:
+    copy, err = _copy(conn, path, LOG_CAP_BYTES, within)
+    source = f"{node}:{path}"
+    if copy is not None and copy.refused:
+        w.refuse(what, source, copy.refused)
+    elif copy is None or not copy.exists:
+        w.missing(what, source, err or "no such file")
+    else:
+        w.add_text(dest, _text(copy, LOG_CAP_BYTES), what, source, truncated=copy.size > LOG_CAP_BYTES)
 
 
 def _add_http(w: BundleWriter, url: str, dest: str, what: str, as_json: bool) -> None:
@@ -287,13 +320,15 @@ def _add_unit(w: BundleWriter, ctx: FleetContext, unit: Unit, states: dict[str, 
     def what(thing: str) -> str:
         return f"{unit.role} {thing} of {iid}" if iid else f"{unit.role} {thing}"
 
+    root = str(lay.root)
     if unit.role != "engine":  # an instance's server and engine share one env.sh
-        _add_remote(w, conn, node, str(lay.env(unit.folder)), f"{d}/env.sh", f"env.sh of {iid}" if iid else what("env.sh"))
-    _add_remote(w, conn, node, proc.wrapper, f"{d}/start_{unit.role}.sh", what("start wrapper"))
-    _add_remote(w, conn, node, proc.log, f"{d}/{unit.role}.log", what("log"))
+        _add_remote(w, conn, node, str(lay.env(unit.folder)), f"{d}/env.sh", f"env.sh of {iid}" if iid else what("env.sh"),
+                    root)
+    _add_remote(w, conn, node, proc.wrapper, f"{d}/start_{unit.role}.sh", what("start wrapper"), root)
+    _add_remote(w, conn, node, proc.log, f"{d}/{unit.role}.log", what("log"), root)
     previous = proc.log + ".1"
     if read_fact(conn, paths_fact({previous: "file"}), timeout=10)[previous]:
-        _add_remote(w, conn, node, previous, f"{d}/{unit.role}.log.1", what("log") + " (previous run)")
+        _add_remote(w, conn, node, previous, f"{d}/{unit.role}.log.1", what("log") + " (previous run)", root)
     state = states.get(unit.name, "unknown")
     if unit.role == "router":
         _add_router_http(w, ctx, unit)
@@ -310,7 +345,7 @@ def _add_router_http(w: BundleWriter, ctx: FleetContext, unit: Unit) -> None:
     w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
     if st.healthy:
         _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
-        prom = f"http://{unit.node.address}:{ctx.fleet.router.prometheus_port}/metrics"
+        prom = f"http://{hostport(unit.node.address, ctx.fleet.router.prometheus_port)}/metrics"
         _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
@@ -319,8 +354,8 @@ def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
     what it left there (a fleet that never ran one has nothing to show)."""
     pdir = ctx.layout.dir(PROMETHEUS)
     for name, what in (("prometheus.yml", "Prometheus config"), ("prometheus.log", "Prometheus log")):
-        if (pdir / name).is_file():
-            _add_remote(w, ctx.conn(None), "local", str(pdir / name), f"prometheus/{name}", what)
+        if (pdir / name).exists() or (pdir / name).is_symlink():
+            _add_remote(w, ctx.conn(None), "local", str(pdir / name), f"prometheus/{name}", what, str(ctx.layout.root))
 
 
 def default_path(ctx: FleetContext, stamp: str) -> Path:
@@ -351,7 +386,7 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(out) if out else default_path(ctx, stamp)
     w = BundleWriter(f"p2p-bundle-{ctx.fleet.name}-{stamp}")
-    w.add_text("fleet.yaml", ctx.fleet_file.read_text(errors="replace"), "the fleet spec", str(ctx.fleet_file))
+    w.add_text("fleet.yaml", files.read_text(ctx.fleet_file, 4 << 20), "the fleet spec", str(ctx.fleet_file))
     states: dict[str, str] = {}
     for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.procs(n))).items():
         if isinstance(res, Exception):
@@ -406,6 +441,9 @@ def summary_lines(manifest: dict) -> list[str]:
              f"redacted: {red['total']} secret(s) ({kinds}) in {len(red['files'])} file(s); listed in manifest.json",
              f"not collected: {len(manifest['unreachable'])} item(s)"]
     lines += [f"  - {u['what']}: {u['error']}" for u in manifest["unreachable"][:8]]
+    if manifest.get("refused"):
+        lines.append(f"refused: {len(manifest['refused'])} file(s) not read (reasons in manifest.json)")
+        lines += [f"  - {r['source']}: {r['reason']}" for r in manifest["refused"][:8]]
     if len(manifest["unreachable"]) > 8:
         lines.append(f"  ... {len(manifest['unreachable']) - 8} more in manifest.json")
     doc = manifest.get("doctor")

@@ -18,6 +18,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.facts.netdev import read_netdevs
@@ -46,9 +47,30 @@ class Snapshot:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Snapshot:
-        counters = {k: RailCounter(**v) for k, v in data.get("counters", {}).items()}
-        return cls(data.get("host", ""), float(data.get("taken_at", 0)), counters)
+    def from_dict(cls, data: Any) -> Snapshot:
+        """A snapshot's JSON (`to_dict`); anything of another shape is a ValueError naming the part."""
+        if not isinstance(data, dict) or not isinstance(data.get("counters", {}), dict):
+            raise ValueError('expected {"host": ..., "taken_at": ..., "counters": {NAME: {...}}} as written by '
+                             "--save-snapshot")
+        counters = {str(k): _counter(str(k), v) for k, v in data.get("counters", {}).items()}
+        taken = data.get("taken_at", 0)
+        if isinstance(taken, bool) or not isinstance(taken, (int, float)):
+            raise ValueError(f"taken_at: {taken!r} is not a time in seconds")
+        return cls(str(data.get("host", "")), float(taken), counters)
+
+
+def _counter(name: str, value: Any) -> RailCounter:
+    if not isinstance(value, dict):
+        raise ValueError(f"counters.{name}: expected an object with name, kind, tx_bytes and rx_bytes")
+    try:
+        counter = RailCounter(**value)
+    except TypeError as exc:
+        raise ValueError(f"counters.{name}: {exc}") from None
+    for key in ("tx_bytes", "rx_bytes"):
+        number = getattr(counter, key)
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise ValueError(f"counters.{name}.{key}: {number!r} is not a byte count")
+    return counter
 
 
 def snapshot(sysfs_root: Path = Path("/sys"), host: str | None = None) -> Snapshot:

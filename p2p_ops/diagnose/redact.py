@@ -6,29 +6,38 @@ passwords would be guessable from one).
 
 A rule finds where a secret *starts*; a scanner then follows the value to its real end the way the consumer of
 that text would read it (a shell word with its quotes and escapes, a JSON/Python string with its escapes, a
-YAML/header value to the end of the line, a URL query value to the next `&`). Cutting a value at the first
-quote, `#` or `,` is how tails of secrets used to leak. Spans found by several rules are merged, never dropped,
-so the widest reading wins.
+YAML/header value to the end of the line or of its block scalar, a URL query value to the next `&`, an environ
+record to its NUL). Cutting a value at the first quote, `#` or `,` is how tails of secrets used to leak. Spans
+found by several rules are merged, never dropped, so the widest reading wins.
 
-Detected:
+Detected: PEM private-key blocks (also JSON-escaped and truncated ones), JWTs, known token prefixes (`sk-`,
+`hf_`, `ghp_`/`github_pat_`, `glpat-`, `xox?-`, `nvapi-`, `AKIA`/`ASIA`, `AIza`, `ya29.`, `npm_`, `pypi-`, Stripe,
+...); `Authorization` headers of any scheme, `Cookie`/`Set-Cookie`, bearer tokens; URL userinfo and secret query
+keys, Slack/Discord webhook paths; assignments (env, shell, YAML incl. block and folded scalars, JSON, Python
+reprs, INI, NUL-separated environ) whose name says secret (`redact_names.is_secret_name`); CLI flags of such
+names and the short flags of common clients (`mysql -pX`, `redis-cli -a X`, `curl -u user:X`, `ldapsearch -w X`,
+`sshpass -p X`, `sqlcmd -P X`, `openssl -passin pass:X`, `keytool -storepass X`, ...); `.netrc` entries.
+The toolkit's own diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not
+shown)") are left alone. Only the value is replaced (a value that is exactly one quoted string keeps its
+quotes), so files stay readable.
 
-- PEM private-key blocks (also JSON-escaped and truncated ones), JWTs, known token prefixes (`sk-`, `hf_`,
-  `ghp_`/`github_pat_`, `glpat-`, `xox?-`, `nvapi-`, `AKIA`/`ASIA`, `AIza`, `ya29.`, `npm_`, `pypi-`, Stripe, ...);
-- `Authorization` headers of any scheme, `Cookie`/`Set-Cookie`, bearer tokens;
-- URL userinfo (`scheme://user:pass@host`, also `redis://:pass@host`), secret query keys (`?key=`, `sig=`,
-  `token=`, `X-Amz-Signature=`, ...), Slack/Discord webhook paths;
-- assignments (env, shell, YAML, JSON, Python reprs, INI) whose name ends in PASS/PASSWORD/PASSWD/PWD/TOKEN/
-  SECRET/KEY/AUTH/CREDENTIAL(S)/JSON/COOKIE or contains SECRET/PASSWORD, CLI flags of such names
-  (`--hf-token X`, `--password=X`), `mysql -pPASS`, `sshpass -p PASS`.
-Only the value is replaced (a value that is exactly one quoted string keeps its quotes), so files stay readable.
+Every rule runs in linear time: each regex is anchored or bounded, a match inside a span its rule already
+found is not scanned again, and line ends and PEM END markers are looked up in indexes built once per text.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+from p2p_ops.diagnose.redact_names import harmless, is_secret_name
+
+__all__ = ["MASK", "Redaction", "RedactionResult", "is_secret_name", "manifest_entries", "redact_file",
+           "redact_text"]
 
 MASK = "<redacted>"
 
@@ -47,34 +56,28 @@ class RedactionResult:
     redactions: list[Redaction]
 
 
-# ---------------------------------------------------------------------------------------------------- names
+# ------------------------------------------------------------------------------------------------ indexes
 
-_LAST_WORDS = {"password", "passwd", "passphrase", "pass", "secret", "secrets", "token", "credential",
-               "credentials", "apikey", "accesskey", "accountkey", "privatekey", "auth", "authorization",
-               "cookie", "pwd", "key", "json", "sig", "signature"}
-# Bare `PWD` is the shell's working directory and a bare `key`/`json`/`sig` is usually a cache key or a
-# config blob: these words count only after a prefix (MYSQL_PWD, API_KEY, GOOGLE_CREDENTIALS_JSON).
-_NEEDS_PREFIX = {"pwd", "key", "json", "sig", "signature"}
-_ANYWHERE = {"secret", "password", "passwd", "passphrase"}
-# Tokenizer settings (`eos_token: "</s>"`) and per-token rates (`prefill_us_per_token`) are not credentials.
-_NOT_SECRET_BEFORE_TOKEN = {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "per", "max", "num", "first",
-                            "last", "next", "end", "start", "special", "prompt", "cached", "hit"}
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+@lru_cache(maxsize=4)
+def _newlines(text: str) -> list[int]:
+    return [m.start() for m in re.finditer("\n", text)]
 
 
-def is_secret_name(name: str) -> bool:
-    parts = [p for p in re.split(r"[_.\-\s]+", _CAMEL.sub("_", name.strip("-_.")).lower()) if p]
-    if not parts:
-        return False
-    last = parts[-1]
-    if last == "id" and len(parts) >= 3 and parts[-2] == "key":  # private_key_id, AWS_ACCESS_KEY_ID
-        return True
-    if last in {"token", "tokens"} and len(parts) >= 2 and parts[-2] in _NOT_SECRET_BEFORE_TOKEN:
-        return False
-    if last in _LAST_WORDS:
-        return len(parts) > 1 or last not in _NEEDS_PREFIX
-    return any(p in _ANYWHERE for p in parts[:-1]) and last not in {"policy", "file", "path", "length", "min",
-                                                                  "max", "rules", "prompt"}
+@lru_cache(maxsize=4)
+def _nuls(text: str) -> list[int]:
+    return [m.start() for m in re.finditer("\0", text)]
+
+
+def _eol(text: str, i: int) -> int:
+    nl = _newlines(text)
+    k = bisect.bisect_left(nl, i)
+    return nl[k] if k < len(nl) else len(text)
+
+
+def _line_start(text: str, i: int) -> int:
+    nl = _newlines(text)
+    k = bisect.bisect_left(nl, i)
+    return nl[k - 1] + 1 if k else 0
 
 
 # ------------------------------------------------------------------------------------------------- scanners
@@ -83,19 +86,15 @@ def is_secret_name(name: str) -> bool:
 _MAX_QUOTED = 64 * 1024  # a quote that never closes within this is treated as cut off at the line's end
 
 
-def _eol(text: str, i: int) -> int:
-    j = text.find("\n", i)
-    return len(text) if j < 0 else j
-
-
 def _quoted_end(text: str, i: int) -> int:
     """End (after the closing quote) of the quoted string opening at i; backslash escapes count inside `"`,
     in `$'...'` and in `'` strings that look like a Python/JSON repr (an escaped quote before the close)."""
     q = text[i]
+    escapes = q == '"' or _backslash_escapes_single(text, i)
     j, limit = i + 1, min(len(text), i + _MAX_QUOTED)
     while j < limit:
         c = text[j]
-        if c == "\\" and (q == '"' or _backslash_escapes_single(text, i)):
+        if c == "\\" and escapes:
             j += 2
             continue
         if c == q and q == "'" and text[j + 1:j + 2] == "'":
@@ -107,12 +106,21 @@ def _quoted_end(text: str, i: int) -> int:
     return _eol(text, i)  # never closed: everything to the line's end may be part of it
 
 
+@lru_cache(maxsize=4)
+def _escaped_quotes(text: str) -> list[int]:
+    return [m.start() for m in re.finditer(r"\\'", text)]
+
+
 def _backslash_escapes_single(text: str, i: int) -> bool:
     # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
-    return i > 0 and text[i - 1] == "$" or "\\'" in text[i:_eol(text, i)]
+    if i > 0 and text[i - 1] == "$":
+        return True
+    escaped = _escaped_quotes(text)
+    k = bisect.bisect_left(escaped, i)
+    return k < len(escaped) and escaped[k] < min(_eol(text, i), i + _MAX_QUOTED)
 
 
-_WORD_STOP = set(" \t\r\n;&|<>`")
+_WORD_STOP = set(" \t\r\n;&|<>`\0")
 _TRAIL = ",)}]"
 
 
@@ -131,8 +139,18 @@ def shell_word_end(text: str, i: int) -> int:
             j += 2
             continue
         j += 1
-    j = min(j, n)
-    while j > i and text[j - 1] in _TRAIL and _opens_before(text, i, text[j - 1]):
+    return _trim_closers(text, i, min(j, n))
+
+
+def _trim_closers(text: str, i: int, j: int) -> int:
+    """Drop `,)}]` from a value's end where they close something opened before the value on its line."""
+    opened: dict[str, bool] = {}
+    while j > i and text[j - 1] in _TRAIL:
+        closer = text[j - 1]
+        if closer not in opened:
+            opened[closer] = _opens_before(text, i, closer)
+        if not opened[closer]:
+            break
         j -= 1
     return j
 
@@ -142,7 +160,7 @@ def _opens_before(text: str, i: int, closer: str) -> bool:
     if closer == ",":
         return True
     opener = {")": "(", "}": "{", "]": "["}[closer]
-    return opener in text[text.rfind("\n", 0, i) + 1:i]
+    return text.find(opener, max(_line_start(text, i), i - 4096), i) >= 0
 
 
 def line_value_end(text: str, i: int) -> int:
@@ -152,21 +170,55 @@ def line_value_end(text: str, i: int) -> int:
     j = _eol(text, i)
     while j > i and text[j - 1] in " \t\r":
         j -= 1
-    while j > i and text[j - 1] in _TRAIL and _opens_before(text, i, text[j - 1]):
-        j -= 1
-    return j
+    return _trim_closers(text, i, j)
+
+
+_BLOCK_INDICATOR = re.compile(r"[|>][1-9+-]{0,2}[ \t]*(?:#[^\n]*)?(?=\n)")
+
+
+def yaml_value_end(text: str, i: int) -> int:
+    """A YAML value: a block (`|`) or folded (`>`) scalar runs over the following lines indented deeper than
+    its key; any other value is `line_value_end`."""
+    if not _BLOCK_INDICATOR.match(text, i):
+        return line_value_end(text, i)
+    start = _line_start(text, i)
+    indent = len(text[start:i]) - len(text[start:i].lstrip(" "))
+    end = j = _eol(text, i)
+    while j < len(text):
+        nxt = _eol(text, j + 1)
+        line = text[j + 1:nxt]
+        if line.strip() and len(line) - len(line.lstrip(" ")) <= indent:
+            break
+        if line.strip():
+            end = nxt
+        j = nxt
+    return end
 
 
 def _token_end(text: str, i: int) -> int:
     j = i
-    while j < len(text) and not (text[j].isspace() or text[j] in "\"'<>,;)}]&\\`|"):
+    while j < len(text) and not (text[j].isspace() or text[j] in "\"'<>,;)}]&\\`|\0"):
         j += 1
     return j
 
 
 def _query_end(text: str, i: int) -> int:
     j = i
-    while j < len(text) and not (text[j].isspace() or text[j] in "&#\"'<>`|;"):
+    while j < len(text) and not (text[j].isspace() or text[j] in "&#\"'<>`|;\0"):
+        j += 1
+    return j
+
+
+def _record_end(text: str, i: int) -> int:
+    """An environ record's value: to the next NUL (or the line's end): spaces and quotes are part of it."""
+    nul = _nuls(text)
+    k = bisect.bisect_left(nul, i)
+    return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
+
+
+def _blank_end(text: str, i: int) -> int:
+    j = i
+    while j < len(text) and not text[j].isspace():
         j += 1
     return j
 
@@ -179,6 +231,7 @@ class Rule:
     pattern: re.Pattern
     scan: Callable[[str, int], int] | None = None  # None: the `s` group's own end
     check: Callable[[re.Match], bool] | None = None  # extra test on the match (e.g. the name is a secret)
+    needles: tuple[str, ...] = ()  # the rule cannot match a text holding none of these (lower case)
 
 
 def _named(m: re.Match) -> bool:
@@ -186,82 +239,158 @@ def _named(m: re.Match) -> bool:
 
 
 _TOKEN_PREFIXES = (
-    ("openai_key", r"sk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_-]{20,}"),
-    ("stripe_key", r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
-    ("huggingface_token", r"hf_[A-Za-z0-9]{20,}"),
-    ("github_token", r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,})"),
-    ("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}"),
-    ("slack_token", r"xox[abprse]-[A-Za-z0-9-]{10,}"),
-    ("nvidia_api_key", r"nvapi-[A-Za-z0-9_-]{20,}"),
-    ("aws_access_key_id", r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),
-    ("gcp_api_key", r"AIza[0-9A-Za-z_-]{35}"),
-    ("google_oauth_token", r"ya29\.[0-9A-Za-z_-]{20,}"),
-    ("npm_token", r"npm_[A-Za-z0-9]{30,}"),
-    ("pypi_token", r"pypi-AgE[A-Za-z0-9_-]{30,}"),
-    ("sendgrid_key", r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
-    ("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("openai_key", r"sk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_-]{20,}", "sk-"),
+    ("stripe_key", r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}", "k_"),
+    ("huggingface_token", r"hf_[A-Za-z0-9]{20,}", "hf_"),
+    ("github_token", r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,})", "g"),
+    ("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}", "glpat-"),
+    ("slack_token", r"xox[abprse]-[A-Za-z0-9-]{10,}", "xox"),
+    ("nvidia_api_key", r"nvapi-[A-Za-z0-9_-]{20,}", "nvapi-"),
+    ("aws_access_key_id", r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])", "ia"),
+    ("gcp_api_key", r"AIza[0-9A-Za-z_-]{35}", "aiza"),
+    ("google_oauth_token", r"ya29\.[0-9A-Za-z_-]{20,}", "ya29."),
+    ("npm_token", r"npm_[A-Za-z0-9]{30,}", "npm_"),
+    ("pypi_token", r"pypi-AgE[A-Za-z0-9_-]{30,}", "pypi-"),
+    ("sendgrid_key", r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}", "sg."),
+    ("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "eyj"),
 )
 
-_NAME = r"(?P<n>[A-Za-z_][A-Za-z0-9_.-]*)"
+_NAME = r"(?P<n>[A-Za-z_][A-Za-z0-9_.-]{0,200})"
+_FREE = r"(?<![A-Za-z0-9_.-])"
+# Short password flags of common clients: (tools, flag). The flag's value is the secret (curl's after `user:`).
+_CLIENT_FLAGS = (
+    ("redis-cli", r"-a"), ("ldapsearch|ldapmodify|ldapadd|ldapdelete|ldapwhoami|ldappasswd", r"-w"),
+    ("sqlcmd|bcp", r"-P"), ("mongo|mongosh|mongodump|mongorestore", r"-p"), ("zip|unzip", r"-P"),
+    ("smbclient", r"-U[ \t]*[^%\s]+%"),
+)
+_TOOL_SPAN = r"[^\n]{0,400}?(?<=\s)"  # the flag within a bounded stretch of the tool's command line
+
+
+def _client_flag_rules() -> tuple[Rule, ...]:
+    return tuple(Rule("cli_password", re.compile(rf"\b(?:{tools})\b{_TOOL_SPAN}{flag}[ \t]*(?P<s>[^\s-])"),
+                      shell_word_end, needles=tuple(t.split("-")[0] for t in tools.split("|")))
+                 for tools, flag in _CLIENT_FLAGS)
+
 
 RULES: tuple[Rule, ...] = (
-    Rule("private_key", re.compile(
-        r"-----BEGIN (?:[A-Z0-9 ]*)PRIVATE KEY(?: BLOCK)?-----(?P<s>.*?)-----END [A-Z0-9 ]*PRIVATE KEY"
-        r"(?: BLOCK)?-----", re.S)),
+    # A BEGIN line; its block ends at the next END line (`_pem_end`, from an index of END lines).
+    Rule("private_key", re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?P<s>)"), None,
+         needles=("private key",)),
     # A block cut off before its END line (truncated log tails) still leaks key material.
     Rule("private_key", re.compile(
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?P<s>(?:\s*(?:\\n)?[A-Za-z0-9+/=:-]{16,})+)")),
-    *(Rule(kind, re.compile(r"(?<![A-Za-z0-9])(?P<s>" + rx + ")"), _token_end) for kind, rx in _TOKEN_PREFIXES),
-    Rule("bearer_token", re.compile(r"(?i)\bBearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"), _token_end),
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?P<s>(?:\s*(?:\\n)?[A-Za-z0-9+/=:-]{16,})+)"),
+        needles=("private key",)),
+    *(Rule(kind, re.compile(r"(?<![A-Za-z0-9])(?P<s>" + rx + ")"), _token_end, needles=(needle,))
+      for kind, rx, needle in _TOKEN_PREFIXES),
+    Rule("bearer_token", re.compile(r"(?i)\bBearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"), _token_end,
+         needles=("bearer",)),
     # Any scheme (Basic, Token, Digest, AWS4-HMAC-SHA256, a bare key); the scheme word itself stays.
     Rule("authorization", re.compile(
         r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*(?P<oq>[\"']?)(?:(?:Bearer|Basic|Token|Digest|Negotiate|"
-        r"AWS4-HMAC-SHA256)\s+)?(?P<s>\S)"), None),
-    Rule("cookie", re.compile(r"(?i)\b(?:set-)?cookie[\"']?\s*:\s*(?P<oq>[\"']?)(?P<s>\S)"), None),
+        r"AWS4-HMAC-SHA256)\s+)?(?P<s>\S)"), None, needles=("authorization",)),
+    Rule("cookie", re.compile(r"(?i)\b(?:set-)?cookie[\"']?\s*:\s*(?P<oq>[\"']?)(?P<s>\S)"), None,
+         needles=("cookie",)),
     Rule("url_password", re.compile(
-        r"\b[a-zA-Z][a-zA-Z0-9+.-]*://(?P<u>[^\s:/?#@\"'<>]*):(?P<s>[^\s/\"'<>]*)@")),
+        r"\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://(?P<u>[^\s:/?#@\"'<>]{0,200}):(?P<s>[^\s/\"'<>@]{0,500})@"),
+        needles=("://",)),
     # A bare token as the user (`https://ghp_x@github.com`, `https://<40 hex>@host`).
-    Rule("url_password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://(?P<s>[A-Za-z0-9_-]{24,})@")),
+    Rule("url_password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://(?P<s>[A-Za-z0-9_-]{24,500})@"),
+         needles=("://",)),
     Rule("url_query_secret", re.compile(r"[?&;]" + _NAME + r"=(?P<s>[^&#\s\"'<>]+)"), _query_end,
-         lambda m: is_secret_name(m.group("n")) or m.group("n").lower() in {"key", "sig", "code", "signature"}),
+         lambda m: is_secret_name(m.group("n")) or m.group("n").lower() in {"key", "sig", "code", "signature"},
+         needles=("=",)),
     Rule("webhook_url", re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_-]+)"),
-         _token_end),
-    Rule("webhook_url", re.compile(r"discord(?:app)?\.com/api/webhooks/(?P<s>[A-Za-z0-9/_-]+)"), _token_end),
+         _token_end, needles=("hooks.slack",)),
+    Rule("webhook_url", re.compile(r"discord(?:app)?\.com/api/webhooks/(?P<s>[A-Za-z0-9/_-]+)"), _token_end,
+         needles=("discord",)),
     Rule("mysql_password", re.compile(
-        r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport)\b[^\n]*?(?<=\s)-p(?P<s>[^\s-])"),
-        shell_word_end),
-    Rule("sshpass_password", re.compile(r"\bsshpass\s+-p\s*(?P<s>\S)"), shell_word_end),
+        rf"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport)\b{_TOOL_SPAN}-p(?P<s>[^\s-])"),
+        shell_word_end, needles=("mysql", "mariadb")),
+    Rule("sshpass_password", re.compile(r"\bsshpass\s+-p\s*(?P<s>\S)"), shell_word_end, needles=("sshpass",)),
+    *_client_flag_rules(),
+    Rule("cli_password", re.compile(rf"\bcurl\b{_TOOL_SPAN}(?:-u|--user)[ \t=]*(?P<oq>[\"']?)[^\s:\"']{{1,200}}:"
+                                    r"(?P<s>[^\s\"'])"), shell_word_end, needles=("curl",)),
+    Rule("cli_password", re.compile(r"(?<![\w-])-pass(?:in|out)?[ \t]+(?P<oq>[\"']?)pass:(?P<s>[^\s\"'])"),
+         shell_word_end, needles=("pass:",)),
+    Rule("cli_password", re.compile(r"(?<![\w-])-(?:src|dest|new)?(?:store|key)pass[ \t]+(?P<s>[^\s-])"),
+         shell_word_end, needles=("pass",)),
+    # An environ record (`/proc/<pid>/environ`, NUL-separated): the value runs to its NUL, spaces included.
+    Rule("secret_assignment", re.compile(r"(?:^|(?<=\0))" + _NAME + r"=(?P<s>[^\0\n])"), _record_end, _named,
+         needles=("\0",)),
+    # `NAME=value` starting a line (env output, a .env file): everything to the line's end may be the value.
+    Rule("secret_assignment", re.compile(r"(?m)^" + _NAME + r"=(?P<s>[^\s\"'=])"), line_value_end, _named,
+         needles=("=",)),
     # NAME=value (shell/env/INI); `NAME = value` (INI/TOML, spaces allowed in the value) reads to the line end.
-    Rule("secret_assignment", re.compile(r"(?<![A-Za-z0-9_.-])" + _NAME + r"(?P<q>[\"']?)=(?P<s>[^\s=])"),
-         shell_word_end, _named),
-    Rule("secret_assignment", re.compile(r"(?<![A-Za-z0-9_.-])" + _NAME + r"(?P<q>[\"']?)[ \t]+=[ \t]*(?P<s>\S)"),
-         line_value_end, _named),
-    # NAME: value (YAML, JSON, Python reprs, headers).
-    Rule("secret_assignment", re.compile(r"(?<![A-Za-z0-9_.-])" + _NAME + r"(?P<q>[\"']?)[ \t]*:[ \t]*(?P<s>\S)"),
-         line_value_end, _named),
-    Rule("secret_flag", re.compile(r"(?<![\w-])--(?P<n>[A-Za-z0-9][A-Za-z0-9_-]*)(?:=|[ \t]+)(?P<s>[^\s-])"),
-         shell_word_end, _named),
+    Rule("secret_assignment", re.compile(_FREE + _NAME + r"(?P<q>[\"']?)=(?P<s>[^\s=])"), shell_word_end, _named,
+         needles=("=",)),
+    Rule("secret_assignment", re.compile(_FREE + _NAME + r"(?P<q>[\"']?)[ \t]+=[ \t]*(?P<s>\S)"), line_value_end,
+         _named, needles=("=",)),
+    # NAME: value (YAML incl. block scalars, JSON, Python reprs, headers).
+    Rule("secret_assignment", re.compile(_FREE + _NAME + r"(?P<q>[\"']?)[ \t]*:[ \t]*(?P<s>\S)"), yaml_value_end,
+         _named, needles=(":",)),
+    Rule("secret_flag", re.compile(r"(?<![\w-])--(?P<n>[A-Za-z0-9][A-Za-z0-9_-]{0,100})(?:=|[ \t]+)(?P<s>[^\s-])"),
+         shell_word_end, _named, needles=("--",)),
 )
-
-# Values that are already placeholders, references or empty are left alone: redacting them hides nothing.
-_HARMLESS = re.compile(r"^[\"']?(?:|<redacted>|\*+|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|null|none|None|"
-                       r"true|false|True|False|\[\]|\{\})[\"']?$")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_WINDOW = 1 << 20
 
 
-def _value_span(text: str, rule: Rule, m: re.Match) -> tuple[int, int]:
+@lru_cache(maxsize=4)
+def _pem_ends(text: str) -> list[int]:
+    return [m.start() for m in _PEM_END.finditer(text)]
+
+
+def _pem_end(text: str, i: int) -> int | None:
+    """Where the block whose body starts at i ends (its END line), when that is near enough to be one."""
+    ends = _pem_ends(text)
+    k = bisect.bisect_left(ends, i)
+    return ends[k] if k < len(ends) and ends[k] - i <= _PEM_WINDOW else None
+
+
+# ---- .netrc: `machine HOST login USER password SECRET` over one line or several ----------------------------
+
+_NETRC_ENTRY = re.compile(r"(?m)^[ \t]*(?:machine[ \t]+\S|default\b)")
+_NETRC_TOKEN = re.compile(r"\S+")
+
+
+def _netrc(text: str) -> Iterator[tuple[int, int, str]]:
+    for entry in _NETRC_ENTRY.finditer(text):
+        tokens = _NETRC_TOKEN.finditer(text, entry.start())
+        previous = ""
+        for n, tok in enumerate(tokens):
+            word = tok.group()
+            if n and word in ("machine", "default") or n > 64:
+                break
+            if previous in ("password", "passwd", "account"):
+                yield tok.start(), tok.end(), previous
+            previous = word if previous not in ("password", "passwd", "account") else ""
+
+
+# -------------------------------------------------------------------------------------------------- finding
+
+def _value_span(text: str, rule: Rule, m: re.Match) -> tuple[int, int] | None:
     start = m.start("s")
+    if rule.kind == "private_key" and rule.scan is None and not m.group("s"):
+        end = _pem_end(text, start)
+        return None if end is None else (start, end)
     end = rule.scan(text, start) if rule.scan else m.end("s")
+    quote = m.groupdict().get("oq")
     if rule.kind in ("authorization", "cookie"):
         end = line_value_end(text, start)
-        if m.group("oq"):  # the value opened a quote before the scheme word: it ends where that quote closes
-            close = text.find(m.group("oq"), start, end + 1)
+        if quote:  # the value opened a quote before the scheme word: it ends where that quote closes
+            close = text.find(quote, start, end + 1)
             end = close if close >= 0 else end
         else:
             end = _inside_string_end(text, m.start(), start, end)
+    elif quote:  # `curl -u 'bob:secret words'`: the quote opened before the secret closes it
+        close = text.find(quote, start, _eol(text, start))
+        end = close if close >= 0 else _eol(text, start)
     elif rule.kind == "secret_assignment" and text[m.start("n") - 1:m.start("n")] in ("\"", "'") \
-            and not m.group("q"):
+            and not m.groupdict().get("q"):
         # `"X-Api-Key: abc"`: the name opened a string, so the value ends where that string does.
         end = _inside_string_end(text, m.start("n"), start, end)
+    if _BLOCK_INDICATOR.match(text, start) and end > _eol(text, start):
+        start = _eol(text, start) + 1  # a block scalar: its indicator stays, its lines go
     return start, end
 
 
@@ -274,22 +403,53 @@ def _inside_string_end(text: str, name_start: int, start: int, end: int) -> int:
     return end
 
 
+def _applies(rule: Rule, text: str, lower: Callable[[], str]) -> bool:
+    if not rule.needles:
+        return True
+    if not any(c.isalpha() for n in rule.needles for c in n):
+        return any(n in text for n in rule.needles)
+    return any(n in lower() for n in rule.needles)
+
+
 def _candidates(text: str) -> list[tuple[int, int, int, str]]:
     """(start, end, rule index, name) of every secret any rule finds."""
-    found = []
+    found: list[tuple[int, int, int, str]] = []
+    lowered: list[str] = []
+
+    def lower() -> str:
+        if not lowered:
+            lowered.append(text.lower())
+        return lowered[0]
+
     for idx, rule in enumerate(RULES):
+        if not _applies(rule, text, lower):
+            continue
+        covered = -1  # a match starting inside a span this rule already found adds nothing: not scanned again
         for m in rule.pattern.finditer(text):
-            if rule.check and not rule.check(m):
+            if m.start("s") < covered or (rule.check and not rule.check(m)):
                 continue
-            start, end = _value_span(text, rule, m)
-            value = text[start:end]
-            if end <= start or _HARMLESS.match(value):
-                continue
-            if value[0] in "\"'" and len(value) >= 2 and _quoted_end(text, start) == end:
-                start, end = start + 1, end - 1  # exactly one quoted string: keep the quotes, the file still parses
-            name = m.groupdict().get("n") or ""
-            found.append((start, end, idx, name))
+            span = _value_span(text, rule, m)
+            if span is not None and (hit := _keep(text, span, m.groupdict().get("n") or "")):
+                found.append((*hit, idx, m.groupdict().get("n") or ""))
+                covered = max(covered, hit[1])
+    for start, end, name in (_netrc(text) if "machine" in text or "default" in text else ()):
+        if not harmless(name, text[start:end]):
+            found.append((start, end, len(RULES), name))
     return found
+
+
+def _keep(text: str, span: tuple[int, int], name: str) -> tuple[int, int] | None:
+    start, end = span
+    value = text[start:end]
+    if end <= start or harmless(name, value):
+        return None
+    if value[0] in "\"'" and len(value) >= 2 and _quoted_end(text, start) == end:
+        start, end = start + 1, end - 1  # exactly one quoted string: keep the quotes, the file still parses
+    return start, end
+
+
+def _kind(idx: int) -> str:
+    return RULES[idx].kind if idx < len(RULES) else "netrc_password"
 
 
 def _spans(text: str) -> list[tuple[int, int, str, str]]:
@@ -304,36 +464,53 @@ def _spans(text: str) -> list[tuple[int, int, str, str]]:
             last[3] = last[3] or name
         else:
             merged.append([start, end, idx, name])
-    return [(s, e, RULES[i].kind, n) for s, e, i, n in merged]
+    return [(s, e, _kind(i), n) for s, e, i, n in merged]
 
 
-_ASSIGNED_TO = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)[\"']?\s*[=:]\s*[\"']?$")
+def _assigned_to(before: str) -> str:
+    """The name a value is assigned to, read back from the text before it (`NAME = "`, `NAME: `, `NAME=`)."""
+    s = before.rstrip().removesuffix('"').removesuffix("'").rstrip()
+    if not s or s[-1] not in "=:":
+        return ""
+    s = s[:-1].rstrip().removesuffix('"').removesuffix("'")
+    j = len(s)
+    while j > 0 and (s[j - 1].isalnum() or s[j - 1] in "_.-") and len(s) - j < 100:
+        j -= 1
+    name = s[j:]
+    return name if name[:1].isalpha() or name[:1] == "_" else ""
 
 
 def _mask(secret: str) -> str:
-    # Keep surrounding whitespace (a PEM body's newlines), so line structure and numbering survive.
-    stripped = secret.strip()
-    lead = secret[: len(secret) - len(secret.lstrip())]
-    return lead + MASK + secret[len(lead) + len(stripped):]
+    """The secret's place: each of its lines keeps its indentation and trailing blanks (so line numbers and
+    a YAML block's shape survive), its text becomes MASK."""
+    out = []
+    for line in secret.split("\n"):
+        stripped = line.strip()
+        out.append(line if not stripped else line[: len(line) - len(line.lstrip())] + MASK
+                   + line[len(line.rstrip()):])
+    return "\n".join(out)
 
 
 def redact_text(text: str, where: str = "<text>") -> RedactionResult:
     out, pos, found = [], 0, []
+    line, counted = 1, 0
     for start, end, kind, name in _spans(text):
         out += [text[pos:start], _mask(text[start:end])]
         pos = end
         if not name:  # a token-shaped value: name the variable it was assigned to, if any
-            line_start = text.rfind("\n", 0, start) + 1
-            assigned = _ASSIGNED_TO.search(text[line_start:start])
-            name = assigned[1] if assigned else ""
-        found.append(Redaction(kind, where, text.count("\n", 0, start) + 1, name))
+            name = _assigned_to(text[max(_line_start(text, start), start - 200):start])
+        line += text.count("\n", counted, start)
+        counted = start
+        found.append(Redaction(kind, where, line, name))
     out.append(text[pos:])
     return RedactionResult("".join(out), found)
 
 
 def redact_file(path: Path, where: str | None = None) -> RedactionResult:
     """Redact a text file's content (the file itself is not changed); binary-ish bytes are replaced, not kept."""
-    return redact_text(Path(path).read_text(errors="replace"), where or str(path))
+    from p2p_ops import files
+
+    return redact_text(files.read_text(path), where or str(path))
 
 
 def manifest_entries(redactions: list[Redaction]) -> list[dict]:

@@ -24,11 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from p2p_ops import files
 from p2p_ops.connectors.base import EXIT_NOT_FOUND, Result
 
 T = TypeVar("T")
 
 LOCALHOST = "localhost"
+# A recorded tool output (`ibv_devinfo -v` of a big host is a few hundred KiB) and a sysfs attribute (a page).
+RECORDING_CAP = 16 << 20
+SYSFS_CAP = 64 << 10
 # What a probe prints when the tool it would ask is not there (nvidia-smi on a CPU node): "not checked".
 ABSENT = "@@absent"
 
@@ -72,11 +76,12 @@ class RecordedRunner:
         name = self.names.get(tuple(argv))
         path = self.directory / f"{name}.txt"
         where = f"recording {self.directory}"
-        if name is None or not path.is_file():
+        if name is None or not (path.exists() or path.is_symlink()):
             return Result(where, shlex.join(argv), EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
         rc_path = self.directory / f"{name}.rc"
-        rc = int(rc_path.read_text().strip()) if rc_path.is_file() else 0
-        return Result(where, shlex.join(argv), rc, path.read_text(errors="replace"), "")
+        rc_text = files.read_text(rc_path, 64).strip() if rc_path.exists() else "0"
+        rc = int(rc_text) if rc_text.lstrip("-").isdigit() else 1
+        return Result(where, shlex.join(argv), rc, files.read_text(path, RECORDING_CAP), "")
 
 
 
@@ -102,10 +107,15 @@ class CommandFact(Generic[T]):
 
 
 def read_sysfs(path: Path) -> str | None:
-    """A sysfs attribute without its trailing newline, or None when absent or unreadable (unused GID slots)."""
+    """A sysfs attribute without its trailing newline, or None when absent or unreadable (unused GID slots).
+    A FIFO or device standing in for one is refused (`files.Refused`), never read or waited on."""
+    if not (path.exists() or path.is_symlink()):
+        return None
     try:
-        return path.read_text(errors="replace").strip()
-    except OSError:
+        return files.read_text(path, SYSFS_CAP).strip()
+    except files.Refused as exc:
+        if exc.reason.startswith("is ") and "regular file" in exc.reason:
+            raise
         return None
 
 

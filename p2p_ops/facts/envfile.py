@@ -17,41 +17,73 @@ from functools import partial
 from typing import Optional
 
 from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.logs import guard, read_cmd
+from p2p_ops.facts.shellwords import Part, Statement, Word, literal, statements
 
-_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_KEYWORDS = ("then", "else", "do", "{", "!")
+_DECLARE = ("export", "declare", "typeset", "readonly", "local")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _computed(raw: str) -> bool:
-    """A value the shell works out at start (`"$DEV"`, `$(ip ...)`): outside single quotes it has a `$`."""
-    return "$" in re.sub(r"'[^']*'", "", raw)
+def _assignment(word: Word) -> tuple[str, Word] | None:
+    """(name, value parts) of a `NAME=value` word; None for any other word."""
+    if not word or word[0].kind != "lit" or word[0].quoted:
+        return None
+    name, eq, rest = word[0].text.partition("=")
+    if not eq or not _NAME.fullmatch(name):
+        return None
+    return name, ((Part("lit", rest),) if rest else ()) + word[1:]
+
+
+def _words_of(st: Statement) -> list[Word]:
+    words = list(st.words)
+    while words and literal(words[0]) in _KEYWORDS:
+        words.pop(0)
+    if words and literal(words[0]) in _DECLARE:
+        words.pop(0)
+        while words and (literal(words[0]) or "").startswith("-"):
+            words.pop(0)
+        return [w for w in words if _assignment(w)]
+    if any(not _assignment(w) for w in words):
+        return []  # `A=1 cmd`: A is set for cmd alone (or the statement is no assignment at all)
+    return words
 
 
 def parse_env_sh(text: str) -> dict[str, str]:
-    """`[export] KEY=VALUE` lines (shell-quoted values unquoted, comments dropped); a later assignment wins, like
-    in bash. A value bash would not parse (a hand edit spread over lines) is kept raw rather than failing. A value
-    the shell computes at start is left out: the file does not say what it will be (the process's environment
-    does)."""
+    """`[export] KEY=VALUE` assignments, read with bash's quoting and line rules (`p2p_ops.facts.shellwords`);
+    a later assignment wins, like in bash. A value bash would not parse (a quote left open) is kept raw rather
+    than failing. A value the shell computes at start (`"$DEV"`, `$(ip ...)`) is left out: the file does not
+    say what it will be (the process's environment does)."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
-        m = _ASSIGN.match(line)
-        if not m or _computed(m[2]):
-            continue
-        try:
-            parts = shlex.split(m[2], comments=True)
-            out[m[1]] = parts[0] if parts else ""
-        except ValueError:
-            out[m[1]] = m[2].strip()
+    for st in statements(text):
+        for word in _words_of(st):
+            name, value = _assignment(word)  # type: ignore[misc]
+            if any(p.kind == "array" for p in value):
+                continue  # a bash array is never exported
+            plain = literal(value)
+            if st.incomplete:
+                raw = st.source.split("\n", 1)[0]
+                out[name] = raw[raw.find(name + "=") + len(name) + 1:].strip()
+            elif plain is None:
+                out.pop(name, None)
+            else:
+                out[name] = plain
     return out
 
 
+def _parse_env_file(text: str) -> dict[str, str]:
+    return {} if text.startswith(("@@p2p-refused", "@@p2p-no-such-file")) else parse_env_sh(text)
+
+
 def env_file_fact(path: str) -> CommandFact[dict[str, str]]:
-    return CommandFact("env_file", ("cat", path), parse_env_sh)
+    """An env.sh on its node, parsed; one that is a link, a FIFO or larger than 1 MiB is not read ({})."""
+    return CommandFact("env_file", ("sh", "-c", f"{guard(path)}; {read_cmd(path, 1 << 20)}"), _parse_env_file)
 
 
 def parse_environ(text: str, keys: Sequence[str]) -> dict[str, Optional[str]]:
     """Newline-separated `K=V` (environ with NULs turned into newlines) -> the asked keys, None when unset."""
     env: dict[str, Optional[str]] = {k: None for k in keys}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # a value may hold U+2028 or \r; only a newline separates variables here
         k, _, v = line.partition("=")
         if k in env:
             env[k] = v
@@ -61,5 +93,6 @@ def parse_environ(text: str, keys: Sequence[str]) -> dict[str, Optional[str]]:
 def process_env_fact(pidfile: str, keys: Sequence[str]) -> CommandFact[dict[str, Optional[str]]]:
     """Selected variables of the process whose pid a pidfile holds (every key None when it is unreadable)."""
     pf = shlex.quote(pidfile)
-    body = f"pid=$(cat {pf} 2>/dev/null) && tr '\\0' '\\n' < /proc/$pid/environ"
+    body = (f"pid=$(cat {pf} 2>/dev/null) && case $pid in ''|*[!0-9]*) exit 1;; esac && "
+            "tr '\\0' '\\n' < /proc/$pid/environ")
     return CommandFact("process_env", ("sh", "-c", body), partial(parse_environ, keys=tuple(keys)))

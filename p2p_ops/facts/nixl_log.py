@@ -29,7 +29,8 @@ _VLLM = re.compile(
     r"^(?:\([^)]*\)\s*)?(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
     r"\[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$"
 )
-_EXCEPTION = re.compile(r"(?P<cls>nixl[A-Za-z]+Error): (?P<code>NIXL_ERR_[A-Z_]+)")
+# Bounded: searched across whole lines, `nixl[A-Za-z]+` would rescan a run of letters from every `nixl` in it.
+_EXCEPTION = re.compile(r"(?P<cls>nixl[A-Za-z]{1,60}Error): (?P<code>NIXL_ERR_[A-Z_]{1,60})")
 _MODIFIED = re.compile(r"Modified UCX config: (?P<key>\w+)=(?P<value>\S*)")
 
 

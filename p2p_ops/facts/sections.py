@@ -40,11 +40,12 @@ def parse_sections(output: str) -> dict[str, tuple[int, str]]:
     found: dict[str, tuple[int, str]] = {}
     label: str | None = None
     lines: list[str] = []
-    for line in output.splitlines():
+    # Only `\n` separates lines: a fact's output may hold U+2028 or a form feed that is part of a value.
+    for line in output.split("\n"):
         if line.startswith(SECTION + " "):
             if label is not None:
                 found[label] = (CUT_SHORT, "\n".join(lines).strip("\n"))
-            label, lines = line[len(SECTION) + 1:], []
+            label, lines = line[len(SECTION) + 1:].rstrip("\r"), []
         elif line.startswith(RC + " ") and label is not None:
             rc = line[len(RC) + 1:].strip()
             found[label] = (int(rc) if rc.lstrip("-").isdigit() else CUT_SHORT, "\n".join(lines).strip("\n"))

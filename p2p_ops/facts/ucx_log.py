@@ -30,7 +30,9 @@ _FATAL = re.compile(
 _COMMENT_ROW = re.compile(r"^#\s(?P<row>[|+].*)$")
 _EP_NEW = re.compile(r"^(?P<ctx>\S+)\s+(?P<loc>self|intra-node|inter-node|loopback)\s+(?P<cfg>cfg#\d+)\s+(?P<rest>.*)$")
 _EP_OLD = re.compile(r"^(?P<cfg>ep_cfg\[\d+\]):\s*(?P<rest>.*)$")
-_KIND = re.compile(r"(?P<kind>[a-z_]+)\((?P<lanes>[^)]*)\)")
+# Lanes never hold parentheses: `[^()]` keeps an unclosed `a(a(a(...` line linear (`[^)]*` rescanned it to the
+# end from every `(`).
+_KIND = re.compile(r"(?P<kind>[a-z_]{1,40})\((?P<lanes>[^()]*)\)")
 
 
 @dataclass

@@ -19,7 +19,7 @@ from p2p_ops.endpoints import auth
 from p2p_ops.errors import BadInput
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import load_fleet
-from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.model import Fleet, Instance, Node, hostport
 from p2p_ops.spec.units import LAUNCHED_ROLES, ROLES, Proc, Unit, fleet_units, unit_layout
 
 T = TypeVar("T")
@@ -104,10 +104,10 @@ class FleetContext:
         return [self.proc(u) for u in self.units(node, roles)]
 
     def server_url(self, node: Node, inst: Instance) -> str:
-        return f"http://{node.address}:{inst.ports.http}"
+        return f"http://{hostport(node.address, inst.ports.http)}"
 
     def engine_url(self, node: Node, inst: Instance) -> str:
-        return f"http://{node.address}:{inst.ports.engine}"
+        return f"http://{hostport(node.address, inst.ports.engine)}"
 
     def for_each_node(self, fn: Callable[[Node], T], only: Optional[str] = None) -> dict[str, T | Exception]:
         """Run fn per node in parallel; every node gets a result (an exception is a result too)."""

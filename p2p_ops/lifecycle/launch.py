@@ -19,7 +19,7 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.preflight.reach import preflight
-from p2p_ops.lifecycle.render import RenderedFile, file_mode, render_fleet, write_rendered
+from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, render_fleet, write_rendered
 from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Node
@@ -169,6 +169,7 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         render(ctx, only)
         progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
     else:
+        check_on_disk(render_fleet(fleet, ctx.node_layout), ctx.layout)
         progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
     units = launched_units(ctx, roles, only)
     for phase in sorted({u.phase for u in units}):

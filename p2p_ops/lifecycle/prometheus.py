@@ -16,6 +16,7 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import template_env
 from p2p_ops.spec.layout import PROMETHEUS
+from p2p_ops.spec.model import hostport
 
 
 def prom_dir(ctx: FleetContext) -> Path:
@@ -65,7 +66,7 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
         "set -euo pipefail\n"
         f"exec {q(binary)} --config.file={q(str(d / 'prometheus.yml'))} "
         f"--storage.tsdb.path={q(str(d / 'data'))} --storage.tsdb.retention.time={q(p.retention)} "
-        f"--web.listen-address={q(f'{p.host}:{p.port}')} --web.enable-lifecycle\n")
+        f"--web.listen-address={q(hostport(p.host, p.port))} --web.enable-lifecycle\n")
     wrapper.chmod(0o755)
     conn = ctx.conn(None)
     proc = ctx.proc("prometheus")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -12,10 +11,11 @@ from typing import Callable
 
 import jinja2
 
+from p2p_ops import files
 from p2p_ops.resources import CHECKOUT, template_text
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
+from p2p_ops.spec.model import Fleet, Instance, Node, hostport
 from p2p_ops.spec.units import INSTANCE_ROLES
-from p2p_ops.spec.model import Fleet, Instance, Node
 
 
 def template_env() -> jinja2.Environment:
@@ -28,7 +28,13 @@ def template_env() -> jinja2.Environment:
     )
     # Every value that reaches a shell is quoted, whatever it contains.
     env.filters["q"] = lambda v: shlex.quote(str(v))
+    # `address | hp(port)`: host:port with an IPv6 address in brackets, as every URL needs.
+    env.filters["hp"] = lambda address, port: hostport(str(address), port)
     return env
+
+
+def _bracketed(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ def kv_transfer_config(node: Node, inst: Instance) -> str:
         "kv_connector": "LMCacheMPConnector",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{node.bind_host}",
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{_bracketed(node.bind_host)}",
                                       "lmcache.mp.port": inst.ports.mp},
     }, separators=(",", ":"))
 
@@ -98,10 +104,10 @@ def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
     pub, replay = fleet.router.kv_event_ports(index)
     host = node.bind_host
     if fleet.runtime == "vllm" and ":" not in host:
-        host = f"[::ffff:{host}]"
+        host = f"::ffff:{host}"
     return json.dumps({
         "enable_kv_cache_events": True, "publisher": "zmq",
-        "endpoint": f"tcp://{host}:{pub}", "replay_endpoint": f"tcp://{host}:{replay}",
+        "endpoint": f"tcp://{hostport(host, pub)}", "replay_endpoint": f"tcp://{hostport(host, replay)}",
         "topic": "",
     }, separators=(",", ":"))
 
@@ -125,9 +131,9 @@ def router_args(fleet: Fleet) -> list[str]:
     if fleet.kv_events_on and r.policy == "kv_aware":
         for i, (node, inst) in enumerate(fleet.instances()):
             pub, replay = r.kv_event_ports(i)
-            worker = f"http://{node.address}:{inst.ports.engine}"
-            args += ["--kv-event-source", f"{worker}=tcp://{node.address}:{pub}",
-                     "--kv-event-replay-source", f"{worker}=tcp://{node.address}:{replay}"]
+            worker = f"http://{hostport(node.address, inst.ports.engine)}"
+            args += ["--kv-event-source", f"{worker}=tcp://{hostport(node.address, pub)}",
+                     "--kv-event-replay-source", f"{worker}=tcp://{hostport(node.address, replay)}"]
         args += ["--kv-event-block-size", str(kv_event_block_size(fleet)), "--kv-event-model", fleet.model]
     return args + list(r.args)
 
@@ -136,7 +142,7 @@ def render_router(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list
     if not fleet.router.enabled:
         return []
     env, node = template_env(), fleet.router_node()
-    workers = [f"http://{n.address}:{i.ports.engine}" for n, i in fleet.instances()]
+    workers = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
     ctx = dict(fleet=fleet, node=node, r=fleet.router, router_bin=router_bin(fleet), workers=workers,
                router_args=router_args(fleet))
     return [RenderedFile(node.name, ROUTER, "env.sh", env.get_template("router_env.sh.j2").render(ctx), False),
@@ -177,24 +183,36 @@ def file_mode(executable: bool) -> int:
 
 
 def private_dir(path: Path) -> None:
-    """Create `path` (and parents) as 0700; an existing one made before this rule is tightened too."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
+    """Create `path` (and any missing parents) as 0700; an existing one of ours is tightened to 0700 too, and a
+    link or another user's folder is refused (`p2p_ops.files.private_dir`)."""
+    files.private_dir(path)
 
 
-def write_rendered(files: list[RenderedFile], layout: RunLayout) -> list[Path]:
-    """Write the files under this machine's run folder (atomically); returns their paths."""
-    written = []
+def write_rendered(rendered: list[RenderedFile], layout: RunLayout) -> list[Path]:
+    """Write the files under this machine's run folder (each through a temp file and a rename, never through
+    a link); returns their paths. The default `p2p-run/` beside the fleet file is made private too."""
+    if layout.root.parent.name == "p2p-run" and not layout.root.parent.is_symlink():
+        private_dir(layout.root.parent)
     private_dir(layout.root)
-    for f in files:
-        path = layout.dir(f.unit) / f.name
-        private_dir(path.parent)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.unlink(missing_ok=True)
+    written = []
+    for f in rendered:
+        folder = layout.dir(f.unit)
+        private_dir(folder)
         # env.sh may hold an API key and logs hold prompts: only the owner reads the run folder.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, file_mode(f.executable))
-        with os.fdopen(fd, "w") as out:
-            out.write(f.text)
-        tmp.replace(path)
-        written.append(path)
+        written.append(files.write_text(folder / f.name, f.text, file_mode(f.executable)))
     return written
+
+
+def check_on_disk(rendered: list[RenderedFile], layout: RunLayout) -> None:
+    """Before files on disk are used as they are (`up --no-render`, its dry run): the run folder, each unit's
+    folder and each file must be ours and writable by nobody else, else someone else chose what runs."""
+    if not (layout.root.exists() or layout.root.is_symlink()):
+        return  # nothing on disk yet: the caller says to render first
+    files.check_trusted(layout.root)
+    for folder in sorted({layout.dir(f.unit) for f in rendered}):
+        if folder.exists() or folder.is_symlink():
+            files.check_trusted(folder)
+    for f in rendered:
+        path = layout.dir(f.unit) / f.name
+        if path.exists() or path.is_symlink():
+            files.check_trusted(path)

@@ -15,6 +15,7 @@ from p2p_ops.endpoints import fetch, router_api
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import router_bin
+from p2p_ops.spec.model import hostport
 
 
 @dataclass
@@ -63,7 +64,7 @@ def status(ctx: FleetContext, process: Optional[str] = None, timeout: float = 3.
     if process is None:
         states = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])
         process = states[0].state if states else "none"
-    engines = [f"http://{n.address}:{i.ports.engine}" for n, i in fleet.instances()]
+    engines = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
     st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=timeout))
     listed = router_api.workers(url, timeout=timeout)
     if listed is None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional
+
+from p2p_ops import files
 
 
 @dataclass
@@ -41,15 +44,20 @@ def write_csv(path: Path, records: list[RequestRecord]) -> None:
             w.writerow(asdict(r))
 
 
-def read_csv(path: Path) -> list[RequestRecord]:
+def read_csv(path: Path, within: Path | None = None) -> list[RequestRecord]:
+    """The records of a requests.csv (`files.read_text`: a regular file, inside `within` when given)."""
+    return parse_csv(files.read_text(path, 1 << 30, within=within))
+
+
+def parse_csv(text: str) -> list[RequestRecord]:
+    """Records from CSV text; a row missing a column or holding a non-number raises KeyError/ValueError."""
     out = []
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            out.append(RequestRecord(
-                stage=row["stage"], level=int(row["level"]), instance=row["instance"], node=row["node"],
-                warmer=row["warmer"], prefix_id=row["prefix_id"], t_start_s=float(row["t_start_s"]),
-                prompt_tokens=int(row["prompt_tokens"]), cached_tokens=int(row["cached_tokens"]),
-                output_tokens=int(row["output_tokens"]),
-                ttft_s=float(row["ttft_s"]) if row["ttft_s"] not in ("", "None") else None,
-                e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=row["error"]))
+    for row in csv.DictReader(io.StringIO(text, newline="")):
+        out.append(RequestRecord(
+            stage=row["stage"], level=int(row["level"]), instance=row["instance"], node=row["node"],
+            warmer=row["warmer"], prefix_id=row["prefix_id"], t_start_s=float(row["t_start_s"]),
+            prompt_tokens=int(row["prompt_tokens"]), cached_tokens=int(row["cached_tokens"]),
+            output_tokens=int(row["output_tokens"]),
+            ttft_s=float(row["ttft_s"]) if row["ttft_s"] not in ("", "None") else None,
+            e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=row["error"]))
     return out

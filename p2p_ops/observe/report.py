@@ -6,14 +6,18 @@ basic/result.json, lmcache-bench output), so a report can be rebuilt from the ev
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional, TypeVar
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.observe.records import RequestRecord, read_csv
 from p2p_ops.observe.stats import percentile
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -97,14 +101,41 @@ def _table(rows: list[GroupStats], first: str) -> list[str]:
     return out
 
 
+# What a malformed evidence file raises while it is read: each becomes one line naming the file.
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, csv.Error)
+
+
+def _json(run_dir: Path, name: str) -> Any:
+    """A JSON file of the run folder (None when absent): a regular file inside the folder, valid JSON."""
+    path = run_dir / name
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        return json.loads(files.read_text(path, 64 << 20, within=run_dir))
+    except ValueError as exc:
+        raise BadInput(f"{path}: is not valid JSON ({exc}); rebuild the run or remove the file") from None
+
+
+def _shaped(path: Path, read: Callable[[], T]) -> T:
+    try:
+        return read()
+    except _SHAPE_ERRORS as exc:
+        raise BadInput(f"{path}: is not what `p2pctl test` writes ({type(exc).__name__}: {exc}); rebuild the run "
+                       "or remove the file") from None
+
+
 def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     """Per instance: KV bytes the engine loaded from LMCache and loads its server pulled from peers."""
     try:
-        before = json.loads((run_dir / "status_before.json").read_text())
-        after = json.loads((run_dir / "status_after.json").read_text())
-    except (OSError, ValueError):
-        return {}
+        before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            return {}
+        return _node_bytes(before, after)
+    except (BadInput, *_SHAPE_ERRORS):
+        return {}  # optional evidence: the report stands without it
 
+
+def _node_bytes(before: dict, after: dict) -> dict[str, dict[str, float]]:
     def total(snap: dict, section: str, prefix: str, must: str = "") -> float:
         return sum(v for k, v in (snap.get(section) or {}).items() if k.startswith(prefix) and must in k)
 
@@ -122,75 +153,99 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     } for inst in after}
 
 
+def _basic(run_dir: Path) -> tuple[list[CheckLine], list[str]]:
+    basic = _json(run_dir, "basic/result.json")
+    if basic is None:
+        return [], []
+
+    def read() -> tuple[list[CheckLine], list[str]]:
+        checks = [CheckLine(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in basic["checks"]]
+        lines = ["", "## Cross-node proof", "", "| figure | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
+                  for k, v in basic["numbers"].items()]
+        return checks, lines
+
+    return _shaped(run_dir / "basic" / "result.json", read)
+
+
+def _bench(run_dir: Path) -> tuple[list[CheckLine], list[str]]:
+    b = _json(run_dir, "lmcache-bench/result.json")
+    if b is None:
+        return [], []
+
+    def read() -> tuple[list[CheckLine], list[str]]:
+        check = CheckLine("lmcache bench engine long-doc-qa: no failed requests",
+                          b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
+                          f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed")
+        return [check], ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(b, indent=2)[:3000], "```"]
+
+    return _shaped(run_dir / "lmcache-bench" / "result.json", read)
+
+
+def _records(run_dir: Path) -> list[RequestRecord]:
+    path = run_dir / "requests.csv"
+    if not (path.exists() or path.is_symlink()):
+        return []
+    return _shaped(path, lambda: read_csv(path, within=run_dir))
+
+
+def _stage_walls(run_dir: Path) -> dict:
+    meta = _json(run_dir, "stages.json") or {}
+    return _shaped(run_dir / "stages.json",
+                   lambda: {(s["name"], s["level"]): float(s["wall_s"]) for s in meta.get("stages", [])})
+
+
+def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
+    walls = _stage_walls(run_dir)
+    main = [r for r in records if not r.stage.endswith("-warm")]
+    stage_rows = []
+    for (name, level), wall in walls.items():
+        recs = [r for r in main if r.stage == name and r.level == level]
+        label = f"{name} c={level}" if name == "ladder" else name
+        stage_rows.append(stats(label, recs, wall))
+    lines = ["", "## Per stage", "", *_table(stage_rows, "stage")]
+    nodes = sorted({r.instance for r in records})
+    lines += ["", "## Per node (all stages, warm-ups included)", "",
+              *_table([stats(n, [r for r in records if r.instance == n]) for n in nodes], "instance")]
+    nb = node_bytes(run_dir)
+    if nb:
+        lines += ["", "| instance | KV bytes loaded from LMCache (MiB) | prompt tokens via the KV connector | "
+                  "P2P loads by its server |", "|---|---|---|---|"]
+        lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
+                  f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
+    # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
+    from p2p_ops.observe import run_plots as plotting
+
+    plots = plotting.make_all(run_dir, records, walls, nb)
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return lines
+
+
 def build_report(run_dir: Path) -> Path:
+    """Write `summary.md` into the run folder from its evidence files; a malformed or foreign file (a link
+    out of the folder, a FIFO) is one line naming it (BadInput)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"{run_dir}: no such run folder (look under p2p-run/<fleet>/tests/)")
-    lines = [f"# Fleet test report — {run_dir.name}", ""]
-    checks: list[CheckLine] = []
-    basic_file = run_dir / "basic" / "result.json"
-    if basic_file.is_file():
-        basic = json.loads(basic_file.read_text())
-        checks += [CheckLine(f"basic: {c['name']}", c["ok"], c["detail"]) for c in basic["checks"]]
-    records: list[RequestRecord] = []
-    if (run_dir / "requests.csv").is_file():
-        records = read_csv(run_dir / "requests.csv")
-        checks += stage_checks(records)
-    bench = run_dir / "lmcache-bench" / "result.json"
-    if bench.is_file():
-        b = json.loads(bench.read_text())
-        checks.append(CheckLine("lmcache bench engine long-doc-qa: no failed requests",
-                                b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
-                                f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed"))
+    basic_checks, basic_lines = _basic(run_dir)
+    records = _records(run_dir)
+    bench_checks, bench_lines = _bench(run_dir)
+    checks = basic_checks + (stage_checks(records) if records else []) + bench_checks
     if not checks:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)
-    lines += [f"**Overall: {'PASS' if passed else 'FAIL'}**", "", "| check | result | detail |", "|---|---|---|"]
+    lines = [f"# Fleet test report — {run_dir.name}", "", f"**Overall: {'PASS' if passed else 'FAIL'}**", "",
+             "| check | result | detail |", "|---|---|---|"]
     lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
-
-    if basic_file.is_file():
-        n = json.loads(basic_file.read_text())["numbers"]
-        lines += ["", "## Cross-node proof", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in n.items()]
-
-    plots: list[str] = []
-    if records:
-        meta = json.loads((run_dir / "stages.json").read_text()) if (run_dir / "stages.json").is_file() else {}
-        walls = {(s["name"], s["level"]): s["wall_s"] for s in meta.get("stages", [])}
-        main = [r for r in records if not r.stage.endswith("-warm")]
-        stage_rows = []
-        for (name, level), wall in walls.items():
-            recs = [r for r in main if r.stage == name and r.level == level]
-            label = f"{name} c={level}" if name == "ladder" else name
-            stage_rows.append(stats(label, recs, wall))
-        lines += ["", "## Per stage", "", *_table(stage_rows, "stage")]
-        nodes = sorted({r.instance for r in records})
-        lines += ["", "## Per node (all stages, warm-ups included)", "",
-                  *_table([stats(n, [r for r in records if r.instance == n]) for n in nodes], "instance")]
-        nb = node_bytes(run_dir)
-        if nb:
-            lines += ["", "| instance | KV bytes loaded from LMCache (MiB) | prompt tokens via the KV connector | "
-                      "P2P loads by its server |", "|---|---|---|---|"]
-            lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
-                      f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
-        # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
-        from p2p_ops.observe import run_plots as plotting
-
-        plots = plotting.make_all(run_dir, records, walls, nb)
-        if plots:
-            lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    lines += _explained(run_dir)
-    if bench.is_file():
-        lines += ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(json.loads(bench.read_text()),
-                                                                              indent=2)[:3000], "```"]
+    lines += (basic_lines + (_request_sections(run_dir, records) if records else []) + _explained(run_dir)
+              + bench_lines)
     lines += ["", "## Evidence", ""]
     for name in ("requests.csv", "prompts.jsonl", "stages.json", "status_before.json", "status_after.json",
                  "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
         if (run_dir / name).exists():
             lines.append(f"- `{name}`")
-    out = run_dir / "summary.md"
-    out.write_text("\n".join(lines) + "\n")
-    return out
+    return files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n", 0o644)
 
 
 def _explained(run_dir: Path) -> list[str]:
@@ -212,4 +267,4 @@ def _explained(run_dir: Path) -> list[str]:
 
 
 def overall_passed(summary: Path) -> bool:
-    return "**Overall: PASS**" in summary.read_text()
+    return "**Overall: PASS**" in files.read_text(summary, 16 << 20)

@@ -7,19 +7,29 @@ formatting and loading are here.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 from pydantic import ValidationError
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
+from p2p_ops.spec import strict_yaml
 from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
 from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
-from p2p_ops.spec.units import PlannedPort, port_plan
+from p2p_ops.spec.units import ROLES, PlannedPort, port_plan
+
+# A fleet file is a few KiB; anything past this is not one.
+MAX_SPEC_BYTES = 4 << 20
+# Addresses set aside for tests: loopback, and 198.18.0.0/15 (benchmarking, the testbed's namespaces).
+TEST_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"),
+                 ipaddress.ip_network("198.18.0.0/15"))
 
 
 def _path_str(loc: tuple[Any, ...]) -> str:
@@ -57,8 +67,12 @@ def _pydantic_message(err: dict[str, Any]) -> str:
     msg = err.get("msg", "invalid value")
     value = err.get("input")
     secret = bool(loc) and str(loc[-1]) in SECRET_FIELDS
-    shown = "" if secret or isinstance(value, (dict, list)) else f" (got {value!r})"
+    shown = "" if secret or isinstance(value, (dict, list)) else f" (got {_short(repr(value))})"
     return f"{_path_str(loc)}: {msg}{shown}"
+
+
+def _short(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 def _cross_checks(fleet: Fleet) -> None:
@@ -101,11 +115,12 @@ def _cross_checks(fleet: Fleet) -> None:
 
 
 def _port_clashes(fleet: Fleet) -> None:
-    """No two ports of the port plan (everything `up` makes listen) on one host; the first claimant keeps it."""
+    """No two ports of the port plan (every process of the fleet, its Prometheus included) on one host; the
+    first claimant keeps it. Prometheus runs on this machine, bound to its own host."""
     addresses = {n.name: n.address for n in fleet.nodes}
     owners: dict[tuple[str, int], str] = {}
-    for p in port_plan(fleet):
-        address = fleet.coordinator.host if p.kind == "coordinator" else addresses[p.node]
+    for p in port_plan(fleet, ROLES):
+        address = fleet.coordinator.host if p.kind == "coordinator" else addresses.get(p.node, p.bind)
         key = (host_key(address), p.port)
         if key in owners:
             what = "" if p.kind in INSTANCE_KINDS else f" ({p.role})"
@@ -115,8 +130,8 @@ def _port_clashes(fleet: Fleet) -> None:
 
 
 def _owner(p: PlannedPort) -> str:
-    if p.kind == "coordinator":
-        return "the coordinator"
+    if p.kind in ("coordinator", "prometheus"):
+        return f"the {p.kind}"
     return p.role if p.kind.startswith(("router", "kv_events")) else p.instance
 
 
@@ -190,23 +205,44 @@ def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
     return fleet
 
 
-def _check_utf8(path: Path) -> None:
+def read_spec(path: str | Path) -> str:
+    """The fleet file's text: a regular file (the one named, links followed: the user chose it) of UTF-8."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
+    data = files.read_bytes(path, MAX_SPEC_BYTES)
     try:
-        path.read_bytes().decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def load_fleet(path: str | Path) -> Fleet:
-    path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
-    _check_utf8(path)
+    return parse_fleet(strict_yaml.load(read_spec(path), str(path)), str(path))
+
+
+def _test_address(address: str) -> bool:
+    if address == "localhost":
+        return True
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        problem = " ".join(str(getattr(exc, "problem", exc)).split())  # one line, whatever YAML says
-        raise BadInput(f"{path}:{where} is not valid YAML ({problem})") from None
-    return parse_fleet(data, str(path))
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in TEST_NETWORKS if net.version == ip.version)
+
+
+def warnings(fleet: Fleet, path: Optional[Path] = None) -> list[str]:
+    """What `validate` accepts but points out: unverified host keys on addresses that are not test hosts, and a
+    fleet file holding the API key that others can read."""
+    out = [f"nodes[{ni}].ssh_insecure_host_keys: true on {node.address}, which is not a test address "
+           "(loopback or 198.18.0.0/15): SSH will not notice a host that impersonates it; set it false and add "
+           "the host key to known_hosts" for ni, node in enumerate(fleet.nodes)
+           if node.connection == "ssh" and node.ssh_insecure_host_keys and not _test_address(node.address)]
+    if fleet.api_key and path is not None:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            mode = 0
+        if mode & 0o077:
+            out.append(f"{path}: holds api_key and is readable by others (mode {mode:04o}); chmod 600 {path}")
+    return out

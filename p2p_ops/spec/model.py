@@ -22,17 +22,25 @@ from p2p_ops.spec.settings import (
     Settings,
     StrictModel,
     VllmSettings,
+    check_host,
+    hostport,
 )
 
 # Ids become file names and command arguments: keep them boring. Matched in full (`$` would let a trailing
 # newline through), never `.`/`..` (a folder outside the run folder).
 ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+# A hostname label's limit (RFC 1035), well inside a file name's 255 bytes: an instance's shm segment name
+# `p2p_<fleet>_<instance>_<port>` holds two of them.
+MAX_ID = 63
 # Folders the run layout itself uses next to the instances' folders: an instance of that name would overwrite
 # them (an instance `coordinator` would overwrite the coordinator's env.sh).
 RESERVED_IDS = RESERVED_FOLDERS
 
 
 def _check_id(value: str) -> str:
+    if len(value) > MAX_ID:
+        raise ValueError(f"{value[:20]!r}... is {len(value)} characters long; use at most {MAX_ID} (it names "
+                         "folders and files)")
     if not ID_PATTERN.fullmatch(value):
         raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
     if value.strip(".") == "":
@@ -47,7 +55,12 @@ class Coordinator(StrictModel):
     node: str = ""
     port: int = Field(9300, ge=1, le=65535)
     # Must exceed the servers' heartbeat interval, or heartbeats fail (reference 1.1).
-    timeout_keep_alive: int = Field(10, ge=1)
+    timeout_keep_alive: int = Field(10, ge=1, le=3600)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return check_host(v)
 
 
 class Ports(StrictModel):
@@ -100,9 +113,12 @@ class Node(StrictModel):
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty (an IP or host name)")
-        return v.strip()
+        return check_host(v)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, v: str) -> str:
+        return check_host(v) if v else v
 
     @property
     def bind_host(self) -> str:
@@ -179,7 +195,7 @@ class Fleet(StrictModel):
 
     @property
     def coordinator_url(self) -> str:
-        return f"http://{self.coordinator.host}:{self.coordinator.port}"
+        return f"http://{hostport(self.coordinator.host, self.coordinator.port)}"
 
     def router_node(self) -> Node:
         if not self.router.node:
@@ -192,7 +208,7 @@ class Fleet(StrictModel):
 
     @property
     def router_url(self) -> str:
-        return f"http://{self.router_node().address}:{self.router.port}"
+        return f"http://{hostport(self.router_node().address, self.router.port)}"
 
     @property
     def kv_events_on(self) -> bool:

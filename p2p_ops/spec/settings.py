@@ -7,9 +7,10 @@ fleet, the module callers import from.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import fields
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
@@ -42,11 +43,58 @@ def _whole_as_int(v: float) -> float:
 
 # Fields whose value an error message must never quote.
 SECRET_FIELDS = ("api_key",)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: bash reads U+2028, U+2029
+# and NEL (U+0085) as ordinary characters, Python's splitlines() as line breaks, so a value holding one would
+# mean one thing to the shell and another to every reader of env.sh.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Longer than any path (PATH_MAX) or command-line word the spec needs.
+MAX_STRING = 4096
+
+
+# A host name (RFC 1123: labels of letters, digits and '-', 253 characters at most), or an IP address.
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_host(value: str) -> str:
+    """An IP address (v4 or v6, without brackets) or a host name; anything else is refused."""
+    value = value.strip()
+    if not value:
+        raise ValueError("must not be empty (an IP or host name)")
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"{value[:40]!r} is neither an IP address nor a host name (letters, digits, '-' and "
+                         "'.', 253 characters at most); IPv6 goes without brackets, e.g. ::1")
+    return value
+
+
+def hostport(address: str, port: int) -> str:
+    """`address:port`, with an IPv6 address in brackets (`[::1]:8081`), as URLs and listen addresses need."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _takes_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return any(_takes_bool(a) for a in get_args(annotation))
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # No inf or NaN anywhere: `p2p_lookup_timeout: .inf` would reach a server as "inf".
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    # YAML's `true` is not a port: pydantic would read it as 1 (and `false` as 0).
+    @field_validator("*", mode="before")
+    @classmethod
+    def _bool_is_not_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, bool) and info.field_name in cls.model_fields \
+                and not _takes_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{v} is a boolean, not a number; write the number itself")
+        return v
 
     # Every string of the spec ends up in env.sh, a command line or a log line: a newline or another control
     # character in one would split it (and a dry run would choke on it), so none is accepted anywhere.
@@ -54,10 +102,14 @@ class StrictModel(BaseModel):
     @classmethod
     def _no_control_chars(cls, v: Any, info: ValidationInfo) -> Any:
         for item in (v if isinstance(v, list) else [v]):
-            if isinstance(item, str) and _CONTROL.search(item):
-                shown = "the value" if info.field_name in SECRET_FIELDS else repr(item)
-                raise ValueError(f"{shown} contains a control character (newline, tab, ...); write it on one "
-                                 "line without them")
+            if not isinstance(item, str):
+                continue
+            shown = "the value" if info.field_name in SECRET_FIELDS else repr(item[:60])
+            if _CONTROL.search(item):
+                raise ValueError(f"{shown} contains a control character or line separator (newline, tab, "
+                                 "U+2028, ...); write it on one line without them")
+            if len(item) > MAX_STRING:
+                raise ValueError(f"{shown}... is {len(item)} characters long, more than {MAX_STRING}")
         return v
 
 
@@ -68,7 +120,7 @@ class Settings(StrictModel):
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
     # GiB, fractions allowed (0.25 for an 8-node fleet on one small box); `p2pctl init` sizes it (spec.sizing).
     l1_size_gb: float = Field(1, gt=0, le=4096)
-    l1_align_bytes: int = Field(65536, ge=4096)
+    l1_align_bytes: int = Field(65536, ge=4096, le=1 << 30)
     # false: servers keep their local cache but never join the P2P mesh (no --p2p-advertise-url): the
     # "P2P off" arm of `p2pctl bench placement`.
     p2p: bool = True
@@ -79,8 +131,8 @@ class Settings(StrictModel):
     # Servers report their cache events (stores, evictions, the chunks' tokens) to the coordinator's key
     # directory: what `p2pctl explain` and `status --cache` read to know which node holds which chunk.
     cache_events: bool = True
-    p2p_lookup_timeout: float = Field(30.0, gt=0)
-    p2p_load_timeout: float = Field(30.0, gt=0)
+    p2p_lookup_timeout: float = Field(30.0, gt=0, le=3600)
+    p2p_load_timeout: float = Field(30.0, gt=0, le=3600)
     supported_transfer_mode: Literal["auto", "engine_driven", "lmcache_driven"] = "auto"
     max_workers: int = Field(1, ge=1, le=64)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -123,8 +175,8 @@ class InstanceSettings(StrictModel):
     l1_size_gb: Optional[float] = Field(None, gt=0, le=4096)
     eviction_policy: Optional[Literal["LRU", "ARC", "IsolatedLRU", "noop"]] = None
     heartbeat_interval: Optional[float] = Field(None, gt=0, le=60)
-    p2p_lookup_timeout: Optional[float] = Field(None, gt=0)
-    p2p_load_timeout: Optional[float] = Field(None, gt=0)
+    p2p_lookup_timeout: Optional[float] = Field(None, gt=0, le=3600)
+    p2p_load_timeout: Optional[float] = Field(None, gt=0, le=3600)
     max_workers: Optional[int] = Field(None, ge=1, le=64)
     log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
     server_nice: Optional[int] = Field(None, ge=0, le=19)
@@ -162,10 +214,13 @@ ENGINE_FROM_FLEET = {
 # everything the engine itself refuses is refused at validation too (EngineSection._engine_accepts).
 _ENGINE_LIMITS: dict[str, dict[str, Any]] = {
     "num_layers": dict(ge=1, le=64), "num_heads": dict(ge=1, le=64), "head_size": dict(ge=4, le=512),
-    "vocab_size": dict(ge=259, le=65536), "max_model_len": dict(ge=256), "block_size": dict(ge=1, le=1024),
-    "num_blocks": dict(ge=16), "max_num_seqs": dict(ge=1, le=4096), "threads": dict(ge=1, le=64),
-    "prefill_us_per_token": dict(ge=0), "decode_ms_per_token": dict(ge=0), "load_us_per_token": dict(ge=0),
-    "timing_jitter": dict(ge=0),
+    "vocab_size": dict(ge=259, le=65536), "max_model_len": dict(ge=256, le=1 << 20),
+    "block_size": dict(ge=1, le=1024), "num_blocks": dict(ge=16, le=1 << 22), "max_num_seqs": dict(ge=1, le=4096),
+    "threads": dict(ge=1, le=64), "prefill_us_per_token": dict(ge=0, le=1e6), "decode_ms_per_token": dict(ge=0, le=1e5),
+    "load_us_per_token": dict(ge=0, le=1e6), "timing_jitter": dict(ge=0, le=1), "model_seed": dict(ge=0, le=2**32 - 1),
+    "timing_seed": dict(ge=0, le=2**32 - 1), "lmcache_timeout": dict(gt=0, le=3600),
+    "lmcache_reconnect_interval": dict(gt=0, le=3600), "max_body_bytes": dict(ge=1, le=1 << 30),
+    "max_queued": dict(ge=1, le=1 << 20),
 }
 _ENGINE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
@@ -231,7 +286,7 @@ class VllmSettings(StrictModel):
     # `venv`. vLLM gets a venv of its own so that its pins never move the lmcache servers' (`make setup-vllm`).
     # Paths must be absolute because engines start in their own run folders (spec.load refuses relative ones).
     venv: str = ""
-    max_model_len: Optional[int] = Field(None, ge=256)
+    max_model_len: Optional[int] = Field(None, ge=256, le=1 << 22)
     # vLLM's KV block size; LMCache's chunk size must be a multiple of it. Empty = vLLM's own default (16 on
     # CUDA, 128 on CPU, the only size vLLM's CPU attention supports).
     block_size: Optional[int] = Field(None, ge=1, le=1024)
@@ -254,10 +309,15 @@ class PrometheusSettings(StrictModel):
     """The fleet's own Prometheus (Debian package `prometheus`), run by `p2pctl prometheus up`."""
 
     host: str = "127.0.0.1"
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return check_host(v)
     # Not 9090: a system Prometheus may already own it.
     port: int = Field(9390, ge=1, le=65535)
     scrape_interval_s: float = Field(2.0, gt=0, le=300)
-    retention: str = "2d"
+    retention: str = Field("2d", pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 
 ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",

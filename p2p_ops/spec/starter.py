@@ -9,10 +9,11 @@ from typing import Any, Optional
 
 import yaml
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec import ports as port_defaults
-from p2p_ops.spec.settings import EngineSettings, Settings, VllmSettings
+from p2p_ops.spec.settings import EngineSettings, PrometheusSettings, Settings, VllmSettings
 from p2p_ops.spec.sizing import size_nodes
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 from p2p_runtime.profiles import resolve as resolve_profile
@@ -61,7 +62,19 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
     else:
         data["settings"], data["engine"] = profile_sections(n, profile, memory_budget_gib)
     data["nodes"] = nodes
+    prom = _prometheus_port(port_defaults.local_fleet_ports(b, n))
+    if prom != PrometheusSettings.model_fields["port"].default:
+        data["prometheus"] = {"port": prom}
     return data
+
+
+def _prometheus_port(taken: list[int]) -> int:
+    """The fleet's Prometheus port: its default, or the next one up that the fleet itself does not use (a port
+    offset can move the coordinator onto the default)."""
+    port = PrometheusSettings.model_fields["port"].default
+    while port in taken:
+        port += 1
+    return port
 
 
 # A real profile's lookup waits for a pull of up to a whole context (hundreds of MiB): the tiny profile's 2 s would
@@ -113,6 +126,14 @@ HEADER = ("# Fleet spec written by `p2pctl init`. Edit freely; `p2pctl validate`
 def starter_yaml(data: dict[str, Any]) -> str:
     """The fleet file `p2pctl init` writes: a header saying what may differ across peers, then the spec."""
     return HEADER + dump_yaml(data)
+
+
+def write_starter(out: Path, data: dict[str, Any], force: bool = False) -> Path:
+    """Write the fleet file (through a temp file and a rename: a link at `out` is replaced, never followed);
+    0600 when it holds an API key, which nobody else should read."""
+    if (out.exists() or out.is_symlink()) and not force:
+        raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
+    return files.write_text(out, starter_yaml(data), 0o600 if data.get("api_key") else 0o644)
 
 
 def vllm_missing(model_path: str, venv: str) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Callable, Literal, Optional
 
 from p2p_ops.endpoints import engine_api, fetch, lmcache_api
 from p2p_ops.spec.layout import COORDINATOR, PROMETHEUS, ROUTER, RunLayout
-from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.model import Fleet, Instance, Node, hostport
 from p2p_ops.spec.ports import SERVER_KINDS
 
 # What every instance runs (its folder holds one wrapper, log and pidfile of each).
@@ -111,7 +111,7 @@ def _servers(fleet: Fleet) -> list[Unit]:
     out = []
     for ni, node in enumerate(fleet.nodes):
         for ii, inst in enumerate(node.instances):
-            url = f"http://{node.address}:{inst.ports.http}"
+            url = f"http://{hostport(node.address, inst.ports.http)}"
             ports = tuple(PlannedPort(node.name, getattr(inst.ports, k), f"{inst.id} {k}", node.bind_host, inst.id,
                                       k, f"{inst.id}/server", f"{_where(ni, ii)}.{k}") for k in SERVER_KINDS)
             out.append(Unit("server", node, inst, inst.id, url, f"--http-port {inst.ports.http} ", ports, 0,
@@ -126,7 +126,7 @@ def _engines(fleet: Fleet) -> list[Unit]:
     out = []
     for index, (ni, ii, node, inst) in enumerate(
             (ni, ii, n, i) for ni, n in enumerate(fleet.nodes) for ii, i in enumerate(n.instances)):
-        url = f"http://{node.address}:{inst.ports.engine}"
+        url = f"http://{hostport(node.address, inst.ports.engine)}"
         name = f"{inst.id}/engine"
         ports = [PlannedPort(node.name, inst.ports.engine, f"{inst.id} engine", node.bind_host, inst.id, "engine",
                              name, f"{_where(ni, ii)}.engine")]
@@ -158,11 +158,12 @@ def _router(fleet: Fleet) -> list[Unit]:
 
 def _prometheus(fleet: Fleet) -> list[Unit]:
     p = fleet.prometheus
-    url = f"http://{p.host}:{p.port}"
+    url = f"http://{hostport(p.host, p.port)}"
     port = PlannedPort("", p.port, "prometheus", p.host, PROMETHEUS, "prometheus", f"{PROMETHEUS}/prometheus",
                        "prometheus.port")
-    return [Unit("prometheus", None, None, PROMETHEUS, url, f"--web.listen-address={p.host}:{p.port} ", (port,),
-                 None, lambda: fetch.answers(url + "/-/ready"), f"GET {url}/-/ready answers 200")]
+    marker = f"--web.listen-address={hostport(p.host, p.port)} "
+    return [Unit("prometheus", None, None, PROMETHEUS, url, marker, (port,), None,
+                 lambda: fetch.answers(url + "/-/ready"), f"GET {url}/-/ready answers 200")]
 
 
 _BUILDERS: dict[str, Callable[[Fleet], list[Unit]]] = {

@@ -296,9 +296,10 @@ def stop(proc: Proc, outcome: str = "stopped") -> Expect:
     return act(lambda c: procs.stop(c, proc), outcome + "\n", label=f"stop {proc.name}")
 
 
-def file_copy(path: str, text: str, cap: int, repeat: bool = False) -> Expect:
-    """`facts.logs.file_copy_fact(path, cap)` of a file holding `text` (the command prints its size, then it)."""
-    f = file_copy_fact(path, cap)
+def file_copy(path: str, text: str, cap: int, repeat: bool = False, within: str | None = None) -> Expect:
+    """`facts.logs.file_copy_fact(path, cap, within)` of a file holding `text` (the command prints its size,
+    then it)."""
+    f = file_copy_fact(path, cap, within)
     data = text.encode()
     return Expect(exactly(f.shell), f"{len(data)}\n{data[-cap:].decode(errors='ignore')}", repeat,
                   f"copy of {path}")

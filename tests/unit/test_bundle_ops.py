@@ -16,8 +16,8 @@ PYTHON = json.dumps({"python": "3.11.7", "executable": "/v/bin/python",
 REGISTERED = "[2026-11-30 02:28:00,000] LMCache INFO: Registered with coordinator as node-a-0\n"
 
 
-def every_other_file_missing():
-    return [like(lambda p: file_copy_fact(p, bundle.LOG_CAP_BYTES), missing_file(), "any other file: none"),
+def every_other_file_missing(root: str):
+    return [like(lambda p: file_copy_fact(p, bundle.LOG_CAP_BYTES, root), missing_file(), "any other file: none"),
             like(lambda p: paths_fact({p: "file"}), "no\n", "any previous log: none")]
 
 
@@ -30,7 +30,8 @@ def test_bundle_lists_an_unreachable_node_and_redacts_a_nodes_log(fakes, tmp_pat
         pid_states(ctx.procs(node_a)),
         node_read(bundle.node_facts(ctx, node_a), {"packages.json": PYTHON, "host.txt": "Linux node-a 6.8.0\nnode-a",
                                                    "tools/ulimit_l": "unlimited unlimited"}),
-        file_copy(log, REGISTERED + LOG_SECRETS, bundle.LOG_CAP_BYTES), *every_other_file_missing())
+        file_copy(log, REGISTERED + LOG_SECRETS, bundle.LOG_CAP_BYTES, within=str(ctx.node_layout(node_a).root)),
+        *every_other_file_missing(str(ctx.node_layout(node_a).root)))
     out = tmp_path / "bundle.tar.gz"
     manifest = bundle.collect(ctx, out, with_doctor=False)
 

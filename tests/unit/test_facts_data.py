@@ -7,6 +7,7 @@ fact runs is checked where it matters (quoting, what it reads) in the tests belo
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -64,7 +65,8 @@ def test_log_commands_quote_the_path_and_send_the_bytes_as_they_are():
     for fact in (log_tail_fact(odd, 5), log_excerpt_fact(odd), log_grep_fact(odd, ["a|b", "it's"], 10),
                  file_copy_fact(odd, 100)):
         script = fact.argv[-1]
-        assert shlex.quote(odd) in script and "sed" not in script  # colours are the parser's job (strip_ansi)
+        # colours are the parser's job (strip_ansi), not a sed in the command
+        assert shlex.quote(odd) in script and not re.search(r"\bsed\b", script)
     assert "-e 'a|b'" in log_grep_fact("/x", ["a|b"], 3).argv[-1]
 
 
@@ -76,3 +78,35 @@ def test_pid_states_runs_one_check_per_watched_process_in_order(tmp_path):
     watched = [Watched(str(tmp_path / "none.pid"), "m", "/w"), Watched(str(tmp_path / "gone.pid"), "m", "/w")]
     states = read_fact(LocalConnector(), pid_states_fact(watched))
     assert [(s.state, s.pid) for s in states] == [("none", None), ("dead", 999999999)]
+
+
+def test_log_readers_refuse_links_fifos_and_folders_out_of_bounds(tmp_path):
+    """The commands themselves, run here: a link, a FIFO and a file outside `within` are refused, never read
+    (and the FIFO never blocks)."""
+    import os
+
+    from p2p_ops.connectors import LocalConnector
+    from p2p_ops.facts.sections import read_fact
+
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "link.log").symlink_to(secret)
+    os.mkfifo(run / "fifo.log")
+    (run / "ok.log").write_text("line 1\nERROR boom\nline 3\n")
+    conn = LocalConnector()
+    for name, why in (("link.log", "symbolic link"), ("fifo.log", "not a regular file")):
+        path = str(run / name)
+        for fact in (log_tail_fact(path, 5), log_grep_fact(path, ["S"], 5)):
+            [line] = read_fact(conn, fact, timeout=20)
+            assert why in line and "SECRET" not in line
+        assert why in read_fact(conn, log_excerpt_fact(path), timeout=20)
+        copy = read_fact(conn, file_copy_fact(path, 100), timeout=20)
+        assert copy.exists and why in copy.refused and not copy.text
+    outside = read_fact(conn, file_copy_fact(str(secret), 100, within=str(run)), timeout=20)
+    assert "outside" in outside.refused and "SECRET" not in outside.text
+    ok = read_fact(conn, file_copy_fact(str(run / "ok.log"), 12, within=str(run)), timeout=20)
+    assert ok.size == 25 and ok.text == "boom\nline 3\n" and not ok.refused
+    assert read_fact(conn, log_tail_fact(str(run / "ok.log"), 2), timeout=20) == ["ERROR boom", "line 3"]
+    assert read_fact(conn, file_copy_fact(str(run / "none.log"), 10), timeout=20).exists is False

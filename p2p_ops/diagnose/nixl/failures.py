@@ -27,13 +27,13 @@ RULES: tuple[Rule, ...] = (
          "UCX_TLS has '^' (deny-list) somewhere other than its first character",
          "write a deny-list as one leading '^', e.g. UCX_TLS=^cuda_ipc,gdr_copy"),
     Rule("tls_unavailable",
-         r"transports? (?P<tls>'[^']+'(?:,\s*'[^']+')*) (?:is|are) not available, please use one or more of:"
+         r"transports? (?P<tls>'[^'\n]{1,200}'(?:,\s*'[^'\n]{1,200}')*) (?:is|are) not available, please use one or more of:"
          r" (?P<avail>[^\n]+)",
          "UCX_TLS asks for {tls}, which this UCX cannot use on this host (available: {avail})",
          "set UCX_TLS to transports from the available list (without RDMA: tcp,sm,self; with RDMA: rc,sm,self). "
          "rc/dc need rdma-core providers and /dev/infiniband; cuda_* need a CUDA-enabled UCX"),
     Rule("net_device_unavailable",
-         r"network device '(?P<dev>[^']+)' is not available, please use one or more of: (?P<avail>[^\n]+)",
+         r"network device '(?P<dev>[^'\n]{1,200})' is not available, please use one or more of: (?P<avail>[^\n]+)",
          "UCX_NET_DEVICES names {dev}, which UCX does not see here (available: {avail})",
          "set UCX_NET_DEVICES to devices from that list (RDMA ports as mlx5_0:1, TCP as the interface name), "
          "or unset it; `p2pctl rdma` shows which ports are ACTIVE"),
@@ -45,10 +45,12 @@ RULES: tuple[Rule, ...] = (
          "RDMA packets to the peer are not acknowledged: peer unreachable, wrong GID/route, or a lossy fabric",
          "check both ports are ACTIVE with an IPv4 RoCE v2 GID (`p2pctl rdma`), PFC/ECN on the switch, and "
          "that UCX_IB_GID_INDEX is auto"),
-    Rule("memlock", r"(?:ibv_create_cq|ibv_reg_mr|ibv_reg_dmabuf_mr)[^\n]*Cannot allocate memory|RLIMIT_MEMLOCK",
+    # Atomic: commit to a line's first registration call, so a line of many calls is scanned once, not once each.
+    Rule("memlock", r"(?m)^(?>[^\n]*?(?:ibv_create_cq|ibv_reg_mr|ibv_reg_dmabuf_mr))[^\n]*Cannot allocate memory"
+         r"|RLIMIT_MEMLOCK",
          "memory registration failed: the locked-memory limit is too low",
          "run with `ulimit -l unlimited` (LimitMEMLOCK=infinity under systemd, --ulimit memlock=-1 in Docker)"),
-    Rule("uverbs", r"ibv_open_device\([^)]*\) failed|Failed to open device|no userspace device-specific driver",
+    Rule("uverbs", r"ibv_open_device\([^)\n]{0,500}\) failed|Failed to open device|no userspace device-specific driver",
          "the RDMA device cannot be opened: /dev/infiniband not mapped in, or the provider library is missing",
          "expose /dev/infiniband to the container (with IPC_LOCK) and install the ibverbs provider (libmlx5)"),
     Rule("unreachable", r"Destination is unreachable|no connect to iface",

@@ -1,0 +1,296 @@
+"""The fuzz tier of issue 20: random file trees for bundle, rdma and report, random text for every parser, random
+YAML for the spec. Each answers with success or one line and exit 2: never a traceback, a hang or a read outside
+the folder it was given.
+
+Bounded twice: hypothesis draws a fixed number of examples (derandomized, so a failure reproduces), and each
+test stops drawing new work once its wall-clock budget is spent (a busy box runs fewer examples, never longer).
+Every example that could block runs under an alarm, so a regression fails instead of stalling the suite.
+The budgets add up to about 75 s, what `make test` can spare; `make test-hostile` (P2P_FUZZ_SCALE=8) draws and
+spends eight times as much.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.fuzz
+TREES = REPO / "tests" / "fixtures" / "diagnose" / "rdma"
+SECRET = "FUZZ-SECRET-0123456789"
+SCALE = float(os.environ.get("P2P_FUZZ_SCALE", "1"))
+FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
+
+
+def examples(n: int) -> int:
+    return max(1, int(n * SCALE))
+
+
+class Budget:
+    """Wall-clock budget of one test: examples drawn after it is spent pass without doing the work."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.until = seconds * SCALE, None
+
+    def spent(self) -> bool:
+        if self.until is None:  # the clock starts at the test's first example, not at import
+            self.until = time.monotonic() + self.seconds
+        return time.monotonic() > self.until
+
+
+@contextmanager
+def alarm(seconds: int):
+    def hung(signum, frame):
+        raise TimeoutError(f"hung for {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def one_line_or_ok(code: int, out: str, err: str) -> None:
+    assert "Traceback" not in out + err, err
+    assert code in (0, 1, 2), (code, err)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+    assert SECRET not in out + err
+
+
+# ---- random text for every parser --------------------------------------------------------------------------
+
+ODD = "\0\n\r\t\x0b\x0c\x1b\x85\u2028\u2029'\"\\$`(){}[]|&;<>#=:%@*?!~ -_./,+"
+texts = st.one_of(st.text(max_size=400), st.text(alphabet=st.sampled_from(list(ODD) + list("aZ0x9k")), max_size=400),
+                  st.binary(max_size=400).map(lambda b: b.decode("utf-8", "replace")))
+
+
+def _parsers():
+    from p2p_ops.diagnose.nixl.failures import classify
+    from p2p_ops.diagnose.redact import redact_text
+    from p2p_ops.facts import COMMAND_FACTS
+    from p2p_ops.facts.envfile import parse_env_sh, parse_environ
+    from p2p_ops.facts.logs import parse_excerpt, parse_file_copy
+    from p2p_ops.facts.shellview import ShellView
+    from p2p_ops.facts.shellwords import statements
+    from p2p_ops.facts.sections import parse_sections
+    from p2p_ops.facts.sysfs_ib import parse_sysfs_ib_grep
+    from p2p_ops.facts.ucx_proto import ProtoTableBuilder
+    from p2p_ops.facts.ucx_trace import parse_trace
+
+    def shell_view(text: str) -> None:
+        view = ShellView({"w": text + "\nexec a \"$A\" ${B:+x} \"${C[@]}\"\n", "env.sh": text}, here="/h")
+        view.run("w")
+
+    def proto(text: str) -> None:
+        builder = ProtoTableBuilder()
+        for line in text.split("\n"):
+            builder.feed(line)
+        builder.finish()
+
+    return [parse_trace, parse_env_sh, lambda t: parse_environ(t, ("A", "B")), statements, shell_view, proto,
+            parse_sections, parse_file_copy, parse_excerpt, parse_sysfs_ib_grep, classify, redact_text,
+            *(f.parse for f in COMMAND_FACTS)]
+
+
+PARSERS = _parsers()
+PARSER_BUDGET = Budget(15)
+
+
+@settings(FUZZ, max_examples=examples(300))
+@given(text=texts, prefix=st.sampled_from(["", "[1.2] [h:1:t] f.c:1 UCX INFO ", "export A=", "machine h password ",
+                                           "client_secret: |\n  ", "-----BEGIN PRIVATE KEY-----\n", "I0801 1:1:1.1 1 a.cc:1] "]))
+def test_every_parser_takes_any_text(text, prefix):
+    if PARSER_BUDGET.spent():
+        return
+    with alarm(20):
+        for parse in PARSERS:
+            parse(prefix + text)
+
+
+# ---- random YAML for the spec ------------------------------------------------------------------------------
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**80, 2**80), st.floats(), st.text(max_size=30))
+trees = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                      st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+                     max_leaves=20)
+YAML_BITS = ["nodes:", "- ", "  ", "&a ", "*a", "<<: *a", "!!python/object:os.system", "{", "}", "[", "]", "'", '"',
+             "\n", ": ", "1:20", "0x1f", "9" * 40, "\u2028", "\t", "? ", "--- ", "...", "name: x\n", "name: x\n"]
+YAML_BUDGET = Budget(12)
+
+
+@settings(FUZZ, max_examples=examples(200))
+@given(data=trees, edits=st.lists(st.tuples(st.integers(0, 400), st.sampled_from(YAML_BITS)), max_size=6))
+def test_any_yaml_is_a_fleet_or_one_line_exit_2(tmp_path_factory, p2pctl, data, edits):
+    if YAML_BUDGET.spent():
+        return
+    from p2p_ops.spec.starter import local_fleet, starter_yaml
+
+    text = starter_yaml(local_fleet(2)) if isinstance(data, bool) else yaml.safe_dump(data)
+    for at, bit in edits:
+        text = text[:at] + bit + text[at:]
+    f = tmp_path_factory.mktemp("yaml") / "fleet.yaml"
+    f.write_text(text)
+    with alarm(30):
+        one_line_or_ok(*p2pctl("validate", "-f", str(f)))
+
+
+# ---- random file trees ---------------------------------------------------------------------------------------
+
+KINDS = ["bytes", "link_out", "link_in", "fifo", "dir", "loop", "deep", "missing", "big"]
+
+
+def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
+    """Put a hostile thing of `kind` where `path` is (whatever was there goes)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    if not path.parent.is_dir() or path.parent.is_symlink():
+        if os.path.lexists(path.parent):
+            return  # an earlier change replaced the folder itself
+        path.parent.mkdir(parents=True)
+    if kind == "bytes":
+        path.write_bytes(content)
+    elif kind == "link_out":
+        path.symlink_to(outside)
+    elif kind == "link_in":
+        (path.parent / (path.name + ".real")).write_bytes(content)
+        path.symlink_to(path.name + ".real")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "deep":
+        deep = path
+        for i in range(80):
+            deep = deep / f"d{i}"
+        deep.mkdir(parents=True)
+    elif kind == "big":
+        path.write_bytes(content * 2000)
+
+
+def outside_file(root: Path) -> Path:
+    secret = root / "outside-secret"
+    if not secret.exists():
+        secret.write_text(f"{SECRET}\n")
+    return secret
+
+
+RDMA_SPOTS = ["proc/modules", "proc/self/limits", "tools/ucx_info_d.txt", "tools/nvidia_smi_topo.txt",
+              "sys/class/net/lo/mtu", "sys/class/infiniband", "sys/class/net", "dev/infiniband", "tools/ucx_info_d.rc"]
+RDMA_BUDGET = Budget(12)
+
+
+@settings(FUZZ, max_examples=examples(40))
+@given(changes=st.lists(st.tuples(st.sampled_from(RDMA_SPOTS), st.sampled_from(KINDS), st.binary(max_size=200)),
+                        min_size=1, max_size=4),
+       case=st.sampled_from(["roce_healthy", "ib_healthy", "no_rdma"]))
+def test_rdma_root_on_any_tree(tmp_path_factory, capsys, changes, case):
+    if RDMA_BUDGET.spent():
+        return
+    from p2p_ops.cli.diag_cmds import run_standalone
+
+    base = tmp_path_factory.mktemp("rdma")
+    root = base / "snap"
+    shutil.copytree(TREES / case, root)
+    for spot, kind, content in changes:
+        plant(root / spot, kind, content, outside_file(base))
+    with alarm(30):
+        code = run_standalone(["rdma", "--root", str(root), "--json"])
+    out, err = capsys.readouterr()
+    one_line_or_ok(code, out, err)
+    if code in (0, 1):
+        json.loads(out)
+
+
+REPORT_FILES = ["requests.csv", "basic/result.json", "stages.json", "lmcache-bench/result.json",
+                "status_before.json", "status_after.json"]
+json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                            st.dictionaries(st.sampled_from(
+                                                                ["checks", "numbers", "stages", "name", "ok",
+                                                                 "detail", "level", "wall_s", "failed"]), inner,
+                                                                max_size=4)), max_leaves=12)
+REPORT_BUDGET = Budget(12)
+
+
+def _record_csv(cells: list[str]) -> bytes:
+    from p2p_ops.observe.records import FIELDS
+
+    return (",".join(FIELDS) + "\n" + ",".join((cells + [""] * len(FIELDS))[:len(FIELDS)]) + "\n").encode()
+
+
+@settings(FUZZ, max_examples=examples(40))
+@given(changes=st.lists(st.tuples(st.sampled_from(REPORT_FILES), st.sampled_from(KINDS + ["json", "csv"]),
+                                  json_values, st.lists(st.text(max_size=8), max_size=14)), min_size=1, max_size=4))
+def test_report_on_any_run_folder(tmp_path_factory, p2pctl, changes):
+    if REPORT_BUDGET.spent():
+        return
+    base = tmp_path_factory.mktemp("report")
+    run = base / "run"
+    run.mkdir()
+    for name, kind, value, cells in changes:
+        if kind == "json":
+            plant(run / name, "bytes", json.dumps(value).encode(), base)
+        elif kind == "csv":
+            plant(run / name, "bytes", _record_csv(cells), base)
+        else:
+            plant(run / name, kind, json.dumps(value).encode(), outside_file(base))
+    with alarm(60):
+        one_line_or_ok(*p2pctl("report", str(run)))
+
+
+BUNDLE_SPOTS = ["node-a-0/server.log", "node-a-0/engine.log", "node-a-0/env.sh", "node-a-0/start_server.sh",
+                "node-a-0/server.log.1", "coordinator/coordinator.log", "node-a-0"]
+BUNDLE_BUDGET = Budget(24)
+
+
+@pytest.fixture(scope="module")
+def one_node_fleet(tmp_path_factory):
+    from tests.conftest import write_local_fleet
+
+    return write_local_fleet(tmp_path_factory.mktemp("bundle") / "fleet.yaml", 1, name="fz")
+
+
+@settings(FUZZ, max_examples=examples(12))
+@given(changes=st.lists(st.tuples(st.sampled_from(BUNDLE_SPOTS), st.sampled_from(KINDS), st.binary(max_size=300)),
+                        min_size=1, max_size=3))
+def test_bundle_of_any_run_folder(one_node_fleet, tmp_path_factory, changes):
+    if BUNDLE_BUDGET.spent():
+        return
+    import tarfile
+
+    from p2p_ops.diagnose import bundle
+    from p2p_ops.lifecycle import launch
+    from p2p_ops.lifecycle.context import FleetContext
+
+    with FleetContext.load(one_node_fleet) as ctx:
+        if ctx.layout.root.exists():
+            shutil.rmtree(ctx.layout.root)
+        launch.render(ctx)
+        outside = outside_file(one_node_fleet.parent)
+        for spot, kind, content in changes:
+            plant(ctx.layout.root / spot, kind, content, outside)
+        out = tmp_path_factory.mktemp("out") / "b.tar.gz"
+        with alarm(120):
+            manifest = bundle.collect(ctx, out, with_doctor=False)
+    with tarfile.open(out) as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member)
+            assert data is None or SECRET.encode() not in data.read(), member.name
+    assert isinstance(manifest["refused"], list)
