@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile lint clean bench bench-quick
+.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain lint clean bench bench-quick
 
 setup: $(STAMP)
 
@@ -52,6 +52,10 @@ test: setup setup-vllm setup-router
 
 test-vllm: setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs -m vllm
+
+# explain's planted causes that restart servers or fill an L1 (~10 min on a 2-core box): opt-in, not in `test`.
+test-explain: setup
+	P2P_EXPLAIN_E2E=1 $(PY) -m pytest -q -rs -s tests/e2e/test_explain.py
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"

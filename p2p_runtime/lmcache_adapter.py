@@ -320,9 +320,14 @@ class LMCacheAdapter:
             except TimeoutError:
                 raise LMCacheError("connect", "timeout", "server did not answer") from None
             if cs != self.chunk_size:
+                # In a fleet the server is the odd one out far more often than the engine: advise restoring
+                # the server first (its peers and this engine agree on the engine's size).
                 raise LMCacheError("connect", "mismatch",
-                                   f"server chunk size {cs} != engine chunk size "
-                                   f"{self.chunk_size}; restart the engine with --chunk-size {cs}")
+                                   f"server chunk size {cs} != engine chunk size {self.chunk_size}; restart "
+                                   f"the server with --chunk-size {self.chunk_size} (in a p2pctl fleet: "
+                                   "`p2pctl down/up --node <node> --role server` re-renders it from fleet.yaml), "
+                                   f"or, only if every server now uses {cs}, restart the engine with "
+                                   f"--chunk-size {cs}")
             tc = lm.EngineDrivenTransferContext(self.reg.worker_id, rc)
             try:
                 tc.register(

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "p2p_ops.cli.observe_cmds",
     "p2p_ops.cli.diag_cmds",
     "p2p_ops.cli.doctor_cmds",
+    "p2p_ops.cli.explain_cmds",
     "p2p_ops.cli.probe_cmds",
     "p2p_ops.cli.model_cmds",
     "p2p_ops.cli.bench_cmds",

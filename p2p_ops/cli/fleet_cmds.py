@@ -15,6 +15,7 @@ from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.lock import WAIT_S
+from p2p_ops.observe.cache_map import cache_map
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.load import warnings as spec_warnings
 from p2p_ops.spec.sizing import BUDGET_SHARE, box_budget_gib, describe_sizing
@@ -120,6 +121,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("status", help="show processes, P2P state, peers and L1 use")
     add_fleet_args(p)
+    p.add_argument("--cache", action="store_true",
+                   help="also the cache map: per node the objects held (coordinator key directory), their bytes, "
+                        "how many a peer holds too, and the test-run prefixes they belong to")
     add_json_arg(p)
     p.set_defaults(handler=cmd_status)
 
@@ -249,10 +253,13 @@ def cmd_wait(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         rep = fleet_status.report(ctx)
+        cmap = cache_map(ctx) if args.cache else None
     if args.json:
-        emit_json(rep.to_json())
+        emit_json(rep.to_json() | ({"cache": cmap.to_json()} if cmap else {}))
     else:
         _print_status(rep)
+        if cmap:
+            _print_cache(cmap)
     return EXIT_OK if rep.ready else EXIT_CHECK_FAILED
 
 
@@ -260,6 +267,28 @@ def _lock_note(line: str) -> None:
     """`down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr."""
     if line.startswith("waiting for fleet"):
         _progress(line)
+
+
+def _print_cache(cmap) -> None:
+    table = Table(title=f"cache map — {cmap.total_keys} L1 key(s) in the directory, {cmap.duplicated_keys} held "
+                        f"by more than one node" + (f" ({cmap.error})" if cmap.error else ""))
+    for col in ("instance", "node", "objects (directory)", "MiB (directory)", "objects (/status)",
+                "L1 used/total GiB", "also on a peer", "test-run prefixes held (chunks)"):
+        table.add_column(col)
+    for n in cmap.nodes:
+        table.add_row(n.instance, n.node, str(n.directory_objects), f"{n.directory_bytes / 2**20:.1f}",
+                      "-" if n.status_objects is None else str(n.status_objects),
+                      f"{_gib(n.l1_used)}/{_gib(n.l1_total)}", str(n.duplicated),
+                      ", ".join(f"{k} ({v})" for k, v in sorted(n.prefixes.items())[:6])
+                      + (" ..." if len(n.prefixes) > 6 else ""))
+    show(table)
+    if cmap.prefixes:
+        pt = Table(title="test-run prefixes: leading chunks held per instance")
+        for col in ("prefix", "chunks", "held on"):
+            pt.add_column(col)
+        for p in cmap.prefixes:
+            pt.add_row(p.label, str(p.chunks), ", ".join(f"{i}: {c}" for i, c in sorted(p.held.items())) or "-")
+        show(pt)
 
 
 def cmd_down(args: argparse.Namespace) -> int:

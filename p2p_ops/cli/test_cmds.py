@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--chunks", type=int, default=8, help="prompt length in full chunks (default 8)")
     b.add_argument("--max-tokens", type=int, default=24, help="tokens to generate (default 24)")
     b.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
+    b.add_argument("--prompt-file", metavar="FILE", default=None,
+                   help="send this prompt instead of a fresh one, e.g. a run's saved prompt on other nodes "
+                        "(<run>/prompts.jsonl holds them; `p2pctl explain --run` reads them)")
     add_json_arg(b)
     b.set_defaults(handler=cmd_basic)
 
@@ -136,12 +139,20 @@ def running_context(args: argparse.Namespace) -> Iterator[FleetContext]:
 def cmd_basic(args: argparse.Namespace) -> int:
     with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
-                           seed=args.seed, progress=_progress)
+                           seed=args.seed, progress=_progress, prompt_text=_read_prompt(args.prompt_file))
     if args.json:
         emit_json(result.to_dict())
     else:
         print_basic(result)
     return EXIT_OK if result.passed else EXIT_CHECK_FAILED
+
+
+def _read_prompt(path):
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise BadInput(f"--prompt-file {path}: no such file")
+    return Path(path).read_text(errors="replace")
 
 
 def _fmt_s(v) -> str:
@@ -167,6 +178,9 @@ def print_basic(result: BasicResult) -> None:
     show(nums)
     verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
     console.print(f"{verdict} — evidence in {result.run_dir}")
+    if result.explain.get("strip"):
+        console.print(f"explain on {result.explain['instance']}: [{result.explain['strip']}] "
+                      f"{result.explain['verdict']}", markup=False, soft_wrap=True)
     if result.likely_cause:
         console.print(f"[red]likely cause:[/red] {result.likely_cause}")
 

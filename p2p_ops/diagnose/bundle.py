@@ -3,7 +3,7 @@
 Layout inside `p2p-bundle-<fleet>-<UTC>/`::
 
     manifest.json                  what each file is, where it came from, its size, redactions, unreachable parts
-    fleet.yaml  doctor.txt  doctor.json
+    fleet.yaml  doctor.txt  doctor.json  explain.txt  explain.json (the last request that missed the cache)
     coordinator/   env.sh  start_coordinator.sh  coordinator.log  healthz.json  instances.json  metrics.txt
     nodes/<node>/  packages.json  tools/<fact>.txt|.rc  facts/<fact>.json      (replayable: p2pctl rdma --root)
     nodes/<node>/<instance>/  env.sh  start_*.sh  server.log  engine.log  status.json  config.json
@@ -34,7 +34,8 @@ from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.connectors.base import Result
-from p2p_ops.diagnose import doctor
+from p2p_ops.diagnose import doctor, explain
+from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
@@ -361,6 +362,24 @@ def default_path(ctx: FleetContext, stamp: str) -> Path:
     return ctx.layout.root / BUNDLES / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
 
 
+def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None:
+    """`p2pctl explain` on the last saved request that missed the cache (a failed proof), if there is one."""
+    folder = latest_failed_run(ctx.layout.tests)
+    if folder is None:
+        return
+    progress(f"explaining the last request that missed the cache ({folder.name})")
+    try:
+        spec = explain.from_run(str(folder), None)
+        target = spec.recorded.get("instance")
+        ex = explain.run(ctx, spec, [target] if target else None)
+        w.add_json("explain.json", ex.to_dict(), "`p2pctl explain --json` on the last request that missed the cache",
+                   f"p2pctl explain --run {folder}")
+        w.add_text("explain.txt", "\n".join(explain.render_text(ex)) + "\n", "`p2pctl explain` output",
+                   f"p2pctl explain --run {folder}")
+    except Exception as exc:  # noqa: BLE001 - one failing part must not fail the bundle
+        w.missing("explain", f"p2pctl explain --run {folder}", f"{type(exc).__name__}: {exc}")
+
+
 def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = True, progress: Progress = lambda _: None,
             force: bool = False) -> dict:
     """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
@@ -404,6 +423,7 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
             doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems)}
         except Exception as exc:  # noqa: BLE001
             w.missing("doctor", "p2pctl doctor", f"{type(exc).__name__}: {exc}")
+        _add_explain(w, ctx, progress)
     extra = {"fleet": ctx.fleet.name, "created_utc": stamp, "tool": "p2pctl bundle",
              "fleet_file": str(ctx.fleet_file), "run_dir": str(ctx.layout.root),
              "nodes": [{"name": n.name, "address": n.address, "connection": n.connection} for n in ctx.fleet.nodes],

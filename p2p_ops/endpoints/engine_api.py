@@ -62,3 +62,30 @@ def describe_ready(runtime: str, url: str, model: str) -> str:
     if runtime == "vllm":
         return f"GET {url}/health answers 200, then GET {url}/v1/models lists {model}"
     return f"GET {url}/health answers 200"
+
+
+def tokenize(engine_url: str, model: str, prompt: Optional[str] = None,
+             messages: Optional[list[dict]] = None) -> tuple[Optional[list[int]], str]:
+    """The token ids the engine itself makes of a prompt or of chat messages (its chat template applied, with
+    the generation prompt, as /v1/chat/completions does): `POST /tokenize`, vLLM's and the embedded engine's.
+    (None, why) when it refuses."""
+    body: dict[str, Any] = {"model": model}
+    body.update({"messages": messages} if messages is not None else {"prompt": prompt})
+    code, data = fetch.post_json(engine_url.rstrip("/") + "/tokenize", body, timeout=30)
+    if code == 200 and isinstance(data, dict) and isinstance(data.get("tokens"), list):
+        return [int(t) for t in data["tokens"]], ""
+    return None, f"POST /tokenize answered {code or 'nothing'}: {str(data)[:200]}"
+
+
+# vLLM's account of where each prompt token came from (`vllm:prompt_tokens_by_source_total{source=...}`):
+# local_compute, local_cache_hit (vLLM's own prefix cache), external_kv_transfer (its KV connector: LMCache).
+TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+
+
+def tokens_by_source(samples: list) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, labels, value in samples:
+        if name == TOKENS_BY_SOURCE:
+            src = labels.get("source", "?")
+            out[src] = out.get(src, 0.0) + value
+    return out

@@ -25,6 +25,31 @@ def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
         return None
 
 
+def post_json(url: str, body: Any, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
+    """POST JSON; (status code, decoded body or None). Status 0: nothing answered. For read-only routes only
+    (the coordinator's /directory/lookup, an engine's /tokenize): the toolkit never changes a fleet over HTTP."""
+    try:
+        resp = requests.post(url, json=body, timeout=timeout, headers=auth.headers(url))
+    except requests.RequestException:
+        return 0, None
+    try:
+        return resp.status_code, resp.json()
+    except ValueError:
+        return resp.status_code, None
+
+
+def get_answer(url: str, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
+    """GET; (status code, decoded JSON body or None), so a caller can say why a route refused (4xx/5xx)."""
+    try:
+        resp = requests.get(url, timeout=timeout, headers=auth.headers(url))
+    except requests.RequestException:
+        return 0, None
+    try:
+        return resp.status_code, resp.json()
+    except ValueError:
+        return resp.status_code, None
+
+
 def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
     try:
         resp = requests.get(url, timeout=timeout, headers=auth.headers(url))

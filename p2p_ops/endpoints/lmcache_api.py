@@ -1,11 +1,12 @@
-"""What LMCache's HTTP APIs say: an lmcache server's /status and the coordinator's /healthz and /instances."""
+"""What LMCache's HTTP APIs say: an lmcache server's /status and /cache/objects, the coordinator's /healthz, /instances
+and key directory (/directory/lookup, /directory/keys, /directory/stats). Read-only, every one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from p2p_ops.endpoints.fetch import get_json
+from p2p_ops.endpoints.fetch import get_answer, get_json, post_json
 
 
 @dataclass
@@ -70,3 +71,131 @@ def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:
 def coordinator_healthy(coordinator_url: str) -> bool:
     body = get_json(coordinator_url.rstrip("/") + "/healthz")
     return isinstance(body, dict) and body.get("status") == "healthy"
+
+
+# ---- what the fleet holds: the coordinator's key directory and a server's object listing ---------------------
+# The directory is fed by the servers' cache events (`--coordinator-event-reporting`, which env.sh turns on with
+# LMCACHE_COORDINATOR_EVENT_REPORTING); every route read here is read-only (no prefetch, no pull, no delete).
+
+@dataclass
+class Placement:
+    instance_id: str
+    tier: str            # l1 | l2
+    backend: str = ""
+    size_bytes: int = 0
+
+
+@dataclass
+class DirectoryEntry:
+    key: dict                                  # EncodedObjectKey: chunk_hash_hex, model_name, kv_rank, ...
+    placements: list[Placement] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    access_count: int = 0
+
+
+def _placements(raw: object) -> list[Placement]:
+    return [Placement(str(p.get("instance_id", "")), str(p.get("tier", "")), str(p.get("backend", "")),
+                      int(p.get("size_bytes") or 0)) for p in raw or [] if isinstance(p, dict)]
+
+
+def parse_directory_lookup(body: object) -> Optional[list[DirectoryEntry]]:
+    """`POST /directory/lookup`'s `{"chunks": n, "results": [{key, placements, token_ids, access_count}]}`."""
+    if not isinstance(body, dict) or not isinstance(body.get("results"), list):
+        return None
+    return [DirectoryEntry(r.get("key") or {}, _placements(r.get("placements")), list(r.get("token_ids") or []),
+                           int(r.get("access_count") or 0)) for r in body["results"] if isinstance(r, dict)]
+
+
+def directory_lookup(coordinator_url: str, keys: list[dict]) -> tuple[Optional[list[DirectoryEntry]], str]:
+    """Where the directory places each key (in request order); (None, why) when the coordinator refuses."""
+    if not keys:
+        return [], ""
+    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup", {"keys": keys})
+    entries = parse_directory_lookup(body) if code == 200 else None
+    if entries is None:
+        return None, f"POST /directory/lookup answered {code or 'nothing'}: {str(body)[:200]}"
+    return entries, ""
+
+
+def directory_stats(coordinator_url: str) -> Optional[dict]:
+    body = get_json(coordinator_url.rstrip("/") + "/directory/stats")
+    return body if isinstance(body, dict) else None
+
+
+def directory_keys(coordinator_url: str, instance_id: str = "", tier: str = "l1", limit: int = 1000,
+                   max_keys: int = 100_000) -> Optional[list[DirectoryEntry]]:
+    """Every key the directory places on `instance_id` (all instances when empty), page by page, bounded."""
+    out: list[DirectoryEntry] = []
+    while len(out) < max_keys:
+        url = (f"{coordinator_url.rstrip('/')}/directory/keys?tier={tier}&instance_id={instance_id}"
+               f"&offset={len(out)}&limit={limit}")
+        body = get_json(url)
+        if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
+            return out or None
+        page = [DirectoryEntry(k.get("key") or {}, _placements(k.get("placements")), [],
+                               int(k.get("access_count") or 0)) for k in body["keys"] if isinstance(k, dict)]
+        out += page
+        if not page or len(out) >= int(body.get("total") or 0):
+            return out
+    return out
+
+
+@dataclass
+class ObjectListing:
+    """`GET /cache/objects?tier=...` of one server: its entries, or why it refused (LMCache 0.5.6 lists only
+    tier l2, and only adapters that implement listing; the P2P adapters do not)."""
+
+    tier: str
+    entries: list = field(default_factory=list)
+    refused: str = ""
+
+
+def cache_objects(http_url: str, tier: str, max_pages: int = 20) -> ObjectListing:
+    out, token = ObjectListing(tier), ""
+    for _ in range(max_pages):
+        code, body = get_answer(f"{http_url.rstrip('/')}/cache/objects?tier={tier}&page_size=5000"
+                                + (f"&page_token={token}" if token else ""))
+        if code != 200 or not isinstance(body, dict):
+            detail = body.get("detail") if isinstance(body, dict) else body
+            out.refused = f"{code or 'no answer'}: {str(detail)[:200]}"
+            return out
+        out.entries += list(body.get("entries") or [])
+        token = body.get("next_page_token") or ""
+        if not token:
+            break
+    return out
+
+
+def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
+    """(peer host, peer mq port, the adapter's entry) of each P2P adapter in a server's /status, in adapter
+    order (the order a lookup is planned in); the entry has `in_flight_lookups` and `in_flight_loads`."""
+    out = []
+    for a in (status.get("storage_manager") or {}).get("l2_adapters") or []:
+        if not isinstance(a, dict) or a.get("type") != "P2PL2Adapter":
+            continue
+        host, _, port = str(a.get("peer_mq_server_url", "")).rpartition("://")[2].rpartition(":")
+        if port.isdigit():
+            out.append((host, int(port), a))
+    return out
+
+
+def directory_lookup_tokens(coordinator_url: str, model: str, token_ids: list[int],
+                            world_size: int = 1) -> Optional[list[DirectoryEntry]]:
+    """Where the directory places each chunk key of a token sequence (the coordinator hashes it with its own
+    chunk size and algorithm, which the fleet renders equal to the servers'); None: no answer."""
+    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup",
+                           {"token_ids": token_ids, "model_name": model, "world_size": world_size})
+    return parse_directory_lookup(body) if code == 200 else None
+
+
+def directory_held_chunks(coordinator_url: str, model: str, token_ids: list[int], world_size: int = 1) -> Optional[int]:
+    """How many of a token sequence's leading chunks the directory places anywhere; None: no answer."""
+    entries = directory_lookup_tokens(coordinator_url, model, token_ids, world_size)
+    if entries is None:
+        return None
+    held = 0
+    for e in entries:
+        if not e.placements:
+            break
+        held += 1
+    return held // max(1, world_size)

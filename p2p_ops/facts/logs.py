@@ -111,6 +111,14 @@ def log_grep_fact(path: str, patterns: Sequence[str], limit: int) -> CommandFact
     return CommandFact("log_grep", _guarded(path, cmd), _lines)
 
 
+def recent_grep_fact(path: str, patterns: Sequence[str], window: int, limit: int) -> CommandFact[list[str]]:
+    """The last `limit` lines matching any of the extended regexes among the log's last `window` lines: what
+    the process logged lately, not since it started."""
+    args = " ".join(f"-e {shlex.quote(p)}" for p in patterns)
+    cmd = f"tail -n {int(window)} {shlex.quote(path)} 2>/dev/null | grep -a -E {args} | tail -n {int(limit)}"
+    return CommandFact("recent_grep", ("sh", "-c", cmd), _lines)
+
+
 def first_match_argv(path: str, pattern: str) -> tuple[str, ...]:
     """The command that prints the first line matching a basic regex (nothing when none, no file, or a file it
     refuses to read)."""

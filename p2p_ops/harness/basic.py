@@ -5,6 +5,12 @@
    and pull them (P2P, NIXL). B reports cached tokens, B's server counts loads from its `p2p` adapter.
 3. A's and B's outputs must be identical: the embedded engine's answer depends on every KV byte.
 4. A fresh control prompt on B must be computed cold (cached tokens 0): the cache is not inventing hits.
+
+Both prompts are checked against the coordinator's key directory before they are sent: one that a server
+already holds a chunk of is replaced by the next document, so neither can collide with a prefix the fleet
+holds. The run folder keeps the evidence to replay and explain it: prompts.jsonl (each request's prompt, where
+it went, who computed it first), requests.csv, /status and metrics snapshots before and after, and, when B
+was not served from cache, `p2pctl explain`'s verdict for B (explain.json, explain.txt).
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.diagnose import peer_settings
-from p2p_ops.endpoints import lmcache_api, metrics_api
+from p2p_ops.diagnose import explain, peer_settings
+from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
+from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete, count_tokens
 from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.harness.stress import snapshot
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.records import RequestRecord, write_csv
 
 P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
@@ -51,6 +60,7 @@ class BasicResult:
     likely_cause: str = ""
     run_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    explain: dict = field(default_factory=dict)     # explain's verdict for B when B was not served from cache
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,9 +105,30 @@ def _build_prompt(engine_url: str, model: str, seed: int, index: int, target_tok
     raise RuntimeError(f"could not build a prompt of {target_tokens} tokens")
 
 
+def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: int,
+                  notes: list[str], prompt_text: Optional[str] = None) -> tuple[str, int]:
+    """A prompt of >= target tokens none of whose chunks the directory places anywhere (the next documents are
+    tried when one is held); `prompt_text` is used as it is (a replay)."""
+    model = ctx.fleet.model
+    if prompt_text is not None:
+        return prompt_text, count_tokens(url, model, prompt_text)
+    for k in range(8):
+        text, n = _build_prompt(url, model, seed, index + 2 * k, target)
+        tokens, _ = engine_api.tokenize(url, model, text)
+        held = lmcache_api.directory_held_chunks(ctx.fleet.coordinator_url, model, tokens) if tokens else None
+        if not held:
+            if held is None:
+                notes.append("the coordinator's key directory did not answer: prompts were not checked for "
+                             "prefixes the fleet already holds")
+            return text, n
+        notes.append(f"document {index + 2 * k} of seed {seed}: the fleet already holds {held} chunk(s) of it; "
+                     "took the next one")
+    raise RuntimeError(f"every candidate prompt of seed {seed} is already held by the fleet; pass another --seed")
+
+
 def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
               seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
-              out_dir: Optional[Path] = None) -> BasicResult:
+              out_dir: Optional[Path] = None, prompt_text: Optional[str] = None) -> BasicResult:
     if chunks < 2:
         raise BadInput(f"--chunks {chunks}: use at least 2 so that a prefix spans several chunks")
     (na, ia), (nb, ib) = pick_pair(ctx, a, b)
@@ -109,23 +140,34 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     chunk = st_a.chunk_size or ctx.fleet.settings.chunk_size
     target = chunks * chunk + chunk // 2
 
-    progress(f"building a {target}-token prompt ({chunks} chunks of {chunk}) and a control prompt")
-    prompt, n_prompt = _build_prompt(a_url, model, seed, 0, target)
-    control, _ = _build_prompt(a_url, model, seed, 1, target)
+    out_dir = out_dir or new_run_dir(ctx.layout, "basic")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress(f"building a {target}-token prompt ({chunks} chunks of {chunk}) and a control prompt the fleet "
+             "does not hold")
+    notes: list[str] = []
+    prompt, n_prompt = _fresh_prompt(ctx, a_url, seed, 0, target, notes, prompt_text)
+    control, _ = _fresh_prompt(ctx, b_url, seed, 1, target, notes)
 
+    (out_dir / "status_before.json").write_text(json.dumps(snapshot(ctx), indent=1))
     before = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
+    t0 = time.monotonic()
     a_objects_before = _l1_objects(st_a)
 
     progress(f"request 1: prompt to {ia.id} (cold)")
+    starts = [time.monotonic() - t0]
     r_a = complete(a_url, model, prompt, max_tokens)
     # The engine stores its new chunks as part of the request; wait until A's L1 shows them (bounded).
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and _l1_objects(lmcache_api.server_status(a_srv)) < a_objects_before + chunks:
         time.sleep(0.2)
     progress(f"request 2: same prompt to {ib.id} (its cache never saw it)")
+    starts.append(time.monotonic() - t0)
     r_b = complete(b_url, model, prompt, max_tokens)
+    b_between = metrics_api.scrape(b_url)      # B's engine after its one request: that request's own split
     progress(f"request 3: fresh control prompt to {ib.id}")
+    starts.append(time.monotonic() - t0)
     r_c = complete(b_url, model, control, max_tokens)
+    (out_dir / "status_after.json").write_text(json.dumps(snapshot(ctx), indent=1))
 
     after = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
 
@@ -176,14 +218,53 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     if vllm:
         numbers["external_kv_tokens_b"] = external
     result = BasicResult(passed, ia.id, ib.id, chunk, chunks, checks, numbers,
-                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()})
+                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()}, notes=notes)
+    result.run_dir = str(out_dir)
+    served = r_b.cached_tokens >= need
+    sent = [("a", na, ia, prompt, r_a, "", False), ("b", nb, ib, prompt, r_b, ia.id, not served),
+            ("control_b", nb, ib, control, r_c, "", False)]
+    by_source = ({k: v - engine_api.tokens_by_source(before["b_engine"]).get(k, 0.0)
+                  for k, v in engine_api.tokens_by_source(b_between).items()} if vllm else {})
+    write_requests(out_dir, sent, starts, {"b": by_source} if by_source else {})
+    if not served:
+        progress(f"{ib.id} was not served from cache: explaining why (p2pctl explain, read-only)")
+        result.explain = explain_miss(ctx, out_dir, prompt, ia.id, ib.id)
     if not passed:
         result.likely_cause = likely_cause(ctx, nb, ib, r_a, r_b, p2p_loads)
-    out_dir = out_dir or new_run_dir(ctx.layout, "basic")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result.run_dir = str(out_dir)
+        if result.explain.get("verdict"):
+            result.likely_cause = f"explain on {ib.id}: {result.explain['verdict']}; " + result.likely_cause
     write_result(out_dir, result)
     return result
+
+
+def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_source: dict) -> None:
+    """prompts.jsonl (what `p2pctl explain --run` and a replay read) and requests.csv (one row per request).
+    `by_source`: per request id, vLLM's prompt tokens by source for that request alone (vLLM's own prefix cache
+    vs LMCache), where it was measured."""
+    rows, records = [], []
+    for (rid, node, inst, text, c, warmer, missed), t in zip(sent, starts):
+        rows.append({"request": rid, "instance": inst.id, "node": node.name, "computed_on": warmer,
+                     "missed": missed, "cached_tokens": c.cached_tokens, "prompt_tokens": c.prompt_tokens,
+                     **({"tokens_by_source": by_source[rid]} if rid in by_source else {}), "prompt": text})
+        records.append(RequestRecord("basic", 1, inst.id, node.name, warmer, rid, round(t, 4), c.prompt_tokens,
+                                     c.cached_tokens, c.completion_tokens, c.ttft_s if c.ok else None, c.e2e_s,
+                                     c.ok, c.error[:200]))
+    (out_dir / PROMPTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_csv(out_dir / "requests.csv", records)
+
+
+def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str, target: str) -> dict:
+    """explain's verdict for one request that was not served from cache, saved next to the run's results."""
+    spec = explain.PromptSpec(f"request b of {out_dir.name}", text=prompt, computed_on=computed_on, run=str(out_dir))
+    try:
+        ex = explain.run(ctx, spec, [target])
+    except Exception as exc:  # noqa: BLE001 - the proof's own verdict must survive a failing explanation
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    (out_dir / "explain.json").write_text(json.dumps(ex.to_dict(), indent=1))
+    (out_dir / "explain.txt").write_text("\n".join(explain.render_text(ex)) + "\n")
+    node = ex.nodes[0] if ex.nodes else None
+    return {"instance": target, "strip": node.strip if node else "", "verdict": node.verdict if node else "",
+            "reasons": node.reasons if node else [], "differences": ex.differences}
 
 
 def likely_cause(ctx: FleetContext, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
@@ -219,4 +300,8 @@ def write_result(out_dir: Path, result: BasicResult) -> None:
     lines += [f"| {k} | {v if not isinstance(v, float) else f'{v:.4g}'} |" for k, v in n.items()]
     if result.likely_cause:
         lines += ["", f"**Likely cause:** {result.likely_cause}"]
+    if result.explain.get("strip"):
+        lines += ["", f"**explain on {result.explain['instance']}:** `[{result.explain['strip']}]` "
+                  f"{result.explain['verdict']} (explain.txt)"]
+    lines += [f"- {note}" for note in result.notes]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops.diagnose import explain
+from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
@@ -86,6 +88,7 @@ class _Run:
         self.engines = [(n, i, ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
         self.model = ctx.fleet.model
         self.records: list[RequestRecord] = []
+        self.prompts: list[str] = []          # the prompt of each record, same index
         self.stages: list[StageInfo] = []
         self.lock = threading.Lock()
         self.t0 = time.monotonic()
@@ -124,6 +127,7 @@ class _Run:
                             ttft_s=c.ttft_s if c.ok else None, e2e_s=c.e2e_s, ok=c.ok, error=c.error[:200])
         with self.lock:
             self.records.append(rec)
+            self.prompts.append(prompt)
 
     def run_batch(self, label: str, jobs: list[Callable[[], None]], concurrency: int) -> float:
         """Run jobs with `concurrency` in flight; returns the wall time."""
@@ -232,6 +236,45 @@ def snapshot(ctx: FleetContext) -> dict:
     return out
 
 
+# explain is read-only but not free (LMCache's hasher on every node, the directory): a few misses tell the story.
+EXPLAIN_AT_MOST = 3
+
+
+def saved_prompts(records: list[RequestRecord], prompts: list[str]) -> list[dict]:
+    """prompts.jsonl: one row per request (its requests.csv row number from 1), `missed` when a cross-node
+    request got no cached token (it failed "served from cache")."""
+    return [{"request": i + 1, "stage": r.stage, "instance": r.instance, "node": r.node, "computed_on": r.warmer,
+             "prefix_id": r.prefix_id, "missed": r.ok and r.cross_node and r.cached_tokens == 0,
+             "cached_tokens": r.cached_tokens, "prompt_tokens": r.prompt_tokens, "prompt": text}
+            for i, (r, text) in enumerate(zip(records, prompts))]
+
+
+def explain_misses(ctx: FleetContext, out_dir: Path, rows: list[dict], progress: Progress) -> list[dict]:
+    """explain's verdict for the first missed request of each stage (at most EXPLAIN_AT_MOST), saved in
+    explain.json; [] when every cross-node request was served from cache."""
+    picked: dict[str, dict] = {}
+    for row in rows:
+        if row["missed"] and row["instance"] != "router" and row["stage"] not in picked:
+            picked[row["stage"]] = row
+    out = []
+    for row in list(picked.values())[:EXPLAIN_AT_MOST]:
+        progress(f"explain request {row['request']} ({row['stage']} on {row['instance']})", 0, None)
+        spec = explain.PromptSpec(f"request {row['request']} of {out_dir.name}", text=row["prompt"],
+                                  computed_on=row["computed_on"], run=str(out_dir))
+        try:
+            ex = explain.run(ctx, spec, [row["instance"]])
+        except Exception as exc:  # noqa: BLE001 - the stress figures must survive a failing explanation
+            out.append({"request": row["request"], "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        n = ex.nodes[0] if ex.nodes else None
+        out.append({"request": row["request"], "stage": row["stage"], "instance": row["instance"],
+                    "strip": n.strip if n else "", "verdict": n.verdict if n else "",
+                    "reasons": n.reasons if n else [], "explanation": ex.to_dict()})
+    if out:
+        (out_dir / "explain.json").write_text(json.dumps(out, indent=1))
+    return [{k: v for k, v in e.items() if k != "explanation"} for e in out]
+
+
 def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: Progress = lambda *_: None) -> dict:
     """Run the stages, write requests.csv, stages.json and the before/after snapshots into out_dir."""
     run = _Run(ctx, opts, progress)
@@ -247,7 +290,10 @@ def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: 
     after = snapshot(ctx)
     (out_dir / "status_after.json").write_text(json.dumps(after, indent=1))
     write_csv(out_dir / "requests.csv", run.records)
+    rows = saved_prompts(run.records, run.prompts)
+    (out_dir / PROMPTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     meta = {"options": asdict(opts), "stages": [asdict(s) for s in run.stages],
-            "wall_s": time.monotonic() - run.t0, "engines": [i.id for _, i, _ in run.engines]}
+            "wall_s": time.monotonic() - run.t0, "engines": [i.id for _, i, _ in run.engines],
+            "explain": explain_misses(ctx, out_dir, rows, progress)}
     (out_dir / "stages.json").write_text(json.dumps(meta, indent=2))
     return meta

@@ -247,13 +247,32 @@ def build_report(run_dir: Path) -> Path:
     lines = [f"# Fleet test report — {run_dir.name}", "", f"**Overall: {'PASS' if passed else 'FAIL'}**", "",
              "| check | result | detail |", "|---|---|---|"]
     lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
-    lines += basic_lines + (_request_sections(run_dir, records) if records else []) + bench_lines
+    lines += (basic_lines + (_request_sections(run_dir, records) if records else []) + _explained(run_dir)
+              + bench_lines)
     lines += ["", "## Evidence", ""]
-    for name in ("requests.csv", "stages.json", "status_before.json", "status_after.json", "basic/result.json",
-                 "env/"):
+    for name in ("requests.csv", "prompts.jsonl", "stages.json", "status_before.json", "status_after.json",
+                 "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
         if (run_dir / name).exists():
             lines.append(f"- `{name}`")
     return files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n", 0o644)
+
+
+def _explained(run_dir: Path) -> list[str]:
+    """`p2pctl explain`'s verdicts for requests that were not served from cache (the harness saved them)."""
+    found = []
+    basic = run_dir / "basic" / "result.json"
+    if basic.is_file() and json.loads(basic.read_text()).get("explain", {}).get("strip"):
+        e = json.loads(basic.read_text())["explain"]
+        found.append(("basic b", e))
+    if (run_dir / "explain.json").is_file():
+        found += [(f"request {e.get('request')} ({e.get('stage', '')})", e)
+                  for e in json.loads((run_dir / "explain.json").read_text())]
+    if not found:
+        return []
+    lines = ["", "## Why requests missed the cache (p2pctl explain)", "", "| request | instance | chunks | verdict |",
+             "|---|---|---|---|"]
+    return lines + [f"| {name} | {e.get('instance', '')} | `{e.get('strip', '')}` | "
+                    f"{str(e.get('verdict') or e.get('error', '')).replace('|', '/')} |" for name, e in found]
 
 
 def overall_passed(summary: Path) -> bool:

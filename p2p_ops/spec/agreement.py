@@ -47,6 +47,18 @@ MUST_AGREE: tuple[MustAgree, ...] = (
               "another model"),
     MustAgree("UCX_TLS", "use one settings.ucx_tls for the fleet (peers must share a transport), re-render, "
               "restart", env="UCX_TLS", severity="warn"),
+    # runtime: vllm. What llm-d's P2P path seeds on and LMCache's connector needs too: a KV block means the same
+    # bytes on every engine only with one block size, parallel layout, dtype, KV-cache dtype and model revision,
+    # and vLLM's own block hashes (its prefix cache, its KV events) agree only with one PYTHONHASHSEED.
+    MustAgree("vllm_block_size", "set vllm.block_size once in fleet.yaml (not in vllm.args), restart every engine"),
+    MustAgree("vllm_parallel", "run every vLLM with the same --tensor-parallel-size and --pipeline-parallel-size "
+              "(vllm.args), restart every engine"),
+    MustAgree("vllm_dtype", "one --dtype for every vLLM (vllm.args), restart every engine"),
+    MustAgree("vllm_kv_cache_dtype", "one --kv-cache-dtype for every vLLM (vllm.args), restart every engine"),
+    MustAgree("vllm_model", "serve the same model and revision on every vLLM (vllm.model_path, --revision)"),
+    MustAgree("vllm_version", "install one vLLM version on every node (nodes[].vllm_venv / vllm.venv)"),
+    MustAgree("vllm_hash_seed", "set settings.python_hash_seed once (env.sh exports it to vLLM too), restart every "
+              "engine: vLLM's block hashes (its prefix cache, its KV events) depend on it"),
 )
 BY_KEY = {m.key: m for m in MUST_AGREE}
 FLEET_WIDE_ONLY = tuple(m.spec for m in MUST_AGREE if m.spec)
@@ -96,3 +108,84 @@ def disagreements(per_peer: Mapping[str, Mapping[str, object]]) -> list[Disagree
         if len(set(values.values())) > 1:
             found.append(Disagreement(rule.key, values))
     return found
+
+
+@dataclass
+class Split:
+    """How the peers split on one must-agree value: the majority's value and members, and the odd ones out.
+
+    With no strict majority (a tie, e.g. 1 vs 1) there is no odd one out: `odd` is empty and `tie` True."""
+
+    majority_value: Optional[str]
+    majority: list[str]
+    odd: dict[str, str]       # peer -> its value, for every peer outside the majority
+    tie: bool = False
+
+    def describe(self, key: str) -> str:
+        if self.tie:
+            return ", ".join(f"{p}={v}" for p, v in sorted(self.odd.items())) + " (no majority)"
+        odd = ", ".join(f"{p}={v}" for p, v in sorted(self.odd.items()))
+        return f"{odd} (the odd one out; {', '.join(sorted(self.majority))} use {key}={self.majority_value})"
+
+
+def split(values: Mapping[str, object]) -> Split:
+    """The majority value of `values` (peer -> value) and the peers that differ from it."""
+    counts: dict[str, list[str]] = {}
+    for peer, value in values.items():
+        counts.setdefault(str(value), []).append(peer)
+    ranked = sorted(counts.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    if len(ranked) > 1 and len(ranked[0][1]) == len(ranked[1][1]):
+        return Split(None, [], {p: str(values[p]) for p in values}, tie=True)
+    top, members = ranked[0] if ranked else (None, [])
+    return Split(top, sorted(members), {p: str(v) for p, v in values.items() if str(v) != top})
+
+
+# vLLM flags behind the vllm_* must-agree keys, with vLLM's defaults when a flag is absent.
+VLLM_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "block_size": (("--block-size",), "default"),
+    "tensor_parallel": (("--tensor-parallel-size", "-tp"), "1"),
+    "pipeline_parallel": (("--pipeline-parallel-size", "-pp"), "1"),
+    "dtype": (("--dtype",), "auto"),
+    "kv_cache_dtype": (("--kv-cache-dtype",), "auto"),
+    "model": (("--model",), ""),
+    "revision": (("--revision",), "main"),
+}
+# Flags the spec renders itself that must agree across engines (spec.load refuses host, port, model and the
+# connector in vllm.args on its own): a second value in vllm.args would hide from validate and the doctor.
+VLLM_SPEC_FLAGS = {"--block-size": "vllm.block_size", "--kv-events-config": "router.kv_events"}
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    """The VLLM_FLAGS values of a vLLM command line (`--flag v` or `--flag=v`; the last one wins, as argparse)."""
+    found = {name: default for name, (_, default) in VLLM_FLAGS.items()}
+    for i, word in enumerate(argv):
+        flag, eq, inline = word.partition("=")
+        for name, (flags, _) in VLLM_FLAGS.items():
+            if flag in flags:
+                value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+                found[name] = value
+    return found
+
+
+def vllm_values(argv: list[str]) -> dict[str, str]:
+    """The vllm_* must-agree values a vLLM command line shows (empty when it is not a vLLM command line)."""
+    if not any("vllm" in w for w in argv[:3]):
+        return {}
+    f = flag_values(argv)
+    return {"vllm_block_size": f["block_size"],
+            "vllm_parallel": f"tp={f['tensor_parallel']} pp={f['pipeline_parallel']}",
+            "vllm_dtype": f["dtype"], "vllm_kv_cache_dtype": f["kv_cache_dtype"],
+            "vllm_model": f"{f['model']}@{f['revision']}"}
+
+
+def vllm_spec_problem(args: list[str], router_enabled: bool, policy: str, kv_events: bool) -> Optional[str]:
+    """Why a vllm/router spec cannot give every engine the same KV meaning (None: it can)."""
+    for word in args:
+        flag = word.partition("=")[0]
+        if flag in VLLM_SPEC_FLAGS:
+            return (f"vllm.args: {flag} is set by p2pctl from the fleet spec ({VLLM_SPEC_FLAGS[flag]}); remove it "
+                    "from vllm.args and set that instead (every engine must get the same value)")
+    if router_enabled and policy == "kv_aware" and not kv_events:
+        return ("router.kv_events: false with policy kv_aware: kv_aware routes on KV events from every engine; "
+                "set router.kv_events: true (or pick another router.policy)")
+    return None

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.spec import strict_yaml
-from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
+from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
 from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
@@ -94,6 +94,10 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
                        "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
+    problem = vllm_spec_problem(fleet.vllm.args if fleet.runtime == "vllm" else [], fleet.router.enabled,
+                                fleet.router.policy, fleet.router.kv_events)
+    if problem:
+        raise BadInput(problem)
     _vllm_checks(fleet)
     _engine_checks(fleet)
     seen_ids: dict[str, str] = {}

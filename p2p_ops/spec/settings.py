@@ -128,6 +128,9 @@ class Settings(StrictModel):
     transfer_engine: Literal["nixl", "tcp", "mooncake_te"] = "nixl"
     python_hash_seed: int = Field(0, ge=0, le=4294967295)
     heartbeat_interval: float = Field(2.0, gt=0, le=60)
+    # Servers report their cache events (stores, evictions, the chunks' tokens) to the coordinator's key
+    # directory: what `p2pctl explain` and `status --cache` read to know which node holds which chunk.
+    cache_events: bool = True
     p2p_lookup_timeout: float = Field(30.0, gt=0, le=3600)
     p2p_load_timeout: float = Field(30.0, gt=0, le=3600)
     supported_transfer_mode: Literal["auto", "engine_driven", "lmcache_driven"] = "auto"

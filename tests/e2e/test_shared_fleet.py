@@ -1,5 +1,6 @@
 """Tests that only send requests to one healthy 2-node fleet share it (one start for the module):
-the cross-node proof, a real Prometheus and the monitor, and `p2pctl test all --quick` with its report."""
+the cross-node proof, `p2pctl explain` on a healthy pull and on a first-token difference, a real Prometheus and
+the monitor, and `p2pctl test all --quick` with its report."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from p2p_ops.harness.basic import run_basic
 from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.observe import grafana
 from p2p_ops.observe.records import read_csv
+from tests.e2e.explain_support import computed_on_a, explain, node, show
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +39,51 @@ def test_basic_proof_passes_and_leaves_evidence(fleet2, p2pctl):
     run_dir = Path(result["run_dir"])
     assert (run_dir / "result.json").is_file() and "PASS" in (run_dir / "summary.md").read_text()
     assert (run_dir / "env" / "node-a-0.env.sh").is_file()
+
+
+def test_explain_shows_a_healthy_pull_as_every_chunk_pulled_from_node_a(fleet2, p2pctl, tmp_path):
+    _, path = computed_on_a(fleet2, tmp_path, 2101)
+    code, doc = explain(p2pctl, fleet2, "--prompt-file", path, "--node", "node-b")
+    b = node(doc, "node-b-0")
+    assert code == 0 and b["strip"] == "PPPPPPPP.", b["verdict"]
+    pulls = [c for c in b["chunks"] if c["action"] == "pull"]
+    assert len(pulls) == 8 and {c["source"] for c in pulls} == {"node-a"} and pulls[0]["holders"] == ["node-a-0"]
+    show("healthy pull", doc)
+
+
+def test_explain_names_a_prompt_that_differs_in_its_first_token(fleet2, p2pctl, tmp_path):
+    """The proof saves its prompts; the same prompt with another first character misses, and explain finds the
+    saved prompt the fleet holds that differs only there."""
+    code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
+    basic = json.loads(out)
+    assert code == 0, basic["checks"]
+    saved = [json.loads(line) for line in open(f"{basic['run_dir']}/prompts.jsonl")]
+    assert [r["request"] for r in saved] == ["a", "b", "control_b"] and saved[1]["computed_on"] == "node-a-0"
+    text = saved[0]["prompt"]
+    changed = tmp_path / "changed.txt"
+    changed.write_text(("X" if text[0] != "X" else "Y") + text[1:])
+    code, doc = explain(p2pctl, fleet2, "--prompt-file", str(changed), "--node", "node-b")
+    b = node(doc, "node-b-0")
+    first = b["chunks"][0]
+    assert code == 1 and first["reason"] == "prompt_differs", first
+    assert "node-a-0" in first["detail"] and "except at position(s) [" in first["detail"]
+    assert "request a" in first["detail"] and b["strip"].startswith("xxxxxxx"), (first, b["strip"])
+    show("first token differs", doc)
+
+
+def test_status_cache_maps_objects_duplicates_and_the_proofs_prefix(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
+    run = json.loads(out)["run_dir"].rstrip("/").rsplit("/", 1)[-1]
+    assert code == 0, err[-2000:]
+    code, out, err = p2pctl("status", "-f", str(fleet2.fleet_file), "--cache", "--json")
+    cmap = json.loads(out)["cache"]
+    assert code == 0 and not cmap["error"], cmap
+    by = {n["instance"]: n for n in cmap["nodes"]}
+    assert all(by[i]["directory_objects"] > 0 and by[i]["directory_bytes"] > 0 for i in ("node-a-0", "node-b-0"))
+    assert sum(n["directory_objects"] for n in cmap["nodes"]) == cmap["total_keys"] + sum(
+        n["duplicated"] for n in cmap["nodes"]) - cmap["duplicated_keys"]   # each duplicate counted on every holder
+    [proof] = [p for p in cmap["prefixes"] if p["label"] == f"{run}/a"]
+    assert proof["chunks"] >= 7 and proof["held"].get("node-a-0", 0) == proof["chunks"], proof     # computed on a
 
 
 @needs_prometheus

@@ -67,6 +67,8 @@ DETERMINISTIC = [
     (["test"], 2),
     (["diagnose", "--list"], 0),
     (["doctor", "--no-reach"], None),
+    (["explain", "--prompt", "hello"], 2),
+    (["status", "--cache"], 1),
     (["ucx-trace", str(FIXTURES / "ucx/recorded_tcp_fallback.log")], None),
     (["rdma", "--root", str(FIXTURES / "rdma/roce_no_ipv4_gid")], None),
 ]

@@ -56,6 +56,6 @@ def test_a_router_adds_its_ports_and_the_engines_kv_event_ports(tmp_path):
             ("node-a", 8200, "router"), ("node-a", 8201, "router_prometheus")]
         assert extra[4].process == ctx.proc("router").name
         assert extra[0].process == ctx.proc("engine", ctx.fleet.instances()[0][1]).name
-    data["router"]["kv_events"] = False
+    data["router"]["kv_events"], data["router"]["policy"] = False, "cache_aware"  # kv_aware needs events
     assert [p.kind for p in port_plan(parse_fleet(data)) if p.kind not in BASE_KINDS] == ["router",
                                                                                          "router_prometheus"]

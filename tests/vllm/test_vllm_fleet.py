@@ -58,6 +58,22 @@ def test_cross_node_proof_on_vllm(vllm_fleet, p2pctl):
     assert after - before >= 7 * result["chunk_size"]
 
 
+def test_explain_on_vllm_tells_lmcache_from_vllms_own_prefix_cache(vllm_fleet, p2pctl):
+    """explain on a vLLM fleet: keys from LMCache's hasher under each server's settings, vLLM's /tokenize, and
+    for the proof's request b the split vLLM itself recorded (external_kv_transfer = through LMCache)."""
+    f = str(vllm_fleet.fleet_file)
+    code, out, err = p2pctl("test", "basic", "-f", f, "--json")
+    result = json.loads(out)
+    assert code == 0, (result["checks"], err[-2000:])
+    code, out, err = p2pctl("explain", "-f", f, "--run", result["run_dir"], "--request", "b", "--node", "node-b",
+                            "--json")
+    doc = json.loads(out)
+    [b] = doc["nodes"]
+    assert code == 0 and set(b["strip"].rstrip(".")) <= {"P", "H"} and len(b["strip"].rstrip(".")) >= 7, b["verdict"]
+    notes = " ".join(b["notes"])
+    assert "external_kv_transfer=" in notes and "LMCache served it" in notes, notes
+
+
 def test_stress_report_monitor_on_vllm(vllm_fleet, p2pctl):
     code, out, err = p2pctl("test", "all", "-f", str(vllm_fleet.fleet_file), "--quick", "--max-seconds", "300")
     assert code == 0, (out[-3000:], err[-3000:])

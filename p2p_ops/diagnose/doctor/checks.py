@@ -11,12 +11,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional
 
+from p2p_ops.diagnose.doctor.agreement import check_agreement
+from p2p_ops.diagnose.doctor.engines import check_engines, check_kv_events
+from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
-from p2p_ops.facts.python_env import version_of
-from p2p_ops.spec.agreement import BY_KEY, MUST_AGREE
-from p2p_ops.spec.layout import COORDINATOR
 
 _HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
              "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
@@ -36,23 +36,6 @@ def _shown(values: dict[str, str]) -> str:
 
 # ---- checks ----------------------------------------------------------------------------------------------
 
-def _vllm_anywhere(facts: FleetFacts) -> bool:
-    return facts.runtime == "vllm" or any(version_of(n.packages, "vllm") for n in facts.nodes)
-
-
-def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tuple[str, str]:
-    """How bad differing PYTHONHASHSEEDs are, judged by what each instance really runs, not by the spec."""
-    real = {name: obs.get("hash_algorithm", ("blake3", ""))[0] for name, obs in per_inst.items()}
-    fallback = sorted(i.instance for i in facts.instances if i.hash_fallback)
-    if facts.runtime != "vllm" and not fallback and all(alg == "blake3" for alg in real.values()):
-        return "warn", (" Harmless today: every instance hashes with blake3 (" + _shown(real) + "), which does "
-                        "not use PYTHONHASHSEED; keep them equal anyway, other hash algorithms depend on it.")
-    why = (f" {', '.join(fallback)} hash(es) with Python's builtin hash (LMCache could not load the algorithm from "
-           "vLLM)" if fallback else f" hash algorithms in use: {_shown(real)}")
-    return "error", (f"{why}: every chunk hash depends on the seed, so these peers share nothing (zero cached "
-                     "tokens, no error).")
-
-
 def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
     """LMCache's own log says it fell back to Python's hash(): on Python < 3.12 hash(None) is an address, so
     NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
@@ -64,45 +47,6 @@ def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
                    "they share nothing",
                    "set settings.hash_algorithm: blake3 (only runtime: vllm may use builtin/sha256_cbor), "
                    "re-render and restart")
-
-
-def _check_agreement(report: Report, facts: FleetFacts) -> None:
-    per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
-                for i in facts.instances}
-    keys = [m.key for m in MUST_AGREE if any(m.key in v for v in per_inst.values())]
-    agreed: dict[str, str] = {}
-    for key in keys:
-        values = {inst: obs[key][0] for inst, obs in per_inst.items() if key in obs}
-        if key in ("chunk_size", "hash_algorithm") and facts.coordinator_env:
-            cval = facts.coordinator_env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
-            if cval:
-                values[COORDINATOR] = cval
-        if len(set(values.values())) <= 1:
-            if values:
-                agreed[key] = next(iter(values.values()))
-            continue
-        sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
-        severity, note = BY_KEY[key].severity, ""
-        if key == "PYTHONHASHSEED":
-            severity, note = _seed_mismatch_severity(facts, per_inst)
-        report.add(severity, f"agree:{key}", _names(values), _shown(values),
-                   f"{key} differs across peers (read from {', '.join(sources)}).{note}", BY_KEY[key].fix)
-    report.facts["agreed"] = agreed
-    _check_stale_env(report, facts)
-
-
-def _check_stale_env(report: Report, facts: FleetFacts) -> None:
-    """env.sh edited after the server started: the running process still uses the old value."""
-    for inst in facts.instances:
-        if not inst.running or not inst.process_env or not inst.env_file or inst.env_file_rendered:
-            continue
-        for key, live in inst.process_env.items():
-            on_disk = inst.env_file.get(key)
-            if live is not None and on_disk is not None and live != on_disk:
-                report.add("warn", "stale_env", inst.instance, f"process {key}={live}, env.sh {key}={on_disk}",
-                           f"env.sh changed after {inst.instance}'s server started; the running server uses the "
-                           "old value", f"restart {inst.instance} (`p2pctl down` then `p2pctl up --no-render`) "
-                           "or revert the edit")
 
 
 def _check_coordinator(report: Report, facts: FleetFacts) -> None:
@@ -340,7 +284,7 @@ def check(facts: FleetFacts) -> Report:
         if inst.env_file_rendered:
             report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
                        "`p2pctl render` (or `p2pctl up`) writes it")
-    _check_agreement(report, facts)
+    check_agreement(report, facts)
     _check_hash_fallback(report, facts)
     _check_ports(report, facts)
     _check_binds(report, facts)
@@ -350,6 +294,9 @@ def check(facts: FleetFacts) -> Report:
         _check_coordinator(report, facts)
         _check_reach(report, facts)
         _check_memlock(report, facts)
+        check_engines(report, facts)
+        check_kv_events(report, facts)
+        check_lookup_leak(report, facts)
     report.facts["mode"] = mode
     report.facts["instances"] = {i.instance: {k: v for k, (v, _) in observed(
         i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages).items()} | {

@@ -11,15 +11,18 @@ coordinator's /healthz and /instances. One unreachable node or server becomes a 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict
 
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
-from p2p_ops.endpoints import fetch, lmcache_api
+from p2p_ops.endpoints import engine_api, fetch, lmcache_api
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
 from p2p_ops.facts.limits import proc_limits_fact
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS
+from p2p_ops.facts.logs import recent_grep_fact
+from p2p_ops.facts.proc_argv import process_argv_fact
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
@@ -28,7 +31,7 @@ from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
-from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV
+from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV, vllm_values
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Fleet, Instance, Node
 from p2p_ops.spec.ports import INSTANCE_KINDS
@@ -90,6 +93,58 @@ def _instance_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFac
     i.lmc_version = str(ver) if ver is not None else None
 
 
+ENGINE_LINK_LINES = r"LMCache connect to .* failed|running as a plain engine"
+
+
+def engine_flags(argv: list[str]) -> dict[str, str]:
+    """What the doctor keeps of an engine's command line: vLLM's must-agree flags and whether it publishes KV
+    events (never the whole line: it may carry a key)."""
+    out = vllm_values(argv)
+    if argv:
+        cfg = next((argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "--kv-events-config"), "")
+        out["kv_events"] = "on" if '"enable_kv_cache_events":true' in cfg.replace(" ", "") else "off"
+    return out
+
+
+def _engine_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts) -> None:
+    """A running engine answers /health, and (embedded) is linked to its server: else it serves degraded."""
+    url = ctx.engine_url(node, inst)
+    if not engine_api.engine_ready(ctx.fleet.runtime, url, ctx.fleet.model):
+        i.engine_health = "no answer"
+    elif ctx.fleet.runtime == "embedded" and engine_api.engine_lmcache_state(url) == "disconnected":
+        i.engine_health = "degraded"
+    else:
+        i.engine_health = "healthy"
+
+
+def _inflight(status: dict, by_mq: dict[tuple[str, int], str]) -> dict:
+    """One sample of what a server has in flight: lookup jobs it holds for peers, L1 read locks, its own
+    prefetches, and the lookups it has in flight toward each peer."""
+    sm = status.get("storage_manager") or {}
+    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    return {"t": time.monotonic(), "jobs": int(status.get("active_p2p_lookup_jobs") or 0),
+            "read_locked": int(l1.get("read_locked_count") or 0),
+            "prefetch": int(status.get("active_prefetch_jobs") or 0),
+            "in_flight_to": {by_mq[(h, p)]: int(a.get("in_flight_lookups") or 0)
+                             for h, p, a in lmcache_api.p2p_adapters(status) if (h, p) in by_mq}}
+
+
+def sample_inflight(ctx: FleetContext, facts: FleetFacts, samples: int, period_s: float = 1.0) -> None:
+    """`samples` reads of every running server's /status, `period_s` apart (the lookup-leak evidence)."""
+    by_mq = {(n.address, i.ports.mp): i.id for n, i in ctx.fleet.instances()}
+    by_id = {i.instance: i for i in facts.instances}
+    for k in range(samples):
+        if k and not any(i.lookup_samples for i in facts.instances):
+            return  # no server answered: nothing to watch over time
+        if k:
+            time.sleep(period_s)
+        for node, inst in ctx.fleet.instances():
+            if by_id[inst.id].running:
+                st = lmcache_api.server_status(ctx.server_url(node, inst))
+                if st.reachable:
+                    by_id[inst.id].lookup_samples.append(_inflight(st.raw, by_mq))
+
+
 def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str, int], reach: bool) -> dict[str, CommandFact]:
     """What the doctor reads on one node, by label (`<kind> <instance>` for per-instance facts)."""
     lay = ctx.node_layout(node)
@@ -109,6 +164,13 @@ def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str,
         batch[f"server_env {inst.id}"] = process_env_fact(sproc.pidfile, SERVER_ENV_KEYS)
         if ctx.fleet.runtime == "embedded" and eproc.name in pids:
             batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ENGINE_MODEL_ENV)
+    for inst in node.instances:
+        eproc = ctx.proc("engine", inst)
+        if eproc.name in pids:
+            batch[f"engine_log {inst.id}"] = recent_grep_fact(eproc.log, [ENGINE_LINK_LINES], 2000, 3)
+            batch[f"engine_argv {inst.id}"] = process_argv_fact(eproc.pidfile)
+            if ctx.fleet.runtime == "vllm":
+                batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ("PYTHONHASHSEED",))
     targets = _reach_targets(ctx, facts) if reach and facts.any_running else []
     if targets:
         batch["reach"] = reach_fact(node.name, targets)
@@ -150,10 +212,14 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
                 inst.process_env = value(label)
             elif kind == "engine_env":
                 inst.engine_env = value(label)
+            elif kind == "engine_log":
+                inst.engine_log = value(label)
+            elif kind == "engine_argv":
+                inst.engine_flags = engine_flags(value(label))
     return nf
 
 
-def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
+def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> FleetFacts:
     """Read everything the checks need. Never raises for one unreachable node or server: it becomes a fact."""
     fleet = ctx.fleet
     cnode = fleet.coordinator_node()
@@ -184,11 +250,18 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
 
     def node_http(node: Node) -> None:
         for inst in node.instances:
-            if by_id[inst.id].running and node.name not in node_errors:
+            if node.name in node_errors:
+                continue
+            if by_id[inst.id].running:
                 _instance_http(ctx, node, inst, by_id[inst.id])
+            if by_id[inst.id].engine_state == "running":
+                _engine_http(ctx, node, inst, by_id[inst.id])
 
     # Four HTTP reads per running server: nodes side by side, not one after another (bench/suite/fleet_scale).
     ctx.for_each_node(node_http)
+    facts.lookup_timeout_s = fleet.settings.p2p_lookup_timeout
+    facts.kv_events_expected = fleet.kv_events_on
+    sample_inflight(ctx, facts, leak_samples)
 
     def per_node(node) -> NodeFacts:
         batch = node_facts(ctx, node, facts, pids, reach)
@@ -208,10 +281,12 @@ def gather(ctx: FleetContext, reach: bool = True) -> FleetFacts:
         else:
             facts.nodes.append(res)
     for i in facts.instances:  # instances whose node could not be read still compare the spec's rendering
+        i.spec_env = safe_env(parse_env_sh(rendered[(i.instance, "env.sh")]))
         if i.env_file is None:
             i.env_file = parse_env_sh(rendered[(i.instance, "env.sh")])
             i.env_file_rendered = True
+    facts.coordinator_spec_env = parse_env_sh(rendered[(COORDINATOR, "env.sh")])
     if facts.coordinator_env is None:
-        facts.coordinator_env = parse_env_sh(rendered[(COORDINATOR, "env.sh")])
+        facts.coordinator_env = facts.coordinator_spec_env
     facts.nodes.sort(key=lambda n: [x.name for x in fleet.nodes].index(n.node))
     return facts

@@ -22,11 +22,16 @@ class InstanceFacts:
     address: str
     env_file: Optional[dict[str, str]] = None      # parsed env.sh; None: no file
     env_file_rendered: bool = False                # env_file is the spec's rendering (no env.sh on disk)
+    spec_env: Optional[dict[str, str]] = None      # what fleet.yaml renders for this env.sh now (same filter)
     server_state: str = "unknown"                  # running | dead | stale | none | unknown
     engine_state: str = "unknown"
     pid: Optional[int] = None
     process_env: dict[str, Optional[str]] = field(default_factory=dict)
     engine_env: dict[str, Optional[str]] = field(default_factory=dict)
+    engine_flags: dict[str, str] = field(default_factory=dict)   # vLLM's must-agree flags; kv_events
+    engine_health: str = "unknown"                 # healthy | degraded | no answer (a running engine)
+    engine_log: list[str] = field(default_factory=list)    # its recent LMCache-link lines
+    lookup_samples: list[dict] = field(default_factory=list)   # /status in-flight counts over a short window
     memlock: Optional[dict] = None                 # facts.limits.Memlock as a dict
     status: Optional[dict] = None                  # raw /status; None: no answer
     config: Optional[dict] = None                  # raw /config
@@ -66,12 +71,15 @@ class FleetFacts:
     coordinator_node: str
     coordinator_state: str = "unknown"
     coordinator_env: Optional[dict[str, str]] = None
+    coordinator_spec_env: Optional[dict[str, str]] = None   # what fleet.yaml renders for the coordinator's env.sh
     coordinator_healthy: bool = False
     coordinator_instances: Optional[list[dict]] = None
     instances: list[InstanceFacts] = field(default_factory=list)
     nodes: list[NodeFacts] = field(default_factory=list)
     ports: list[PlannedPort] = field(default_factory=list)   # units.port_plan(fleet)
     proc_states: dict[str, str] = field(default_factory=dict)
+    kv_events_expected: bool = False    # a router reads the engines' KV events (router.enabled and kv_events)
+    lookup_timeout_s: float = 30.0      # the requesters' --p2p-lookup-timeout (the spec's setting)
 
     @property
     def multi_host(self) -> bool:

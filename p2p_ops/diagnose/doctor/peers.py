@@ -83,6 +83,12 @@ def observed(inst: InstanceFacts, packages: dict[str, Optional[str]]) -> dict[st
         "NONE_HASH": [(inst.none_hash, "server.log")],
         "engine_model": [(engine_model(inst.engine_env), "engine process"), (engine_model(ef), envsrc)],
     }
+    for key in ("vllm_block_size", "vllm_parallel", "vllm_dtype", "vllm_kv_cache_dtype", "vllm_model"):
+        candidates[key] = [(inst.engine_flags.get(key), "engine command line")]
+    candidates["vllm_version"] = [(version_of(packages, "vllm") if inst.engine_flags.get("vllm_model") else None,
+                                   "node python")]
+    candidates["vllm_hash_seed"] = [(inst.engine_env.get("PYTHONHASHSEED") if inst.engine_flags.get("vllm_model")
+                                     else None, "engine process")]
     out = {}
     for key, cands in candidates.items():
         got = _first(*cands)

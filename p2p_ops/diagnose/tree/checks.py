@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from p2p_ops.diagnose import explain
+from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
@@ -20,7 +22,8 @@ from p2p_ops.facts.ucx_trace import parse_traces
 TRACE_TAIL_LINES = 20000
 
 _RUNNING_ONLY = {"coordinator", "coordinator_url", "registration", "p2p_state", "peer_count", "reach", "memlock",
-                 "process", "server_http"}
+                 "process", "server_http", "engine", "engine_degraded", "kv_events", "lookup_leak",
+                 "stale_read_locks"}
 
 
 def _check_doctor(ev: Evidence, name: str) -> list[Observation]:
@@ -129,6 +132,25 @@ def _status_locks(ev: Evidence) -> list[Observation]:
     return _per_server(ev, "status:locks", one)
 
 
+def _explain_last_failed(ev: Evidence) -> list[Observation]:
+    """`p2pctl explain` on the newest saved request that missed the cache (a failed proof or stress miss)."""
+    if ev.ctx is None:
+        return [Observation("explain:last_failed", "unknown", "fleet", "no fleet to check")]
+    folder = latest_failed_run(ev.ctx.layout.tests)
+    if folder is None:
+        return [Observation("explain:last_failed", "unknown", "test runs", "no saved request missed the cache",
+                            "run `p2pctl test basic`; when B misses, it saves the prompt and explain's verdict")]
+    spec = explain.from_run(str(folder), None)
+    target = spec.recorded.get("instance")
+    ex = explain.run(ev.ctx, spec, [target] if target else None)
+    out = []
+    for n in ex.nodes:
+        status = "problem" if n.count("recompute") else "ok"
+        out.append(Observation("explain:last_failed", status, n.instance, f"[{n.strip}] {n.verdict}",
+                               f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"))
+    return out or [Observation("explain:last_failed", "unknown", str(folder), "nothing to explain")]
+
+
 def _engines_health(ev: Evidence) -> list[Observation]:
     if ev.ctx is None or ev.facts is None:
         return [Observation("engines:health", "unknown", "fleet", "no fleet to check")]
@@ -213,9 +235,11 @@ CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
     "node:rdma": _node_rdma,
     "env:ucx_rails": _env_ucx_rails,
     "trace:server_logs": _trace_server_logs,
+    "explain:last_failed": _explain_last_failed,
 }
-DOCTOR_CHECKS = {"agree", "stale_env", "coordinator", "coordinator_url", "registration", "p2p_state", "peer_count",
-                 "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening"}
+DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
+                 "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
+                 "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks"}
 
 
 def known_check(tree: Tree, check: str) -> bool:

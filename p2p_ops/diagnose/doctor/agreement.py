@@ -1,0 +1,155 @@
+"""The doctor's agreement checks (pure): must-agree values across peers, naming the odd one out against the
+majority; env.sh files that drifted from the spec's rendering or changed under a running server; and for
+each, the smallest fix: which node, which role, one command.
+
+A fleet of three where node-c's server was restarted by hand at chunk size 512 reads
+
+    [ERROR] node-c-0: chunk_size differs across peers: node-c-0=512 is the odd one out (coordinator,
+            node-a-0, node-b-0 use 256) ...
+            fix: restart node-c's server from fleet.yaml (chunk_size=256): p2pctl down --node node-c --role
+            server && p2pctl up --node node-c --role server
+
+(`up --node X` re-renders that node's env.sh from fleet.yaml first). With two peers there is no majority and
+both are named.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.peers import observed
+from p2p_ops.diagnose.findings import Report
+from p2p_ops.spec.agreement import BY_KEY, MUST_AGREE, split
+from p2p_ops.spec.layout import COORDINATOR
+
+# Which process holds a must-agree value (the one to restart when it is wrong).
+ENGINE_KEYS = ("model", "engine_model", "world_size", "vllm_block_size", "vllm_parallel", "vllm_dtype",
+               "vllm_kv_cache_dtype", "vllm_model", "vllm_revision")
+
+
+def _names(values: dict[str, object]) -> str:
+    return ", ".join(sorted(values))
+
+
+def _shown(values: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def restart(facts: FleetFacts, who: list[str], role: str) -> str:
+    """The commands that restart `role` on the nodes of these instances (the coordinator's own role for it),
+    re-rendering their env.sh from fleet.yaml (`up --node` renders that node first)."""
+    by_inst = {i.instance: i.node for i in facts.instances}
+    steps: list[str] = []
+    for w in sorted(who):
+        node, r = (facts.coordinator_node, "coordinator") if w == COORDINATOR else (by_inst.get(w, w), role)
+        step = f"p2pctl down --node {node} --role {r} && p2pctl up --node {node} --role {r}"
+        if step not in steps:
+            steps.append(step)
+    return " && ".join(steps)
+
+
+def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
+    rule = BY_KEY[key]
+    if not rule.env:
+        return None
+    if inst == COORDINATOR:
+        env = facts.coordinator_spec_env or {}
+        return env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
+    i = next((x for x in facts.instances if x.instance == inst), None)
+    return (i.spec_env or {}).get(rule.env) if i else None
+
+
+def smallest_fix(facts: FleetFacts, key: str, values: dict[str, str]) -> str:
+    """Restart only what differs from the spec (or, for keys the spec does not set, the odd ones out)."""
+    role = "engine" if key in ENGINE_KEYS else "server"
+    spec = {inst: _spec_value(facts, inst, key) for inst in values}
+    off_spec = sorted(inst for inst, v in values.items() if spec[inst] is not None and v != spec[inst])
+    if off_spec:
+        want = next(iter({spec[i] for i in off_spec}))
+        what = f"{role}s" if len(off_spec) > 1 else role
+        return (f"restart the {what} of {', '.join(off_spec)} from fleet.yaml ({key}={want}): "
+                f"{restart(facts, off_spec, role)}")
+    sp = split(values)
+    if sp.odd and not sp.tie:
+        return f"on {', '.join(sorted(sp.odd))} only: {BY_KEY[key].fix} ({restart(facts, sorted(sp.odd), role)})"
+    return BY_KEY[key].fix
+
+
+def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tuple[str, str]:
+    """How bad differing PYTHONHASHSEEDs are, judged by what each instance really runs, not by the spec."""
+    real = {name: obs.get("hash_algorithm", ("blake3", ""))[0] for name, obs in per_inst.items()}
+    fallback = sorted(i.instance for i in facts.instances if i.hash_fallback)
+    if facts.runtime != "vllm" and not fallback and all(alg == "blake3" for alg in real.values()):
+        return "warn", (" Harmless today: every instance hashes with blake3 (" + _shown(real) + "), which does "
+                        "not use PYTHONHASHSEED; keep them equal anyway, other hash algorithms depend on it.")
+    why = (f" {', '.join(fallback)} hash(es) with Python's builtin hash (LMCache could not load the algorithm from "
+           "vLLM)" if fallback else f" hash algorithms in use: {_shown(real)}")
+    return "error", (f"{why}: every chunk hash depends on the seed, so these peers share nothing (zero cached "
+                     "tokens, no error).")
+
+
+def check_agreement(report: Report, facts: FleetFacts) -> None:
+    per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
+                for i in facts.instances}
+    agreed: dict[str, str] = {}
+    for key in [m.key for m in MUST_AGREE if any(m.key in v for v in per_inst.values())]:
+        values = {inst: obs[key][0] for inst, obs in per_inst.items() if key in obs}
+        if key in ("chunk_size", "hash_algorithm") and facts.coordinator_env:
+            cval = facts.coordinator_env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
+            if cval:
+                values[COORDINATOR] = cval
+        if len(set(values.values())) <= 1:
+            if values:
+                agreed[key] = next(iter(values.values()))
+            continue
+        sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
+        severity, note = BY_KEY[key].severity, ""
+        if key == "PYTHONHASHSEED":
+            severity, note = _seed_mismatch_severity(facts, per_inst)
+        sp = split(values)
+        subject = _names(sp.odd) if sp.odd and not sp.tie else _names(values)
+        odd = (f" {_names(sp.odd)} {'is the odd one' if len(sp.odd) == 1 else 'are the odd ones'} out "
+               f"({_names(dict.fromkeys(sp.majority))} use {sp.majority_value})." if sp.odd and not sp.tie else "")
+        report.add(severity, f"agree:{key}", subject, _shown(values),
+                   f"{key} differs across peers (read from {', '.join(sources)}).{odd}{note}",
+                   smallest_fix(facts, key, values))
+    report.facts["agreed"] = agreed
+    check_stale_env(report, facts)
+    check_env_drift(report, facts)
+
+
+def check_stale_env(report: Report, facts: FleetFacts) -> None:
+    """env.sh edited after the server started: the running process still uses the old value."""
+    for inst in facts.instances:
+        if not inst.running or not inst.process_env or not inst.env_file or inst.env_file_rendered:
+            continue
+        for key, live in inst.process_env.items():
+            on_disk = inst.env_file.get(key)
+            if live is not None and on_disk is not None and live != on_disk:
+                report.add("warn", "stale_env", inst.instance, f"process {key}={live}, env.sh {key}={on_disk}",
+                           f"env.sh changed after {inst.instance}'s server started; the running server uses the "
+                           "old value", f"restart {inst.instance}'s server: {restart(facts, [inst.instance], 'server')}"
+                           " (re-renders env.sh from fleet.yaml; or revert the edit)")
+
+
+def _drift(inst: InstanceFacts) -> dict[str, tuple[Optional[str], Optional[str]]]:
+    """Variable -> (env.sh on disk, the spec's rendering) where they differ (only the variables the doctor reads;
+    values the shell computes at start are not in either)."""
+    disk, spec = inst.env_file or {}, inst.spec_env or {}
+    return {k: (disk.get(k), spec.get(k)) for k in sorted(set(disk) | set(spec)) if disk.get(k) != spec.get(k)}
+
+
+def check_env_drift(report: Report, facts: FleetFacts) -> None:
+    """An env.sh that no longer matches fleet.yaml (hand-edited, or rendered from an older spec)."""
+    for inst in facts.instances:
+        if inst.env_file_rendered or inst.env_file is None or inst.spec_env is None:
+            continue
+        drift = _drift(inst)
+        if drift:
+            shown = ", ".join(f"{k}: env.sh {d or '(unset)'}, fleet.yaml renders {s or '(unset)'}"
+                              for k, (d, s) in drift.items())
+            report.add("warn", "env_drift", inst.instance, shown,
+                       f"{inst.instance}'s env.sh (node {inst.node}) no longer matches what fleet.yaml renders: "
+                       "it was edited by hand or rendered from an older spec",
+                       f"re-render and restart only what reads it: {restart(facts, [inst.instance], 'server')}")

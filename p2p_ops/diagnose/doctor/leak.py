@@ -1,0 +1,67 @@
+"""The LMCache 0.5.6 lookup-job leak, detected and named (pure, over samples the gather took).
+
+An owner keeps a P2P lookup job (`p2p_controller.py`, `_jobs`, no time limit) from `p2p_lookup_and_lock` until
+the requester queries its result. A requester that gives up (its `--p2p-lookup-timeout` passed, its submit
+wait of 3 s ran out, it died) never queries, so the job stays for good, and the L1 read locks it took stay
+until `--l1-read-ttl-seconds` (300 s): those chunks can be neither evicted nor overwritten, which shows up as
+`l1_oom` / `l1_contended` prefetch fallbacks. Fault runs here left 15-31 such jobs after a peer kill, an
+engine kill and a link cut. No upstream fix yet (LMCache PR #4691, issue #5263, both open).
+
+The evidence: jobs held on an owner in every sample of a short window while no requester has a lookup in
+flight toward it (each requester's P2P adapter reports `in_flight_lookups`): nobody will ever query them, so
+they are older than the requester's lookup timeout by construction.
+"""
+
+from __future__ import annotations
+
+from p2p_ops.diagnose.doctor.agreement import restart
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts
+from p2p_ops.diagnose.findings import Report
+
+UPSTREAM = "LMCache PR #4691 and issue #5263 (open; no release fixes it)"
+READ_TTL_FIX = 'settings.server_extra_args: ["--l1-read-ttl-seconds", "60"]'
+
+
+def _waiting_on(facts: FleetFacts, owner: str) -> int:
+    """The most lookups any requester had in flight toward `owner` in one sample."""
+    most = 0
+    for req in facts.instances:
+        for sample in req.lookup_samples:
+            most = max(most, int((sample.get("in_flight_to") or {}).get(owner, 0)))
+    return most
+
+
+def _held(inst: InstanceFacts, field: str) -> int:
+    """The least count seen over the samples: what never drained in the window."""
+    return min((int(s.get(field) or 0) for s in inst.lookup_samples), default=0)
+
+
+def check_lookup_leak(report: Report, facts: FleetFacts) -> None:
+    for inst in facts.instances:
+        if not inst.running or len(inst.lookup_samples) < 2:
+            continue
+        jobs, locks = _held(inst, "jobs"), _held(inst, "read_locked")
+        if not jobs and not locks:
+            continue
+        waiting, prefetching = _waiting_on(facts, inst.instance), max(
+            int(s.get("prefetch") or 0) for s in inst.lookup_samples)
+        span = inst.lookup_samples[-1]["t"] - inst.lookup_samples[0]["t"]
+        seen = (f"active_p2p_lookup_jobs>={jobs}, read_locked_count>={locks} in {len(inst.lookup_samples)} samples "
+                f"over {span:.0f} s; requesters' lookups in flight toward it: {waiting}; its own prefetches: "
+                f"{prefetching}")
+        if jobs and not waiting:
+            report.add("error", "lookup_leak", inst.instance, seen,
+                       f"{jobs} P2P lookup job(s) held on {inst.instance} with no requester waiting for them: "
+                       f"lmcache {inst.lmc_version or '?'} keeps a job until its requester queries it, and one that "
+                       f"gave up (after its --p2p-lookup-timeout of {facts.lookup_timeout_s:g} s, or by dying) never "
+                       "does, so these jobs are older than that timeout and never leave; their read locks pin L1 "
+                       f"chunks until --l1-read-ttl-seconds (300 s). Upstream: {UPSTREAM}",
+                       f"today: restart {inst.instance}'s server to drop them ({restart(facts, [inst.instance], 'server')}"
+                       f"; its L1 cache is lost); to bound what stale locks pin, {READ_TTL_FIX}")
+        elif locks and not waiting and not prefetching:
+            report.add("warn", "stale_read_locks", inst.instance, seen,
+                       f"{locks} L1 object(s) of {inst.instance} stay read-locked with nothing in flight: locks of "
+                       "an abandoned lookup, held until --l1-read-ttl-seconds (300 s); meanwhile they cannot be "
+                       f"evicted (l1_oom / l1_contended fallbacks on peers). Upstream: {UPSTREAM}",
+                       f"wait out the read TTL, or restart {inst.instance}'s server "
+                       f"({restart(facts, [inst.instance], 'server')}); to bound it, {READ_TTL_FIX}")

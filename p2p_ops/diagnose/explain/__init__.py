@@ -1,0 +1,60 @@
+"""Explain a miss (`p2pctl explain`): for one prompt, which chunk each node holds, which peer would serve it, and
+why a node would miss it.
+
+Modules, one concept each: `prompt` (what to explain: text, a file, chat messages, a test run's request),
+`gather` (the reading: processes, /status, metrics, logs, the engines' /tokenize, LMCache's hasher run on
+each node through `facts.chunk_keys`, the coordinator's key directory), `near` (a held chunk that nearly
+matches the first one), `keys_diff` (which key inputs differ), `verdict` (the judgement, pure), `render`
+(tables and the per-chunk strip), `model` (the types).
+
+Explaining never changes the fleet: no prefetch, no pull, no lock (see `gather.NOT_USED`). Exit codes: 0 every
+full chunk is served on every target, 1 a target would recompute some, 2 could not explain.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from p2p_ops.diagnose.explain.gather import NOT_USED, gather
+from p2p_ops.diagnose.explain.model import ExplainFacts, Explanation
+from p2p_ops.diagnose.explain.prompt import PromptSpec, from_file, from_messages, from_run, from_text
+from p2p_ops.diagnose.explain.render import render_text, strip_line
+from p2p_ops.diagnose.explain.verdict import explain
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.lifecycle.context import FleetContext
+
+__all__ = ["ExplainFacts", "Explanation", "PromptSpec", "exit_code", "explain", "from_file", "from_messages",
+           "from_run", "from_text", "render_text", "run", "sources", "strip_line"]
+
+
+def sources(facts: ExplainFacts) -> list[str]:
+    """Where the evidence came from, and what was left out and why."""
+    out = ["chunk keys: LMCache's TokenHasher + resolve_object_keys, run on each node by its own python with its "
+           "server's chunk size, hash algorithm, model, world size and PYTHONHASHSEED",
+           "tokens: each engine's POST /tokenize"]
+    if facts.directory_error:
+        out.append(f"holdings: UNKNOWN, the coordinator's key directory did not answer ({facts.directory_error})")
+    else:
+        silent = sorted(i for i, ok in facts.reporting.items() if not ok and facts.view(i).server_state == "running")
+        out.append("holdings: the coordinator's key directory (POST /directory/lookup), fed by the servers' "
+                   "cache events (--coordinator-event-reporting)"
+                   + (f"; {', '.join(silent)} reported no L1 key yet (empty, or started without event "
+                      "reporting: its holdings are invisible)" if silent else ""))
+    for inst, said in facts.listing.items():
+        out.append(f"GET /cache/objects?tier=l1 on {inst}: {said}")
+    out.append(NOT_USED)
+    return out
+
+
+def run(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
+        progress: Callable[[str], None] = lambda _: None) -> Explanation:
+    facts = gather(ctx, prompt, targets, salt, progress)
+    out = explain(facts)
+    out.sources = sources(facts)
+    return out
+
+
+def exit_code(ex: Explanation) -> int:
+    if not ex.nodes or all(not n.chunks and n.verdict.startswith("cannot") for n in ex.nodes):
+        return EXIT_BAD_INPUT
+    return EXIT_CHECK_FAILED if ex.misses else EXIT_OK

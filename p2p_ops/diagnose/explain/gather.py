@@ -1,0 +1,166 @@
+"""What `explain` reads (impure, read-only, bounded): for every instance its processes, its server's /status,
+metrics, environment (PYTHONHASHSEED) and log (NONE_HASH, lookup timeouts), what its engine's /tokenize makes
+of the prompt, and the chunk keys LMCache's own hasher computes on its node under its server's settings; then
+where the coordinator's key directory places each key.
+
+Nothing here changes the fleet. LMCache has routes that would tell more but act: `POST /cache/prefetches` (a
+warm prefetch loads from L2 into L1) and the engine's lookup (it prefetches from peers and locks chunks on
+them); explain uses neither, and says so in its sources.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from p2p_ops.diagnose.doctor.peers import context_meta
+from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
+from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt
+from p2p_ops.diagnose.explain.prompt import PromptSpec
+from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.facts.chunk_keys import KeyInputs, chunk_keys_fact
+from p2p_ops.facts.envfile import process_env_fact
+from p2p_ops.facts.logs import recent_grep_fact
+from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
+from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import bin_dir_for
+from p2p_ops.spec.model import Instance, Node
+
+LOOKUP_TIMEOUT = r"P2P lookup .*timed out"
+# How far back "recent" reaches in a server log (LMCache writes a few lines per request at INFO).
+RECENT_LINES = 2000
+EVICTED = "lmcache_mp_l1_evicted_chunks_total"
+EVICTION_RUNS = "lmcache_mp_l1_eviction_loop_triggered_total"
+NOT_USED = ("not used (they change the fleet): POST /cache/prefetches (loads L2 into L1) and the engine's "
+            "lookup (prefetches from peers, read-locks chunks on them)")
+
+
+def _states(ctx: FleetContext) -> dict[str, str]:
+    states: dict[str, str] = {}
+    for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.procs(n))).items():
+        node = next(n for n in ctx.fleet.nodes if n.name == name)
+        for st in (res if not isinstance(res, Exception) else ctx.procs(node)):
+            states[st.name] = "unreachable" if isinstance(res, Exception) else st.state
+    return states
+
+
+def _adapter_order(status: dict, by_mq: dict[tuple[str, int], str]) -> list[str]:
+    """Peer instance ids in the order of the server's P2P adapters (the order a lookup is planned in)."""
+    return [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(status) if (h, p) in by_mq]
+
+
+def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, prompt: PromptSpec,
+          by_mq: dict, salt: str) -> None:
+    """The instance's HTTP reads: /status, server and engine metrics, /tokenize."""
+    fleet, surl, eurl = ctx.fleet, ctx.server_url(node, inst), ctx.engine_url(node, inst)
+    if view.server_state == "running":
+        st = lmcache_api.server_status(surl)
+        if st.reachable and st.chunk_size:
+            metas = context_meta(st.raw)
+            view.inputs = KeyInputs(int(st.chunk_size), st.hash_algorithm or fleet.settings.hash_algorithm,
+                                    str(metas[0].get("model_name") or fleet.model) if metas else fleet.model,
+                                    int(metas[0].get("world_size") or 1) if metas else 1, salt)
+            view.p2p_state, view.peers, view.l1_used, view.l1_total = st.p2p_state, st.peers, st.l1_used, st.l1_total
+            view.adapter_order = _adapter_order(st.raw, by_mq)
+        samples = metrics_api.scrape(surl)
+        view.evicted_keys = metrics_api.metric_sum(samples, EVICTED)
+        view.eviction_runs = metrics_api.metric_sum(samples, EVICTION_RUNS)
+    if view.engine_state != "running":
+        view.tokenize_error = f"{inst.id}'s engine is not running ({view.engine_state})"
+        return
+    view.tokens, view.tokenize_error = engine_api.tokenize(eurl, fleet.model, prompt.text, prompt.messages)
+    if fleet.runtime == "embedded":
+        view.engine_degraded = engine_api.engine_lmcache_state(eurl) == "disconnected"
+    else:
+        view.tokens_by_source = engine_api.tokens_by_source(metrics_api.scrape(eurl))
+
+
+def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -> None:
+    """Per node, two round trips: the servers' seed, NONE_HASH and recent timeouts, then LMCache's hasher."""
+    batch = {}
+    for inst in node.instances:
+        if views[inst.id].server_state == "running":
+            sproc = ctx.proc("server", inst)
+            batch[f"env {inst.id}"] = process_env_fact(sproc.pidfile, ("PYTHONHASHSEED",))
+            batch[f"nonehash {inst.id}"] = none_hash_fact(sproc.log)
+            batch[f"fallback {inst.id}"] = hash_fallback_fact(sproc.log)
+            batch[f"timeouts {inst.id}"] = recent_grep_fact(sproc.log, [LOOKUP_TIMEOUT], RECENT_LINES, 20)
+    read = read_node(ctx.conn(node), batch, timeout=30)
+    keys = {}
+    for inst in node.instances:
+        v = views[inst.id]
+        if f"env {inst.id}" not in batch:
+            continue
+        seed = batch[f"env {inst.id}"].parse(read[f"env {inst.id}"].output).get("PYTHONHASHSEED")
+        v.logged_none_hash = batch[f"nonehash {inst.id}"].parse(read[f"nonehash {inst.id}"].output)
+        v.hash_fallback = batch[f"fallback {inst.id}"].parse(read[f"fallback {inst.id}"].output)
+        v.lookup_timeouts = batch[f"timeouts {inst.id}"].parse(read[f"timeouts {inst.id}"].output)
+        if v.inputs is not None and v.tokens:
+            v.inputs = KeyInputs(**{**v.inputs.__dict__, "python_hash_seed": seed})
+            keys[inst.id] = chunk_keys_fact(f"{bin_dir_for(node)}/python", v.inputs, v.tokens)
+    for iid, res in read_node(ctx.conn(node), keys, timeout=120).items():
+        views[iid].keys = keys[iid].parse(res.output)
+
+
+def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
+    wanted, seen = [], set()
+    for v in facts.instances:
+        for ranks in (v.keys.keys if v.keys and not v.keys.error else []):
+            for k in ranks:
+                ident = tuple(sorted(k.items()))
+                if ident not in seen:
+                    seen.add(ident)
+                    wanted.append(k)
+    entries, facts.directory_error = lmcache_api.directory_lookup(ctx.fleet.coordinator_url, wanted)
+    for e in entries or []:
+        facts.placements.setdefault(str(e.key.get("chunk_hash_hex")), []).extend(e.placements)
+
+
+def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
+           progress: Callable[[str], None] = lambda _: None) -> ExplainFacts:
+    fleet = ctx.fleet
+    states = _states(ctx)
+    by_mq = {(n.address, i.ports.mp): i.id for n, i in fleet.instances()}
+    views = {i.id: InstanceView(i.id, n.name, states.get(ctx.proc("server", i).name, "none"),
+                                states.get(ctx.proc("engine", i).name, "none")) for n, i in fleet.instances()}
+    progress("reading /status, metrics and /tokenize of every instance")
+    ctx.for_each_node(lambda n: [_http(ctx, n, i, views[i.id], prompt, by_mq, salt) for i in n.instances])
+    progress("computing chunk keys with LMCache's hasher on every node")
+    for name, res in ctx.for_each_node(lambda n: _node_reads(ctx, n, views)).items():
+        if isinstance(res, Exception):
+            for inst in next(n for n in fleet.nodes if n.name == name).instances:
+                views[inst.id].tokenize_error = views[inst.id].tokenize_error or f"node {name}: {res}"
+    listed = {str(e.get("instance_id")) for e in lmcache_api.coordinator_instances(fleet.coordinator_url) or []}
+    for v in views.values():
+        v.registered = v.instance in listed
+    facts = ExplainFacts(fleet.name, fleet.runtime, prompt.label, list(views.values()),
+                         targets or [i.id for _, i in fleet.instances()], computed_on=prompt.computed_on,
+                         run=prompt.run, recorded=prompt.recorded)
+    progress("looking the keys up in the coordinator's key directory")
+    _placements(ctx, facts)
+    _sources(ctx, facts)
+    for t in facts.targets:
+        v = views.get(t)
+        if v and v.tokens and v.hashes() and not facts.placements.get(v.hashes()[0]) and not facts.directory_error:
+            near = near_first_chunk(fleet.coordinator_url, v, views)
+            if near is None:
+                node, inst = fleet.instance(t)
+                near = near_saved_prompt(fleet.coordinator_url, fleet.model, ctx.engine_url(node, inst),
+                                         ctx.layout.tests, v.tokens[:v.inputs.chunk_size])
+            if near:
+                facts.near[t] = near
+    return facts
+
+
+def _sources(ctx: FleetContext, facts: ExplainFacts) -> None:
+    """Which servers report cache events to the directory, and what LMCache's own object listing says."""
+    stats = lmcache_api.directory_stats(ctx.fleet.coordinator_url) or {}
+    by_inst = stats.get("l1_keys_by_instance") or {}
+    for v in facts.instances:
+        facts.reporting[v.instance] = v.instance in by_inst
+    for node, inst in ctx.fleet.instances():
+        if facts.view(inst.id).server_state == "running":
+            got = lmcache_api.cache_objects(ctx.server_url(node, inst), "l1")
+            facts.listing[inst.id] = got.refused or f"{len(got.entries)} object(s)"
+            break

@@ -1,0 +1,139 @@
+"""What `explain` knows and what it concludes: per instance what its server uses and sees, per chunk a verdict.
+
+`gather.py` fills `ExplainFacts` (impure, read-only); `verdict.py` turns them into an `Explanation` (pure), so
+every verdict is tested on hand-built facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from p2p_ops.endpoints.lmcache_api import Placement
+from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
+
+# What a request would do with one chunk.
+HIT, PULL, RECOMPUTE, PARTIAL = "hit", "pull", "recompute", "partial"
+# One character per chunk in the strip.
+STRIP = {HIT: "H", PULL: "P", RECOMPUTE: "x", PARTIAL: "."}
+
+
+@dataclass
+class InstanceView:
+    """One instance as explain reads it."""
+
+    instance: str
+    node: str
+    server_state: str = "unknown"            # running | dead | none | unreachable ...
+    engine_state: str = "unknown"
+    engine_degraded: bool = False            # the engine serves without its lmcache server
+    inputs: Optional[KeyInputs] = None       # what its server's keys depend on (None: server unread)
+    tokens: Optional[list[int]] = None       # what its engine's /tokenize made of the prompt
+    tokenize_error: str = ""
+    keys: Optional[ChunkKeys] = None         # LMCache's hasher on its node, under its server's settings
+    logged_none_hash: Optional[str] = None   # `Computed NONE_HASH=` from its server.log
+    hash_fallback: Optional[str] = None      # LMCache fell back to Python's hash() for this algorithm
+    p2p_state: str = "unknown"
+    peers: list[str] = field(default_factory=list)          # p2p_peers of its /status
+    adapter_order: list[str] = field(default_factory=list)  # peer instance ids in its P2P adapter order
+    registered: bool = False                 # listed by the coordinator's /instances
+    evicted_keys: float = 0.0                # L1 chunks its server deleted since it started (evictions, and
+                                             # the temporary copies of pulls it served)
+    eviction_runs: float = 0.0               # eviction-loop passes that evicted (L1 over its watermark)
+    l1_used: int = 0
+    l1_total: int = 0
+    lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
+    tokens_by_source: dict[str, float] = field(default_factory=dict)   # vLLM: prompt tokens by source
+
+    @property
+    def serving(self) -> bool:
+        return self.server_state == "running" and self.inputs is not None
+
+    def hashes(self) -> list[str]:
+        return self.keys.hashes() if self.keys and not self.keys.error else []
+
+
+@dataclass
+class ExplainFacts:
+    fleet: str
+    runtime: str
+    prompt_label: str
+    instances: list[InstanceView]
+    targets: list[str]                                   # the instances to explain
+    placements: dict[str, list[Placement]] = field(default_factory=dict)    # chunk hash -> where it lives
+    directory_error: str = ""                            # why the directory could not be read
+    reporting: dict[str, bool] = field(default_factory=dict)   # instance -> reports cache events
+    listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
+    near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
+    computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
+    run: str = ""               # that run's folder
+    recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)
+
+    def view(self, instance: str) -> Optional[InstanceView]:
+        return next((v for v in self.instances if v.instance == instance), None)
+
+
+@dataclass
+class ChunkVerdict:
+    index: int
+    start: int
+    end: int
+    key: str = ""                       # the chunk hash under the target's settings
+    here: str = ""                      # l1 | l2 | "" (the target's own server holds it)
+    holders: list[str] = field(default_factory=list)    # other instances holding this very key
+    action: str = RECOMPUTE             # hit | pull | recompute | partial
+    source: str = ""                    # the peer a pull reads from (its node name when it runs one instance)
+    reason: str = ""                    # a stable code: keys_differ, peer_not_connected, evicted, ...
+    detail: str = ""                    # the reason in words, with its evidence
+
+    def describe(self) -> str:
+        if self.action == HIT:
+            return f"local hit ({self.here.upper()})"
+        if self.action == PULL:
+            return f"pull from {self.source}"
+        if self.action == PARTIAL:
+            return "never cached (partial chunk)"
+        return "recompute" + (f": {self.reason}" if self.reason else "")
+
+
+@dataclass
+class NodeExplanation:
+    instance: str
+    node: str
+    chunk_size: Optional[int]
+    tokens: int
+    chunks: list[ChunkVerdict] = field(default_factory=list)
+    verdict: str = ""                   # one line: what a request would do, and why it misses
+    reasons: list[str] = field(default_factory=list)    # the distinct miss reasons, in chunk order
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def strip(self) -> str:
+        return "".join(STRIP[c.action] for c in self.chunks)
+
+    @property
+    def full_chunks(self) -> int:
+        return sum(1 for c in self.chunks if c.action != PARTIAL)
+
+    def count(self, action: str) -> int:
+        return sum(1 for c in self.chunks if c.action == action)
+
+
+@dataclass
+class Explanation:
+    fleet: str
+    runtime: str
+    prompt: str
+    nodes: list[NodeExplanation] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)    # where the evidence came from, and what was left out
+    differences: list[str] = field(default_factory=list)   # key inputs that differ between instances
+
+    @property
+    def misses(self) -> bool:
+        return any(c.action == RECOMPUTE for n in self.nodes for c in n.chunks)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for node, out in zip(self.nodes, data["nodes"]):
+            out["strip"] = node.strip
+        return data

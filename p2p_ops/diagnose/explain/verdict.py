@@ -1,0 +1,263 @@
+"""The judgement of `explain` (pure): for each target instance and each chunk of the prompt, what a request
+would do there (a local hit, a pull from a named peer, a recompute) and, for a miss, the reason from evidence.
+
+LMCache serves a prefix: the engine asks its server for the longest run of leading chunks it can get (its own
+L1, then each P2P peer adapter in order), so after the first chunk it cannot get, every later chunk is
+recomputed too ("prefix_broken"), whatever the fleet holds.
+
+Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
+not_registered); a connected peer holds it but lookups time out (lookup_timeout); only peers the target is not
+connected to hold it (peer_not_connected); a peer holds the same tokens under other keys (keys_differ, naming
+the settings), or holds what its own engine made of the prompt (tokens_differ); the fleet holds a chunk whose
+tokens nearly match the first chunk (prompt_differs); the run that computed it says where, and that server
+stopped (holder_down) or evicted (evicted); nobody ever had it (cold).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from p2p_ops.diagnose.explain.keys_diff import differing_inputs, first_difference, input_differences
+from p2p_ops.diagnose.explain.model import (
+    HIT,
+    PARTIAL,
+    PULL,
+    RECOMPUTE,
+    ChunkVerdict,
+    ExplainFacts,
+    Explanation,
+    InstanceView,
+    NodeExplanation,
+)
+
+
+# procs' pid-file states as an operator reads them.
+STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file names a gone process)",
+               "stale": "stale (its pid file names another process)"}
+
+
+def _label(facts: ExplainFacts, instance: str) -> str:
+    """A peer's name as people say it: its node, when that node runs only this instance."""
+    view = facts.view(instance)
+    if view is None:
+        return instance
+    return view.node if sum(1 for v in facts.instances if v.node == view.node) == 1 else instance
+
+
+def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
+    """(the tier the target holds the key in, or "", the other instances holding it)."""
+    here, others = "", []
+    for p in facts.placements.get(key, []):
+        if p.instance_id == me:
+            here = here or p.tier
+        elif p.instance_id not in others:
+            others.append(p.instance_id)
+    return here, others
+
+
+def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
+    if x.server_state != "running":
+        return "server_down", f"{x.instance}'s server is {x.server_state}: its engine computes everything itself"
+    if x.engine_degraded:
+        peer = next((p for p in facts.instances if p.instance != x.instance and p.serving), None)
+        differ = differing_inputs(x, peer) if peer is not None else []
+        return "engine_degraded", (f"{x.instance}'s engine is degraded (not linked to its lmcache server): it "
+                                   "asks no cache and computes every chunk"
+                                   + (f"; its server's keys would differ anyway: {'; '.join(differ)}" if differ else ""))
+    return None
+
+
+def _not_connected(facts: ExplainFacts, x: InstanceView, holders: list[str]) -> str:
+    why = []
+    for h in holders:
+        v = facts.view(h)
+        state = v.server_state if v else "not in this fleet"
+        if v is None or state != "running":
+            why.append(f"{h}'s server is {state}")
+        elif h not in x.peers:
+            why.append(f"{h} is not among {x.instance}'s P2P peers {x.peers} (p2p_state {x.p2p_state})")
+    return f"held by {', '.join(holders)}, but " + "; ".join(why or ["no connected peer holds it"])
+
+
+def _peer_copy(facts: ExplainFacts, x: InstanceView, end: int) -> Optional[tuple[str, str, str]]:
+    """A serving peer that holds this token range under its own keys: (reason, peer, detail)."""
+    for p in facts.instances:
+        if p.instance == x.instance or not p.serving or not p.tokens or p.keys is None or p.keys.error:
+            continue
+        cs = p.inputs.chunk_size
+        covering = (end + cs - 1) // cs
+        if covering > len(p.hashes()) or not all(facts.placements.get(h) for h in p.hashes()[:covering]):
+            continue
+        diff = first_difference(x.tokens or [], p.tokens, min(end, covering * cs))
+        if diff is not None:
+            return "tokens_differ", p.instance, (
+                f"{p.instance} holds this range as its own engine tokenizes the prompt, and the two engines "
+                f"differ at token {diff[0]} ({x.instance}={diff[1]}, {p.instance}={diff[2]}): a tokenizer or "
+                "chat-template difference")
+        settings = differing_inputs(x, p) or ["the hash chain (NONE_HASH)"]
+        return "keys_differ", p.instance, (
+            f"{p.instance} holds the same tokens under other keys: {'; '.join(settings)}")
+    return None
+
+
+def _evictions(v: InstanceView) -> str:
+    return (f"its eviction loop evicted {v.eviction_runs:g} time(s) since it started "
+            f"(lmcache_mp_l1_eviction_loop_triggered), {v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
+
+
+def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
+    """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
+    near = facts.near.get(x.instance)
+    if near:
+        saved = f" ({near['saved']})" if near.get("saved") else ""
+        return "prompt_differs", (
+            f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's first chunk except at "
+            f"position(s) {near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs "
+            "in its first chunk, so every chained key differs")
+    w = facts.view(facts.computed_on) if facts.computed_on else None
+    if w is not None and w.server_state != "running":
+        return "holder_down", (f"{w.instance} computed this prompt (run {facts.run}), but its server is "
+                               f"{w.server_state}: what it held went with it")
+    if w is not None:
+        if w.eviction_runs > 0:
+            return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
+                               f"{_evictions(w)}")
+        return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
+                            "(no eviction ran there: its server restarted, or the cache was cleared)")
+    down = [v for v in facts.instances if v.server_state != "running"]
+    if down:
+        return "holder_down", ("no running server holds it; " + "; ".join(
+            f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
+            + ": what it held is gone")
+    evicting = [v for v in facts.instances if v.eviction_runs > 0]
+    if evicting:
+        return "evicted", ("no server holds it; " + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting)
+                           + ": if it was computed before, it was evicted")
+    return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
+
+
+def _l1(v: InstanceView) -> str:
+    if not v.l1_total:
+        return "usage unknown"
+    return f"{100 * v.l1_used / v.l1_total:.0f} % of {v.l1_total / 2**30:.1f} GiB"
+
+
+def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
+    """Fill one chunk's verdict as if nothing before it had missed."""
+    c.here, c.holders = _holders(facts, c.key, x.instance)
+    blocked = _cannot_ask(facts, x)
+    if blocked:
+        c.reason, c.detail = blocked
+        return
+    if c.here:
+        c.action = HIT
+        return
+    if facts.directory_error:
+        c.reason, c.detail = "holdings_unknown", f"where chunks live is unknown: {facts.directory_error}"
+        return
+    connected = [h for h in x.adapter_order + sorted(x.peers) if h in c.holders and h in x.peers
+                 and (facts.view(h) is not None and facts.view(h).server_state == "running")]
+    if connected:
+        if x.lookup_timeouts:
+            c.reason, c.detail = "lookup_timeout", (
+                f"{connected[0]} holds it, but {x.instance}'s lookups time out ({len(x.lookup_timeouts)} "
+                f"recent line(s) in its server.log, last: {x.lookup_timeouts[-1][:160]}): a timed-out lookup "
+                "counts as a miss")
+            return
+        c.action, c.source = PULL, _label(facts, connected[0])
+        return
+    if c.holders:
+        c.reason, c.detail = "peer_not_connected", _not_connected(facts, x, c.holders)
+        return
+    if x.p2p_state != "registered" and x.p2p_state != "unknown":
+        c.reason, c.detail = "not_registered", f"{x.instance} is {x.p2p_state}: it asks no peer"
+        return
+    copy = _peer_copy(facts, x, c.end)
+    if copy:
+        c.reason, c.detail = copy[0], copy[2]
+        return
+    c.reason, c.detail = _gone(facts, x)
+
+
+def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
+    cs = x.inputs.chunk_size if x.inputs else None
+    out = NodeExplanation(x.instance, x.node, cs, len(x.tokens or []))
+    if not x.tokens:
+        out.verdict = f"cannot explain: {x.tokenize_error or 'its engine did not tokenize the prompt'}"
+        return out
+    if cs is None or x.keys is None or x.keys.error:
+        out.verdict = "cannot explain: " + (x.keys.error if x.keys and x.keys.error else
+                                            f"{x.instance}'s server did not answer /status")
+        return out
+    hashes = x.hashes()
+    for i, key in enumerate(hashes):
+        out.chunks.append(ChunkVerdict(i, i * cs, (i + 1) * cs, key))
+    broken: Optional[int] = None
+    for c in out.chunks:
+        _chunk(facts, x, c)
+        if broken is not None and c.action in (HIT, PULL):
+            c.action, c.reason = RECOMPUTE, "prefix_broken"
+            c.detail = f"LMCache serves only a prefix, and chunk {broken} is not served"
+        if c.action == RECOMPUTE and broken is None:
+            broken = c.index
+    if len(x.tokens) % cs or not hashes:
+        start = len(hashes) * cs
+        out.chunks.append(ChunkVerdict(len(hashes), start, len(x.tokens), action=PARTIAL, reason="partial",
+                                       detail=f"tokens {start}-{len(x.tokens)} do not fill a chunk of {cs}: "
+                                              "LMCache stores and looks up full chunks only"))
+    out.verdict, out.reasons = _summary(out, cs)
+    out.notes += _recorded(facts, x)
+    if x.tokens_by_source:
+        out.notes.append("vLLM prompt tokens by source so far: " + ", ".join(
+            f"{k}={v:g}" for k, v in sorted(x.tokens_by_source.items())) + " (local_cache_hit = vLLM's own prefix "
+            "cache, which serves a repeat before LMCache is asked; external_kv_transfer = through LMCache)")
+    return out
+
+
+def _recorded(facts: ExplainFacts, x: InstanceView) -> list[str]:
+    """What the run measured for this very request on this instance: on vLLM, which cache served it."""
+    rec = facts.recorded
+    if rec.get("instance") != x.instance:
+        return []
+    notes = [f"the run recorded for this request on {x.instance}: cached_tokens={rec.get('cached_tokens')} of "
+             f"{rec.get('prompt_tokens')}"]
+    src = rec.get("tokens_by_source") or {}
+    if src:
+        own, lm = src.get("local_cache_hit", 0.0), src.get("external_kv_transfer", 0.0)
+        who = ("vLLM's own prefix cache served it, not LMCache" if own > 0 and lm == 0 else
+               "LMCache served it (through vLLM's KV connector)" if lm > 0 and own == 0 else
+               "both vLLM's own prefix cache and LMCache served parts" if own > 0 else "nothing was cached")
+        notes.append(f"vLLM's prompt tokens by source for it: local_cache_hit={own:g} (vLLM's own prefix cache), "
+                     f"external_kv_transfer={lm:g} (LMCache), local_compute={src.get('local_compute', 0.0):g}: {who}")
+    return notes
+
+
+def _summary(out: NodeExplanation, cs: int) -> tuple[str, list[str]]:
+    full = [c for c in out.chunks if c.action != PARTIAL]
+    if not full:
+        return (f"nothing to cache: the prompt has {out.tokens} tokens, shorter than one chunk of {cs}",
+                ["shorter_than_chunk"])
+    served = [c for c in full if c.action in (HIT, PULL)]
+    sources = sorted({c.source for c in served if c.action == PULL})
+    parts = []
+    if out.count(HIT):
+        parts.append(f"{out.count(HIT)} local hit(s)")
+    if sources:
+        parts.append(f"{out.count(PULL)} pulled from {', '.join(sources)}")
+    misses = [c for c in full if c.action == RECOMPUTE]
+    reasons = list(dict.fromkeys(c.reason for c in misses))
+    head = f"{len(served)}/{len(full)} full chunks served" + (f" ({'; '.join(parts)})" if parts else "")
+    if misses:
+        first = misses[0]
+        head += f"; recompute from chunk {first.index}: {first.reason}: {first.detail}"
+    return head, reasons
+
+
+def explain(facts: ExplainFacts) -> Explanation:
+    out = Explanation(facts.fleet, facts.runtime, facts.prompt_label)
+    out.differences = input_differences(facts.instances)
+    for target in facts.targets:
+        view = facts.view(target)
+        if view is not None:
+            out.nodes.append(explain_instance(facts, view))
+    return out

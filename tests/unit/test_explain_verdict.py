@@ -1,0 +1,198 @@
+"""explain's judgement on hand-built facts: one test per miss reason, plus the healthy pull and the strip."""
+
+from __future__ import annotations
+
+from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
+from p2p_ops.diagnose.explain.render import render_text
+from p2p_ops.diagnose.explain.verdict import explain
+from p2p_ops.endpoints.lmcache_api import Placement
+from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
+
+CS = 4
+TOKENS = list(range(100, 110))          # 2 full chunks of 4 + a partial chunk of 2
+
+
+def keys(prefix: str, n: int) -> ChunkKeys:
+    return ChunkKeys(n, "b'nh'", False, [[{"chunk_hash_hex": f"{prefix}{i}", "model_name": "m", "kv_rank": 1}]
+                                          for i in range(n)])
+
+
+def view(name: str, prefix: str = "k", cs: int = CS, tokens=None, seed: str = "0", **kw) -> InstanceView:
+    toks = list(TOKENS if tokens is None else tokens)
+    v = InstanceView(name, name.rsplit("-", 1)[0], server_state="running", engine_state="running",
+                     inputs=KeyInputs(cs, "blake3", "m", 1, "", seed), tokens=toks, keys=keys(prefix, len(toks) // cs),
+                     p2p_state="registered", registered=True, logged_none_hash="b'nh'")
+    for k, val in kw.items():
+        setattr(v, k, val)
+    return v
+
+
+def fleet(*views: InstanceView, held: dict[str, list[str]] | None = None, targets=("node-b-0",), **kw) -> ExplainFacts:
+    facts = ExplainFacts("f", "embedded", "p", list(views), list(targets), **kw)
+    for key, holders in (held or {}).items():
+        facts.placements[key] = [Placement(h, "l1") for h in holders]
+    return facts
+
+
+def connected(a: str = "node-a-0", b: str = "node-b-0", **kw) -> tuple[InstanceView, InstanceView]:
+    return view(a, peers=[b], adapter_order=[b]), view(b, peers=[a], adapter_order=[a], **kw)
+
+
+def test_a_healthy_pull_shows_every_chunk_pulled_from_the_node_that_holds_it():
+    a, b = connected()
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    n = ex.nodes[0]
+    assert [c.describe() for c in n.chunks] == ["pull from node-a", "pull from node-a", "never cached (partial chunk)"]
+    assert n.strip == "PP." and not ex.misses
+    assert n.verdict.startswith("2/2 full chunks served (2 pulled from node-a)")
+
+
+def test_a_chunk_the_node_holds_itself_is_a_local_hit():
+    a, b = connected()
+    ex = explain(fleet(a, b, held={"k0": ["node-b-0", "node-a-0"], "k1": ["node-a-0"]}))
+    assert ex.nodes[0].strip == "HP."
+
+
+def test_a_different_chunk_size_is_named_as_the_setting_that_makes_the_keys_differ():
+    a = view("node-a-0", peers=["node-c-0"], adapter_order=["node-c-0"])
+    c = view("node-c-0", prefix="c", cs=8, peers=["node-a-0"], adapter_order=["node-a-0"])
+    ex = explain(fleet(a, c, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}, targets=("node-c-0",)))
+    chunk = ex.nodes[0].chunks[0]
+    assert chunk.action == "recompute" and chunk.reason == "keys_differ"
+    assert "chunk_size: node-c-0=8, node-a-0=4" in chunk.detail
+    assert any(d.startswith("chunk_size:") for d in ex.differences)
+
+
+def test_engines_that_tokenize_differently_are_named_with_the_first_differing_token():
+    a, b = connected()
+    b.tokens = [100, 101, 999, *TOKENS[3:]]
+    b.keys = keys("b", 2)
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "tokens_differ" and "differ at token 2 (node-b-0=999, node-a-0=102)" in c.detail
+
+
+def test_a_prompt_that_differs_in_its_first_token_is_named_from_the_near_match():
+    a, b = connected()
+    b.keys = keys("z", 2)
+    b.tokens = [7, *TOKENS[1:]]
+    a.tokens = list(b.tokens)
+    a.keys = keys("z", 2)
+    near = {"holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [100], "key": "k0"}
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}, near={"node-b-0": near}))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "prompt_differs" and "position(s) [0]" in c.detail and "node-a-0" in c.detail
+    assert ex.nodes[0].chunks[1].reason in ("prompt_differs", "prefix_broken")
+
+
+def test_a_holder_the_node_is_not_connected_to():
+    a = view("node-a-0", peers=[])
+    b = view("node-b-0", peers=[], p2p_state="registered")
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "peer_not_connected" and "not among node-b-0's P2P peers" in c.detail
+
+
+def test_a_stopped_peer_that_computed_the_prompt_is_named():
+    a, b = connected()
+    a.server_state, a.inputs, a.keys = "dead", None, None
+    ex = explain(fleet(a, b, computed_on="node-a-0", run="r1"))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "holder_down" and "node-a-0 computed this prompt (run r1)" in c.detail and "dead" in c.detail
+
+
+def test_a_stopped_server_without_a_run_record_is_named_as_stopped():
+    a, b = connected()
+    a.server_state, a.inputs, a.keys = "none", None, None
+    c = explain(fleet(a, b)).nodes[0].chunks[0]
+    assert c.reason == "holder_down" and "node-a-0's server is stopped (no pid file)" in c.detail, c.detail
+
+
+def test_evicted_chunks_name_the_holder_and_its_eviction_counter():
+    a, b = connected()
+    a.evicted_keys, a.eviction_runs, a.l1_used, a.l1_total = 1234, 9, 900 << 20, 1 << 30
+    ex = explain(fleet(a, b, computed_on="node-a-0", run="r1"))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "evicted" and "evicted 9 time(s)" in c.detail and "1234 L1 chunks deleted" in c.detail
+    assert "88 % of 1.0 GiB" in c.detail
+
+
+def test_deleted_temporary_copies_are_not_evictions():
+    """A server deletes the copies of the pulls it served (LMCache counts them as l1_evicted too): without an
+    eviction-loop pass that is no evidence of an eviction."""
+    a, b = connected()
+    b.evicted_keys = 16
+    ex = explain(fleet(a, b))
+    assert ex.nodes[0].chunks[0].reason == "cold"
+
+
+def test_a_prompt_shorter_than_one_chunk():
+    a, b = connected()
+    b.tokens, b.keys = [1, 2, 3], keys("k", 0)
+    ex = explain(fleet(a, b))
+    n = ex.nodes[0]
+    assert n.strip == "." and n.reasons == ["shorter_than_chunk"] and "shorter than one chunk of 4" in n.verdict
+
+
+def test_lookups_that_time_out_turn_a_pull_into_a_miss():
+    a, b = connected(lookup_timeouts=["P2P lookup task 3 timed out; treating as a miss"])
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "lookup_timeout" and "task 3 timed out" in c.detail
+
+
+def test_a_degraded_engine_asks_nobody():
+    a, b = connected(engine_degraded=True)
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}))
+    assert ex.nodes[0].chunks[0].reason == "engine_degraded"
+
+
+def test_after_the_first_miss_held_chunks_are_recomputed_too():
+    a, b = connected()
+    ex = explain(fleet(a, b, held={"k1": ["node-a-0"]}))
+    chunks = ex.nodes[0].chunks
+    assert chunks[0].reason == "cold" and chunks[1].reason == "prefix_broken" and ex.nodes[0].strip == "xx."
+
+
+def test_without_the_directory_the_holdings_are_unknown_not_cold():
+    a, b = connected()
+    ex = explain(fleet(a, b, directory_error="POST /directory/lookup answered 404"))
+    assert ex.nodes[0].chunks[0].reason == "holdings_unknown"
+
+
+def test_a_different_seed_under_blake3_is_named_and_called_harmless():
+    a, b = connected()
+    c = view("node-c-0", seed="7")
+    ex = explain(fleet(a, b, c, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    line = next(d for d in ex.differences if d.startswith("PYTHONHASHSEED"))
+    assert "node-c-0=7 (the odd one out; node-a-0, node-b-0 use PYTHONHASHSEED=0)" in line and "harmless" in line
+    assert ex.nodes[0].strip == "PP."
+
+
+def test_a_different_seed_that_changes_none_hash_is_a_key_difference():
+    a = view("node-a-0", peers=["node-b-0"])
+    b = view("node-b-0", prefix="b", seed="7", logged_none_hash="b'other'", peers=["node-a-0"])
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "keys_differ" and "NONE_HASH" in c.detail and "PYTHONHASHSEED: node-b-0=7, node-a-0=0" in c.detail
+
+
+def test_text_shows_a_table_the_strip_and_the_legend():
+    a, b = connected()
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    ex.sources = ["holdings: the directory"]
+    text = "\n".join(render_text(ex))
+    assert "node-b-0 (node-b)  [PP.]" in text and "pull from node-a" in text and "strip: H local hit" in text
+    assert "\n".join(render_text(ex, strip_only=True)).count("[PP.]") == 1
+    assert ex.to_dict()["nodes"][0]["strip"] == "PP."
+
+
+def test_on_vllm_a_recorded_request_says_whether_vllms_own_prefix_cache_or_lmcache_served_it():
+    a, b = connected()
+    rec = {"instance": "node-b-0", "cached_tokens": 2048, "prompt_tokens": 2196,
+           "tokens_by_source": {"local_cache_hit": 2048.0, "external_kv_transfer": 0.0, "local_compute": 148.0}}
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}, recorded=rec))
+    notes = " ".join(ex.nodes[0].notes)
+    assert "local_cache_hit=2048" in notes and "vLLM's own prefix cache served it, not LMCache" in notes
+    rec["tokens_by_source"] = {"external_kv_transfer": 2048.0, "local_compute": 148.0}
+    assert "LMCache served it" in " ".join(explain(fleet(a, b, recorded=rec)).nodes[0].notes)
