@@ -1,0 +1,292 @@
+"""LMCache's own transfer-channel benchmark (`lmcache tool transfer-channel-benchmark`) between two nodes.
+
+The channel LMCache P2P reads KV through (NIXL over UCX, L1 objects on both sides) timed by LMCache's own tool:
+a server role registers an L1 buffer of source objects, a client role reads a batch of them and reports GB/s.
+This module starts the server on one connection (detached, by pidfile: `lifecycle.procs`), runs one client
+per batch size on another (local or SSH), stops the server, and parses what the client printed::
+
+    from p2p_ops.bench import channel
+    server = channel.Side(LocalConnector(), "127.0.0.1", workdir="/tmp/chan-a", env={"UCX_NET_DEVICES": "lo"})
+    client = channel.Side(LocalConnector(), "127.0.0.1", workdir="/tmp/chan-b", env={"UCX_NET_DEVICES": "lo"})
+    opts = channel.Options(object_size=1 << 20, counts=(1, 8, 64), page_size=65536, verify=True)
+    runs = channel.run_channel(server, client, opts, channel.Ports(17600, 17610, 17601))
+    for r in runs:                      # one ChannelRun per count, in order
+        print(r.payload_bytes, r.median_gbps, r.p99_ms, r.verified, r.error)
+
+- `Side(conn, address, python, workdir, env)`: where one role runs. `address` is what it binds (127.0.0.1,
+  or a netns testbed host's 198.18.x address), `python` the interpreter with lmcache on that node, `env` its
+  transport settings (`transport_env(ucx_tls, ucx_net_devices)` builds them from a fleet's settings).
+- `Options`: `object_size` (bytes per object: one KV chunk), `counts` (objects per read; one client run each,
+  so a prefix of N chunks is a count of N), `page_size` (the fleet's `l1_align_bytes`, equal on both sides),
+  `iters`, `warmup`, `verify` (the client checks every byte against the server's pattern), `timeout_s` (per
+  client run).
+- `Ports(transfer, control, listen)`: the server's channel and catalog ports and the client's own channel port.
+- `parse_client_output(text, verify)` is the pure parser (tests/fixtures/bench/channel/ holds captured runs).
+
+The client runs LMCache's tool unchanged, from a two-line wrapper that also prints each measured read's time
+(`[p2p] times_ms [...]`), because the tool itself prints only best, median and mean: p50/p99 come from those
+times (nearest rank; with 5 iterations p99 is the slowest read). On an LMCache whose tool lacks the hook the
+wrapper patches, the run still works and p50/p99 fall back to the median and are marked `times_ms=None`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from p2p_ops.connectors.base import Connector, tail
+from p2p_ops.errors import BadInput, CouldNotRun
+from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact, strip_ansi
+from p2p_ops.facts.sections import read_fact
+from p2p_ops.lifecycle import procs
+from p2p_ops.spec.units import Proc
+
+TOOL_MODULE = "lmcache.tools.transfer_channel_benchmark"
+# Prints every measured read's time beside LMCache's own report; the tool runs otherwise unchanged.
+CLIENT_WRAPPER = (
+    "import json, sys\n"
+    "from lmcache.tools.transfer_channel_benchmark import __main__ as m, benchmark as b\n"
+    "_r = getattr(b, '_report', None)\n"
+    "if _r:\n"
+    "    def _report(cfg, times):\n"
+    "        _r(cfg, times); print('[p2p] times_ms ' + json.dumps([t * 1e3 for t in times]), flush=True)\n"
+    "    b._report = _report\n"
+    "sys.exit(m.main())\n")
+READY_LINE = "[server] ready"
+# The server's L1 holds the largest batch plus slack for alignment; the client allocates its own.
+BUFFER_SLACK = 64 << 20
+SERVER_START_S = 120.0  # torch + NIXL import on a busy 2-core box
+
+
+@dataclass(frozen=True)
+class Side:
+    conn: Connector
+    address: str
+    python: str = sys.executable
+    workdir: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ports:
+    transfer: int
+    control: int
+    listen: int
+
+
+@dataclass(frozen=True)
+class Options:
+    object_size: int
+    counts: Sequence[int]
+    page_size: int = 65536
+    iters: int = 5
+    warmup: int = 1
+    verify: bool = True
+    nixl_backend: str = "UCX"
+    timeout_s: float = 180.0
+
+    def check(self) -> None:
+        if self.page_size <= 0 or self.object_size <= 0 or self.object_size % self.page_size:
+            raise BadInput(f"object size {self.object_size} must be a positive multiple of the page size "
+                           f"(l1_align_bytes) {self.page_size}; round it up to a multiple")
+        if not self.counts or min(self.counts) < 1:
+            raise BadInput(f"counts {list(self.counts)}: give one or more object counts >= 1")
+        if self.iters < 1 or self.warmup < 0:
+            raise BadInput(f"iters {self.iters} / warmup {self.warmup}: iters must be >= 1, warmup >= 0")
+
+
+@dataclass
+class ChannelRun:
+    """One client run: a read of `num_objects` x `object_size` bytes, timed `iters` times."""
+
+    object_size: int
+    num_objects: int
+    ok: bool = False
+    channel_type: str = ""
+    iters: int = 0
+    warmup: int = 0
+    best_ms: Optional[float] = None
+    median_ms: Optional[float] = None
+    mean_ms: Optional[float] = None
+    best_gbps: Optional[float] = None
+    median_gbps: Optional[float] = None
+    mean_gbps: Optional[float] = None
+    p50_ms: Optional[float] = None
+    p99_ms: Optional[float] = None
+    times_ms: Optional[list[float]] = None
+    connect_s: Optional[float] = None
+    verified: Optional[bool] = None
+    error: str = ""
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.object_size * self.num_objects
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "payload_bytes": self.payload_bytes}
+
+
+def transport_env(ucx_tls: str = "", ucx_net_devices: str = "") -> dict[str, str]:
+    """A fleet's transport settings as the benchmark's environment (empty values are left to UCX)."""
+    env = {"LMCACHE_TRACK_USAGE": "false"}
+    if ucx_tls:
+        env["UCX_TLS"] = ucx_tls
+    if ucx_net_devices:
+        env["UCX_NET_DEVICES"] = ucx_net_devices
+    return env
+
+
+_STAT = re.compile(r"^\s*(best|median|mean)\s*:\s*([\d.]+)\s*ms\s+([\d.]+|inf)\s*GB/s", re.M)
+_CONNECT = re.compile(r"\[client\] connected in ([\d.]+)s; reading (\d+) objects x ([\d.]+) MiB")
+_ITERS = re.compile(r"iterations\s*:\s*(\d+)\s*\(warmup (\d+)\)")
+_TYPE = re.compile(r"channel type\s*:\s*(\S+)")
+_TIMES = re.compile(r"^\[p2p\] times_ms (\[.*\])\s*$", re.M)
+_FAILURE = re.compile(r"^\s*(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.M)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100): a value that was measured, never an interpolation."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def parse_client_output(text: str, verify: bool, object_size: int, num_objects: int) -> ChannelRun:
+    """What one client run printed (stdout and stderr together), as a ChannelRun. Pure.
+
+    ok means LMCache's report is there and, with verify, the client said `verify OK`. A failed run carries the
+    last exception line the tool printed (or the output's tail) in `error`."""
+    text = strip_ansi(text)
+    run = ChannelRun(object_size, num_objects)
+    stats = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in _STAT.finditer(text)}
+    for name, (ms, gbps) in stats.items():
+        setattr(run, f"{name}_ms", ms)
+        setattr(run, f"{name}_gbps", gbps)
+    if m := _CONNECT.search(text):
+        run.connect_s = float(m.group(1))
+    if m := _ITERS.search(text):
+        run.iters, run.warmup = int(m.group(1)), int(m.group(2))
+    if m := _TYPE.search(text):
+        run.channel_type = m.group(1)
+    if m := _TIMES.search(text):
+        run.times_ms = [round(t, 3) for t in json.loads(m.group(1))]
+    _fill_percentiles(run)
+    if verify:
+        run.verified = "verify OK" in text and "verify FAILED" not in text
+    run.ok = set(stats) == {"best", "median", "mean"} and run.verified is not False
+    if not run.ok:
+        failures = _FAILURE.findall(text)
+        run.error = (f"{failures[-1][0]}: {failures[-1][1]}" if failures
+                     else tail(text, 3) or "the client printed nothing")
+    return run
+
+
+def _fill_percentiles(run: ChannelRun) -> None:
+    if run.times_ms:
+        run.p50_ms = percentile(run.times_ms, 50)
+        run.p99_ms = percentile(run.times_ms, 99)
+    elif run.median_ms is not None:
+        run.p50_ms = run.median_ms
+
+
+def _url(address: str, port: int) -> str:
+    return f"{address}:{port}"
+
+
+def server_args(server: Side, opts: Options, ports: Ports) -> list[str]:
+    sources = max(opts.counts)
+    buffer = sources * opts.object_size + BUFFER_SLACK
+    # It serves until we stop it; the timeout only bounds a server whose stop never came.
+    serve_s = SERVER_START_S + opts.timeout_s * (len(opts.counts) + 1)
+    return ["--role", "server", "--url", _url(server.address, ports.transfer),
+            "--control-url", _url(server.address, ports.control), "--nixl-backend", opts.nixl_backend,
+            "--buffer-size", str(buffer), "--page-size", str(opts.page_size),
+            "--object-size", str(opts.object_size), "--num-source-objects", str(sources),
+            "--server-timeout", str(int(serve_s))]
+
+
+def client_args(server: Side, client: Side, opts: Options, ports: Ports, count: int) -> list[str]:
+    args = ["--role", "client", "--url", _url(server.address, ports.transfer),
+            "--control-url", _url(server.address, ports.control),
+            "--listen-url", _url(client.address, ports.listen), "--nixl-backend", opts.nixl_backend,
+            "--page-size", str(opts.page_size), "--object-size", str(opts.object_size),
+            "--num-objects", str(count), "--iters", str(opts.iters), "--warmup", str(opts.warmup),
+            # The client waits this long for the catalog (its default is 30 minutes): a missing server fails
+            # with the tool's own "timed out fetching catalog" line instead of our timeout.
+            "--server-timeout", str(int(opts.timeout_s / 2))]
+    return args + (["--verify"] if opts.verify else [])
+
+
+def _exports(env: Mapping[str, str]) -> str:
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in {"LMCACHE_TRACK_USAGE": "false", **env}.items())
+
+
+def server_proc(server: Side, ports: Ports) -> Proc:
+    base = f"{server.workdir}/channel-server-{ports.transfer}"
+    return Proc(f"channel-server:{ports.transfer}", server.workdir, base + ".sh", base + ".log", base + ".pid",
+                f"--url {_url(server.address, ports.transfer)} ")
+
+
+def _server_wrapper(server: Side, opts: Options, ports: Ports) -> str:
+    argv = " ".join(shlex.quote(a) for a in [server.python, "-m", TOOL_MODULE, *server_args(server, opts, ports)])
+    return "#!/bin/bash\n" + _exports(server.env) + f"exec {argv}\n"
+
+
+def client_command(server: Side, client: Side, opts: Options, ports: Ports, count: int) -> str:
+    argv = [client.python, "-c", CLIENT_WRAPPER, *client_args(server, client, opts, ports, count)]
+    cd = f"mkdir -p {shlex.quote(client.workdir)} && cd {shlex.quote(client.workdir)} && " if client.workdir else ""
+    return f"{cd}{_exports(client.env).replace(chr(10), '; ')}{' '.join(shlex.quote(a) for a in argv)} 2>&1"
+
+
+def start_server(server: Side, opts: Options, ports: Ports) -> Proc:
+    """Write the server's wrapper on its node, start it detached, wait for its ready line (or its death)."""
+    proc = server_proc(server, ports)
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
+        fh.write(_server_wrapper(server, opts, ports))
+    try:
+        server.conn.run(f"mkdir -p {shlex.quote(server.workdir)}", timeout=30, check=True)
+        server.conn.put(Path(fh.name), proc.wrapper, mode=0o700)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    procs.start(server.conn, proc)
+    _wait_ready(server.conn, proc, SERVER_START_S)
+    return proc
+
+
+def _wait_ready(conn: Connector, proc: Proc, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if read_fact(conn, log_grep_fact(proc.log, [re.escape(READY_LINE)], 1)):
+            return
+        if not procs.states(conn, [proc])[0].running:
+            break
+        time.sleep(0.3)
+    excerpt = read_fact(conn, log_excerpt_fact(proc.log))
+    procs.stop(conn, proc, grace_s=5)
+    raise CouldNotRun(f"the transfer-channel benchmark server on {conn.host} did not get ready "
+                      f"(log {proc.log}):\n{excerpt}")
+
+
+def run_client(server: Side, client: Side, opts: Options, ports: Ports, count: int) -> ChannelRun:
+    res = client.conn.run(client_command(server, client, opts, ports, count), timeout=opts.timeout_s)
+    run = parse_client_output(res.output, opts.verify, opts.object_size, count)
+    if not res.ok and run.ok:  # a report, then a crash on the way out: the figures stand, the run did not
+        run.ok, run.error = False, f"client exited {res.exit_code} after its report"
+    return run
+
+
+def run_channel(server: Side, client: Side, opts: Options, ports: Ports) -> list[ChannelRun]:
+    """One server for the whole sweep, one client run per count; the server is stopped however it ends."""
+    opts.check()
+    proc = start_server(server, opts, ports)
+    try:
+        return [run_client(server, client, opts, ports, n) for n in opts.counts]
+    finally:
+        procs.stop(server.conn, proc, grace_s=10)
