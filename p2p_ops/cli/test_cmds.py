@@ -17,15 +17,17 @@ from p2p_ops.cli.output import console, emit_json, heading, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
+from p2p_ops.harness.matrix import MatrixResult, run_matrix
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.status import require_ready
+from p2p_ops.observe.matrix_plot import cell_text
 from p2p_ops.observe.report import build_report, overall_passed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("test", help="test a running fleet (basic: the cross-node proof)")
+    p = sub.add_parser("test", help="test a running fleet (basic: the cross-node proof; matrix: every pair)")
     tsub = p.add_subparsers(dest="test_kind", metavar="KIND")
     add_json_arg(p)
     p.set_defaults(handler=lambda args: cmd_kinds(args, tsub))
@@ -41,6 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(<run>/prompts.jsonl holds them; `p2pctl explain --run` reads them)")
     add_json_arg(b)
     b.set_defaults(handler=cmd_basic)
+
+    m = tsub.add_parser("matrix", help="every pair proven: each node computes a fresh prefix, every other pulls it",
+                        description="N x N table (pass/fail, cached tokens, pull ms, MB/s), heatmap.png and "
+                        "result.json in the run folder; a failing pair names its likely cause (advertised URL, "
+                        "peer list, reachability, settings). Bounded by --max-seconds: pairs not reached in time "
+                        "are reported as skipped and fail the run.")
+    add_fleet_args(m)
+    m.add_argument("--chunks", type=int, default=4, help="prefix length in full chunks (default 4)")
+    m.add_argument("--max-tokens", type=int, default=8, help="tokens to generate per request (default 8)")
+    m.add_argument("--max-seconds", type=float, default=None,
+                   help="bound on the whole run (default 60 + 8 s per pair: 508 s at 8 nodes)")
+    m.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
+    add_json_arg(m)
+    m.set_defaults(handler=cmd_matrix)
 
     for kind, helptext in (("stress", "concurrency ladder, long documents, sustained mixed load"),
                            ("all", "basic + stress (+ lmcache bench) and the report")):
@@ -153,6 +169,43 @@ def _read_prompt(path):
     if not Path(path).is_file():
         raise BadInput(f"--prompt-file {path}: no such file")
     return Path(path).read_text(errors="replace")
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    with running_context(args) as ctx:
+        result = run_matrix(ctx, chunks=args.chunks, max_tokens=args.max_tokens, seed=args.seed,
+                            max_seconds=args.max_seconds, progress=_progress)
+    if args.json:
+        emit_json(result.to_dict())
+    else:
+        print_matrix(result)
+    return EXIT_OK if result.passed else EXIT_CHECK_FAILED
+
+
+def print_matrix(result: MatrixResult) -> None:
+    doc = result.to_dict()
+    table = Table(title=f"pair matrix ({result.chunks} chunks of {result.chunk_size} tokens"
+                        + (f", profile {result.profile}" if result.profile else "") + "): rows computed, columns pulled")
+    table.add_column("source \\ target")
+    for name in result.instances:
+        table.add_column(name, overflow="fold")
+    for s in result.instances:
+        cells = []
+        for t in result.instances:
+            p = result.pair(s, t)
+            text = cell_text(p.to_dict()) if p else "·"
+            cells.append(f"[green]{text}[/green]" if p and p.ok else f"[red]{text}[/red]" if p else text)
+        table.add_row(s, *cells)
+    show(table)
+    for p in result.pairs:
+        if not p.ok and not p.skipped:
+            console.print(f"[red]{p.source} -> {p.target}:[/red] {p.cause or p.error}", soft_wrap=True)
+    c = doc["counts"]
+    verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
+    console.print(f"{verdict} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap and table in "
+                  f"{result.run_dir}", soft_wrap=True)
+    for note in result.notes:
+        console.print(f"note: {note}", soft_wrap=True)
 
 
 def _fmt_s(v) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+from p2p_ops.harness.openai_client import count_tokens
+
 _WORDS = ("cache prefix node peer chunk token layer head attention transfer fleet server engine router "
           "memory latency bandwidth replica shard batch queue kernel tensor vector matrix model weight "
           "request response stream signal packet frame buffer region page block index lookup store "
@@ -27,3 +29,15 @@ def document(seed: int, index: int, approx_chars: int) -> str:
 def question(seed: int, index: int) -> str:
     rng = random.Random(f"q:{seed}:{index}")
     return f"\nQuestion {index}: which {rng.choice(_WORDS)} comes after the {rng.choice(_WORDS)}? Answer:"
+
+
+def sized_document(engine_url: str, model: str, seed: int, index: int, target_tokens: int) -> tuple[str, int]:
+    """A document of at least target_tokens tokens on that engine's tokenizer, and its exact token count."""
+    chars = target_tokens
+    for _ in range(6):
+        text = document(seed, index, chars)
+        n = count_tokens(engine_url, model, text)
+        if n >= target_tokens:
+            return text, n
+        chars = int(chars * target_tokens / max(n, 1)) + 64
+    raise RuntimeError(f"could not build a prompt of {target_tokens} tokens")

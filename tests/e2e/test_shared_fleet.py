@@ -25,6 +25,19 @@ needs_prometheus = pytest.mark.skipif(not shutil.which("prometheus"),
                                       reason="prometheus not installed (.ci/run installs it)")
 
 
+def test_matrix_proves_both_pairs_and_writes_table_and_heatmap(fleet2, p2pctl):
+    code, out, err = p2pctl("test", "matrix", "-f", str(fleet2.fleet_file), "--chunks", "2", "--json")
+    result = json.loads(out)
+    assert code == 0, ([p for p in result.get("pairs", []) if not p["ok"]], err[-2000:])
+    assert result["counts"] == {"pairs": 2, "passed": 2, "failed": 0, "skipped": 0}
+    for pair in result["pairs"]:
+        assert pair["cached_tokens"] >= 2 * result["chunk_size"] and pair["p2p_loads"] > 0 and pair["identical"]
+        assert pair["kv_bytes"] > 0 and pair["mbps"] and pair["mismatch_tokens"] == 0
+    run_dir = Path(result["run_dir"])
+    assert (run_dir / "heatmap.png").read_bytes()[:4] == b"\x89PNG"
+    assert "PASS" in (run_dir / "summary.md").read_text()
+
+
 def test_basic_proof_passes_and_leaves_evidence(fleet2, p2pctl):
     code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
     result = json.loads(out)

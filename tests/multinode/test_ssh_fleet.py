@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.multinode, needs_sshd]
 @needs_engine
 def test_fleet_over_ssh_registers_shares_across_hosts_and_stops_from_a_fresh_shell(testbed3, tmp_path):
     from p2p_ops.harness.basic import run_basic
+    from p2p_ops.harness.matrix import run_matrix
 
     fleet_file = write_ssh_fleet(testbed3, tmp_path, "mn")
     run_root = str(tmp_path / "run")
@@ -48,6 +49,12 @@ def test_fleet_over_ssh_registers_shares_across_hosts_and_stops_from_a_fresh_she
         result = run_basic(ctx, a="h1-0", b="h2-0")
         assert result.passed, ([c for c in result.checks if not c.ok], result.likely_cause)
         assert result.numbers["p2p_loads_b"] > 0 and result.numbers["kv_bytes_pulled_b"] > 0
+
+        # Every ordered pair of the three hosts, over the same SSH fleet.
+        matrix = run_matrix(ctx, chunks=2, out_dir=tmp_path / "matrix")
+        assert matrix.passed, [(p.source, p.target, p.cause or p.error) for p in matrix.pairs if not p.ok]
+        assert len(matrix.pairs) == 6 and all(p.p2p_loads > 0 and p.identical for p in matrix.pairs)
+        assert (tmp_path / "matrix" / "heatmap.png").is_file()
 
         # status and down from a fresh process, as a later shell would.
         status = p2pctl("status", "-f", str(fleet_file), "--json")

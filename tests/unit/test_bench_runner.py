@@ -88,3 +88,18 @@ def test_fleet_scale_splits_a_step_at_its_progress_lines():
     assert c.first("rendered") <= c.first("started") <= c.last("started")
     assert c.last("started") >= c.first("a is up")
     assert c.first("never") != c.first("never")  # nan: a missing line reads as "not measured"
+
+
+def test_real_size_pull_target_is_judged_against_lmcaches_channel_at_the_largest_prefix(tmp_path):
+    from p2p_ops.bench.suite import kv_real
+
+    report = Report(tmp_path, size="tiny", echo=lambda _: None)
+    report.facts["real_pull"] = [{"profile": "llama-3-8b", "tokens": 1024, "MiB": 128, "mbps": 100, "channel": 1000},
+                                 {"profile": "llama-3-8b", "tokens": 4096, "MiB": 512, "mbps": 600, "channel": 1000}]
+    kv_real._target(report)
+    (t,) = report.targets
+    assert t.reached and "600 MB/s vs channel 1000 MB/s (60%) at 512 MiB" in t.measured
+    report.targets.clear()
+    report.facts["real_pull"][1]["channel"] = None
+    kv_real._target(report)
+    assert report.targets[0].reached is None and "gave no figure" in report.targets[0].reason

@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from p2p_ops.bench.suite import engines, fleet_scale, kv_path, kv_settings, loadgen, steady_cost
+from p2p_ops.bench.suite import engines, fleet_scale, kv_path, kv_real, kv_settings, loadgen, steady_cost
 from p2p_ops.bench.suite.report import Report, replace_readme_targets
 from p2p_ops.resources import CHECKOUT
 
@@ -23,7 +23,8 @@ from p2p_ops.resources import CHECKOUT
 RESULTS = CHECKOUT / "bench" / "results"
 
 # Order matters only for the reader: the KV path is what the issue is about.
-BENCHES = {"kv": kv_path.run, "loadgen": loadgen.run, "engines": engines.run, "fleet": fleet_scale.run}
+BENCHES = {"kv": kv_path.run, "kvreal": kv_real.run, "loadgen": loadgen.run, "engines": engines.run,
+           "fleet": fleet_scale.run}
 FULL_ONLY = {"kvset": kv_settings.run, "idle": steady_cost.run, "vllm": engines.run_vllm}
 
 

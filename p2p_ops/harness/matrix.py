@@ -1,0 +1,215 @@
+"""Every pair proven: each node computes a fresh prefix, and every other node pulls it from that node.
+
+For each instance S in turn: a prompt nobody has seen (`chunks` full chunks and a half) goes to S's engine and
+is computed cold; S's server stores it. Then it goes to every other instance T. T's server holds nothing of it
+(a pulled chunk is only a temporary copy in T's L1, and T's engine stores no chunk it loaded), so S is the only
+peer that can serve it, and pair S -> T passes when T served every full chunk from cache, T's server counted a
+P2P load, T answered exactly as S did, and T's engine found no byte of the loaded KV out of place.
+
+One mis-advertised URL or one blocked port breaks some pairs while the rest pass: failing pairs get a likely
+cause (`matrix_causes`). The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
+never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/s), a heatmap and JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from p2p_ops.endpoints import lmcache_api, metrics_api
+from p2p_ops.errors import BadInput
+from p2p_ops.harness import matrix_causes, prompts
+from p2p_ops.harness.openai_client import Completion, complete
+from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe import matrix_plot
+
+P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
+LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
+MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
+OP_SECONDS = "p2p_engine_lmcache_op_seconds_sum"
+SERVER_L1_OBJECTS_WAIT_S = 15.0
+
+
+@dataclass
+class Pair:
+    """Pair source -> target: the target pulled what the source computed."""
+
+    source: str
+    target: str
+    ok: bool = False
+    skipped: bool = False
+    cached_tokens: int = 0
+    need: int = 0
+    p2p_loads: float = 0.0
+    identical: bool = False
+    kv_bytes: float = 0.0
+    mismatch_tokens: float = 0.0
+    pull_ms: Optional[float] = None
+    pull_measure: str = ""
+    ttft_ms: Optional[float] = None
+    error: str = ""
+    cause: str = ""
+
+    @property
+    def mbps(self) -> Optional[float]:
+        if not self.pull_ms or not self.kv_bytes:
+            return None
+        return self.kv_bytes / (self.pull_ms / 1000) / 1e6
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"mbps": self.mbps}
+
+
+@dataclass
+class MatrixResult:
+    passed: bool
+    instances: list[str]
+    pairs: list[Pair]
+    chunk_size: int
+    chunks: int
+    seconds: float
+    max_seconds: float
+    profile: str = ""
+    run_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def pair(self, source: str, target: str) -> Optional[Pair]:
+        return next((p for p in self.pairs if p.source == source and p.target == target), None)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {"pairs": len(self.pairs), "passed": sum(p.ok for p in self.pairs),
+                "failed": sum(not p.ok and not p.skipped for p in self.pairs),
+                "skipped": sum(p.skipped for p in self.pairs)}
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "instances": self.instances, "counts": self.counts,
+                "chunk_size": self.chunk_size, "chunks": self.chunks, "profile": self.profile,
+                "seconds": self.seconds, "max_seconds": self.max_seconds, "run_dir": self.run_dir,
+                "notes": self.notes, "pairs": [p.to_dict() for p in self.pairs]}
+
+
+def default_max_seconds(n: int) -> float:
+    """A bound that an 8-node matrix on a busy 2-core box finishes well inside (about 2 s a pull there)."""
+    return 60.0 + 8.0 * n * (n - 1)
+
+
+def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Optional[int] = None,
+               max_seconds: Optional[float] = None, progress: Callable[[str], None] = lambda _: None,
+               out_dir: Optional[Path] = None) -> MatrixResult:
+    """Prove every ordered pair of the fleet's instances; always writes result.json, summary.md and heatmap.png."""
+    if chunks < 1:
+        raise BadInput(f"--chunks {chunks}: use at least 1 so that there is a chunk to pull")
+    insts = ctx.fleet.instances()
+    if len(insts) < 2:
+        raise BadInput("the matrix needs at least two instances in the fleet")
+    started = time.monotonic()
+    max_seconds = max_seconds or default_max_seconds(len(insts))
+    deadline = started + max_seconds
+    seed = int(time.time() * 1000) % 10**9 if seed is None else seed
+    first = insts[0]
+    chunk = lmcache_api.server_status(ctx.server_url(*first)).chunk_size or ctx.fleet.settings.chunk_size
+    pairs: list[Pair] = []
+    for index, src in enumerate(insts):
+        targets = [t for t in insts if t[1].id != src[1].id]
+        if time.monotonic() > deadline:
+            pairs += [Pair(src[1].id, t[1].id, skipped=True, error="time bound reached") for t in targets]
+            continue
+        pairs += _from_source(ctx, src, targets, chunk, chunks, max_tokens, seed, index, deadline, progress)
+    failing = [p for p in pairs if not p.ok and not p.skipped]
+    if failing:
+        progress(f"{len(failing)} pair(s) failed: gathering likely causes")
+        matrix_causes.explain(ctx, failing)
+    result = MatrixResult(not any(not p.ok for p in pairs), [i.id for _, i in insts], pairs, chunk, chunks,
+                          time.monotonic() - started, max_seconds,
+                          profile=ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else "")
+    if any(p.skipped for p in pairs):
+        result.notes.append(f"time bound of {max_seconds:.0f} s reached: skipped pairs are not proven "
+                            "(raise --max-seconds)")
+    out_dir = out_dir or new_run_dir(ctx.layout, "matrix")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.run_dir = str(out_dir)
+    write_result(out_dir, result)
+    return result
+
+
+def _from_source(ctx: FleetContext, src, targets, chunk: int, chunks: int, max_tokens: int, seed: int, index: int,
+                 deadline: float, progress: Callable[[str], None]) -> list[Pair]:
+    (ns, is_), model = src, ctx.fleet.model
+    src_url, src_srv = ctx.engine_url(ns, is_), ctx.server_url(ns, is_)
+    prompt, n = prompts.sized_document(src_url, model, seed, index, chunks * chunk + chunk // 2)
+    need = (n - 1) // chunk * chunk
+    objects = _l1_objects(src_srv)
+    progress(f"{is_.id}: computing a fresh {n}-token prefix ({need // chunk} chunks to pull)")
+    cold = complete(src_url, model, prompt, max_tokens, timeout=_left(deadline))
+    if not cold.ok or cold.cached_tokens:
+        why = cold.error or f"it reported {cold.cached_tokens} cached tokens for a fresh prompt"
+        return [Pair(is_.id, t[1].id, need=need, error=f"source {is_.id} could not compute the prefix cold: {why}")
+                for t in targets]
+    _wait_objects(src_srv, objects + need // chunk, min(deadline, time.monotonic() + SERVER_L1_OBJECTS_WAIT_S))
+    out = []
+    for nt, it in targets:
+        if time.monotonic() > deadline:
+            out.append(Pair(is_.id, it.id, need=need, skipped=True, error="time bound reached"))
+            continue
+        out.append(_pull(ctx, (nt, it), is_.id, prompt, cold, need, max_tokens, deadline))
+        p = out[-1]
+        progress(f"  {is_.id} -> {it.id}: {'PASS' if p.ok else 'FAIL'} ({p.cached_tokens}/{need} cached"
+                 + (f", {p.mbps:.0f} MB/s" if p.mbps else "") + ")")
+    return out
+
+
+def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completion, need: int, max_tokens: int,
+          deadline: float) -> Pair:
+    nt, it = target
+    t_url, t_srv = ctx.engine_url(nt, it), ctx.server_url(nt, it)
+    before = (metrics_api.scrape(t_srv), metrics_api.scrape(t_url))
+    r = complete(t_url, ctx.fleet.model, prompt, max_tokens, timeout=_left(deadline))
+    after = (metrics_api.scrape(t_srv), metrics_api.scrape(t_url))
+
+    def delta(which: int, name: str, **labels: str) -> float:
+        return metrics_api.metric_sum(after[which], name, **labels) - metrics_api.metric_sum(before[which], name,
+                                                                                            **labels)
+
+    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=delta(0, P2P_LOADS, l2_name="p2p"),
+                identical=r.ok and bool(cold.text) and r.text == cold.text, kv_bytes=delta(1, LOADED_BYTES),
+                mismatch_tokens=delta(1, MISMATCH), ttft_ms=r.ttft_s * 1000 if r.ttft_s else None,
+                error=r.error)
+    engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
+    if engine_pull > 0:
+        pair.pull_ms, pair.pull_measure = engine_pull * 1000, "engine lookup + retrieve"
+    elif pair.ttft_ms:
+        pair.pull_ms, pair.pull_measure = pair.ttft_ms, "TTFT (the engine reports no LMCache op times)"
+    pair.ok = (r.ok and r.cached_tokens >= need and pair.p2p_loads > 0 and pair.identical
+               and pair.mismatch_tokens == 0)
+    return pair
+
+
+def _left(deadline: float) -> float:
+    return max(5.0, min(120.0, deadline - time.monotonic()))
+
+
+def _l1_objects(server_url: str) -> int:
+    sm = lmcache_api.server_status(server_url).raw.get("storage_manager") or {}
+    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    return int(l1.get("total_object_count") or 0)
+
+
+def _wait_objects(server_url: str, wanted: int, until: float) -> None:
+    """The engine stores its chunks as part of the request; a peer asked before they land would miss."""
+    while time.monotonic() < until and _l1_objects(server_url) < wanted:
+        time.sleep(0.1)
+
+
+def write_result(out_dir: Path, result: MatrixResult) -> None:
+    (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
+    (out_dir / "summary.md").write_text(matrix_plot.markdown(result.to_dict()))
+    try:
+        matrix_plot.heatmap(out_dir / "heatmap.png", result.to_dict())
+    except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
+        result.notes.append(f"heatmap failed: {exc!r}")
+        (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
