@@ -22,10 +22,14 @@ NUMA node than the plan's.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
+from p2p_ops.connectors.base import Connector, Result
 from p2p_ops.facts.ib_model import IbDevice
-from p2p_ops.facts.topo import LINK_RANK, Topology
+from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.facts.topo import LINK_RANK, NVIDIA_SMI_TOPO, Topology
+from p2p_ops.spec.model import Fleet, Node
 
 # A NIC across the socket interconnect is never "nearest": it is the slow path the plan exists to avoid.
 FAR = LINK_RANK["SYS"]
@@ -155,3 +159,28 @@ def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list
         elif plan.numa is not None and rail.numa is not None and rail.numa != plan.numa:
             problems.append(f"{name} is on NUMA node {rail.numa}, the instance's L1 on {plan.numa}")
     return problems
+
+
+# What the plan reads on a node: the probe's own facts, in one round trip.
+PLAN_FACTS = {"rdma": SYSFS_IB, "topo": NVIDIA_SMI_TOPO}
+
+
+def plan_from_reads(instances: Sequence[tuple[str, Optional[int]]], reads: Mapping[str, Result]) -> list[InstancePlan]:
+    """A plan from a batched read of PLAN_FACTS (a node without nvidia-smi has no topo: NUMA only)."""
+    devices = SYSFS_IB.parse(reads["rdma"].output) if "rdma" in reads else []
+    topo = NVIDIA_SMI_TOPO.parse(reads["topo"].output) if "topo" in reads and reads["topo"].ok else None
+    return plan_node(instances, devices, None if topo is None or topo.error else topo)
+
+
+def needs_plan(fleet: Fleet, node: Node) -> bool:
+    """Only nodes off loopback, with an instance whose spec leaves UCX_NET_DEVICES to us, are read."""
+    return not fleet.all_loopback and any(
+        not fleet.effective_settings(inst).ucx_net_devices for n, inst in fleet.instances() if n.name == node.name)
+
+
+def read_plans(conn: Connector, fleet: Fleet, node: Node) -> dict[str, InstancePlan]:
+    """The node's plan by instance id ({} when it needs none)."""
+    if not needs_plan(fleet, node):
+        return {}
+    plans = plan_from_reads([(i.id, i.gpu) for i in node.instances], read_node(conn, PLAN_FACTS, timeout=60))
+    return {p.instance: p for p in plans}

@@ -77,3 +77,58 @@ def test_check_pin_flags_remote_numa_and_down_ports():
     assert check_pin("mlx5_4:1", plan, devices) == ["mlx5_4:1 is on NUMA node 1, the instance's L1 on 0"]
     assert check_pin("mlx5_5", plan, devices) == ["mlx5_5 is DOWN"]
     assert check_pin("eth0,all", plan, devices) == []   # TCP interfaces are not RDMA rails
+
+
+# ---- render writes the plan; the spec's own pin wins -------------------------------------------------------
+
+def _ssh_fleet(settings: dict | None = None):
+    from p2p_ops.spec.load import parse_fleet
+    from p2p_ops.spec.starter import local_fleet
+
+    data = local_fleet(2, name="nic")
+    data["settings"] = settings or {}
+    for i, node in enumerate(data["nodes"]):
+        node.update(connection="ssh", address=f"198.18.0.{12 + i}", venv="/opt/p2p/.venv", run_dir="/srv/p2p")
+        node["instances"][0]["gpu"] = 3
+    data["coordinator"]["host"] = "198.18.0.12"
+    return parse_fleet(data)
+
+
+def _env_sh(fleet, plans) -> str:
+    from p2p_ops.lifecycle.render import render_fleet
+    from p2p_ops.spec.layout import RunLayout
+
+    layout = RunLayout(Path("/srv/p2p/nic"))
+    first = fleet.instances()[0][1].id
+    return next(f.text for f in render_fleet(fleet, lambda n: layout, plans) if f.unit == first and f.name == "env.sh")
+
+
+def test_render_writes_the_plan_where_the_spec_leaves_devices_unset():
+    fleet = _ssh_fleet()
+    inputs = gather_rdma(HostView.snapshot(TREES / "ib_healthy"))
+    inst = fleet.instances()[0][1]
+    plans = {p.instance: p for p in plan_node([(inst.id, inst.gpu)], inputs.devices, inputs.topo)}
+    text = _env_sh(fleet, plans)
+    assert "export UCX_NET_DEVICES=mlx5_3:1\n" in text and "export UCX_MAX_RMA_RAILS=1\n" in text
+    assert "nearest GPU3 (PIX)" in text and "P2P_UCX_DEV" not in text
+    pinned = _env_sh(_ssh_fleet({"ucx_net_devices": "mlx5_0:1"}), plans)
+    assert "export UCX_NET_DEVICES=mlx5_0:1\n" in pinned and "UCX_MAX_RMA_RAILS" not in pinned
+    assert "UCX_MAX_RMA_RAILS" not in _env_sh(fleet, {})  # no plan: the interface of the address, as before
+
+
+def test_read_plans_reads_the_probe_facts_once_per_node(fakes):
+    from p2p_ops.lifecycle.nic_plan import PLAN_FACTS, read_plans
+    from tests.support.fake_connector import node_read
+
+    fleet = _ssh_fleet()
+    node = fleet.nodes[0]
+    grep = "/sys/class/infiniband/mlx5_3/device/numa_node:0\n/sys/class/infiniband/mlx5_3/ports/1/state:4: ACTIVE"
+    topo = (TREES / "ib_healthy" / "tools" / "nvidia_smi_topo.txt").read_text()
+    conn = fakes.connector(node.name, [node_read(PLAN_FACTS, {"rdma": grep, "topo": topo})])
+    plans = read_plans(conn, fleet, node)
+    assert {k: v.net_devices for k, v in plans.items()} == {node.instances[0].id: "mlx5_3:1"}
+    loopback = fakes.connector("lo")  # a loopback fleet reads nothing (an undeclared command would fail)
+    from p2p_ops.spec.load import parse_fleet
+    from p2p_ops.spec.starter import local_fleet
+    local = parse_fleet(local_fleet(2, name="lo"))
+    assert read_plans(loopback, local, local.nodes[0]) == {}
