@@ -132,3 +132,29 @@ def test_read_plans_reads_the_probe_facts_once_per_node(fakes):
     from p2p_ops.spec.starter import local_fleet
     local = parse_fleet(local_fleet(2, name="lo"))
     assert read_plans(loopback, local, local.nodes[0]) == {}
+
+
+# ---- the doctor flags a pin on a remote NUMA node or a down port -------------------------------------------
+
+def _doctor(pin: str, gpu, tree: str = "ib_healthy"):
+    from p2p_ops.diagnose.doctor.checks import check
+    from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+
+    inputs = gather_rdma(HostView.snapshot(TREES / tree))
+    topo = (TREES / tree / "tools" / "nvidia_smi_topo.txt").read_text()
+    node = NodeFacts("gpu-a", "198.18.0.12", rdma=inputs.devices, rdma_devices=len(inputs.devices), topo_text=topo)
+    inst = InstanceFacts("gpu-a-0", "gpu-a", "198.18.0.12", env_file={"UCX_NET_DEVICES": pin}, gpu=gpu)
+    facts = FleetFacts("f", "embedded", "http://198.18.0.12:9300", "gpu-a", instances=[inst], nodes=[node])
+    return [f for f in check(facts).findings if f.check == "nic_pin"]
+
+
+def test_doctor_flags_a_pin_on_the_other_socket():
+    (finding,) = _doctor("mlx5_4:1", 0)
+    assert finding.severity == "error" and finding.subject == "gpu-a-0"
+    assert "NUMA node 1" in finding.message and "UCX_NET_DEVICES=mlx5_0:1" in finding.fix
+    assert _doctor("mlx5_0:1", 0) == [] and _doctor("", 0) == []
+
+
+def test_doctor_flags_a_pin_on_a_down_port():
+    (finding,) = _doctor("mlx5_3:1", 3, "ib_one_rail_down")
+    assert "mlx5_3:1 is DOWN" in finding.message and "mlx5_0:1,mlx5_1:1,mlx5_2:1" in finding.fix
