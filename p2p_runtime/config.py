@@ -12,6 +12,8 @@ import math
 import os
 from typing import TYPE_CHECKING
 
+from p2p_runtime.profiles import PROFILE_NAMES, KVProfile
+from p2p_runtime.profiles import resolve as resolve_profile
 from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
 
@@ -41,6 +43,8 @@ class EngineConfig:
     num_layers: int = 2
     num_heads: int = 4
     head_size: int = 32
+    # The KV geometry stored and moved (p2p_runtime.profiles); num_layers/num_heads/head_size stay what is computed.
+    profile: str = "tiny"
     vocab_size: int = 384
     max_model_len: int = 8192
     block_size: int = 16
@@ -91,6 +95,7 @@ class EngineConfig:
         try:
             self.timing
             self.kv_events
+            self.kv_profile
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -111,6 +116,16 @@ class EngineConfig:
             jitter=self.timing_jitter,
             seed=self.timing_seed,
         )
+
+    @property
+    def kv_profile(self) -> KVProfile:
+        """The KV geometry this engine stores, registers with LMCache and loads."""
+        return resolve_profile(self.profile, self.num_layers, self.num_heads, self.head_size)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the paged KV cache (--num-blocks x --block-size tokens at the profile's bytes per token)."""
+        return self.num_blocks * self.block_size * self.kv_profile.bytes_per_token
 
     @property
     def kv_events(self) -> KVEventsConfig:
@@ -149,6 +164,9 @@ _HELP = {
     "num_layers": "transformer layers",
     "num_heads": "attention heads (also KV heads)",
     "head_size": "size of one attention head (even)",
+    "profile": f"KV geometry stored in and moved through LMCache: {' | '.join(PROFILE_NAMES)} (tiny = the "
+               "computed geometry in float32; the others a real model's layers, KV heads, head size and dtype, "
+               "filled from the computed KV and checked on every load); peers must agree",
     "vocab_size": f"vocabulary size (>= {FIRST_UNUSED_ID}: 256 bytes + BOS/EOS/PAD)",
     "max_model_len": "longest prompt + completion, in tokens",
     "block_size": "tokens per paged KV block",

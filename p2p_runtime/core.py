@@ -41,7 +41,12 @@ class EngineCore:
             seed=config.model_seed, num_layers=config.num_layers, num_heads=config.num_heads,
             head_size=config.head_size, vocab_size=config.vocab_size,
             max_model_len=config.max_model_len, chunk_size=self.chunk_size))
-        self.cache = PagedKVCache(self.model.kv_spec(config.num_blocks, config.block_size))
+        self.cache = PagedKVCache(self.model.kv_spec(config.num_blocks, config.block_size, config.kv_profile))
+        spec = self.cache.spec
+        logger.info("paged KV: %s profile, %d layers x %d KV heads x %d %s, %.0f KiB per token, %d blocks of %d "
+                    "tokens = %.2f GiB", config.profile, spec.num_layers, spec.num_heads, spec.head_size,
+                    str(spec.dtype).replace("torch.", ""), spec.bytes_per_token / 1024, spec.num_blocks,
+                    spec.block_size, self.cache.nbytes / 2**30)
         self.allocator = BlockAllocator(config.num_blocks)
         if config.lmcache_url:
             self.adapter = self._make_adapter()
@@ -112,7 +117,7 @@ class EngineCore:
         worker_id = zlib.crc32(f"{self.config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
         registration = KVRegistration(
             model_name=self.config.served_model_name, tensors=self.cache.tensors,
-            num_layers=self.config.num_layers, block_size=self.config.block_size,
+            num_layers=self.cache.spec.num_layers, block_size=self.config.block_size,
             worker_id=worker_id)
         return LMCacheAdapter(self.config.lmcache_url, registration, self.config.lmcache_timeout,
                               self.config.lmcache_reconnect_interval)

@@ -4,13 +4,20 @@ Each layer owns one tensor of shape ``(2, num_blocks, block_size, num_heads, hea
 the NHD layout vLLM registers with LMCache), keyed ``"layer.<i>"``. LMCache reads and writes these
 tensors directly by block id, so the model must address KV only through block tables: a request's
 token at position ``p`` lives in block ``table[p // block_size]`` at offset ``p % block_size``.
+
+The tensors have the storage geometry (a model profile's layers, KV heads, head size and dtype); the
+model reads and writes its own, smaller compute geometry through ``write`` and ``gather``. When the two
+differ, ``kv_layout.KVExpansion`` fills the rest and ``check_loaded`` checks every loaded byte.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
+
+from p2p_runtime.kv_layout import KVExpansion
 
 
 class OutOfBlocksError(RuntimeError):
@@ -19,7 +26,8 @@ class OutOfBlocksError(RuntimeError):
 
 @dataclass(frozen=True)
 class KVCacheSpec:
-    """Geometry of the paged KV cache."""
+    """Geometry of the paged KV cache: what is stored (and registered with LMCache), and what the model
+    computes (``compute``: layers, heads, head size; None = the stored geometry, in float32)."""
 
     num_layers: int
     num_blocks: int
@@ -27,12 +35,19 @@ class KVCacheSpec:
     num_heads: int
     head_size: int
     dtype: torch.dtype = torch.float32
+    compute: Optional[tuple[int, int, int]] = None
 
     @property
     def bytes_per_token(self) -> int:
         """KV bytes one token occupies across all layers (K and V)."""
         elem = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.num_layers * self.num_heads * self.head_size * elem
+
+    @property
+    def expanded(self) -> bool:
+        """Whether the stored geometry is larger than the computed one (a real-model profile)."""
+        storage = (self.num_layers, self.num_heads, self.head_size)
+        return self.compute is not None and (self.compute != storage or self.dtype != torch.float32)
 
 
 class PagedKVCache:
@@ -45,6 +60,15 @@ class PagedKVCache:
         self.tensors: dict[str, torch.Tensor] = {
             f"layer.{i}": torch.zeros(shape, dtype=spec.dtype) for i in range(spec.num_layers)
         }
+        self.expansion: Optional[KVExpansion] = None
+        if spec.expanded:
+            self.expansion = KVExpansion(spec.compute, (spec.num_layers, spec.num_heads, spec.head_size),
+                                         spec.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the paged KV tensors."""
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
     def layer(self, index: int) -> torch.Tensor:
         return self.tensors[f"layer.{index}"]
@@ -52,8 +76,12 @@ class PagedKVCache:
     def write(
         self, layer: int, block_table: list[int], start: int, k: torch.Tensor, v: torch.Tensor
     ) -> None:
-        """Write K/V rows for positions ``[start, start + len(k))`` of one request."""
+        """Write compute layer ``layer``'s K/V rows for positions ``[start, start + len(k))``."""
         slots = self._slots(block_table, start, k.shape[0])
+        if self.expansion is not None:
+            for storage, rows in self.expansion.encode(layer, k, v).items():
+                self._rows(storage)[:, slots] = rows
+            return
         kv = self.layer(layer)
         flat = kv.view(2, -1, self.spec.num_heads, self.spec.head_size)
         flat[0, slots] = k
@@ -62,16 +90,56 @@ class PagedKVCache:
     def gather(
         self, layer: int, block_table: list[int], length: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return contiguous K and V for positions ``[0, length)``, shape ``(length, H, D)``."""
+        """Return compute layer ``layer``'s K and V for positions ``[0, length)``, shape ``(length, h, d)``."""
         bs = self.spec.block_size
         nblocks = -(-length // bs)
         if nblocks > len(block_table):
             raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has "
                              f"{len(block_table)}")
         ids = torch.tensor(block_table[:nblocks], dtype=torch.long)
+        if self.expansion is not None:
+            _, heads, size = self.spec.compute
+            src = self.expansion.src
+            rows = self.layer(layer).view(2, self.spec.num_blocks, bs, -1)[..., :src].index_select(1, ids)
+            kv = rows.reshape(2, nblocks * bs, heads, size).float()
+            return kv[0, :length], kv[1, :length]
         kv = self.layer(layer).index_select(1, ids)
         kv = kv.reshape(2, nblocks * bs, self.spec.num_heads, self.spec.head_size)
         return kv[0, :length], kv[1, :length]
+
+    def check_loaded(self, block_table: list[int], length: int) -> int:
+        """Check every stored value of positions ``[0, length)`` (whole blocks, as loaded from LMCache) against
+        the primary values they were loaded with; fold an offset into each disagreeing token's primary K/V
+        (``kv_layout``) and return how many tokens disagreed. A cache without expansion has nothing to check."""
+        if self.expansion is None or length <= 0:
+            return 0
+        bad = 0
+        for first, last in self._slot_runs(block_table, length):
+            # Runs of consecutive slots are views: nothing is copied unless a token disagrees.
+            stored = [self._rows(s)[:, first:last] for s in range(self.spec.num_layers)]
+            wrong = torch.nonzero(self.expansion.mismatches(stored)).flatten()
+            if wrong.numel():
+                src = self.expansion.src
+                for c in range(self.expansion.c_layers):
+                    self._rows(c)[:, first + wrong, :src] = self.expansion.fold(stored[c][:, wrong, :src])
+                bad += int(wrong.numel())
+        return bad
+
+    def _slot_runs(self, block_table: list[int], length: int) -> list[tuple[int, int]]:
+        """[first, last) slot ranges covering positions [0, length), one per run of consecutive block ids."""
+        bs, runs = self.spec.block_size, []
+        for i, block in enumerate(block_table[: -(-length // bs)]):
+            end = block * bs + min(bs, length - i * bs)
+            if runs and runs[-1][1] == block * bs:
+                runs[-1][1] = end
+            else:
+                runs.append([block * bs, end])
+        return [(a, b) for a, b in runs]
+
+    def _rows(self, storage_layer: int) -> torch.Tensor:
+        """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
+        t = self.layer(storage_layer)
+        return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
     def copy_blocks(self, src: list[int], dst: list[int],
                     other: "PagedKVCache | None" = None) -> None:

@@ -120,6 +120,9 @@ class EngineMetrics:
                                      "Prompt tokens stored to LMCache.", registry=r)
         self.stored_bytes = Counter("p2p_engine_lmcache_stored_bytes",
                                     "KV bytes stored to LMCache.", registry=r)
+        self.kv_mismatch_tokens = Counter(
+            "p2p_engine_lmcache_kv_mismatch_tokens", "Loaded tokens whose KV bytes in some layer disagreed with "
+            "their primary values (real-model profiles check every loaded byte).", registry=r)
         self.computed_tokens = Counter("p2p_engine_computed_prompt_tokens",
                                        "Prompt tokens computed by the model.", registry=r)
         self._op_seconds = Histogram("p2p_engine_lmcache_op_seconds",

@@ -23,6 +23,7 @@ import math
 import torch
 
 from p2p_runtime.kv_cache import KVCacheSpec, PagedKVCache
+from p2p_runtime.profiles import TINY, KVProfile
 from p2p_runtime.tokenizer import EOS_ID, FIRST_UNUSED_ID, PRINTABLE_IDS
 
 logger = logging.getLogger(__name__)
@@ -115,10 +116,14 @@ class TinyTransformer:
         self.scale = config.attn_sharpness / math.sqrt(config.head_size)
         self._masks: dict[int, torch.Tensor] = {}
 
-    def kv_spec(self, num_blocks: int, block_size: int) -> KVCacheSpec:
-        """The paged-cache geometry this model writes."""
+    def kv_spec(self, num_blocks: int, block_size: int, profile: KVProfile | None = None) -> KVCacheSpec:
+        """The paged-cache geometry this model writes: its own, or a real model's (``profile``, see
+        ``kv_layout``) that its KV is expanded into."""
         c = self.config
-        return KVCacheSpec(c.num_layers, num_blocks, block_size, c.num_heads, c.head_size)
+        if profile is None or profile.name == TINY:
+            return KVCacheSpec(c.num_layers, num_blocks, block_size, c.num_heads, c.head_size)
+        return KVCacheSpec(profile.layers, num_blocks, block_size, profile.kv_heads, profile.head_size,
+                           profile.torch_dtype, compute=(c.num_layers, c.num_heads, c.head_size))
 
     def prefill(
         self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]

@@ -134,6 +134,12 @@ class ModelRunner:
         if not ok:
             self.metrics.recomputed_tokens.inc(loaded)
             return 0
+        mismatched = self.cache.check_loaded(table, loaded)
+        if mismatched:
+            # The answer will differ (kv_layout folds the disagreement in); say where it came from.
+            self.metrics.kv_mismatch_tokens.inc(mismatched)
+            logger.warning("%s: %d of %d loaded tokens carry KV bytes that disagree with their own primary "
+                           "values (a corrupted or mis-laid transfer)", req.request_id, mismatched, loaded)
         self.metrics.external_hits.inc(loaded)
         self.metrics.loaded_tokens.inc(loaded)
         self.metrics.loaded_bytes.inc(loaded * self.cache.spec.bytes_per_token)

@@ -15,6 +15,7 @@ from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.sizing import BUDGET_SHARE, box_budget_gib, describe_sizing
 from p2p_ops.spec.ports import check_local_base, default_base
 from p2p_ops.spec.starter import (
     DEFAULT_MODEL_DIR,
@@ -24,6 +25,7 @@ from p2p_ops.spec.starter import (
     vllm_missing,
     vllm_paths,
 )
+from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -63,6 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "`make setup-vllm`); written as an absolute path")
     p.add_argument("--port-offset", type=int, default=0,
                    help="add this to every default port (run several fleets side by side)")
+    p.add_argument("--profile", choices=PROFILE_NAMES, default=TINY,
+                   help="runtime embedded: the KV geometry engines store and move (tiny = 2 KiB per token; "
+                        "llama-3-8b 128 KiB, qwen3-8b 144 KiB, qwen3-32b 256 KiB, gpt-oss-120b 72 KiB); chunk, "
+                        "block and L1 page sizes follow it")
+    p.add_argument("--memory-budget", type=float, default=None, metavar="GIB",
+                   help="runtime embedded: GiB the whole fleet may use on this box (default: "
+                        f"{int(BUDGET_SHARE * 100)}%% of MemAvailable); L1 and engine KV per node are sized to fit")
     p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     add_json_arg(p)
@@ -131,20 +140,31 @@ def cmd_init(args: argparse.Namespace) -> int:
     off = args.port_offset
     base = default_base(off)
     vllm = vllm_paths(out, args.model_path, args.vllm_venv)
+    budget = _memory_budget(args)
     data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime, vllm=vllm,
-                       cpu_count=os.cpu_count() or 1)
+                       cpu_count=os.cpu_count() or 1, profile=args.profile, memory_budget_gib=budget)
     check_local_base(base, args.local, off)
     parse_fleet(data)  # what we write must load
     out.write_text(starter_yaml(data))
     missing = vllm_missing(vllm["model_path"], vllm["venv"]) if args.runtime == "vllm" else []
+    sized = describe_sizing(data, budget) if args.runtime == "embedded" else ""
     if args.json:
         emit_json({"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
+                   "profile": args.profile if args.runtime == "embedded" else None, "sizing": sized or None,
                    "notes": missing})
     else:
         console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
+        if sized:
+            console.print(sized, soft_wrap=True)
         for note in missing:
             console.print(f"note: {note}", soft_wrap=True)
     return EXIT_OK
+
+
+def _memory_budget(args: argparse.Namespace):
+    if args.memory_budget is not None and args.memory_budget <= 0:
+        raise BadInput(f"--memory-budget {args.memory_budget}: give the GiB the fleet may use, e.g. 8")
+    return args.memory_budget if args.memory_budget is not None else box_budget_gib()
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -52,15 +52,19 @@ BY_KEY = {m.key: m for m in MUST_AGREE}
 FLEET_WIDE_ONLY = tuple(m.spec for m in MUST_AGREE if m.spec)
 # The must-agree variables of a server's environment (read from /proc/<pid>/environ, never the whole of it).
 SERVER_ENV = tuple(m.env for m in MUST_AGREE if m.env)
-# The embedded engine's model is its seed and shape: two engines differing here give the same KV another meaning.
-ENGINE_MODEL_ENV = ("P2P_ENGINE_MODEL_SEED", "P2P_ENGINE_NUM_LAYERS", "P2P_ENGINE_NUM_HEADS", "P2P_ENGINE_HEAD_SIZE")
+# The embedded engine's model is its seed and shape, and the KV profile its bytes are laid out in: two engines
+# differing here give the same KV another meaning (or another size).
+ENGINE_MODEL_ENV = ("P2P_ENGINE_MODEL_SEED", "P2P_ENGINE_NUM_LAYERS", "P2P_ENGINE_NUM_HEADS", "P2P_ENGINE_HEAD_SIZE",
+                    "P2P_ENGINE_PROFILE")
 
 
 def engine_model(env: Optional[Mapping[str, Optional[str]]]) -> Optional[str]:
     """One comparable value for an embedded engine's model, from its environment or env.sh."""
     if not env or all(env.get(k) is None for k in ENGINE_MODEL_ENV):
         return None
-    return "seed={} layers={} heads={} head_size={}".format(*(env.get(k) for k in ENGINE_MODEL_ENV))
+    shape = "seed={} layers={} heads={} head_size={}".format(*(env.get(k) for k in ENGINE_MODEL_ENV[:4]))
+    profile = env.get("P2P_ENGINE_PROFILE")
+    return shape + (f" profile={profile}" if profile is not None else "")
 
 
 def values_from_env(env: Mapping[str, Optional[str]]) -> dict[str, Optional[str]]:

@@ -35,6 +35,11 @@ def _check_server_args(args: list[str]) -> list[str]:
     return args
 
 
+def _whole_as_int(v: float) -> float:
+    """1.0 -> 1: env.sh and `lmcache server` see the same words as before fractions were allowed."""
+    return int(v) if float(v).is_integer() else v
+
+
 # Fields whose value an error message must never quote.
 SECRET_FIELDS = ("api_key",)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -61,7 +66,8 @@ class Settings(StrictModel):
 
     chunk_size: int = Field(256, ge=16, le=65536)
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
-    l1_size_gb: int = Field(1, ge=1, le=4096)
+    # GiB, fractions allowed (0.25 for an 8-node fleet on one small box); `p2pctl init` sizes it (spec.sizing).
+    l1_size_gb: float = Field(1, gt=0, le=4096)
     l1_align_bytes: int = Field(65536, ge=4096)
     # false: servers keep their local cache but never join the P2P mesh (no --p2p-advertise-url): the
     # "P2P off" arm of `p2pctl bench placement`.
@@ -95,6 +101,11 @@ class Settings(StrictModel):
     # Opt-in: the retrieve step is faster, but end to end at 1k tokens it did not win yet (issue 14 notes).
     shm_transport: bool = False
 
+    @field_validator("l1_size_gb")
+    @classmethod
+    def _whole_gib_as_int(cls, v: float) -> float:
+        return _whole_as_int(v)
+
     @field_validator("l1_align_bytes")
     @classmethod
     def _power_of_two(cls, v: int) -> int:
@@ -106,7 +117,7 @@ class Settings(StrictModel):
 class InstanceSettings(StrictModel):
     """What one instance may set differently from its peers (everything else must match)."""
 
-    l1_size_gb: Optional[int] = Field(None, ge=1, le=4096)
+    l1_size_gb: Optional[float] = Field(None, gt=0, le=4096)
     eviction_policy: Optional[Literal["LRU", "ARC", "IsolatedLRU", "noop"]] = None
     heartbeat_interval: Optional[float] = Field(None, gt=0, le=60)
     p2p_lookup_timeout: Optional[float] = Field(None, gt=0)
@@ -123,6 +134,11 @@ class InstanceSettings(StrictModel):
     def _server_args(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         return None if v is None else _check_server_args(v)
     shm_transport: Optional[bool] = None
+
+    @field_validator("l1_size_gb")
+    @classmethod
+    def _whole_gib_as_int(cls, v: Optional[float]) -> Optional[float]:
+        return None if v is None else _whole_as_int(v)
 
 
 # The embedded engine's flags (p2p_runtime.config.EngineConfig) are the one source of the `engine:` section:

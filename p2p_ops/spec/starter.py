@@ -13,16 +13,23 @@ from p2p_ops.errors import BadInput
 from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec import ports as port_defaults
 from p2p_ops.spec.settings import EngineSettings, Settings, VllmSettings
+from p2p_ops.spec.sizing import size_nodes
+from p2p_runtime.profiles import PROFILE_NAMES, TINY
+from p2p_runtime.profiles import resolve as resolve_profile
 
 
 def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = None,
                 runtime: str = "embedded", vllm: Optional[dict[str, Any]] = None,
-                cpu_count: int = 1) -> dict[str, Any]:
+                cpu_count: int = 1, profile: str = TINY, memory_budget_gib: Optional[float] = None) -> dict[str, Any]:
     """A ready-to-run fleet of n single-instance nodes on loopback, as plain data (for YAML).
 
     runtime "vllm" gives a CPU fleet (vLLM's CPU build) sized for a small box: 1 GiB of vLLM KV cache and
     1 GiB of L1 per instance, each vLLM's threads bound to its own core (of cpu_count) where there are enough;
     `vllm` adds or overrides keys of the `vllm:` section (model_path, venv).
+
+    runtime "embedded" stores KV at `profile`'s geometry (p2p_runtime.profiles): chunk, block and L1 page sizes
+    follow it, and L1 and engine KV per node are sized for `memory_budget_gib` (spec.sizing; None: the most
+    generous size, which is today's defaults for the tiny profile).
     """
     if n < 1 or n > 64:
         raise BadInput(f"--local {n}: choose between 1 and 64 nodes")
@@ -52,9 +59,30 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
         for i, node in enumerate(nodes):
             node["instances"][0]["cpus"] = str(i % cpu_count) if cpu_count > 1 else ""
     else:
-        data["engine"] = EngineSettings().model_dump()
+        data["settings"], data["engine"] = profile_sections(n, profile, memory_budget_gib)
     data["nodes"] = nodes
     return data
+
+
+# A real profile's lookup waits for a pull of up to a whole context (hundreds of MiB): the tiny profile's 2 s would
+# count a slow-but-working pull on a busy box as a failure and recompute.
+REAL_PROFILE_LMCACHE_TIMEOUT_S = 10.0
+
+
+def profile_sections(n: int, profile: str, memory_budget_gib: Optional[float]) -> tuple[dict, dict]:
+    """The `settings:` and `engine:` sections of an embedded fleet at a KV profile, sized for the budget."""
+    engine = EngineSettings()
+    try:
+        kv = resolve_profile(profile, engine.num_layers, engine.num_heads, engine.head_size)
+    except ValueError:
+        raise BadInput(f"--profile {profile}: use one of {', '.join(PROFILE_NAMES)}") from None
+    size = size_nodes(n, kv, memory_budget_gib)
+    settings = Settings(server_nice=10, chunk_size=kv.chunk_size, l1_align_bytes=kv.l1_align_bytes,
+                        l1_size_gb=size.l1_size_gb)
+    engine = EngineSettings(profile=profile, block_size=kv.block_size, max_model_len=size.max_model_len,
+                            num_blocks=size.num_blocks, lmcache_timeout=engine.lmcache_timeout if profile == TINY
+                            else REAL_PROFILE_LMCACHE_TIMEOUT_S)
+    return settings.model_dump(), engine.model_dump()
 
 
 # `init --runtime vllm`'s defaults: the venv `make setup-vllm` makes in the checkout, and the model folder

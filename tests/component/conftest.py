@@ -94,10 +94,11 @@ class _Process:
 class LMCacheServer(_Process):
     """``lmcache server`` in engine-driven CPU mode on free loopback ports."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, extra: tuple[str, ...] = ()) -> None:
         super().__init__(log)
         self.port = free_port()
         self.http_port = free_port()
+        self.extra = list(extra)
 
     @property
     def rpc_url(self) -> str:
@@ -111,7 +112,7 @@ class LMCacheServer(_Process):
         self._spawn([str(LMCACHE), "server", "--host", "127.0.0.1", "--port", str(self.port),
                      "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
                      "--l1-size-gb", "1", "--l1-init-size-gb", "1", "--eviction-policy", "LRU",
-                     "--supported-transfer-mode", "auto"])
+                     "--supported-transfer-mode", "auto", *self.extra])
         wait_until(self._healthy, f"lmcache server {self.http_url}/status", timeout_s, self.log,
                    interval_s=0.5)
         return self

@@ -95,7 +95,7 @@ def test_the_batched_read_of_a_running_node_parses_into_its_facts(fakes):
     assert ia.env_file == {"PYTHONHASHSEED": "0", "LMCACHE_CHUNK_SIZE": "256"}  # no HF_TOKEN: never kept
     assert ia.process_env["PYTHONHASHSEED"] == "0" and ia.process_env["UCX_TLS"] is None
     assert ia.engine_env == {"P2P_ENGINE_MODEL_SEED": "0", "P2P_ENGINE_NUM_LAYERS": "4", "P2P_ENGINE_NUM_HEADS": None,
-                             "P2P_ENGINE_HEAD_SIZE": None}
+                             "P2P_ENGINE_HEAD_SIZE": None, "P2P_ENGINE_PROFILE": None}
     assert ia.status["p2p_state"] == "registered" and ia.config == {"mp": {}} and ia.lmc_version == "0.5.6"
     assert (ib.server_state, ib.status, ib.none_hash) == ("none", None, None) and ib.env_file_rendered
     # The wide listener is the server's child (session 101): the doctor names it.

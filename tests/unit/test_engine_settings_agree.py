@@ -25,7 +25,7 @@ SPEC_KEYS = list(EngineSettings.model_fields)
 # A value other than the default for every key of `engine:`: with the default, a flag the template dropped
 # would still come out right (the engine would fall back to the same number).
 CHANGED = {
-    "model_seed": 7, "num_layers": 3, "num_heads": 2, "head_size": 16, "vocab_size": 300, "max_model_len": 2048,
+    "model_seed": 7, "num_layers": 3, "num_heads": 2, "head_size": 16, "profile": "llama-3-8b", "vocab_size": 300, "max_model_len": 2048,
     "block_size": 32, "num_blocks": 100, "max_num_seqs": 3, "threads": 2, "lmcache_timeout": 1.5,
     "lmcache_reconnect_interval": 0.5, "prefill_us_per_token": 12.5, "decode_ms_per_token": 3.0,
     "load_us_per_token": 0.25, "timing_jitter": 0.1, "timing_seed": 9, "log_level": "debug", "log_format": "json",
@@ -103,4 +103,4 @@ def test_env_sh_carries_the_engine_model_peers_compare(monkeypatch):
             key = name.removeprefix("P2P_ENGINE_").lower()
             assert env[name] == str(CHANGED[key]), name
         models.add(engine_model(env))
-    assert models == {"seed=7 layers=3 heads=2 head_size=16"}
+    assert models == {"seed=7 layers=3 heads=2 head_size=16 profile=llama-3-8b"}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops.facts.logs import file_copy_fact, log_excerpt_fact, log_grep_fact, log_tail_fact
+from p2p_ops.facts.memory import MEMINFO
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.pidfile import Watched, pid_states_fact
@@ -26,6 +27,7 @@ BUILDERS = {
     "pid_states": lambda a: pid_states_fact([Watched(f"/p{i}", f"m{i}", f"/w{i}") for i in range(a["count"])]),
     "paths": lambda a: paths_fact(a["wanted"]),
     "ipv4_interfaces": lambda a: IPV4_INTERFACES,
+    "meminfo": lambda a: MEMINFO,
 }
 
 

@@ -1,0 +1,36 @@
+"""How much memory a host has, and how much it can still give: `/proc/meminfo`'s MemTotal and MemAvailable.
+
+    parse_meminfo("MemTotal:  24576000 kB\\nMemFree: 1000 kB\\nMemAvailable: 16384000 kB\\n")
+        -> Memory(total_bytes=25165824000, available_bytes=16777216000)
+
+`p2pctl init --local N` sizes each node's L1 and engine KV from it (spec.sizing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from p2p_ops.facts.base import CommandFact
+
+
+@dataclass(frozen=True)
+class Memory:
+    total_bytes: int
+    available_bytes: int
+
+
+def parse_meminfo(text: str) -> Optional[Memory]:
+    """None when either line is missing (not Linux, or /proc not mounted)."""
+    kib = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if name in ("MemTotal", "MemAvailable") and parts and parts[0].isdigit():
+            kib[name] = int(parts[0])
+    if len(kib) < 2:
+        return None
+    return Memory(kib["MemTotal"] * 1024, kib["MemAvailable"] * 1024)
+
+
+MEMINFO: CommandFact[Optional[Memory]] = CommandFact("meminfo", ("cat", "/proc/meminfo"), parse_meminfo)

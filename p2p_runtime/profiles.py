@@ -1,0 +1,106 @@
+"""Named KV geometries: what a real model's paged KV cache looks like, byte for byte.
+
+A profile fixes the layout of the KV the engine registers with LMCache, stores and loads: layers, KV heads,
+head size and dtype, exactly as the model's ``config.json`` gives them (vLLM's KV cache dtype ``auto`` follows
+the model's dtype), plus the block and chunk sizes a GPU fleet runs with (vLLM's CUDA default of 16 tokens per
+block, LMCache's default chunk of 256 tokens). The compute stays the tiny model's (``kv_layout`` explains how
+its KV is expanded into the profile's bytes and how every loaded byte stays checked).
+
+``tiny`` is the engine's own geometry (its ``--num-layers``, ``--num-heads``, ``--head-size``, float32): 2 KiB per
+token with the defaults. Add a profile by adding a row to PROFILES; nothing else names them.
+
+API (pure, no torch import):
+
+    PROFILES["llama-3-8b"].bytes_per_token   -> 131072 (128 KiB: 2 x 32 layers x 8 KV heads x 128 x bf16)
+    PROFILES["qwen3-32b"].chunk_bytes        -> 67108864 (one 256-token LMCache chunk object)
+    PROFILES["llama-3-8b"].l1_align_bytes    -> 65536
+    resolve(name, num_layers, num_heads, head_size) -> the KVProfile an engine with that compute geometry uses
+    PROFILE_NAMES                            -> ("tiny", "llama-3-8b", "qwen3-8b", "qwen3-32b", "gpt-oss-120b")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+TINY = "tiny"
+# The P2P recommendation for --l1-align-bytes (LMCache's docs): NIXL registers L1 in pages of this size.
+P2P_ALIGN_BYTES = 65536
+# Bytes per value; torch is imported only where tensors are made (the fleet spec reads this module without it).
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class KVProfile:
+    """The KV a model writes per token, and the block/chunk sizes its fleet uses."""
+
+    name: str
+    layers: int
+    kv_heads: int
+    head_size: int
+    dtype: str
+    source: str
+    block_size: int = 16
+    chunk_size: int = 256
+
+    @property
+    def torch_dtype(self) -> "torch.dtype":
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V of every layer for one token."""
+        return 2 * self.layers * self.kv_heads * self.head_size * _DTYPE_BYTES[self.dtype]
+
+    @property
+    def chunk_bytes(self) -> int:
+        """One LMCache chunk object (chunk_size tokens of every layer)."""
+        return self.bytes_per_token * self.chunk_size
+
+    @property
+    def l1_align_bytes(self) -> int:
+        """The P2P alignment when a chunk is a whole number of such pages (every real profile), else the
+        largest power of two that divides a chunk, so that no L1 object wastes a partial page."""
+        align = P2P_ALIGN_BYTES
+        while self.chunk_bytes % align:
+            align //= 2
+        return max(align, 4096)
+
+
+# Geometry from each model's Hugging Face config.json (num_hidden_layers, num_key_value_heads, head_dim or
+# hidden_size / num_attention_heads, torch_dtype).
+PROFILES: dict[str, KVProfile] = {p.name: p for p in (
+    KVProfile("llama-3-8b", 32, 8, 128, "bfloat16", "meta-llama/Meta-Llama-3-8B: 32 layers, 8 KV heads x 128"),
+    KVProfile("qwen3-8b", 36, 8, 128, "bfloat16", "Qwen/Qwen3-8B: 36 layers, 8 KV heads x 128"),
+    KVProfile("qwen3-32b", 64, 8, 128, "bfloat16", "Qwen/Qwen3-32B: 64 layers, 8 KV heads x 128"),
+    # The model of llm-d's published H200 figures (timing.TIMING_PROFILES are fitted to them).
+    KVProfile("gpt-oss-120b", 36, 8, 64, "bfloat16", "openai/gpt-oss-120b: 36 layers, 8 KV heads x 64"),
+)}
+PROFILE_NAMES = (TINY, *PROFILES)
+
+
+def tiny_profile(num_layers: int, num_heads: int, head_size: int) -> KVProfile:
+    """The engine's own geometry as a profile: every KV byte is one the model computed."""
+    return KVProfile(TINY, num_layers, num_heads, head_size, "float32", "the engine's compute geometry")
+
+
+def resolve(name: str, num_layers: int, num_heads: int, head_size: int) -> KVProfile:
+    """The profile called `name` for an engine computing with the given geometry.
+
+    Raises:
+        ValueError: For an unknown name, or a compute geometry the profile's layout cannot hold.
+    """
+    if name == TINY:
+        return tiny_profile(num_layers, num_heads, head_size)
+    if name not in PROFILES:
+        raise ValueError(f"--profile {name!r}: use one of {', '.join(PROFILE_NAMES)}")
+    p = PROFILES[name]
+    if num_layers > p.layers or num_heads * head_size > p.kv_heads * p.head_size:
+        raise ValueError(f"--profile {name} stores {p.layers} layers of {p.kv_heads}x{p.head_size} values: the "
+                         f"model's {num_layers} layers of {num_heads}x{head_size} must fit in it")
+    return p
