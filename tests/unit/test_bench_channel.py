@@ -1,7 +1,7 @@
 """The transfer-channel benchmark wrapper: its parser on captured client runs, its sweep through fake nodes.
 
-tests/fixtures/bench/channel/ holds real client outputs of `lmcache tool transfer-channel-benchmark` (LMCache
-0.5.6, NIXL 1.5.1, UCX over TCP on lo), captured through `p2p_ops.bench.channel` itself.
+tests/fixtures/bench/channel/ holds client outputs of `lmcache tool transfer-channel-benchmark` (LMCache 0.5.6)
+rebuilt from the tool's print statements (its README says how to replace them with captured runs).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from p2p_ops.bench import channel
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact
-from tests.support.fake_connector import expect, fact, pid_states, start, stop
+from p2p_ops.lifecycle import procs
+from tests.support.fake_connector import act, expect, fact, pid_states, start
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "channel"
 MIB = 1 << 20
@@ -25,7 +26,7 @@ def _captured(name: str) -> str:
 
 
 @pytest.mark.parametrize("name,count", [("client_ok_1.txt", 1), ("client_ok_16.txt", 16)])
-def test_captured_runs_parse_to_figures(name, count):
+def test_client_reports_parse_to_figures(name, count):
     run = channel.parse_client_output(_captured(name), verify=True, object_size=MIB, num_objects=count)
     assert run.ok and run.verified and not run.error
     assert run.channel_type == "nixl" and (run.iters, run.warmup) == (5, 1)
@@ -37,7 +38,7 @@ def test_captured_runs_parse_to_figures(name, count):
     assert run.connect_s is not None
 
 
-def test_captured_failures_name_the_cause():
+def test_failed_client_runs_name_the_cause():
     mismatch = channel.parse_client_output(_captured("client_page_mismatch.txt"), True, MIB, 1)
     assert not mismatch.ok and "page_size mismatch" in mismatch.error and mismatch.median_gbps is None
     lost = channel.parse_client_output(_captured("client_no_server.txt"), True, MIB, 1)
@@ -99,7 +100,7 @@ def test_sweep_one_server_one_client_per_count(fakes, tmp_path):
     proc = channel.server_proc(server, ports)
     server.conn.expect(expect("mkdir -p /run/a"), start(proc),
                        fact(log_grep_fact(proc.log, [re.escape(channel.READY_LINE)], 1), "[server] ready: ..."),
-                       stop(proc))
+                       act(lambda c: procs.stop(c, proc, grace_s=10), "stopped\n"))
     for n in opts.counts:
         client.conn.expect(expect(channel.client_command(server, client, opts, ports, n),
                                   _captured(f"client_ok_{n}.txt")))
@@ -123,8 +124,8 @@ def test_a_server_that_dies_is_reported_with_its_log_and_stopped(fakes, tmp_path
                        fact(log_grep_fact(proc.log, [re.escape(channel.READY_LINE)], 1), ""),
                        pid_states([proc], {proc.name: "dead 4242"}),
                        fact(log_excerpt_fact(proc.log), "RuntimeError: source pool does not fit"),
-                       stop(proc, "dead"))
-    with pytest.raises(CouldNotRun, match="did not get ready.*\n.*source pool does not fit"):
+                       act(lambda c: procs.stop(c, proc, grace_s=5), "dead\n"))
+    with pytest.raises(CouldNotRun, match=r"(?s)did not get ready.*source pool does not fit"):
         channel.run_channel(server, client, channel.Options(MIB, (1,)), ports)
 
 
