@@ -165,3 +165,16 @@ def test_transfer_table_has_a_row_per_size_and_memcpy_beside_it():
     lines = transfer_table({"rows": [_row(1, 1.0), _row(16, 4.0, ok=False)]}).splitlines()
     assert "memcpy GB/s" in lines[0] and len(lines) == 3
     assert lines[1].split()[:2] == ["1.00", "1"] and "5.00" in lines[1] and lines[2].split()[-1] != "yes"
+
+
+@pytest.mark.parametrize("count", [1, 16])
+def test_captured_runs_parse_the_same(count):
+    # Real runs (127.0.0.1, UCX_NET_DEVICES=lo, a busy 2-core box); the client segfaulted after its report
+    # (exit 139, in NIXL/UCX teardown), which run_client turns into a failed run.
+    run = channel.parse_client_output(_captured(f"captured/client_ok_{count}.txt"), True, MIB, count)
+    assert run.ok and run.verified and len(run.times_ms) == 5 and run.p99_ms == max(run.times_ms)
+    assert abs(run.p50_ms - run.median_ms) < 0.01 and run.median_gbps > 0
+    assert "page_size mismatch" in channel.parse_client_output(
+        _captured("captured/client_page_mismatch.txt"), True, MIB, 1).error
+    assert "timed out fetching catalog" in channel.parse_client_output(
+        _captured("captured/client_no_server.txt"), True, MIB, 1).error
