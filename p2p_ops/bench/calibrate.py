@@ -25,6 +25,7 @@ from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
+from p2p_ops.spec.transfer_sizes import fleet_size_plan, size_plan
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
 QUICK_LENGTHS = (256, 512, 1024, 2048, 4096)
@@ -32,9 +33,11 @@ QUICK_LENGTHS = (256, 512, 1024, 2048, 4096)
 _CONTEXT_MARGIN = 2
 
 
-def advice(rows: list, doc_tokens: int) -> dict:
+def advice(rows: list, doc_tokens: int, bytes_per_token: Optional[int] = None, chunk_tokens: int = 256,
+           page_size: int = 65536) -> dict:
     """Pure: the shortest length from which the pull wins at every longer length, and the cache-aware threshold
-    (the fraction of a typical request such a prefix is)."""
+    (the fraction of a typical request such a prefix is). With the fleet's bytes per token, also what that
+    prefix weighs on the wire (`spec.transfer_sizes`, the numbers `bench transfer` sweeps)."""
     wins = [r.ttft_pulled_b_s < r.ttft_recompute_b_s and r.cached_tokens_b > 0 for r in rows]
     crossover_tokens = None
     for i, r in enumerate(rows):
@@ -44,7 +47,15 @@ def advice(rows: list, doc_tokens: int) -> dict:
     out = {"min_pull_tokens": crossover_tokens, "doc_tokens": doc_tokens, "cache_threshold": None}
     if crossover_tokens is not None and doc_tokens:
         out["cache_threshold"] = round(min(1.0, crossover_tokens / doc_tokens), 2)
+    if bytes_per_token and crossover_tokens is not None and crossover_tokens >= chunk_tokens:
+        sizes = size_plan(bytes_per_token, chunk_tokens, crossover_tokens, page_size)
+        out.update(chunk_bytes=sizes.chunk_bytes, min_pull_bytes=sizes.prefix_bytes)
     return out
+
+
+def fleet_advice(ctx: FleetContext, rows: list, doc_tokens: int) -> dict:
+    plan = fleet_size_plan(ctx.fleet, max(doc_tokens, ctx.fleet.settings.chunk_size))
+    return advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
 
 
 def prompt_limit(ctx: FleetContext) -> Optional[int]:
@@ -75,7 +86,7 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     rows, failures = [], []
 
     def record() -> dict[str, Any]:
-        doc = document(ctx, rows, failures, skipped, advice(rows, doc_tokens or max(lengths)), repeats, launched)
+        doc = document(ctx, rows, failures, skipped, fleet_advice(ctx, rows, doc_tokens or max(lengths)), repeats, launched)
         _write(out_dir, doc, rows)
         return doc
 
@@ -149,5 +160,8 @@ def summary(doc: dict[str, Any]) -> str:
         lines.append(f"Advice: pull prefixes of {adv['min_pull_tokens']} tokens or more (llm-d: "
                      f"minCachedTokenDelta={adv['min_pull_tokens']}); for requests of ~{adv['doc_tokens']} tokens "
                      f"start vllm-router with --cache-threshold {adv['cache_threshold']} "
-                     f"(router.cache_threshold in the fleet spec).")
+                     f"(router.cache_threshold in the fleet spec)."
+                     + (f" Such a prefix is {adv['min_pull_bytes'] / 2**20:.1f} MiB on the wire, "
+                        f"{adv['chunk_bytes'] / 2**20:.2f} MiB per chunk (`p2pctl bench transfer` sweeps these "
+                        "sizes)." if adv.get("min_pull_bytes") else ""))
     return "\n".join(lines) + "\n"

@@ -74,6 +74,52 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                "--launch p2p-run/bench/<UTC time>-calibrate)")
     add_json_arg(c)
     c.set_defaults(handler=cmd_calibrate)
+    register_transfer(bsub)
+
+
+def register_transfer(bsub: argparse._SubParsersAction) -> None:
+    t = bsub.add_parser(
+        "transfer", help="LMCache's transfer-channel benchmark between two nodes of the fleet, beside memcpy",
+        description="Runs `lmcache tool transfer-channel-benchmark` (server on --source, client on --reader, "
+                    "--verify) on the fleet's UCX_TLS / UCX_NET_DEVICES / l1_align_bytes, for one chunk up to "
+                    "the prefix of --prompt-tokens at the fleet's KV profile; prints GB/s and p50/p99 per size "
+                    "with memcpy on the reader, and a verdict against --need-ms for the whole prefix. Starts "
+                    "its own benchmark processes on free ports; the fleet need not be running.",
+        epilog="exit codes: 0 every read verified and fast enough, 1 a read failed or was too slow, 2 bad input")
+    add_fleet_args(t)
+    t.add_argument("--source", default=None, help="node that serves the bytes (default: the first node)")
+    t.add_argument("--reader", default=None, help="node that reads them (default: the second node, else the first)")
+    t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
+    t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
+    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default 100)")
+    add_json_arg(t)
+    t.set_defaults(handler=cmd_transfer)
+
+
+def cmd_transfer(args: argparse.Namespace) -> int:
+    from p2p_ops.bench import transfer
+
+    ctx = context(args)
+    names = [n.name for n in ctx.fleet.nodes]
+    source = args.source or names[0]
+    reader = args.reader or (names[1] if len(names) > 1 else names[0])
+    doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters,
+                                args.need_ms or transfer.NEED_MS, _progress)
+    if args.json:
+        emit_json(doc)
+    else:
+        console().print(transfer_table(doc))
+        console().print(doc["verdict"])
+    return EXIT_OK if doc["ok"] else EXIT_CHECK_FAILED
+
+
+def transfer_table(doc: dict) -> str:
+    lines = ["size (MiB)  chunks  GB/s (median)  p50 ms  p99 ms  memcpy GB/s  verified"]
+    for r in doc["rows"]:
+        lines.append(f"{r['payload_bytes'] / 2**20:>10.2f}  {r['num_objects']:>6}  {r['median_gbps'] or 0:>13.2f}  "
+                     f"{r['p50_ms'] or 0:>6.2f}  {r['p99_ms'] or 0:>6.2f}  {r['memcpy_gbps'] or 0:>11.2f}  "
+                     f"{'yes' if r['verified'] else 'NO ' + r['error'][:40]}")
+    return "\n".join(lines)
 
 
 def add_port_offset_arg(p: argparse.ArgumentParser, prefix: str = "", ports: str = "the fleet's ports") -> None:

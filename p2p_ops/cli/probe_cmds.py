@@ -89,6 +89,9 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
         f"{d.name} (NUMA {d.numa_node if d.numa_node is not None else '?'}; "
         + ", ".join(f"port {pt.port} {pt.state} {pt.link_layer} {pt.rate}".strip() for pt in d.ports)
         + (f"; {','.join(d.netdevs)}" if d.netdevs else "") + ")" for d in p.rdma) or "none"))
+    for plan in p.nic_plan:
+        rows.append((f"NIC plan {plan.instance}", (f"UCX_NET_DEVICES={plan.net_devices} UCX_MAX_RMA_RAILS="
+                                                  f"{plan.max_rma_rails}; " if plan.devices else "") + plan.why))
     free = [pc for pc in p.ports if pc.state == "free"]
     other = [f"{pc.port} {pc.role}: {pc.state} ({pc.holder})" for pc in p.ports if pc.state != "free"]
     rows.append(("ports", f"{len(free)}/{len(p.ports)} free" + ("; " + "; ".join(other) if other else "")))

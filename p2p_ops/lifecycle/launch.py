@@ -20,6 +20,7 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.lock import WAIT_S, fleet_lock, record_down
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.nic_plan import InstancePlan, read_plans
 from p2p_ops.lifecycle.preflight.reach import preflight
 from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, render_fleet, write_rendered
 from p2p_ops.lifecycle.status import FleetReport, report
@@ -38,10 +39,17 @@ def _quiet(_: str) -> None:
 
 # ---- render ------------------------------------------------------------------------------------------
 
+def nic_plans(ctx: FleetContext, only: Optional[str] = None) -> dict[str, InstancePlan]:
+    """Each instance's NIC plan, read on nodes off loopback; a node that cannot be read renders without one
+    (env.sh then pins the interface of the node's address at start, as before)."""
+    found = ctx.for_each_node(lambda node: read_plans(ctx.conn(node), ctx.fleet, node), only)
+    return {k: v for plans in found.values() if isinstance(plans, dict) for k, v in plans.items()}
+
+
 def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
     """Write every file here (the control copy, kept as evidence), then copy each node's files to its run
     folder when that is elsewhere (an SSH host, or a local node with its own run_dir), nodes in parallel."""
-    files = render_fleet(ctx.fleet, ctx.node_layout)
+    files = render_fleet(ctx.fleet, ctx.node_layout, nic_plans(ctx, only))
     write_rendered(files, ctx.layout)
 
     def copy(node: Node) -> None:

@@ -7,15 +7,17 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Optional
 
 import jinja2
 
 from p2p_ops import files
+from p2p_ops.lifecycle.nic_plan import InstancePlan
 from p2p_ops.resources import CHECKOUT, template_text
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.spec.model import Fleet, Instance, Node, hostport
 from p2p_ops.spec.units import INSTANCE_ROLES
+from p2p_ops.spec.settings import Settings
 
 
 def template_env() -> jinja2.Environment:
@@ -150,8 +152,19 @@ def render_router(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list
                          env.get_template("start_router.sh.j2").render(ctx), True)]
 
 
-def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
-    """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder."""
+def _planned(fleet: Fleet, inst: Instance, plan: Optional[InstancePlan]) -> tuple[Settings, Optional[InstancePlan]]:
+    """The instance's settings with its NIC plan's devices where the spec leaves UCX_NET_DEVICES unset."""
+    s = fleet.effective_settings(inst)
+    if plan is None or not plan.devices or s.ucx_net_devices:
+        return s, None
+    return s.model_copy(update={"ucx_net_devices": plan.net_devices}), plan
+
+
+def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout],
+                 nic_plans: Optional[Mapping[str, InstancePlan]] = None) -> list[RenderedFile]:
+    """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder;
+    nic_plans (by instance id, `lifecycle.nic_plan`) fill UCX_NET_DEVICES and UCX_MAX_RMA_RAILS where the
+    spec leaves the devices unset."""
     env = template_env()
     files: list[RenderedFile] = []
     coord_node = fleet.coordinator_node()
@@ -166,7 +179,8 @@ def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[
     files.append(RenderedFile(coord_node.name, COORDINATOR, "start_coordinator.sh",
                               env.get_template("start_coordinator.sh.j2").render(ctx), True))
     for node, inst in fleet.instances():
-        ctx = dict(fleet=fleet, node=node, inst=inst, s=fleet.effective_settings(inst), e=fleet.engine,
+        s, plan = _planned(fleet, inst, (nic_plans or {}).get(inst.id))
+        ctx = dict(fleet=fleet, node=node, inst=inst, s=s, nic_plan=plan, e=fleet.engine,
                    v=fleet.vllm, instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
                    kv_transfer_config=kv_transfer_config(node, inst), vllm_python=vllm_python(fleet, node),
                    vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model,

@@ -150,7 +150,7 @@ def test_node_read_runs_here_and_every_fact_parses(tmp_path):
     python = str(Path(sys.executable).parent / "python")
     facts = node_facts(python, str(tmp_path / "not" / "yet"), "Qwen/Qwen3-8B")
     read = sections.read_node(LocalConnector("node-a"), facts)
-    assert set(read) == {"host", "python", "gpus", "rdma", "ports", "disk", "memlock", "model"}
+    assert set(read) == {"host", "python", "gpus", "rdma", "topo", "ports", "disk", "memlock", "model"}
     assert all(r.exit_code != -1 for r in read.values())
     probe = NodeProbe("node-a", "127.0.0.1", "local")
     fill(probe, facts, read, fleet, node, {})

@@ -17,6 +17,8 @@ from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
+from p2p_ops.facts.topo import parse_topo
+from p2p_ops.lifecycle.nic_plan import check_pin, plan_node
 
 _HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
              "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
@@ -257,6 +259,23 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
                        "drop cuda_copy/cuda_ipc: rc,sm,self (RDMA) or tcp,sm,self")
 
 
+def _check_nic_pin(report: Report, facts: FleetFacts) -> None:
+    """A pinned UCX_NET_DEVICES on a down port or on another NUMA node than the instance's L1 (the NIC plan)."""
+    for node in facts.nodes:
+        if node.error or not node.rdma:
+            continue
+        topo = parse_topo(node.topo_text) if node.topo_text else None
+        mine = [i for i in facts.instances if i.node == node.node]
+        plans = plan_node([(i.instance, i.gpu) for i in mine], node.rdma, None if topo is None or topo.error else topo)
+        for inst, plan in zip(mine, plans):
+            pin, where = observed(inst, {})["UCX_NET_DEVICES"]
+            for problem in check_pin(pin or "", plan, node.rdma):
+                report.add("error", "nic_pin", inst.instance, f"UCX_NET_DEVICES={pin} ({where})",
+                           f"{inst.instance}'s P2P reads go through a NIC that cannot serve them well: {problem}",
+                           f"pin the NIC plan's UCX_NET_DEVICES={plan.net_devices or '(none active)'} "
+                           f"({plan.why}) in settings.ucx_net_devices, or leave it unset; re-render, restart")
+
+
 def _check_processes(report: Report, facts: FleetFacts) -> None:
     if not facts.any_running:
         return
@@ -289,6 +308,7 @@ def check(facts: FleetFacts) -> Report:
     _check_ports(report, facts)
     _check_binds(report, facts)
     _check_ucx_tls(report, facts)
+    _check_nic_pin(report, facts)
     if facts.any_running:
         _check_processes(report, facts)
         _check_coordinator(report, facts)

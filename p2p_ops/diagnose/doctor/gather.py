@@ -28,6 +28,7 @@ from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
@@ -149,7 +150,7 @@ def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str,
     """What the doctor reads on one node, by label (`<kind> <instance>` for per-instance facts)."""
     lay = ctx.node_layout(node)
     batch: dict[str, CommandFact] = {"packages": python_env_fact(f"{bin_dir_for(node)}/python"), "rdma": SYSFS_IB,
-                                     "listeners": LISTENERS, "sessions": SESSIONS}
+                                     "topo": NVIDIA_SMI_TOPO, "listeners": LISTENERS, "sessions": SESSIONS}
     for inst in node.instances:
         batch[f"env {inst.id}"] = env_file_fact(str(lay.env(inst.id)))
     if node.name == ctx.fleet.coordinator_node().name:
@@ -187,7 +188,9 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
         return batch[label].parse(read[label].output)
 
     nf.packages = value("packages").packages
-    nf.rdma_devices = len(value("rdma"))
+    nf.rdma = value("rdma")
+    nf.rdma_devices = len(nf.rdma)
+    nf.topo_text = read["topo"].output if "topo" in read and read["topo"].ok else ""
     nf.listeners = value("listeners")
     nf.sessions = value("sessions")
     nf.reach = value("reach") if "reach" in batch else []
@@ -245,7 +248,7 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
         sproc, eproc = ctx.unit("server", inst), ctx.unit("engine", inst)
         facts.instances.append(InstanceFacts(
             inst.id, node.name, node.address, server_state=facts.proc_states.get(sproc.name, "unknown"),
-            engine_state=facts.proc_states.get(eproc.name, "unknown"), pid=pids.get(sproc.name)))
+            engine_state=facts.proc_states.get(eproc.name, "unknown"), pid=pids.get(sproc.name), gpu=inst.gpu))
     by_id = {i.instance: i for i in facts.instances}
 
     def node_http(node: Node) -> None:

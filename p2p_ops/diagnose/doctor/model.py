@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.listeners import Listener
 from p2p_ops.facts.reach import Reach
 from p2p_ops.spec.units import PlannedPort
@@ -40,6 +41,7 @@ class InstanceFacts:
     # The algorithm LMCache could not load from vLLM ("Could not load 'builtin' from vLLM. Using builtin hash"):
     # the server really hashes with Python's hash(), whatever its settings say.
     hash_fallback: Optional[str] = None
+    gpu: Optional[int] = None                      # the spec's GPU index (the NIC plan's anchor)
 
     @property
     def running(self) -> bool:
@@ -53,6 +55,8 @@ class NodeFacts:
     error: Optional[str] = None
     packages: dict[str, Optional[str]] = field(default_factory=dict)
     rdma_devices: Optional[int] = None
+    rdma: list[IbDevice] = field(default_factory=list)
+    topo_text: str = ""                            # `nvidia-smi topo -m` as read ("" without nvidia-smi)
     listeners: list[Listener] = field(default_factory=list)
     reach: list[Reach] = field(default_factory=list)
     # pid -> session id of every process on the node; a fleet process leads its own session (setsid), so a

@@ -96,6 +96,8 @@ def observed(inst: InstanceFacts, packages: dict[str, Optional[str]]) -> dict[st
             out[key] = got
     tls = pe.get("UCX_TLS") if inst.running and pe else ef.get("UCX_TLS")
     out["UCX_TLS"] = (tls or "(unset)", "process" if inst.running and pe else envsrc)
+    devices = pe.get("UCX_NET_DEVICES") if inst.running and pe else ef.get("UCX_NET_DEVICES")
+    out["UCX_NET_DEVICES"] = (devices or "", "process" if inst.running and pe else envsrc)
     return out
 
 

@@ -27,8 +27,10 @@ from p2p_ops.facts.python_env import PythonEnv, python_env_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
+from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.nic_plan import InstancePlan, plan_from_reads
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.spec.model import Fleet, Node
 from p2p_ops.spec.units import port_plan
@@ -36,7 +38,7 @@ from p2p_ops.spec.units import port_plan
 
 def node_facts(python: str, run_dir: str, model: Optional[str]) -> dict[str, CommandFact]:
     """What the probe reads on one node, by label. `model` None skips the model-cache check (embedded)."""
-    return {"host": HOST, "python": python_env_fact(python), "gpus": GPUS, "rdma": SYSFS_IB,
+    return {"host": HOST, "python": python_env_fact(python), "gpus": GPUS, "rdma": SYSFS_IB, "topo": NVIDIA_SMI_TOPO,
             "ports": LISTENERS, "disk": disk_fact(run_dir), "memlock": ULIMIT_L, "model": model_cache_fact(model)}
 
 
@@ -59,6 +61,7 @@ class NodeProbe:
     python: Optional[PythonEnv] = None
     gpus: Optional[list[Gpu]] = None     # None: no nvidia-smi
     rdma: list[IbDevice] = field(default_factory=list)
+    nic_plan: list[InstancePlan] = field(default_factory=list)   # what render pins where the spec does not
     ports: list[PortCheck] = field(default_factory=list)
     disk_path: str = ""
     disk: Optional[Disk] = None
@@ -143,6 +146,7 @@ def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Resul
     result.python = value("python")
     result.gpus = value("gpus") if read["gpus"].exit_code != -1 else None
     result.rdma = value("rdma")
+    result.nic_plan = plan_from_reads([(i.id, i.gpu) for i in node.instances], read)
     result.ports = check_ports(planned_ports(fleet, node), value("ports"), ours)
     result.disk = value("disk")
     result.memlock = value("memlock")

@@ -1,0 +1,90 @@
+"""`p2pctl bench transfer`: can this fabric move the fleet's KV fast enough? LMCache's channel sweep beside memcpy.
+
+Between two nodes of a fleet (the reader pulls from the source, as a P2P hit does), on the fleet's own transport
+settings (UCX_TLS, UCX_NET_DEVICES or the NIC plan's pick, l1_align_bytes as the page size), for the sizes the
+fleet's profile implies (`spec.transfer_sizes`: one chunk up to the prefix of `prompt_tokens`), with --verify.
+Each row also carries memcpy of the same bytes on the reader (the ceiling a copy into L1 has there). The verdict
+compares the whole prefix's read time with the fleet's need: `need_ms` (default: a tenth of a second, the order
+of a GPU prefill of that prefix; pass your own from `p2pctl calibrate`).
+
+    doc = run_transfer(ctx, source="node-a", reader="node-b", prompt_tokens=4096)
+    doc["rows"][i] -> {"payload_bytes", "median_gbps", "p50_ms", "p99_ms", "memcpy_gbps", "verified", ...}
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Callable, Optional
+
+from p2p_ops.bench import channel
+from p2p_ops.errors import BadInput
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import free_port
+from p2p_ops.lifecycle.render import bin_dir_for
+from p2p_ops.spec.model import Node
+from p2p_ops.spec.transfer_sizes import fleet_size_plan
+
+NEED_MS = 100.0
+# memcpy of `n` bytes with Python's buffer copy (a plain memcpy), best of 5, as GB/s.
+_MEMCPY = ("import sys, time\nn = int(sys.argv[1]); src = bytearray(n); dst = bytearray(n); best = 1e9\n"
+           "for _ in range(5):\n    t = time.perf_counter(); dst[:] = src; best = min(best, time.perf_counter() - t)\n"
+           "print(n / best / 1e9)\n")
+
+
+def _node(ctx: FleetContext, name: str) -> Node:
+    found = next((n for n in ctx.fleet.nodes if n.name == name), None)
+    if found is None:
+        raise BadInput(f"--{name!r}: no node of that name in the fleet; pick one of "
+                       + ", ".join(n.name for n in ctx.fleet.nodes))
+    return found
+
+
+def side(ctx: FleetContext, node: Node) -> channel.Side:
+    s = ctx.fleet.effective_settings(node.instances[0])
+    devices = s.ucx_net_devices or ("lo" if ctx.fleet.all_loopback else "")
+    return channel.Side(ctx.conn(node), node.bind_host, f"{bin_dir_for(node)}/python",
+                        str(ctx.node_layout(node).root / "bench-transfer"), channel.transport_env(s.ucx_tls, devices))
+
+
+def memcpy_gbps(s: channel.Side, nbytes: int) -> Optional[float]:
+    res = s.conn.run(f"{shlex.quote(s.python)} -c {shlex.quote(_MEMCPY)} {int(nbytes)}", timeout=120)
+    try:
+        return round(float(res.stdout.strip().splitlines()[-1]), 2)
+    except (ValueError, IndexError):
+        return None
+
+
+def verdict(rows: list[dict], need_ms: float) -> tuple[bool, str]:
+    """Pure: every read verified, and the whole prefix (the last row) read within need_ms."""
+    if not rows or not all(r["ok"] for r in rows):
+        bad = next((r for r in rows if not r["ok"]), None)
+        return False, f"FAIL: a read failed ({bad['error'] if bad else 'no rows'})"
+    last = rows[-1]
+    took = last["p50_ms"]
+    mib = last["payload_bytes"] / 2**20
+    if took is None or took > need_ms:
+        return False, (f"SLOW: the prefix ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:.0f} ms "
+                       "the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`")
+    return True, f"OK: the prefix ({mib:.1f} MiB) reads in {took:.1f} ms (p50), within {need_ms:.0f} ms"
+
+
+def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int, iters: int = 5,
+                 need_ms: float = NEED_MS, progress: Callable[[str], None] = lambda _: None) -> dict:
+    src, dst = _node(ctx, source), _node(ctx, reader)
+    plan = fleet_size_plan(ctx.fleet, prompt_tokens)
+    server, client = side(ctx, src), side(ctx, dst)
+    # Free here; on a remote node a port the kernel hands out here is very rarely taken there (the server's
+    # bind would then fail with its log shown).
+    ports = channel.Ports(free_port(), free_port(), free_port())
+    opts = channel.Options(plan.chunk_bytes, plan.counts, ctx.fleet.settings.l1_align_bytes, iters=iters)
+    progress(f"transfer sweep {source} -> {reader}: {len(plan.counts)} sizes, {plan.chunk_bytes} B chunks, "
+             f"ports {ports.transfer}/{ports.control}/{ports.listen}")
+    runs = channel.run_channel(server, client, opts, ports)
+    rows = []
+    for run in runs:
+        row = run.to_dict()
+        row["memcpy_gbps"] = memcpy_gbps(client, run.payload_bytes)
+        rows.append(row)
+    ok, line = verdict(rows, need_ms)
+    return {"source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
+            "rows": rows, "ok": ok, "verdict": line, "need_ms": need_ms}

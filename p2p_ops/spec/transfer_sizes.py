@@ -1,0 +1,59 @@
+"""The size plan (kvbench's idea): what a fleet's P2P reads weigh, from its model profile, chunk and prompt length.
+
+LMCache moves KV as chunk objects (`chunk_size` tokens of every layer) and a prefix hit reads all its chunks in
+one batch, so the sizes worth testing are one chunk up to the longest prefix, as whole chunks. Pure::
+
+    size_plan(bytes_per_token=131072, chunk_tokens=256, prompt_tokens=8192, page_size=65536)
+      -> SizePlan(chunk_bytes=33554432, prefix_chunks=32, prefix_bytes=1073741824, counts=(1, 2, 4, 8, 16, 32))
+    fleet_size_plan(fleet, prompt_tokens)   -> the same from a fleet's engine profile (p2p_runtime.profiles)
+
+`counts` are objects per read (`bench.channel.Options.counts`): powers of two, then the whole prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from p2p_ops.errors import BadInput
+from p2p_ops.spec.model import Fleet
+from p2p_runtime.profiles import resolve as resolve_profile
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    bytes_per_token: int
+    chunk_tokens: int
+    prompt_tokens: int
+    chunk_bytes: int       # one L1 object: a chunk's KV, rounded up to whole L1 pages
+    prefix_chunks: int     # whole chunks of the prompt (a partial last chunk is recomputed, never pulled)
+    prefix_bytes: int
+    counts: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "sizes_bytes": [n * self.chunk_bytes for n in self.counts]}
+
+
+def size_plan(bytes_per_token: int, chunk_tokens: int, prompt_tokens: int, page_size: int = 65536) -> SizePlan:
+    if bytes_per_token < 1 or chunk_tokens < 1 or page_size < 1:
+        raise BadInput(f"bytes per token {bytes_per_token}, chunk {chunk_tokens} tokens, page {page_size} bytes: "
+                       "each must be >= 1")
+    if prompt_tokens < chunk_tokens:
+        raise BadInput(f"prompt length {prompt_tokens} tokens is shorter than one chunk ({chunk_tokens} tokens): "
+                       "nothing would be pulled; give a prompt of at least one chunk")
+    chunk = -(-bytes_per_token * chunk_tokens // page_size) * page_size
+    chunks = prompt_tokens // chunk_tokens
+    counts = []
+    n = 1
+    while n < chunks:
+        counts.append(n)
+        n *= 2
+    counts.append(chunks)
+    return SizePlan(bytes_per_token, chunk_tokens, prompt_tokens, chunk, chunks, chunks * chunk, tuple(counts))
+
+
+def fleet_size_plan(fleet: Fleet, prompt_tokens: int) -> SizePlan:
+    """The plan for a fleet's own KV geometry (its engine profile) and chunk size."""
+    e = fleet.engine
+    profile = resolve_profile(e.profile, e.num_layers, e.num_heads, e.head_size)
+    return size_plan(profile.bytes_per_token, fleet.settings.chunk_size, prompt_tokens,
+                     fleet.settings.l1_align_bytes)

@@ -1,0 +1,180 @@
+"""The transfer-channel benchmark wrapper: its parser on captured client runs, its sweep through fake nodes.
+
+tests/fixtures/bench/channel/ holds client outputs of `lmcache tool transfer-channel-benchmark` (LMCache 0.5.6)
+rebuilt from the tool's print statements (its README says how to replace them with captured runs).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from p2p_ops.bench import channel
+from p2p_ops.errors import BadInput, CouldNotRun
+from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact
+from p2p_ops.lifecycle import procs
+from tests.support.fake_connector import act, expect, fact, pid_states, start
+
+CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "channel"
+MIB = 1 << 20
+
+
+def _captured(name: str) -> str:
+    return (CAPTURED / name).read_text()
+
+
+@pytest.mark.parametrize("name,count", [("client_ok_1.txt", 1), ("client_ok_16.txt", 16)])
+def test_client_reports_parse_to_figures(name, count):
+    run = channel.parse_client_output(_captured(name), verify=True, object_size=MIB, num_objects=count)
+    assert run.ok and run.verified and not run.error
+    assert run.channel_type == "nixl" and (run.iters, run.warmup) == (5, 1)
+    assert run.payload_bytes == count * MIB
+    assert run.best_ms <= run.median_ms and run.best_gbps >= run.median_gbps > 0
+    assert len(run.times_ms) == 5 and run.p99_ms == max(run.times_ms) and run.p50_ms == sorted(run.times_ms)[2]
+    # LMCache's median is the same read as our p50 (its ms are rounded to 2 places)
+    assert abs(run.p50_ms - run.median_ms) < 0.01
+    assert run.connect_s is not None
+
+
+def test_failed_client_runs_name_the_cause():
+    mismatch = channel.parse_client_output(_captured("client_page_mismatch.txt"), True, MIB, 1)
+    assert not mismatch.ok and "page_size mismatch" in mismatch.error and mismatch.median_gbps is None
+    lost = channel.parse_client_output(_captured("client_no_server.txt"), True, MIB, 1)
+    assert not lost.ok and "timed out fetching catalog" in lost.error
+
+
+def test_a_report_without_verify_ok_is_a_failed_check():
+    text = _captured("client_ok_1.txt").replace("verify OK", "verify skipped")
+    run = channel.parse_client_output(text, verify=True, object_size=MIB, num_objects=1)
+    assert not run.ok and run.verified is False and run.median_gbps  # figures kept, the run did not pass
+    assert channel.parse_client_output(text, verify=False, object_size=MIB, num_objects=1).ok
+
+
+def test_without_per_read_times_p50_is_the_median():
+    text = re.sub(r"^\[p2p\] times_ms .*$", "", _captured("client_ok_1.txt"), flags=re.M)
+    run = channel.parse_client_output(text, verify=True, object_size=MIB, num_objects=1)
+    assert run.ok and run.times_ms is None and run.p50_ms == run.median_ms and run.p99_ms is None
+
+
+def test_empty_output_is_a_failure_not_a_crash():
+    run = channel.parse_client_output("", verify=True, object_size=MIB, num_objects=1)
+    assert not run.ok and run.error == "the client printed nothing"
+
+
+def test_percentile_is_a_measured_value():
+    assert channel.percentile([5.0, 1.0, 3.0], 50) == 3.0
+    assert channel.percentile([5.0, 1.0, 3.0], 99) == 5.0
+    assert channel.percentile(list(map(float, range(1, 101))), 99) == 99.0
+
+
+@pytest.mark.parametrize("kw,field", [({"object_size": 3000}, "page size"), ({"counts": ()}, "counts"),
+                                      ({"counts": (0,)}, "counts"), ({"iters": 0}, "iters")])
+def test_bad_options_name_the_value(kw, field):
+    opts = channel.Options(**{"object_size": MIB, "counts": (1,), **kw})
+    with pytest.raises(BadInput, match=field):
+        opts.check()
+
+
+def test_transport_env_carries_only_what_the_fleet_sets():
+    assert channel.transport_env() == {"LMCACHE_TRACK_USAGE": "false"}
+    assert channel.transport_env("rc,sm,self", "mlx5_0:1") == {
+        "LMCACHE_TRACK_USAGE": "false", "UCX_TLS": "rc,sm,self", "UCX_NET_DEVICES": "mlx5_0:1"}
+
+
+def _sides(fakes, tmp_path):
+    a = fakes.connector("node-a")
+    b = fakes.connector("node-b")
+    env = channel.transport_env("tcp", "veth-a")
+    server = channel.Side(a, "198.18.0.2", python="/opt/p2p/.venv/bin/python", workdir="/run/a", env=env)
+    client = channel.Side(b, "198.18.0.3", python="/opt/p2p/.venv/bin/python", workdir="/run/b",
+                          env=channel.transport_env("tcp", "veth-b"))
+    return server, client
+
+
+def test_sweep_one_server_one_client_per_count(fakes, tmp_path):
+    server, client = _sides(fakes, tmp_path)
+    opts = channel.Options(object_size=MIB, counts=(1, 16), page_size=65536)
+    ports = channel.Ports(17600, 17610, 17601)
+    proc = channel.server_proc(server, ports)
+    server.conn.expect(expect("mkdir -p /run/a"), start(proc),
+                       fact(log_grep_fact(proc.log, [re.escape(channel.READY_LINE)], 1), "[server] ready: ..."),
+                       act(lambda c: procs.stop(c, proc, grace_s=10), "stopped\n"))
+    for n in opts.counts:
+        client.conn.expect(expect(channel.client_command(server, client, opts, ports, n),
+                                  _captured(f"client_ok_{n}.txt")))
+    runs = channel.run_channel(server, client, opts, ports)
+    assert [r.num_objects for r in runs] == [1, 16] and all(r.ok for r in runs)
+    wrapper = server.conn.puts[0]
+    assert wrapper.remote == proc.wrapper and wrapper.mode == 0o700
+    text = wrapper.data.decode()
+    assert "export UCX_NET_DEVICES=veth-a" in text and "--url 198.18.0.2:17600 " in text
+    assert "--num-source-objects 16 " in text and "--page-size 65536" in text
+    sent = client.conn.commands[0]
+    assert "export UCX_NET_DEVICES=veth-b" in sent and "--listen-url 198.18.0.3:17601" in sent
+    assert "--verify" in sent and "--url 198.18.0.2:17600" in sent
+
+
+def test_a_server_that_dies_is_reported_with_its_log_and_stopped(fakes, tmp_path):
+    server, client = _sides(fakes, tmp_path)
+    ports = channel.Ports(17600, 17610, 17601)
+    proc = channel.server_proc(server, ports)
+    server.conn.expect(expect("mkdir -p /run/a"), start(proc),
+                       fact(log_grep_fact(proc.log, [re.escape(channel.READY_LINE)], 1), ""),
+                       pid_states([proc], {proc.name: "dead 4242"}),
+                       fact(log_excerpt_fact(proc.log), "RuntimeError: source pool does not fit"),
+                       act(lambda c: procs.stop(c, proc, grace_s=5), "dead\n"))
+    with pytest.raises(CouldNotRun, match=r"(?s)did not get ready.*source pool does not fit"):
+        channel.run_channel(server, client, channel.Options(MIB, (1,)), ports)
+
+
+def test_a_crash_after_the_report_fails_the_run(fakes, tmp_path):
+    server, client = _sides(fakes, tmp_path)
+    opts = channel.Options(MIB, (1,))
+    ports = channel.Ports(17600, 17610, 17601)
+    from p2p_ops.connectors.base import Result
+    client.conn.expect(expect(channel.client_command(server, client, opts, ports, 1),
+                              Result("", "", 139, _captured("client_ok_1.txt"))))
+    run = channel.run_client(server, client, opts, ports, 1)
+    assert not run.ok and "exited 139" in run.error and run.median_gbps
+
+
+# ---- bench transfer's verdict and table (pure) ---------------------------------------------------------------
+
+def _row(n, p50, ok=True):
+    run = channel.ChannelRun(MIB, n, ok=ok, median_gbps=1.0, p50_ms=p50, p99_ms=p50, verified=ok,
+                             error="" if ok else "RuntimeError: verify FAILED for source object 3")
+    return {**run.to_dict(), "memcpy_gbps": 5.0}
+
+
+def test_transfer_verdict_judges_the_whole_prefix():
+    from p2p_ops.bench.transfer import verdict
+
+    assert verdict([_row(1, 1.0), _row(16, 40.0)], 100)[0]
+    ok, line = verdict([_row(1, 1.0), _row(16, 140.0)], 100)
+    assert not ok and line.startswith("SLOW") and "16.0 MiB" in line
+    ok, line = verdict([_row(1, 1.0, ok=False), _row(16, 4.0)], 100)
+    assert not ok and "verify FAILED" in line
+    assert not verdict([], 100)[0]
+
+
+def test_transfer_table_has_a_row_per_size_and_memcpy_beside_it():
+    from p2p_ops.cli.bench_cmds import transfer_table
+
+    lines = transfer_table({"rows": [_row(1, 1.0), _row(16, 4.0, ok=False)]}).splitlines()
+    assert "memcpy GB/s" in lines[0] and len(lines) == 3
+    assert lines[1].split()[:2] == ["1.00", "1"] and "5.00" in lines[1] and lines[2].split()[-1] != "yes"
+
+
+@pytest.mark.parametrize("count", [1, 16])
+def test_captured_runs_parse_the_same(count):
+    # Real runs (127.0.0.1, UCX_NET_DEVICES=lo, a busy 2-core box); the client segfaulted after its report
+    # (exit 139, in NIXL/UCX teardown), which run_client turns into a failed run.
+    run = channel.parse_client_output(_captured(f"captured/client_ok_{count}.txt"), True, MIB, count)
+    assert run.ok and run.verified and len(run.times_ms) == 5 and run.p99_ms == max(run.times_ms)
+    assert abs(run.p50_ms - run.median_ms) < 0.01 and run.median_gbps > 0
+    assert "page_size mismatch" in channel.parse_client_output(
+        _captured("captured/client_page_mismatch.txt"), True, MIB, 1).error
+    assert "timed out fetching catalog" in channel.parse_client_output(
+        _captured("captured/client_no_server.txt"), True, MIB, 1).error
