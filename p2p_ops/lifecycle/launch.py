@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import Callable, Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_tail_fact
@@ -325,3 +326,15 @@ def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, st
 def down_errors(outcome: dict[str, str]) -> list[str]:
     """What `down` could not stop (a process, or a node's role it could not reach): a failed `down`."""
     return [name for name, what in outcome.items() if what.startswith("error")]
+
+
+@contextmanager
+def running(ctx: FleetContext, timeout: float = 120.0, progress: Progress = _quiet) -> Iterator[FleetContext]:
+    """The fleet up and ready for the block, and down after it, also when up, wait or the block fails (what a
+    test or a benchmark around one fleet needs: nothing it started outlives it)."""
+    try:
+        up(ctx, progress=progress)
+        wait(ctx, timeout=timeout, progress=progress)
+        yield ctx
+    finally:
+        down(ctx, progress=progress)

@@ -16,14 +16,8 @@ from tests.conftest import write_local_fleet
 def running_fleet(tmp: Path, n_nodes: int = 2, name: str = "e2e", **overrides):
     """Up + wait, yield the FleetContext, and always down (also when up or a test fails)."""
     fleet_file = write_local_fleet(tmp / "fleet.yaml", n_nodes, name=name, **overrides)
-    ctx = FleetContext.load(fleet_file)
-    try:
-        launch.up(ctx)
-        launch.wait(ctx, timeout=90)
+    with FleetContext.load(fleet_file) as ctx, launch.running(ctx, timeout=90):
         yield ctx
-    finally:
-        launch.down(ctx)
-        ctx.close()
 
 
 @pytest.fixture(scope="module")

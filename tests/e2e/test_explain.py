@@ -39,14 +39,8 @@ def fleet3(tmp_path_factory):
     # node-a-0 alone evicts from 10 % of its 1 GB L1: the eviction case fills it with a bounded number of prompts.
     data["nodes"][0]["instances"][0]["settings"] = {"server_extra_args": ["--eviction-trigger-watermark", "0.1"]}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    ctx = FleetContext.load(path)
-    try:
-        launch.up(ctx)
-        launch.wait(ctx, timeout=120)
+    with FleetContext.load(path) as ctx, launch.running(ctx, timeout=120):
         yield ctx
-    finally:
-        launch.down(ctx)
-        ctx.close()
 
 
 def _restart_server(ctx, node: str, rerender: bool) -> None:

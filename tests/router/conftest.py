@@ -35,11 +35,6 @@ def write_router_fleet(path: Path, policy: str, name: str = "rt") -> Path:
 
 @contextlib.contextmanager
 def running_router_fleet(tmp: Path, policy: str, name: str = "rt"):
-    ctx = FleetContext.load(write_router_fleet(tmp / "fleet.yaml", policy, name))
-    try:
-        launch.up(ctx)
-        launch.wait(ctx, timeout=120)
+    with FleetContext.load(write_router_fleet(tmp / "fleet.yaml", policy, name)) as ctx, \
+            launch.running(ctx, timeout=120):
         yield ctx
-    finally:
-        launch.down(ctx)
-        ctx.close()

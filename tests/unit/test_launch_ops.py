@@ -157,3 +157,18 @@ def test_down_of_one_role_on_one_node_touches_nothing_else(fakes):
     fleet["node-b"].expect(stop(ctx.proc("server", "node-b-0"), "none"))
     assert launch.down(ctx, only="node-b", roles=("server",)) == {"node-b-0/server": "none"}
     assert fleet["node-a"].calls == []
+
+
+def test_running_downs_the_fleet_when_up_fails(fakes):
+    """launch.running: a failed `up` still ends in `down` on every node (nothing it started outlives it)."""
+    def script(ctx, node):
+        answers = [fact(NODE_ANSWERS, answer=lambda _: connect_error(node.name))] if node.name == "node-b" else \
+            [fact(NODE_ANSWERS)]
+        return answers + [stop(ctx.proc(u)) for u in ctx.units(node, LAUNCHED_ROLES)]
+
+    fleet = fakes.fleet(2, script)
+    with pytest.raises(CouldNotRun, match="cannot reach every node"):
+        with launch.running(fleet.ctx, timeout=5):
+            raise AssertionError("the block must not run when up failed")
+    stopped = sorted(label for _, label in fleet.labels() if label.startswith("stop"))
+    assert stopped == sorted(f"stop {u.name}" for u in fleet.ctx.units(roles=LAUNCHED_ROLES))

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.workers import Workers
 from p2p_ops.lifecycle import status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.stats import percentile
@@ -86,24 +87,20 @@ class Load:
         self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
         self.max_requests = max_requests or opts.max_requests
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._next = 0
-        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"fault-load-{i}")
-                         for i in range(concurrency or opts.concurrency)]
+        self._workers = Workers(self._run, concurrency or opts.concurrency, "fault-load", opts.request_timeout_s + 5)
+        self._stop = self._workers.stop_event
 
     def start(self) -> "Load":
-        for t in self._threads:
-            t.start()
+        self._workers.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self.join()
+        self._workers.stop()
 
     def join(self) -> None:
-        for t in self._threads:
-            t.join(timeout=self.opts.request_timeout_s + 5)
+        self._workers.join()
 
     @property
     def taken(self) -> int:
@@ -111,7 +108,7 @@ class Load:
 
     @property
     def done(self) -> bool:
-        return not any(t.is_alive() for t in self._threads)
+        return self._workers.done()
 
     def _take(self) -> Optional[tuple[str, str]]:
         with self._lock:

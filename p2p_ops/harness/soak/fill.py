@@ -11,13 +11,13 @@ on, with the L1 nearly empty (the first full soak stopped its fill at 19 s that 
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.harness import prompts
 from p2p_ops.harness.soak.load import MixedLoad
+from p2p_ops.harness.workers import Workers
 from p2p_ops.lifecycle.context import FleetContext
 
 # LMCache 0.5.6 evicts from 80 % of L1 (`--eviction-trigger-watermark`); just below it is "full" here.
@@ -57,19 +57,16 @@ class L1Filler:
         self.filled_at: Optional[float] = None   # seconds since the soak's start when every L1 was full
         self.fill: Optional[float] = None
         self._peaks: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True, name=f"soak-l1-fill-{i}")
-                         for i in range(len(load.urls))]
+        self._workers = Workers(self._run, len(load.urls), "soak-l1-fill", load.opts.request_timeout_s + 5,
+                                pass_index=True)
+        self._stop = self._workers.stop_event
 
     def start(self) -> "L1Filler":
-        for t in self._threads:
-            t.start()
+        self._workers.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=self.load.opts.request_timeout_s + 5)
+        self._workers.stop()
 
     def _full(self) -> bool:
         fracs = l1_fractions(self.ctx)

@@ -12,6 +12,7 @@ from typing import Optional
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.harness.soak.options import SoakOptions
+from p2p_ops.harness.workers import Workers
 
 # Of every 20 requests: 8 on shared documents, 7 session turns, 5 fresh prompts.
 MIX = ("doc",) * 8 + ("session",) * 7 + ("fresh",) * 5
@@ -55,9 +56,8 @@ class MixedLoad:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._count = itertools.count()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"soak-load-{i}")
-                         for i in range(opts.concurrency)]
+        self._workers = Workers(self._run, opts.concurrency, "soak-load", opts.request_timeout_s + 5)
+        self._stop = self._workers.stop_event
 
     def warm(self) -> None:
         """Every shared document computed once on the first engine: the others pull it over P2P."""
@@ -65,14 +65,11 @@ class MixedLoad:
             self.send("warm", self.urls[0], doc, max_tokens=1)
 
     def start(self) -> "MixedLoad":
-        for t in self._threads:
-            t.start()
+        self._workers.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=self.opts.request_timeout_s + 5)
+        self._workers.stop()
 
     def send(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> Request:
         sent = time.monotonic() - self.t0
