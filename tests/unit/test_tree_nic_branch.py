@@ -103,3 +103,13 @@ def test_the_one_rail_step_points_at_the_plan_not_at_all():
     _, d = _walk("tcp_pin_on_rdma_node")
     (obs,) = [o for o in next(s for s in d.steps if s.id == "ucx-env").observations if o.status == "problem"]
     assert obs.subject == "g-0" and "UCX_NET_DEVICES=mlx5_0:1" in obs.fix and "=all" not in obs.fix
+
+
+def test_a_loopback_instance_keeps_lo():
+    case = {"tree": "ib_healthy", "instances": [{"id": "g-0", "gpu": 0, "pin": "lo", "running": True}]}
+    facts = _facts(case)
+    facts.instances[0].address = "127.0.0.1"
+    (view,) = pin_views(facts)
+    assert view.ok and view.plan.net_devices == "mlx5_0:1"
+    facts.instances[0].address = "198.18.0.12"
+    assert "P2P moves over TCP" in pin_views(facts)[0].narrow

@@ -74,6 +74,8 @@ def pin_views(facts: FleetFacts) -> list[PinView]:
             continue
         for inst, plan in _node_plans(facts, node):
             pin, where = observed(inst, {})["UCX_NET_DEVICES"]
+            # A loopback instance keeps `lo` on purpose (render plans nothing there): its pin is not narrow.
+            narrow = "" if inst.address.startswith("127.") else _narrow(pin, plan, node)
             out.append(PinView(inst.instance, node.node, pin, where, plan, check_pin(pin, plan, node.rdma),
-                               _narrow(pin, plan, node), pin_fix(facts, inst, plan)))
+                               narrow, pin_fix(facts, inst, plan)))
     return out
