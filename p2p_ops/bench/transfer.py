@@ -9,11 +9,14 @@ of a GPU prefill of that prefix; pass your own from `p2pctl calibrate`).
 
     doc = run_transfer(ctx, source="node-a", reader="node-b", prompt_tokens=4096)
     doc["rows"][i] -> {"payload_bytes", "median_gbps", "p50_ms", "p99_ms", "memcpy_gbps", "verified", ...}
+    write_run(out_dir, doc)   # transfer.json and transfer.png (GB/s and p50/p99 against size) in the run folder
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops.bench import channel
@@ -21,6 +24,7 @@ from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import free_port
 from p2p_ops.lifecycle.render import bin_dir_for
+from p2p_ops.observe import bench_plots
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.transfer_sizes import fleet_size_plan
 
@@ -88,3 +92,14 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
     ok, line = verdict(rows, need_ms)
     return {"source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
             "rows": rows, "ok": ok, "verdict": line, "need_ms": need_ms}
+
+
+def write_run(out_dir: Path, doc: dict) -> dict:
+    """The sweep's document and its plot in the run folder; the document, with both files named, is returned."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    named = {**doc, "run_dir": str(out_dir), "json": str(out_dir / "transfer.json"),
+             "plot": str(out_dir / "transfer.png") if doc["rows"] else None}
+    if doc["rows"]:
+        bench_plots.transfer(out_dir / "transfer.png", doc)
+    (out_dir / "transfer.json").write_text(json.dumps(named, indent=2))
+    return named

@@ -92,6 +92,8 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
     t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default 100)")
+    t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
+                                               "against size (default <run>/tests/<UTC time>-transfer)")
     add_json_arg(t)
     t.set_defaults(handler=cmd_transfer)
 
@@ -99,17 +101,21 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
 def cmd_transfer(args: argparse.Namespace) -> int:
     from p2p_ops.bench import transfer
 
-    ctx = context(args)
-    names = [n.name for n in ctx.fleet.nodes]
-    source = args.source or names[0]
-    reader = args.reader or (names[1] if len(names) > 1 else names[0])
-    doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters,
-                                args.need_ms or transfer.NEED_MS, _progress)
+    from p2p_ops.harness.rundir import new_run_dir
+
+    with context(args) as ctx:
+        names = [n.name for n in ctx.fleet.nodes]
+        source = args.source or names[0]
+        reader = args.reader or (names[1] if len(names) > 1 else names[0])
+        doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters,
+                                    args.need_ms or transfer.NEED_MS, _progress)
+        doc = transfer.write_run(Path(args.out) if args.out else new_run_dir(ctx.layout, "transfer"), doc)
     if args.json:
         emit_json(doc)
     else:
         console().print(transfer_table(doc))
         console().print(doc["verdict"])
+        console().print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none, no rows'})")
     return EXIT_OK if doc["ok"] else EXIT_CHECK_FAILED
 
 

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 
 def _save(fig, out: Path) -> str:
@@ -77,4 +78,38 @@ def crossover(out: Path, rows: list) -> str:
     ax.set_title("Pull vs recompute")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    return _save(fig, out)
+
+
+def transfer_series(rows: list[dict]) -> dict[str, list]:
+    """What the transfer plot draws, by size in MiB: failed sizes only in "failed", never as a figure."""
+    mib = [r["payload_bytes"] / 2**20 for r in rows]
+    ok = [(x, r) for x, r in zip(mib, rows) if r["ok"] and r.get("median_gbps") is not None]
+    return {"mib": [x for x, _ in ok], "gbps": [r["median_gbps"] for _, r in ok],
+            "p50_ms": [r["p50_ms"] for _, r in ok], "p99_ms": [r["p99_ms"] for _, r in ok],
+            "memcpy": [(x, r["memcpy_gbps"]) for x, r in zip(mib, rows) if r.get("memcpy_gbps") is not None],
+            "failed": [x for x, r in zip(mib, rows) if not r["ok"]]}
+
+
+def transfer(out: Path, doc: dict) -> str:
+    """`bench transfer`: GB/s against transfer size (the channel's median, memcpy on the reader beside it) and the
+    read time's p50/p99; sizes that failed are red dotted lines."""
+    s = transfer_series(doc["rows"])
+    fig, (rate, lat) = plt.subplots(1, 2, figsize=(11, 4))
+    rate.plot(s["mib"], s["gbps"], "o-", label="LMCache channel (median)")
+    rate.plot([x for x, _ in s["memcpy"]], [y for _, y in s["memcpy"]], "s--", label="memcpy on the reader")
+    for i, x in enumerate(s["failed"]):
+        rate.axvline(x, color="red", alpha=0.4, linestyle=":", label="read failed" if i == 0 else None)
+    lat.plot(s["mib"], s["p50_ms"], "o-", label="p50")
+    lat.plot(s["mib"], s["p99_ms"], "^-", label="p99")
+    if doc.get("need_ms"):
+        lat.axhline(doc["need_ms"], color="grey", linestyle="--", label=f"need {doc['need_ms']:g} ms")
+    for ax, ylabel, title in ((rate, "GB/s", "Throughput by transfer size"), (lat, "read time (ms)", "Read time")):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("transfer size (MiB)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}: {doc['source']} -> {doc['reader']}")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
     return _save(fig, out)

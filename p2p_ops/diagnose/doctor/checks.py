@@ -15,10 +15,9 @@ from p2p_ops.diagnose.doctor.agreement import check_agreement
 from p2p_ops.diagnose.doctor.engines import check_engines, check_kv_events
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
-from p2p_ops.facts.topo import parse_topo
-from p2p_ops.lifecycle.nic_plan import check_pin, plan_node
 
 _HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
              "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
@@ -261,19 +260,11 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
 
 def _check_nic_pin(report: Report, facts: FleetFacts) -> None:
     """A pinned UCX_NET_DEVICES on a down port or on another NUMA node than the instance's L1 (the NIC plan)."""
-    for node in facts.nodes:
-        if node.error or not node.rdma:
-            continue
-        topo = parse_topo(node.topo_text) if node.topo_text else None
-        mine = [i for i in facts.instances if i.node == node.node]
-        plans = plan_node([(i.instance, i.gpu) for i in mine], node.rdma, None if topo is None or topo.error else topo)
-        for inst, plan in zip(mine, plans):
-            pin, where = observed(inst, {})["UCX_NET_DEVICES"]
-            for problem in check_pin(pin or "", plan, node.rdma):
-                report.add("error", "nic_pin", inst.instance, f"UCX_NET_DEVICES={pin} ({where})",
-                           f"{inst.instance}'s P2P reads go through a NIC that cannot serve them well: {problem}",
-                           f"pin the NIC plan's UCX_NET_DEVICES={plan.net_devices or '(none active)'} "
-                           f"({plan.why}) in settings.ucx_net_devices, or leave it unset; re-render, restart")
+    for view in pin_views(facts):
+        for problem in view.wrong:
+            report.add("error", "nic_pin", view.instance, f"UCX_NET_DEVICES={view.pin} ({view.where})",
+                       f"{view.instance}'s P2P reads go through a NIC that cannot serve them well: {problem}",
+                       view.fix)
 
 
 def _check_processes(report: Report, facts: FleetFacts) -> None:

@@ -9,10 +9,12 @@ from typing import Callable, Optional
 
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
+from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
 from p2p_ops.diagnose.tree.model import Tree
+from p2p_ops.diagnose.tree.nic import nic_plan
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.facts.logs import log_tail_fact
 from p2p_ops.facts.sections import read_fact
@@ -189,14 +191,19 @@ def _env_ucx_rails(ev: Evidence) -> list[Observation]:
     if ev.facts is None:
         return [Observation("env:ucx_rails", "unknown", "fleet", "no fleet to check")]
     out = []
+    # One rail is right where the NIC plan gives one (a GPU's own PIX NIC); which one is the plan step's job.
+    views = {v.instance: v for v in pin_views(ev.facts)}
+    planned_one = {k for k, v in views.items() if not v.narrow and len(v.plan.devices) == 1}
     for i in ev.facts.instances:
         if not i.running:
             continue
         devs, rails = i.process_env.get("UCX_NET_DEVICES"), i.process_env.get("UCX_MAX_RMA_RAILS")
         detail = f"UCX_NET_DEVICES={devs or '(unset: all)'} UCX_MAX_RMA_RAILS={rails or '(unset: NIXL sets 2)'}"
         single = devs and devs != "all" and "," not in devs
-        if single or rails == "1":
+        if (single or rails == "1") and i.instance not in planned_one:
+            planned = views.get(i.instance)
             out.append(Observation("env:ucx_rails", "problem", i.instance, detail + ": one rail only",
+                                   planned.fix if planned and planned.plan.devices else
                                    "UCX_NET_DEVICES=all (or every GPU-local NIC) and UCX_MAX_RMA_RAILS=2..8"))
         else:
             out.append(Observation("env:ucx_rails", "ok", i.instance, detail))
@@ -234,12 +241,13 @@ CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
     "engines:health": _engines_health,
     "node:rdma": _node_rdma,
     "env:ucx_rails": _env_ucx_rails,
+    "nic:plan": nic_plan,
     "trace:server_logs": _trace_server_logs,
     "explain:last_failed": _explain_last_failed,
 }
 DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
                  "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
-                 "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks"}
+                 "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin"}
 
 
 def known_check(tree: Tree, check: str) -> bool:

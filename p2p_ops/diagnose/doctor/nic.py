@@ -1,0 +1,81 @@
+"""Each instance's NIC pin against its NIC plan (lifecycle/nic_plan.py), judged from the doctor's facts. Pure.
+
+Two ways a pin goes wrong, kept apart because they have different symptoms:
+- `wrong`: a pinned device that is down or on another NUMA node than the instance's L1 (the doctor's `nic_pin`);
+- `narrow`: a pin that names no RDMA device although the node has active ones (P2P moves over TCP), or fewer
+  rails than the plan gives (one NIC carries what several could): the "single NIC or TCP" branch of diagnose.
+
+Every fix names the instance, the plan's devices, the env vars and the command that restarts the servers of its
+node from fleet.yaml (`up --node` re-renders their env.sh; there is no finer restart)::
+
+    pin_views(facts) -> [PinView("gpu-a-0", "gpu-a", pin="eth0", where="env.sh", plan=..., narrow="...")]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from p2p_ops.diagnose.doctor.agreement import restart
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.peers import observed
+from p2p_ops.facts.topo import parse_topo
+from p2p_ops.lifecycle.nic_plan import InstancePlan, check_pin, plan_node, rails_of
+
+
+@dataclass
+class PinView:
+    instance: str
+    node: str
+    pin: str                    # UCX_NET_DEVICES as the server uses it ("" = unset: UCX picks among all)
+    where: str                  # process | env.sh | spec (not rendered)
+    plan: InstancePlan
+    wrong: list[str] = field(default_factory=list)
+    narrow: str = ""
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.wrong and not self.narrow
+
+
+def _narrow(pin: str, plan: InstancePlan, node: NodeFacts) -> str:
+    """Why the pin leaves the plan's rails unused ("" when it does not)."""
+    names = [p.strip() for p in pin.split(",") if p.strip()]
+    if not names or "all" in names or not plan.devices:
+        return ""
+    rails = {r.ucx: r for r in rails_of(node.rdma)} | {r.device: r for r in rails_of(node.rdma)}
+    pinned = {rails[n].ucx for n in names if n in rails and rails[n].active}
+    if not pinned:
+        return f"UCX_NET_DEVICES={pin} names no active RDMA device: P2P moves over TCP"
+    if len(pinned) < len(plan.devices):
+        return f"UCX_NET_DEVICES={pin} pins {len(pinned)} of the plan's {len(plan.devices)} rails"
+    return ""
+
+
+def pin_fix(facts: FleetFacts, inst: InstanceFacts, plan: InstancePlan) -> str:
+    devices = plan.net_devices or "(none active: leave it unset)"
+    return (f"give {inst.instance} UCX_NET_DEVICES={devices} UCX_MAX_RMA_RAILS={plan.max_rma_rails} ({plan.why}): "
+            f"set its settings.ucx_net_devices in fleet.yaml to that, or unset it so render writes the plan; then "
+            f"restart the server(s) of {inst.node}: {restart(facts, [inst.instance], 'server')}")
+
+
+def _node_plans(facts: FleetFacts, node: NodeFacts) -> list[tuple[InstanceFacts, InstancePlan]]:
+    topo = parse_topo(node.topo_text) if node.topo_text else None
+    mine = [i for i in facts.instances if i.node == node.node]
+    plans = plan_node([(i.instance, i.gpu) for i in mine], node.rdma, None if topo is None or topo.error else topo)
+    return list(zip(mine, plans))
+
+
+def pin_views(facts: FleetFacts) -> list[PinView]:
+    """One view per instance on a node whose RDMA devices were read (nodes without RDMA have nothing to plan)."""
+    out = []
+    for node in facts.nodes:
+        if node.error or not node.rdma:
+            continue
+        for inst, plan in _node_plans(facts, node):
+            pin, where = observed(inst, {})["UCX_NET_DEVICES"]
+            # A loopback instance keeps `lo` on purpose (render plans nothing there): its pin is not narrow.
+            narrow = "" if inst.address.startswith("127.") else _narrow(pin, plan, node)
+            out.append(PinView(inst.instance, node.node, pin, where, plan, check_pin(pin, plan, node.rdma),
+                               narrow, pin_fix(facts, inst, plan)))
+    return out
