@@ -91,7 +91,7 @@ def test_different_pythonhashseed_shares_nothing_and_doctor_names_it(mismatched,
     [seed] = _findings(out, "agree:PYTHONHASHSEED")
     assert seed["severity"] == "error" and seed["subject"] == "node-a-0, node-b-0"
     assert seed["value"] == "node-a-0=0, node-b-0=4242" and "(read from process)" in seed["message"]
-    assert "python_hash_seed" in seed["fix"]
+    assert "PYTHONHASHSEED=0" in seed["fix"] and "--node node-b --role server" in seed["fix"]  # the one-server fix
     [none_hash] = _findings(out, "agree:NONE_HASH")  # the servers' own evidence, from their logs
     assert none_hash["subject"] == "node-a-0, node-b-0"
     [fallback] = _findings(out, "hash:builtin_fallback")  # LMCache's "Could not load 'builtin'" line

@@ -1,5 +1,6 @@
-"""Failover behind a real vllm-router: an engine killed under load costs no failed request (the router routes
-around it and back), and its figures come from the router's own metrics."""
+"""Failover behind a real vllm-router: an engine killed under load costs no failed request beyond the responses
+it was streaming at the kill (the router routes around it and back), and its figures come from the router's own
+metrics."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ def test_engine_killed_behind_the_router_fails_no_request(fleet):
     x = fig.extra
     assert fig.recovered, fig.note
     assert fig.sent_by_phase["during"] > 0 and {s.url for s in samples} == {fleet.fleet.router_url}
-    assert fig.failed == 0 and fig.unexpected_failures == 0, (fig.note, x["client_saw"])
-    assert x["client_saw"] == "no error"
+    # A response the dead engine was already streaming cannot be retried by the router (vllm-router 0.1.17 has
+    # sent its headers): at most one such cut per client, at the kill. Any other failure is a failover miss.
+    cut = {k: v for k, v in x["client_saw"].items() if "Response ended prematurely" in k} \
+        if isinstance(x["client_saw"], dict) else {}
+    assert fig.failed == sum(cut.values()) <= OPTS.concurrency, (fig.note, x["client_saw"])
+    assert fig.failed_by_phase["before"] == fig.failed_by_phase["after"] == 0, fig.failed_by_phase
     # The router marked the dead engine down, stopped sending to it, and sent to it again after the restart.
     assert x["marked_down_after_s"] is not None and x["stopped_sending_after_s"] <= OPTS.hold_s + 1, x
     assert x["sent_again_after_restart_s"] is not None, x
