@@ -3,9 +3,10 @@
 Between two nodes of a fleet (the reader pulls from the source, as a P2P hit does), on the fleet's own transport
 settings (UCX_TLS, UCX_NET_DEVICES or the NIC plan's pick, l1_align_bytes as the page size), for the sizes the
 fleet's profile implies (`spec.transfer_sizes`: one chunk up to the prefix of `prompt_tokens`), with --verify.
-Each row also carries memcpy of the same bytes on the reader (the ceiling a copy into L1 has there). The verdict
-compares the whole prefix's read time with the fleet's need: `need_ms` (default: a tenth of a second, the order
-of a GPU prefill of that prefix; pass your own from `p2pctl calibrate`).
+Each row also carries memcpy of the same bytes on the reader (the ceiling a copy into L1 has there) and the rails
+that moved its bytes (`bench.transfer_rails`: each node's interface and RDMA port counters around the read). The
+verdict compares the whole prefix's read time with the fleet's need: `need_ms` (default: recomputing that prefix,
+`spec.transfer_sizes.need_ms`; pass your own from `p2pctl calibrate`).
 
     doc = run_transfer(ctx, source="node-a", reader="node-b", prompt_tokens=4096)
     doc["rows"][i] -> {"payload_bytes", "median_gbps", "p50_ms", "p99_ms", "memcpy_gbps", "verified", ...}
@@ -19,16 +20,18 @@ import shlex
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.bench import channel
+from p2p_ops.bench import channel, transfer_rails
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.facts.netdev import IPV4_INTERFACES
+from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle.free_ports import free_port
+from p2p_ops.lifecycle.nic_plan import read_plans
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.observe import bench_plots
 from p2p_ops.spec.model import Node
-from p2p_ops.spec.transfer_sizes import fleet_size_plan
+from p2p_ops.spec.transfer_sizes import fleet_size_plan, need_ms as fleet_need_ms
 
-NEED_MS = 100.0
 # memcpy of `n` bytes with Python's buffer copy (a plain memcpy), best of 5, as GB/s.
 _MEMCPY = ("import sys, time\nn = int(sys.argv[1]); src = bytearray(n); dst = bytearray(n); best = 1e9\n"
            "for _ in range(5):\n    t = time.perf_counter(); dst[:] = src; best = min(best, time.perf_counter() - t)\n"
@@ -43,11 +46,23 @@ def _node(ctx: FleetContext, name: str) -> Node:
     return found
 
 
+def net_devices(ctx: FleetContext, node: Node) -> str:
+    """UCX_NET_DEVICES as the node's first server gets it from env.sh: the spec's pin, lo on a loopback fleet,
+    the NIC plan's RDMA ports, else (an SSH node) the interface that holds the node's address."""
+    s = ctx.fleet.effective_settings(node.instances[0])
+    if s.ucx_net_devices or ctx.fleet.all_loopback:
+        return s.ucx_net_devices or "lo"
+    plan = read_plans(ctx.conn(node), ctx.fleet, node).get(node.instances[0].id)
+    if plan and plan.devices:
+        return plan.net_devices
+    return read_fact(ctx.conn(node), IPV4_INTERFACES).get(node.bind_host, "") if node.connection == "ssh" else ""
+
+
 def side(ctx: FleetContext, node: Node) -> channel.Side:
     s = ctx.fleet.effective_settings(node.instances[0])
-    devices = s.ucx_net_devices or ("lo" if ctx.fleet.all_loopback else "")
     return channel.Side(ctx.conn(node), node.bind_host, f"{bin_dir_for(node)}/python",
-                        str(ctx.node_layout(node).root / "bench-transfer"), channel.transport_env(s.ucx_tls, devices))
+                        str(ctx.node_layout(node).root / "bench-transfer"),
+                        channel.transport_env(s.ucx_tls, net_devices(ctx, node)))
 
 
 def memcpy_gbps(s: channel.Side, nbytes: int) -> Optional[float]:
@@ -67,31 +82,42 @@ def verdict(rows: list[dict], need_ms: float) -> tuple[bool, str]:
     took = last["p50_ms"]
     mib = last["payload_bytes"] / 2**20
     if took is None or took > need_ms:
-        return False, (f"SLOW: the prefix ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:.0f} ms "
+        return False, (f"SLOW: the prefix ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:g} ms "
                        "the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`")
-    return True, f"OK: the prefix ({mib:.1f} MiB) reads in {took:.1f} ms (p50), within {need_ms:.0f} ms"
+    return True, f"OK: the prefix ({mib:.1f} MiB) reads in {took:.1f} ms (p50), within {need_ms:g} ms"
 
 
 def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int, iters: int = 5,
-                 need_ms: float = NEED_MS, progress: Callable[[str], None] = lambda _: None) -> dict:
+                 need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None) -> dict:
     src, dst = _node(ctx, source), _node(ctx, reader)
     plan = fleet_size_plan(ctx.fleet, prompt_tokens)
+    need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
     server, client = side(ctx, src), side(ctx, dst)
     # Free here; on a remote node a port the kernel hands out here is very rarely taken there (the server's
     # bind would then fail with its log shown).
     ports = channel.Ports(free_port(), free_port(), free_port())
     opts = channel.Options(plan.chunk_bytes, plan.counts, ctx.fleet.settings.l1_align_bytes, iters=iters)
     progress(f"transfer sweep {source} -> {reader}: {len(plan.counts)} sizes, {plan.chunk_bytes} B chunks, "
-             f"ports {ports.transfer}/{ports.control}/{ports.listen}")
-    runs = channel.run_channel(server, client, opts, ports)
+             f"UCX_NET_DEVICES {server.env.get('UCX_NET_DEVICES', '(unset)')} -> "
+             f"{client.env.get('UCX_NET_DEVICES', '(unset)')}, ports {ports.transfer}/{ports.control}/{ports.listen}")
+    sides = {"source": [(source, server.conn)], "reader": [(reader, client.conn)]}
+    rails: dict[int, list[dict]] = {}
+
+    def around(count: int, run: Callable[[], channel.ChannelRun]) -> channel.ChannelRun:
+        reads = opts.warmup + opts.iters
+        rails[count], result = transfer_rails.measure(sides, reads * count * plan.chunk_bytes, run)
+        progress(f"  {count} chunk(s): {result.median_gbps or 0:.2f} GB/s, {'ok' if result.ok else result.error}")
+        return result
+
     rows = []
-    for run in runs:
-        row = run.to_dict()
+    for run in channel.run_channel(server, client, opts, ports, around):
+        row = {**run.to_dict(), "rails": rails.get(run.num_objects, [])}
         row["memcpy_gbps"] = memcpy_gbps(client, run.payload_bytes)
         rows.append(row)
-    ok, line = verdict(rows, need_ms)
+    ok, line = verdict(rows, need)
     return {"source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
-            "rows": rows, "ok": ok, "verdict": line, "need_ms": need_ms}
+            "source_env": dict(server.env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
+            "need_why": need_why}
 
 
 def write_run(out_dir: Path, doc: dict) -> dict:

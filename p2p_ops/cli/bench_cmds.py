@@ -91,7 +91,8 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
     t.add_argument("--reader", default=None, help="node that reads them (default: the second node, else the first)")
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
-    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default 100)")
+    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: recomputing it, from "
+                        "engine.prefill_us_per_token, else a GPU's 33.4 us per token)")
     t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
                                                "against size (default <run>/tests/<UTC time>-transfer)")
     add_json_arg(t)
@@ -108,7 +109,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         source = args.source or names[0]
         reader = args.reader or (names[1] if len(names) > 1 else names[0])
         doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters,
-                                    args.need_ms or transfer.NEED_MS, _progress)
+                                    args.need_ms, _progress)
         doc = transfer.write_run(Path(args.out) if args.out else new_run_dir(ctx.layout, "transfer"), doc)
     if args.json:
         emit_json(doc)
@@ -120,11 +121,19 @@ def cmd_transfer(args: argparse.Namespace) -> int:
 
 
 def transfer_table(doc: dict) -> str:
-    lines = ["size (MiB)  chunks  GB/s (median)  p50 ms  p99 ms  memcpy GB/s  verified"]
+    from p2p_ops.bench.transfer_rails import label
+
+    lines = ["size (MiB)  chunks  GB/s (median)  p50 ms  p99 ms  memcpy GB/s  verified  rails (moved the bytes)"]
+    notes = []
     for r in doc["rows"]:
         lines.append(f"{r['payload_bytes'] / 2**20:>10.2f}  {r['num_objects']:>6}  {r['median_gbps'] or 0:>13.2f}  "
                      f"{r['p50_ms'] or 0:>6.2f}  {r['p99_ms'] or 0:>6.2f}  {r['memcpy_gbps'] or 0:>11.2f}  "
-                     f"{'yes' if r['verified'] else 'NO ' + r['error'][:40]}")
+                     f"{'yes' if r['ok'] else 'NO ' + r['error'][:40]:<8}  {label(r.get('rails', []))}")
+        notes += [r["note"]] if r.get("note") else []
+    if notes:
+        lines.append(f"note ({len(notes)} of {len(doc['rows'])} sizes): {notes[0]}")
+    if doc.get("need_why"):
+        lines.append(f"need: {doc['need_ms']:g} ms, {doc['need_why']}")
     return "\n".join(lines)
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.facts.netdev import read_netdevs
+from p2p_ops.facts.rail_counters import IB_WORD_BYTES, RAIL_COUNTERS
+from p2p_ops.facts.sections import read_fact
 from p2p_ops.facts.sysfs_ib import read_ib_devices
-
-IB_WORD_BYTES = 4
 
 
 @dataclass
@@ -88,6 +88,13 @@ def snapshot(sysfs_root: Path = Path("/sys"), host: str | None = None) -> Snapsh
         if nd.tx_bytes is not None and nd.rx_bytes is not None:
             snap.counters[nd.name] = RailCounter(nd.name, "net", nd.tx_bytes, nd.rx_bytes)
     return snap
+
+
+def read_snapshot(conn, host: str = "") -> Snapshot:
+    """The same counters read on any node through its connector (the `rail_counters` fact, one command)."""
+    taken = time.time()
+    counters = {n: RailCounter(n, c.kind, c.tx_bytes, c.rx_bytes) for n, c in read_fact(conn, RAIL_COUNTERS).items()}
+    return Snapshot(host or conn.host, taken, counters)
 
 
 @dataclass

@@ -104,7 +104,10 @@ def transfer(out: Path, doc: dict) -> str:
     lat.plot(s["mib"], s["p99_ms"], "^-", label="p99")
     if doc.get("need_ms"):
         lat.axhline(doc["need_ms"], color="grey", linestyle="--", label=f"need {doc['need_ms']:g} ms")
+    sizes = [r["payload_bytes"] / 2**20 for r in doc["rows"]]
     for ax, ylabel, title in ((rate, "GB/s", "Throughput by transfer size"), (lat, "read time (ms)", "Read time")):
+        # Fixed limits: a log axis with nothing drawn on it (every size failed) has no range of its own.
+        ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.5)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("transfer size (MiB)")

@@ -8,6 +8,10 @@ one batch, so the sizes worth testing are one chunk up to the longest prefix, as
     fleet_size_plan(fleet, prompt_tokens)   -> the same from a fleet's engine profile (p2p_runtime.profiles)
 
 `counts` are objects per read (`bench.channel.Options.counts`): powers of two, then the whole prefix.
+
+`need_ms(fleet, plan)` is how fast the whole prefix must arrive for the pull to beat recomputing it: the fleet's
+emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's (llm-d's cost-model fit for
+gpt-oss over TCP: P = 33.4 us per token, shared/reference/llmd-p2p.md) for the prefix's tokens.
 """
 
 from __future__ import annotations
@@ -49,6 +53,18 @@ def size_plan(bytes_per_token: int, chunk_tokens: int, prompt_tokens: int, page_
         n *= 2
     counts.append(chunks)
     return SizePlan(bytes_per_token, chunk_tokens, prompt_tokens, chunk, chunks, chunks * chunk, tuple(counts))
+
+
+GPU_PREFILL_US_PER_TOKEN = 33.4
+
+
+def need_ms(fleet: Fleet, plan: SizePlan) -> tuple[float, str]:
+    """(milliseconds, where the rate comes from) for recomputing the plan's whole prefix. Pure."""
+    tokens = plan.prefix_chunks * plan.chunk_tokens
+    rate, source = fleet.engine.prefill_us_per_token, "the fleet's engine.prefill_us_per_token"
+    if not rate:
+        rate, source = GPU_PREFILL_US_PER_TOKEN, "a GPU's prefill (llm-d's fit)"
+    return round(tokens * rate / 1e3, 1), f"recomputing {tokens} tokens at {rate:g} us/token, {source}"
 
 
 def fleet_size_plan(fleet: Fleet, prompt_tokens: int) -> SizePlan:

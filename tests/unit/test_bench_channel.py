@@ -178,3 +178,41 @@ def test_captured_runs_parse_the_same(count):
         _captured("captured/client_page_mismatch.txt"), True, MIB, 1).error
     assert "timed out fetching catalog" in channel.parse_client_output(
         _captured("captured/client_no_server.txt"), True, MIB, 1).error
+
+
+def test_a_crash_at_exit_after_main_returned_counts_the_figures_with_a_note(fakes, tmp_path):
+    # A real run (127.0.0.1, lo): LMCache 0.5.6's client printed its verified report, main() returned 0, then
+    # the interpreter segfaulted on the way out (exit 139).
+    server, client = _sides(fakes, tmp_path)
+    opts = channel.Options(MIB, (1,))
+    ports = channel.Ports(17600, 17610, 17601)
+    from p2p_ops.connectors.base import Result
+    text = _captured("captured/client_139_after_main.txt")
+    client.conn.expect(expect(channel.client_command(server, client, opts, ports, 1), Result("", "", 139, text)))
+    run = channel.run_client(server, client, opts, ports, 1)
+    assert run.ok and run.main_rc == 0 and run.median_gbps > 0 and not run.error
+    assert "exited 139" in run.note and "main() returned 0" in run.note
+
+
+def test_judge_exit_fails_a_crash_before_main_returned_and_keeps_a_failed_run_failed():
+    run = channel.parse_client_output(_captured("client_ok_1.txt") + "\n[p2p] main returned 1\n", True, MIB, 1)
+    assert not channel.judge_exit(run, 1).ok
+    failed = channel.parse_client_output(_captured("client_page_mismatch.txt"), True, MIB, 1)
+    assert not channel.judge_exit(failed, 0).ok and not failed.note
+    clean = channel.parse_client_output(_captured("client_ok_1.txt"), True, MIB, 1)
+    assert channel.judge_exit(clean, 0).ok and not clean.note
+
+
+def test_the_need_is_recomputing_the_prefix():
+    from p2p_ops.spec.load import parse_fleet as load_fleet_data
+    from p2p_ops.spec.starter import local_fleet
+    from p2p_ops.spec.transfer_sizes import fleet_size_plan, need_ms
+
+    data = local_fleet(2)
+    fleet = load_fleet_data(data)
+    plan = fleet_size_plan(fleet, 8192)
+    ms, why = need_ms(fleet, plan)
+    assert ms == round(8192 * 33.4 / 1e3, 1) and "GPU" in why
+    data["engine"]["prefill_us_per_token"] = 600.0
+    ms, why = need_ms(load_fleet_data(data), plan)
+    assert ms == round(8192 * 600 / 1e3, 1) and "prefill_us_per_token" in why

@@ -20,6 +20,7 @@ from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.pidfile import Watched, pid_states_fact
 from p2p_ops.facts.proc_usage import threads_fact, usage_fact
+from p2p_ops.facts.rail_counters import RAIL_COUNTERS
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "facts"
 BUILDERS = {
@@ -32,6 +33,7 @@ BUILDERS = {
     "proc_usage": lambda a: usage_fact(a["sessions"]),
     "proc_threads": lambda a: threads_fact(a["pid"]),
     "meminfo": lambda a: MEMINFO,
+    "rail_counters": lambda a: RAIL_COUNTERS,
 }
 
 
