@@ -22,6 +22,7 @@ from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
 from p2p_ops.facts.limits import proc_limits_fact
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS
 from p2p_ops.facts.logs import recent_grep_fact
+from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.proc_argv import process_argv_fact
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
@@ -150,7 +151,8 @@ def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str,
     """What the doctor reads on one node, by label (`<kind> <instance>` for per-instance facts)."""
     lay = ctx.node_layout(node)
     batch: dict[str, CommandFact] = {"packages": python_env_fact(f"{bin_dir_for(node)}/python"), "rdma": SYSFS_IB,
-                                     "topo": NVIDIA_SMI_TOPO, "listeners": LISTENERS, "sessions": SESSIONS}
+                                     "topo": NVIDIA_SMI_TOPO, "listeners": LISTENERS, "sessions": SESSIONS,
+                                     "ipv4": IPV4_INTERFACES}
     for inst in node.instances:
         batch[f"env {inst.id}"] = env_file_fact(str(lay.env(inst.id)))
     if node.name == ctx.fleet.coordinator_node().name:
@@ -191,6 +193,7 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
     nf.rdma = value("rdma")
     nf.rdma_devices = len(nf.rdma)
     nf.topo_text = read["topo"].output if "topo" in read and read["topo"].ok else ""
+    nf.ipv4 = value("ipv4") if "ipv4" in read and read["ipv4"].ok else {}
     nf.listeners = value("listeners")
     nf.sessions = value("sessions")
     nf.reach = value("reach") if "reach" in batch else []

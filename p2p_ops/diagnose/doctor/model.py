@@ -57,6 +57,7 @@ class NodeFacts:
     rdma_devices: Optional[int] = None
     rdma: list[IbDevice] = field(default_factory=list)
     topo_text: str = ""                            # `nvidia-smi topo -m` as read ("" without nvidia-smi)
+    ipv4: dict[str, str] = field(default_factory=dict)   # address -> interface (`ip -o -4 addr show`)
     listeners: list[Listener] = field(default_factory=list)
     reach: list[Reach] = field(default_factory=list)
     # pid -> session id of every process on the node; a fleet process leads its own session (setsid), so a

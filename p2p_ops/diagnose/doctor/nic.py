@@ -5,6 +5,10 @@ Two ways a pin goes wrong, kept apart because they have different symptoms:
 - `narrow`: a pin that names no RDMA device although the node has active ones (P2P moves over TCP), or fewer
   rails than the plan gives (one NIC carries what several could): the "single NIC or TCP" branch of diagnose.
 
+On a node without RDMA (TCP only) a pin is `wrong` when it names an interface that holds no IPv4 address there
+(absent or unaddressed: UCX's TCP transport cannot use it) or, off loopback, none that holds the node's own
+address (the one its peers connect to); the fix names the interface that does.
+
 Every fix names the instance, the plan's devices, the env vars and the command that restarts the servers of its
 node from fleet.yaml (`up --node` re-renders their env.sh; there is no finer restart)::
 
@@ -66,10 +70,42 @@ def _node_plans(facts: FleetFacts, node: NodeFacts) -> list[tuple[InstanceFacts,
     return list(zip(mine, plans))
 
 
+def tcp_pin_problems(pin: str, address: str, ipv4: dict[str, str], node: str) -> list[str]:
+    """What is wrong with a TCP pin on a node without RDMA, from its IPv4 interfaces. Pure."""
+    names = [p.strip() for p in pin.split(",") if p.strip() and p.strip() != "all"]
+    if not names or not ipv4:
+        return []
+    have = sorted(set(ipv4.values()))
+    problems = [f"{n} holds no IPv4 address on {node} (absent or unaddressed; it has {', '.join(have)}), so "
+                "UCX's TCP transport cannot use it" for n in names if n not in have]
+    own = ipv4.get(address)
+    if own and own not in names:
+        problems.append(f"none of {pin} holds {node}'s address {address} (on {own}), the one its peers connect to")
+    return problems
+
+
+def _tcp_views(facts: FleetFacts, node: NodeFacts) -> list[PinView]:
+    out = []
+    for inst in (i for i in facts.instances if i.node == node.node and not i.address.startswith("127.")):
+        pin, where = observed(inst, {})["UCX_NET_DEVICES"]
+        plan = InstancePlan(inst.instance, inst.gpu, why="no RDMA device: TCP on the interface of the node's address")
+        own = node.ipv4.get(inst.address)
+        fix = (f"give {inst.instance} UCX_NET_DEVICES={own or '<the interface of ' + inst.address + '>'}: unset its "
+               f"settings.ucx_net_devices in fleet.yaml (env.sh then pins the interface that holds {inst.address}) "
+               f"or set it to that; then restart the server(s) of {inst.node}: "
+               f"{restart(facts, [inst.instance], 'server')}")
+        out.append(PinView(inst.instance, node.node, pin, where, plan,
+                           tcp_pin_problems(pin, inst.address, node.ipv4, node.node), "", fix))
+    return out
+
+
 def pin_views(facts: FleetFacts) -> list[PinView]:
-    """One view per instance on a node whose RDMA devices were read (nodes without RDMA have nothing to plan)."""
+    """One view per instance on a node whose RDMA devices were read; on a node without RDMA, a TCP view of each
+    instance off loopback whose node's IPv4 interfaces were read."""
     out = []
     for node in facts.nodes:
+        if not node.error and not node.rdma and node.ipv4:
+            out += _tcp_views(facts, node)
         if node.error or not node.rdma:
             continue
         for inst, plan in _node_plans(facts, node):
