@@ -58,6 +58,19 @@ CLIENT_WRAPPER = (
     "    def _report(cfg, times):\n"
     "        _r(cfg, times); print('[p2p] times_ms ' + json.dumps([t * 1e3 for t in times]), flush=True)\n"
     "    b._report = _report\n"
+    # Concurrent clients (bench.transfer_patterns) read together: each waits, once connected, for P2P_START_AT.
+    "import os, time\n"
+    "_at = float(os.environ.get('P2P_START_AT') or 0)\n"
+    "if _at:\n"
+    "    _init = b.initialize_transfer_channel_context\n"
+    "    def _gated(*a, **k):\n"
+    "        ctx = _init(*a, **k); get = ctx.get_transfer_channel_client\n"
+    "        def client(url):\n"
+    "            c = get(url); w = _at - time.time()\n"
+    "            print(f'[p2p] start wait {w:.3f}', flush=True); time.sleep(max(w, 0)); return c\n"
+    "        ctx.get_transfer_channel_client = client\n"
+    "        return ctx\n"
+    "    b.initialize_transfer_channel_context = _gated\n"
     "_rc = m.main()\n"
     "print(f'[p2p] main returned {_rc}', flush=True)\n"
     "sys.exit(_rc)\n")
@@ -125,6 +138,7 @@ class ChannelRun:
     times_ms: Optional[list[float]] = None
     connect_s: Optional[float] = None
     verified: Optional[bool] = None
+    start_wait_s: Optional[float] = None   # with a common start: how long it waited (< 0: it came late)
     main_rc: Optional[int] = None   # what LMCache's main() returned, from the wrapper's `[p2p] main returned N`
     error: str = ""
     note: str = ""                  # what went wrong that the figures do not depend on (a crash at exit)
@@ -152,6 +166,7 @@ _CONNECT = re.compile(r"\[client\] connected in ([\d.]+)s; reading (\d+) objects
 _ITERS = re.compile(r"iterations\s*:\s*(\d+)\s*\(warmup (\d+)\)")
 _TYPE = re.compile(r"channel type\s*:\s*(\S+)")
 _TIMES = re.compile(r"^\[p2p\] times_ms (\[.*\])\s*$", re.M)
+_START_WAIT = re.compile(r"^\[p2p\] start wait (-?[\d.]+)\s*$", re.M)
 _MAIN_RC = re.compile(r"^\[p2p\] main returned (-?\d+)\s*$", re.M)
 _FAILURE = re.compile(r"^\s*(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.M)
 
@@ -182,6 +197,8 @@ def parse_client_output(text: str, verify: bool, object_size: int, num_objects: 
         run.channel_type = m.group(1)
     if m := _TIMES.search(text):
         run.times_ms = [round(t, 3) for t in json.loads(m.group(1))]
+    if m := _START_WAIT.search(text):
+        run.start_wait_s = float(m.group(1))
     if m := _MAIN_RC.search(text):
         run.main_rc = int(m.group(1))
     _fill_percentiles(run)
@@ -248,10 +265,11 @@ def _server_wrapper(server: Side, opts: Options, ports: Ports) -> str:
     return "#!/bin/bash\n" + _exports(server.env) + f"exec {argv}\n"
 
 
-def client_command(server: Side, client: Side, opts: Options, ports: Ports, count: int) -> str:
+def client_command(server: Side, client: Side, opts: Options, ports: Ports, count: int, start_at: float = 0) -> str:
     argv = [client.python, "-c", CLIENT_WRAPPER, *client_args(server, client, opts, ports, count)]
     cd = f"mkdir -p {shlex.quote(client.workdir)} && cd {shlex.quote(client.workdir)} && " if client.workdir else ""
-    return f"{cd}{_exports(client.env).replace(chr(10), '; ')}{' '.join(shlex.quote(a) for a in argv)} 2>&1"
+    env = {**client.env, **({"P2P_START_AT": f"{start_at:.3f}"} if start_at else {})}
+    return f"{cd}{_exports(env).replace(chr(10), '; ')}{' '.join(shlex.quote(a) for a in argv)} 2>&1"
 
 
 def start_server(server: Side, opts: Options, ports: Ports) -> Proc:
@@ -298,8 +316,9 @@ def judge_exit(run: ChannelRun, exit_code: int) -> ChannelRun:
     return run
 
 
-def run_client(server: Side, client: Side, opts: Options, ports: Ports, count: int) -> ChannelRun:
-    res = client.conn.run(client_command(server, client, opts, ports, count), timeout=opts.timeout_s)
+def run_client(server: Side, client: Side, opts: Options, ports: Ports, count: int,
+               start_at: float = 0) -> ChannelRun:
+    res = client.conn.run(client_command(server, client, opts, ports, count, start_at), timeout=opts.timeout_s)
     return judge_exit(parse_client_output(res.output, opts.verify, opts.object_size, count), res.exit_code)
 
 

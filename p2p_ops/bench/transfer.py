@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.bench import channel, transfer_rails
+from p2p_ops.bench import channel, transfer_patterns, transfer_rails
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.facts.netdev import IPV4_INTERFACES
@@ -115,8 +115,43 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
         row["memcpy_gbps"] = memcpy_gbps(client, run.payload_bytes)
         rows.append(row)
     ok, line = verdict(rows, need)
-    return {"source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
+    return {"pattern": "pairwise", "source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
             "source_env": dict(server.env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
+            "need_why": need_why}
+
+
+def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters: int = 5,
+            need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None) -> dict:
+    """many-to-one (every other node serves, the hub reads) or one-to-many (the hub serves, the others read),
+    one concurrent round per size (bench.transfer_patterns); rails read on every node around each round."""
+    hub_node = _node(ctx, hub)
+    others = [n.name for n in ctx.fleet.nodes if n.name != hub]
+    plan = fleet_size_plan(ctx.fleet, prompt_tokens)
+    need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
+    sides = {n.name: side(ctx, n) for n in ctx.fleet.nodes}
+    links = transfer_patterns.plan_links(pattern, hub, others, sides, free_port)
+    opts = channel.Options(plan.chunk_bytes, plan.counts, ctx.fleet.settings.l1_align_bytes, iters=iters)
+    roles = {"source": [(k.source, k.server.conn) for k in links], "reader": [(k.reader, k.client.conn) for k in links]}
+    progress(f"transfer {pattern} around {hub} ({len(links)} links): {len(plan.counts)} sizes, "
+             f"{plan.chunk_bytes} B chunks, a common start {transfer_patterns.START_LEAD_S:g} s after each launch")
+    rails: dict[int, list[dict]] = {}
+
+    def around(count: int, run: Callable[[], list]) -> list:
+        nbytes = (opts.warmup + opts.iters) * count * plan.chunk_bytes
+        rails[count], result = transfer_rails.measure(roles, nbytes, run)
+        progress(f"  {count} chunk(s) x {len(links)}: " + ", ".join(
+            f"{r.median_gbps or 0:.2f}" if r.ok else r.error[:40] for r in result) + " GB/s")
+        return result
+
+    rows = []
+    for runs in transfer_patterns.run_links(links, opts, around=around):
+        row = {**transfer_patterns.aggregate(runs), "rails": rails.get(runs[0].num_objects, [])}
+        row["memcpy_gbps"] = memcpy_gbps(sides[hub], row["payload_bytes"])
+        rows.append(row)
+    ok, line = verdict(rows, need)
+    ends = (",".join(others), hub) if pattern == "many-to-one" else (hub, ",".join(others))
+    return {"pattern": pattern, "source": ends[0], "reader": ends[1], "sizes": plan.to_dict(),
+            "env": dict(sides[hub_node.name].env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
             "need_why": need_why}
 
 

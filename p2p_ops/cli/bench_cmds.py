@@ -89,6 +89,9 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
     add_fleet_args(t)
     t.add_argument("--source", default=None, help="node that serves the bytes (default: the first node)")
     t.add_argument("--reader", default=None, help="node that reads them (default: the second node, else the first)")
+    t.add_argument("--pattern", choices=("pairwise", "many-to-one", "one-to-many"), default="pairwise",
+                   help="pairwise (--source to --reader), many-to-one (every other node serves, --reader reads "
+                        "from all at once) or one-to-many (--source serves, every other node reads at once)")
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
     t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: recomputing it, from "
@@ -108,8 +111,11 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         names = [n.name for n in ctx.fleet.nodes]
         source = args.source or names[0]
         reader = args.reader or (names[1] if len(names) > 1 else names[0])
-        doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters,
-                                    args.need_ms, _progress)
+        if args.pattern == "pairwise":
+            doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters, args.need_ms, _progress)
+        else:
+            hub = (args.reader if args.pattern == "many-to-one" else args.source) or names[0]
+            doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, _progress)
         doc = transfer.write_run(Path(args.out) if args.out else new_run_dir(ctx.layout, "transfer"), doc)
     if args.json:
         emit_json(doc)
@@ -130,8 +136,10 @@ def transfer_table(doc: dict) -> str:
                      f"{r['p50_ms'] or 0:>6.2f}  {r['p99_ms'] or 0:>6.2f}  {r['memcpy_gbps'] or 0:>11.2f}  "
                      f"{'yes' if r['ok'] else 'NO ' + r['error'][:40]:<8}  {label(r.get('rails', []))}")
         notes += [r["note"]] if r.get("note") else []
+        notes += [f"{r['num_objects']} chunk(s): a reader connected after the common start, reads not overlapped"
+                  ] if r.get("overlapped") is False else []
     if notes:
-        lines.append(f"note ({len(notes)} of {len(doc['rows'])} sizes): {notes[0]}")
+        lines += [f"note: {n}" for n in dict.fromkeys(notes)]
     if doc.get("need_why"):
         lines.append(f"need: {doc['need_ms']:g} ms, {doc['need_why']}")
     return "\n".join(lines)
