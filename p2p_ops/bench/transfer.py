@@ -115,7 +115,8 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
         row["memcpy_gbps"] = memcpy_gbps(client, run.payload_bytes)
         rows.append(row)
     ok, line = verdict(rows, need)
-    return {"pattern": "pairwise", "source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
+    shm = transfer_rails.one_host(sides) and not any(r["rails"] for r in rows)
+    return {"rails_note": transfer_rails.ONE_HOST_NOTE if shm else "", "pattern": "pairwise", "source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
             "source_env": dict(server.env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
             "need_why": need_why}
 

@@ -55,6 +55,14 @@ def measure(sides: Mapping[str, Sequence[tuple[str, object]]], nbytes: int, fn: 
     return rows, result
 
 
+def one_host(sides: Mapping[str, Sequence[tuple[str, object]]]) -> bool:
+    return len(_hosts(sides)) == 1
+
+
+ONE_HOST_NOTE = ("no interface counted the bytes: source and reader are one host, where UCX moves them through "
+                 "shared memory (sm/cma) unless UCX_TLS leaves only tcp")
+
+
 def label(rails: list[dict]) -> str:
     """The table's column: `h1 eth0, h2 eth0`; `none` when no rail accounts for the bytes."""
     return ", ".join(f"{r['node']} {r['name']}" for r in rails) or "none"

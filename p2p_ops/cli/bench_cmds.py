@@ -120,9 +120,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(doc)
     else:
-        console().print(transfer_table(doc))
-        console().print(doc["verdict"])
-        console().print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none, no rows'})")
+        console.print(transfer_table(doc), soft_wrap=True, markup=False)
+        console.print(doc["verdict"], soft_wrap=True, markup=False)
+        console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none, no rows'})", soft_wrap=True)
     return EXIT_OK if doc["ok"] else EXIT_CHECK_FAILED
 
 
@@ -138,6 +138,7 @@ def transfer_table(doc: dict) -> str:
         notes += [r["note"]] if r.get("note") else []
         notes += [f"{r['num_objects']} chunk(s): a reader connected after the common start, reads not overlapped"
                   ] if r.get("overlapped") is False else []
+    notes += [doc["rails_note"]] if doc.get("rails_note") else []
     if notes:
         lines += [f"note: {n}" for n in dict.fromkeys(notes)]
     if doc.get("need_why"):

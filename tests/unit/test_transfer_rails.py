@@ -47,3 +47,19 @@ def test_two_nodes_on_one_host_are_read_once(fakes):
     rails, _ = transfer_rails.measure({"source": [("node-a", local)], "reader": [("node-b", local)]}, 6 * MIB,
                                       lambda: None)
     assert [(r["node"], r["role"], r["name"]) for r in rails] == [("node-a=node-b", "reader+source", "lo")]
+
+
+def test_the_table_says_why_a_one_host_sweep_names_no_rail():
+    from p2p_ops.cli.bench_cmds import transfer_table
+
+    row = {"payload_bytes": MIB, "num_objects": 2, "median_gbps": 5.0, "p50_ms": 0.2, "p99_ms": 0.3,
+           "memcpy_gbps": 30.0, "ok": True, "error": "", "rails": []}
+    text = transfer_table({"rows": [row], "rails_note": transfer_rails.ONE_HOST_NOTE})
+    assert text.splitlines()[1].split()[-1] == "none" and "shared memory" in text
+    one = {"source": [("a", _Conn("localhost"))], "reader": [("b", _Conn("localhost"))]}
+    assert transfer_rails.one_host(one) and not transfer_rails.one_host({**one, "reader": [("b", _Conn("198.18.0.3"))]})
+
+
+class _Conn:
+    def __init__(self, host: str):
+        self.host = host
