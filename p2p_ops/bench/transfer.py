@@ -73,7 +73,7 @@ def memcpy_gbps(s: channel.Side, nbytes: int) -> Optional[float]:
         return None
 
 
-def verdict(rows: list[dict], need_ms: float) -> tuple[bool, str]:
+def verdict(rows: list[dict], need_ms: float, what: str = "the prefix") -> tuple[bool, str]:
     """Pure: every read verified, and the whole prefix (the last row) read within need_ms."""
     if not rows or not all(r["ok"] for r in rows):
         bad = next((r for r in rows if not r["ok"]), None)
@@ -82,9 +82,9 @@ def verdict(rows: list[dict], need_ms: float) -> tuple[bool, str]:
     took = last["p50_ms"]
     mib = last["payload_bytes"] / 2**20
     if took is None or took > need_ms:
-        return False, (f"SLOW: the prefix ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:g} ms "
+        return False, (f"SLOW: {what} ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:g} ms "
                        "the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`")
-    return True, f"OK: the prefix ({mib:.1f} MiB) reads in {took:.1f} ms (p50), within {need_ms:g} ms"
+    return True, f"OK: {what} ({mib:.1f} MiB) reads in {took:.1f} ms (p50), within {need_ms:g} ms"
 
 
 def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int, iters: int = 5,
@@ -149,7 +149,7 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
         row = {**transfer_patterns.aggregate(runs), "rails": rails.get(runs[0].num_objects, [])}
         row["memcpy_gbps"] = memcpy_gbps(sides[hub], row["payload_bytes"])
         rows.append(row)
-    ok, line = verdict(rows, need)
+    ok, line = verdict(rows, need, f"{len(links)} prefixes at once")
     ends = (",".join(others), hub) if pattern == "many-to-one" else (hub, ",".join(others))
     return {"pattern": pattern, "source": ends[0], "reader": ends[1], "sizes": plan.to_dict(),
             "env": dict(sides[hub_node.name].env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
