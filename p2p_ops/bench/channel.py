@@ -23,10 +23,12 @@ per batch size on another (local or SSH), stops the server, and parses what the 
 - `Ports(transfer, control, listen)`: the server's channel and catalog ports and the client's own channel port.
 - `parse_client_output(text, verify)` is the pure parser (tests/fixtures/bench/channel/ holds captured runs).
 
-The client runs LMCache's tool unchanged, from a two-line wrapper that also prints each measured read's time
-(`[p2p] times_ms [...]`), because the tool itself prints only best, median and mean: p50/p99 come from those
-times (nearest rank; with 5 iterations p99 is the slowest read). On an LMCache whose tool lacks the hook the
-wrapper patches, the run still works and p50/p99 fall back to the median and are marked `times_ms=None`.
+The client runs LMCache's tool unchanged, from a wrapper (`bench.channel_wrapper`) that also prints each
+measured read's time (`[p2p] times_ms [...]`), because the tool itself prints only best, median and mean: p50/p99
+come from those times (nearest rank; with 5 iterations p99 is the slowest read). On an LMCache whose tool lacks
+the hook the wrapper patches, the run still works and p50/p99 fall back to the median (`times_ms=None`).
+A client that exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at
+interpreter exit) keeps its figures with a `note` (`judge_exit`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from p2p_ops.bench.channel_wrapper import CLIENT_WRAPPER
 from p2p_ops.connectors.base import Connector, tail
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact, strip_ansi
@@ -49,31 +52,6 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.spec.units import Proc
 
 TOOL_MODULE = "lmcache.tools.transfer_channel_benchmark"
-# Prints every measured read's time beside LMCache's own report; the tool runs otherwise unchanged.
-CLIENT_WRAPPER = (
-    "import json, sys\n"
-    "from lmcache.tools.transfer_channel_benchmark import __main__ as m, benchmark as b\n"
-    "_r = getattr(b, '_report', None)\n"
-    "if _r:\n"
-    "    def _report(cfg, times):\n"
-    "        _r(cfg, times); print('[p2p] times_ms ' + json.dumps([t * 1e3 for t in times]), flush=True)\n"
-    "    b._report = _report\n"
-    # Concurrent clients (bench.transfer_patterns) read together: each waits, once connected, for P2P_START_AT.
-    "import os, time\n"
-    "_at = float(os.environ.get('P2P_START_AT') or 0)\n"
-    "if _at:\n"
-    "    _init = b.initialize_transfer_channel_context\n"
-    "    def _gated(*a, **k):\n"
-    "        ctx = _init(*a, **k); get = ctx.get_transfer_channel_client\n"
-    "        def client(url):\n"
-    "            c = get(url); w = _at - time.time()\n"
-    "            print(f'[p2p] start wait {w:.3f}', flush=True); time.sleep(max(w, 0)); return c\n"
-    "        ctx.get_transfer_channel_client = client\n"
-    "        return ctx\n"
-    "    b.initialize_transfer_channel_context = _gated\n"
-    "_rc = m.main()\n"
-    "print(f'[p2p] main returned {_rc}', flush=True)\n"
-    "sys.exit(_rc)\n")
 READY_LINE = "[server] ready"
 # The server's L1 holds the largest batch plus slack for alignment; the client allocates its own.
 BUFFER_SLACK = 64 << 20
