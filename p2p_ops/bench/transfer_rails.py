@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence, TypeVar
 
+from p2p_ops.connectors.local import LocalConnector
 from p2p_ops.diagnose import rails as rail_counters
 
 T = TypeVar("T")
@@ -26,7 +27,8 @@ def _hosts(sides: Mapping[str, Sequence[tuple[str, object]]]) -> dict[str, tuple
     out: dict[str, tuple[object, set[str], list[str]]] = {}
     for role, nodes in sides.items():
         for name, conn in nodes:
-            key = f"{type(conn).__name__}:{conn.host}"
+            # Every local connector is this machine, whatever node name it carries.
+            key = "local" if isinstance(conn, LocalConnector) else f"{type(conn).__name__}:{conn.host}"
             entry = out.setdefault(key, (conn, set(), []))
             entry[1].add(role)
             if name not in entry[2]:

@@ -58,6 +58,10 @@ def test_the_table_says_why_a_one_host_sweep_names_no_rail():
     assert text.splitlines()[1].split()[-1] == "none" and "shared memory" in text
     one = {"source": [("a", _Conn("localhost"))], "reader": [("b", _Conn("localhost"))]}
     assert transfer_rails.one_host(one) and not transfer_rails.one_host({**one, "reader": [("b", _Conn("198.18.0.3"))]})
+    from p2p_ops.connectors.local import LocalConnector
+
+    # a local fleet's nodes each get a LocalConnector named after the node: still one machine
+    assert transfer_rails.one_host({"source": [("a", LocalConnector("node-a"))], "reader": [("b", LocalConnector("node-b"))]})
 
 
 class _Conn:
