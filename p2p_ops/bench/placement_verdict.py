@@ -1,9 +1,10 @@
 """`bench placement`'s answer: which placement to run for the measured workload, and why P2P's margin under a
 policy fell below 1, from what the run measured (pure functions over its arms and turns).
 
-A margin below 1 has few measurable causes here: no pull happened (the policy kept sessions on their owner),
-pulls replaced no recompute, the pulls' work slowed the shared cores (recomputed turns got slower too), or a
-pulled prefix cost more than the prefill it saved. Each is named with the run's own figures.
+A margin below 1 has few measurable causes here: failed requests, no pull happened (the policy kept sessions on
+their owner; a P2P server's transfer channel still busy-polls a core), pulls replaced no recompute, the pulls'
+work slowed the shared cores (recomputed turns got slower too), or a pulled prefix cost more than the prefill
+it saved. Each is named with the run's own figures; what is left is run-to-run variation.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], prof
         why = f"{on.failed} requests failed with P2P on ({off.failed} off)"
     elif on.peer_tokens == 0:
         why = "no pull happened: the policy kept each session where its document was, so P2P added only lookups"
+        if cold_on and cold_off and cold_on > SLOWER * cold_off:
+            why += (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL transfer "
+                    "channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
     elif saved <= 0:
         why = "the pulls replaced no recompute: every pulled document would have been a local hit or was recomputed anyway"
     elif cold_on and cold_off and cold_on > SLOWER * cold_off:

@@ -37,6 +37,8 @@ def test_an_arm_with_failures_is_never_recommended_and_a_winning_p2p_off_arm_poi
 def test_each_margin_below_one_gets_its_measured_cause():
     cases = {
         "no pull happened": (arm("a", True, 0.9), arm("a", False, 1.0), 100, 800, 100, 800),
+        "yet recomputes took 1.5x longer with P2P on: each server's NIXL transfer channel busy-polls":
+            (arm("a", True, 0.8), arm("a", False, 1.0), 100, 1200, 100, 800),
         "replaced no recompute": (arm("a", True, 0.9, peer=2048, recomputed=12_000), arm("a", False, 1.0), 100, 800, 100, 800),
         "shared cores were busier": (arm("a", True, 0.8, peer=4096, recomputed=6000), arm("a", False, 1.0), 100, 1200, 100, 800),
         "a pulled document cost more than a local hit": (arm("a", True, 0.8, peer=4096, recomputed=6000),
