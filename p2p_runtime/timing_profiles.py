@@ -19,6 +19,7 @@ API (pure, no torch):
 
     TIMING_PROFILES["h200-rdma"].prefill_us_per_token  -> the fitted us/token
     TIMING_PROFILES["h200-rdma"].pull_ms(8192)          -> the published transport's pull of 8192 tokens
+    TIMING_PROFILES["h200-rdma"].pull_ms(8192, 131072)  -> the same at llama-3-8b's 128 KiB/token
     TIMING_PROFILES["h200-rdma"].crossover_tokens       -> where that pull starts to beat the emulated prefill
     TIMING_PROFILES[name].engine_settings()             -> EngineConfig fields (fleet.yaml `engine:` keys)
     match(settings)                                     -> the profile name a fleet's engine settings run, or None
@@ -29,12 +30,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from p2p_runtime.profiles import PROFILES
+
 DEFAULT = "h200-rdma"
 OFF = "off"
 # (prompt tokens, recompute ms, pull ms): medians llm-d published for gpt-oss-120b on H200.
 RDMA_POINTS = ((2048, 70.6, 49.0), (8192, 205.0, 120.0), (16384, 426.0, 196.0), (32768, 983.0, 376.0),
                (49152, 1695.0, 551.0))
 TCP_POINTS = ((2048, 85.0, 52.0), (32768, 1102.0, 533.0))
+# The KV the published pulls moved per token (gpt-oss-120b, bf16): what scales a pull to another model's bytes.
+PUBLISHED_KV_BYTES = PROFILES["gpt-oss-120b"].bytes_per_token
 # Not in llm-d's tables (their TPOT p90 of 33 ms is under 64 requests in flight): one step of an idle H200.
 DECODE_MS = 4.0
 
@@ -75,9 +80,15 @@ class TimingProfile:
     def prefill_ms(self, tokens: int) -> float:
         return tokens * self.prefill_us_per_token / 1000
 
-    def pull_ms(self, tokens: int) -> float:
-        """The profile's own transport (published), not this box's."""
-        return self.pull_fixed_ms + tokens * self.pull_us_per_token / 1000
+    def pull_ms(self, tokens: int, bytes_per_token: int = PUBLISHED_KV_BYTES) -> float:
+        """The profile's own transport (published), not this box's; the per-token part scales with the KV bytes
+        a token weighs (bandwidth-bound), the fixed part does not (round trips)."""
+        return self.pull_fixed_ms + tokens * self.pull_us_per_token * bytes_per_token / PUBLISHED_KV_BYTES / 1000
+
+    @property
+    def pull_gb_per_s(self) -> float:
+        """The published transport's bandwidth (GB/s) once its round trips are paid."""
+        return PUBLISHED_KV_BYTES / self.pull_us_per_token / 1000 if self.has_pull else 0.0
 
     @property
     def has_pull(self) -> bool:
@@ -103,7 +114,8 @@ class TimingProfile:
         if not self.emulated:
             return f"{self.name}: no emulation, engines run at this box's CPU speed (the pull is measured)"
         own = (f" (the profile's {self.transport} pull would be {self.pull_fixed_ms:.0f} ms + "
-               f"{self.pull_us_per_token:.1f} us/token)" if self.has_pull else "")
+               f"{self.pull_us_per_token:.1f} us/token at gpt-oss-120b's {PUBLISHED_KV_BYTES // 1024} KiB/token, "
+               f"{self.pull_gb_per_s:.1f} GB/s)" if self.has_pull else "")
         return (f"{self.name} ({self.source}): emulated prefill {self.prefill_us_per_token:.1f} us/token and "
                 f"decode {self.decode_ms_per_token:g} ms/step; the pull is measured on this box{own}")
 

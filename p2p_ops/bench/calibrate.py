@@ -144,9 +144,10 @@ def run_launched(out_dir: Path, lengths: list[int], repeats: int, seed: Optional
 def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], adv: dict, repeats: int,
              launched: Optional[dict[str, Any]], timing: dict[str, Any]) -> dict[str, Any]:
     table = [asdict(r) | {"speedup": r.speedup} for r in rows]
+    kv_bytes = fleet_size_plan(ctx.fleet, ctx.fleet.settings.chunk_size).bytes_per_token
     doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats, "rows": table,
            "failures": failures, "skipped": skipped, "advice": adv, "launched": launched, "timing": timing,
-           "projection": projection.project(table, TIMING_PROFILES[timing["profile"]])}
+           "projection": projection.project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
     doc["recommendation"] = recommendation(doc)
     return finite(doc)
 

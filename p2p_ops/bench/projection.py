@@ -33,12 +33,14 @@ def pull_fit(rows: list[dict]) -> Optional[dict[str, float]]:
     return {"fixed_ms": fixed, "us_per_token": per_token_ms * 1000}
 
 
-def project(rows: list[dict], profile: TimingProfile) -> dict[str, Any]:
+def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[int] = None) -> dict[str, Any]:
     """Pure: per length the measured pull against the profile's emulated prefill, the lasting crossover, the
-    profile's own (published) crossover, and the measured cause when the pull does not pay."""
+    profile's own (published) crossover, and the measured cause when the pull does not pay. With the fleet's KV
+    bytes per token, the published pull is scaled to them (the emulated prefill stays the profile's model)."""
+    weigh = {"bytes_per_token": bytes_per_token} if bytes_per_token else {}
     table = [{"tokens": r["tokens"], "pull_measured_ms": r["ttft_pulled_b_s"] * 1000,
               "prefill_emulated_ms": profile.prefill_ms(r["tokens"]),
-              "pull_published_ms": profile.pull_ms(r["tokens"]) if profile.has_pull else None,
+              "pull_published_ms": profile.pull_ms(r["tokens"], **weigh) if profile.has_pull else None,
               "pulled": r["cached_tokens_b"] > 0} for r in rows]
     wins = [t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] for t in table]
     published = profile.crossover_tokens
@@ -74,8 +76,8 @@ def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[d
 def markdown(proj: dict[str, Any], describe: str) -> list[str]:
     """Pure: the projection's table and its cause, for summary.md."""
     lines = [f"What a GPU fleet would see, timing profile {describe}:", "",
-             "| Prefix tokens | Pull, measured here (ms) | Prefill, emulated (ms) | Pull on the profile's own "
-             "transport, published fit (ms) | Pull pays |", "|---|---|---|---|---|"]
+             "| Prefix tokens | Pull, measured here (ms) | Prefill, emulated (ms) | The profile's own "
+             "pull at this fleet's KV bytes, published fit (ms) | Pull pays |", "|---|---|---|---|---|"]
     for t in proj["rows"]:
         own = f"{t['pull_published_ms']:.0f}" if t["pull_published_ms"] is not None else "n/a"
         pays = "yes" if t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] else "no"

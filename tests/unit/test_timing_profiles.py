@@ -96,3 +96,11 @@ def test_a_fleet_at_cpu_speed_is_projected_with_the_named_profile_and_a_losing_p
     assert doc["recommendation"].startswith("for ~4096-token requests, do not pull on this transport")
     assert "round trips: a pull costs 500 ms fixed" in doc["recommendation"]
     assert "pulls pay from about 1,107 tokens" in doc["recommendation"]
+
+
+def test_the_published_pull_scales_with_kv_bytes_and_the_fixed_part_does_not():
+    # llama-3-8b writes 128 KiB per token, gpt-oss-120b 72 KiB: the bandwidth term grows by 128/72.
+    extra = RDMA.pull_ms(8192, 131072) - RDMA.pull_fixed_ms
+    assert extra == pytest.approx((RDMA.pull_ms(8192) - RDMA.pull_fixed_ms) * 128 / 72)
+    assert RDMA.pull_gb_per_s == pytest.approx(73728 / RDMA.pull_us_per_token / 1000)
+    assert 5 < RDMA.pull_gb_per_s < 9 and TCP.pull_gb_per_s < RDMA.pull_gb_per_s
