@@ -44,13 +44,15 @@ def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], prof
             why += (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL transfer "
                     "channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
     elif saved <= 0:
-        why = "the pulls replaced no recompute: every pulled document would have been a local hit or was recomputed anyway"
+        why = ("the pulls replaced no recompute: every pulled document would have been a local hit or was "
+               "recomputed anyway")
     elif cold_on and cold_off and cold_on > SLOWER * cold_off:
         why = (f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x longer, "
                "so the servers' transfer work competed with the engines' compute")
     elif hit_on and hit_off and hit_on > SLOWER * hit_off:
         why = (f"a pulled document cost more than a local hit ({_ms(hit_on)} vs {_ms(hit_off)} p50), more than the "
-               f"~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved tokens were worth")
+               f"~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved tokens "
+               "were worth")
     else:
         why = f"within run-to-run variation on this shared box (under {NOISE:.0%})"
     return f"{why} ({figures})"

@@ -48,10 +48,11 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
     return {"profile": profile.name, "rows": table,
             "min_pull_tokens": first_lasting_win([t["tokens"] for t in table], wins) if table else None,
             "published_min_pull_tokens": None if published is None or math.isinf(published) else round(published),
-            "pull_fit": fit, "cause": cause(fit, profile, table)}
+            "pull_fit": fit, "cause": cause(fit, profile, table, bytes_per_token)}
 
 
-def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[dict]) -> str:
+def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[dict],
+          bytes_per_token: Optional[int] = None) -> str:
     """Pure: why this box's pull does or does not beat the profile's prefill, from the measured figures."""
     if not profile.emulated:
         return "no GPU profile: the recompute leg is this box's CPU, so the crossover says nothing about a GPU"
@@ -63,13 +64,15 @@ def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[d
     if fit is None:
         return "one length only: measure two or more to split the pull into round trips and bandwidth"
     p, f, t = profile.prefill_us_per_token, fit["fixed_ms"], fit["us_per_token"]
+    rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
+            if bytes_per_token and t > 0 else "")
     if t >= p:
-        return (f"bandwidth: each pulled token costs {t:.1f} us here, more than the profile's {p:.1f} us/token "
+        return (f"bandwidth: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} us/token "
                 f"prefill, so the pull loses at every length; this box's transfer path is the limit "
                 + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
                    f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else ""))
     breakeven = f * 1000 / (p - t) if f > 0 else 0
-    return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here, so it pays from about "
+    return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it pays from about "
             f"{breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
 
 

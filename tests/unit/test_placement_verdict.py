@@ -39,14 +39,18 @@ def test_each_margin_below_one_gets_its_measured_cause():
         "no pull happened": (arm("a", True, 0.9), arm("a", False, 1.0), 100, 800, 100, 800),
         "yet recomputes took 1.5x longer with P2P on: each server's NIXL transfer channel busy-polls":
             (arm("a", True, 0.8), arm("a", False, 1.0), 100, 1200, 100, 800),
-        "replaced no recompute": (arm("a", True, 0.9, peer=2048, recomputed=12_000), arm("a", False, 1.0), 100, 800, 100, 800),
-        "shared cores were busier": (arm("a", True, 0.8, peer=4096, recomputed=6000), arm("a", False, 1.0), 100, 1200, 100, 800),
+        "replaced no recompute": (arm("a", True, 0.9, peer=2048, recomputed=12_000), arm("a", False, 1.0),
+                                  100, 800, 100, 800),
+        "shared cores were busier": (arm("a", True, 0.8, peer=4096, recomputed=6000), arm("a", False, 1.0),
+                                     100, 1200, 100, 800),
         "a pulled document cost more than a local hit": (arm("a", True, 0.8, peer=4096, recomputed=6000),
                                                            arm("a", False, 1.0), 400, 800, 100, 800),
-        "run-to-run variation": (arm("a", True, 0.95, peer=4096, recomputed=6000), arm("a", False, 1.0), 100, 800, 100, 800),
+        "run-to-run variation": (arm("a", True, 0.95, peer=4096, recomputed=6000), arm("a", False, 1.0),
+                                 100, 800, 100, 800),
     }
     for words, (on, off, hit_on, cold_on, hit_off, cold_off) in cases.items():
-        why = placement_verdict.explain(on, off, turns("a-p2p-on", hit_on, cold_on), turns("a-p2p-off", hit_off, cold_off), RDMA)
+        why = placement_verdict.explain(on, off, turns("a-p2p-on", hit_on, cold_on),
+                                        turns("a-p2p-off", hit_off, cold_off), RDMA)
         assert words in why, (words, why)
     failed = placement_verdict.explain(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
     assert failed.startswith("3 requests failed with P2P on")

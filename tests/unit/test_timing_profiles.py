@@ -60,9 +60,9 @@ def test_projection_finds_where_the_measured_pull_beats_the_emulated_prefill_and
 
 
 def test_a_pull_slower_per_token_than_the_gpu_prefill_is_named_as_the_bandwidth_limit():
-    proj = projection.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA)
+    proj = projection.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA, bytes_per_token=2048)
     assert proj["min_pull_tokens"] is None
-    assert proj["cause"].startswith("bandwidth: each pulled token costs 60.0 us here")
+    assert proj["cause"].startswith("bandwidth: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
     assert f"{60 / RDMA.pull_us_per_token:.1f}x the profile's RDMA" in proj["cause"]
 
 
