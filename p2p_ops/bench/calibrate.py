@@ -16,6 +16,7 @@ emulated prefill, and one recommendation for the stated request length.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -187,10 +188,10 @@ def summary(doc: dict[str, Any]) -> str:
     if not doc["rows"]:
         lines.append("Advice: none; no length could be measured (see the failures above).")
     elif adv["min_pull_tokens"] is None:
-        lines.append("Advice: the pull never won consistently at these lengths; keep P2P for longer prefixes "
+        lines.append(f"{_as_run(doc)}: the pull never won consistently at these lengths; keep P2P for longer prefixes "
                      "or check the transfer path (`p2pctl test basic`).")
     else:
-        lines.append(f"Advice: pull prefixes of {adv['min_pull_tokens']} tokens or more (llm-d: "
+        lines.append(f"{_as_run(doc)}: pull prefixes of {adv['min_pull_tokens']} tokens or more (llm-d: "
                      f"minCachedTokenDelta={adv['min_pull_tokens']}); for requests of ~{adv['doc_tokens']} tokens "
                      f"start vllm-router with --cache-threshold {adv['cache_threshold']} "
                      f"(router.cache_threshold in the fleet spec)."
@@ -200,6 +201,13 @@ def summary(doc: dict[str, Any]) -> str:
     if doc.get("recommendation"):
         lines += ["", f"**Recommendation** (timing profile {timing['profile']}): {doc['recommendation']}"]
     return "\n".join(lines) + "\n"
+
+
+def _as_run(doc: dict[str, Any]) -> str:
+    """Pure: what the measured advice is about, so it is never mistaken for the GPU answer below it."""
+    per_token = statistics.median(r["ttft_recompute_b_s"] * 1e6 / r["tokens"] for r in doc["rows"])
+    return (f"This fleet as it runs (recompute measured at {per_token:.0f} us/token on this box, the emulated "
+            "GPU's cost only where the CPU is faster)")
 
 
 def recommendation(doc: dict[str, Any]) -> str:

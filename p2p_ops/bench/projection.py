@@ -67,8 +67,8 @@ def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[d
     rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
             if bytes_per_token and t > 0 else "")
     if t >= p:
-        return (f"bandwidth: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} us/token "
-                f"prefill, so the pull loses at every length; this box's transfer path is the limit "
+        return (f"per-token cost: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} "
+                f"us/token prefill, so the pull loses at every length; this box's pull path is the limit "
                 + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
                    f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else ""))
     breakeven = f * 1000 / (p - t) if f > 0 else 0

@@ -59,10 +59,10 @@ def test_projection_finds_where_the_measured_pull_beats_the_emulated_prefill_and
     assert proj["published_min_pull_tokens"] == round(RDMA.crossover_tokens)
 
 
-def test_a_pull_slower_per_token_than_the_gpu_prefill_is_named_as_the_bandwidth_limit():
+def test_a_pull_slower_per_token_than_the_gpu_prefill_is_named_as_the_limit():
     proj = projection.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA, bytes_per_token=2048)
     assert proj["min_pull_tokens"] is None
-    assert proj["cause"].startswith("bandwidth: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
+    assert proj["cause"].startswith("per-token cost: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
     assert f"{60 / RDMA.pull_us_per_token:.1f}x the profile's RDMA" in proj["cause"]
 
 
@@ -88,6 +88,8 @@ def test_calibration_names_one_profile_and_recommends_a_pull_for_the_stated_leng
     md = calibrate.summary(doc)
     assert "**Recommendation** (timing profile h200-rdma)" in md and "Prefill, emulated (ms)" in md
     assert "Engines ran timing profile: h200-rdma." in md
+    # The measured advice says what it is about, so it is not read as the GPU answer.
+    assert "This fleet as it runs (recompute measured at 98 us/token on this box" in md
 
 
 def test_a_fleet_at_cpu_speed_is_projected_with_the_named_profile_and_a_losing_pull_names_its_cause(tmp_path):
