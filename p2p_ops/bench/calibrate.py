@@ -79,10 +79,12 @@ def fleet_timing(ctx: FleetContext) -> str:
 
 
 def timing_doc(ctx: FleetContext, name: Optional[str]) -> dict[str, Any]:
-    """Which profile the engines run and which one the projection uses (the same unless --timing names
-    another); a fleet with custom timing is projected with the default profile."""
+    """Which profile the engines run and which one the projection uses: --timing's, else the engines' own
+    when it emulates a GPU, else the default (the one `bench placement` runs), so a fleet at CPU speed still
+    gets the GPU answer."""
     engines = fleet_timing(ctx)
-    name = name or (engines if engines in TIMING_PROFILES else DEFAULT)
+    own = TIMING_PROFILES.get(engines)
+    name = name or (engines if own and own.emulated else DEFAULT)
     return {"engines": engines, "profile": name, "describe": TIMING_PROFILES[name].describe(),
             "settings": TIMING_PROFILES[name].engine_settings()}
 

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "-f is then not read")
     add_port_offset_arg(c, "with --launch: ")
     add_timing_arg(c, f"profile the GPU answer is projected with; with --launch also what the engines run "
-                      f"(default: the fleet's own, {DEFAULT_TIMING} with --launch or when the fleet's is custom)")
+                      f"(default: the GPU profile the fleet's engines run, else {DEFAULT_TIMING})")
     c.add_argument("--quick", action="store_true", help="lengths 256..4096, 2 repetitions")
     c.add_argument("--lengths", default=None, help="comma list of prefix lengths in tokens")
     c.add_argument("--repeats", type=int, default=None, help="repetitions per length (default 3)")

@@ -106,3 +106,9 @@ def test_the_published_pull_scales_with_kv_bytes_and_the_fixed_part_does_not():
     assert extra == pytest.approx((RDMA.pull_ms(8192) - RDMA.pull_fixed_ms) * 128 / 72)
     assert RDMA.pull_gb_per_s == pytest.approx(73728 / RDMA.pull_us_per_token / 1000)
     assert 5 < RDMA.pull_gb_per_s < 9 and TCP.pull_gb_per_s < RDMA.pull_gb_per_s
+
+
+def test_a_fleet_at_cpu_speed_gets_the_gpu_answer_of_the_default_profile(tmp_path):
+    doc = _doc(tmp_path, {})
+    assert doc["timing"]["engines"] == "off" and doc["timing"]["profile"] == "h200-rdma"
+    assert "this box's measured pull against h200-rdma's emulated prefill" in doc["recommendation"]
