@@ -103,3 +103,17 @@ def test_real_size_pull_target_is_judged_against_lmcaches_channel_at_the_largest
     report.facts["real_pull"][1]["channel"] = None
     kv_real._target(report)
     assert report.targets[0].reached is None and "gave no figure" in report.targets[0].reason
+
+
+def test_eviction_working_set_is_twice_the_fleet_l1_and_hit_ratio_counts_only_served_requests():
+    from p2p_ops.bench.suite import eviction
+    from p2p_ops.harness.openai_client import Completion
+
+    # 2 GiB of fleet L1 at 128 KiB per token: 16k tokens; twice that in 1k-token documents is 32 documents.
+    assert eviction.documents_for(2 * 2**30, 128 * 1024, 1024) == 32
+    assert eviction.documents_for(2 * 2**30, 128 * 1024, 1000) == 33
+    p = eviction.Pass(2)
+    p.add("A", Completion("a", True, prompt_tokens=1000, cached_tokens=768))
+    p.add("A", Completion("a", False, error="ConnectionError: refused"))
+    assert (p.sent, p.failed, p.first_error) == (2, 1, "ConnectionError: refused")
+    assert p.hit_ratio("A") == 0.768 and p.hit_ratio("B") is None
