@@ -31,6 +31,7 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, size_plan
+from p2p_runtime.profiles import TINY
 from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES, match
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
@@ -130,15 +131,15 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
 
 def run_launched(out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
                  port_offset: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
-                 timing: str = DEFAULT) -> dict[str, Any]:
+                 timing: str = DEFAULT, profile: str = TINY) -> dict[str, Any]:
     """`run` on a temporary 2-node local fleet under out_dir/fleet (its logs stay), on free ports or at
-    port_offset, its engines running the `timing` profile; the port choice and the up/wait seconds go into the
-    document."""
+    port_offset, its engines running the `timing` profile and storing KV at `profile`'s geometry (so the
+    measured pull moves that model's bytes); the port choice and the up/wait seconds go into the document."""
     ports = choose(2, port_offset)
     progress(ports.line())
     timings: dict[str, float] = {}
     with local_fleet(2, name="calibrate", base=ports.base, where=out_dir / "fleet", timings=timings,
-                     progress=progress, engine=TIMING_PROFILES[timing].engine_settings()) as ctx:
+                     progress=progress, profile=profile, engine=TIMING_PROFILES[timing].engine_settings()) as ctx:
         progress(f"fleet up in {timings['up_s']:.1f} s, ready {timings['wait_s']:.1f} s later")
         return run(ctx, out_dir, lengths, repeats, seed, doc_tokens, progress,
                    launched={"ports": ports.to_json(), "timings_s": dict(timings)}, timing=timing)
@@ -148,7 +149,8 @@ def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], 
              launched: Optional[dict[str, Any]], timing: dict[str, Any]) -> dict[str, Any]:
     table = [asdict(r) | {"speedup": r.speedup} for r in rows]
     kv_bytes = fleet_size_plan(ctx.fleet, ctx.fleet.settings.chunk_size).bytes_per_token
-    doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats, "rows": table,
+    doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats, "kv_bytes_per_token": kv_bytes,
+           "kv_profile": ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else None, "rows": table,
            "failures": failures, "skipped": skipped, "advice": adv, "launched": launched, "timing": timing,
            "projection": projection.project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
     doc["recommendation"] = recommendation(doc)
@@ -164,7 +166,9 @@ def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
 
 def summary(doc: dict[str, Any]) -> str:
     """Pure: summary.md of a calibration document."""
-    lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}, median of {doc['repeats']})", ""]
+    kv = (f", KV {doc['kv_profile']} at {doc['kv_bytes_per_token'] // 1024} KiB/token"
+          if doc.get("kv_bytes_per_token") and doc.get("kv_profile") else "")
+    lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}{kv}, median of {doc['repeats']})", ""]
     launched = doc.get("launched")
     if launched:
         t = launched["timings_s"]

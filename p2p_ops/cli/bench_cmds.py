@@ -17,6 +17,7 @@ from p2p_ops.bench.placement import PlacementOptions
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
 from p2p_ops.cli.output import console, emit_json
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_runtime.profiles import PROFILE_NAMES, TINY
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_NAMES
 
@@ -69,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_port_offset_arg(c, "with --launch: ")
     add_timing_arg(c, f"profile the GPU answer is projected with; with --launch also what the engines run "
                       f"(default: the GPU profile the fleet's engines run, else {DEFAULT_TIMING})")
+    c.add_argument("--profile", choices=PROFILE_NAMES, default=None, metavar="NAME",
+                   help=f"with --launch: the KV geometry the engines store and pull: {' | '.join(PROFILE_NAMES)} "
+                        "(default tiny; gpt-oss-120b is the model of the h200-* timing profiles)")
     c.add_argument("--quick", action="store_true", help="lengths 256..4096, 2 repetitions")
     c.add_argument("--lengths", default=None, help="comma list of prefix lengths in tokens")
     c.add_argument("--repeats", type=int, default=None, help="repetitions per length (default 3)")
@@ -199,10 +203,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     repeats = args.repeats or (2 if args.quick else 3)
     if args.port_offset is not None and not args.launch:
         raise BadInput("--port-offset: only with --launch (a running fleet's ports are in its fleet.yaml)")
+    if args.profile is not None and not args.launch:
+        raise BadInput("--profile: only with --launch (a running fleet's KV profile is engine.profile in its fleet.yaml)")
     if args.launch:
         out = _out_dir(args, "calibrate")
         doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, _progress,
-                                     timing=args.timing or DEFAULT_TIMING)
+                                     timing=args.timing or DEFAULT_TIMING, profile=args.profile or TINY)
     else:
         with context(args) as ctx:
             calibrate.check_running(ctx)  # before the run folder: a fleet that is not up leaves nothing behind

@@ -90,3 +90,9 @@ def test_an_unknown_timing_profile_is_refused_naming_the_choices(capsys):
         main(["calibrate", "--launch", "--timing", "a100"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "argument --timing: invalid choice: 'a100'" in err and "h200-rdma" in err
+
+
+def test_a_kv_profile_without_launch_is_refused_naming_where_a_running_fleet_keeps_it(tmp_path, p2pctl):
+    fleet = write_local_fleet(tmp_path / "fleet.yaml", 2, name="prof")
+    code, out, err = p2pctl("calibrate", "-f", str(fleet), "--profile", "gpt-oss-120b")
+    assert code == 2 and out == "" and "engine.profile" in err and len(err.strip().splitlines()) == 1
