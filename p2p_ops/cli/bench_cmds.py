@@ -104,7 +104,7 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
     t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: recomputing it, from "
-                        "engine.prefill_us_per_token, else a GPU's 33.4 us per token)")
+                        "engine.prefill_us_per_token, else the default GPU timing profile's)")
     t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
                                                "against size (default <run>/tests/<UTC time>-transfer)")
     add_json_arg(t)

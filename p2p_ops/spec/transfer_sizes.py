@@ -10,8 +10,8 @@ one batch, so the sizes worth testing are one chunk up to the longest prefix, as
 `counts` are objects per read (`bench.channel.Options.counts`): powers of two, then the whole prefix.
 
 `need_ms(fleet, plan)` is how fast the whole prefix must arrive for the pull to beat recomputing it: the fleet's
-emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's (llm-d's cost-model fit for
-gpt-oss over TCP: P = 33.4 us per token, shared/reference/llmd-p2p.md) for the prefix's tokens.
+emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's: the default timing profile's
+(`p2p_runtime.timing_profiles`, fitted to llm-d's H200 figures, ~32 us per token) for the prefix's tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from p2p_ops.errors import BadInput
 from p2p_ops.spec.model import Fleet
 from p2p_runtime.profiles import resolve as resolve_profile
+from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
+from p2p_runtime.timing_profiles import TIMING_PROFILES
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,14 @@ def size_plan(bytes_per_token: int, chunk_tokens: int, prompt_tokens: int, page_
     return SizePlan(bytes_per_token, chunk_tokens, prompt_tokens, chunk, chunks, chunks * chunk, tuple(counts))
 
 
-GPU_PREFILL_US_PER_TOKEN = 33.4
-
-
 def need_ms(fleet: Fleet, plan: SizePlan) -> tuple[float, str]:
     """(milliseconds, where the rate comes from) for recomputing the plan's whole prefix. Pure."""
     tokens = plan.prefix_chunks * plan.chunk_tokens
     rate, source = fleet.engine.prefill_us_per_token, "the fleet's engine.prefill_us_per_token"
     if not rate:
-        rate, source = GPU_PREFILL_US_PER_TOKEN, "a GPU's prefill (llm-d's fit)"
-    return round(tokens * rate / 1e3, 1), f"recomputing {tokens} tokens at {rate:g} us/token, {source}"
+        rate = TIMING_PROFILES[DEFAULT_TIMING].prefill_us_per_token
+        source = f"a GPU's prefill (timing profile {DEFAULT_TIMING}, llm-d's H200 figures)"
+    return round(tokens * rate / 1e3, 1), f"recomputing {tokens} tokens at {rate:.1f} us/token, {source}"
 
 
 def fleet_size_plan(fleet: Fleet, prompt_tokens: int) -> SizePlan:

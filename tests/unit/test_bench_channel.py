@@ -212,7 +212,9 @@ def test_the_need_is_recomputing_the_prefix():
     fleet = load_fleet_data(data)
     plan = fleet_size_plan(fleet, 8192)
     ms, why = need_ms(fleet, plan)
-    assert ms == round(8192 * 33.4 / 1e3, 1) and "GPU" in why
+    from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES
+
+    assert ms == round(8192 * TIMING_PROFILES[DEFAULT].prefill_us_per_token / 1e3, 1) and DEFAULT in why
     data["engine"]["prefill_us_per_token"] = 600.0
     ms, why = need_ms(load_fleet_data(data), plan)
     assert ms == round(8192 * 600 / 1e3, 1) and "prefill_us_per_token" in why
