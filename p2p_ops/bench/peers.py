@@ -33,6 +33,8 @@ from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.matrix import OP_SECONDS, P2P_LOADS
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import peers_plot
@@ -111,7 +113,7 @@ def run_fleet(ctx: FleetContext, opts: PeersOptions, progress: Callable[[str], N
         return [], run.notes
     progress(f"N={len(insts)}: one warm-up pull from each of {len(order)} peer(s) (NIXL connection set-up)")
     for peer in order:
-        warm = _one(run, judge.ONE_HOLDER, "warm-up", [peer])
+        warm = judge.judge(_one(run, judge.ONE_HOLDER, "warm-up", [peer]))
         if warm.error:
             run.notes.append(f"warm-up pull from {peer}: {warm.error}")
     samples = []
@@ -209,9 +211,12 @@ def document(samples: list[judge.Sample], notes: list[str], fleets: list[dict], 
                    "notes": notes, "samples": [s.to_dict() for s in samples]})
 
 
-def run_running(ctx: FleetContext, out_dir: Path, opts: PeersOptions,
+def run_running(ctx: FleetContext, out_dir: Optional[Path], opts: PeersOptions,
                 progress: Callable[[str], None] = lambda _: None) -> dict:
-    """The scenarios on a running fleet (its one N)."""
+    """The scenarios on a running fleet (its one N), in out_dir (default: a new run folder of the fleet);
+    refuses, naming what to run, when the fleet is not up (before any folder is made)."""
+    fleet_status.require_ready(ctx, "or drop --running to measure on temporary local fleets")
+    out_dir = out_dir or new_run_dir(ctx.layout, "peers")
     samples, notes = run_fleet(ctx, opts, progress)
     fleets = [{"nodes": len(ctx.fleet.instances()), "fleet": ctx.fleet.name, "profile": ctx.fleet.engine.profile}]
     return write(out_dir, document(samples, notes, fleets, opts))

@@ -116,15 +116,13 @@ def peers_options(args: argparse.Namespace):
 
 def cmd_peers(args: argparse.Namespace) -> int:
     from p2p_ops.bench import peers
-    from p2p_ops.harness.rundir import new_run_dir
 
     opts = peers_options(args)
     if args.running:
         if args.port_offset is not None:
             raise BadInput("--port-offset: only without --running (a running fleet's ports are in its fleet.yaml)")
         with context(args) as ctx:
-            doc = peers.run_running(ctx, Path(args.out) if args.out else new_run_dir(ctx.layout, "peers"), opts,
-                                    _progress)
+            doc = peers.run_running(ctx, Path(args.out) if args.out else None, opts, _progress)
     else:
         doc = peers.run_launched(_out_dir(args, "peers"), opts, args.port_offset, _progress)
     if args.json:
