@@ -19,6 +19,7 @@ against N).
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -206,8 +207,10 @@ def _ask(run: _Run, s: judge.Sample, prompt: str) -> None:
 
 def document(samples: list[judge.Sample], notes: list[str], fleets: list[dict], opts: PeersOptions) -> dict:
     rows = judge.rows(samples)
+    goal = judge.target(rows)
+    goal["why"] = judge.why_missed(goal, rows, fleets)
     return finite({"passed": bool(samples) and all(s.ok for s in samples), "repeats": opts.repeats,
-                   "chunks": opts.chunks, "fleets": fleets, "rows": rows, "target": judge.target(rows),
+                   "chunks": opts.chunks, "fleets": fleets, "rows": rows, "target": goal,
                    "notes": notes, "samples": [s.to_dict() for s in samples]})
 
 
@@ -230,14 +233,22 @@ def run_launched(out_dir: Path, opts: PeersOptions, port_offset: Optional[int] =
         ports = choose(n, port_offset)
         progress(f"N={n}: " + ports.line())
         timings: dict[str, float] = {}
+        load_start = _loadavg()
         with local_fleet(n, name=f"peers{n}", base=ports.base, where=out_dir / f"fleet-{n}", timings=timings,
                          progress=progress) as ctx:
             got, why = run_fleet(ctx, opts, progress)
             fleets.append({"nodes": n, "fleet": ctx.fleet.name, "profile": ctx.fleet.engine.profile,
-                           "timings_s": dict(timings), "ports": ports.to_json()})
+                           "timings_s": dict(timings), "ports": ports.to_json(), "cpus": os.cpu_count(),
+                           "loadavg_start": load_start, "loadavg_end": _loadavg()})
         samples += got
         notes += [f"N={n}: {w}" for w in why]
     return write(out_dir, document(samples, notes, fleets, opts))
+
+
+def _loadavg() -> list[float]:
+    """This box's 1/5/15-minute load: the launched fleets run here, and on a shared box the lookup figures
+    move with it (every idle lmcache server also busy-polls a core)."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def write(out_dir: Path, doc: dict[str, Any]) -> dict:

@@ -122,3 +122,23 @@ def target(rows_: list[dict]) -> dict:
         line += f"; a hit's lookup (which includes the NIXL READ) {hit[0]['lookup_ms_p50']:.1f} ms p50"
     return {"goal": f"<= {TARGET_MS:g} ms at {TARGET_N} servers", "measured": r["lookup_ms_p50"], "nodes": r["nodes"],
             "reached": reached, "line": line}
+
+
+def why_missed(goal: dict, rows_: list[dict], fleets: list[dict]) -> str:
+    """The measured reason a missed lookup target missed: the fleet's servers against this box's CPUs, and the
+    same lookup at the smallest N beside it (the fan-out's own growth)."""
+    if goal.get("reached") is not False:
+        return ""
+    n = goal["nodes"]
+    f = next((x for x in fleets if x.get("nodes") == n), {})
+    miss = sorted((r["nodes"], r["lookup_ms_p50"]) for r in rows_
+                  if r["scenario"] == NO_HOLDER and r["lookup_ms_p50"] is not None)
+    parts = [f"the requester asks its {n - 1} peers one after another (LMCache waits for each peer's lookup-submit "
+             "RPC before it sends the next)"]
+    if miss and miss[0][0] < n:
+        parts.append(f"the same miss lookup took {miss[0][1]:.1f} ms at N={miss[0][0]}")
+    if f.get("cpus") and f["cpus"] < n:
+        load = " ".join(map(str, f.get("loadavg_start") or []))
+        parts.append(f"{n} lmcache servers (each busy-polls a core) and {n} engines shared {f['cpus']} CPUs"
+                     + (f" at load average {load}" if load else "") + ", so every round trip queued for CPU")
+    return "; ".join(parts)

@@ -116,6 +116,7 @@ def peers_options(args: argparse.Namespace):
 
 def cmd_peers(args: argparse.Namespace) -> int:
     from p2p_ops.bench import peers
+    from p2p_ops.observe.peers_plot import fleet_line
 
     opts = peers_options(args)
     if args.running:
@@ -130,6 +131,10 @@ def cmd_peers(args: argparse.Namespace) -> int:
     else:
         console.print(peers_table(doc), soft_wrap=True, markup=False)
         console.print(doc["target"]["line"], soft_wrap=True, markup=False)
+        if doc["target"].get("why"):
+            console.print(f"why: {doc['target']['why']}", soft_wrap=True, markup=False)
+        for f in doc["fleets"]:
+            console.print(fleet_line(f), soft_wrap=True, markup=False)
         for note in doc["notes"]:
             console.print(f"note: {note}", soft_wrap=True, markup=False)
         console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none'})", soft_wrap=True)

@@ -39,10 +39,22 @@ def markdown(doc: dict[str, Any]) -> str:
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in doc["rows"]]
     lines += ["", f"**{doc['target']['line']}**", ""]
+    if doc["target"].get("why"):
+        lines += [f"Why: {doc['target']['why']}.", ""]
+    lines += [fleet_line(f) for f in doc.get("fleets") or []]
     for r in doc["rows"]:
         lines += [f"- N={r['nodes']} {scenario_text(r)}: {e}" for e in r["errors"]]
     lines += [f"- {n}" for n in doc.get("notes") or []]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def fleet_line(f: dict[str, Any]) -> str:
+    """What each fleet ran on: its size, start-up seconds and the box's load (launched fleets only)."""
+    t, load = f.get("timings_s") or {}, f.get("loadavg_start")
+    up = f", up {t['up_s']:.0f} s + ready {t['wait_s']:.0f} s" if "up_s" in t else ""
+    box = (f"; {f.get('cpus')} CPUs, load average {' '.join(map(str, load))} at start, "
+           f"{' '.join(map(str, f.get('loadavg_end') or []))} at end") if load else ""
+    return f"- N={f['nodes']}: fleet {f.get('fleet', '')}, profile {f.get('profile', '')}{up}{box}"
 
 
 def series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float, float]]]:

@@ -136,3 +136,12 @@ def test_bench_peers_running_without_a_fleet_says_so(tmp_path):
                           str(tmp_path / "f.yaml"), "--json"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "p2pctl up" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "p2p-run").exists() or not list((tmp_path / "p2p-run").rglob("*-peers"))
+
+
+def test_a_missed_target_names_the_fan_out_and_the_cpus_the_fleet_shared():
+    rows = judge.rows(fleet_samples(2, 3.0) + fleet_samples(8, 40.0))
+    goal = judge.target(rows)
+    why = judge.why_missed(goal, rows, [{"nodes": 8, "cpus": 2, "loadavg_start": [9.5, 8.0, 7.0]}])
+    assert "asks its 7 peers one after another" in why and "3.0 ms at N=2" in why
+    assert "8 lmcache servers" in why and "shared 2 CPUs at load average 9.5 8.0 7.0" in why
+    assert judge.why_missed(judge.target(judge.rows(fleet_samples(8, 3.0))), rows, []) == ""
