@@ -142,6 +142,6 @@ def test_a_missed_target_names_the_fan_out_and_the_cpus_the_fleet_shared():
     rows = judge.rows(fleet_samples(2, 3.0) + fleet_samples(8, 40.0))
     goal = judge.target(rows)
     why = judge.why_missed(goal, rows, [{"nodes": 8, "cpus": 2, "loadavg_start": [9.5, 8.0, 7.0]}])
-    assert "asks its 7 peers one after another" in why and "3.0 ms at N=2" in why
+    assert "asks its 7 peers one after another" in why and "4.0 ms at N=2" in why
     assert "8 lmcache servers" in why and "shared 2 CPUs at load average 9.5 8.0 7.0" in why
     assert judge.why_missed(judge.target(judge.rows(fleet_samples(8, 3.0))), rows, []) == ""
