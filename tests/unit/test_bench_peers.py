@@ -2,8 +2,6 @@
 the lookup target, the table and plot from a captured run, and the verb's refusals."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -116,26 +114,26 @@ def test_the_cli_table_has_one_line_per_row():
     assert lines[0].startswith("N  scenario") and len(lines) == 1 + len(doc["rows"])
 
 
+@pytest.fixture
+def spec(tmp_path, p2pctl):
+    # An offset nobody's fleet uses on a shared box: "not running" must hold.
+    code, _, err = p2pctl("init", "--local", "2", "-o", str(tmp_path / "f.yaml"), "--memory-budget", "20",
+                          "--port-offset", "41000")
+    assert code == 0, err
+    return tmp_path / "f.yaml"
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--nodes", "two"], "--nodes 'two'"),
     (["--nodes", "1"], "at least 2 servers"),
     (["--running", "--port-offset", "1000"], "--port-offset"),
+    (["--running", "--json"], "p2pctl up"),
 ])
-def test_bench_peers_refuses_bad_input_in_one_line(tmp_path, argv, words):
-    subprocess.run([sys.executable, "-m", "p2p_ops.cli", "init", "--local", "2", "-o", str(tmp_path / "f.yaml"),
-                    "--memory-budget", "20"], check=True, capture_output=True, timeout=120)
-    res = subprocess.run([sys.executable, "-m", "p2p_ops.cli", "bench", "peers", "-f", str(tmp_path / "f.yaml"),
-                          *argv], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr
-
-
-def test_bench_peers_running_without_a_fleet_says_so(tmp_path):
-    subprocess.run([sys.executable, "-m", "p2p_ops.cli", "init", "--local", "2", "-o", str(tmp_path / "f.yaml"),
-                    "--memory-budget", "20"], check=True, capture_output=True, timeout=120)
-    res = subprocess.run([sys.executable, "-m", "p2p_ops.cli", "bench", "peers", "--running", "-f",
-                          str(tmp_path / "f.yaml"), "--json"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "p2pctl up" in res.stderr and "Traceback" not in res.stderr
-    assert not (tmp_path / "p2p-run").exists() or not list((tmp_path / "p2p-run").rglob("*-peers"))
+def test_bench_peers_refuses_bad_input_in_one_line(spec, p2pctl, argv, words):
+    code, out, err = p2pctl("bench", "peers", "-f", str(spec), *argv)
+    assert code == 2 and words in err and "Traceback" not in err
+    assert json.loads(out)["exit_code"] == 2 if "--json" in argv else out == ""
+    assert not list(spec.parent.rglob("*-peers"))  # refused before any run folder
 
 
 def test_a_missed_target_names_the_fan_out_and_the_cpus_the_fleet_shared():
