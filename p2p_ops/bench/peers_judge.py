@@ -133,8 +133,8 @@ def why_missed(goal: dict, rows_: list[dict], fleets: list[dict]) -> str:
     f = next((x for x in fleets if x.get("nodes") == n), {})
     miss = sorted((r["nodes"], r["lookup_ms_p50"]) for r in rows_
                   if r["scenario"] == NO_HOLDER and r["lookup_ms_p50"] is not None)
-    parts = [f"the requester asks its {n - 1} peers one after another (LMCache waits for each peer's lookup-submit "
-             "RPC before it sends the next)"]
+    parts = [f"the requester asks its {n - 1} peers one after another (LMCache's prefetch thread sends each peer "
+             f"its lookup, then its result query, and waits for every answer: {2 * (n - 1)} round trips in a row)"]
     if miss and miss[0][0] < n:
         parts.append(f"the same miss lookup took {miss[0][1]:.1f} ms at N={miss[0][0]}")
     if f.get("cpus") and f["cpus"] < n:
