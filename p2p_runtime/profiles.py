@@ -78,7 +78,7 @@ PROFILES: dict[str, KVProfile] = {p.name: p for p in (
     KVProfile("llama-3-8b", 32, 8, 128, "bfloat16", "meta-llama/Meta-Llama-3-8B: 32 layers, 8 KV heads x 128"),
     KVProfile("qwen3-8b", 36, 8, 128, "bfloat16", "Qwen/Qwen3-8B: 36 layers, 8 KV heads x 128"),
     KVProfile("qwen3-32b", 64, 8, 128, "bfloat16", "Qwen/Qwen3-32B: 64 layers, 8 KV heads x 128"),
-    # The model of llm-d's published H200 figures (timing.TIMING_PROFILES are fitted to them).
+    # The model of llm-d's published H200 figures (timing_profiles.TIMING_PROFILES are fitted to them).
     KVProfile("gpt-oss-120b", 36, 8, 64, "bfloat16", "openai/gpt-oss-120b: 36 layers, 8 KV heads x 64"),
 )}
 PROFILE_NAMES = (TINY, *PROFILES)

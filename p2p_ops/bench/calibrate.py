@@ -7,17 +7,22 @@ whose measurement fails is recorded and skipped; the rows before it are kept. Le
 are skipped and said so.
 
 `run` measures a running fleet (and says first, naming `p2pctl up`, when it is not running); `run_launched`
-starts a temporary 2-node local fleet for it, times `up` and `wait`, and always takes it down.
+starts a temporary 2-node local fleet for it, its engines running the named timing profile, times `up` and
+`wait`, and always takes it down. Either way one named timing profile (p2p_runtime.timing_profiles) answers
+the GPU question beside the measured one (bench.projection): this box's measured pull against that profile's
+emulated prefill, and one recommendation for the stated request length.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from p2p_ops.bench import projection
 from p2p_ops.bench.localfleet import local_fleet
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.harness import crossover
@@ -26,6 +31,8 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, size_plan
+from p2p_runtime.profiles import TINY
+from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES, match
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
 QUICK_LENGTHS = (256, 512, 1024, 2048, 4096)
@@ -65,6 +72,24 @@ def prompt_limit(ctx: FleetContext) -> Optional[int]:
     return context - _CONTEXT_MARGIN if context else None
 
 
+def fleet_timing(ctx: FleetContext) -> str:
+    """The timing profile the fleet's engines run: a name, `off` for vLLM (real compute), or `custom`."""
+    if ctx.fleet.runtime == "vllm":
+        return "off"
+    return match(ctx.fleet.engine.model_dump()) or "custom"
+
+
+def timing_doc(ctx: FleetContext, name: Optional[str]) -> dict[str, Any]:
+    """Which profile the engines run and which one the projection uses: --timing's, else the engines' own
+    when it emulates a GPU, else the default (the one `bench placement` runs), so a fleet at CPU speed still
+    gets the GPU answer."""
+    engines = fleet_timing(ctx)
+    own = TIMING_PROFILES.get(engines)
+    name = name or (engines if own and own.emulated else DEFAULT)
+    return {"engines": engines, "profile": name, "describe": TIMING_PROFILES[name].describe(),
+            "settings": TIMING_PROFILES[name].engine_settings()}
+
+
 def check_running(ctx: FleetContext) -> None:
     """Raise, naming what to run, unless the fleet is up (the router is not needed: the measure talks to the
     engines)."""
@@ -73,10 +98,10 @@ def check_running(ctx: FleetContext) -> None:
 
 def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int],
         doc_tokens: Optional[int], progress: Callable[[str], None] = lambda _: None,
-        launched: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        launched: Optional[dict[str, Any]] = None, timing: Optional[str] = None) -> dict[str, Any]:
     """Measure every length on a running fleet (check_running first says when it is not); returns (and writes
     as crossover.json) the run's document. `launched` (ports, timings) is recorded when the fleet was started for
-    this run."""
+    this run; `timing` names the profile to project with (default: the one the engines run)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = seed if seed is not None else int(time.time()) % 10**6
     limit = prompt_limit(ctx)
@@ -84,9 +109,12 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     if skipped:
         progress(f"skipping {skipped}: longer than the engines' context ({limit} prompt tokens fit)")
     rows, failures = [], []
+    times = timing_doc(ctx, timing)
+    progress(f"timing profile {times['describe']}")
 
     def record() -> dict[str, Any]:
-        doc = document(ctx, rows, failures, skipped, fleet_advice(ctx, rows, doc_tokens or max(lengths)), repeats, launched)
+        doc = document(ctx, rows, failures, skipped, fleet_advice(ctx, rows, doc_tokens or max(lengths)), repeats,
+                       launched, times)
         _write(out_dir, doc, rows)
         return doc
 
@@ -102,25 +130,30 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
 
 
 def run_launched(out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
-                 port_offset: Optional[int] = None, progress: Callable[[str], None] = lambda _: None
-                 ) -> dict[str, Any]:
+                 port_offset: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
+                 timing: str = DEFAULT, profile: str = TINY) -> dict[str, Any]:
     """`run` on a temporary 2-node local fleet under out_dir/fleet (its logs stay), on free ports or at
-    port_offset; the port choice and the up/wait seconds go into the document."""
+    port_offset, its engines running the `timing` profile and storing KV at `profile`'s geometry (so the
+    measured pull moves that model's bytes); the port choice and the up/wait seconds go into the document."""
     ports = choose(2, port_offset)
     progress(ports.line())
     timings: dict[str, float] = {}
     with local_fleet(2, name="calibrate", base=ports.base, where=out_dir / "fleet", timings=timings,
-                     progress=progress) as ctx:
+                     progress=progress, profile=profile, engine=TIMING_PROFILES[timing].engine_settings()) as ctx:
         progress(f"fleet up in {timings['up_s']:.1f} s, ready {timings['wait_s']:.1f} s later")
         return run(ctx, out_dir, lengths, repeats, seed, doc_tokens, progress,
-                   launched={"ports": ports.to_json(), "timings_s": dict(timings)})
+                   launched={"ports": ports.to_json(), "timings_s": dict(timings)}, timing=timing)
 
 
 def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], adv: dict, repeats: int,
-             launched: Optional[dict[str, Any]]) -> dict[str, Any]:
-    doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats,
-           "rows": [asdict(r) | {"speedup": r.speedup} for r in rows], "failures": failures, "skipped": skipped,
-           "advice": adv, "launched": launched}
+             launched: Optional[dict[str, Any]], timing: dict[str, Any]) -> dict[str, Any]:
+    table = [asdict(r) | {"speedup": r.speedup} for r in rows]
+    kv_bytes = fleet_size_plan(ctx.fleet, ctx.fleet.settings.chunk_size).bytes_per_token
+    doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats, "kv_bytes_per_token": kv_bytes,
+           "kv_profile": ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else None, "rows": table,
+           "failures": failures, "skipped": skipped, "advice": adv, "launched": launched, "timing": timing,
+           "projection": projection.project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
+    doc["recommendation"] = recommendation(doc)
     return finite(doc)
 
 
@@ -133,7 +166,9 @@ def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
 
 def summary(doc: dict[str, Any]) -> str:
     """Pure: summary.md of a calibration document."""
-    lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}, median of {doc['repeats']})", ""]
+    kv = (f", KV {doc['kv_profile']} at {doc['kv_bytes_per_token'] // 1024} KiB/token"
+          if doc.get("kv_bytes_per_token") and doc.get("kv_profile") else "")
+    lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}{kv}, median of {doc['repeats']})", ""]
     launched = doc.get("launched")
     if launched:
         t = launched["timings_s"]
@@ -151,17 +186,55 @@ def summary(doc: dict[str, Any]) -> str:
     if doc["skipped"]:
         lines += [f"Skipped {doc['skipped']}: longer than the engines' context.", ""]
     adv = doc["advice"]
+    timing = doc.get("timing")
+    if timing and doc["rows"]:
+        lines += projection.markdown(doc["projection"], timing["describe"])
+    if timing:
+        lines += [f"Engines ran timing profile: {timing['engines']}.", ""]
     if not doc["rows"]:
         lines.append("Advice: none; no length could be measured (see the failures above).")
     elif adv["min_pull_tokens"] is None:
-        lines.append("Advice: the pull never won consistently at these lengths; keep P2P for longer prefixes "
+        lines.append(f"{_as_run(doc)}: the pull never won consistently at these lengths; keep P2P for longer prefixes "
                      "or check the transfer path (`p2pctl test basic`).")
     else:
-        lines.append(f"Advice: pull prefixes of {adv['min_pull_tokens']} tokens or more (llm-d: "
+        lines.append(f"{_as_run(doc)}: pull prefixes of {adv['min_pull_tokens']} tokens or more (llm-d: "
                      f"minCachedTokenDelta={adv['min_pull_tokens']}); for requests of ~{adv['doc_tokens']} tokens "
                      f"start vllm-router with --cache-threshold {adv['cache_threshold']} "
                      f"(router.cache_threshold in the fleet spec)."
                      + (f" Such a prefix is {adv['min_pull_bytes'] / 2**20:.1f} MiB on the wire, "
                         f"{adv['chunk_bytes'] / 2**20:.2f} MiB per chunk (`p2pctl bench transfer` sweeps these "
                         "sizes)." if adv.get("min_pull_bytes") else ""))
+    if doc.get("recommendation"):
+        lines += ["", f"**Recommendation** (timing profile {timing['profile']}): {doc['recommendation']}"]
     return "\n".join(lines) + "\n"
+
+
+def _as_run(doc: dict[str, Any]) -> str:
+    """Pure: what the measured advice is about, so it is never mistaken for the GPU answer below it."""
+    per_token = statistics.median(r["ttft_recompute_b_s"] * 1e6 / r["tokens"] for r in doc["rows"])
+    return (f"This fleet as it runs (recompute measured at {per_token:.0f} us/token on this box, the emulated "
+            "GPU's cost only where the CPU is faster)")
+
+
+def recommendation(doc: dict[str, Any]) -> str:
+    """Pure: one answer for the stated request length from one named profile: the projection when the profile
+    emulates a GPU, else what this fleet measured; when the pull does not pay, the measured cause."""
+    if not doc["rows"]:
+        return "none: no length could be measured"
+    proj, adv = doc["projection"], doc["advice"]
+    profile = TIMING_PROFILES[doc["timing"]["profile"]]
+    longest = max(r["tokens"] for r in doc["rows"])
+    if profile.emulated:
+        m, basis = proj["min_pull_tokens"], f"this box's measured pull against {profile.name}'s emulated prefill"
+        why = proj["cause"]
+    else:
+        m, basis = adv["min_pull_tokens"], "this box's measured pull and recompute, no GPU emulation"
+        why = f"the pull did not win at every length up to {longest} tokens"
+    d = adv["doc_tokens"]
+    own = proj["published_min_pull_tokens"]
+    tail = (f" On the profile's own {profile.transport} (llm-d's figures) pulls pay from about {own:,} tokens."
+            if own is not None else "")
+    if m is not None and m <= d:
+        return (f"for ~{d}-token requests, pull: prefixes of {m} tokens or more pay (llm-d minCachedTokenDelta={m}, "
+                f"vllm-router --cache-threshold {round(min(1.0, m / d), 2)}); from {basis}.{tail}")
+    return f"for ~{d}-token requests, do not pull on this transport ({basis}): {why}.{tail}"

@@ -15,20 +15,21 @@ from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import free_base
 from p2p_ops.spec.starter import local_fleet as fleet_data
+from p2p_runtime.profiles import TINY
 
 
 @contextmanager
 def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[dict[str, Any]]] = None,
                 timings: Optional[dict[str, float]] = None, base: Optional[dict[str, int]] = None,
                 where: Optional[Path] = None, progress: Callable[[str], None] = lambda _: None,
-                **fleet_overrides: Any) -> Iterator[FleetContext]:
+                profile: str = TINY, **fleet_overrides: Any) -> Iterator[FleetContext]:
     """Yield a launched FleetContext of n embedded-engine nodes; `instance_settings[i]` overrides node i.
 
-    Ports come from `base` (default: a random free one). The spec and the fleet's run folder go under `where`
+    The engines store KV at `profile`'s geometry (`init --profile`). Ports come from `base` (default: a random free one). The spec and the fleet's run folder go under `where`
     when given (kept: the logs are evidence), else under a temporary folder removed afterwards. `timings`
     (if given) receives the seconds `up` and `wait` took.
     """
-    data = fleet_data(n, name=name, base=base or free_base(n))
+    data = fleet_data(n, name=name, base=base or free_base(n), profile=profile)
     for i, extra in enumerate(instance_settings or []):
         if extra:
             data["nodes"][i]["instances"][0]["settings"] = dict(extra)

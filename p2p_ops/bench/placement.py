@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from p2p_ops.bench import docqa
+from p2p_ops.bench import docqa, placement_verdict
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
@@ -33,13 +33,10 @@ from p2p_ops.observe import bench_plots
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import local_fleet
+from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
+from p2p_runtime.timing_profiles import TIMING_PROFILES
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
-# A GPU-like cost profile for the embedded engine: computing a prompt token costs 20x loading one (an
-# H200 with RDMA; llm-d's TCP fit is only 2x: P = 33 us/token compute, T = 16 us/token transfer), scaled up
-# so that the emulated time, not the tiny CPU model nor a busy shared box, sets each request's cost.
-GPU_TIMING = {"prefill_us_per_token": 600.0, "decode_ms_per_token": 4.0, "load_us_per_token": 30.0,
-              "timing_jitter": 0.05}
 KV_HITS = "vllm_router_kv_placement_lookups_total"
 KV_INPUTS = "vllm_router_kv_routing_inputs_total"
 
@@ -49,7 +46,8 @@ class PlacementOptions:
     policies: list[str] = field(default_factory=lambda: list(POLICIES))
     p2p_arms: list[bool] = field(default_factory=lambda: [True, False])
     nodes: int = 2
-    gpu_timing: bool = True
+    # One named profile (p2p_runtime.timing_profiles), the same `calibrate` projects with by default.
+    timing: str = DEFAULT_TIMING
     workload: docqa.DocQAOptions = field(default_factory=docqa.DocQAOptions)
     max_seconds: float = 1800.0
     # None: the first free offset of the default plan (free_ports.choose); else exactly this offset.
@@ -112,12 +110,12 @@ def summarize(policy: str, p2p: bool, turns: list[docqa.Turn], wall_s: float, pe
 
 # ---- fleets ------------------------------------------------------------------------------------------
 
-def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], gpu_timing: bool, name: str) -> dict:
-    """A local fleet with a router on `ports` (a free_ports base with the router kinds)."""
+def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], timing: str, name: str) -> dict:
+    """A local fleet with a router on `ports` (a free_ports base with the router kinds), its engines running the
+    named timing profile."""
     data = local_fleet(n, name=name, base=ports)
     data["settings"].update(p2p=p2p, p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)
-    if gpu_timing:
-        data["engine"].update(GPU_TIMING)
+    data["engine"].update(TIMING_PROFILES[timing].engine_settings())
     data["router"] = {"enabled": True, "policy": policy, **router_ports(ports)}
     return data
 
@@ -165,7 +163,7 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
         arm = "on" if p2p else "off"
         name = f"placement-p2p-{arm}"
         path = out_dir / f"fleet-p2p-{arm}.yaml"
-        data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.gpu_timing, name)
+        data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.timing, name)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
         with FleetContext.load(path) as ctx:
@@ -207,18 +205,25 @@ def _run_arm(ctx: FleetContext, path: Path, data: dict, policy: str, p2p: bool, 
     return res
 
 
-def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice) -> dict[str, Any]:
+def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice,
+             turns: Optional[list[dict]] = None) -> dict[str, Any]:
     """What results.json holds (and `bench placement --json` prints): strict JSON, a figure never measured is
     null, not NaN."""
-    return finite({"options": {**asdict(opts), "gpu_timing_profile": GPU_TIMING if opts.gpu_timing else None},
-                   "ports": ports.to_json(), "arms": [r.to_dict() for r in results], "margins": margins(results)})
+    profile = TIMING_PROFILES[opts.timing]
+    m = margins(results)
+    return finite({"options": asdict(opts), "ports": ports.to_json(),
+                   "timing": {"profile": profile.name, "describe": profile.describe(),
+                              "settings": profile.engine_settings()},
+                   "arms": [r.to_dict() for r in results], "margins": m,
+                   "recommendation": placement_verdict.recommend(results, m, opts.workload, profile),
+                   "below_one": placement_verdict.explanations(results, m, turns or [], profile)})
 
 
 def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions,
            ports: PortChoice) -> None:
-    (out_dir / "results.json").write_text(json.dumps(document(results, opts, ports), indent=2, default=str))
+    (out_dir / "results.json").write_text(json.dumps(document(results, opts, ports, turns), indent=2, default=str))
     (out_dir / "turns.json").write_text(json.dumps(turns))
-    (out_dir / "summary.md").write_text(markdown(results, opts))
+    (out_dir / "summary.md").write_text(markdown(results, opts, turns))
     bench_plots.placement(out_dir, results)
 
 
@@ -237,12 +242,13 @@ def margins(results: list[ArmResult]) -> dict[str, dict]:
     return out
 
 
-def markdown(results: list[ArmResult], opts: PlacementOptions) -> str:
+def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[list[dict]] = None) -> str:
     w = opts.workload
+    profile = TIMING_PROFILES[opts.timing]
     lines = [f"# Placement x P2P: document QA through vllm-router ({opts.nodes} nodes)", "",
              f"{w.sessions} sessions x {w.questions} questions, {w.doc_tokens}-token private documents, "
-             f"{w.inflight} sessions in flight, {w.max_tokens} output tokens; GPU timing "
-             f"{'on ' + json.dumps(GPU_TIMING) if opts.gpu_timing else 'off'}.", "",
+             f"{w.inflight} sessions in flight, {w.max_tokens} output tokens.", "",
+             f"Timing profile {profile.describe()}.", "",
              "| Placement | P2P | Served req/s | TTFT p50 / p90 (ms) | Tokens local / peer / recomputed | "
              "kv_aware hits | Failed |",
              "|---|---|---|---|---|---|---|"]
@@ -261,6 +267,9 @@ def markdown(results: list[ArmResult], opts: PlacementOptions) -> str:
         for policy, v in m.items():
             lines.append(f"| {policy} | {v['throughput_x']:.2f}x | {v['ttft_p50_x']:.2f}x | "
                          f"{v['ttft_p90_x']:.2f}x |")
+    causes = placement_verdict.explanations(results, m, turns or [], profile)
+    lines += ["", f"**Recommendation**: {placement_verdict.recommend(results, m, w, profile)}."]
+    lines += [f"- P2P margin below 1 under {policy}: {why}." for policy, why in causes.items()]
     lines += ["", "llm-d (8 pods, TCP, 48K-token documents): the pull added ~1.15x under token/cache-aware "
               "placement and ~1.55x under load-aware placement; cache-aware + P2P served 1.4x load-aware + P2P "
               "and 2.2x the affinity default.", ""]

@@ -17,6 +17,9 @@ from p2p_ops.bench.placement import PlacementOptions
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
 from p2p_ops.cli.output import console, emit_json
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_runtime.profiles import PROFILE_NAMES, TINY
+from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
+from p2p_runtime.timing_profiles import TIMING_NAMES
 
 
 def _out_dir(args: argparse.Namespace, kind: str) -> Path:
@@ -44,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--questions", type=int, default=None, help="questions per session")
     pl.add_argument("--doc-tokens", type=int, default=None, help="tokens per private document")
     pl.add_argument("--inflight", type=int, default=None, help="sessions in flight at once")
-    pl.add_argument("--no-gpu-timing", action="store_true", help="engines run at CPU speed (no GPU cost profile)")
+    add_timing_arg(pl, f"the engines' emulated GPU timing (default {DEFAULT_TIMING}, the one calibrate uses)")
+    pl.add_argument("--no-gpu-timing", action="store_true", help="the same as --timing off: engines at CPU speed")
     pl.add_argument("--p2p", choices=["both", "on", "off"], default="both", help="which P2P arms (default both)")
     pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run")
     add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
@@ -64,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="start a temporary 2-node local fleet for the run (up and wait timed), always taken down; "
                         "-f is then not read")
     add_port_offset_arg(c, "with --launch: ")
+    add_timing_arg(c, f"profile the GPU answer is projected with; with --launch also what the engines run "
+                      f"(default: the GPU profile the fleet's engines run, else {DEFAULT_TIMING})")
+    c.add_argument("--profile", choices=PROFILE_NAMES, default=None, metavar="NAME",
+                   help=f"with --launch: the KV geometry the engines store and pull: {' | '.join(PROFILE_NAMES)} "
+                        "(default tiny; gpt-oss-120b is the model of the h200-* timing profiles)")
     c.add_argument("--quick", action="store_true", help="lengths 256..4096, 2 repetitions")
     c.add_argument("--lengths", default=None, help="comma list of prefix lengths in tokens")
     c.add_argument("--repeats", type=int, default=None, help="repetitions per length (default 3)")
@@ -206,12 +215,19 @@ def add_port_offset_arg(p: argparse.ArgumentParser, prefix: str = "", ports: str
                         "(default: the first offset 0, 1000, 2000, ... where every port is free)")
 
 
+def add_timing_arg(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--timing", choices=TIMING_NAMES, default=None, metavar="NAME",
+                   help=f"{text}: {' | '.join(TIMING_NAMES)} (h200-*: fitted to llm-d's gpt-oss-120b H200 figures)")
+
+
 def placement_options(args: argparse.Namespace) -> PlacementOptions:
     opts = PlacementOptions.quick() if args.quick else PlacementOptions()
     if args.policies:
         opts.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     opts.nodes = args.nodes
-    opts.gpu_timing = not args.no_gpu_timing
+    if args.no_gpu_timing and args.timing not in (None, "off"):
+        raise BadInput(f"--no-gpu-timing with --timing {args.timing}: pass one of them")
+    opts.timing = "off" if args.no_gpu_timing else (args.timing or DEFAULT_TIMING)
     opts.p2p_arms = {"both": [True, False], "on": [True], "off": [False]}[args.p2p]
     if args.max_seconds:
         opts.max_seconds = args.max_seconds
@@ -259,14 +275,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     repeats = args.repeats or (2 if args.quick else 3)
     if args.port_offset is not None and not args.launch:
         raise BadInput("--port-offset: only with --launch (a running fleet's ports are in its fleet.yaml)")
+    if args.profile is not None and not args.launch:
+        raise BadInput("--profile: only with --launch (a running fleet's KV profile is engine.profile in its fleet.yaml)")
     if args.launch:
         out = _out_dir(args, "calibrate")
-        doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, _progress)
+        doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, _progress,
+                                     timing=args.timing or DEFAULT_TIMING, profile=args.profile or TINY)
     else:
         with context(args) as ctx:
             calibrate.check_running(ctx)  # before the run folder: a fleet that is not up leaves nothing behind
             out = Path(args.out) if args.out else new_run_dir(ctx.layout, "calibrate")
-            doc = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, _progress)
+            doc = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, _progress, timing=args.timing)
     _show(args, out, doc)
     return EXIT_OK if doc["rows"] else EXIT_CHECK_FAILED
 

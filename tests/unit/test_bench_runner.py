@@ -5,6 +5,7 @@ Timings are never asserted: benchmarks print, tests only check the shape of what
 
 import csv
 import json
+from pathlib import Path
 
 from p2p_ops.bench.suite import __main__ as runner
 from p2p_ops.bench.suite.report import Report
@@ -103,3 +104,29 @@ def test_real_size_pull_target_is_judged_against_lmcaches_channel_at_the_largest
     report.facts["real_pull"][1]["channel"] = None
     kv_real._target(report)
     assert report.targets[0].reached is None and "gave no figure" in report.targets[0].reason
+
+
+def test_eviction_working_set_is_twice_the_fleet_l1_and_hit_ratio_counts_only_served_requests():
+    from p2p_ops.bench.suite import eviction
+    from p2p_ops.harness.openai_client import Completion
+
+    # 2 GiB of fleet L1 at 128 KiB per token: 16k tokens; twice that in 1k-token documents is 32 documents.
+    assert eviction.documents_for(2 * 2**30, 128 * 1024, 1024) == 32
+    assert eviction.documents_for(2 * 2**30, 128 * 1024, 1000) == 33
+    p = eviction.Pass(2)
+    p.add("A", Completion("a", True, prompt_tokens=1000, cached_tokens=768))
+    p.add("A", Completion("a", False, error="ConnectionError: refused"))
+    assert (p.sent, p.failed, p.first_error) == (2, 1, "ConnectionError: refused")
+    assert p.hit_ratio("A") == 0.768 and p.hit_ratio("B") is None
+
+
+def test_peer_load_generators_rows_come_from_their_own_captured_json():
+    from p2p_ops.bench.suite import loadgen_peers as lp
+
+    fx = Path(__file__).parent.parent / "fixtures" / "bench" / "loadgen_peers"
+    lm = lp.row_from_lmcache(json.loads((fx / "lmcache_bench_summary.json").read_text()), 200)
+    assert (lm["requests"], lm["failed"], lm["concurrency"]) == (200, 0, 200)
+    assert round(lm["req/s"], 1) == 37.1 and round(lm["latency p99 ms"]) == 3905
+    vb = lp.row_from_vllm(json.loads((fx / "vllm_bench_serve.json").read_text()))
+    assert (vb["requests"], vb["failed"], vb["concurrency"]) == (300, 0, 16)
+    assert round(vb["req/s"]) == 927 and round(vb["latency p50 ms"], 1) == 11.1

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import socket
 
+import pytest
+
 from p2p_ops.bench import calibrate
 from p2p_ops.lifecycle import free_ports
 from p2p_ops.lifecycle.context import FleetContext
@@ -73,3 +75,24 @@ def test_a_launched_calibration_summary_shows_the_fleet_timings_ports_and_cold_t
     md = calibrate.summary(doc)
     assert "up 4.0 s, ready 2.5 s later; ports free (default plan + 1000)" in md
     assert "| 512 | 300 | 100 | 200 | 2.00x | 512 |" in md and "pull prefixes of 512 tokens" in md
+
+
+def test_placement_refuses_two_timing_choices_in_one_line_before_starting_anything(p2pctl):
+    code, out, err = p2pctl("bench", "placement", "--quick", "--no-gpu-timing", "--timing", "h200-tcp")
+    assert code == 2 and out == ""
+    assert "--no-gpu-timing with --timing h200-tcp" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_timing_profile_is_refused_naming_the_choices(capsys):
+    from p2p_ops.cli import main
+
+    with pytest.raises(SystemExit) as exc:  # argparse's usage error
+        main(["calibrate", "--launch", "--timing", "a100"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --timing: invalid choice: 'a100'" in err and "h200-rdma" in err
+
+
+def test_a_kv_profile_without_launch_is_refused_naming_where_a_running_fleet_keeps_it(tmp_path, p2pctl):
+    fleet = write_local_fleet(tmp_path / "fleet.yaml", 2, name="prof")
+    code, out, err = p2pctl("calibrate", "-f", str(fleet), "--profile", "gpt-oss-120b")
+    assert code == 2 and out == "" and "engine.profile" in err and len(err.strip().splitlines()) == 1

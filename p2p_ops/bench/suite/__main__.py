@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from p2p_ops.bench.suite import engines, fleet_scale, kv_path, kv_real, kv_settings, loadgen, steady_cost
+from p2p_ops.bench.suite import engines, eviction, fleet_scale, kv_path, kv_real, kv_settings, l1_reg, loadgen, loadgen_peers, steady_cost
 from p2p_ops.bench.suite.report import Report, replace_readme_targets
 from p2p_ops.resources import CHECKOUT
 
@@ -23,9 +23,9 @@ from p2p_ops.resources import CHECKOUT
 RESULTS = CHECKOUT / "bench" / "results"
 
 # Order matters only for the reader: the KV path is what the issue is about.
-BENCHES = {"kv": kv_path.run, "kvreal": kv_real.run, "loadgen": loadgen.run, "engines": engines.run,
-           "fleet": fleet_scale.run}
-FULL_ONLY = {"kvset": kv_settings.run, "idle": steady_cost.run, "vllm": engines.run_vllm}
+BENCHES = {"kv": kv_path.run, "kvreal": kv_real.run, "l1reg": l1_reg.run, "loadgen": loadgen.run,
+           "loadpeers": loadgen_peers.run, "engines": engines.run, "fleet": fleet_scale.run}
+FULL_ONLY = {"evict": eviction.run, "kvset": kv_settings.run, "idle": steady_cost.run, "vllm": engines.run_vllm}
 
 
 def main(argv=None) -> int:

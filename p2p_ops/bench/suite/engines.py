@@ -13,6 +13,7 @@ from pathlib import Path
 from p2p_ops.bench.suite.procs import engine
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.resources import CHECKOUT
 
 PREFILL = {"tiny": [256], "quick": [512, 2048], "full": [512, 2048, 3584]}
 REPEATS = {"tiny": 1, "quick": 3, "full": 5}
@@ -58,7 +59,7 @@ def run_vllm(report) -> None:
     from p2p_ops.harness.local_model import make_model
     from p2p_ops.lifecycle.free_ports import free_port
 
-    venv = Path(os.environ.get("P2P_VLLM_VENV") or "/work/main/.venv-vllm").resolve()
+    venv = Path(os.environ.get("P2P_VLLM_VENV") or CHECKOUT / ".venv-vllm").resolve()
     python = venv / "bin" / "python"
     if not python.exists():
         report.failed("vllm", f"no vLLM venv at {venv} (make setup-vllm); vLLM engine speed not measured")

@@ -1,7 +1,7 @@
 """An OpenAI-compatible server that answers at once: what the load generator costs by itself.
 
-`python -m p2p_ops.bench.suite.instant_server PORT` serves GET /v1/models and POST /v1/completions (streamed, one
-token, usage included) on raw asyncio, with no framework work per request, so a client's latency
+`python -m p2p_ops.bench.suite.instant_server PORT` serves GET /v1/models, POST /v1/completions and POST
+/v1/chat/completions (streamed, one token, usage included; `lmcache bench engine` sends chat) on raw asyncio, with no framework work per request, so a client's latency
 against it is the client's own overhead plus loopback.
 """
 
@@ -17,6 +17,10 @@ _USAGE = json.dumps({"id": "x", "object": "text_completion", "model": "tiny-llm"
                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2,
                                "prompt_tokens_details": {"cached_tokens": 0}}})
 _STREAM = f"data: {_CHUNK}\n\ndata: {_USAGE}\n\ndata: [DONE]\n\n".encode()
+_CHAT_CHUNK = json.dumps({"id": "x", "object": "chat.completion.chunk", "model": "tiny-llm",
+                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"},
+                                       "finish_reason": None}]})
+_CHAT_STREAM = f"data: {_CHAT_CHUNK}\n\ndata: {_USAGE}\n\ndata: [DONE]\n\n".encode()
 _MODELS = json.dumps({"object": "list", "data": [{"id": "tiny-llm", "object": "model"}]}).encode()
 
 
@@ -36,6 +40,8 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 await reader.readexactly(length)
             if head.startswith(b"GET"):
                 writer.write(_response(_MODELS, "application/json"))
+            elif head.split(b" ", 2)[1:2] == [b"/v1/chat/completions"]:
+                writer.write(_response(_CHAT_STREAM, "text/event-stream"))
             else:
                 writer.write(_response(_STREAM, "text/event-stream"))
             await writer.drain()

@@ -49,6 +49,7 @@ class Sample:
     cached_tokens: int
     error: str = ""
     t_end: float = 0.0             # when the answer (or the error) came back
+    retried: str = ""              # the reset that was retried once (see Load.one), "" when none
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Figures:
     reregistered_after_restart_s: Optional[float] = None
     recovered: bool = False
     unexpected_failures: int = 0   # failures a recompute could have served (not sent to an unreachable engine)
+    retried_resets: int = 0        # requests whose connection was reset before any answer, sent once more
     lookups_inflight_before: Optional[int] = None  # at rest before the fault
     lookups_inflight_max: Optional[int] = None   # LMCache P2P lookups/prefetches/read locks in flight (drain.py)
     lookups_inflight_end: Optional[int] = None
@@ -121,15 +123,26 @@ class Load:
             return job
 
     def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> Sample:
-        """Send one request now (from the caller's thread) and record it."""
+        """Send one request now (from the caller's thread) and record it.
+
+        A connection reset before any answer is sent once more, as OpenAI's SDK does by default (it retries
+        connection errors twice): the engine never saw a request it answered, so a client would not report it.
+        Twice in a row is a failure, and every retry is counted and shown (`retried_resets`).
+        """
         sent = time.monotonic() - self.t0
-        c = complete(url, self.model, prompt, max_tokens=max_tokens or self.opts.max_tokens,
-                     timeout=self.opts.request_timeout_s)
+        c = self._complete(url, prompt, max_tokens)
+        retried = ""
+        if reset_before_answer(c):
+            retried, c = c.error[:200], self._complete(url, prompt, max_tokens)
         s = Sample(sent, url, c.ok, c.ttft_s if c.ok else None, c.cached_tokens, c.error[:200],
-                   time.monotonic() - self.t0)
+                   time.monotonic() - self.t0, retried)
         with self._lock:
             self.samples.append(s)
         return s
+
+    def _complete(self, url: str, prompt: str, max_tokens: Optional[int]):
+        return complete(url, self.model, prompt, max_tokens=max_tokens or self.opts.max_tokens,
+                        timeout=self.opts.request_timeout_s)
 
     def _run(self) -> None:
         while (job := self._take()) is not None:
@@ -164,10 +177,16 @@ def phase_of(s: Sample, marks: dict[str, float]) -> str:
     return "after"
 
 
+def reset_before_answer(c) -> bool:
+    """The engine accepted the connection, then reset it before any status line (not a refusal, not a cut stream)."""
+    return not c.ok and c.status == 0 and c.error.startswith("ConnectionError") and "reset by peer" in c.error
+
+
 def fill_figures(fig: Figures, samples: list[Sample], marks: dict[str, float], unreachable_url: str,
                  why_unreachable: str) -> None:
     fig.sent = len(samples)
     fig.failed = sum(not s.ok for s in samples)
+    fig.retried_resets = sum(bool(s.retried) for s in samples)
     for ph in ("before", "during", "after"):
         in_phase = [s for s in samples if phase_of(s, marks) == ph]
         fig.sent_by_phase[ph] = len(in_phase)
@@ -188,6 +207,10 @@ def fill_figures(fig: Figures, samples: list[Sample], marks: dict[str, float], u
         first = next(s for s in samples if not s.ok and s not in excused)
         notes.append(f"{fig.unexpected_failures} request(s) failed where recompute could have served them, "
                      f"first: {first.url}: {first.error}")
+    if fig.retried_resets:
+        first = next(s for s in samples if s.retried)
+        notes.append(f"{fig.retried_resets} request(s) sent once more after a connection reset before any answer, "
+                     f"first: {first.url}: {first.retried}")
     if not fig.recovered:
         notes.append("the fleet was not ready again within the recovery timeout")
     if fig.lookups_drained is False:

@@ -61,11 +61,11 @@ def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Pa
 
 def write_requests(samples: list[Sample], path: Path) -> None:
     with path.open("w") as f:
-        f.write("t_s,url,ok,ttft_s,cached_tokens,error\n")
+        f.write("t_s,url,ok,ttft_s,cached_tokens,error,retried_after\n")
         for s in samples:
-            err = s.error.replace('"', "'").replace("\n", " ")
+            err, retried = (e.replace('"', "'").replace("\n", " ") for e in (s.error, s.retried))
             f.write(f'{s.t:.3f},{s.url},{int(s.ok)},{"" if s.ttft_s is None else f"{s.ttft_s:.4f}"},'
-                    f'{s.cached_tokens},"{err}"\n')
+                    f'{s.cached_tokens},"{err}","{retried}"\n')
 
 
 def passed(results: list[Figures]) -> bool:

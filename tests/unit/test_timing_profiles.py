@@ -1,0 +1,114 @@
+"""The named GPU timing profiles: fitted to llm-d's published H200 figures, reproducibly, and the projection
+`calibrate` makes with them (this box's measured pull against a profile's emulated prefill)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from p2p_ops.bench import calibrate, projection
+from p2p_ops.harness.crossover import CrossoverRow
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_runtime.config import EngineConfig
+from p2p_runtime.timing_profiles import (RDMA_POINTS, TIMING_PROFILES, fit_line, fit_through_origin, match)
+from tests.conftest import write_local_fleet
+
+RDMA, TCP = TIMING_PROFILES["h200-rdma"], TIMING_PROFILES["h200-tcp"]
+
+
+def test_the_tcp_fit_reproduces_llm_ds_own_cost_model_fit():
+    # llm-d's fit of gpt-oss over TCP (reference section 10): P = 33.4 us/token, T = 15.6 us/token.
+    assert TCP.prefill_us_per_token == pytest.approx(33.4, rel=0.02)
+    assert TCP.pull_us_per_token == pytest.approx(15.6, rel=0.01)
+
+
+def test_the_rdma_fit_gives_llm_ds_crossover_and_stays_near_every_published_point():
+    # The recipe's answer over RDMA is 2048 (the smallest length tested, where the pull already won).
+    assert 512 < RDMA.crossover_tokens < 2048
+    for tokens, recompute_ms, pull_ms in RDMA_POINTS:
+        assert RDMA.pull_ms(tokens) == pytest.approx(pull_ms, rel=0.10)
+        assert RDMA.prefill_ms(tokens) == pytest.approx(recompute_ms, rel=RDMA.prefill_fit_error + 1e-9)
+    assert RDMA.prefill_fit_error < 0.35
+
+
+def test_fits_are_exact_on_exact_lines():
+    assert fit_line(((1, 5.0), (3, 11.0), (7, 23.0))) == pytest.approx((2.0, 3.0))
+    assert fit_through_origin(((2, 4.0), (5, 10.0))) == pytest.approx((2.0, 0.0))
+
+
+def test_every_profile_is_a_valid_engine_config_and_is_recognised_from_its_settings():
+    for name, p in TIMING_PROFILES.items():
+        EngineConfig(**p.engine_settings())
+        assert match(p.engine_settings()) == name
+    assert match({}) == "off" and match({"prefill_us_per_token": 7.0}) is None
+    # Only the compute is emulated: the pull stays this box's real one.
+    assert RDMA.engine_settings()["load_us_per_token"] == 0.0 and RDMA.emulated and not TIMING_PROFILES["off"].emulated
+
+
+def rows(pull_ms: dict[int, float], cached: int = 256) -> list[dict]:
+    return [{"tokens": n, "ttft_pulled_b_s": ms / 1000, "cached_tokens_b": cached} for n, ms in pull_ms.items()]
+
+
+def test_projection_finds_where_the_measured_pull_beats_the_emulated_prefill_and_says_why():
+    # 100 ms fixed + 5 us/token here, against ~32.5 us/token: pays from ~3.6k tokens.
+    proj = projection.project(rows({n: 100 + n * 0.005 for n in (1024, 2048, 4096, 8192)}), RDMA)
+    assert proj["min_pull_tokens"] == 4096
+    assert proj["pull_fit"] == pytest.approx({"fixed_ms": 100.0, "us_per_token": 5.0})
+    assert proj["cause"].startswith("round trips: a pull costs 100 ms fixed + 5.0 us/token")
+    assert proj["published_min_pull_tokens"] == round(RDMA.crossover_tokens)
+
+
+def test_a_pull_slower_per_token_than_the_gpu_prefill_is_named_as_the_limit():
+    proj = projection.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA, bytes_per_token=2048)
+    assert proj["min_pull_tokens"] is None
+    assert proj["cause"].startswith("per-token cost: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
+    assert f"{60 / RDMA.pull_us_per_token:.1f}x the profile's RDMA" in proj["cause"]
+
+
+def test_without_a_gpu_profile_or_a_p2p_hit_the_projection_says_so():
+    assert "no GPU profile" in projection.project(rows({1024: 10.0, 2048: 20.0}), TIMING_PROFILES["off"])["cause"]
+    assert "no P2P hit at [1024]" in projection.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
+    assert math.isinf(TIMING_PROFILES["h200-rdma"].crossover_tokens) is False
+
+
+def _doc(tmp_path, engine: dict, timing=None, pulled_s=0.05, doc_tokens=4096):
+    path = write_local_fleet(tmp_path / "fleet.yaml", 2, name="cal", engine=engine)
+    with FleetContext.load(path) as ctx:
+        rs = [CrossoverRow(n, 0.3, pulled_s + n * 2e-6, 0.2, n) for n in (1024, 2048, 4096)]
+        adv = calibrate.advice(rs, doc_tokens)
+        return calibrate.document(ctx, rs, [], [], adv, 3, None, calibrate.timing_doc(ctx, timing))
+
+
+def test_calibration_names_one_profile_and_recommends_a_pull_for_the_stated_length(tmp_path):
+    doc = _doc(tmp_path, dict(RDMA.engine_settings()))
+    assert doc["timing"]["engines"] == "h200-rdma" == doc["timing"]["profile"]
+    assert doc["recommendation"].startswith("for ~4096-token requests, pull: prefixes of 2048 tokens or more pay")
+    assert "--cache-threshold 0.5" in doc["recommendation"]
+    md = calibrate.summary(doc)
+    assert "**Recommendation** (timing profile h200-rdma)" in md and "Prefill, emulated (ms)" in md
+    assert "Engines ran timing profile: h200-rdma." in md
+    # The measured advice says what it is about, so it is not read as the GPU answer.
+    assert "This fleet as it runs (recompute measured at 98 us/token on this box" in md
+
+
+def test_a_fleet_at_cpu_speed_is_projected_with_the_named_profile_and_a_losing_pull_names_its_cause(tmp_path):
+    doc = _doc(tmp_path, {}, timing="h200-tcp", pulled_s=0.5)
+    assert doc["timing"]["engines"] == "off" and doc["timing"]["profile"] == "h200-tcp"
+    assert doc["recommendation"].startswith("for ~4096-token requests, do not pull on this transport")
+    assert "round trips: a pull costs 500 ms fixed" in doc["recommendation"]
+    assert "pulls pay from about 1,107 tokens" in doc["recommendation"]
+
+
+def test_the_published_pull_scales_with_kv_bytes_and_the_fixed_part_does_not():
+    # llama-3-8b writes 128 KiB per token, gpt-oss-120b 72 KiB: the bandwidth term grows by 128/72.
+    extra = RDMA.pull_ms(8192, 131072) - RDMA.pull_fixed_ms
+    assert extra == pytest.approx((RDMA.pull_ms(8192) - RDMA.pull_fixed_ms) * 128 / 72)
+    assert RDMA.pull_gb_per_s == pytest.approx(73728 / RDMA.pull_us_per_token / 1000)
+    assert 5 < RDMA.pull_gb_per_s < 9 and TCP.pull_gb_per_s < RDMA.pull_gb_per_s
+
+
+def test_a_fleet_at_cpu_speed_gets_the_gpu_answer_of_the_default_profile(tmp_path):
+    doc = _doc(tmp_path, {})
+    assert doc["timing"]["engines"] == "off" and doc["timing"]["profile"] == "h200-rdma"
+    assert "this box's measured pull against h200-rdma's emulated prefill" in doc["recommendation"]
