@@ -9,7 +9,7 @@ server is registered, then:
   3. measures like with like: TTFT on B for a prompt pulled from A against TTFT on B for a fresh prompt of
      the same length that B must recompute, median of 3 each.
 It prints a summary and takes the fleet down, also on failure. `make demo` runs it with a 2-node embedded
-fleet; `--runtime vllm` (`make demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or
+fleet (`--profile llama-3-8b`: the engines store and pull that model's KV bytes); `--runtime vllm` (`make demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or
 ./.venv-vllm, a tiny model made under ./models/ when missing); other callers pass their own fleet data.
 
 Ports: the default plan (coordinator 9300, ...) at the first offset (0, 1000, 2000, ...) where every port is
@@ -38,12 +38,14 @@ from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.spec.starter import local_fleet
+from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
 REPEATS = 3
 
 
-def embedded_fleet(base: dict[str, int]) -> dict:
-    return local_fleet(2, name="demo", base=base)
+def embedded_fleet(base: dict[str, int], profile: str = TINY) -> dict:
+    """Two embedded nodes; a real profile's KV (e.g. llama-3-8b, 128 KiB per token) is sized as `init --profile`."""
+    return local_fleet(2, name="demo" if profile == TINY else f"demo-{profile}", base=base, profile=profile)
 
 
 def vllm_fleet(base: dict[str, int], model_dir: str = "models/tiny-llama") -> dict:
@@ -143,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
     ap.add_argument("--port-offset", type=int, default=None, metavar="K",
                     help="the default ports + K (default: the first offset 0, 1000, ... where all are free)")
+    ap.add_argument("--profile", choices=PROFILE_NAMES, default=TINY,
+                    help="embedded runtime: the model whose KV bytes the engines store and pull (default tiny)")
     args = ap.parse_args(argv)
+    if args.runtime == "vllm" and args.profile != TINY:
+        ap.error("--profile is for the embedded runtime; vLLM's KV is its model's")
     try:
         ports = choose(2, args.port_offset)
     except P2POpsError as exc:
@@ -154,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         # vLLM needs 25-90 s to become healthy on an idle 2-core box.
         return run_demo(vllm_fleet(ports.base), "LMCache P2P demo: 2 nodes, real lmcache servers, vLLM (CPU build)",
                         wait_timeout=120.0, start_timeout=600.0)
-    return run_demo(embedded_fleet(ports.base), "LMCache P2P demo: 2 nodes, real lmcache servers, CPU engines")
+    what = "" if args.profile == TINY else f" storing {args.profile}'s KV"
+    return run_demo(embedded_fleet(ports.base, args.profile),
+                    f"LMCache P2P demo: 2 nodes, real lmcache servers, CPU engines{what}")
 
 
 if __name__ == "__main__":

@@ -96,3 +96,16 @@ def test_a_kv_profile_without_launch_is_refused_naming_where_a_running_fleet_kee
     fleet = write_local_fleet(tmp_path / "fleet.yaml", 2, name="prof")
     code, out, err = p2pctl("calibrate", "-f", str(fleet), "--profile", "gpt-oss-120b")
     assert code == 2 and out == "" and "engine.profile" in err and len(err.strip().splitlines()) == 1
+
+
+
+def test_demo_profile_sizes_the_embedded_fleet_and_is_refused_for_vllm(capsys):
+    from p2p_ops.cli import demo
+    from p2p_ops.lifecycle.free_ports import choose
+
+    data = demo.embedded_fleet(choose(2, None).base, "llama-3-8b")
+    assert data["name"] == "demo-llama-3-8b" and data["engine"]["profile"] == "llama-3-8b"
+    assert data["settings"]["shm_transport"] is True
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--runtime", "vllm", "--profile", "llama-3-8b"])
+    assert exit_.value.code == 2 and "--profile is for the embedded runtime" in capsys.readouterr().err
