@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain lint clean bench bench-quick
+.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain lint clean bench bench-quick bench-peers
 
 setup: $(STAMP)
 
@@ -73,6 +73,11 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m p2p_ops.bench.suite --quick --readme
+
+# Multi-peer behaviour on temporary local fleets of 2, 4 and 8 servers (about 6 minutes on a busy 2-core box):
+# who serves a prefix held by one, two or no peers, lookup ms against N, the 8-peer lookup target.
+bench-peers: setup
+	$(PY) -m p2p_ops.cli bench peers --nodes 2,4,8
 
 # The layering (import-linter contracts in pyproject.toml) and no import cycle at all, lazy imports included.
 lint: setup

@@ -84,6 +84,78 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(c)
     c.set_defaults(handler=cmd_calibrate)
     register_transfer(bsub)
+    register_peers(bsub)
+
+
+def register_peers(bsub: argparse._SubParsersAction) -> None:
+    pe = bsub.add_parser(
+        "peers", help="multi-peer behaviour: which peer serves a prefix, lookup latency against N",
+        description="On temporary local fleets of each --nodes size (or, with --running, the fleet of -f): the "
+                    "first instance asks for fresh prefixes held by one peer (first and last in its lookup "
+                    "order), by two peers, and by nobody. Prints per N and scenario the serving peer, cached "
+                    "tokens, P2P loads, lookup ms p50/p99 and pull ms, the line against the target 'P2P lookup "
+                    "at 8 peers: 10 ms or less', and writes peers.json, summary.md and lookup.png (lookup ms "
+                    "against N).",
+        epilog="exit codes: 0 every request served as expected, 1 one was not (or nothing was measured), "
+               "2 bad input")
+    add_fleet_args(pe)
+    pe.add_argument("--running", action="store_true", help="measure the running fleet of -f instead of launching")
+    pe.add_argument("--nodes", default="2,4,8", help="fleet sizes to launch, comma list (default 2,4,8)")
+    pe.add_argument("--repeats", type=int, default=5, help="requests per scenario and size (default 5)")
+    pe.add_argument("--chunks", type=int, default=2, help="full chunks per prefix (default 2)")
+    pe.add_argument("--seed", type=int, default=None)
+    add_port_offset_arg(pe, "without --running: ")
+    pe.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-peers; with "
+                                                "--running <run>/tests/<UTC time>-peers)")
+    add_json_arg(pe)
+    pe.set_defaults(handler=cmd_peers)
+
+
+def peers_options(args: argparse.Namespace):
+    from p2p_ops.bench.peers import PeersOptions
+
+    try:
+        sizes = tuple(int(x) for x in args.nodes.split(",") if x.strip())
+    except ValueError:
+        raise BadInput(f"--nodes {args.nodes!r}: give fleet sizes, e.g. 2,4,8") from None
+    opts = PeersOptions(repeats=args.repeats, chunks=args.chunks, seed=args.seed, sizes=sizes)
+    opts.validate()
+    return opts
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    from p2p_ops.bench import peers
+    from p2p_ops.observe.peers_plot import fleet_line
+
+    opts = peers_options(args)
+    if args.running:
+        if args.port_offset is not None:
+            raise BadInput("--port-offset: only without --running (a running fleet's ports are in its fleet.yaml)")
+        with context(args) as ctx:
+            doc = peers.run_running(ctx, Path(args.out) if args.out else None, opts, _progress)
+    else:
+        doc = peers.run_launched(_out_dir(args, "peers"), opts, args.port_offset, _progress)
+    if args.json:
+        emit_json(doc)
+    else:
+        console.print(peers_table(doc), soft_wrap=True, markup=False)
+        console.print(doc["target"]["line"], soft_wrap=True, markup=False)
+        if doc["target"].get("why"):
+            console.print(f"why: {doc['target']['why']}", soft_wrap=True, markup=False)
+        for f in doc["fleets"]:
+            console.print(fleet_line(f), soft_wrap=True, markup=False)
+        for note in doc["notes"]:
+            console.print(f"note: {note}", soft_wrap=True, markup=False)
+        console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none'})", soft_wrap=True)
+    return EXIT_OK if doc["passed"] else EXIT_CHECK_FAILED
+
+
+def peers_table(doc: dict) -> str:
+    from p2p_ops.observe.peers_plot import COLUMNS, cells
+
+    table = [list(COLUMNS)] + [cells(r) for r in doc["rows"]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
 
 
 def register_transfer(bsub: argparse._SubParsersAction) -> None:

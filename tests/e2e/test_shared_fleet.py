@@ -189,3 +189,16 @@ def test_quick_all_passes_with_report_plots_and_csv(fleet2, p2pctl):
     assert (run / "lmcache-bench" / "bench_results.csv").is_file()
     for name in ("status_before.json", "status_after.json", "stages.json", "basic/result.json", "env/node-a-0.env.sh"):
         assert (run / name).exists(), name
+
+
+def test_bench_peers_on_the_running_pair_names_the_serving_peer_and_a_clean_miss(fleet2, p2pctl):
+    code, out, err = p2pctl("bench", "peers", "--running", "-f", str(fleet2.fleet_file), "--repeats", "1", "--json")
+    doc = json.loads(out)
+    assert code == 0, (doc.get("rows"), doc.get("notes"), err[-2000:])
+    rows = {r["scenario"]: r for r in doc["rows"]}
+    assert set(rows) == {"no holder", "one holder"}  # two holders need two peers besides the requester
+    hit, miss = rows["one holder"], rows["no holder"]
+    assert hit["serving_peer"] == "node-b-0" and hit["cached_tokens"] >= hit["need"] > 0 and hit["load_tasks"] == 1
+    assert miss["cached_tokens"] == 0 and miss["load_tasks"] == 0 and miss["lookup_ms_p50"] > 0
+    assert (Path(doc["run_dir"]) / "lookup.png").read_bytes()[:4] == b"\x89PNG"
+    assert "not measured at 8" in doc["target"]["line"]

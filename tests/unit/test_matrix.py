@@ -96,7 +96,7 @@ def test_settings_of_two_other_peers_do_not_blame_this_pair():
 
 def test_matrix_without_a_running_fleet_says_so(tmp_path):
     subprocess.run([sys.executable, "-m", "p2p_ops.cli", "init", "--local", "3", "-o", str(tmp_path / "f.yaml"),
-                    "--memory-budget", "20"], check=True, capture_output=True, timeout=120)
+                    "--memory-budget", "20", "--port-offset", "41000"], check=True, capture_output=True, timeout=120)
     res = subprocess.run([sys.executable, "-m", "p2p_ops.cli", "test", "matrix", "-f", str(tmp_path / "f.yaml")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "p2pctl up" in res.stderr and "Traceback" not in res.stderr

@@ -73,7 +73,9 @@ def run(report) -> None:
                     p.add(side, complete(urls[side], ctx.fleet.model, docs[i], max_tokens=1, timeout=120))
             _row(report, t, p, n_docs, n_docs * doc_tokens * profile.bytes_per_token / GIB)
             random.Random(number).shuffle(order)
-    report.note(t, "pass 1 is cold (A computes, B pulls from A); later passes ask the same documents shuffled")
+    report.note(t, "pass 1 is cold (A computes, B pulls from A); later passes ask the same documents shuffled. B asks "
+                   "right after A, so B's hits are pulls of what A has just stored (P2P under eviction); A's ratio is "
+                   "what eviction left of the working set")
     _target(report)
 
 

@@ -1,0 +1,264 @@
+"""`p2pctl bench peers`: multi-peer behaviour, measured. Who serves a prefix, and what a lookup costs, at N.
+
+On one fleet, the first instance is the requester and every scenario gives it a fresh prefix (`chunks` full
+chunks and a half) that nobody has seen, then asks for it once:
+
+- one holder: only one peer computed the prefix (the first, then the last peer in the requester's lookup order);
+- two holders: two peers computed it at the same moment (both engines look up before either stores, so both
+  hold it; the key directory confirms it, else a fresh prefix is tried);
+- no holder: nobody holds it, so the lookup is the P2P fan-out to every peer answered with misses.
+
+Per request: which peer served (peers_judge: LMCache's rule on the observed holders and adapter order), cached
+tokens, the requester's P2P load tasks, and the requester engine's LMCache lookup and retrieve seconds. One
+unrecorded pull from each peer comes first: the first pull from a peer also pays NIXL's connection set-up. The
+scenarios alternate within each repetition so they share the box's load. `run_launched` repeats this on
+temporary local fleets of each size (2, 4, 8) and writes peers.json, summary.md and lookup.png (lookup ms
+against N).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from p2p_ops.bench import peers_judge as judge
+from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.bench.strict_json import finite
+from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.errors import BadInput
+from p2p_ops.harness import prompts
+from p2p_ops.harness.matrix import OP_SECONDS, P2P_LOADS
+from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.lifecycle import status as fleet_status
+from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.observe import peers_plot
+
+SIZES = (2, 4, 8)
+DIRECTORY_WAIT_S = 15.0
+TWO_HOLDER_TRIES = 3
+
+
+@dataclass
+class PeersOptions:
+    repeats: int = 5
+    chunks: int = 2
+    max_tokens: int = 2
+    seed: Optional[int] = None
+    sizes: tuple[int, ...] = SIZES
+
+    def validate(self) -> None:
+        if self.repeats < 1:
+            raise BadInput(f"--repeats {self.repeats}: use at least 1")
+        if self.chunks < 1:
+            raise BadInput(f"--chunks {self.chunks}: use at least 1 so that there is a chunk to pull")
+        bad = [n for n in self.sizes if n < 2]
+        if bad or not self.sizes:
+            raise BadInput(f"--nodes {','.join(map(str, self.sizes))}: every fleet needs at least 2 servers, "
+                           "e.g. --nodes 2,4,8")
+
+
+@dataclass
+class _Run:
+    """What every request of one fleet shares."""
+
+    ctx: FleetContext
+    requester: tuple
+    order: list[str]
+    chunk: int
+    opts: PeersOptions
+    seed: int
+    index: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def url(self, inst_id: str) -> str:
+        return self.ctx.engine_url(*self.ctx.fleet.instance(inst_id))
+
+
+def lookup_order(ctx: FleetContext, node, inst) -> list[str]:
+    """The requester's peers in its P2P adapter order (the order LMCache plans loads in)."""
+    by_mq = {(n.address, i.ports.mp): i.id for n, i in ctx.fleet.instances()}
+    status = lmcache_api.server_status(ctx.server_url(node, inst))
+    return [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(status.raw) if (h, p) in by_mq]
+
+
+def plan(order: list[str]) -> list[tuple[str, str, list[str]]]:
+    """(scenario, where in lookup order, holders) for a requester whose peers are `order`."""
+    out = [(judge.NO_HOLDER, "", []), (judge.ONE_HOLDER, "first", order[:1])]
+    if len(order) > 1:
+        out += [(judge.ONE_HOLDER, "last", order[-1:]), (judge.TWO_HOLDERS, "first and last", [order[0], order[-1]])]
+    return out
+
+
+def run_fleet(ctx: FleetContext, opts: PeersOptions, progress: Callable[[str], None] = lambda _: None
+              ) -> tuple[list[judge.Sample], list[str]]:
+    """Every scenario `opts.repeats` times on a running fleet; (samples, notes)."""
+    insts = ctx.fleet.instances()
+    if len(insts) < 2:
+        raise BadInput("bench peers needs at least two instances in the fleet")
+    node, inst = insts[0]
+    order = lookup_order(ctx, node, inst)
+    run = _Run(ctx, (node, inst), order, _chunk_size(ctx, node, inst), opts,
+               opts.seed if opts.seed is not None else int(time.time() * 1000) % 10**9)
+    missing = sorted({i.id for _, i in insts[1:]} - set(order))
+    if missing:
+        run.notes.append(f"{inst.id} lists no P2P adapter for {', '.join(missing)}: those peers are never asked "
+                         "(`p2pctl wait`)")
+    if not order:
+        return [], run.notes
+    progress(f"N={len(insts)}: one warm-up pull from each of {len(order)} peer(s) (NIXL connection set-up)")
+    for peer in order:
+        warm = judge.judge(_one(run, judge.ONE_HOLDER, "warm-up", [peer]))
+        if warm.error:
+            run.notes.append(f"warm-up pull from {peer}: {warm.error}")
+    samples = []
+    for r in range(opts.repeats):
+        progress(f"N={len(insts)}: repetition {r + 1}/{opts.repeats}")
+        samples += [judge.judge(_one(run, scenario, where, holders)) for scenario, where, holders in plan(order)]
+    return samples, run.notes
+
+
+def _chunk_size(ctx: FleetContext, node, inst) -> int:
+    return lmcache_api.server_status(ctx.server_url(node, inst)).chunk_size or ctx.fleet.settings.chunk_size
+
+
+def _one(run: _Run, scenario: str, where: str, holders: list[str]) -> judge.Sample:
+    node, inst = run.requester
+    s = judge.Sample(scenario, len(run.ctx.fleet.instances()), inst.id, list(holders), where)
+    for _ in range(TWO_HOLDER_TRIES if len(holders) > 1 else 1):
+        prompt, tokens = _fresh(run)
+        s.need = (len(tokens) - 1) // run.chunk * run.chunk
+        s.error, held = _seed(run, holders, prompt, tokens, s.need // run.chunk)
+        if not s.error:
+            break
+    if s.error:
+        return s
+    s.served_by = judge.serving_peer(held, run.order)
+    _ask(run, s, prompt)
+    return s
+
+
+def _fresh(run: _Run) -> tuple[str, list[int]]:
+    url, model = run.ctx.engine_url(*run.requester), run.ctx.fleet.model
+    run.index += 1
+    text, _ = prompts.sized_document(url, model, run.seed, run.index, run.opts.chunks * run.chunk + run.chunk // 2)
+    tokens, why = engine_api.tokenize(url, model, text)
+    if tokens is None:
+        raise RuntimeError(f"{run.requester[1].id}: {why}")
+    return text, tokens
+
+
+def _seed(run: _Run, holders: list[str], prompt: str, tokens: list[int], chunks: int) -> tuple[str, list[str]]:
+    """Have `holders` compute the prompt cold, at the same moment; ("", the holders the directory shows)."""
+    if not holders:
+        return "", []
+    model, m = run.ctx.fleet.model, run.opts.max_tokens
+    with ThreadPoolExecutor(len(holders)) as pool:
+        done = list(pool.map(lambda h: complete(run.url(h), model, prompt, m, timeout=120), holders))
+    bad = [f"{h}: {c.error or f'{c.cached_tokens} cached tokens on a fresh prompt'}"
+           for h, c in zip(holders, done) if not c.ok or c.cached_tokens]
+    held = _wait_held(run, tokens, chunks, set(holders))
+    if bad and len(holders) == 1:
+        return "could not compute the prefix cold on " + "; ".join(bad), held
+    if set(held) != set(holders):
+        return (f"the key directory shows the prefix on {', '.join(held) or 'nobody'}, not on "
+                f"{', '.join(holders)} ({'; '.join(bad) or 'a store that did not land in time'})"), held
+    return "", held
+
+
+def _wait_held(run: _Run, tokens: list[int], chunks: int, wanted: set[str]) -> list[str]:
+    """Who the coordinator's directory says holds the prefix, once `wanted` do (or at the deadline): a peer
+    asked before its store lands would miss."""
+    until, held = time.monotonic() + DIRECTORY_WAIT_S, []
+    while True:
+        entries = lmcache_api.directory_lookup_tokens(run.ctx.fleet.coordinator_url, run.ctx.fleet.model, tokens)
+        per_chunk = [[p.instance_id for p in e.placements if p.tier == "l1"] for e in entries or []]
+        held = judge.holders(per_chunk, chunks)
+        if wanted <= set(held) or time.monotonic() > until:
+            return held
+        time.sleep(0.1)
+
+
+def _ask(run: _Run, s: judge.Sample, prompt: str) -> None:
+    """The measured request: the requester's metrics before and after it."""
+    srv, url = run.ctx.server_url(*run.requester), run.ctx.engine_url(*run.requester)
+    before = (metrics_api.scrape(srv), metrics_api.scrape(url))
+    r = complete(url, run.ctx.fleet.model, prompt, run.opts.max_tokens, timeout=120)
+    after = (metrics_api.scrape(srv), metrics_api.scrape(url))
+
+    def delta(which: int, name: str, **labels: str) -> float:
+        return (metrics_api.metric_sum(after[which], name, **labels)
+                - metrics_api.metric_sum(before[which], name, **labels))
+
+    s.cached_tokens, s.error = r.cached_tokens, r.error
+    s.load_tasks = delta(0, P2P_LOADS, l2_name="p2p")
+    lookup, retrieve = delta(1, OP_SECONDS, op="lookup"), delta(1, OP_SECONDS, op="retrieve")
+    s.lookup_ms = lookup * 1000 if lookup > 0 else None
+    s.retrieve_ms = retrieve * 1000 if retrieve > 0 else None
+    if s.lookup_ms is None and not s.error:
+        s.error = f"{s.requester}'s engine reports no LMCache lookup time ({OP_SECONDS}): not the embedded engine?"
+
+
+def document(samples: list[judge.Sample], notes: list[str], fleets: list[dict], opts: PeersOptions) -> dict:
+    rows = judge.rows(samples)
+    goal = judge.target(rows)
+    goal["why"] = judge.why_missed(goal, rows, fleets)
+    return finite({"passed": bool(samples) and all(s.ok for s in samples), "repeats": opts.repeats,
+                   "chunks": opts.chunks, "fleets": fleets, "rows": rows, "target": goal,
+                   "notes": notes, "samples": [s.to_dict() for s in samples]})
+
+
+def run_running(ctx: FleetContext, out_dir: Optional[Path], opts: PeersOptions,
+                progress: Callable[[str], None] = lambda _: None) -> dict:
+    """The scenarios on a running fleet (its one N), in out_dir (default: a new run folder of the fleet);
+    refuses, naming what to run, when the fleet is not up (before any folder is made)."""
+    fleet_status.require_ready(ctx, "or drop --running to measure on temporary local fleets")
+    out_dir = out_dir or new_run_dir(ctx.layout, "peers")
+    samples, notes = run_fleet(ctx, opts, progress)
+    fleets = [{"nodes": len(ctx.fleet.instances()), "fleet": ctx.fleet.name, "profile": ctx.fleet.engine.profile}]
+    return write(out_dir, document(samples, notes, fleets, opts))
+
+
+def run_launched(out_dir: Path, opts: PeersOptions, port_offset: Optional[int] = None,
+                 progress: Callable[[str], None] = lambda _: None) -> dict:
+    """The scenarios on a temporary local fleet of each size in turn (logs kept under out_dir/fleet-N)."""
+    samples, notes, fleets = [], [], []
+    for n in opts.sizes:
+        ports = choose(n, port_offset)
+        progress(f"N={n}: " + ports.line())
+        timings: dict[str, float] = {}
+        load_start = _loadavg()
+        with local_fleet(n, name=f"peers{n}", base=ports.base, where=out_dir / f"fleet-{n}", timings=timings,
+                         progress=progress) as ctx:
+            got, why = run_fleet(ctx, opts, progress)
+            fleets.append({"nodes": n, "fleet": ctx.fleet.name, "profile": ctx.fleet.engine.profile,
+                           "timings_s": dict(timings), "ports": ports.to_json(), "cpus": os.cpu_count(),
+                           "loadavg_start": load_start, "loadavg_end": _loadavg()})
+        samples += got
+        notes += [f"N={n}: {w}" for w in why]
+    return write(out_dir, document(samples, notes, fleets, opts))
+
+
+def _loadavg() -> list[float]:
+    """This box's 1/5/15-minute load: the launched fleets run here, and on a shared box the lookup figures
+    move with it (every idle lmcache server also busy-polls a core)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def write(out_dir: Path, doc: dict[str, Any]) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc["run_dir"] = str(out_dir)
+    try:
+        doc["plot"] = peers_plot.lookup_plot(out_dir / "lookup.png", doc["rows"])
+    except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
+        doc["plot"] = ""
+        doc["notes"].append(f"lookup.png failed: {exc!r}")
+    (out_dir / "peers.json").write_text(json.dumps(doc, indent=2))
+    (out_dir / "summary.md").write_text(peers_plot.markdown(doc))
+    return doc
