@@ -65,14 +65,14 @@ test-fast: setup
 test-hostile: setup
 	P2P_SOAK=1 P2P_FUZZ_SCALE=8 $(PY) -m pytest -q -rs -s -m fuzz tests/unit
 
-# Benchmarks (p2p_ops/bench/suite) print figures with ratios and write bench/results/<stamp>/ (and
+# Benchmarks (bench/suite) print figures with ratios and write bench/results/<stamp>/ (and
 # bench/results/latest.md); they never fail on timings. bench-quick stays under 10 minutes on a 2-core box;
 # bench adds vLLM.
 bench: setup
-	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.bench.suite
+	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m bench.suite
 
 bench-quick: setup
-	$(PY) -m p2p_ops.bench.suite --quick --readme
+	$(PY) -m bench.suite --quick --readme
 
 # Multi-peer behaviour on temporary local fleets of 2, 4 and 8 servers (about 6 minutes on a busy 2-core box):
 # who serves a prefix held by one, two or no peers, lookup ms against N, the 8-peer lookup target.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 def describe(directory: str, mode: str, user: str, port: int, hosts: list[list[str]],
              control_address: str | None = None, bridge: str | None = None) -> dict:
-    """testbed.json's content: what p2p_ops/bench/testbed.py and other scripts read back."""
+    """testbed.json's content: what bench/testbed.py and other scripts read back."""
     return {
         "mode": mode, "dir": directory, "user": user, "port": port,
         "ssh_config": f"{directory}/ssh_config", "known_hosts": f"{directory}/known_hosts",

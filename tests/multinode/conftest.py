@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops.bench import testbed
+from bench import testbed
 from p2p_ops.lifecycle.free_ports import free_base, free_port
 from tests.conftest import REPO
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import testbed
+from bench import testbed
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
 from tests.multinode.conftest import leftovers, needs_engine, needs_sshd, write_ssh_fleet

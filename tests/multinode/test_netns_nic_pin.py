@@ -13,7 +13,7 @@ import yaml
 
 import pytest
 
-from p2p_ops.bench import testbed
+from bench import testbed
 from p2p_ops.diagnose.tree import evidence, model, walk
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import testbed
+from bench import testbed
 from p2p_ops.lifecycle.free_ports import free_port
 from tests.multinode.conftest import needs_sshd
 

@@ -7,8 +7,8 @@ import csv
 import json
 from pathlib import Path
 
-from p2p_ops.bench.suite import __main__ as runner
-from p2p_ops.bench.suite.report import Report
+from bench.suite import __main__ as runner
+from bench.suite.report import Report
 
 
 def _ok(report):
@@ -51,13 +51,13 @@ def test_rows_are_flushed_as_they_come(tmp_path):
 def test_instant_server_answers_the_harness_client(tmp_path):
     import sys
 
-    from p2p_ops.bench.suite.procs import process
+    from bench.suite.procs import process
     from p2p_ops.harness.openai_client import complete
     from p2p_ops.lifecycle.free_ports import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with process([sys.executable, "-m", "p2p_ops.bench.suite.instant_server", str(port)], url + "/v1/models",
+    with process([sys.executable, "-m", "bench.suite.instant_server", str(port)], url + "/v1/models",
                  tmp_path / "s.log", timeout_s=30):
         c = complete(url, "tiny-llm", "hi", max_tokens=1)
     assert c.ok and c.text == "a" and c.completion_tokens == 1
@@ -66,7 +66,7 @@ def test_instant_server_answers_the_harness_client(tmp_path):
 def test_readme_targets_block_is_replaced_and_the_rest_kept(tmp_path):
     import pytest
 
-    from p2p_ops.bench.suite.report import README_BEGIN, README_END, replace_readme_targets
+    from bench.suite.report import README_BEGIN, README_END, replace_readme_targets
 
     report = Report(tmp_path, size="quick", echo=lambda _: None)
     report.target("P2P lookup", "<= 10 ms", "6.7 ms", True, "a miss")
@@ -81,7 +81,7 @@ def test_readme_targets_block_is_replaced_and_the_rest_kept(tmp_path):
 
 
 def test_fleet_scale_splits_a_step_at_its_progress_lines():
-    from p2p_ops.bench.suite.fleet_scale import _Clock
+    from bench.suite.fleet_scale import _Clock
 
     c = _Clock()
     for line in ("rendered env.sh", "started a", "a is up", "started b"):
@@ -92,7 +92,7 @@ def test_fleet_scale_splits_a_step_at_its_progress_lines():
 
 
 def test_real_size_pull_target_is_judged_against_lmcaches_channel_at_the_largest_prefix(tmp_path):
-    from p2p_ops.bench.suite import kv_real
+    from bench.suite import kv_real
 
     report = Report(tmp_path, size="tiny", echo=lambda _: None)
     report.facts["real_pull"] = [{"profile": "llama-3-8b", "tokens": 1024, "MiB": 128, "mbps": 100, "channel": 1000},
@@ -107,7 +107,7 @@ def test_real_size_pull_target_is_judged_against_lmcaches_channel_at_the_largest
 
 
 def test_eviction_working_set_is_twice_the_fleet_l1_and_hit_ratio_counts_only_served_requests():
-    from p2p_ops.bench.suite import eviction
+    from bench.suite import eviction
     from p2p_ops.harness.openai_client import Completion
 
     # 2 GiB of fleet L1 at 128 KiB per token: 16k tokens; twice that in 1k-token documents is 32 documents.
@@ -121,7 +121,7 @@ def test_eviction_working_set_is_twice_the_fleet_l1_and_hit_ratio_counts_only_se
 
 
 def test_peer_load_generators_rows_come_from_their_own_captured_json():
-    from p2p_ops.bench.suite import loadgen_peers as lp
+    from bench.suite import loadgen_peers as lp
 
     fx = Path(__file__).parent.parent / "fixtures" / "bench" / "loadgen_peers"
     lm = lp.row_from_lmcache(json.loads((fx / "lmcache_bench_summary.json").read_text()), 200)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from p2p_ops.bench import testbed
+from bench import testbed
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "testbed_describe.py"
 

@@ -1,6 +1,6 @@
 """An OpenAI-compatible server that answers at once: what the load generator costs by itself.
 
-`python -m p2p_ops.bench.suite.instant_server PORT` serves GET /v1/models, POST /v1/completions and POST
+`python -m bench.suite.instant_server PORT` serves GET /v1/models, POST /v1/completions and POST
 /v1/chat/completions (streamed, one token, usage included; `lmcache bench engine` sends chat) on raw asyncio, with no framework work per request, so a client's latency
 against it is the client's own overhead plus loopback.
 """

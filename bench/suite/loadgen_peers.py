@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from p2p_ops.bench.suite.loadgen import drive
-from p2p_ops.bench.suite.procs import process
+from bench.suite.loadgen import drive
+from bench.suite.procs import process
 from p2p_ops.lifecycle.free_ports import free_port
 from p2p_ops.resources import CHECKOUT
 
@@ -106,7 +106,7 @@ def run(report) -> None:
     n = REQUESTS[report.size]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "p2p_ops.bench.suite.instant_server", str(port)]
+    cmd = [sys.executable, "-m", "bench.suite.instant_server", str(port)]
     with process(cmd, url + "/v1/models", report.out_dir / "instant_server_peers.log", timeout_s=30), \
             tempfile.TemporaryDirectory(prefix="loadpeers-") as tmp:
         drive(url, 20, 2, lambda i: "warm")

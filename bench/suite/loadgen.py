@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from p2p_ops.bench.suite.procs import engine, process
+from bench.suite.procs import engine, process
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle.free_ports import free_port
@@ -55,7 +55,7 @@ def run(report) -> None:
                      plot=("concurrency", ["req/s"], "requests/s", False))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "p2p_ops.bench.suite.instant_server", str(port)]
+    cmd = [sys.executable, "-m", "bench.suite.instant_server", str(port)]
     with process(cmd, url + "/v1/models", report.out_dir / "instant_server.log", timeout_s=30):
         drive(url, 20, 2, lambda i: "warm")
         for c in LEVELS[size]:

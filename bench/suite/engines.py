@@ -10,7 +10,7 @@ import os
 import statistics
 from pathlib import Path
 
-from p2p_ops.bench.suite.procs import engine
+from bench.suite.procs import engine
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.resources import CHECKOUT
@@ -55,7 +55,7 @@ def run_vllm(report) -> None:
     this row is about the engine's own speed.
     """
 
-    from p2p_ops.bench.suite.procs import process
+    from bench.suite.procs import process
     from p2p_ops.harness.local_model import make_model
     from p2p_ops.lifecycle.free_ports import free_port
 

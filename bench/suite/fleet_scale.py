@@ -95,7 +95,7 @@ class _Clock:
 
 
 def run(report) -> None:
-    from p2p_ops.bench import testbed
+    from bench import testbed
     from p2p_ops.diagnose import bundle, doctor
     from p2p_ops.lifecycle import launch
     from p2p_ops.lifecycle import status as fleet_status

@@ -1,4 +1,4 @@
-"""Run the benchmarks: `python -m p2p_ops.bench.suite [--quick] [--only kv,loadgen,...] [--out DIR]`.
+"""Run the benchmarks: `python -m bench.suite [--quick] [--only kv,loadgen,...] [--out DIR]`.
 
 Each benchmark runs in turn; one that fails is recorded and the next one still runs. The run's
 results.md is also copied to bench/results/latest.md (the README's results section is made from it).
@@ -15,8 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
-from p2p_ops.bench.suite import engines, eviction, fleet_scale, kv_path, kv_real, kv_settings, l1_reg, loadgen, loadgen_peers, steady_cost
-from p2p_ops.bench.suite.report import Report, replace_readme_targets
+from bench.suite import engines, eviction, fleet_scale, kv_path, kv_real, kv_settings, l1_reg, loadgen, loadgen_peers, steady_cost
+from bench.suite.report import Report, replace_readme_targets
 from p2p_ops.resources import CHECKOUT
 
 # Results stay in the checkout beside bench/README.md (bench/results/example*/ are committed runs).
@@ -29,7 +29,7 @@ FULL_ONLY = {"evict": eviction.run, "kvset": kv_settings.run, "idle": steady_cos
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m p2p_ops.bench.suite", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, no vLLM (under 10 minutes)")
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ",".join([*BENCHES, *FULL_ONLY]))
     ap.add_argument("--out", default="", help="results folder (default bench/results/<stamp>)")

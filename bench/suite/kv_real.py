@@ -27,7 +27,7 @@ import zlib
 import torch
 
 from p2p_ops.bench.localfleet import local_fleet
-from p2p_ops.bench.suite.kv_path import memcpy_s
+from bench.suite.kv_path import memcpy_s
 from p2p_ops.spec.sizing import GIB, box_budget_gib
 from p2p_runtime.profiles import PROFILES, KVProfile
 

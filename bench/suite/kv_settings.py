@@ -21,7 +21,7 @@ import statistics
 from typing import Any
 
 from p2p_ops.bench.localfleet import local_fleet
-from p2p_ops.bench.suite.kv_path import BLOCK, CHUNK, VOCAB, Side, bytes_per_token, pull_once
+from bench.suite.kv_path import BLOCK, CHUNK, VOCAB, Side, bytes_per_token, pull_once
 
 LENGTHS = {"tiny": [512], "quick": [1024, 2048], "full": [1024, 2048]}
 REPEATS = {"tiny": 1, "quick": 3, "full": 3}
