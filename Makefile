@@ -19,17 +19,17 @@ export PYTHONWARNINGS := ignore
 setup: $(STAMP)
 
 # torch first so the CPU build satisfies lmcache's unpinned torch; then nixl-cu12 and the nixl meta
-# package without deps (plain `nixl` would pull a second CUDA variant); then lmcache and the project.
-# The `$(PIP)` lines are also what `p2pctl probe --bootstrap` runs on nodes (runtime only); the test and lint
-# tools come from the `[dev]` extra on the last line.
+# package without deps (plain `nixl` would pull a second CUDA variant); then the project with the node runtime
+# (`[node]`: the embedded engine, lmcache, nixl-cu12). The `$(PIP)` lines are also what `p2pctl probe
+# --bootstrap` runs on nodes; the last line adds what only this checkout needs: charts and the test tools.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q nixl-cu12==1.5.1
 	$(PIP) install -q --no-deps nixl==1.5.1
-	$(PIP) install -q -e .
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PIP) install -q -e '.[node]'
+	$(PY) -m pip install -q -e '.[node,plots,dev]'
 	touch $(STAMP)
 
 setup-vllm: setup

@@ -8,23 +8,91 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import Field, dataclass, field, fields
+import json
 import math
 import os
-from typing import TYPE_CHECKING
 
 from p2p_runtime.profiles import PROFILE_NAMES, KVProfile
 from p2p_runtime.profiles import resolve as resolve_profile
 from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
 
-if TYPE_CHECKING:
-    from p2p_runtime.kv_events import KVEventsConfig
-
 DEFAULT_CHUNK_SIZE = 256
 
 
 class ConfigError(ValueError):
     """An invalid engine setting; the message names the flag and the limit."""
+
+
+# vLLM's --kv-events-config, here rather than in kv_events: the fleet spec checks it on a control host, which has
+# neither zmq nor msgspec (the `engine` extra).
+class KVEventsConfigError(ValueError):
+    """A bad ``--kv-events-config``; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class KVEventsConfig:
+    """vLLM's ``KVEventsConfig`` keys and defaults."""
+
+    enable_kv_cache_events: bool = False
+    publisher: str | None = None
+    endpoint: str = "tcp://127.0.0.1:5557"
+    replay_endpoint: str | None = None
+    buffer_steps: int = 10_000
+    hwm: int = 100_000
+    max_queue_size: int = 100_000
+    topic: str = ""
+
+    def __post_init__(self) -> None:
+        publisher = self.publisher or ("zmq" if self.enable_kv_cache_events else "null")
+        object.__setattr__(self, "publisher", publisher)
+        if publisher not in ("zmq", "null"):
+            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got "
+                                      f"{publisher!r}")
+        for name in ("buffer_steps", "hwm", "max_queue_size"):
+            if int(getattr(self, name)) <= 0:
+                raise KVEventsConfigError(f"kv-events-config {name} must be > 0")
+        if self.active:
+            check_bind_endpoint("endpoint", self.endpoint)
+            if self.replay_endpoint:
+                check_bind_endpoint("replay_endpoint", self.replay_endpoint)
+
+    @property
+    def active(self) -> bool:
+        return self.enable_kv_cache_events and self.publisher == "zmq"
+
+    @classmethod
+    def from_json(cls, text: str) -> "KVEventsConfig":
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise KVEventsConfigError(f"--kv-events-config is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise KVEventsConfigError("--kv-events-config must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: "
+                                      f"{sorted(known)}")
+        return cls(**data)
+
+
+def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
+    """Return ``(host, port)`` of a ``tcp://HOST:PORT`` we may bind; raise on wildcards."""
+    if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
+        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got "
+                                  f"{endpoint!r}")
+    host, _, port = endpoint[6:].rpartition(":")
+    host = host.strip("[]")
+    if host in ("*", "0.0.0.0", "::", ""):
+        raise KVEventsConfigError(f"kv-events-config {key} {endpoint!r} binds every interface; "
+                                  f"name the address to bind (127.0.0.1 or the node address)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got "
+                                  f"{endpoint!r}")
+    return host, int(port)
 
 
 @dataclass(frozen=True)
@@ -129,9 +197,6 @@ class EngineConfig:
 
     @property
     def kv_events(self) -> KVEventsConfig:
-        # Imported here: kv_events pulls zmq and msgspec, and the fleet spec imports this module for the
-        # engine's fields alone (every p2pctl command would pay for them).
-        from p2p_runtime.kv_events import KVEventsConfig
         return KVEventsConfig.from_json(self.kv_events_config)
 
     @property

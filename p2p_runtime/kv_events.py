@@ -14,9 +14,7 @@ refused: the toolkit binds loopback on local fleets and the node address on real
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, fields
 import hashlib
-import json
 import logging
 import queue
 import threading
@@ -25,6 +23,8 @@ from typing import Any
 
 import msgspec
 import zmq
+
+from p2p_runtime.config import KVEventsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -111,77 +111,6 @@ def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int 
 
 def _h64(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & _MASK64
-
-
-# ---- config ------------------------------------------------------------------------------------
-
-class KVEventsConfigError(ValueError):
-    """A bad ``--kv-events-config``; the message names the key and the fix."""
-
-
-@dataclass(frozen=True)
-class KVEventsConfig:
-    """vLLM's ``KVEventsConfig`` keys and defaults."""
-
-    enable_kv_cache_events: bool = False
-    publisher: str | None = None
-    endpoint: str = "tcp://127.0.0.1:5557"
-    replay_endpoint: str | None = None
-    buffer_steps: int = 10_000
-    hwm: int = 100_000
-    max_queue_size: int = 100_000
-    topic: str = ""
-
-    def __post_init__(self) -> None:
-        publisher = self.publisher or ("zmq" if self.enable_kv_cache_events else "null")
-        object.__setattr__(self, "publisher", publisher)
-        if publisher not in ("zmq", "null"):
-            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got "
-                                      f"{publisher!r}")
-        for name in ("buffer_steps", "hwm", "max_queue_size"):
-            if int(getattr(self, name)) <= 0:
-                raise KVEventsConfigError(f"kv-events-config {name} must be > 0")
-        if self.active:
-            check_bind_endpoint("endpoint", self.endpoint)
-            if self.replay_endpoint:
-                check_bind_endpoint("replay_endpoint", self.replay_endpoint)
-
-    @property
-    def active(self) -> bool:
-        return self.enable_kv_cache_events and self.publisher == "zmq"
-
-    @classmethod
-    def from_json(cls, text: str) -> "KVEventsConfig":
-        if not text:
-            return cls()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise KVEventsConfigError(f"--kv-events-config is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise KVEventsConfigError("--kv-events-config must be a JSON object")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: "
-                                      f"{sorted(known)}")
-        return cls(**data)
-
-
-def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
-    """Return ``(host, port)`` of a ``tcp://HOST:PORT`` we may bind; raise on wildcards."""
-    if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
-        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got "
-                                  f"{endpoint!r}")
-    host, _, port = endpoint[6:].rpartition(":")
-    host = host.strip("[]")
-    if host in ("*", "0.0.0.0", "::", ""):
-        raise KVEventsConfigError(f"kv-events-config {key} {endpoint!r} binds every interface; "
-                                  f"name the address to bind (127.0.0.1 or the node address)")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got "
-                                  f"{endpoint!r}")
-    return host, int(port)
 
 
 # ---- publisher ---------------------------------------------------------------------------------

@@ -444,7 +444,7 @@ def _load_lmcache() -> _LMCacheModules:
     try:
         modules = _LMCacheModules()
     except ImportError as exc:
-        raise RuntimeError(f"--lmcache-url needs the lmcache package (pip install lmcache): "
+        raise RuntimeError(f"--lmcache-url needs the lmcache package (pip install 'p2p-kv-ops[node]'): "
                            f"{exc}") from exc
     logger.info("lmcache imported in %.1fs", time.monotonic() - started)
     return modules

@@ -13,7 +13,7 @@ import os
 import sys
 
 from p2p_ops.cli import output
-from p2p_ops.errors import EXIT_BAD_INPUT, P2POpsError
+from p2p_ops.errors import EXIT_BAD_INPUT, CouldNotRun, P2POpsError
 
 # Order is the order of `p2pctl --help`.
 COMMAND_MODULES = [
@@ -27,6 +27,12 @@ COMMAND_MODULES = [
     "p2p_ops.cli.model_cmds",
     "p2p_ops.cli.bench_cmds",
 ]
+
+# The packages a control host's core install leaves out (pyproject's extras), each imported only by the verbs
+# that need it: a verb that reaches one names the extra to install instead of a traceback.
+EXTRA_OF = {"matplotlib": "plots", "fastapi": "engine", "uvicorn": "engine", "zmq": "engine", "msgspec": "engine",
+            "torch": "engine", "lmcache": "node", "nixl": "node", "numpy": "node", "transformers": "node",
+            "tokenizers": "node"}
 
 EXIT_CODES_EPILOG = "exit codes: 0 success, 1 a check failed, 2 bad input or could not run"
 
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return int(args.handler(args) or 0)
+        return _run_handler(args)
     except P2POpsError as exc:
         print(f"p2pctl {args.command}: {exc}", file=sys.stderr)
         if getattr(args, "json", False):
@@ -137,6 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         # `p2pctl ... | head`: the reader left; say nothing more (and let interpreter shutdown not complain).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _run_handler(args) -> int:
+    try:
+        return int(args.handler(args) or 0)
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        raise CouldNotRun(f"this needs {exc.name}, which is not installed here: pip install 'p2p-kv-ops[{extra}]'"
+                          ) from None
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2p_ops.errors import BadInput, CouldNotRun
+from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 
 CHAT_TEMPLATE = (
@@ -65,13 +65,11 @@ def make_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), force: bool =
     out = Path(out_dir).expanduser().resolve()
     if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file() and not force:
         raise BadInput(f"{out}: folder exists and is not empty; pick another folder or pass --force")
-    try:
-        import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
-        from transformers.utils import logging as hf_logging
-    except ImportError as exc:
-        raise CouldNotRun(f"make-model needs torch, transformers and tokenizers ({exc}); "
-                          "install them with `pip install transformers tokenizers`") from None
+    # The `node` extra (transformers first: missing, it names the extra that also brings torch).
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+    import torch
+
     hf_logging.disable_progress_bar()
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(spec)

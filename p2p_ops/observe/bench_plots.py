@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+def _pyplot():
+    # Imported when a chart is drawn: matplotlib is the `plots` extra, and the bench verbs import this module.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _save(fig, out: Path) -> str:
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _pyplot().close(fig)
     return out.name
 
 
@@ -39,14 +44,14 @@ def placement(out_dir: Path, arms: list) -> list[str]:
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend()
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = _pyplot().subplots(figsize=(7, 4))
     bars(ax, lambda a: a.req_per_s, "served requests/s", "Throughput by placement")
     written.append(_save(fig, out_dir / "placement_throughput.png"))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4))
     bars(axes[0], lambda a: a.ttft_p50_ms, "TTFT p50 (ms)", "TTFT p50 by placement")
     bars(axes[1], lambda a: a.ttft_p90_ms, "TTFT p90 (ms)", "TTFT p90 by placement")
     written.append(_save(fig, out_dir / "placement_ttft.png"))
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = _pyplot().subplots(figsize=(8, 4))
     labels, local, peer, recomputed = [], [], [], []
     for p in policies:
         for side, tag in ((on, "on"), (off, "off")):
@@ -67,7 +72,7 @@ def placement(out_dir: Path, arms: list) -> list[str]:
 
 
 def crossover(out: Path, rows: list) -> str:
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = _pyplot().subplots(figsize=(6.4, 4))
     xs = [r.tokens for r in rows]
     ax.plot(xs, [r.ttft_pulled_b_s * 1000 for r in rows], "o-", label="pulled from a peer")
     ax.plot(xs, [r.ttft_recompute_b_s * 1000 for r in rows], "s-", label="recomputed")
@@ -94,8 +99,10 @@ def transfer_series(rows: list[dict]) -> dict[str, list]:
 def transfer(out: Path, doc: dict) -> str:
     """`bench transfer`: GB/s against transfer size (the channel's median, memcpy on the reader beside it) and the
     read time's p50/p99; sizes that failed are red dotted lines."""
+    import matplotlib.ticker
+
     s = transfer_series(doc["rows"])
-    fig, (rate, lat) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (rate, lat) = _pyplot().subplots(1, 2, figsize=(11, 4))
     rate.plot(s["mib"], s["gbps"], "o-", label="LMCache channel (median)")
     rate.plot([x for x, _ in s["memcpy"]], [y for _, y in s["memcpy"]], "s--", label="memcpy on the reader")
     for i, x in enumerate(s["failed"]):
@@ -112,7 +119,7 @@ def transfer(out: Path, doc: dict) -> str:
         # Fixed limits: a log axis with nothing drawn on it (every size failed) has no range of its own.
         ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.5)
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("transfer size (MiB)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title}: {doc['source']} -> {doc['reader']}")

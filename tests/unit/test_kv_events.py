@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from p2p_ops.lifecycle.free_ports import free_port
 from p2p_runtime import kv_events as kv
 from p2p_runtime.api import create_app
-from p2p_runtime.config import ConfigError, EngineConfig
+from p2p_runtime.config import ConfigError, EngineConfig, KVEventsConfig, KVEventsConfigError
 from p2p_runtime.core import EngineCore
 from tests.conftest import tool_venv
 
@@ -78,26 +78,26 @@ def test_payload_is_vllm_event_batch_with_tagged_maps():
 
 
 def test_config_takes_vllm_keys_and_refuses_wildcards():
-    cfg = kv.KVEventsConfig.from_json(json.dumps({
+    cfg = KVEventsConfig.from_json(json.dumps({
         "enable_kv_cache_events": True, "endpoint": "tcp://127.0.0.1:5557",
         "replay_endpoint": "tcp://127.0.0.1:5558", "buffer_steps": 5, "hwm": 10,
         "max_queue_size": 10, "topic": "kv@127.0.0.1:8000@m"}))
     assert cfg.active and cfg.publisher == "zmq"
-    assert not kv.KVEventsConfig.from_json("").active
-    assert not kv.KVEventsConfig.from_json('{"enable_kv_cache_events": false}').active
+    assert not KVEventsConfig.from_json("").active
+    assert not KVEventsConfig.from_json('{"enable_kv_cache_events": false}').active
     for bad, word in [('{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557"}', "every"),
                       ('{"enable_kv_cache_events": true, "endpoint": "ipc:///x"}', "tcp://"),
                       ('{"enable_kv_cache_events": true, "endpont": "x"}', "unknown"),
                       ('{"publisher": "kafka"}', "publisher"), ("[1]", "object"), ("{", "JSON")]:
-        with pytest.raises(kv.KVEventsConfigError, match=word):
-            kv.KVEventsConfig.from_json(bad)
+        with pytest.raises(KVEventsConfigError, match=word):
+            KVEventsConfig.from_json(bad)
     with pytest.raises(ConfigError, match="every interface"):
         EngineConfig(kv_events_config='{"enable_kv_cache_events": true, '
                                       '"endpoint": "tcp://0.0.0.0:5557"}')
 
 
 def test_publisher_frames_sequence_and_replay():
-    cfg = kv.KVEventsConfig(enable_kv_cache_events=True, endpoint=endpoint(),
+    cfg = KVEventsConfig(enable_kv_cache_events=True, endpoint=endpoint(),
                             replay_endpoint=endpoint(), topic="kv@test")
     pub = kv.ZmqEventPublisher(cfg)
     ctx = zmq.Context()

@@ -238,10 +238,12 @@ def test_missing_venv_memlock_with_rdma_busy_port_and_version_skew():
 
 def test_bootstrap_follows_the_makefile_setup_steps():
     steps = pip_steps((PROJECT / "Makefile").read_text())
-    assert steps and steps[-1] == ["-q", "-e", "."]
+    # A node gets the node runtime extra (the engine, lmcache, nixl), not the checkout's charts and test tools.
+    assert steps and steps[-1] == ["-q", "-e", ".[node]"]
     script = bootstrap_script("/opt/p2p venv", "/src/p2p", steps)
     assert "python3 -m venv '/opt/p2p venv'" in script
-    assert "'/opt/p2p venv'/bin/pip install -q -e /src/p2p" in script
+    assert "'/opt/p2p venv'/bin/pip install -q -e '/src/p2p[node]'\n" in script
+    assert "plots" not in script and "dev]" not in script
     for args in steps[:-1]:
         assert " ".join(args) in script
     assert script.index("python3 -m venv") < script.index("/bin/pip install")

@@ -6,7 +6,8 @@ What runs on such a node (nothing runs on a node whose venv answers):
     python3 -m venv <venv>
     <venv>/bin/pip install -q --upgrade pip     # allowed to fail (offline nodes)
     <venv>/bin/pip install -q torch==...        # then every other `$(PIP) install` line of the
-    ...                                         # Makefile's setup recipe, in its order, `.` -> <project>
+    ...                                         # Makefile's setup recipe, in its order, `.[node]` ->
+                                                # <project>[node] (the node runtime extra)
     <venv>/bin/python -c 'import lmcache, p2p_ops'
 
 The pip steps are read from this checkout's Makefile (`make setup` is the one source of truth for install
@@ -28,12 +29,11 @@ PROJECT = CHECKOUT
 
 
 def pip_steps(makefile_text: str) -> list[list[str]]:
-    """The arguments of each `$(PIP) install ...` line of the Makefile, in order."""
+    """The arguments of each `$(PIP) install ...` line of the Makefile, in order (read with the shell's quoting)."""
     steps = []
     for line in makefile_text.splitlines():
-        words = line.strip().split()
-        if len(words) >= 2 and words[0] == "$(PIP)" and words[1] == "install":
-            steps.append(words[2:])
+        if line.strip().split()[:2] == ["$(PIP)", "install"]:
+            steps.append(shlex.split(line)[2:])
     return steps
 
 
@@ -53,7 +53,7 @@ def bootstrap_script(venv: str, project: str, steps: list[list[str]]) -> str:
         f"python3 -m venv {q(venv)}",
     ]
     for args in steps:
-        args = [project if a == "." else a for a in args]
+        args = [project + a[1:] if a == "." or a.startswith(".[") else a for a in args]
         cmd = f"{pip} install " + " ".join(q(a) for a in args)
         if "--upgrade" in args and "pip" in args:
             cmd += " || echo 'pip upgrade skipped (offline?)' >&2"
