@@ -27,12 +27,13 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
     else:
         lmcache = py.version_of("lmcache")
         if not lmcache:
-            problems.append(f"lmcache is not installed in {py.executable}: install it (`make setup`)")
+            problems.append(f"lmcache is not installed in {py.executable}: install the node runtime there "
+                            "(`make setup`, or README's node lines ending in pip install '.[node]')")
         elif lmcache != LMCACHE_PIN:
             warnings.append(f"lmcache {lmcache} (this toolkit is tested with {LMCACHE_PIN})")
         if fleet.settings.transfer_engine == "nixl" and not py.version_of("nixl"):
             problems.append(f"nixl is not installed in {py.executable}, and transfer_engine is nixl: "
-                            "install nixl-cu12 (`make setup`)")
+                            "install nixl-cu12, then nixl with --no-deps (`make setup`)")
         # A vLLM venv of its own is checked by `up`'s preflight, which knows where it is.
         if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not py.version_of("vllm"):
             problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm "
