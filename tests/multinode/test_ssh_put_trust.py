@@ -1,0 +1,121 @@
+"""SSHConnector.put into folders another user prepared (issue 31, item 1), on a real sshd (testbed host h1).
+
+The other user is `nobody`, a real second account: it plants its links and folders itself (a process running as
+it), and the operator connects over SSH as this user. An upload into a folder that user owns or can write, or
+under one, is refused before a byte is written, and nothing is ever written through a link planted there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from p2p_ops.connectors.ssh import SSHConnector
+from p2p_ops.errors import CouldNotRun
+from tests.multinode.conftest import needs_sshd
+
+pytestmark = [pytest.mark.multinode, needs_sshd,
+              pytest.mark.skipif(os.geteuid() != 0, reason="acting as a second user (nobody) needs root")]
+
+SECRET = "P2P_ENGINE_API_KEY=sk-put-trust-0123456789\n"
+NOBODY = 65534
+
+
+def as_nobody(*argv: str) -> None:
+    subprocess.run(argv, check=True, user=NOBODY, group=NOBODY, extra_groups=[], stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def area():
+    """A folder both users can enter (/tmp itself is sticky; this one is root's, 0755), holding `shared`: a folder
+    of nobody's, and `loot`: nobody's own file, where a link planted by nobody would point."""
+    root = Path(tempfile.mkdtemp(prefix="p2p-put-trust-"))
+    os.chmod(root, 0o755)
+    shared = root / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)
+    as_nobody("sh", "-c", f"printf 'nobody was here\\n' > {shared}/loot")
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.fixture
+def h1(testbed3):
+    host = testbed3.host("h1")
+    conn = SSHConnector("h1", host.address, key=testbed3.user_key, ssh_config=testbed3.ssh_config)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def env_sh(tmp_path):
+    src = tmp_path / "env.sh"
+    src.write_text(SECRET)
+    return src
+
+
+def assert_untouched(area: Path) -> None:
+    assert (area / "shared" / "loot").read_text() == "nobody was here\n"
+
+
+def test_a_run_folder_another_user_made_is_refused_and_its_planted_link_not_followed(h1, area, env_sh):
+    # The issue's case: nobody made the run folder and planted env.sh.tmp as a link to a file of theirs.
+    run = area / "shared" / "run"
+    as_nobody("mkdir", "-p", str(run))
+    as_nobody("ln", "-s", str(area / "shared" / "loot"), str(run / "env.sh.tmp"))
+    with pytest.raises(CouldNotRun) as exc:
+        h1.put(env_sh, str(run / "env.sh"), mode=0o600)
+    msg = str(exc.value)
+    assert f"{run}: is owned by uid {NOBODY}" in msg and "\n" not in msg, msg
+    assert_untouched(area)
+    assert not (run / "env.sh").exists() and not (run / "env.sh").is_symlink()
+
+
+def test_a_folder_of_ours_under_one_another_user_can_write_is_refused(h1, area, env_sh):
+    # Ours and private, but nobody can rename it away and put a folder of theirs in its place at any time.
+    run = area / "shared" / "run"
+    run.mkdir(mode=0o700)
+    with pytest.raises(CouldNotRun) as exc:
+        h1.put(env_sh, str(run / "u0" / "env.sh"))
+    assert f"{area / 'shared'}: is owned by uid {NOBODY}" in str(exc.value)
+    assert not (run / "u0").exists()
+
+
+def test_a_folder_of_ours_others_can_write_is_refused(h1, area, env_sh):
+    run = area / "open"
+    run.mkdir()
+    os.chmod(run, 0o777)
+    with pytest.raises(CouldNotRun) as exc:
+        h1.put(env_sh, str(run / "env.sh"))
+    assert f"{run}: is writable by others (mode 0777)" in str(exc.value)
+    assert not (run / "env.sh").exists()
+
+
+def test_links_left_in_a_folder_of_ours_are_replaced_never_written_through(h1, area, env_sh):
+    # Left from a time the folder was open: a planted temp name and a link at the target itself.
+    run = area / "mine"
+    run.mkdir(mode=0o700)
+    loot = area / "shared" / "loot"
+    os.symlink(loot, run / "env.sh.tmp")
+    os.symlink(loot, run / "env.sh")
+    h1.put(env_sh, str(run / "env.sh"), mode=0o600)
+    assert_untouched(area)
+    target = run / "env.sh"
+    st = os.lstat(target)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and target.read_text() == SECRET
+    assert sorted(p.name for p in run.iterdir()) == ["env.sh", "env.sh.tmp"]  # no temp file left behind
+
+
+def test_folders_it_creates_are_private(h1, area, env_sh):
+    target = area / "mine" / "a" / "b" / "start_server.sh"
+    h1.put(env_sh, str(target), mode=0o700)
+    for folder in (area / "mine", area / "mine" / "a", area / "mine" / "a" / "b"):
+        st = os.lstat(folder)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o700), folder
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
