@@ -64,15 +64,22 @@ def assert_untouched(area: Path) -> None:
     assert (area / "shared" / "loot").read_text() == "nobody was here\n"
 
 
-def test_a_run_folder_another_user_made_is_refused_and_its_planted_link_not_followed(h1, area, env_sh):
-    # The case: nobody made the run folder and planted env.sh.tmp as a link to a file of theirs.
-    run = area / "shared" / "run"
-    as_nobody("mkdir", "-p", str(run))
+@pytest.mark.parametrize("under_shared", [True, False], ids=["inside-their-folder", "below-ours"])
+def test_a_run_folder_another_user_made_is_refused_and_its_planted_link_not_followed(h1, area, env_sh, under_shared):
+    # The case: nobody made the run folder (in a folder of theirs, or one we gave them in ours) and planted
+    # env.sh.tmp there as a link to a file of theirs. The first untrusted folder on the way is named.
+    if under_shared:
+        run, first = area / "shared" / "run", area / "shared"
+        as_nobody("mkdir", str(run))
+    else:
+        run = first = area / "theirs"
+        run.mkdir()
+        os.chown(run, NOBODY, NOBODY)
     as_nobody("ln", "-s", str(area / "shared" / "loot"), str(run / "env.sh.tmp"))
     with pytest.raises(CouldNotRun) as exc:
         h1.put(env_sh, str(run / "env.sh"), mode=0o600)
     msg = str(exc.value)
-    assert f"{run}: is owned by uid {NOBODY}" in msg and "\n" not in msg, msg
+    assert f"{first}: is owned by uid {NOBODY}, not by you (uid 0)" in msg and "\n" not in msg, msg
     assert_untouched(area)
     assert not (run / "env.sh").exists() and not (run / "env.sh").is_symlink()
 
@@ -119,3 +126,15 @@ def test_folders_it_creates_are_private(h1, area, env_sh):
         st = os.lstat(folder)
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o700), folder
     assert stat.S_IMODE(target.stat().st_mode) == 0o700
+
+
+def test_a_link_above_is_followed_only_into_folders_as_trusted(h1, area, env_sh):
+    (area / "mine").mkdir(mode=0o700)
+    os.symlink(area / "mine", area / "to-mine")
+    h1.put(env_sh, str(area / "to-mine" / "u0" / "env.sh"))
+    assert (area / "mine" / "u0" / "env.sh").read_text() == SECRET
+    os.symlink(area / "shared", area / "to-theirs")
+    with pytest.raises(CouldNotRun) as exc:
+        h1.put(env_sh, str(area / "to-theirs" / "u0" / "env.sh"))
+    assert f"{area / 'shared'}: is owned by uid {NOBODY}" in str(exc.value)
+    assert not (area / "shared" / "u0").exists()
