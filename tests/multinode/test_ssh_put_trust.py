@@ -138,3 +138,98 @@ def test_a_link_above_is_followed_only_into_folders_as_trusted(h1, area, env_sh)
         h1.put(env_sh, str(area / "to-theirs" / "u0" / "env.sh"))
     assert f"{area / 'shared'}: is owned by uid {NOBODY}" in str(exc.value)
     assert not (area / "shared" / "u0").exists()
+
+
+# The fuzz tier (issue 31, item 7): random chains of folders and links, each ours or nobody's, open or not.
+KINDS = ["ours", "ours-open", "ours-sticky", "nobodys", "nobodys-open", "link-to-ours", "link-to-nobodys"]
+
+
+def trusted(path: Path, uid: int) -> bool:
+    """The rule, stated on its own: every folder on the way is ours (root's too above the last) and writable by no
+    one else (a sticky one above is fine); a link above counts as the folders it leads through."""
+    current = Path("/")
+    parts = path.parts[1:]
+    for i, part in enumerate(parts):
+        current = current / part
+        if not os.path.lexists(current):
+            return True  # made by put, 0700
+        st = os.lstat(current)
+        last = i == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            if last:
+                return False
+            current = Path(os.path.realpath(current))
+            if not all(trusted_above(p, uid) for p in [current, *current.parents][:-1]):
+                return False
+            continue
+        if not (trusted_above(current, uid) if not last else
+                st.st_uid == uid and not st.st_mode & 0o022 and stat.S_ISDIR(st.st_mode)):
+            return False
+    return True
+
+
+def trusted_above(path: Path, uid: int) -> bool:
+    st = os.lstat(path)
+    return st.st_uid in (uid, 0) and (not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX))
+
+
+def build(area: Path, chain: list[str]) -> Path:
+    current = area / "fuzz"
+    current.mkdir(mode=0o700)
+    for i, kind in enumerate(chain):
+        nxt = current / f"d{i}"
+        if kind.startswith("link-to-"):
+            real = area / f"real{i}"
+            real.mkdir(mode=0o700)
+            if kind == "link-to-nobodys":
+                os.chown(real, NOBODY, NOBODY)
+            os.symlink(real, nxt)
+        else:
+            nxt.mkdir()
+            os.chmod(nxt, {"ours": 0o700, "ours-open": 0o777, "ours-sticky": 0o1777, "nobodys": 0o755,
+                           "nobodys-open": 0o777}[kind])
+            if kind.startswith("nobodys"):
+                os.chown(nxt, NOBODY, NOBODY)
+        current = nxt
+    return current
+
+
+@pytest.mark.fuzz
+def test_any_chain_of_folders_is_written_only_when_trusted(h1, area, env_sh):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None,
+              max_examples=max(1, int(40 * float(os.environ.get("P2P_FUZZ_SCALE", "1")))))
+    # Mostly trusted chains with at most one odd folder in them, so that both answers come up often.
+    @given(chain=st.lists(st.sampled_from(["ours", "ours-sticky", "link-to-ours"]), min_size=1, max_size=3),
+           odd=st.one_of(st.none(), st.tuples(st.integers(0, 2), st.sampled_from(KINDS))), extra=st.integers(0, 1),
+           plant=st.sampled_from(["", "target", "tmp"]))
+    def check(chain, odd, extra, plant):
+        if odd is not None:
+            chain[min(odd[0], len(chain) - 1)] = odd[1]
+        shutil.rmtree(area / "fuzz", ignore_errors=True)
+        for old in area.glob("real*"):
+            shutil.rmtree(old)
+        folder = build(area, chain)
+        for _ in range(extra):
+            folder = folder / "new"
+        loot = area / "shared" / "loot"
+        if plant and os.path.isdir(folder):
+            os.symlink(loot, folder / ("env.sh" if plant == "target" else "env.sh.tmp"))
+        expected = trusted(folder, os.geteuid())
+        h1._dirs.clear()  # each example is a new tree
+        try:
+            h1.put(env_sh, str(folder / "env.sh"), mode=0o600)
+            wrote = True
+        except CouldNotRun as exc:
+            msg = str(exc.value) if hasattr(exc, "value") else str(exc)
+            assert "\n" not in msg and ("not trusted" in msg or "symbolic link" in msg), msg
+            wrote = False
+        assert wrote == expected, (chain, extra, plant)
+        assert_untouched(area)
+        if wrote:
+            st_ = os.lstat(folder / "env.sh")
+            assert stat.S_ISREG(st_.st_mode) and (folder / "env.sh").read_text() == SECRET
+
+    check()
