@@ -137,20 +137,25 @@ def _temp_beside(path: Path) -> tuple[int, Path]:
     raise Refused(path, f"no free temp file name in {path.parent}")
 
 
-def check_trusted(path: str | Path, st: os.stat_result | None = None) -> None:
+def check_trusted(path: str | Path, st: os.stat_result | None = None, uid: int | None = None,
+                  above: bool = False) -> None:
     """Refuse a file or folder that is a link, belongs to another user, or others can write (its contents
-    would be what someone else wants run). Root's own files are trusted by root."""
+    would be what someone else wants run). Root's own files are trusted by root. `uid` is whose files are
+    trusted (default: ours; over SSH, the remote user's). `above`: a folder above the one written to, where
+    root's folders are trusted too and a sticky one (/tmp) may be writable by all (no one else can rename what
+    is ours in it)."""
     path = Path(path)
+    uid = os.geteuid() if uid is None else uid
     try:
         st = st or os.lstat(path)
     except OSError as exc:
         raise Refused(path, exc.strerror or str(exc)) from None
     if stat.S_ISLNK(st.st_mode):
         raise Refused(path, _link_note(str(path)), "replace it with the real folder or file")
-    if st.st_uid != os.geteuid():
-        raise Refused(path, f"is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); not trusted",
+    if st.st_uid != uid and not (above and st.st_uid == 0):
+        raise Refused(path, f"is owned by uid {st.st_uid}, not by you (uid {uid}); not trusted",
                       "use a folder of your own (--run-dir)")
-    if st.st_mode & 0o022:
+    if st.st_mode & 0o022 and not (above and st.st_mode & stat.S_ISVTX):
         raise Refused(path, f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); not trusted",
                       f"chmod go-w {path} after checking what is in it, or re-render")
 

@@ -10,8 +10,10 @@ One lazily opened connection per node, reused by every command and file copy. Wh
 - key auth with `ssh_key` only (no agent, no other keys: a wrong key fails as such), or, without `ssh_key`,
   the agent, the ssh_config `IdentityFile`s and the default keys;
 - connect, banner, auth and per-command timeouts; no sudo, no pty, stdin closed;
-- files go over SFTP (parent folders made over SFTP too) to `<path>.tmp`, get their mode, then are renamed
-  into place (a running wrapper never sees half a file).
+- files go over SFTP (no shell), as safely as the local connector writes them: every folder on the way must be
+  the remote user's (root's too, above the last) and writable by no one else (a sticky /tmp above is fine), folders
+  made are 0700, and the bytes go to a fresh temp file beside the target (exclusive create, so never through a
+  planted link), get their mode, then are renamed into place (a running wrapper never sees half a file).
 
 Failures to reach a host are `SSHConnectError`s (a `CouldNotRun`) whose message names the host, what failed
 and the fix, e.g. `h2 (127.0.0.3:22001): host key CHANGED ...; ssh-keygen -R ...`. A command that runs and
@@ -24,12 +26,15 @@ import logging
 import os
 import posixpath
 import shlex
+import secrets
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.connectors.base import CommandFailed, Result
 from p2p_ops.errors import CouldNotRun
 
@@ -93,7 +98,8 @@ class SSHConnector:
         self.connect_timeout = connect_timeout
         self._conn = None
         self._lock = threading.RLock()
-        self._dirs: set[str] = set()
+        self._dirs: dict[str, str] = {}   # folder -> the same, checked, links above it resolved
+        self._uid: Optional[int] = None
         self._failed: Optional[tuple[float, CouldNotRun]] = None
         self.known_hosts: list[str] = []   # the files host keys were checked against (for messages)
 
@@ -252,17 +258,31 @@ class SSHConnector:
         return result
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
+        """Copy a file the toolkit wrote into a folder of the node, as safely as the local connector does: every
+        folder on the way must be the remote user's (or root's, above it) and writable by no one else, folders
+        made are 0700, and the bytes go to a fresh temp file (exclusive create: never through a planted link)
+        renamed over `remote` (a link there is replaced, not followed)."""
+        data = files.read_bytes(local)
         conn = self._open()
-        tmp = remote + ".tmp"
         try:
             with self._lock:
                 sftp = conn.sftp()
                 sftp.get_channel().settimeout(SFTP_TIMEOUT)
-                self._makedirs(sftp, posixpath.dirname(remote))
-                sftp.put(str(local), tmp)
-                if mode is not None:
-                    sftp.chmod(tmp, mode)
-                sftp.posix_rename(tmp, remote)
+                where = remote if remote.startswith("/") else posixpath.join(sftp.normalize("."), remote)
+                folder = self._private_dir(sftp, posixpath.dirname(posixpath.normpath(where)))
+                target = posixpath.join(folder, posixpath.basename(remote))
+                tmp = posixpath.join(folder, f".{posixpath.basename(remote)[:200]}.{secrets.token_hex(8)}.tmp")
+                with sftp.open(tmp, "wbx") as out:
+                    out.chmod(0o600 if mode is None else mode)
+                    out.write(data)
+                try:
+                    sftp.posix_rename(tmp, target)
+                except OSError:
+                    sftp.remove(tmp)
+                    raise
+        except files.Refused as exc:
+            raise CouldNotRun(f"{self.host} ({self.target}): {exc.path}: {exc.reason}; use a folder of this user's "
+                              f"that only it can write (the node's run_dir)") from None
         except (socket.timeout, TimeoutError):
             self._drop()  # the SFTP channel is stuck mid-operation: never reuse it
             raise CouldNotRun(f"{self.host} ({self.target}): writing {remote} over SFTP did not finish within "
@@ -271,19 +291,41 @@ class SSHConnector:
             raise CouldNotRun(f"{self.host} ({self.target}): cannot write {remote} over SFTP ({exc}); check that "
                               f"the node's run_dir is writable by this user") from None
 
-    def _makedirs(self, sftp, path: str) -> None:
-        """`mkdir -p` over SFTP (no shell), remembering what exists."""
-        if not path or path in self._dirs or path in ("/", "."):
-            return
-        try:
-            sftp.stat(path)
-        except FileNotFoundError:
-            self._makedirs(sftp, posixpath.dirname(path))
+    def _private_dir(self, sftp, path: str) -> str:
+        """`path` as a trusted folder (`files.check_trusted` of every folder on the way, as the remote user),
+        made over SFTP (no shell) where missing; returns it with the links above it resolved."""
+        if path in self._dirs:
+            return self._dirs[path]
+        if self._uid is None:
+            self._uid = int(self.run("id -u", check=True).stdout)
+        current = "/"
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        for i, part in enumerate(parts):
+            current = posixpath.join(current, part)
+            last = i == len(parts) - 1
             try:
-                sftp.mkdir(path, mode=0o700)
-            except OSError:
-                sftp.stat(path)  # made meanwhile by someone else is fine; anything else raises
-        self._dirs.add(path)
+                st = sftp.lstat(current)
+            except FileNotFoundError:
+                try:
+                    sftp.mkdir(current, mode=0o700)
+                except OSError:
+                    pass  # made meanwhile by someone else: judged below like any folder found
+                st = sftp.lstat(current)
+            if stat.S_ISLNK(st.st_mode) and not last:
+                # A link above is as safe as the folder holding it (checked) and every folder it leads through.
+                current = sftp.normalize(current)
+                walked = "/"
+                for folder in current.strip("/").split("/"):
+                    walked = posixpath.join(walked, folder)
+                    files.check_trusted(walked, sftp.lstat(walked), uid=self._uid, above=True)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise files.Refused(current, f"is a symbolic link (to {sftp.readlink(current)}); not followed")
+            if not stat.S_ISDIR(st.st_mode):
+                raise files.Refused(current, "is not a folder")
+            files.check_trusted(current, st, uid=self._uid, above=not last)
+        self._dirs[path] = current
+        return current
 
     def _drop(self) -> None:
         with self._lock:

@@ -150,9 +150,6 @@ VLLM_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "model": (("--model",), ""),
     "revision": (("--revision",), "main"),
 }
-# Flags the spec renders itself that must agree across engines (spec.load refuses host, port, model and the
-# connector in vllm.args on its own): a second value in vllm.args would hide from validate and the doctor.
-VLLM_SPEC_FLAGS = {"--block-size": "vllm.block_size", "--kv-events-config": "router.kv_events"}
 
 
 def flag_values(argv: list[str]) -> dict[str, str]:
@@ -178,13 +175,9 @@ def vllm_values(argv: list[str]) -> dict[str, str]:
             "vllm_model": f"{f['model']}@{f['revision']}"}
 
 
-def vllm_spec_problem(args: list[str], router_enabled: bool, policy: str, kv_events: bool) -> Optional[str]:
-    """Why a vllm/router spec cannot give every engine the same KV meaning (None: it can)."""
-    for word in args:
-        flag = word.partition("=")[0]
-        if flag in VLLM_SPEC_FLAGS:
-            return (f"vllm.args: {flag} is set by p2pctl from the fleet spec ({VLLM_SPEC_FLAGS[flag]}); remove it "
-                    "from vllm.args and set that instead (every engine must get the same value)")
+def vllm_spec_problem(router_enabled: bool, policy: str, kv_events: bool) -> Optional[str]:
+    """Why a router spec cannot give every engine the same KV meaning (None: it can); flags in vllm.args that
+    would are refused by spec.flags."""
     if router_enabled and policy == "kv_aware" and not kv_events:
         return ("router.kv_events: false with policy kv_aware: kv_aware routes on KV events from every engine; "
                 "set router.kv_events: true (or pick another router.policy)")

@@ -94,8 +94,7 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
                        "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
-    problem = vllm_spec_problem(fleet.vllm.args if fleet.runtime == "vllm" else [], fleet.router.enabled,
-                                fleet.router.policy, fleet.router.kv_events)
+    problem = vllm_spec_problem(fleet.router.enabled, fleet.router.policy, fleet.router.kv_events)
     if problem:
         raise BadInput(problem)
     _vllm_checks(fleet)
@@ -163,9 +162,6 @@ def _vllm_checks(fleet: Fleet) -> None:
             absolute = str(Path(value).expanduser().resolve())
             raise BadInput(f"{where}: {value!r} is relative; use an absolute path (engines start in their own "
                            f"run folders), e.g. {absolute!r}")
-    for flag in ("--host", "--port", "--kv-transfer-config", "--served-model-name", "--model"):
-        if any(a == flag or a.startswith(flag + "=") for a in v.args):
-            raise BadInput(f"vllm.args: {flag} is set by p2pctl from the fleet spec; remove it from vllm.args")
 
 
 def _relative(where: str, value: str) -> bool:

@@ -14,27 +14,8 @@ from typing import Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
+from p2p_ops.spec.flags import LMCACHE_SERVER, ROUTER, VLLM
 from p2p_runtime.config import ConfigError, EngineConfig, flag_type
-
-# Flags start_server.sh already passes from the spec: settings.server_extra_args may not repeat them (the
-# consistency checks read the spec, so a second value on the command line would hide from them).
-RENDERED_SERVER_FLAGS = (
-    "--instance-id", "--host", "--port", "--http-host", "--http-port", "--chunk-size", "--hash-algorithm",
-    "--max-workers", "--supported-transfer-mode", "--l1-size-gb", "--l1-init-size-gb", "--l1-align-bytes",
-    "--eviction-policy", "--coordinator-url", "--coordinator-advertise-ip", "--coordinator-heartbeat-interval",
-    "--p2p-advertise-url", "--p2p-listen-url", "--p2p-transfer-engine", "--p2p-lookup-timeout",
-    "--p2p-load-timeout")
-
-
-def _check_server_args(args: list[str]) -> list[str]:
-    for a in args:
-        if not a:
-            raise ValueError("empty string in the list; remove it")
-        flag = a.split("=", 1)[0]
-        if flag in RENDERED_SERVER_FLAGS:
-            raise ValueError(f"{flag} is set from the spec already; change the matching setting instead")
-    return args
-
 
 def _whole_as_int(v: float) -> float:
     """1.0 -> 1: env.sh and `lmcache server` see the same words as before fractions were allowed."""
@@ -148,7 +129,7 @@ class Settings(StrictModel):
     @field_validator("server_extra_args")
     @classmethod
     def _server_args(cls, v: list[str]) -> list[str]:
-        return _check_server_args(v)
+        return LMCACHE_SERVER.check(v)
 
     # Engine <-> local server KV bytes through the server's L1 pool mapped as POSIX shared memory
     # (lmcache server --shm-name) instead of pickled tensors over ZMQ: bench/suite/kv_path.py measured the
@@ -187,7 +168,7 @@ class InstanceSettings(StrictModel):
     @field_validator("server_extra_args")
     @classmethod
     def _server_args(cls, v: Optional[list[str]]) -> Optional[list[str]]:
-        return None if v is None else _check_server_args(v)
+        return None if v is None else LMCACHE_SERVER.check(v)
     shm_transport: Optional[bool] = None
 
     @field_validator("l1_size_gb")
@@ -296,6 +277,11 @@ class VllmSettings(StrictModel):
     # Extra vLLM flags, one word per item (["--max-num-seqs", "8"]); each reaches vLLM as its own quoted word.
     args: list[str] = Field(default_factory=list)
 
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return VLLM.check(v)
+
     def effective_block_size(self) -> int:
         return self.block_size or (CPU_BLOCK_SIZE if self.device == "cpu" else CUDA_BLOCK_SIZE)
 
@@ -359,8 +345,14 @@ class RouterSettings(StrictModel):
     retry_max_backoff_ms: int = Field(1000, ge=1, le=600000)    # [30000]
     cb_failure_threshold: int = Field(1, ge=1, le=1000)         # [10] failures in a row that open the breaker
     cb_timeout_s: int = Field(3, ge=1, le=3600)                 # [60] open breaker: seconds until a trial request
-    # Extra vllm-router flags, one word per item (after the ones above, so they win).
+    # Extra vllm-router flags, one word per item (after the ones above, so they win; spec.flags.ROUTER says which
+    # flags they may not set).
     args: list[str] = Field(default_factory=list)
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return ROUTER.check(v)
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> "RouterSettings":

@@ -116,6 +116,5 @@ def test_vllm_command_line_values_and_spec_refusals():
     assert got == {"vllm_block_size": "128", "vllm_parallel": "tp=2 pp=1", "vllm_dtype": "auto",
                    "vllm_kv_cache_dtype": "fp8", "vllm_model": "/m@main"}
     assert vllm_values(["/bin/p2p-engine", "--port", "1"]) == {}
-    assert "vllm.block_size" in vllm_spec_problem(["--block-size", "16"], False, "random", True)
-    assert "kv_aware routes on KV events" in vllm_spec_problem([], True, "kv_aware", False)
-    assert vllm_spec_problem(["--max-num-seqs", "8"], True, "kv_aware", True) is None
+    assert "kv_aware routes on KV events" in vllm_spec_problem(True, "kv_aware", False)
+    assert vllm_spec_problem(True, "kv_aware", True) is None

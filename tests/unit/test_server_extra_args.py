@@ -43,8 +43,8 @@ def test_an_instance_may_add_its_own():
 
 
 @pytest.mark.parametrize("bad,words", [
-    (["--chunk-size", "512"], ["settings.server_extra_args", "--chunk-size", "set from the spec"]),
-    (["--l1-size-gb=4"], ["--l1-size-gb", "set from the spec"]),
+    (["--chunk-size", "512"], ["settings.server_extra_args", "--chunk-size", "sets from settings.chunk_size"]),
+    (["--l1-size-gb=4"], ["--l1-size-gb", "sets from settings.l1_size_gb"]),
     ([""], ["empty string"]),
 ])
 def test_flags_the_spec_already_sets_are_refused_with_the_field(bad, words):

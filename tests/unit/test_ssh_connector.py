@@ -178,14 +178,14 @@ class StallingSftp:
     def stat(self, path):
         raise socket.timeout("timed out")
 
-    put = chmod = posix_rename = mkdir = stat
+    lstat = open = chmod = posix_rename = mkdir = normalize = stat
 
 
 def test_sftp_put_has_a_timeout_and_frees_the_node(tmp_path):
     from p2p_ops.connectors import ssh as ssh_mod
 
     sftp = StallingSftp()
-    fake = FakeConn()
+    fake = FakeConn(stdout="0\n")  # `id -u`: root
     fake.sftp = lambda: sftp
     conn = with_fake(SSHConnector("h5", "127.0.0.6"), fake)
     local = tmp_path / "env.sh"
