@@ -18,7 +18,7 @@ How each program reads a word:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Collection, Optional
 
 _BIND = "nodes[].bind (else nodes[].address)"
 
@@ -30,17 +30,18 @@ class Program:
     prefixes: bool = False           # argparse: an unambiguous prefix reads as the whole flag
     underscores: bool = False        # vLLM: `_` in a flag's name reads as `-`, `--flag.key v` sets --flag's key
 
-    def flag_of(self, word: str) -> Optional[str]:
-        """The owned flag `word` can be read as (None: it sets nothing the spec owns)."""
+    def flag_of(self, word: str, flags: Optional[Collection[str]] = None) -> Optional[str]:
+        """The flag of `flags` (default: the owned ones) `word` can be read as (None: none of them)."""
+        flags = self.owned if flags is None else flags
         if not word.startswith("--") or word == "--":
             return None
         name = word.split("=", 1)[0]
         if self.underscores:
             name = name.split(".", 1)[0].replace("_", "-")
-        if name in self.owned:
+        if name in flags:
             return name
         if self.prefixes and len(name) > 2:
-            return next((flag for flag in self.owned if flag.startswith(name)), None)
+            return next((flag for flag in flags if flag.startswith(name)), None)
         return None
 
     def check(self, args: list[str]) -> list[str]:
@@ -109,3 +110,18 @@ ROUTER = Program("vllm-router", owned={
     "--kv-event-model": "p2pctl sets from model",
 })
 
+
+
+# LMCache refuses P2P at start when L1 is not one contiguous registered region (reference/lmcache-p2p.md: "refuses
+# it when L1 is GDS (--gds-l1-path) or Device-DAX (--l1-devdax-path)"): validate says so before a server dies.
+P2P_REFUSED_L1 = {"--gds-l1-path": "a GDS L1", "--l1-devdax-path": "a Device-DAX L1"}
+
+
+def p2p_refused_l1(args: list[str]) -> Optional[str]:
+    """Why lmcache server would refuse P2P with these extra args (None: it would not)."""
+    for word in args:
+        flag = LMCACHE_SERVER.flag_of(word, P2P_REFUSED_L1)
+        if flag:
+            return (f"{word[:60]!r} reads as lmcache server {flag}: {P2P_REFUSED_L1[flag]}, which LMCache refuses "
+                    "with P2P (it registers one contiguous L1 for transfers); remove it, or set settings.p2p: false")
+    return None

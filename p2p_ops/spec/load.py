@@ -20,6 +20,7 @@ from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.spec import strict_yaml
 from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
+from p2p_ops.spec.flags import p2p_refused_l1
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
 from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
@@ -99,6 +100,7 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(problem)
     _vllm_checks(fleet)
     _engine_checks(fleet)
+    _p2p_l1_checks(fleet)
     seen_ids: dict[str, str] = {}
     for ni, node in enumerate(fleet.nodes):
         for ii, inst in enumerate(node.instances):
@@ -111,6 +113,19 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
                        "in its own run folder)")
     _port_clashes(fleet)
+
+
+def _p2p_l1_checks(fleet: Fleet) -> None:
+    if not fleet.settings.p2p:
+        return
+    why = p2p_refused_l1(fleet.settings.server_extra_args)
+    if why:
+        raise BadInput(f"settings.server_extra_args: {why}")
+    for ni, node in enumerate(fleet.nodes):
+        for ii, inst in enumerate(node.instances):
+            why = p2p_refused_l1(inst.settings.server_extra_args or [])
+            if why:
+                raise BadInput(f"nodes[{ni}].instances[{ii}].settings.server_extra_args: {why}")
 
 
 def _port_clashes(fleet: Fleet) -> None:

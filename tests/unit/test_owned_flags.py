@@ -70,3 +70,22 @@ ACCEPTED = [
 @pytest.mark.parametrize("where,args", ACCEPTED, ids=[f"{w}:{a[0]}" for w, a in ACCEPTED])
 def test_flags_the_spec_does_not_own_pass(where, args):
     parse_fleet(_fleet(where, args))
+
+
+# Issue 28: LMCache refuses P2P with a GDS or Device-DAX L1 at start; validate let such extra args through.
+@pytest.mark.parametrize("where,args,flag", [
+    ("settings.server_extra_args", ["--gds-l1-path", "/mnt/nvme"], "--gds-l1-path"),
+    ("settings.server_extra_args", ["--gds-l1=/mnt/nvme"], "--gds-l1-path"),
+    ("nodes[1].instances[0].settings.server_extra_args", ["--l1-devdax", "/dev/dax0.0"], "--l1-devdax-path"),
+])
+def test_p2p_with_a_gds_or_devdax_l1_is_refused_naming_the_flag(where, args, flag):
+    with pytest.raises(BadInput) as exc:
+        parse_fleet(_fleet(where, args))
+    msg = str(exc.value)
+    assert msg.startswith(where) and flag in msg and "settings.p2p: false" in msg and "\n" not in msg
+
+
+def test_a_gds_l1_without_p2p_passes():
+    data = _fleet("settings.server_extra_args", ["--gds-l1-path", "/mnt/nvme"])
+    data["settings"]["p2p"] = False
+    parse_fleet(data)
