@@ -43,7 +43,7 @@ SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THR
 def _exec_line(run: FolderRun, role: str) -> str:
     env = run.env
     shown = [f"{k}={shlex.quote(env[k])}" for k in SHOWN_ENV if env.get(k)] if role != "coordinator" else []
-    return " ".join(shown + [shlex.join(run.argv[role])])
+    return " ".join(shown + [shlex.join(run.command(role))])
 
 
 def _start_line(proc) -> str:

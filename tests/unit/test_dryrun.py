@@ -70,7 +70,7 @@ def test_every_exec_line_is_the_argv_built_in_python(tmp_path):
     ctx = vllm_ssh_fleet(tmp_path)
     runs = fleet_runs(ctx.fleet, ctx.node_layout)
     lines = [x for node in dryrun.plan(ctx).values() for x in node if x.startswith("exec")]
-    argvs = [list(argv) for run in runs.values() for argv in run.argv.values()]
+    argvs = [list(run.command(role)) for run in runs.values() for role in run.argv]
     words = [shlex.split(x[len("exec"):]) for x in lines]
     assert len(lines) == len(argvs) == 5
     for argv in argvs:  # engines and servers carry the environment that changes them in front

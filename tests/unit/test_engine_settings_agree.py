@@ -66,7 +66,7 @@ def started_configs(fleet, monkeypatch) -> list[tuple[object, object, EngineConf
     runs = fleet_runs(fleet, lambda n: layout)
     out = []
     for node, inst in fleet.instances():
-        argv, env = list(runs[inst.id].argv["engine"]), runs[inst.id].env
+        argv, env = list(runs[inst.id].command("engine")), runs[inst.id].env
         assert argv[0].endswith("/p2p-engine"), argv[0]
         # The engine reads its key from the environment env.sh exported, never from its command line.
         monkeypatch.setenv("P2P_ENGINE_API_KEY", env["P2P_ENGINE_API_KEY"])

@@ -44,12 +44,12 @@ def test_router_renders_workers_policy_and_kv_event_sources():
     for word in ("--cache-threshold 0.5", "--kv-event-source http://127.0.0.1:8001=tcp://127.0.0.1:5557",
                  "--kv-event-replay-source http://127.0.0.1:8002=tcp://127.0.0.1:5560",
                  "--kv-event-block-size 16", "--kv-event-model tiny-llm", "--request-timeout-secs 60",
-                 "--prometheus-host 127.0.0.1"):
+                 '--prometheus-host "$P2P_ROUTER_HOST"'):
         assert word in wrapper
     cfg = json.loads(files["node-b-0/env.sh"].split("export P2P_KV_EVENTS_CONFIG='")[1].split("'")[0])
     assert cfg == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5559",
                    "replay_endpoint": "tcp://127.0.0.1:5560", "topic": ""}
-    assert "--kv-events-config '{\"enable_kv_cache_events\":true" in files["node-b-0/start_engine.sh"]
+    assert '--kv-events-config "$P2P_KV_EVENTS_CONFIG"' in files["node-b-0/start_engine.sh"]
 
 
 def test_vllm_gets_an_endpoint_it_binds_on_one_address():

@@ -16,7 +16,7 @@ AWKWARD = ["--otlp-endpoint", "http://127.0.0.1:4317", "--log-tag", "it's a $(re
 
 
 def _server_argv(data: dict, unit: str = "node-a-0") -> list[str]:
-    return list(fleet_runs(parse_fleet(data), lambda n: RunLayout(Path("/srv/run")))[unit].argv["server"])
+    return list(fleet_runs(parse_fleet(data), lambda n: RunLayout(Path("/srv/run")))[unit].command("server"))
 
 
 def test_extra_args_are_appended_as_separate_quoted_words():

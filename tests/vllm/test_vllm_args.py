@@ -41,7 +41,7 @@ def vllm_parse(argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("inst,port", [("node-a-0", 8001), ("node-b-0", 8002)])
 def test_golden_gpu_command_lines_parse_with_vllms_own_parser(inst, port):
-    argv = list(fleet_runs(golden_fleet("vllm"), lambda n: RunLayout(Path("/srv")))[inst].argv["engine"])
+    argv = list(fleet_runs(golden_fleet("vllm"), lambda n: RunLayout(Path("/srv")))[inst].command("engine"))
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     got = vllm_parse(argv[3:])
     assert got["model"] == "Qwen/Qwen3-8B" and got["served"] == ["Qwen/Qwen3-8B"]
