@@ -20,7 +20,7 @@ def _templates():
     # editable install maps `p2p_ops.templates` to whichever tree was installed last, maybe another checkout).
     # An installed wheel has no templates/ beside the package and reads its package data.
     here = CHECKOUT / "templates"
-    if (here / "env.sh.j2").is_file() and (CHECKOUT / "p2p_ops").is_dir():
+    if (here / "prometheus.yml.j2").is_file() and (CHECKOUT / "p2p_ops").is_dir():
         return here
     return resources.files("p2p_ops.templates")
 

@@ -28,7 +28,7 @@ from p2p_ops.lifecycle import launch, procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
-from p2p_ops.lifecycle.render import render_router, write_rendered
+from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
@@ -128,7 +128,7 @@ def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeou
     data["router"]["policy"] = policy
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     ctx.fleet = load_fleet(path)
-    write_rendered(render_router(ctx.fleet, ctx.node_layout), ctx.layout)
+    write_rendered([f for f in render_fleet(ctx.fleet, ctx.node_layout) if f.unit == "router"], ctx.layout)
     procs.start(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -1,82 +1,76 @@
 """Environment as the fleet's processes see it: a rendered env.sh, and the environment of a running process.
 
-    parse_env_sh("export LMCACHE_CHUNK_SIZE='256'\\nexport A=1 # why") -> {"LMCACHE_CHUNK_SIZE": "256", "A": "1"}
+    read_env_sh("export LMCACHE_CHUNK_SIZE=256\\nexport A='a b'\\nLD_PRELOAD=/tmp/x.so\\n")
+        -> EnvSh(env={"LMCACHE_CHUNK_SIZE": "256", "A": "a b"}, foreign=[(3, "LD_PRELOAD=/tmp/x.so")])
     parse_environ("PYTHONHASHSEED=0\\nHOME=/root", keys=("PYTHONHASHSEED", "UCX_TLS"))
         -> {"PYTHONHASHSEED": "0", "UCX_TLS": None}
 
+env.sh is read only in the one format p2pctl writes (`export KEY=<shlex-quoted value>`, comments, blank
+lines); any other line is returned as foreign, never interpreted: what bash would make of it is not guessed.
 A process's environment is read from `/proc/<pid>/environ` for a pid named by a pidfile, and only for the keys
 asked for: the rest may hold secrets.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Optional
 
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.logs import guard, read_cmd
-from p2p_ops.facts.shellwords import Part, Statement, Word, literal, statements
 
-_KEYWORDS = ("then", "else", "do", "{", "!")
-_DECLARE = ("export", "declare", "typeset", "readonly", "local")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _assignment(word: Word) -> tuple[str, Word] | None:
-    """(name, value parts) of a `NAME=value` word; None for any other word."""
-    if not word or word[0].kind != "lit" or word[0].quoted:
-        return None
-    name, eq, rest = word[0].text.partition("=")
-    if not eq or not _NAME.fullmatch(name):
-        return None
-    return name, ((Part("lit", rest),) if rest else ()) + word[1:]
+# `export KEY=value` exactly as shlex.quote writes value: bare safe characters, or one single-quoted string
+# whose quotes are spelt '"'"' (the value may span lines). Nothing else is read as an assignment.
+_EXPORT = re.compile(r"""export ([A-Za-z_][A-Za-z0-9_]*)=([\w@%+=:,./-]+|'(?:[^']|'"'"')*')(?:\n|\Z)""", re.ASCII)
+_SECRET = re.compile(r"(export \w*(?:KEY|TOKEN|SECRET|PASSWORD)\w*=).*", re.IGNORECASE)
 
 
-def _words_of(st: Statement) -> list[Word]:
-    words = list(st.words)
-    while words and literal(words[0]) in _KEYWORDS:
-        words.pop(0)
-    if words and literal(words[0]) in _DECLARE:
-        words.pop(0)
-        while words and (literal(words[0]) or "").startswith("-"):
-            words.pop(0)
-        return [w for w in words if _assignment(w)]
-    if any(not _assignment(w) for w in words):
-        return []  # `A=1 cmd`: A is set for cmd alone (or the statement is no assignment at all)
-    return words
+@dataclass
+class EnvSh:
+    env: dict[str, str] = field(default_factory=dict)        # the exports, a later one winning
+    foreign: list[tuple[int, str]] = field(default_factory=list)   # (line number, text) not in p2pctl's format
 
 
-def parse_env_sh(text: str) -> dict[str, str]:
-    """`[export] KEY=VALUE` assignments, read with bash's quoting and line rules (`p2p_ops.facts.shellwords`);
-    a later assignment wins, like in bash. A value bash would not parse (a quote left open) is kept raw rather
-    than failing. A value the shell computes at start (`"$DEV"`, `$(ip ...)`) is left out: the file does not
-    say what it will be (the process's environment does)."""
-    out: dict[str, str] = {}
-    for st in statements(text):
-        for word in _words_of(st):
-            name, value = _assignment(word)  # type: ignore[misc]
-            if any(p.kind == "array" for p in value):
-                continue  # a bash array is never exported
-            plain = literal(value)
-            if st.incomplete:
-                raw = st.source.split("\n", 1)[0]
-                out[name] = raw[raw.find(name + "=") + len(name) + 1:].strip()
-            elif plain is None:
-                out.pop(name, None)
-            else:
-                out[name] = plain
+def read_env_sh(text: str) -> EnvSh:
+    """An env.sh's exports in p2pctl's own format, and every other line (not comment, not blank) as foreign."""
+    out, pos, line = EnvSh(), 0, 1
+    while pos < len(text):
+        m = _EXPORT.match(text, pos)
+        if m:
+            raw = m.group(2)
+            out.env[m.group(1)] = raw[1:-1].replace("'\"'\"'", "'") if raw.startswith("'") else raw
+            end = m.end()
+        else:
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end + 1
+            stripped = text[pos:end].strip(" \t\n")
+            if stripped and not stripped.startswith("#"):
+                out.foreign.append((line, text[pos:end].rstrip("\n")))
+        line += text.count("\n", pos, end)
+        pos = end
     return out
 
 
-def _parse_env_file(text: str) -> dict[str, str]:
-    return {} if text.startswith(("@@p2p-refused", "@@p2p-no-such-file")) else parse_env_sh(text)
+def file_diff(rendered: str, on_disk: str, name: str, limit: int = 200) -> list[str]:
+    """Unified diff, rendered -> on disk (`+` lines are what the file on disk has instead), with the values of
+    key, token, secret and password variables masked; at most `limit` lines."""
+    lines = list(difflib.unified_diff(rendered.split("\n"), on_disk.split("\n"),
+                                      f"{name} (rendered from fleet.yaml)", f"{name} (on disk)", n=0, lineterm=""))
+    lines = [_SECRET.sub(r"\1<masked>", x) for x in lines]
+    return lines[:limit] + ([f"... {len(lines) - limit} more lines"] if len(lines) > limit else [])
 
 
-def env_file_fact(path: str) -> CommandFact[dict[str, str]]:
-    """An env.sh on its node, parsed; one that is a link, a FIFO or larger than 1 MiB is not read ({})."""
+def _parse_env_file(text: str) -> EnvSh:
+    return EnvSh() if text.startswith(("@@p2p-refused", "@@p2p-no-such-file")) else read_env_sh(text)
+
+
+def env_file_fact(path: str) -> CommandFact[EnvSh]:
+    """An env.sh on its node, read (`read_env_sh`); one that is a link, a FIFO or larger than 1 MiB is not read ({})."""
     return CommandFact("env_file", ("sh", "-c", f"{guard(path)}; {read_cmd(path, 1 << 20)}"), _parse_env_file)
 
 

@@ -1,13 +1,26 @@
-"""Render env.sh and the start wrappers for every instance and the coordinator (jinja2, StrictUndefined)."""
+"""What every unit runs, built once here: its environment and command line; env.sh and the start wrappers are
+rendered from them, and `up --dry-run` shows them (never by reading a file back).
+
+    runs = fleet_runs(fleet, layout_for)          # {folder: FolderRun}
+    runs["node-a-0"].env["LMCACHE_CHUNK_SIZE"]    -> "256"
+    runs["node-a-0"].command("server")            -> ("nice", "-n", "10", "/opt/venv/bin/lmcache", "server", ...)
+    render_fleet(fleet, layout_for)               -> [RenderedFile(...env.sh...), RenderedFile(...start_server.sh...)]
+
+env.sh is `export KEY=<shlex-quoted value>` lines (plus, on an SSH node without pinned devices, the lookup of
+the interface that holds its address, the one value known only at start); each wrapper sources env.sh and runs
+its command line, each word written out or taken from env.sh (`Ref`: `"$LMCACHE_CHUNK_SIZE"`), so bash runs
+exactly `command(role)` from the rendered files, and that is what the dry run prints.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 import jinja2
 
@@ -16,7 +29,6 @@ from p2p_ops.lifecycle.nic_plan import InstancePlan
 from p2p_ops.resources import CHECKOUT, template_text
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.spec.model import Fleet, Instance, Node, hostport
-from p2p_ops.spec.units import INSTANCE_ROLES
 from p2p_ops.spec.settings import Settings
 
 
@@ -28,8 +40,6 @@ def template_env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    # Every value that reaches a shell is quoted, whatever it contains.
-    env.filters["q"] = lambda v: shlex.quote(str(v))
     # `address | hp(port)`: host:port with an IPv6 address in brackets, as every URL needs.
     env.filters["hp"] = lambda address, port: hostport(str(address), port)
     return env
@@ -46,6 +56,41 @@ class RenderedFile:
     name: str       # file name inside that folder
     text: str
     executable: bool
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A word the wrapper takes from env.sh (`"$KEY"`, then a literal tail), as it always has: a value edited in
+    env.sh reaches the command line, and the dry run shows it as a diff of env.sh."""
+
+    key: str
+    tail: str = ""
+
+
+Word = Union[str, Ref]
+
+
+@dataclass
+class FolderRun:
+    """One run folder's processes: the environment its env.sh exports and each role's command line."""
+
+    node: str
+    folder: str
+    title: str                                       # what the folder is, in words (env.sh's first line)
+    env: dict[str, str] = field(default_factory=dict)        # exported by env.sh, in this order
+    notes: dict[str, str] = field(default_factory=dict)      # the comment above a variable: why it is set
+    argv: dict[str, tuple[Word, ...]] = field(default_factory=dict)  # role -> what start_<role>.sh runs
+    why: dict[str, str] = field(default_factory=dict)        # role -> comment above its command line
+    tail: str = ""        # bash after the exports: the SSH node's interface lookup (known only at start)
+
+    def set(self, note: str = "", **values: object) -> None:
+        if note:
+            self.notes[next(iter(values))] = note
+        self.env.update({k: str(v) for k, v in values.items()})
+
+    def command(self, role: str) -> tuple[str, ...]:
+        """The role's command line with env.sh's values in: what bash runs from the files p2pctl renders."""
+        return tuple(self.env[w.key] + w.tail if isinstance(w, Ref) else w for w in self.argv[role])
 
 
 def bin_dir_for(node: Node) -> str:
@@ -88,8 +133,6 @@ def vllm_args(fleet: Fleet) -> list[str]:
     if v.device == "cuda" and v.gpu_memory_utilization:
         args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
     return args + list(v.args)
-
-
 
 
 def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
@@ -140,16 +183,42 @@ def router_args(fleet: Fleet) -> list[str]:
     return args + list(r.args)
 
 
-def render_router(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> list[RenderedFile]:
-    if not fleet.router.enabled:
-        return []
-    env, node = template_env(), fleet.router_node()
-    workers = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
-    ctx = dict(fleet=fleet, node=node, r=fleet.router, router_bin=router_bin(fleet), workers=workers,
-               router_args=router_args(fleet))
-    return [RenderedFile(node.name, ROUTER, "env.sh", env.get_template("router_env.sh.j2").render(ctx), False),
-            RenderedFile(node.name, ROUTER, "start_router.sh",
-                         env.get_template("start_router.sh.j2").render(ctx), True)]
+# An SSH node's UCX interface is the one holding its address there, found when env.sh is sourced.
+SSH_UCX_LOOKUP = """\
+# An SSH node: pin UCX to the interface that holds this node's address, found here at start time
+# (unset, UCX's TCP listener would bind every interface with a random port).
+P2P_UCX_DEV=$(ip -o -4 addr show 2>/dev/null | awk -v a="$P2P_NODE_ADDRESS" '{split($4, p, "/"); if (p[1] == a) {print $2; exit}}')
+P2P_UCX_DEV=${P2P_UCX_DEV%%@*}
+if [ -n "$P2P_UCX_DEV" ]; then
+  export UCX_NET_DEVICES="$P2P_UCX_DEV"
+else
+  echo "env.sh: no interface holds $P2P_NODE_ADDRESS (or no 'ip' command): UCX_NET_DEVICES left unset, UCX may listen on every interface; set settings.ucx_net_devices" >&2
+fi
+unset P2P_UCX_DEV
+"""
+
+
+def _coordinator_run(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> FolderRun:
+    node, s, c = fleet.coordinator_node(), fleet.settings, fleet.coordinator
+    # Must exceed the servers' heartbeat interval, or heartbeats fail with "Server disconnected".
+    keep_alive = max(c.timeout_keep_alive, int(max(fleet.effective_settings(i).heartbeat_interval
+                                                   for _, i in fleet.instances())) + 5)
+    run = FolderRun(node.name, COORDINATOR, f"the coordinator of fleet {fleet.name} (on node {node.name})")
+    run.set(P2P_FLEET_NAME=fleet.name, P2P_NODE=node.name, P2P_RUN_DIR=layout_for(node).dir(COORDINATOR),
+            P2P_BIN_DIR=bin_dir_for(node), PYTHONHASHSEED=s.python_hash_seed, LMCACHE_TRACK_USAGE="false",
+            DO_NOT_TRACK=1, LMCACHE_DISABLE_BANNER=1, PYTHONWARNINGS="ignore", LMCACHE_LOG_LEVEL=s.log_level)
+    run.set("Bind address: 127.0.0.1 unless the fleet spec says otherwise (lmcache's own default is 0.0.0.0).",
+            LMCACHE_MP_COORDINATOR_HOST=c.host, LMCACHE_MP_COORDINATOR_PORT=c.port,
+            LMCACHE_MP_COORDINATOR_CHUNK_SIZE=s.chunk_size, LMCACHE_MP_COORDINATOR_HASH_ALGORITHM=s.hash_algorithm)
+    run.set("Must exceed the servers' heartbeat interval, or heartbeats fail with \"Server disconnected\".",
+            LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE=keep_alive)
+    run.set(P2P_COORDINATOR_URL=fleet.coordinator_url)
+    run.argv["coordinator"] = (
+        Ref("P2P_BIN_DIR", "/lmcache"), "coordinator", "--host", Ref("LMCACHE_MP_COORDINATOR_HOST"),
+        "--port", Ref("LMCACHE_MP_COORDINATOR_PORT"), "--chunk-size", Ref("LMCACHE_MP_COORDINATOR_CHUNK_SIZE"),
+        "--hash-algorithm", Ref("LMCACHE_MP_COORDINATOR_HASH_ALGORITHM"),
+        "--timeout-keep-alive", Ref("LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE"))
+    return run
 
 
 def _planned(fleet: Fleet, inst: Instance, plan: Optional[InstancePlan]) -> tuple[Settings, Optional[InstancePlan]]:
@@ -160,38 +229,197 @@ def _planned(fleet: Fleet, inst: Instance, plan: Optional[InstancePlan]) -> tupl
     return s.model_copy(update={"ucx_net_devices": plan.net_devices}), plan
 
 
+def _instance_env(run: FolderRun, fleet: Fleet, node: Node, inst: Instance, s: Settings,
+                  plan: Optional[InstancePlan], run_dir: Path) -> None:
+    address, bind = node.address, node.bind_host
+    run.set("--- identity and paths", P2P_FLEET_NAME=fleet.name, P2P_NODE=node.name, P2P_NODE_ADDRESS=address,
+            P2P_INSTANCE_ID=inst.id, P2P_RUNTIME=fleet.runtime, P2P_MODEL=fleet.model, P2P_RUN_DIR=run_dir,
+            P2P_BIN_DIR=bin_dir_for(node))
+    if fleet.api_key:
+        run.set("The engines' API key (this file is 0600): the embedded engine and vLLM both read it from here.",
+                P2P_ENGINE_API_KEY=fleet.api_key, VLLM_API_KEY=fleet.api_key)
+    run.set("--- must be identical on every peer (p2pctl refuses a fleet where they differ)",
+            PYTHONHASHSEED=s.python_hash_seed, LMCACHE_CHUNK_SIZE=s.chunk_size,
+            LMCACHE_HASH_ALGORITHM=s.hash_algorithm, LMCACHE_L1_ALIGN_BYTES=s.l1_align_bytes,
+            LMCACHE_P2P_TRANSFER_ENGINE=s.transfer_engine)
+    run.set("--- hygiene: no usage telemetry to an outside host, quiet start-up", LMCACHE_TRACK_USAGE="false",
+            DO_NOT_TRACK=1, LMCACHE_DISABLE_BANNER=1, PYTHONWARNINGS="ignore", LMCACHE_LOG_LEVEL=s.log_level)
+    run.set("--- coordinator membership", LMCACHE_COORDINATOR_URL=fleet.coordinator_url,
+            LMCACHE_COORDINATOR_ADVERTISE_IP=address, LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL=s.heartbeat_interval)
+    run.set("Cache events (stores, evictions, chunk tokens) to the coordinator's key directory "
+            "(settings.cache_events).", LMCACHE_COORDINATOR_EVENT_REPORTING="true" if s.cache_events else "false")
+    run.set("--- lmcache server", LMCACHE_INSTANCE_ID=inst.id, LMCACHE_HOST=bind, LMCACHE_PORT=inst.ports.mp,
+            LMCACHE_HTTP_HOST=bind, LMCACHE_HTTP_PORT=inst.ports.http, LMCACHE_L1_SIZE_GB=s.l1_size_gb)
+    run.set("lmcache 0.5.6 takes whole GiB for the initial size (and caps it at the L1 size): rounded up.",
+            LMCACHE_L1_INIT_SIZE_GB=math.ceil(s.l1_size_gb), LMCACHE_EVICTION_POLICY=s.eviction_policy,
+            LMCACHE_SUPPORTED_TRANSFER_MODE=s.supported_transfer_mode, LMCACHE_MAX_WORKERS=s.max_workers)
+    run.set("The L1 pool as POSIX shared memory the engine maps (settings.shm_transport); empty: pickled tensors.",
+            LMCACHE_SHM_NAME=fleet.shm_name(inst), LMCACHE_P2P_ADVERTISE_URL=hostport(address, inst.ports.p2p),
+            LMCACHE_P2P_LISTEN_URL=hostport(bind, inst.ports.p2p), LMCACHE_P2P_LOOKUP_TIMEOUT=s.p2p_lookup_timeout,
+            LMCACHE_P2P_LOAD_TIMEOUT=s.p2p_load_timeout)
+    run.set("0: this server keeps its own cache but never joins the P2P mesh (settings.p2p: false).",
+            LMCACHE_P2P_ENABLED=1 if s.p2p else 0, P2P_SERVER_NICE=s.server_nice,
+            P2P_SERVER_HTTP_URL=f"http://{hostport(address, inst.ports.http)}")
+    ucx = "--- UCX (the NIXL transfer channel); empty = UCX chooses"
+    if s.ucx_tls:
+        run.set(ucx, UCX_TLS=s.ucx_tls)
+        ucx = ""
+    if plan:
+        run.set(f"{ucx}\nThe NIC plan (`p2pctl probe` shows it): {plan.why}; set settings.ucx_net_devices to pin "
+                "others".strip(), UCX_NET_DEVICES=s.ucx_net_devices, UCX_MAX_RMA_RAILS=plan.max_rma_rails)
+    elif s.ucx_net_devices:
+        run.set(ucx, UCX_NET_DEVICES=s.ucx_net_devices)
+    elif fleet.all_loopback:
+        run.set(f"{ucx}\nEvery peer is on this host: UCX's TCP listener binds only to lo (unset, it would listen "
+                "on every\ninterface, eth0 included, with a random port).".strip(), UCX_NET_DEVICES="lo")
+    elif node.connection == "ssh":
+        run.tail = SSH_UCX_LOOKUP
+    run.set(f"--- engine ({fleet.runtime})", P2P_ENGINE_HOST=bind, P2P_ENGINE_PORT=inst.ports.engine,
+            P2P_ENGINE_URL=f"http://{hostport(address, inst.ports.engine)}",
+            P2P_ENGINE_LMCACHE_URL=f"tcp://{hostport(address, inst.ports.mp)}")
+    run.set("vLLM-format KV events for the router (router.kv_events); empty = off.",
+            P2P_KV_EVENTS_CONFIG=kv_events_config(fleet, node, inst))
+    if fleet.runtime == "embedded":
+        run.set("The engine: section, one variable per key (P2P_ENGINE_<KEY>), each passed as --<key> too.",
+                **fleet.engine.env())
+    else:
+        v, model_path = fleet.vllm, fleet.vllm.model_path or fleet.model
+        run.set(P2P_VLLM_PYTHON=vllm_python(fleet, node), P2P_VLLM_MODEL_PATH=model_path, P2P_VLLM_DEVICE=v.device,
+                P2P_VLLM_KV_TRANSFER_CONFIG=kv_transfer_config(node, inst), VLLM_NO_USAGE_STATS=1)
+        if model_path.startswith("/"):
+            run.set("The model is a local folder: never reach for the hub.", HF_HUB_OFFLINE=1,
+                    TRANSFORMERS_OFFLINE=1)
+        if v.device == "cpu":
+            run.set(VLLM_CPU_KVCACHE_SPACE=v.cpu_kvcache_space_gb, VLLM_CPU_OMP_THREADS_BIND=inst.cpus or "auto")
+    if inst.gpu is not None:
+        run.set(CUDA_VISIBLE_DEVICES=inst.gpu)
+
+
+def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[InstancePlan],
+                  layout_for: Callable[[Node], RunLayout]) -> FolderRun:
+    s, plan = _planned(fleet, inst, plan)
+    run = FolderRun(node.name, inst.id, f"instance {inst.id} on node {node.name} of fleet {fleet.name}")
+    _instance_env(run, fleet, node, inst, s, plan, layout_for(node).dir(inst.id))
+    e = run.env
+    p2p = ["--p2p-advertise-url", Ref("LMCACHE_P2P_ADVERTISE_URL"),
+           "--p2p-listen-url", Ref("LMCACHE_P2P_LISTEN_URL")] if s.p2p else []
+    shm = ["--shm-name", Ref("LMCACHE_SHM_NAME")] if e["LMCACHE_SHM_NAME"] else []
+    run.argv["server"] = (
+        "nice", "-n", Ref("P2P_SERVER_NICE"), Ref("P2P_BIN_DIR", "/lmcache"), "server",
+        "--instance-id", Ref("LMCACHE_INSTANCE_ID"), "--host", Ref("LMCACHE_HOST"), "--port", Ref("LMCACHE_PORT"),
+        "--http-host", Ref("LMCACHE_HTTP_HOST"), "--http-port", Ref("LMCACHE_HTTP_PORT"),
+        "--chunk-size", Ref("LMCACHE_CHUNK_SIZE"), "--hash-algorithm", Ref("LMCACHE_HASH_ALGORITHM"),
+        "--max-workers", Ref("LMCACHE_MAX_WORKERS"),
+        "--supported-transfer-mode", Ref("LMCACHE_SUPPORTED_TRANSFER_MODE"),
+        *shm, "--l1-size-gb", Ref("LMCACHE_L1_SIZE_GB"), "--l1-init-size-gb", Ref("LMCACHE_L1_INIT_SIZE_GB"),
+        "--l1-align-bytes", Ref("LMCACHE_L1_ALIGN_BYTES"), "--eviction-policy", Ref("LMCACHE_EVICTION_POLICY"),
+        "--coordinator-url", Ref("LMCACHE_COORDINATOR_URL"),
+        "--coordinator-advertise-ip", Ref("LMCACHE_COORDINATOR_ADVERTISE_IP"),
+        "--coordinator-heartbeat-interval", Ref("LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL"), *p2p,
+        "--p2p-transfer-engine", Ref("LMCACHE_P2P_TRANSFER_ENGINE"),
+        "--p2p-lookup-timeout", Ref("LMCACHE_P2P_LOOKUP_TIMEOUT"),
+        "--p2p-load-timeout", Ref("LMCACHE_P2P_LOAD_TIMEOUT"),
+        *s.server_extra_args)
+    if fleet.runtime == "embedded":
+        run.argv["engine"] = (
+            Ref("P2P_BIN_DIR", "/p2p-engine"), "--host", Ref("P2P_ENGINE_HOST"), "--port", Ref("P2P_ENGINE_PORT"),
+            "--served-model-name", Ref("P2P_MODEL"), "--instance-id", Ref("P2P_INSTANCE_ID"),
+            "--lmcache-url", Ref("P2P_ENGINE_LMCACHE_URL"), "--chunk-size", Ref("LMCACHE_CHUNK_SIZE"),
+            *(w for flag, var in fleet.engine.flags() for w in (flag, Ref(var))),
+            "--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG"))
+    else:
+        events = e["P2P_KV_EVENTS_CONFIG"]
+        run.why["engine"] = ("vLLM talks only to its local lmcache server (kv_connector_extra_config carries its "
+                             "address).\n`python -m` rather than the `vllm` script: that script cannot find itself "
+                             "when the distribution is vllm-cpu.")
+        run.argv["engine"] = (
+            Ref("P2P_VLLM_PYTHON"), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", Ref("P2P_VLLM_MODEL_PATH"), "--served-model-name", Ref("P2P_MODEL"),
+            "--host", Ref("P2P_ENGINE_HOST"), "--port", Ref("P2P_ENGINE_PORT"),
+            "--kv-transfer-config", Ref("P2P_VLLM_KV_TRANSFER_CONFIG"), *vllm_args(fleet),
+            *(["--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG")] if events else []))
+    return run
+
+
+def _router_run(fleet: Fleet) -> FolderRun:
+    node, r = fleet.router_node(), fleet.router
+    run = FolderRun(node.name, ROUTER, f"the router of fleet {fleet.name} (vllm-router, policy {r.policy}) on "
+                                       f"node {node.name}")
+    run.set(P2P_FLEET=fleet.name, P2P_ROUTER_BIN=router_bin(fleet), P2P_ROUTER_HOST=node.bind_host,
+            P2P_ROUTER_PORT=r.port, P2P_ROUTER_URL=f"http://{hostport(node.address, r.port)}",
+            P2P_ROUTER_PROMETHEUS_PORT=r.prometheus_port, P2P_ROUTER_POLICY=r.policy)
+    workers = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
+    run.why["router"] = ("Not exec'd: vllm-router renames its process to \"vllm::router\" (setproctitle), so this "
+                         "bash, whose command line\nnames the wrapper, stays the process `p2pctl down` and `status` "
+                         "recognise; stopping signals the whole group.")
+    run.argv["router"] = (
+        Ref("P2P_ROUTER_BIN"), "--host", Ref("P2P_ROUTER_HOST"), "--port", Ref("P2P_ROUTER_PORT"), "--worker-urls",
+        *workers, "--policy", Ref("P2P_ROUTER_POLICY"), "--prometheus-host", Ref("P2P_ROUTER_HOST"),
+        "--prometheus-port", Ref("P2P_ROUTER_PROMETHEUS_PORT"), "--worker-startup-check-interval", "1",
+        *router_args(fleet))
+    return run
+
+
+def fleet_runs(fleet: Fleet, layout_for: Callable[[Node], RunLayout],
+               nic_plans: Optional[Mapping[str, InstancePlan]] = None) -> dict[str, FolderRun]:
+    """Every run folder's environment and command lines, by folder, in start order. layout_for gives each
+    node's run folder; nic_plans (by instance id, `lifecycle.nic_plan`) fill UCX_NET_DEVICES and
+    UCX_MAX_RMA_RAILS where the spec leaves the devices unset."""
+    runs = [_coordinator_run(fleet, layout_for)]
+    runs += [_instance_run(fleet, node, inst, (nic_plans or {}).get(inst.id), layout_for)
+             for node, inst in fleet.instances()]
+    runs += [_router_run(fleet)] if fleet.router.enabled else []
+    return {r.folder: r for r in runs}
+
+
+def env_sh_text(run: FolderRun) -> str:
+    """env.sh: one `export KEY=<shlex-quoted value>` line per variable, the why of some above them."""
+    lines = ["# shellcheck shell=bash", f"# env.sh for {run.title}.",
+             "# Rendered by `p2pctl render` from fleet.yaml; re-render instead of editing (an edit shows up as a",
+             "# diff in `p2pctl up --dry-run --no-render` and as env_drift in `p2pctl doctor`)."]
+    for key, value in run.env.items():
+        note = run.notes.get(key, "")
+        if note.startswith("--- "):
+            lines.append("")
+        lines += [f"# {line}" for line in note.split("\n") if note]
+        lines.append(f"export {key}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n" + run.tail
+
+
+def _word(word: Word) -> str:
+    if isinstance(word, Ref):
+        return f'"${word.key}"' + (shlex.quote(word.tail) if word.tail else "")
+    return shlex.quote(word)
+
+
+def command_text(argv: tuple[Word, ...]) -> str:
+    """A command line as bash reads it: each word quoted or taken from env.sh, one flag per continued line."""
+    out = _word(argv[0])
+    for word in argv[1:]:
+        out += (" \\\n  " if isinstance(word, str) and word.startswith("--") else " ") + _word(word)
+    return out
+
+
+def wrapper_text(run: FolderRun, role: str) -> str:
+    """start_<role>.sh: source env.sh, then run the role's command line, written out word by word."""
+    why = [f"# {line}" for line in run.why[role].split("\n")] if role in run.why else []
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# start_{role}.sh for {run.title}: runs it in the foreground; `p2pctl up` starts it detached.",
+        "set -euo pipefail", 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        "# shellcheck source=/dev/null", 'source "$here/env.sh"', *why,
+        ("" if role == "router" else "exec ") + command_text(run.argv[role])]) + "\n"
+
+
 def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout],
                  nic_plans: Optional[Mapping[str, InstancePlan]] = None) -> list[RenderedFile]:
-    """What `p2pctl render` writes; pure, so golden tests can pin it. layout_for gives each node's run folder;
-    nic_plans (by instance id, `lifecycle.nic_plan`) fill UCX_NET_DEVICES and UCX_MAX_RMA_RAILS where the
-    spec leaves the devices unset."""
-    env = template_env()
-    files: list[RenderedFile] = []
-    coord_node = fleet.coordinator_node()
-    keep_alive = max(fleet.coordinator.timeout_keep_alive,
-                     int(max(s.heartbeat_interval for s in
-                             [fleet.effective_settings(i) for _, i in fleet.instances()])) + 5)
-    ctx = dict(fleet=fleet, node=coord_node, s=fleet.settings,
-               instance_dir=str(layout_for(coord_node).dir(COORDINATOR)),
-               bin_dir=bin_dir_for(coord_node), keep_alive=keep_alive)
-    files.append(RenderedFile(coord_node.name, COORDINATOR, "env.sh",
-                              env.get_template("coordinator_env.sh.j2").render(ctx), False))
-    files.append(RenderedFile(coord_node.name, COORDINATOR, "start_coordinator.sh",
-                              env.get_template("start_coordinator.sh.j2").render(ctx), True))
-    for node, inst in fleet.instances():
-        s, plan = _planned(fleet, inst, (nic_plans or {}).get(inst.id))
-        ctx = dict(fleet=fleet, node=node, inst=inst, s=s, nic_plan=plan, e=fleet.engine,
-                   v=fleet.vllm, instance_dir=str(layout_for(node).dir(inst.id)), bin_dir=bin_dir_for(node),
-                   kv_transfer_config=kv_transfer_config(node, inst), vllm_python=vllm_python(fleet, node),
-                   vllm_args=vllm_args(fleet), model_path=fleet.vllm.model_path or fleet.model,
-                   kv_events_config=kv_events_config(fleet, node, inst), shm_name=fleet.shm_name(inst))
-        files.append(RenderedFile(node.name, inst.id, "env.sh", env.get_template("env.sh.j2").render(ctx), False))
-        for role in INSTANCE_ROLES:
-            files.append(RenderedFile(node.name, inst.id, f"start_{role}.sh",
-                                      env.get_template(f"start_{role}.sh.j2").render(ctx), True))
-    return files + render_router(fleet, layout_for)
-
-
+    """What `p2pctl render` writes (`fleet_runs`, as text); pure, so golden tests can pin it."""
+    out = []
+    for run in fleet_runs(fleet, layout_for, nic_plans).values():
+        out.append(RenderedFile(run.node, run.folder, "env.sh", env_sh_text(run), False))
+        out += [RenderedFile(run.node, run.folder, f"start_{role}.sh", wrapper_text(run, role), True)
+                for role in run.argv]
+    return out
 def file_mode(executable: bool) -> int:
     return 0o700 if executable else 0o600
 

@@ -9,7 +9,7 @@ import pytest
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.diagnose import doctor as D
 from p2p_ops.diagnose.doctor.gather import fill_node
-from p2p_ops.facts.envfile import env_file_fact, parse_env_sh
+from p2p_ops.facts.envfile import env_file_fact, read_env_sh
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS, Listener, parse_listeners, parse_sessions
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.reach import reach_fact
@@ -257,11 +257,11 @@ def test_dead_server_in_a_running_fleet():
 
 # ---- helpers ------------------------------------------------------------------------------------------------
 
-def test_parse_env_sh_and_safe_env():
-    text = ("# comment\nexport PYTHONHASHSEED=0\nexport P2P_MODEL='tiny llm'\nexport UCX_TLS=rc,sm,self  # fast\n"
-            "export HF_TOKEN=hf_PLANTEDaaaaBBBBccccDDDDeeeeFFFF1234\nLMCACHE_S3_SECRET_KEY=PLANTEDx\n"
-            "export LMCACHE_AUTH=Bearer PLANTEDtoken0123456789\nexport PYTHONHASHSEED=7\n")
-    env_ = parse_env_sh(text)
+def test_read_env_sh_and_safe_env():
+    text = ("# comment\nexport PYTHONHASHSEED=0\nexport P2P_MODEL='tiny llm'\nexport UCX_TLS=rc,sm,self\n"
+            "export HF_TOKEN=hf_PLANTEDaaaaBBBBccccDDDDeeeeFFFF1234\nexport LMCACHE_S3_SECRET_KEY=PLANTEDx\n"
+            "export LMCACHE_AUTH='Bearer PLANTEDtoken0123456789'\nexport PYTHONHASHSEED=7\n")
+    env_ = read_env_sh(text).env
     assert env_["P2P_MODEL"] == "tiny llm" and env_["UCX_TLS"] == "rc,sm,self" and env_["PYTHONHASHSEED"] == "7"
     safe = D.safe_env(env_)
     assert "HF_TOKEN" not in safe and "LMCACHE_S3_SECRET_KEY" not in safe
@@ -278,7 +278,7 @@ def test_observed_prefers_the_running_process_and_names_the_source():
 
 def test_node_read_gets_files_packages_and_connects(tmp_path):
     f = tmp_path / "env.sh"
-    f.write_text("export PYTHONHASHSEED=3\n")
+    f.write_text("export PYTHONHASHSEED=3\nexport LD_PRELOAD=$(touch pwned)\n")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -303,6 +303,7 @@ def test_node_read_gets_files_packages_and_connects(tmp_path):
     assert {(r.target, r.ok) for r in nf.reach} == {("x p2p", True), ("y mq", False)}
     assert any(ln.port == open_port for ln in nf.listeners) or nf.listeners == []
     assert facts.instances[0].env_file == {"PYTHONHASHSEED": "3"}
+    assert facts.instances[0].env_foreign == ["line 2: export LD_PRELOAD=$(touch pwned)"]
 
 
 # ---- listening sockets: loopback means loopback -------------------------------------------------------

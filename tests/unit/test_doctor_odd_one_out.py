@@ -40,6 +40,13 @@ def test_a_hand_edited_env_sh_is_drift_from_the_spec_on_that_node_only():
     assert "node-c" in f.message and "p2pctl up --node node-c --role server" in f.fix
 
 
+def test_a_line_p2pctl_does_not_render_is_drift_and_never_read_as_harmless():
+    facts = three()
+    facts.instances[0].env_foreign = ["line 95: LD_PRELOAD=/tmp/x.so"]
+    [f] = [x for x in problems(D.check(facts), "env_drift") if x.subject == "node-a-0"]
+    assert f.value == "not rendered by p2pctl: line 95: LD_PRELOAD=/tmp/x.so" and "bash would run it" in f.message
+
+
 def test_two_peers_have_no_majority_and_both_are_named():
     b = inst("node-b-0", status=dict(STATUS, chunk_size=512), proc_env=env(LMCACHE_CHUNK_SIZE="512"))
     [f] = problems(D.check(fleet([inst("node-a-0"), b])), "agree:chunk_size")

@@ -1,4 +1,5 @@
-"""`up --dry-run` plan: per host, in order, with the wrappers' command lines expanded exactly as bash will.
+"""`up --dry-run` plan: per host, in order, with the command lines the wrappers are rendered from; with
+--no-render, a file on disk that is not what p2pctl renders is a diff, never run and never shown as harmless.
 
 A golden file pins the whole vLLM plan (UPDATE_GOLDEN=1 refreshes it).
 """
@@ -13,8 +14,10 @@ import pytest
 import yaml
 
 from p2p_ops.endpoints import engine_api, fetch
-from p2p_ops.lifecycle import dryrun
+from p2p_ops.facts.envfile import read_env_sh
+from p2p_ops.lifecycle import dryrun, launch
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.render import fleet_runs
 from p2p_ops.spec.starter import local_fleet
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "dryrun"
@@ -58,7 +61,21 @@ def test_every_host_gets_its_commands_in_up_order(tmp_path):
     assert kinds == ["check"] + ["copy"] * 5 + ["start", "exec", "ready"] * 3
     assert [line.split()[0] for line in b] == ["check"] + ["copy"] * 3 + ["start", "exec", "ready"] * 2
     assert "copy     /home/ops/p2p-run/golden/node-b-0/start_engine.sh -> node-b:/srv/p2p-run/golden/node-b-0/" \
-           "start_engine.sh (0755, over SFTP)" in b
+           "start_engine.sh (0700, over SFTP)" in b
+    assert "copy     /home/ops/p2p-run/golden/node-b-0/env.sh -> node-b:/srv/p2p-run/golden/node-b-0/env.sh " \
+           "(0600, over SFTP)" in b
+
+
+def test_every_exec_line_is_the_argv_built_in_python(tmp_path):
+    ctx = vllm_ssh_fleet(tmp_path)
+    runs = fleet_runs(ctx.fleet, ctx.node_layout)
+    lines = [x for node in dryrun.plan(ctx).values() for x in node if x.startswith("exec")]
+    argvs = [list(run.command(role)) for run in runs.values() for role in run.argv]
+    words = [shlex.split(x[len("exec"):]) for x in lines]
+    assert len(lines) == len(argvs) == 5
+    for argv in argvs:  # engines and servers carry the environment that changes them in front
+        assert any(w[len(w) - len(argv):] == argv and all("=" in x for x in w[:len(w) - len(argv)])
+                   for w in words), argv
 
 
 def test_vllm_engine_line_is_the_full_wrapper_command(tmp_path):
@@ -96,12 +113,45 @@ def test_local_embedded_fleet_writes_locally(tmp_path):
     assert not ctx.layout.root.exists(), "a dry run must not write the run folder"
 
 
-def test_env_sh_parser_reads_quoted_exports():
-    from p2p_ops.facts.envfile import parse_env_sh
+def test_env_sh_is_read_only_in_the_format_p2pctl_writes():
+    got = read_env_sh("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=''\n"
+                      "export E='$not_expanded'\nif true; then\n  export F=\"$DEV\"\nfi\nG=$(hostname)\n"
+                      "export H=1 # why\nexport I=\n")
+    assert got.env == {"A": "plain", "B": "a b'c", "D": "", "E": "$not_expanded"}
+    assert [n for n, _ in got.foreign] == [6, 7, 8, 9, 10, 11]
 
-    env = parse_env_sh("export A=plain\nexport B='a b'\"'\"'c'\n# export C=no\nexport D=\n"
-                       "export E='$not_expanded'\nif true; then\n  export F=\"$DEV\"\nfi\nG=$(hostname)\n")
-    assert env == {"A": "plain", "B": "a b'c", "D": "", "E": "$not_expanded"}
+
+def _edited(tmp_path, extra: str):
+    from tests.conftest import write_local_fleet
+
+    ctx = FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="ed"))
+    launch.render(ctx)
+    env_sh = ctx.layout.env("node-a-0")
+    env_sh.write_text(env_sh.read_text() + extra)
+    return ctx
+
+
+@pytest.mark.parametrize("extra", ["LD_PRELOAD=/tmp/x.so\n", "exec() { :; }\n", "export PYTHONPATH=/tmp/evil\n",
+                                   "set -- $(id)\n", "export BASH_ENV=/tmp/x\n", ": $(( a[$(id)] ))\n"])
+def test_a_hand_edit_is_a_flagged_diff_and_never_changes_what_the_plan_says_runs(tmp_path, extra):
+    ctx = _edited(tmp_path, extra)
+    fresh = [x for x in dryrun.plan(ctx, only="node-a")["node-a"] if x.startswith("exec")]
+    lines = dryrun.plan(ctx, only="node-a", rerender=False)["node-a"]
+    differs = [i for i, x in enumerate(lines) if x.startswith("differs")]
+    assert [lines[i].split()[1] for i in differs] == ["node-a-0/env.sh"]
+    assert "NOT what p2pctl renders" in lines[differs[0]]
+    assert f"+{extra.rstrip()}" in [x.strip() for x in lines]
+    assert [x for x in lines if x.startswith("exec")] == fresh  # what runs comes from fleet.yaml, not the file
+
+
+def test_a_planted_env_sh_is_never_sourced_by_the_dry_run(tmp_path):
+    planted = tmp_path / "sourced"
+    ctx = _edited(tmp_path, f"touch {planted}\nexport X=$(touch {planted}.2)\n")
+    wrapper = ctx.layout.wrapper("node-a-0", "server")
+    wrapper.write_text(wrapper.read_text().replace("\nexec ", f"\ntouch {planted}.3\nexec "))
+    text = "\n".join(dryrun.plan(ctx, rerender=False)["node-a"])
+    assert not list(tmp_path.glob("sourced*"))
+    assert f"+touch {planted}.3" in text and "node-a-0/start_server.sh on disk is NOT" in text
 
 
 @pytest.mark.parametrize("body,expected", [

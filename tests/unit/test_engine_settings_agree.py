@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.facts.envfile import parse_env_sh
-from p2p_ops.lifecycle.dryrun import exec_argv
-from p2p_ops.lifecycle.render import kv_events_config, render_fleet
+from p2p_ops.lifecycle.render import fleet_runs, kv_events_config
 from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, engine_model
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import parse_fleet
@@ -65,13 +63,11 @@ def fleet_with(engine: dict) -> "object":
 def started_configs(fleet, monkeypatch) -> list[tuple[object, object, EngineConfig, dict]]:
     """Per instance: the EngineConfig its rendered start line gives the engine, and its env.sh."""
     layout = RunLayout(Path("/srv/p2p-run/agree"))
-    files = {(f.unit, f.name): f.text for f in render_fleet(fleet, lambda n: layout)}
+    runs = fleet_runs(fleet, lambda n: layout)
     out = []
     for node, inst in fleet.instances():
-        env_sh = files[(inst.id, "env.sh")]
-        argv = exec_argv(files[(inst.id, "start_engine.sh")], env_sh)
+        argv, env = list(runs[inst.id].command("engine")), runs[inst.id].env
         assert argv[0].endswith("/p2p-engine"), argv[0]
-        env = parse_env_sh(env_sh)
         # The engine reads its key from the environment env.sh exported, never from its command line.
         monkeypatch.setenv("P2P_ENGINE_API_KEY", env["P2P_ENGINE_API_KEY"])
         assert "--api-key" not in argv

@@ -82,18 +82,12 @@ def _parsers():
     from p2p_ops.diagnose.nixl.failures import classify
     from p2p_ops.diagnose.redact import redact_text
     from p2p_ops.facts import COMMAND_FACTS
-    from p2p_ops.facts.envfile import parse_env_sh, parse_environ
+    from p2p_ops.facts.envfile import parse_environ, read_env_sh
     from p2p_ops.facts.logs import parse_excerpt, parse_file_copy
-    from p2p_ops.facts.shellview import ShellView
-    from p2p_ops.facts.shellwords import statements
     from p2p_ops.facts.sections import parse_sections
     from p2p_ops.facts.sysfs_ib import parse_sysfs_ib_grep
     from p2p_ops.facts.ucx_proto import ProtoTableBuilder
     from p2p_ops.facts.ucx_trace import parse_trace
-
-    def shell_view(text: str) -> None:
-        view = ShellView({"w": text + "\nexec a \"$A\" ${B:+x} \"${C[@]}\"\n", "env.sh": text}, here="/h")
-        view.run("w")
 
     def proto(text: str) -> None:
         builder = ProtoTableBuilder()
@@ -101,7 +95,7 @@ def _parsers():
             builder.feed(line)
         builder.finish()
 
-    return [parse_trace, parse_env_sh, lambda t: parse_environ(t, ("A", "B")), statements, shell_view, proto,
+    return [parse_trace, read_env_sh, lambda t: parse_environ(t, ("A", "B")), proto,
             parse_sections, parse_file_copy, parse_excerpt, parse_sysfs_ib_grep, classify, redact_text,
             *(f.parse for f in COMMAND_FACTS)]
 

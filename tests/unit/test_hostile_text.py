@@ -1,6 +1,7 @@
 """Text the toolkit parses reads the way its real consumer reads it, in linear time (issue 20, "Hostile files").
 
-- env.sh and the wrappers are read with bash's rules: only `\\n` ends a line (U+2028, U+2029 and NEL do not).
+- env.sh is read only in the format p2pctl writes, and agrees with bash on it: only `\\n` ends a line (U+2028,
+  U+2029 and NEL do not); any other line is foreign, never interpreted.
 - Every parser of logs, traces and bundles, and the redactor, takes adversarial lines of 1-10 MB in seconds:
   the bounds are 10x or more what an idle box needs, so only a quadratic (or worse) pattern can miss them.
 """
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from p2p_ops.diagnose.redact import redact_text
-from p2p_ops.facts.envfile import parse_env_sh, parse_environ
+from p2p_ops.facts.envfile import parse_environ, read_env_sh
 from p2p_ops.facts.nixl_log import parse_nixl_line
 from p2p_ops.facts.sections import parse_sections
 from p2p_ops.facts.ucx_log import parse_ep_config, parse_log_line
@@ -29,7 +30,7 @@ MB = 1 << 20
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\r"])
 def test_env_sh_lines_break_where_bash_breaks_them(sep):
     text = f"export A='x{sep}export EVIL=1'\nexport B=2\n"
-    assert parse_env_sh(text) == {"A": f"x{sep}export EVIL=1", "B": "2"}
+    assert read_env_sh(text).env == {"A": f"x{sep}export EVIL=1", "B": "2"}
 
 
 def test_environ_and_sections_split_only_on_newlines():
@@ -38,15 +39,16 @@ def test_environ_and_sections_split_only_on_newlines():
     assert parse_sections(out) == {"env": (0, "export A='x\u2028@@p2p-rc 0'")}
 
 
-def test_env_sh_parser_agrees_with_bash_on_quoting():
+def test_env_sh_reader_agrees_with_bash_on_what_it_reads_and_reads_nothing_else():
     text = ("export A='a b'\"'\"'c'\nexport B=\"x\\\"y \\$z\"\nexport C=$'tab\\there'\nexport D=plain\\ word\n"
-            "export E='multi\nline'\nF=after # comment\nexport G=\"$A\"\n")
-    script = text + 'for v in A B C D E F; do printf "%s=%s\\0" "$v" "${!v}"; done\n'
+            "export E='multi\nline'\nF=after # comment\nexport G=\"$A\"\nexport H=x/y:z,1\nexport I=''\n")
+    script = text + 'for v in A E H I; do printf "%s=%s\\0" "$v" "${!v}"; done\n'
     res = subprocess.run(["bash", "-c", script], capture_output=True, env={"PATH": "/usr/bin:/bin"})
     from_bash = dict(kv.split("=", 1) for kv in res.stdout.decode().split("\0") if kv)
-    parsed = parse_env_sh(text)
-    assert {k: parsed[k] for k in from_bash} == from_bash
-    assert "G" not in parsed  # computed by the shell at start: the file alone does not say what it is
+    read = read_env_sh(text)
+    assert read.env == from_bash
+    # Double quotes, $'...', backslashes and anything the shell computes: foreign, shown, never read.
+    assert [n for n, _ in read.foreign] == [2, 3, 4, 7, 8]
 
 
 # ---- linear time on adversarial input ---------------------------------------------------------------------
@@ -112,6 +114,15 @@ def test_trace_parsers_take_a_megabyte_line_in_linear_time(name):
     for fn in (parse_trace, parse_log_line, parse_nixl_line, parse_ep_config, classify,
                lambda t: trace_report(parse_trace("[1.2] [h:1:t] f.c:1 UCX ERROR " + t))):
         _bounded(fn, text, 10)
+
+
+@pytest.mark.parametrize("text", [
+    "export A='x\n" * (MB // 12),                   # every line opens a quote it never closes
+    "export A='" + "'\"'\"'" * (MB // 5) + "x",      # escaped quotes to the end, never closed
+    "export A=" + "a" * MB + "'",                     # a megabyte of safe characters, then a stray quote
+])
+def test_env_sh_reader_takes_a_megabyte_in_linear_time(text):
+    _bounded(lambda t: read_env_sh(t).env, text, 10)
 
 
 @pytest.mark.parametrize("name", sorted(REDACT))

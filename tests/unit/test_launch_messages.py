@@ -31,6 +31,8 @@ def test_dry_run_no_render_uses_the_files_on_disk(ctx):
     env = ctx.layout.dir("node-a-0") / "env.sh"
     env.write_text(env.read_text().replace("export LMCACHE_P2P_LOAD_TIMEOUT=30.0", "export LMCACHE_P2P_LOAD_TIMEOUT=99"))
     edited = "\n".join(dryrun.plan(ctx, only="node-a", rerender=False)["node-a"])
-    assert "--p2p-load-timeout 99" in edited and "use      " in edited
+    assert "use      " in edited and "differs  node-a-0/env.sh on disk is NOT what p2pctl renders" in edited
+    assert "-export LMCACHE_P2P_LOAD_TIMEOUT=30.0" in edited and "+export LMCACHE_P2P_LOAD_TIMEOUT=99" in edited
+    assert "--p2p-load-timeout 30.0" in edited  # the exec line is what fleet.yaml renders, the edit is the diff
     fresh = "\n".join(dryrun.plan(ctx, only="node-a")["node-a"])
     assert "--p2p-load-timeout 30.0" in fresh

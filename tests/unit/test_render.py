@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.lifecycle.render import fleet_runs, render_fleet
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.starter import local_fleet
@@ -96,11 +96,32 @@ def test_rendered_wrappers_pass_shellcheck(tmp_path):
             assert res.returncode == 0, f"{rel}:\n{res.stdout}"
 
 
-def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
-    from p2p_ops.lifecycle.dryrun import exec_argv
+@pytest.mark.parametrize("which", ["embedded", "vllm", "router"])
+def test_each_wrapper_runs_exactly_the_command_line_built_in_python(tmp_path, which):
+    """bash itself sources each rendered env.sh and reads each wrapper (its command turned into a printf of its
+    words) and gets the argv `fleet_runs` built: the one source the dry run prints."""
+    from tests.unit.test_router_spec import router_fleet
 
-    files = rendered("vllm")
-    argv = exec_argv(files["vllm/node-a-0/start_engine.sh"], files["vllm/node-a-0/env.sh"])
+    fleet = parse_fleet(router_fleet("vllm")) if which == "router" else golden_fleet(which)
+    layout = RunLayout(tmp_path / "run")
+    runs = fleet_runs(fleet, lambda n: layout)
+    for f in render_fleet(fleet, lambda n: layout):
+        (tmp_path / f.unit).mkdir(exist_ok=True)
+        text = f.text
+        if f.name.startswith("start_"):
+            for start in ("exec ", '"$P2P_ROUTER_BIN"'):  # the router's wrapper does not exec it
+                text = text.replace("\n" + start, "\nprintf '%s\\0' " + start.removeprefix("exec "))
+        (tmp_path / f.unit / f.name).write_text(text)
+    for folder, run in runs.items():
+        for role, argv in ((r, run.command(r)) for r in run.argv):
+            res = subprocess.run(["bash", str(tmp_path / folder / f"start_{role}.sh")], capture_output=True,
+                                 env={"PATH": "/usr/bin:/bin"}, check=True)
+            assert res.stdout.decode().split("\0")[:-1] == list(argv), f"{folder}/{role}"
+    assert "router" in runs or which != "router"
+
+
+def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
+    argv = list(fleet_runs(golden_fleet("vllm"), lambda n: RunLayout(Path("/srv")))["node-a-0"].command("engine"))
     assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--model") + 1] == "Qwen/Qwen3-8B"
     assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
@@ -111,8 +132,6 @@ def test_vllm_args_reach_vllm_as_separate_unexpanded_words():
 
 
 def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_path):
-    from p2p_ops.lifecycle.dryrun import exec_argv
-
     model = tmp_path / "tiny model"
     data = local_fleet(2, name="cpu", runtime="vllm", cpu_count=2,
                        vllm={"model_path": str(model), "venv": "/opt/vllm"})
@@ -124,7 +143,7 @@ def test_cpu_vllm_fleet_sizes_the_kv_cache_binds_threads_and_stays_offline(tmp_p
                  "export HF_HUB_OFFLINE=1", "export PYTHONHASHSEED=0", "export VLLM_NO_USAGE_STATS=1"):
         assert line in env_b
     assert "CUDA_VISIBLE_DEVICES" not in env_b
-    argv = exec_argv(files[("node-b-0", "start_engine.sh")], env_b)
+    argv = list(fleet_runs(fleet, lambda n: layout)["node-b-0"].command("engine"))
     assert argv[argv.index("--model") + 1] == str(model)
     assert argv[argv.index("--served-model-name") + 1] == "tiny-llm"
     assert {"--enable-prompt-tokens-details", "--enforce-eager"} <= set(argv)

@@ -39,16 +39,17 @@ def test_router_renders_workers_policy_and_kv_event_sources():
     files = rendered(router_fleet(cache_threshold=0.5, args=["--request-timeout-secs", "60"]))
     env = files["router/env.sh"]
     assert "export P2P_ROUTER_POLICY=kv_aware" in env and "export P2P_ROUTER_HOST=127.0.0.1" in env
-    assert "P2P_ROUTER_WORKERS=(http://127.0.0.1:8001 http://127.0.0.1:8002)" in env
+    wrapper = files["router/start_router.sh"]
+    assert "--worker-urls http://127.0.0.1:8001 http://127.0.0.1:8002 \\\n" in wrapper
     for word in ("--cache-threshold 0.5", "--kv-event-source http://127.0.0.1:8001=tcp://127.0.0.1:5557",
                  "--kv-event-replay-source http://127.0.0.1:8002=tcp://127.0.0.1:5560",
-                 "--kv-event-block-size 16", "--kv-event-model tiny-llm", "--request-timeout-secs 60"):
-        assert word in env
-    assert "--prometheus-host \"$P2P_ROUTER_HOST\"" in files["router/start_router.sh"]
+                 "--kv-event-block-size 16", "--kv-event-model tiny-llm", "--request-timeout-secs 60",
+                 '--prometheus-host "$P2P_ROUTER_HOST"'):
+        assert word in wrapper
     cfg = json.loads(files["node-b-0/env.sh"].split("export P2P_KV_EVENTS_CONFIG='")[1].split("'")[0])
     assert cfg == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5559",
                    "replay_endpoint": "tcp://127.0.0.1:5560", "topic": ""}
-    assert '--kv-events-config "${P2P_KV_EVENTS_CONFIG:-}"' in files["node-b-0/start_engine.sh"]
+    assert '--kv-events-config "$P2P_KV_EVENTS_CONFIG"' in files["node-b-0/start_engine.sh"]
 
 
 def test_vllm_gets_an_endpoint_it_binds_on_one_address():
@@ -56,7 +57,7 @@ def test_vllm_gets_an_endpoint_it_binds_on_one_address():
     cfg = json.loads(files["node-a-0/env.sh"].split("export P2P_KV_EVENTS_CONFIG='")[1].split("'")[0])
     # vLLM binds only endpoints containing '*' or '::'; the IPv4-mapped form binds 127.0.0.1 alone.
     assert cfg["endpoint"] == "tcp://[::ffff:127.0.0.1]:5557"
-    assert "--kv-event-block-size 128" in files["router/env.sh"]
+    assert "--kv-event-block-size 128" in files["router/start_router.sh"]
     assert "--kv-events-config" in files["node-a-0/start_engine.sh"]
 
 
@@ -65,7 +66,8 @@ def test_p2p_off_keeps_servers_out_of_the_mesh():
     data["settings"]["p2p"] = False
     files = rendered(data)
     assert "export LMCACHE_P2P_ENABLED=0" in files["node-a-0/env.sh"]
-    assert '"${p2p_urls[@]}"' in files["node-a-0/start_server.sh"]
+    assert "--p2p-advertise-url" not in files["node-a-0/start_server.sh"]
+    assert "--p2p-advertise-url" in rendered(local_fleet(2, name="r"))["node-a-0/start_server.sh"]
 
 
 @pytest.mark.parametrize("router, words", [

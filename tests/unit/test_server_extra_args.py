@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops.errors import BadInput
-from p2p_ops.lifecycle.dryrun import exec_argv
-from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.lifecycle.render import fleet_runs
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.starter import local_fleet
@@ -17,9 +16,7 @@ AWKWARD = ["--otlp-endpoint", "http://127.0.0.1:4317", "--log-tag", "it's a $(re
 
 
 def _server_argv(data: dict, unit: str = "node-a-0") -> list[str]:
-    files = {(f.unit, f.name): f.text
-             for f in render_fleet(parse_fleet(data), lambda n: RunLayout(Path("/srv/run")))}
-    return exec_argv(files[(unit, "start_server.sh")], files[(unit, "env.sh")])
+    return list(fleet_runs(parse_fleet(data), lambda n: RunLayout(Path("/srv/run")))[unit].command("server"))
 
 
 def test_extra_args_are_appended_as_separate_quoted_words():

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.lifecycle.dryrun import exec_argv
+from p2p_ops.lifecycle.render import fleet_runs
+from p2p_ops.spec.layout import RunLayout
+from tests.unit.test_render import golden_fleet
 from tests.vllm.conftest import VLLM_PYTHON
 
 pytestmark = pytest.mark.vllm
-
-GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "golden" / "vllm"
 
 # Parse as vllm.entrypoints.openai.api_server does, validate, and report what vLLM understood.
 PARSE = """
@@ -41,7 +41,7 @@ def vllm_parse(argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("inst,port", [("node-a-0", 8001), ("node-b-0", 8002)])
 def test_golden_gpu_command_lines_parse_with_vllms_own_parser(inst, port):
-    argv = exec_argv((GOLDEN / inst / "start_engine.sh").read_text(), (GOLDEN / inst / "env.sh").read_text())
+    argv = list(fleet_runs(golden_fleet("vllm"), lambda n: RunLayout(Path("/srv")))[inst].command("engine"))
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     got = vllm_parse(argv[3:])
     assert got["model"] == "Qwen/Qwen3-8B" and got["served"] == ["Qwen/Qwen3-8B"]

@@ -146,10 +146,12 @@ def check_env_drift(report: Report, facts: FleetFacts) -> None:
         if inst.env_file_rendered or inst.env_file is None or inst.spec_env is None:
             continue
         drift = _drift(inst)
-        if drift:
-            shown = ", ".join(f"{k}: env.sh {d or '(unset)'}, fleet.yaml renders {s or '(unset)'}"
-                              for k, (d, s) in drift.items())
+        if drift or inst.env_foreign:
+            shown = ", ".join([f"{k}: env.sh {d or '(unset)'}, fleet.yaml renders {s or '(unset)'}"
+                               for k, (d, s) in drift.items()] + [f"not rendered by p2pctl: {line}"
+                                                                  for line in inst.env_foreign])
             report.add("warn", "env_drift", inst.instance, shown,
                        f"{inst.instance}'s env.sh (node {inst.node}) no longer matches what fleet.yaml renders: "
-                       "it was edited by hand or rendered from an older spec",
+                       "it was edited by hand or rendered from an older spec (a line not in p2pctl's "
+                       "`export KEY=value` format is shown, never read as harmless: bash would run it)",
                        f"re-render and restart only what reads it: {restart(facts, [inst.instance], 'server')}")

@@ -16,9 +16,10 @@ from dataclasses import asdict
 
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
+from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.endpoints import engine_api, fetch, lmcache_api
 from p2p_ops.facts.base import CommandFact
-from p2p_ops.facts.envfile import env_file_fact, parse_env_sh, process_env_fact
+from p2p_ops.facts.envfile import env_file_fact, process_env_fact
 from p2p_ops.facts.limits import proc_limits_fact
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS
 from p2p_ops.facts.logs import recent_grep_fact
@@ -32,7 +33,7 @@ from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.render import bin_dir_for, render_fleet
+from p2p_ops.lifecycle.render import SSH_UCX_LOOKUP, bin_dir_for, fleet_runs
 from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV, vllm_values
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Fleet, Instance, Node
@@ -44,6 +45,8 @@ CHECKED_PORTS = ("coordinator", *INSTANCE_KINDS)
 # Read from the server's process environment (never the whole environment: it may hold secrets).
 SERVER_ENV_KEYS = SERVER_ENV + ("LMCACHE_COORDINATOR_URL", "LMCACHE_P2P_ADVERTISE_URL", "UCX_NET_DEVICES",
                                 "UCX_MAX_RMA_RAILS")
+
+_OURS = set(SSH_UCX_LOOKUP.split("\n"))
 
 
 def watched_procs(ctx: FleetContext, node: Node) -> list[Proc]:
@@ -201,11 +204,15 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
     for label in batch:
         kind, _, iid = label.partition(" ")
         if kind == "env" and read[label].ok:
-            env = safe_env(value(label))
+            env_sh = value(label)
+            env = safe_env(env_sh.env)
             if iid == COORDINATOR:
                 facts.coordinator_env = env
             elif iid in by_id:
                 by_id[iid].env_file = env
+                # The SSH node's interface lookup is p2pctl's own; any other line it does not render is foreign.
+                by_id[iid].env_foreign = [redact_text(f"line {n}: {text[:200]}").text for n, text in env_sh.foreign
+                                          if text not in _OURS]
         elif iid in by_id:
             inst = by_id[iid]
             if kind == "nonehash":
@@ -245,7 +252,7 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
     facts.coordinator_healthy = lmcache_api.coordinator_healthy(fleet.coordinator_url)
     facts.coordinator_instances = lmcache_api.coordinator_instances(fleet.coordinator_url) \
         if facts.coordinator_healthy else None
-    rendered = {(f.unit, f.name): f.text for f in render_fleet(fleet, ctx.node_layout)}
+    runs = fleet_runs(fleet, ctx.node_layout)
 
     for node, inst in fleet.instances():
         sproc, eproc = ctx.unit("server", inst), ctx.unit("engine", inst)
@@ -287,11 +294,11 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
         else:
             facts.nodes.append(res)
     for i in facts.instances:  # instances whose node could not be read still compare the spec's rendering
-        i.spec_env = safe_env(parse_env_sh(rendered[(i.instance, "env.sh")]))
+        i.spec_env = safe_env(runs[i.instance].env)
         if i.env_file is None:
-            i.env_file = parse_env_sh(rendered[(i.instance, "env.sh")])
+            i.env_file = dict(runs[i.instance].env)
             i.env_file_rendered = True
-    facts.coordinator_spec_env = parse_env_sh(rendered[(COORDINATOR, "env.sh")])
+    facts.coordinator_spec_env = dict(runs[COORDINATOR].env)
     if facts.coordinator_env is None:
         facts.coordinator_env = facts.coordinator_spec_env
     facts.nodes.sort(key=lambda n: [x.name for x in fleet.nodes].index(n.node))

@@ -23,6 +23,7 @@ class InstanceFacts:
     address: str
     env_file: Optional[dict[str, str]] = None      # parsed env.sh; None: no file
     env_file_rendered: bool = False                # env_file is the spec's rendering (no env.sh on disk)
+    env_foreign: list[str] = field(default_factory=list)   # env.sh lines p2pctl does not render ("line N: ...")
     spec_env: Optional[dict[str, str]] = None      # what fleet.yaml renders for this env.sh now (same filter)
     server_state: str = "unknown"                  # running | dead | stale | none | unknown
     engine_state: str = "unknown"
