@@ -70,10 +70,6 @@ def planned_ports(base: dict[str, int], n: int) -> list[int]:
     return [p.port for p in port_plan(parse_fleet(data))]
 
 
-def all_free(ports: list[int], addresses: Sequence[str] = LOOPBACK) -> bool:
-    return all(port_free(p, a) for p in ports for a in addresses)
-
-
 def offset_base(offset: int, router: bool = False) -> dict[str, int]:
     """The default plan (the router's too, with router) shifted by offset, as `p2pctl init --port-offset` does."""
     base = default_base(offset)
@@ -124,7 +120,7 @@ def choose(n: int, offset: Optional[int] = None, router: bool = False,
         return PortChoice(base, offset, picked=False)
     for off in range(0, OFFSET_LIMIT, OFFSET_STEP):
         base = offset_base(off, router)
-        if all_free(planned_ports(base, n), addresses):
+        if all(port_free(p, a) for p in planned_ports(base, n) for a in addresses):
             return PortChoice(base, off, picked=True)
     raise CouldNotRun(f"no free port range for {n} nodes at offsets 0..{OFFSET_LIMIT - OFFSET_STEP} of the "
                       "default plan; pass --port-offset K")
