@@ -3,7 +3,7 @@ turn it into a fleet spec whose nodes are reached over real SSH. The multinode t
 benchmark both drive it from here.
 
     with testbed.running(3, testbed.private_dir()) as tb:   # 127.0.0.2..4, one sshd each (not under /tmp)
-        base = free_ports.free_base(3, [h.address for h in tb.hosts])
+        base = free_ports.choose(3, addresses=[h.address for h in tb.hosts]).base
         data = tb.fleet("mn", venv=".venv", run_root=tmp / "run", base=base)
         Path("fleet.yaml").write_text(dump_yaml(data))
 

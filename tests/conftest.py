@@ -48,10 +48,10 @@ def skip_tier_without(venv: Path, stamp: str, require_var: str, make_target: str
 
 
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
-    from p2p_ops.lifecycle.free_ports import free_base
+    from p2p_ops.lifecycle.free_ports import choose
     from p2p_ops.spec.starter import local_fleet
 
-    data = local_fleet(n_nodes, name=name, base=free_base(n_nodes))
+    data = local_fleet(n_nodes, name=name, base=choose(n_nodes).base)
     for key, value in overrides.items():
         data[key] = value
     path.write_text(yaml.safe_dump(data, sort_keys=False))

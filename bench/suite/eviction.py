@@ -14,7 +14,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.spec.sizing import GIB
@@ -61,7 +63,9 @@ def run(report) -> None:
     profile = PROFILES[PROFILE]
     doc_tokens = DOC_TOKENS[report.size]
     n_docs = documents_for(2 * L1_GIB * GIB, profile.bytes_per_token, doc_tokens)
-    with local_fleet(2, name="bench-evict", profile=PROFILE, settings={"l1_size_gb": L1_GIB}) as ctx:
+    data = local_fleet(2, name="bench-evict", base=choose(2).base, profile=PROFILE)
+    data["settings"]["l1_size_gb"] = L1_GIB
+    with launch.temporary(data) as ctx:
         (na, ia), (nb, ib) = ctx.fleet.instances()[:2]
         urls = {"A": ctx.engine_url(na, ia), "B": ctx.engine_url(nb, ib)}
         docs = [prompts.sized_document(urls["A"], ctx.fleet.model, 4242, i, doc_tokens)[0] for i in range(n_docs)]

@@ -100,7 +100,7 @@ def run(report) -> None:
     from p2p_ops.lifecycle import launch
     from p2p_ops.lifecycle import status as fleet_status
     from p2p_ops.lifecycle.context import FleetContext
-    from p2p_ops.lifecycle.free_ports import free_base, free_port
+    from p2p_ops.lifecycle.free_ports import choose, free_port
 
     if not os.access("/usr/sbin/sshd", os.X_OK):
         report.failed("fleet", "needs /usr/sbin/sshd for the SSH testbed (apt-get install openssh-server)")
@@ -128,7 +128,7 @@ def run(report) -> None:
             first = None
             for n in sizes:
                 sub = testbed.Testbed(**{**tb.__dict__, "hosts": tb.hosts[:n]})
-                base = free_base(n, [h.address for h in sub.hosts])
+                base = choose(n, addresses=[h.address for h in sub.hosts]).base
                 run_root = tmp / f"run{n}"
                 data = sub.fleet(f"scale{n}", venv=venv, run_root=run_root, base=base)
                 path = tmp / f"fleet{n}.yaml"

@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 
 if TYPE_CHECKING:
     from p2p_ops.lifecycle.context import FleetContext
@@ -209,8 +211,10 @@ def _measure(report, lengths: list[int], repeats: int, bpt: int, stages, ref) ->
     num_blocks = max(lengths) // BLOCK + 64
     timings: dict[str, float] = {}
     # Node A offers shared memory, node B pickles: the transport comparison runs in one fleet.
-    with local_fleet(2, name="bench-kv", timings=timings,
-                     instance_settings=[{"shm_transport": True}, {"shm_transport": False}]) as ctx:
+    data = local_fleet(2, name="bench-kv", base=choose(2).base)
+    for node, shm in zip(data["nodes"], (True, False)):
+        node["instances"][0]["settings"] = {"shm_transport": shm}
+    with launch.temporary(data, timings=timings) as ctx:
         (na, ia), (nb, ib) = ctx.fleet.instances()[:2]
         mp = {ia.id: f"tcp://{na.address}:{ia.ports.mp}", ib.id: f"tcp://{nb.address}:{ib.ports.mp}"}
         logs = {ia.id: ctx.layout.log(ia.id, "server"), ib.id: ctx.layout.log(ib.id, "server")}

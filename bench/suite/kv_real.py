@@ -26,7 +26,9 @@ import zlib
 
 import torch
 
-from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 from bench.suite.kv_path import memcpy_s
 from p2p_ops.spec.sizing import GIB, box_budget_gib
 from p2p_runtime.profiles import PROFILES, KVProfile
@@ -123,7 +125,9 @@ def _measure(report, t, profile: KVProfile, lengths: list[int], repeats: int) ->
     settings = {"chunk_size": profile.chunk_size, "l1_align_bytes": profile.l1_align_bytes, "l1_size_gb": l1,
                 "shm_transport": True}
     num_blocks = top // profile.block_size + profile.chunk_size // profile.block_size
-    with local_fleet(2, name=f"bench-{profile.name}", settings=settings) as ctx:
+    data = local_fleet(2, name=f"bench-{profile.name}", base=choose(2).base)
+    data["settings"].update(settings)
+    with launch.temporary(data) as ctx:
         (na, ia), (nb, ib) = ctx.fleet.instances()[:2]
         writer = Side(f"tcp://{na.address}:{ia.ports.mp}", "writer", profile, num_blocks)
         reader = Side(f"tcp://{nb.address}:{ib.ports.mp}", "reader", profile, num_blocks)

@@ -20,7 +20,9 @@ import random
 import statistics
 from typing import Any
 
-from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 from bench.suite.kv_path import BLOCK, CHUNK, VOCAB, Side, bytes_per_token, pull_once
 
 LENGTHS = {"tiny": [512], "quick": [1024, 2048], "full": [1024, 2048]}
@@ -52,6 +54,13 @@ def _measure_arm(ctx, num_blocks: int):
     return sides, logs, dirs
 
 
+def _fleet(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """A 2-node spec on the first free ports (the paired fleet, up by then, holds its own)."""
+    data = local_fleet(2, name=name, base=choose(2).base)
+    data["settings"].update(settings)
+    return data
+
+
 def run(report) -> None:
     from p2p_ops.harness.crossover import measure
 
@@ -68,7 +77,7 @@ def run(report) -> None:
     for variant, settings in VARIANTS.items():
         if not settings:
             continue
-        with local_fleet(2, name="bench-kvdef") as base, local_fleet(2, name="bench-kvset", settings=settings) as var:
+        with launch.temporary(_fleet("bench-kvdef", {})) as base, launch.temporary(_fleet("bench-kvset", settings)) as var:
             arms = {"defaults": base, "variant": var}
             sides: dict = {}
             pulls: dict[tuple[str, str, int], list[dict]] = {}

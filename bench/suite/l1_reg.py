@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.facts.proc_usage import usage_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
@@ -25,8 +27,9 @@ MODES = (True, False)  # P2P on, then off: the registration is their difference
 def server_start(l1_gib: int, p2p: bool) -> dict:
     """Start a one-node fleet with this L1; seconds until up+registered and the server's RSS (MiB)."""
     timings: dict[str, float] = {}
-    with local_fleet(1, name=f"l1reg-{l1_gib}", timings=timings,
-                     settings={"l1_size_gb": l1_gib, "p2p": p2p}) as ctx:
+    data = local_fleet(1, name=f"l1reg-{l1_gib}", base=choose(1).base)
+    data["settings"].update(l1_size_gb=l1_gib, p2p=p2p)
+    with launch.temporary(data, timings=timings) as ctx:
         unit = ctx.unit("server", ctx.fleet.instances()[0][1])
         conn = ctx.conn(unit.node)
         state = procs.states(conn, [ctx.proc(unit)])[0]

@@ -14,7 +14,9 @@ import statistics
 import time
 from typing import Any
 
-from p2p_ops.bench.localfleet import local_fleet
+from p2p_ops.lifecycle import launch
+from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.facts.proc_usage import threads_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.harness.crossover import measure
@@ -71,7 +73,9 @@ def run(report) -> None:
     base_pull = None
     variants = VARIANTS if size == "full" else {k: VARIANTS[k] for k in ("defaults", "notifier 50 ms", "UCX_TLS=tcp")}
     for name, settings in variants.items():
-        with local_fleet(2, name="bench-idle", settings=settings) as ctx:
+        data = local_fleet(2, name="bench-idle", base=choose(2).base)
+        data["settings"].update(settings)
+        with launch.temporary(data) as ctx:
             measure(ctx, [256], 1)  # the first pull of a fresh fleet also sets up NIXL's connection
             time.sleep(SETTLE_S[size])
             cpu, by_thread = _at_rest(ctx, WINDOW_S[size])

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops.bench import projection
-from p2p_ops.bench.localfleet import local_fleet
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.harness import crossover
+from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
+from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, size_plan
 from p2p_runtime.profiles import TINY
 from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES, match
@@ -137,9 +138,10 @@ def run_launched(out_dir: Path, lengths: list[int], repeats: int, seed: Optional
     measured pull moves that model's bytes); the port choice and the up/wait seconds go into the document."""
     ports = choose(2, port_offset)
     progress(ports.line())
+    data = local_fleet(2, name="calibrate", base=ports.base, profile=profile)
+    data["engine"].update(TIMING_PROFILES[timing].engine_settings())
     timings: dict[str, float] = {}
-    with local_fleet(2, name="calibrate", base=ports.base, where=out_dir / "fleet", timings=timings,
-                     progress=progress, profile=profile, engine=TIMING_PROFILES[timing].engine_settings()) as ctx:
+    with launch.temporary(data, out_dir / "fleet", timings, progress) as ctx:
         progress(f"fleet up in {timings['up_s']:.1f} s, ready {timings['wait_s']:.1f} s later")
         return run(ctx, out_dir, lengths, repeats, seed, doc_tokens, progress,
                    launched={"ports": ports.to_json(), "timings_s": dict(timings)}, timing=timing)

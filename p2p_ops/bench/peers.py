@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops.bench import peers_judge as judge
-from p2p_ops.bench.localfleet import local_fleet
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
@@ -35,10 +34,12 @@ from p2p_ops.harness import prompts
 from p2p_ops.harness.matrix import OP_SECONDS, P2P_LOADS
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.harness.rundir import new_run_dir
+from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import peers_plot
+from p2p_ops.spec.starter import local_fleet
 
 SIZES = (2, 4, 8)
 DIRECTORY_WAIT_S = 15.0
@@ -234,8 +235,8 @@ def run_launched(out_dir: Path, opts: PeersOptions, port_offset: Optional[int] =
         progress(f"N={n}: " + ports.line())
         timings: dict[str, float] = {}
         load_start = _loadavg()
-        with local_fleet(n, name=f"peers{n}", base=ports.base, where=out_dir / f"fleet-{n}", timings=timings,
-                         progress=progress) as ctx:
+        with launch.temporary(local_fleet(n, name=f"peers{n}", base=ports.base), out_dir / f"fleet-{n}", timings,
+                              progress) as ctx:
             got, why = run_fleet(ctx, opts, progress)
             fleets.append({"nodes": n, "fleet": ctx.fleet.name, "profile": ctx.fleet.engine.profile,
                            "timings_s": dict(timings), "ports": ports.to_json(), "cpus": os.cpu_count(),

@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import yaml
-
 from p2p_ops.bench import docqa, placement_verdict
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import metrics_api
@@ -32,7 +30,7 @@ from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
-from p2p_ops.spec.starter import local_fleet
+from p2p_ops.spec.starter import dump_yaml, local_fleet
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_PROFILES
 
@@ -120,14 +118,14 @@ def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], timing: st
     return data
 
 
-def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeout: float = 90.0) -> None:
-    """Restart only the router, under another policy (engines and caches stay)."""
+def switch_policy(ctx: FleetContext, data: dict, policy: str, timeout: float = 90.0) -> None:
+    """Restart only the router, under another policy (engines and caches stay); the spec file says which."""
     if ctx.fleet.router.policy == policy and fleet_router.status(ctx).ready:
         return
     procs.stop(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     data["router"]["policy"] = policy
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    ctx.fleet = load_fleet(path)
+    ctx.fleet_file.write_text(dump_yaml(data))
+    ctx.fleet = load_fleet(ctx.fleet_file)
     write_rendered([f for f in render_fleet(ctx.fleet, ctx.node_layout) if f.unit == "router"], ctx.layout)
     procs.start(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     deadline = time.monotonic() + timeout
@@ -161,35 +159,28 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     turns_out: list[dict] = []
     for p2p in opts.p2p_arms:
         arm = "on" if p2p else "off"
-        name = f"placement-p2p-{arm}"
-        path = out_dir / f"fleet-p2p-{arm}.yaml"
-        data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.timing, name)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.timing, f"placement-p2p-{arm}")
         progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
-        with FleetContext.load(path) as ctx:
-            try:
-                launch.up(ctx, progress=progress)
-                launch.wait(ctx, timeout=120)
+        try:
+            with launch.temporary(data, out_dir / f"fleet-p2p-{arm}", progress=progress, wait_timeout=120) as ctx:
                 for policy in opts.policies:
                     if time.monotonic() > deadline:
                         progress(f"time bound reached: skipping {policy} (P2P {arm})")
                         continue
-                    results.append(_run_arm(ctx, path, data, policy, p2p, opts, turns_out, progress))
+                    results.append(_run_arm(ctx, data, policy, p2p, opts, turns_out, progress))
                     _write(out_dir, results, turns_out, opts, choice)
-            except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
-                progress(f"P2P {arm}: {type(exc).__name__}: {exc}")
-                results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
-                                         error=f"{type(exc).__name__}: {exc}"[:500]))
-                _write(out_dir, results, turns_out, opts, choice)
-            finally:
-                launch.down(ctx)
+        except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
+            progress(f"P2P {arm}: {type(exc).__name__}: {exc}")
+            results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
+                                     error=f"{type(exc).__name__}: {exc}"[:500]))
+            _write(out_dir, results, turns_out, opts, choice)
     return results
 
 
-def _run_arm(ctx: FleetContext, path: Path, data: dict, policy: str, p2p: bool, opts: PlacementOptions, turns_out: list,
+def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, opts: PlacementOptions, turns_out: list,
              progress: Callable[[str], None]) -> ArmResult:
     label = f"{policy}-p2p-{'on' if p2p else 'off'}"
-    switch_policy(ctx, path, data, policy)
+    switch_policy(ctx, data, policy)
     progress(f"{label}: {opts.workload.sessions} sessions x {opts.workload.questions} questions")
     before, rbefore = _scrape_servers(ctx), _router_metrics(ctx)
     turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, label, progress)

@@ -1,8 +1,8 @@
 """`make demo` (`python -m p2p_ops.cli.demo`): a whole P2P fleet on this machine, the cross-node proof and an
 honest speed figure.
 
-`run_demo(fleet_data, title)` writes the spec to p2p-run/<name>.yaml, brings the fleet up, waits until every
-server is registered, then:
+`run_demo(fleet_data, title)` brings the fleet up (`launch.temporary`: spec and state in p2p-run/<name>/, kept),
+waits until every server is registered, then:
   1. warms the pair: one throw-away pull on B of another prompt (the first pull of a fresh fleet pays NIXL's
      connection set-up, which is not what P2P costs once running);
   2. runs the cross-node proof (`p2pctl test basic`: cold on A, served from A's cache on B, identical outputs);
@@ -24,9 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
-import yaml
 from rich.table import Table
 
 from p2p_ops.cli.output import console, err_console, heading, progress, show
@@ -35,7 +33,6 @@ from p2p_ops.errors import P2POpsError
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.crossover import CrossoverRow, measure
 from p2p_ops.lifecycle import launch
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.spec.starter import local_fleet
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
@@ -65,26 +62,12 @@ def vllm_fleet(base: dict[str, int], model_dir: str = "models/tiny-llama") -> di
 
 def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: float = 60.0,
              start_timeout: float = 120.0) -> int:
-    """Up, warm, prove, measure, down. Returns 0 when the proof passed."""
+    """Up, warm, prove, measure, down (also on failure or Ctrl-C). Returns 0 when the proof passed."""
     started = time.monotonic()
-    name = fleet_data.get("name", "demo")
-    fleet_file = Path(root) / f"{name}.yaml"
-    fleet_file.parent.mkdir(parents=True, exist_ok=True)
-    fleet_file.write_text(yaml.safe_dump(fleet_data, sort_keys=False))
-    with FleetContext.load(fleet_file, run_dir=str(Path(root) / name)) as ctx:
-        heading(title)
-        console.print(f"fleet spec {fleet_file}, state in {ctx.layout.root}", soft_wrap=True)
-        result, row, stamps = _up_prove_measure(ctx, wait_timeout, start_timeout)
-    if result is None:
-        return 1
-    _summary(result, row, stamps, time.monotonic() - started)
-    return 0 if result.passed else 1
-
-
-def _up_prove_measure(ctx: FleetContext, wait_timeout: float, start_timeout: float
-                      ) -> tuple[Optional[BasicResult], Optional[CrossoverRow], dict[str, float]]:
-    """Up, wait, warm, prove, measure; the fleet goes down whatever happens. (None, ...) when it failed."""
-    stamps: dict[str, float] = {}
+    where = Path(root) / fleet_data.get("name", "demo")
+    heading(title)
+    console.print(f"fleet spec {where / 'fleet.yaml'}, state in {where.resolve()}", soft_wrap=True)
+    timings: dict[str, float] = {}
     result, row = None, None
     try:
         with err_console.status("starting coordinator, lmcache servers and engines ...") as status:
@@ -92,29 +75,24 @@ def _up_prove_measure(ctx: FleetContext, wait_timeout: float, start_timeout: flo
                 status.update(msg)
                 err_console.print(f"[dim]·[/dim] {msg}", soft_wrap=True)
 
-            t = time.monotonic()
-            launch.up(ctx, progress=progress, start_timeout=start_timeout)
-            stamps["up"] = time.monotonic() - t
-            t = time.monotonic()
-            status.update("waiting for registration ...")
-            launch.wait(ctx, timeout=wait_timeout, progress=progress)
-            stamps["registered"] = time.monotonic() - t
-            t = time.monotonic()
-            status.update("warming the pair (one throw-away pull on B) ...")
-            measure(ctx, [512], repeats=1, progress=progress)
-            status.update("cross-node proof ...")
-            result = run_basic(ctx, progress=progress)
-            status.update(f"pull versus recompute on B, median of {REPEATS} ...")
-            length = int(result.numbers["prompt_tokens"])
-            [row] = measure(ctx, [length], repeats=REPEATS, progress=progress)
-            stamps["proof and figures"] = time.monotonic() - t
+            with launch.temporary(fleet_data, where, timings, progress, wait_timeout, start_timeout) as ctx:
+                t = time.monotonic()
+                status.update("warming the pair (one throw-away pull on B) ...")
+                measure(ctx, [512], repeats=1, progress=progress)
+                status.update("cross-node proof ...")
+                result = run_basic(ctx, progress=progress)
+                status.update(f"pull versus recompute on B, median of {REPEATS} ...")
+                [row] = measure(ctx, [int(result.numbers["prompt_tokens"])], repeats=REPEATS, progress=progress)
+                timings["proof and figures"] = time.monotonic() - t
+                status.update("stopping the fleet ...")
         print_basic(result)
     except (P2POpsError, RuntimeError) as exc:
         console.print(f"[red]demo failed:[/red] {exc}")
-    finally:
-        with err_console.status("stopping the fleet ..."):
-            launch.down(ctx)
-    return result, row, stamps
+    if result is None:
+        return 1
+    names = {"up_s": "up", "wait_s": "registered", "proof and figures": "proof and figures"}
+    _summary(result, row, {names[k]: v for k, v in timings.items()}, time.monotonic() - started)
+    return 0 if result.passed else 1
 
 
 def _ms(seconds: float) -> str:

@@ -39,11 +39,10 @@ from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
 from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
-from p2p_ops.facts import COMMAND_FACTS
+from p2p_ops.facts import TOOL_LABELS, node_facts
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.logs import FileCopy, file_copy_fact
 from p2p_ops.facts.paths import paths_fact
-from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.sections import read_fact, read_node
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
@@ -228,26 +227,21 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-# What the bundle keeps of a node's host besides the command facts (free text, not parsed).
-HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)
-
-
-def node_facts(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
-    """Everything the bundle reads on a node in one round trip: interpreters, host, every command fact."""
-    batch: dict[str, CommandFact] = {"packages.json": python_env_fact(f"{bin_dir_for(node)}/python")}
-    if ctx.fleet.runtime == "vllm":
-        batch["vllm_packages.json"] = python_env_fact(vllm_python(ctx.fleet, node))
-    batch["host.txt"] = HOST_TXT
-    batch.update({f"tools/{fact.name}": fact for fact in COMMAND_FACTS})
-    return batch
+def bundle_batch(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
+    """What the bundle reads on a node in one round trip (`facts.node_facts`): interpreters, host, every command
+    fact."""
+    vllm = ctx.fleet.runtime == "vllm"
+    return node_facts(("python", *(("vllm_python",) if vllm else ()), "host_txt", *TOOL_LABELS),
+                      f"{bin_dir_for(node)}/python", vllm_python=vllm_python(ctx.fleet, node) if vllm else "")
 
 
 def _add_python(w: BundleWriter, base: str, node, label: str, res: Result, fact: CommandFact) -> None:
-    whose = "vLLM's interpreter" if label.startswith("vllm") else "the node's interpreter (servers)"
+    vllm = label == "vllm_python"
+    whose = "vLLM's interpreter" if vllm else "the node's interpreter (servers)"
     env = fact.parse(res.output)
     python = env.executable
     if env.present:
-        w.add_json(f"{base}/{label}", env.to_json(),
+        w.add_json(f"{base}/{'vllm_packages' if vllm else 'packages'}.json", env.to_json(),
                    f"python and package versions (lmcache, nixl, torch, vllm) of {whose}", f"{node.name}: {python}")
     else:
         w.missing(f"package versions of {whose}", f"{node.name}: {python}", env.error)
@@ -275,7 +269,7 @@ def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) 
 def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
     conn = ctx.conn(node)
     base = f"nodes/{node.name}"
-    batch = node_facts(ctx, node)
+    batch = bundle_batch(ctx, node)
     try:
         read = read_node(conn, batch, timeout=120)
     except Exception as exc:  # noqa: BLE001
@@ -283,9 +277,9 @@ def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, 
         return  # the node is unreachable: nothing else will work either
     for label, fact in batch.items():
         res = read[label]
-        if label.endswith("packages.json"):
+        if label.endswith("python"):
             _add_python(w, base, node, label, res, fact)
-        elif label == "host.txt":
+        elif label == "host_txt":
             w.add_text(f"{base}/host.txt", res.output, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
         else:
             _add_tool(w, base, node, fact, res)

@@ -1,7 +1,8 @@
 """Facts: read-only probes of a host, each a command (or file reads) plus a pure, fixture-tested parser.
 
 Diagnose reads facts and never shells out itself. Every runner returns the connectors' `Result`; a node's facts
-are read in one round trip through its connector with `p2p_ops.facts.sections.read_node`. Command facts are listed in `COMMAND_FACTS` (a bundle can run
+are read in one round trip through its connector with `p2p_ops.facts.sections.read_node`; `node_facts` is the one
+table of what is read of a node as a whole. Command facts are listed in `COMMAND_FACTS` (a bundle can run
 them all and keep the raw outputs under `<name>.txt`, which `RecordedRunner` replays); file facts take the
 directory standing in for `/sys`, `/dev` or `/proc` so tests point them at fixture trees.
 """
@@ -9,17 +10,40 @@ directory standing in for `/sys`, `/dev` or `/proc` so tests point them at fixtu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable, Optional
 
 from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, run_local
+from p2p_ops.facts.gpus import GPUS
+from p2p_ops.facts.host import HOST, HOST_TXT
 from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO
 from p2p_ops.facts.limits import LSMOD, ULIMIT_L
+from p2p_ops.facts.listeners import LISTENERS, SESSIONS
+from p2p_ops.facts.netdev import IPV4_INTERFACES
+from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.rdma_link import RDMA_LINK
+from p2p_ops.facts.storage import disk_fact, model_cache_fact
+from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
 from p2p_ops.facts.ucx_info import UCX_INFO_DEVICES, UCX_INFO_VERSION
 
 COMMAND_FACTS: tuple[CommandFact, ...] = (
     IBV_DEVINFO, IBV_DEVICES, RDMA_LINK, NVIDIA_SMI_TOPO, UCX_INFO_VERSION, UCX_INFO_DEVICES, ULIMIT_L, LSMOD,
 )
+# A command fact's label in `node_facts` where the verbs name it otherwise than the fact does.
+_LABELS = {NVIDIA_SMI_TOPO.name: "topo", ULIMIT_L.name: "memlock"}
+TOOL_LABELS = tuple(_LABELS.get(f.name, f.name) for f in COMMAND_FACTS)
+
+
+def node_facts(labels: Iterable[str], python: str = "", run_dir: str = "", model: Optional[str] = None,
+               vllm_python: str = "") -> dict[str, CommandFact]:
+    """The facts of a node as a whole, read in one round trip (`sections.read_node`), by label; `p2pctl probe`,
+    `doctor` and `bundle` each pick theirs. `python`, `vllm_python`: the node's interpreters (servers', vLLM's);
+    `run_dir`: where the fleet's files go (its disk); `model`: a folder or hub id to find (None: nothing)."""
+    every = {"host": HOST, "host_txt": HOST_TXT, "python": python_env_fact(python),
+             "vllm_python": python_env_fact(vllm_python), "gpus": GPUS, "rdma": SYSFS_IB, "listeners": LISTENERS,
+             "sessions": SESSIONS, "ipv4": IPV4_INTERFACES, "disk": disk_fact(run_dir),
+             "model": model_cache_fact(model), **dict(zip(TOOL_LABELS, COMMAND_FACTS))}
+    return {label: every[label] for label in labels}
 
 
 def recorded_runner(directory: Path) -> RecordedRunner:
@@ -28,5 +52,6 @@ def recorded_runner(directory: Path) -> RecordedRunner:
 
 
 __all__ = [
-    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "recorded_runner", "run_local",
+    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "TOOL_LABELS", "node_facts", "recorded_runner",
+    "run_local",
 ]

@@ -11,3 +11,5 @@ def parse_host(text: str) -> dict[str, str]:
 
 
 HOST = CommandFact("host", ("sh", "-c", "hostname; uname -r"), parse_host)
+# What a bundle keeps of a node's host: free text, not parsed.
+HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)

@@ -1,22 +1,18 @@
-"""Free ports on this machine for everything that starts its own processes: the demo, `bench placement`,
-`calibrate --launch`, the benchmarks and the tests.
+"""Free ports on this machine for everything that starts its own fleet: the demo, `bench placement`,
+`calibrate --launch`, `bench peers`, the benchmarks and the tests.
 
-A port base is spec/ports.py's starter plan (instance i listens on base + i + 1 of each kind); with
-`router=True` it also holds the router's port, its Prometheus port and the first KV-event port (laid out by
-RouterSettings.kv_event_ports). Two ways to one:
-
-- `choose(n, offset)`: the default plan shifted by an offset, either the user's `--port-offset` (refused in one
-  line when a port is taken) or the first multiple of 1000 at which every port is free. What the verbs use:
-  the offset they print is one the user can pass again, and `p2pctl init --port-offset` shifts the same plan.
-- `free_base(n, addresses)`: a compact base at a random spot below the kernel's ephemeral range. What tests and
-  benchmarks use: runs side by side (several developers on one box) rarely reach for the same ports.
+`choose(n, offset)` is the one way to a fleet's ports: spec/ports.py's default plan (instance i listens on
+base + i + 1 of each kind; with `router=True` also the router's port, its Prometheus port and the first KV-event
+port, laid out by RouterSettings.kv_event_ports) shifted by an offset, either the user's `--port-offset`
+(refused in one line when a port is taken) or the first multiple of 1000 at which every port is free, so a run
+beside a fleet on the default ports takes the next offset. The offset a verb prints is one the user can pass
+again, and `p2pctl init --port-offset` shifts the same plan.
 
 `free_port(addresses)` is one port for a helper process (a testbed sshd, a bare engine, a stub server).
 """
 
 from __future__ import annotations
 
-import random
 import socket
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -29,19 +25,12 @@ from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.units import port_plan
 
 LOOPBACK = ("127.0.0.1",)
-ROUTER_KINDS = ("router", "router_prometheus", "kv_events")
 # The router's defaults (fleet_spec.RouterSettings), shifted with the rest of the plan by an offset.
 DEFAULT_ROUTER = {"router": RouterSettings.model_fields["port"].default,
                   "router_prometheus": RouterSettings.model_fields["prometheus_port"].default,
                   "kv_events": RouterSettings.model_fields["kv_events_port_base"].default}
 # Offsets the verbs try, 0 first: the highest keeps the whole plan below the ephemeral range (32768+).
 OFFSET_STEP, OFFSET_LIMIT = 1000, 20000
-# A compact base: 20 ports per kind (so at most 19 nodes), the router's after them (2 KV-event ports per node).
-_SLOT = {"coordinator": 0, "mp": 10, "http": 30, "p2p": 50, "engine": 70}
-_ROUTER_SLOT = {"router": 80, "router_prometheus": 81, "kv_events": 82}
-_COMPACT_MAX_NODES, _COMPACT_MAX_ROUTED = 19, 9
-# Below the kernel's ephemeral range (32768+), so outgoing connections never take a planned port.
-_COMPACT_STARTS = range(23000, 32600, 100)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -81,34 +70,12 @@ def planned_ports(base: dict[str, int], n: int) -> list[int]:
     return [p.port for p in port_plan(parse_fleet(data))]
 
 
-def all_free(ports: list[int], addresses: Sequence[str] = LOOPBACK) -> bool:
-    return all(port_free(p, a) for p in ports for a in addresses)
-
-
 def offset_base(offset: int, router: bool = False) -> dict[str, int]:
     """The default plan (the router's too, with router) shifted by offset, as `p2pctl init --port-offset` does."""
     base = default_base(offset)
     if router:
         base |= {kind: port + offset for kind, port in DEFAULT_ROUTER.items()}
     return base
-
-
-def free_base(n: int, addresses: Sequence[str] = LOOPBACK, router: bool = False, attempts: int = 200
-              ) -> dict[str, int]:
-    """A compact base whose every port (planned_ports) is free on every address right now."""
-    most = _COMPACT_MAX_ROUTED if router else _COMPACT_MAX_NODES
-    if not 1 <= n <= most:
-        raise BadInput(f"{n} nodes: a compact free port base holds 1..{most}")
-    rng = random.Random()
-    for _ in range(attempts):
-        start = rng.choice(_COMPACT_STARTS)
-        base = {kind: start + slot for kind, slot in _SLOT.items()}
-        if router:
-            base |= {kind: start + slot for kind, slot in _ROUTER_SLOT.items()}
-        if all_free(planned_ports(base, n), addresses):
-            return base
-    raise CouldNotRun(f"no free port range for {n} nodes on {', '.join(addresses) or 'any address'} "
-                      f"after {attempts} tries")
 
 
 @dataclass(frozen=True)
@@ -153,7 +120,7 @@ def choose(n: int, offset: Optional[int] = None, router: bool = False,
         return PortChoice(base, offset, picked=False)
     for off in range(0, OFFSET_LIMIT, OFFSET_STEP):
         base = offset_base(off, router)
-        if all_free(planned_ports(base, n), addresses):
+        if all(port_free(p, a) for p in planned_ports(base, n) for a in addresses):
             return PortChoice(base, off, picked=True)
     raise CouldNotRun(f"no free port range for {n} nodes at offsets 0..{OFFSET_LIMIT - OFFSET_STEP} of the "
                       "default plan; pass --port-offset K")

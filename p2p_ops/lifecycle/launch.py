@@ -10,8 +10,10 @@ connector; nodes are handled in parallel. What the fleet looks like meanwhile (`
 from __future__ import annotations
 
 import shlex
+import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
@@ -27,6 +29,7 @@ from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, ren
 from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Node
+from p2p_ops.spec.starter import dump_yaml
 from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Proc, Unit
 
 Progress = Callable[[str], None]
@@ -329,12 +332,34 @@ def down_errors(outcome: dict[str, str]) -> list[str]:
 
 
 @contextmanager
-def running(ctx: FleetContext, timeout: float = 120.0, progress: Progress = _quiet) -> Iterator[FleetContext]:
-    """The fleet up and ready for the block, and down after it, also when up, wait or the block fails (what a
-    test or a benchmark around one fleet needs: nothing it started outlives it)."""
+def running(ctx: FleetContext, timeout: float = 120.0, progress: Progress = _quiet, start_timeout: float = 120.0,
+            timings: Optional[dict[str, float]] = None) -> Iterator[FleetContext]:
+    """The fleet up and ready for the block, and down after it, also when up, wait or the block fails or is
+    interrupted (what a test or a benchmark around one fleet needs: nothing it started outlives it). `timings`
+    (if given) receives the seconds `up` and `wait` took (up_s, wait_s)."""
     try:
-        up(ctx, progress=progress)
+        t = time.monotonic()
+        up(ctx, progress=progress, start_timeout=start_timeout)
+        up_s = time.monotonic() - t
         wait(ctx, timeout=timeout, progress=progress)
+        if timings is not None:
+            timings.update(up_s=up_s, wait_s=time.monotonic() - t - up_s)
         yield ctx
     finally:
         down(ctx, progress=progress)
+
+
+@contextmanager
+def temporary(data: dict, where: Optional[Path] = None, timings: Optional[dict[str, float]] = None,
+              progress: Progress = _quiet, wait_timeout: float = 180.0, start_timeout: float = 120.0
+              ) -> Iterator[FleetContext]:
+    """A fleet of this machine from its spec data (ports from `free_ports.choose`), running for the block
+    (`running`: always taken down). Its spec (`fleet.yaml`) and run folder are `where` when given, kept since
+    the logs are evidence, else a temporary folder removed afterwards."""
+    with ExitStack() as stack:
+        if where is None:
+            where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{data.get('name', 'fleet')}-")))
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "fleet.yaml").write_text(dump_yaml(data))
+        ctx = stack.enter_context(FleetContext.load(where / "fleet.yaml", run_dir=str(where)))
+        yield stack.enter_context(running(ctx, wait_timeout, progress, start_timeout, timings))

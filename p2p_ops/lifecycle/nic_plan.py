@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from p2p_ops.connectors.base import Connector, Result
+from p2p_ops.facts import node_facts
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
@@ -162,7 +163,7 @@ def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list
 
 
 # What the plan reads on a node: the probe's own facts, in one round trip.
-PLAN_FACTS = {"rdma": SYSFS_IB, "topo": NVIDIA_SMI_TOPO}
+PLAN_FACTS = node_facts(("rdma", "topo"))
 
 
 def plan_from_reads(instances: Sequence[tuple[str, Optional[int]]], reads: Mapping[str, Result]) -> list[InstancePlan]:

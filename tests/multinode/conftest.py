@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from bench import testbed
-from p2p_ops.lifecycle.free_ports import free_base, free_port
+from p2p_ops.lifecycle.free_ports import choose, free_port
 from tests.conftest import REPO
 
 VENV = REPO / ".venv"
@@ -48,7 +48,7 @@ def write_ssh_fleet(tb: testbed.Testbed, tmp: Path, name: str, settings: dict | 
     if hosts is not None:
         tb = testbed.Testbed(**{**tb.__dict__, "hosts": [tb.host(h) for h in hosts]})
     # Namespaced hosts start with every port free (and their addresses cannot be bound from here).
-    base = free_base(len(tb.hosts), [h.address for h in tb.hosts] if tb.mode == "loopback" else [])
+    base = choose(len(tb.hosts), addresses=[h.address for h in tb.hosts] if tb.mode == "loopback" else []).base
     data = tb.fleet(name, venv=VENV, run_root=tmp / "run", base=base, settings=settings)
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

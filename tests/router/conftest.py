@@ -13,7 +13,7 @@ import yaml
 
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.free_ports import free_base, router_ports
+from p2p_ops.lifecycle.free_ports import choose, router_ports
 from p2p_ops.spec.starter import local_fleet
 from tests.conftest import skip_tier_without, tool_venv
 
@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def write_router_fleet(path: Path, policy: str, name: str = "rt") -> Path:
-    ports = free_base(2, router=True)
+    ports = choose(2, router=True).base
     data = local_fleet(2, name=name, base=ports)
     data["router"] = {"enabled": True, "policy": policy, **router_ports(ports), "venv": str(ROUTER_VENV)}
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -28,8 +28,8 @@ def test_bundle_lists_an_unreachable_node_and_redacts_a_nodes_log(fakes, tmp_pat
     log = ctx.proc("server", "node-a-0").log
     fleet["node-a"].expect(
         pid_states(ctx.procs(node_a)),
-        node_read(bundle.node_facts(ctx, node_a), {"packages.json": PYTHON, "host.txt": "Linux node-a 6.8.0\nnode-a",
-                                                   "tools/ulimit_l": "unlimited unlimited"}),
+        node_read(bundle.bundle_batch(ctx, node_a), {"python": PYTHON, "host_txt": "Linux node-a 6.8.0\nnode-a",
+                                                     "memlock": "unlimited unlimited"}),
         file_copy(log, REGISTERED + LOG_SECRETS, bundle.LOG_CAP_BYTES, within=str(ctx.node_layout(node_a).root)),
         *every_other_file_missing(str(ctx.node_layout(node_a).root)))
     out = tmp_path / "bundle.tar.gz"

@@ -9,13 +9,12 @@ import pytest
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.diagnose import doctor as D
 from p2p_ops.diagnose.doctor.gather import fill_node
+from p2p_ops.facts import node_facts
 from p2p_ops.facts.envfile import env_file_fact, read_env_sh
-from p2p_ops.facts.listeners import LISTENERS, SESSIONS, Listener, parse_listeners, parse_sessions
-from p2p_ops.facts.python_env import python_env_fact
+from p2p_ops.facts.listeners import Listener, parse_listeners, parse_sessions
 from p2p_ops.facts.reach import reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import parse_hash_fallback
-from p2p_ops.facts.sysfs_ib import SYSFS_IB
 
 STATUS = {"is_healthy": True, "chunk_size": 256, "hash_algorithm": "blake3", "p2p_enabled": True,
           "p2p_state": "registered", "p2p_peer_count": 1,
@@ -289,14 +288,14 @@ def test_node_read_gets_files_packages_and_connects(tmp_path):
     try:
         import sys
 
-        batch = {"packages": python_env_fact(sys.executable), "rdma": SYSFS_IB, "listeners": LISTENERS,
-                 "sessions": SESSIONS, "env node-a-0": env_file_fact(str(f)),
+        batch = {**node_facts(("python", "rdma", "listeners", "sessions"), sys.executable),
+                 "env node-a-0": env_file_fact(str(f)),
                  "reach": reach_fact("node-a", [("x p2p", "127.0.0.1", open_port),
                                                 ("y mq", "127.0.0.1", closed_port)])}
         read = read_node(LocalConnector(), batch, timeout=30)
     finally:
         listener.close()
-    assert read["packages"].ok and '"lmcache"' in read["packages"].output
+    assert read["python"].ok and '"lmcache"' in read["python"].output
     facts = D.FleetFacts("t", "embedded", COORD, "node-a", instances=[D.InstanceFacts("node-a-0", "node-a", "x")])
     nf = fill_node(D.NodeFacts("node-a", "127.0.0.1"), batch, read, facts)
     assert nf.error is None and nf.packages["lmcache"]

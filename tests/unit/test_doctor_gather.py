@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from p2p_ops.diagnose import doctor as D
-from p2p_ops.diagnose.doctor.gather import gather, node_facts, watched_procs
+from p2p_ops.diagnose.doctor.gather import doctor_batch, gather, watched_procs
 from p2p_ops.facts.listeners import Listener
 from tests.support.fake_connector import node_read, pid_states, serve, unreachable
 
@@ -25,7 +25,7 @@ def expected_batch(ctx, node, running: dict[str, int], members=None):
     seen = D.FleetFacts(ctx.fleet.name, ctx.fleet.runtime, ctx.fleet.coordinator_url, "node-a",
                         coordinator_state="running" if "coordinator/coordinator" in running else "none",
                         coordinator_instances=members, proc_states={name: "running" for name in running})
-    return node_facts(ctx, node, seen, running, reach=True)
+    return doctor_batch(ctx, node, seen, running, reach=True)
 
 
 def test_an_unreachable_node_becomes_its_node_facts_error(fakes):
@@ -33,7 +33,7 @@ def test_an_unreachable_node_becomes_its_node_facts_error(fakes):
     ctx = fleet.ctx
     node_a = ctx.fleet.nodes[0]
     fleet["node-a"].expect(pid_states(watched_procs(ctx, node_a)),
-                           node_read(expected_batch(ctx, node_a, {}), {"packages": PYTHON, "env node-a-0": ENV_SH}))
+                           node_read(expected_batch(ctx, node_a, {}), {"python": PYTHON, "env node-a-0": ENV_SH}))
     facts = gather(ctx)
     a, b = facts.nodes
     assert (a.node, a.error, a.packages["lmcache"]) == ("node-a", None, "0.5.6")
@@ -61,7 +61,7 @@ def test_the_batched_read_of_a_running_node_parses_into_its_facts(fakes):
     fleet["node-a"].expect(
         pid_states(watched_procs(ctx, node_a), RUNNING),
         node_read(batch_a, {
-            "packages": PYTHON, "rdma": "",
+            "python": PYTHON, "rdma": "",
             "listeners": f'LISTEN 0 128 127.0.0.1:{coord} 0.0.0.0:* users:(("lmcache",pid=100,fd=7))\n'
                          f'LISTEN 0 128 0.0.0.0:{p2p} 0.0.0.0:* users:(("lmcache",pid=4210,fd=31))',
             "sessions": "100 100\n101 101\n4210 101\n102 102",
@@ -74,7 +74,7 @@ def test_the_batched_read_of_a_running_node_parses_into_its_facts(fakes):
             "reach": f"ok 127.0.0.1 {coord} coordinator\nfail 127.0.0.1 {p2p} node-a-0 p2p"}))
     fleet["node-b"].expect(pid_states(watched_procs(ctx, node_b)),
                            node_read(expected_batch(ctx, node_b, RUNNING, members),
-                                     {"packages": PYTHON, "env node-b-0": (1, "cat: env.sh: No such file or directory"),
+                                     {"python": PYTHON, "env node-b-0": (1, "cat: env.sh: No such file or directory"),
                                       "reach": f"ok 127.0.0.1 {mq} node-a-0 mq"}))
     with serve(ctx.fleet.coordinator_url, {"/healthz": {"status": "healthy"}, "/instances": {"instances": members}}), \
             serve(server.url, {"/status": STATUS, "/config": {"mp": {}}, "/lmc_version": "0.5.6"}):

@@ -20,12 +20,13 @@ from p2p_ops.facts.python_env import PythonEnv, parse_python
 from p2p_ops.facts.storage import Disk, ModelCache, hf_cache_dir_name, parse_df, parse_model_cache
 from p2p_ops.facts.sysfs_ib import SYSFS_IB_GREP, parse_sysfs_ib_grep
 from p2p_ops.lifecycle.preflight.bootstrap import PROJECT, bootstrap_script, pip_steps
+from p2p_ops.facts import node_facts
 from p2p_ops.lifecycle.preflight.probe import (
+    PROBE,
     NodeProbe,
     PortCheck,
     check_ports,
     fill,
-    node_facts,
     node_python,
     planned_ports,
     probe_fleet,
@@ -148,9 +149,9 @@ def test_node_read_runs_here_and_every_fact_parses(tmp_path):
     fleet = fleet2()
     node = fleet.nodes[0]
     python = str(Path(sys.executable).parent / "python")
-    facts = node_facts(python, str(tmp_path / "not" / "yet"), "Qwen/Qwen3-8B")
+    facts = node_facts(PROBE, python, str(tmp_path / "not" / "yet"), "Qwen/Qwen3-8B")
     read = sections.read_node(LocalConnector("node-a"), facts)
-    assert set(read) == {"host", "python", "gpus", "rdma", "topo", "ports", "disk", "memlock", "model"}
+    assert set(read) == {"host", "python", "gpus", "rdma", "topo", "listeners", "disk", "memlock", "model"}
     assert all(r.exit_code != -1 for r in read.values())
     probe = NodeProbe("node-a", "127.0.0.1", "local")
     fill(probe, facts, read, fleet, node, {})
@@ -163,7 +164,7 @@ def test_node_read_runs_here_and_every_fact_parses(tmp_path):
 
 def test_values_in_the_node_read_are_quoted(tmp_path):
     evil = tmp_path / "run dir'; touch PWNED; '"
-    facts = node_facts("/no/such python", str(evil), "org/model; touch PWNED2")
+    facts = node_facts(PROBE, "/no/such python", str(evil), "org/model; touch PWNED2")
     read = sections.read_node(LocalConnector(), facts)
     assert facts["python"].parse(read["python"].output).error == "no python at /no/such python"
     assert not list(tmp_path.glob("PWNED*")) and not Path("PWNED").exists()
@@ -283,11 +284,11 @@ def _python_json(python: str) -> str:
 def probe_read(ctx, node, listeners: str = "", python_missing: bool = False, repeat: bool = False):
     """The probe's batched read of a node answered as a ready CPU node would (or one without its venv)."""
     python = node_python(node)
-    facts = node_facts(python, str(ctx.node_layout(node).root), None)
+    facts = node_facts(PROBE, python, str(ctx.node_layout(node).root), None)
     return node_read(facts, {
         "host": f"{node.name}\n6.8.0-45-generic",
         "python": f"missing {python}" if python_missing else _python_json(python),
-        "gpus": ABSENT, "rdma": "", "ports": listeners, "disk": DF, "memlock": "unlimited unlimited", "model": ABSENT,
+        "gpus": ABSENT, "rdma": "", "listeners": listeners, "disk": DF, "memlock": "unlimited unlimited", "model": ABSENT,
     }, repeat=repeat)
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.free_ports import free_base
+from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.spec.starter import local_fleet
 from tests.conftest import skip_tier_without, tool_venv
 
@@ -39,7 +39,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def write_vllm_fleet(path: Path, model: Path, n_nodes: int = 2, name: str = "vllm") -> Path:
-    data = local_fleet(n_nodes, name=name, base=free_base(n_nodes), runtime="vllm",
+    data = local_fleet(n_nodes, name=name, base=choose(n_nodes).base, runtime="vllm",
                        vllm={"model_path": str(model), "venv": str(VLLM_VENV)}, cpu_count=os.cpu_count() or 1)
     # Short peer timeouts: a dead peer must not hold a request for the default 30 s.
     data["settings"].update(p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)

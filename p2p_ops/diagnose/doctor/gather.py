@@ -18,19 +18,15 @@ from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.endpoints import engine_api, fetch, lmcache_api
+from p2p_ops.facts import node_facts
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.envfile import env_file_fact, process_env_fact
 from p2p_ops.facts.limits import proc_limits_fact
-from p2p_ops.facts.listeners import LISTENERS, SESSIONS
 from p2p_ops.facts.logs import recent_grep_fact
-from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.proc_argv import process_argv_fact
-from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.reach import CONNECT_TIMEOUT_S, reach_fact
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
-from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import SSH_UCX_LOOKUP, bin_dir_for, fleet_runs
@@ -150,12 +146,12 @@ def sample_inflight(ctx: FleetContext, facts: FleetFacts, samples: int, period_s
                     by_id[inst.id].lookup_samples.append(_inflight(st.raw, by_mq))
 
 
-def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str, int], reach: bool) -> dict[str, CommandFact]:
-    """What the doctor reads on one node, by label (`<kind> <instance>` for per-instance facts)."""
+def doctor_batch(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str, int], reach: bool
+                 ) -> dict[str, CommandFact]:
+    """What the doctor reads on one node, by label: some of the node's own (`facts.node_facts`), then
+    `<kind> <instance>` for per-instance facts."""
     lay = ctx.node_layout(node)
-    batch: dict[str, CommandFact] = {"packages": python_env_fact(f"{bin_dir_for(node)}/python"), "rdma": SYSFS_IB,
-                                     "topo": NVIDIA_SMI_TOPO, "listeners": LISTENERS, "sessions": SESSIONS,
-                                     "ipv4": IPV4_INTERFACES}
+    batch = node_facts(("python", "rdma", "topo", "listeners", "sessions", "ipv4"), f"{bin_dir_for(node)}/python")
     for inst in node.instances:
         batch[f"env {inst.id}"] = env_file_fact(str(lay.env(inst.id)))
     if node.name == ctx.fleet.coordinator_node().name:
@@ -185,14 +181,14 @@ def node_facts(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[str,
 
 def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: FleetFacts) -> NodeFacts:
     """Parse one node's batched read into its NodeFacts and its instances' facts (pure)."""
-    if read["packages"].exit_code == -1 and not read["packages"].output:
+    if read["python"].exit_code == -1 and not read["python"].output:
         nf.error = "the node read printed nothing"
         return nf
 
     def value(label: str):
         return batch[label].parse(read[label].output)
 
-    nf.packages = value("packages").packages
+    nf.packages = value("python").packages
     nf.rdma = value("rdma")
     nf.rdma_devices = len(nf.rdma)
     nf.topo_text = read["topo"].output if "topo" in read and read["topo"].ok else ""
@@ -277,7 +273,7 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
     sample_inflight(ctx, facts, leak_samples)
 
     def per_node(node) -> NodeFacts:
-        batch = node_facts(ctx, node, facts, pids, reach)
+        batch = doctor_batch(ctx, node, facts, pids, reach)
         read = read_node(ctx.conn(node), batch, timeout=60 + CONNECT_TIMEOUT_S)
         nf = fill_node(NodeFacts(node.name, node.address), batch, read, facts)
         nf.fleet_pids = {pid: name for name, pid in pids.items()

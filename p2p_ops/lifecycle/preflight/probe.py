@@ -6,8 +6,8 @@ nodes); `verdict.py` turns facts plus the fleet's plan into problems (launch wou
 warnings (it would run, but check this). Probing never changes a node; `bootstrap.py` is the one acting part
 (`--bootstrap`).
 
-Add a probe: a fact in `p2p_ops.facts` with a captured-output test, a label in `node_facts`, a field on
-`NodeProbe`, and a rule in `verdict.py`.
+Add a probe: a fact in `p2p_ops.facts` with a captured-output test, a label in `facts.node_facts` and in
+`PROBE`, a field on `NodeProbe`, and a rule in `verdict.py`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,15 @@ from typing import Optional
 
 from p2p_ops.connectors.base import Result
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.facts import node_facts
 from p2p_ops.facts.base import CommandFact
-from p2p_ops.facts.gpus import GPUS, Gpu
-from p2p_ops.facts.host import HOST
+from p2p_ops.facts.gpus import Gpu
 from p2p_ops.facts.ib_model import IbDevice
-from p2p_ops.facts.limits import ULIMIT_L, Memlock
-from p2p_ops.facts.listeners import LISTENERS, Listener
-from p2p_ops.facts.python_env import PythonEnv, python_env_fact
+from p2p_ops.facts.limits import Memlock
+from p2p_ops.facts.listeners import Listener
+from p2p_ops.facts.python_env import PythonEnv
 from p2p_ops.facts.sections import read_node
-from p2p_ops.facts.storage import Disk, ModelCache, disk_fact, model_cache_fact
-from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
+from p2p_ops.facts.storage import Disk, ModelCache
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.nic_plan import InstancePlan, plan_from_reads
@@ -36,10 +34,8 @@ from p2p_ops.spec.model import Fleet, Node
 from p2p_ops.spec.units import port_plan
 
 
-def node_facts(python: str, run_dir: str, model: Optional[str]) -> dict[str, CommandFact]:
-    """What the probe reads on one node, by label. `model` None skips the model-cache check (embedded)."""
-    return {"host": HOST, "python": python_env_fact(python), "gpus": GPUS, "rdma": SYSFS_IB, "topo": NVIDIA_SMI_TOPO,
-            "ports": LISTENERS, "disk": disk_fact(run_dir), "memlock": ULIMIT_L, "model": model_cache_fact(model)}
+# What the probe reads on one node (`facts.node_facts` labels).
+PROBE = ("host", "python", "gpus", "rdma", "topo", "listeners", "disk", "memlock", "model")
 
 
 @dataclass
@@ -124,7 +120,7 @@ def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
     model = hub_id if ctx.fleet.runtime == "vllm" and not hub_id.startswith("/") else None
     try:
         conn = ctx.conn(node)
-        facts = node_facts(node_python(node), str(lay.root), model)
+        facts = node_facts(PROBE, node_python(node), str(lay.root), model)
         read = read_node(conn, facts, timeout=90)
         ours = {st.pid: st.name for st in procs.states(conn, ctx.procs(node))
                 if st.running and st.pid is not None}
@@ -147,7 +143,7 @@ def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Resul
     result.gpus = value("gpus") if read["gpus"].exit_code != -1 else None
     result.rdma = value("rdma")
     result.nic_plan = plan_from_reads([(i.id, i.gpu) for i in node.instances], read)
-    result.ports = check_ports(planned_ports(fleet, node), value("ports"), ours)
+    result.ports = check_ports(planned_ports(fleet, node), value("listeners"), ours)
     result.disk = value("disk")
     result.memlock = value("memlock")
     result.model_cache = value("model")
