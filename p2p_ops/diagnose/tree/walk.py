@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from p2p_ops.diagnose.judge import specificity
 from p2p_ops.diagnose.tree.checks import run_check
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
 from p2p_ops.diagnose.tree.model import Symptom, Tree
@@ -72,19 +73,6 @@ class Diagnosis:
             data["no_cause_confirmed"] = {"evidence_seen": self.seen()}
         data["exit_code"] = self.exit_code
         return data
-
-
-# How specific a problem observation is about *why*: 1 a state that many causes produce (a process down, a
-# Traceback, no RDMA device), 2 the symptom's own signature or a pressure gauge, 3 (every other check) a setting
-# or fact checked against what it must be, or a log line that names the reason.
-_STATE_CHECKS = {"doctor:process", "doctor:server_http", "doctor:port_listening", "doctor:peer_count",
-                 "engines:health", "log:traceback", "node:rdma"}
-_SYMPTOM_CHECKS = {"log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
-                   "log:endpoint_timeout", "metric:l1_usage", "metric:active_lookup_jobs", "status:locks"}
-
-
-def specificity(check: str) -> int:
-    return 1 if check in _STATE_CHECKS else 2 if check in _SYMPTOM_CHECKS else 3
 
 
 def diagnose(tree: Tree, symptom: Symptom, ev: Evidence) -> Diagnosis:
