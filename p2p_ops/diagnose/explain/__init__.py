@@ -43,6 +43,9 @@ def sources(facts: ExplainFacts) -> list[str]:
     for inst, said in facts.listing.items():
         out.append(f"GET /cache/objects?tier=l1 on {inst}: {said}")
     out.append(NOT_USED)
+    if facts.timings:
+        out.append(f"time: {sum(facts.timings.values()):.1f} s (" + ", ".join(
+            f"{k} {v:.1f} s" for k, v in facts.timings.items()) + ")")
     return out
 
 

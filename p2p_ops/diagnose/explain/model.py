@@ -68,6 +68,7 @@ class ExplainFacts:
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
     run: str = ""               # that run's folder
     recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)
+    timings: dict[str, float] = field(default_factory=dict)   # seconds per phase of the gather
 
     def view(self, instance: str) -> Optional[InstanceView]:
         return next((v for v in self.instances if v.instance == instance), None)
