@@ -101,27 +101,68 @@ def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -
             v.inputs = KeyInputs(**{**v.inputs.__dict__, "python_hash_seed": seed})
 
 
+# The coordinator's own token hasher (its chunk size and algorithm, from its process environment).
+COORDINATOR_HASH_ENV = ("LMCACHE_MP_COORDINATOR_CHUNK_SIZE", "LMCACHE_MP_COORDINATOR_HASH_ALGORITHM")
+
+
+def _coordinator_hasher(ctx: FleetContext) -> Optional[tuple[int, str, str]]:
+    """(chunk size, algorithm, interpreter folder) the running coordinator hashes with; None: unknown."""
+    cnode = ctx.fleet.coordinator_node()
+    fact = process_env_fact(ctx.proc(ctx.unit("coordinator")).pidfile, COORDINATOR_HASH_ENV)
+    try:
+        env = fact.parse(read_node(ctx.conn(cnode), {"env": fact}, timeout=15)["env"].output)
+        size, alg = env.get(COORDINATOR_HASH_ENV[0]), env.get(COORDINATOR_HASH_ENV[1])
+        return (int(size), alg, bin_dir_for(cnode)) if size and size.isdecimal() and alg else None
+    except Exception:  # noqa: BLE001 - without it, every node runs its own hasher
+        return None
+
+
+def _from_coordinator(ctx: FleetContext, inputs: KeyInputs, tokens: list[int]) -> Optional[ChunkKeys]:
+    """The keys LMCache's running coordinator gives these tokens (`POST /directory/lookup` resolves every full
+    chunk, held or not): LMCache's own hasher without starting an interpreter that imports lmcache."""
+    entries = lmcache_api.directory_lookup_tokens(ctx.fleet.coordinator_url, inputs.model_name, tokens,
+                                                  inputs.world_size, inputs.cache_salt)
+    n = len(tokens) // inputs.chunk_size
+    if not entries or not n or len(entries) % n:
+        return None
+    per = len(entries) // n
+    return ChunkKeys(n, keys=[[e.key for e in entries[i * per:(i + 1) * per]] for i in range(n)])
+
+
 def _keys(ctx: FleetContext, views: dict[str, InstanceView]) -> None:
     """LMCache's hasher, once per distinct (machine, interpreter, key inputs, tokens): the nodes of a local fleet
     share one machine, and importing lmcache costs seconds of CPU per run, so peers with the same settings and
-    tokens share one computation."""
+    tokens share one computation. Where a server hashes exactly as the running coordinator does (same chunk
+    size, blake3, which no seed changes, and the same lmcache install on the same machine), the coordinator
+    computes the keys."""
+    coordinator = _coordinator_hasher(ctx)
+    cmachine = "local" if ctx.fleet.coordinator_node().connection == "local" else ctx.fleet.coordinator_node().address
     groups: dict[tuple, list[str]] = {}
     for node, inst in ctx.fleet.instances():
         v = views[inst.id]
         if v.inputs is None or not v.tokens or v.server_state != "running":
             continue
         machine = "local" if node.connection == "local" else node.address
+        if (coordinator == (v.inputs.chunk_size, v.inputs.hash_algorithm, bin_dir_for(node))
+                and v.inputs.hash_algorithm == "blake3" and machine == cmachine and not v.hash_fallback):
+            groups.setdefault(("coordinator", "", v.inputs, tuple(v.tokens)), []).append(inst.id)
+            continue
         groups.setdefault((machine, bin_dir_for(node), v.inputs, tuple(v.tokens)), []).append(inst.id)
 
     def one(key: tuple, members: list[str]) -> None:
         node = ctx.fleet.instance(members[0])[0]
-        fact = chunk_keys_fact(f"{key[1]}/python", key[2], list(key[3]))
+        got = _from_coordinator(ctx, key[2], list(key[3])) if key[0] == "coordinator" else None
+        if got is not None:
+            for iid in members:
+                views[iid].keys, views[iid].keys_from = got, "the running coordinator's hasher"
+            return
+        fact = chunk_keys_fact(f"{bin_dir_for(node)}/python", key[2], list(key[3]))
         try:
             got = fact.parse(read_node(ctx.conn(node), {"keys": fact}, timeout=120)["keys"].output)
         except Exception as exc:  # noqa: BLE001 - a node that cannot run the hasher is a fact, not a crash
             got = ChunkKeys(error=f"node {node.name}: {exc}")
         for iid in members:
-            views[iid].keys = got
+            views[iid].keys, views[iid].keys_from = got, f"LMCache's hasher run on {node.name}"
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(groups)))) as pool:
         for f in [pool.submit(one, k, m) for k, m in groups.items()]:

@@ -31,6 +31,7 @@ class InstanceView:
     tokens: Optional[list[int]] = None       # what its engine's /tokenize made of the prompt
     tokenize_error: str = ""
     keys: Optional[ChunkKeys] = None         # LMCache's hasher on its node, under its server's settings
+    keys_from: str = ""                      # which LMCache process computed `keys`
     logged_none_hash: Optional[str] = None   # `Computed NONE_HASH=` from its server.log
     hash_fallback: Optional[str] = None      # LMCache fell back to Python's hash() for this algorithm
     p2p_state: str = "unknown"
