@@ -31,7 +31,7 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
 from p2p_ops.spec.starter import local_fleet
-from p2p_ops.spec.transfer_sizes import fleet_size_plan, size_plan
+from p2p_ops.spec.transfer_sizes import fleet_size_plan, l1_shortfall, size_plan
 from p2p_runtime.profiles import TINY
 from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES, match
 
@@ -109,6 +109,12 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     skipped = sorted(n for n in lengths if limit is not None and n > limit)
     if skipped:
         progress(f"skipping {skipped}: longer than the engines' context ({limit} prompt tokens fit)")
+    # A length whose restore buffers cannot fit the reader's L1 would "miss" for that reason alone.
+    for n in sorted(set(lengths) - set(skipped)):
+        why = l1_shortfall(ctx.fleet, n)
+        if why:
+            skipped.append(n)
+            progress(f"skipping {n}: {why}")
     rows, failures = [], []
     times = timing_doc(ctx, timing)
     progress(f"timing profile {times['describe']}")

@@ -41,7 +41,8 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
     table = [{"tokens": r["tokens"], "pull_measured_ms": r["ttft_pulled_b_s"] * 1000,
               "prefill_emulated_ms": profile.prefill_ms(r["tokens"]),
               "pull_published_ms": profile.pull_ms(r["tokens"], **weigh) if profile.has_pull else None,
-              "pulled": r["cached_tokens_b"] > 0} for r in rows]
+              "pulled": r["cached_tokens_b"] > 0, "fallbacks_b": r.get("fallbacks_b") or {},
+              "evictions_a": r.get("evictions_a") or 0} for r in rows]
     wins = [t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] for t in table]
     published = profile.crossover_tokens
     fit = pull_fit(rows)
@@ -59,8 +60,7 @@ def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[d
     if not table:
         return "nothing measured"
     if not all(t["pulled"] for t in table):
-        missed = [t["tokens"] for t in table if not t["pulled"]]
-        return f"no P2P hit at {missed} tokens: the pull did not happen (run `p2pctl test basic`)"
+        return missed_cause([t for t in table if not t["pulled"]])
     if fit is None:
         return "one length only: measure two or more to split the pull into round trips and bandwidth"
     p, f, t = profile.prefill_us_per_token, fit["fixed_ms"], fit["us_per_token"]
@@ -74,6 +74,25 @@ def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[d
     breakeven = f * 1000 / (p - t) if f > 0 else 0
     return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it pays from about "
             f"{breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
+
+
+def missed_cause(missed: list[dict]) -> str:
+    """Pure: why no P2P hit at these lengths, from what the servers did meanwhile; "not confirmed" otherwise."""
+    lengths = [t["tokens"] for t in missed]
+    oom = {t["tokens"]: t["fallbacks_b"] for t in missed if t.get("fallbacks_b")}
+    if oom:
+        shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
+                          for n, f in oom.items())
+        return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
+                "l1_oom means its L1 could not hold the restore buffers: raise settings.l1_size_gb or measure "
+                "shorter prefixes")
+    evicted = {t["tokens"]: t["evictions_a"] for t in missed if t.get("evictions_a")}
+    if evicted:
+        return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
+                + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
+                + "): raise settings.l1_size_gb or measure shorter prefixes")
+    return (f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause not confirmed "
+            "(run `p2pctl test basic`, which explains a miss)")
 
 
 def markdown(proj: dict[str, Any], describe: str) -> list[str]:

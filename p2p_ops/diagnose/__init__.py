@@ -6,7 +6,8 @@
 - `rails`: per-NIC byte counters around a transfer
 - `nixl/`: a real NIXL READ under a candidate UCX environment, and what its failures mean
 - `traces`: UCX/NIXL logs as a report
-- `peer_settings`: what each running peer uses (`test basic`'s likely cause)
+- `judge`: the one ranking of causes (the doctor's findings, most specific evidence first) that `test basic`, `test
+  matrix` and the tree's likely cause read
 - `bundle` (+ `redact`): the redacted debug bundle to attach to an issue
 All return `findings.Report`, whose exit code is 0 healthy, 1 findings, 2 could not check.
 """

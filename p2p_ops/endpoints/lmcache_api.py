@@ -180,11 +180,13 @@ def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
 
 
 def directory_lookup_tokens(coordinator_url: str, model: str, token_ids: list[int],
-                            world_size: int = 1) -> Optional[list[DirectoryEntry]]:
+                            world_size: int = 1, cache_salt: str = "") -> Optional[list[DirectoryEntry]]:
     """Where the directory places each chunk key of a token sequence (the coordinator hashes it with its own
-    chunk size and algorithm, which the fleet renders equal to the servers'); None: no answer."""
+    chunk size and algorithm, which the fleet renders equal to the servers'): one entry per key of every full
+    chunk, held or not; None: no answer."""
     code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup",
-                           {"token_ids": token_ids, "model_name": model, "world_size": world_size})
+                           {"token_ids": token_ids, "model_name": model, "world_size": world_size,
+                            "cache_salt": cache_salt})
     return parse_directory_lookup(body) if code == 200 else None
 
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from p2p_ops.diagnose import explain, peer_settings
+from p2p_ops.diagnose import explain, judge
 from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
@@ -230,7 +230,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         progress(f"{ib.id} was not served from cache: explaining why (p2pctl explain, read-only)")
         result.explain = explain_miss(ctx, out_dir, prompt, ia.id, ib.id)
     if not passed:
-        result.likely_cause = likely_cause(ctx, nb, ib, r_a, r_b, p2p_loads)
+        result.likely_cause = likely_cause(ctx, na, ia, nb, ib, r_a, r_b, p2p_loads)
         if result.explain.get("verdict"):
             result.likely_cause = f"explain on {ib.id}: {result.explain['verdict']}; " + result.likely_cause
     write_result(out_dir, result)
@@ -267,26 +267,16 @@ def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str
             "reasons": node.reasons if node else [], "differences": ex.differences}
 
 
-def likely_cause(ctx: FleetContext, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
+def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
+    """What the proof measured about its own requests first; every cause about the fleet from the one judge."""
     if not (r_a.ok and r_b.ok):
         return "requests failed: check the engines (`p2pctl status`, engine.log)"
-    found = peer_settings.mismatches(peer_settings.collect(ctx))
-    if found:
-        return "; ".join(m.describe() for m in found)
-    st = lmcache_api.server_status(ctx.server_url(nb, ib))
-    expected = len(ctx.fleet.instances()) - 1
-    if st.p2p_state != "registered" or st.peer_count != expected:
-        return (f"{ib.id}'s server is {st.p2p_state} with {st.peer_count}/{expected} peers: it cannot ask its "
-                "peers (`p2pctl wait`, coordinator reachability)")
-    if r_b.cached_tokens == 0 and p2p_loads == 0:
-        return ("no hit and no P2P load although settings agree: the lookup found nothing on the peer "
-                "(did A store? see A's server.log 'store'; P2P lookup timeouts in B's server.log)")
     if r_b.cached_tokens > 0 and p2p_loads == 0:
         return f"{ib.id} hit its own L1: the prompt was seen on it before (rerun with a new --seed)"
-    if r_a.text != r_b.text:
+    if r_b.cached_tokens > 0 and r_a.text != r_b.text:
         return ("B used cached KV but answered differently: the engines disagree on the model "
                 "(engine.model_seed / layers) or the pulled KV bytes are wrong")
-    return "see the checks above"
+    return judge.judge(ctx).cause({ia.id, ib.id, na.name, nb.name})
 
 
 def write_result(out_dir: Path, result: BasicResult) -> None:

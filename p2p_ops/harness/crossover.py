@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.harness import prompts
 from p2p_ops.harness.basic import pick_pair
 from p2p_ops.harness.openai_client import complete
@@ -24,6 +25,10 @@ class CrossoverRow:
     ttft_pulled_b_s: float
     ttft_recompute_b_s: float
     cached_tokens_b: int
+    # What the servers did while this length was measured: B's prefetch fallbacks by reason (l1_oom: its L1
+    # could not hold the restore buffers) and A's eviction-loop passes. A missed pull is explained by these.
+    fallbacks_b: dict[str, float] = field(default_factory=dict)
+    evictions_a: float = 0.0
 
     @property
     def speedup(self) -> float:
@@ -38,8 +43,10 @@ def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optio
     a, b = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
     model = ctx.fleet.model
     seed = seed if seed is not None else int(time.time()) % 10**6
+    a_srv, b_srv = ctx.server_url(na, ia), ctx.server_url(nb, ib)
     rows = []
     for n in lengths:
+        before_a, before_b = _counters(a_srv), _counters(b_srv)
         cold, pulled, recompute, cached = [], [], [], []
         for r in range(repeats):
             progress(f"{n} tokens, repeat {r + 1}/{repeats}")
@@ -54,6 +61,26 @@ def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optio
             pulled.append(rb.ttft_s)
             recompute.append(rc.ttft_s)
             cached.append(rb.cached_tokens)
+        after_a, after_b = _counters(a_srv), _counters(b_srv)
+        fallbacks = {k[len(FALLBACK):]: v - before_b.get(k, 0.0) for k, v in after_b.items()
+                     if k.startswith(FALLBACK) and v > before_b.get(k, 0.0)}
         rows.append(CrossoverRow(n, statistics.median(cold), statistics.median(pulled), statistics.median(recompute),
-                                 int(statistics.median(cached))))
+                                 int(statistics.median(cached)), fallbacks,
+                                 after_a.get(EVICTION_RUNS, 0.0) - before_a.get(EVICTION_RUNS, 0.0)))
     return rows
+
+
+FALLBACK = "fallback:"
+EVICTION_RUNS = "lmcache_mp_l1_eviction_loop_triggered_total"
+
+
+def _counters(server_url: str) -> dict[str, float]:
+    """A server's eviction-loop passes and its prefetch fallbacks by reason (`fallback:<reason>`)."""
+    out: dict[str, float] = {}
+    for name, labels, value in metrics_api.scrape(server_url):
+        if name == EVICTION_RUNS:
+            out[name] = out.get(name, 0.0) + value
+        elif name.startswith("lmcache_mp_l2_prefetch_failure") and name.endswith("_total"):
+            key = FALLBACK + labels.get("reason", "?")
+            out[key] = out.get(key, 0.0) + value
+    return out

@@ -2,8 +2,8 @@
 
 Every chunk key LMCache computes depends on the hash seed, the chunk size, the hash algorithm and the model; a
 peer that differs in any of them finds nothing on the others and reports no error. This list is the single
-source: `validate` refuses a per-instance override of a spec setting here (`FLEET_WIDE_ONLY`), `diagnose.peer_settings`
-(used by `test basic`) and `doctor` read each peer's value and call `disagreements`.
+source: `validate` refuses a per-instance override of a spec setting here (`FLEET_WIDE_ONLY`), and `doctor` reads each
+peer's value and names the odd one out (`split`).
 """
 
 from __future__ import annotations
@@ -77,37 +77,6 @@ def engine_model(env: Optional[Mapping[str, Optional[str]]]) -> Optional[str]:
     shape = "seed={} layers={} heads={} head_size={}".format(*(env.get(k) for k in ENGINE_MODEL_ENV[:4]))
     profile = env.get("P2P_ENGINE_PROFILE")
     return shape + (f" profile={profile}" if profile is not None else "")
-
-
-def values_from_env(env: Mapping[str, Optional[str]]) -> dict[str, Optional[str]]:
-    """A peer's must-agree values as its environment (process or env.sh) shows them, by key."""
-    return {m.key: env.get(m.env) for m in MUST_AGREE if m.env}
-
-
-@dataclass
-class Disagreement:
-    key: str
-    values: dict[str, str]   # peer -> value
-
-    @property
-    def rule(self) -> MustAgree:
-        return BY_KEY[self.key]
-
-    def describe(self) -> str:
-        shown = ", ".join(f"{peer}={v}" for peer, v in sorted(self.values.items()))
-        return f"{self.key} differs across peers ({shown}); fix: {self.rule.fix}"
-
-
-def disagreements(per_peer: Mapping[str, Mapping[str, object]]) -> list[Disagreement]:
-    """Must-agree keys whose known values differ between peers, in `MUST_AGREE` order. A value that could not be
-    read (None or empty) is not evidence either way; keys outside the list are ignored."""
-    found = []
-    for rule in MUST_AGREE:
-        values = {peer: str(vals[rule.key]) for peer, vals in per_peer.items()
-                  if vals.get(rule.key) is not None and vals.get(rule.key) != ""}
-        if len(set(values.values())) > 1:
-            found.append(Disagreement(rule.key, values))
-    return found
 
 
 @dataclass

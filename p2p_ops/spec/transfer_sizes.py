@@ -17,6 +17,7 @@ emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 from p2p_ops.errors import BadInput
 from p2p_ops.spec.model import Fleet
@@ -73,3 +74,24 @@ def fleet_size_plan(fleet: Fleet, prompt_tokens: int) -> SizePlan:
     profile = resolve_profile(e.profile, e.num_layers, e.num_heads, e.head_size)
     return size_plan(profile.bytes_per_token, fleet.settings.chunk_size, prompt_tokens,
                      fleet.settings.l1_align_bytes)
+
+
+# `lmcache server --eviction-trigger-watermark`'s default (0.5.6's --help: "Default is 0.8"): above this share of
+# L1 a server evicts, and a restore buffer that does not fit below it fails as l1_oom.
+EVICTION_WATERMARK = 0.8
+
+
+def l1_shortfall(fleet: Fleet, prompt_tokens: int) -> Optional[str]:
+    """Why a pull of `prompt_tokens` cannot be measured on this fleet (None: it fits). The reader keeps the
+    pulled prefix and its own recompute of the same length in L1, so twice the prefix must fit below the
+    eviction watermark of the smallest L1."""
+    plan = fleet_size_plan(fleet, prompt_tokens)
+    inst = min((i for _, i in fleet.instances()), key=lambda i: fleet.effective_settings(i).l1_size_gb)
+    l1_gb = fleet.effective_settings(inst).l1_size_gb
+    room = EVICTION_WATERMARK * l1_gb * 2**30
+    if 2 * plan.prefix_bytes <= room:
+        return None
+    need_gb = 2 * plan.prefix_bytes / EVICTION_WATERMARK / 2**30
+    return (f"{prompt_tokens} tokens need 2 x {plan.prefix_bytes / 2**20:,.0f} MiB of L1 below the "
+            f"{EVICTION_WATERMARK:.0%} eviction watermark, more than {inst.id}'s settings.l1_size_gb={l1_gb:g} "
+            f"holds; raise settings.l1_size_gb to at least {need_gb:.1f}")

@@ -155,7 +155,7 @@ def test_stopped_coordinator_is_an_error():
     facts = fleet([inst("node-a-0"), inst("node-b-0")], coordinator_state="none", coordinator_healthy=False,
                   coordinator_instances=None)
     [f] = problems(D.check(facts), "coordinator")
-    assert "not running" in f.message and "p2pctl up --no-render" in f.fix
+    assert "not running" in f.message and "p2pctl down --node node-a --role coordinator && p2pctl up --node node-a --role coordinator" in f.fix
 
 
 def test_server_pointing_at_another_coordinator_is_named():
@@ -362,3 +362,46 @@ def test_the_router_and_prometheus_are_watched_and_prometheus_may_use_its_spec_a
     assert [w[0] for w in D.wide_binds(n)] == ["prometheus/prometheus", "router/router"]
     n.proc_binds = {"prometheus/prometheus": ("0.0.0.0",)}  # the spec's prometheus.host: the operator asked for it
     assert [w[0] for w in D.wide_binds(n)] == ["router/router"]
+
+
+# UCX_TLS advice depends on the node: newer NIXL refuses a UCX_TLS without a CUDA transport when GPUs are present
+# (LMCache's P2P skill says UCX_TLS must include cuda_copy), while on a GPU-less node cuda_copy only costs.
+
+def _tls_fleet(tls: str, gpu=None, nixl="1.5.1", topo=""):
+    pe = env(UCX_TLS=tls, LMCACHE_P2P_ADVERTISE_URL="127.0.0.1:855a")
+    nodes = [node("node-a", packages={"lmcache": "0.5.6", "nixl": nixl}, topo_text=topo, rdma_devices=2)]
+    return D.check(fleet([inst("node-a-0", proc_env=pe, gpu=gpu)], nodes=nodes))
+
+
+def test_cuda_copy_on_a_gpu_node_is_kept():
+    rep = _tls_fleet("rc,sm,self,cuda_copy", gpu=0)
+    assert problems(rep, "ucx_tls") == [], rep.render()
+    assert "drop cuda_copy" not in rep.render()
+
+
+def test_a_gpu_node_without_a_cuda_transport_is_refused_by_nixl():
+    [f] = problems(_tls_fleet("rc,sm,self", topo="\tGPU0\tNIC0\nGPU0\t X \tPIX\n"), "ucx_tls")
+    assert f.severity == "error" and "NIXL refuses it" in f.message and "add cuda_copy" in f.fix
+    [f] = problems(_tls_fleet("^cuda_copy", gpu=0), "ucx_tls")
+    assert f.severity == "error"
+    [f] = problems(_tls_fleet("rc,sm,self", gpu=0, nixl="1.2.0"), "ucx_tls")
+    assert f.severity == "warn" and "may refuse" in f.message
+
+
+def test_a_deny_list_that_keeps_cuda_copy_is_fine_on_a_gpu_node():
+    assert problems(_tls_fleet("^cuda_ipc", gpu=0), "ucx_tls") == []
+
+
+def test_cuda_copy_on_a_gpu_less_node_is_a_warning_naming_the_node():
+    [f] = problems(_tls_fleet("tcp,sm,self,cuda_copy"), "ucx_tls")
+    assert f.severity == "warn" and "node-a, which has no GPU" in f.message and "drop cuda_copy" in f.fix
+
+
+def test_a_dead_server_and_a_drifted_env_give_one_restart_command():
+    dead = inst("node-b-0", env_file={"PYTHONHASHSEED": "7"}, spec_env={"PYTHONHASHSEED": "0"})
+    dead.server_state, dead.process_env, dead.status = "dead", {}, None
+    rep = D.check(fleet([inst("node-a-0"), dead]))
+    cmd = "p2pctl down --node node-b --role server && p2pctl up --node node-b --role server"
+    fixes = [f.fix for f in rep.problems if f.subject in ("node-b-0", "node-b-0/server")]
+    assert len(fixes) >= 2 and all(cmd in fx for fx in fixes), fixes
+    assert not any("--no-render" in fx for fx in fixes)

@@ -196,3 +196,23 @@ def test_on_vllm_a_recorded_request_says_whether_vllms_own_prefix_cache_or_lmcac
     assert "local_cache_hit=2048" in notes and "vLLM's own prefix cache served it, not LMCache" in notes
     rec["tokens_by_source"] = {"external_kv_transfer": 2048.0, "local_compute": 148.0}
     assert "LMCache served it" in " ".join(explain(fleet(a, b, recorded=rec)).nodes[0].notes)
+
+
+def test_evictions_without_a_record_tying_them_to_the_prompt_are_not_named_as_the_cause():
+    """Issue 28: a prompt whose first sentence changed was explained as evicted, because the holder's eviction
+    loop had run; a different first chunk misses the same way. Without a run record, no cause is confirmed."""
+    a, b = connected()
+    a.evicted_keys, a.eviction_runs, a.l1_used, a.l1_total = 1234, 9, 900 << 20, 1 << 30
+    ex = explain(fleet(a, b))
+    c = ex.nodes[0].chunks[0]
+    assert c.reason == "not_confirmed", c
+    assert "node-a-0: its eviction loop evicted 9 time(s)" in c.detail and "differs in its first chunk" in c.detail
+    assert all(x.reason in ("not_confirmed", "prefix_broken") for x in ex.nodes[0].chunks if x.action == "recompute")
+
+
+def test_a_node_that_holds_the_whole_prompt_says_the_answer_is_for_a_request_sent_now():
+    a, b = connected()
+    ex = explain(fleet(a, b, held={"k0": ["node-b-0"], "k1": ["node-b-0"]}))
+    assert ex.nodes[0].strip == "HH." and "describes a request sent now" in " ".join(ex.nodes[0].notes)
+    ex = explain(fleet(a, b, held={"k0": ["node-b-0"], "k1": ["node-a-0"]}))
+    assert ex.nodes[0].strip == "HP." and "request sent now" not in " ".join(ex.nodes[0].notes)

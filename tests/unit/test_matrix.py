@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from p2p_ops.endpoints.lmcache_api import ServerStatus
+from p2p_ops.diagnose import judge
+from p2p_ops.diagnose.doctor import FleetFacts
+from p2p_ops.diagnose.findings import Report
 from p2p_ops.harness import matrix_causes
 from p2p_ops.harness.matrix import MatrixResult, Pair, default_max_seconds
 from p2p_ops.observe import matrix_plot
-from p2p_ops.spec.agreement import Disagreement
 
 NAMES = ["a-0", "b-0", "c-0"]
 
@@ -53,45 +54,53 @@ def test_the_default_bound_grows_with_the_pairs():
     assert default_max_seconds(2) < default_max_seconds(8) <= 600
 
 
-class FakeEvidence(matrix_causes._Evidence):
-    def __init__(self, advertised=None, peers=None, unreachable=None, settings=(), coordinator_ok=True):
-        self.coordinator_ok = coordinator_ok
-        self.advertised = {"a-0": "127.0.0.1:5651", "b-0": "127.0.0.1:5652"} if advertised is None else advertised
-        self.peers = peers or {"b-0": ServerStatus(True, p2p_state="registered", peers=["a-0"])}
-        self.unreachable = unreachable or {}
-        self._settings = list(settings)
-        self.urls = {"a-0": "127.0.0.1:5651", "b-0": "127.0.0.1:5652"}
-
-    def expected_url(self, inst_id):
-        return self.urls[inst_id]
-
-
 def failing(**kw) -> Pair:
     return Pair("a-0", "b-0", need=1024, **kw)
 
 
-@pytest.mark.parametrize("evidence,pair,words", [
-    (FakeEvidence(), failing(error="ConnectionError: refused"), "the request to b-0 failed"),
-    (FakeEvidence(), failing(cached_tokens=1024, p2p_loads=1, mismatch_tokens=256), "disagree"),
-    (FakeEvidence(), failing(cached_tokens=1024, p2p_loads=1), "answered differently"),
-    (FakeEvidence(), failing(cached_tokens=1024), "hit its own L1"),
-    (FakeEvidence(coordinator_ok=False), failing(), "coordinator does not answer"),
-    (FakeEvidence(advertised={"b-0": "x"}), failing(), "a-0 is not registered"),
-    (FakeEvidence(advertised={"a-0": "10.0.0.9:5651"}), failing(), "advertises P2P URL '10.0.0.9:5651'"),
-    (FakeEvidence(peers={"b-0": ServerStatus(True, p2p_state="registered", peers=[])}), failing(),
-     "does not list a-0 as a peer"),
-    (FakeEvidence(unreachable={("a-0", "b-0"): "127.0.0.1:5651 (p2p)"}), failing(), "cannot open a TCP connection"),
-    (FakeEvidence(settings=[Disagreement("chunk_size", {"a-0": "256", "b-0": "512"})]), failing(),
-     "chunk_size differs"),
-    (FakeEvidence(), failing(), "look for P2P lookup/load timeouts"),
+@pytest.mark.parametrize("pair,words", [
+    (failing(error="ConnectionError: refused"), "the request to b-0 failed"),
+    (failing(cached_tokens=1024, p2p_loads=1, mismatch_tokens=256), "disagree"),
+    (failing(cached_tokens=1024, p2p_loads=1), "answered differently"),
+    (failing(cached_tokens=1024), "hit its own L1"),
 ])
-def test_a_failing_pair_names_its_likely_cause(evidence, pair, words):
-    assert words in matrix_causes._cause(evidence, pair)
+def test_what_the_pairs_requests_prove_comes_first(pair, words):
+    assert words in matrix_causes.request_cause(pair)
+    assert matrix_causes.request_cause(failing()) == ""
 
 
-def test_settings_of_two_other_peers_do_not_blame_this_pair():
-    ev = FakeEvidence(settings=[Disagreement("chunk_size", {"c-0": "256", "d-0": "512"})])
-    assert "timeouts" in matrix_causes._cause(ev, failing())
+def _verdict(*findings) -> judge.Judgement:
+    report = Report("doctor")
+    for severity, check, subject, message in findings:
+        report.add(severity, check, subject, "v", message, f"fix {check}")
+    return judge.judgement(FleetFacts("f", "embedded", "http://c", "a", coordinator_state="running"), report)
+
+
+ABOUT = {"a-0", "b-0", "a", "b"}
+
+
+@pytest.mark.parametrize("findings,words", [
+    ([("error", "coordinator", "coordinator", "the coordinator is not running")], "coordinator is not running"),
+    ([("error", "registration", "a-0", "a-0 advertises 10.0.0.9:5651")], "a-0 advertises"),
+    ([("error", "reach", "b -> a-0 p2p", "node b cannot open a TCP connection")], "cannot open a TCP connection"),
+    ([("error", "agree:chunk_size", "b-0", "chunk_size differs across peers")], "chunk_size differs"),
+    # the setting beats the state it causes; a pair's own instances beat two other peers'
+    ([("error", "process", "b-0/server", "b-0's server is dead"),
+      ("warn", "agree:chunk_size", "b-0", "chunk_size differs across peers")], "chunk_size differs"),
+    ([("error", "agree:chunk_size", "c-0, d-0", "chunk_size differs across peers"),
+      ("warn", "peer_count", "b-0", "b-0 sees 0 peer(s)")], "b-0 sees 0 peer(s)"),
+])
+def test_a_failing_pair_names_the_judges_cause_for_its_instances(findings, words):
+    got = matrix_causes.pair_cause(_verdict(*findings), ABOUT)
+    assert words in got and "fix " in got, got
+
+
+def test_findings_about_other_peers_do_not_blame_this_pair():
+    got = matrix_causes.pair_cause(_verdict(("error", "agree:chunk_size", "c-0, d-0", "chunk_size differs")), ABOUT)
+    assert got.startswith("no cause confirmed") and "timeouts" in got
+    # a name inside a longer one is not that instance (b-0 is not b-0-extra's)
+    got = matrix_causes.pair_cause(_verdict(("error", "process", "b-0-extra/server", "dead")), ABOUT)
+    assert got.startswith("no cause confirmed")
 
 
 def test_matrix_without_a_running_fleet_says_so(tmp_path):

@@ -112,3 +112,33 @@ def test_a_fleet_at_cpu_speed_gets_the_gpu_answer_of_the_default_profile(tmp_pat
     doc = _doc(tmp_path, {})
     assert doc["timing"]["engines"] == "off" and doc["timing"]["profile"] == "h200-rdma"
     assert "this box's measured pull against h200-rdma's emulated prefill" in doc["recommendation"]
+
+
+# Issue 28: on a fleet whose L1 could not hold the prefix, calibrate said "the pull did not happen" while the
+# servers counted l1_oom fallbacks. What the servers did during a length is its cause.
+
+def test_a_missed_pull_with_l1_oom_fallbacks_names_them_and_the_setting():
+    missed = [dict(r, fallbacks_b={"l1_oom": 32.0}) for r in rows({4096: 10.0}, cached=0)]
+    cause = projection.project(missed, RDMA)["cause"]
+    assert "l1_oom=32" in cause and "settings.l1_size_gb" in cause and "did not happen" not in cause
+
+
+def test_a_missed_pull_while_the_holder_evicted_names_the_eviction():
+    missed = [dict(r, evictions_a=3.0) for r in rows({4096: 10.0}, cached=0)]
+    cause = projection.project(missed, RDMA)["cause"]
+    assert "evicted during the measurement" in cause and "3 eviction pass(es)" in cause
+
+
+def test_a_missed_pull_without_evidence_is_not_confirmed():
+    assert "cause not confirmed" in projection.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
+
+
+def test_lengths_whose_restore_buffers_cannot_fit_l1_are_named_with_the_setting(tmp_path):
+    from p2p_ops.spec.transfer_sizes import l1_shortfall
+
+    path = write_local_fleet(tmp_path / "fleet.yaml", 2, name="cal", engine={"profile": "llama-3-8b"},
+                             settings={"l1_size_gb": 1})
+    with FleetContext.load(path) as ctx:
+        assert l1_shortfall(ctx.fleet, 1024) is None           # 2 x 128 MiB fits 80 % of 1 GiB
+        why = l1_shortfall(ctx.fleet, 4096)                    # 2 x 512 MiB does not
+        assert why and "settings.l1_size_gb=1" in why and "raise settings.l1_size_gb to at least 1.2" in why

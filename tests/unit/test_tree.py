@@ -104,7 +104,9 @@ def test_logs_only_clean_log_finds_nothing(tmp_path):
     log.write_text("[2026-11-30 01:00:00,000] LMCache INFO: Registered with coordinator as node-a-0\n")
     d = walk.diagnose(TREE, model.find_symptom(TREE, "peers not registered"), evidence.Evidence(None, TREE, (log,)))
     assert d.exit_code == 0 and d.first_problem is None
-    assert "no automated check found a problem" in "\n".join(render.render_text(d))
+    text = "\n".join(render.render_text(d))
+    assert "no cause confirmed; evidence seen: " in text and "log:registration_failed logs: " in text
+    assert d.to_dict()["likely_cause"] is None and d.to_dict()["no_cause_confirmed"]["evidence_seen"]
 
 
 def test_cli_list_and_markdown(p2pctl):

@@ -11,13 +11,16 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional
 
-from p2p_ops.diagnose.doctor.agreement import check_agreement
+from p2p_ops.diagnose.doctor.agreement import check_agreement, restart
 from p2p_ops.diagnose.doctor.engines import check_engines, check_kv_events
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
+from p2p_ops.facts.python_env import version_of
+from p2p_ops.spec.model import is_loopback
+from p2p_ops.spec.layout import COORDINATOR
 
 _HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
              "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
@@ -62,8 +65,8 @@ def _check_coordinator(report: Report, facts: FleetFacts) -> None:
             msg = None
         if msg:
             report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
-                       f"{facts.coordinator_state}", msg, "start it again with `p2pctl up --no-render` (it only "
-                       "starts what is not running) and read coordinator/coordinator.log")
+                       f"{facts.coordinator_state}", msg, "read coordinator/coordinator.log, then start it again "
+                       f"from fleet.yaml: {restart(facts, [COORDINATOR], 'coordinator')}")
     for inst in running:
         url = inst.process_env.get("LMCACHE_COORDINATOR_URL") or (inst.env_file or {}).get("LMCACHE_COORDINATOR_URL")
         if url and url.rstrip("/") != facts.coordinator_url.rstrip("/"):
@@ -221,6 +224,47 @@ def _tls_tokens(value: str) -> list[str]:
     return [t.strip() for t in value.split(",") if t.strip()] if value and value != "(unset)" else []
 
 
+# NIXL >= this refuses a UCX_TLS without a CUDA transport when GPUs are present ("Invalid UCX_TLS=... NVIDIA
+# GPU(s) are present, but this setting does not enable CUDA memory support", NIXL PR #1617): the message is in
+# nixl-cu12 1.5.1's libplugin_UCX.so. Older releases were not checked, so for them it is a warning.
+_NIXL_CUDA_TLS_CHECK = (1, 5, 1)
+
+
+def _version(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    parts = []
+    for p in (text or "").split("."):
+        if not p.isdecimal():
+            break
+        parts.append(int(p))
+    return tuple(parts) or None
+
+
+def _has_gpus(facts: FleetFacts, inst: InstanceFacts) -> bool:
+    """The spec gives the instance a GPU, or `nvidia-smi topo -m` on its node lists one."""
+    node = facts.node(inst.node)
+    return inst.gpu is not None or bool(node and "GPU0" in node.topo_text)
+
+
+def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, tokens: list[str], seen: str) -> bool:
+    """On a GPU node: UCX_TLS must let NIXL see CUDA memory (True: a finding was made)."""
+    if tokens[0].startswith("^"):
+        enabled = not {tokens[0][1:].lower(), *(t.lower() for t in tokens[1:])} & {"cuda", "cuda_copy"}
+    else:
+        enabled = bool({t.lower() for t in tokens} & {"cuda", "cuda_copy", "all"})
+    if enabled:
+        return False
+    node = facts.node(inst.node)
+    nixl = version_of(node.packages, "nixl") if node else None
+    known = (_version(nixl) or (0,)) >= _NIXL_CUDA_TLS_CHECK
+    report.add("error" if known else "warn", "ucx_tls", inst.instance, f"{seen}, GPUs present, nixl {nixl or '?'}",
+               f"{inst.instance}'s node has GPUs and UCX_TLS enables no CUDA transport: NIXL "
+               f"{'refuses' if known else 'may refuse'} it at start ('Invalid UCX_TLS=... NVIDIA GPU(s) are present, "
+               "but this setting does not enable CUDA memory support', NIXL PR #1617)",
+               "add cuda_copy (rc,sm,self,cuda_copy on RDMA, tcp,sm,self,cuda_copy without), or a deny-list such "
+               "as ^cuda_ipc; set settings.ucx_tls, re-render and restart")
+    return True
+
+
 def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
     for inst in facts.instances:
         value = observed(inst, {})["UCX_TLS"][0]
@@ -228,10 +272,13 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
         if not tokens:
             continue
         node = facts.node(inst.node)
+        gpus = _has_gpus(facts, inst)
         subject, seen = inst.instance, f"UCX_TLS={value}"
         if any("^" in t for t in tokens[1:]) or "^" in tokens[0].lstrip("^") or tokens[0].startswith("^^"):
             report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "
                        "UCX_TLS (NIXL refuses it: NIXL_ERR_BACKEND)", "write a deny-list as ^a,b or an allow-list")
+            continue
+        if gpus and _check_gpu_tls(report, facts, inst, tokens, seen):
             continue
         if tokens[0].startswith("^"):
             denied = {tokens[0][1:], *tokens[1:]}
@@ -244,7 +291,7 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
             report.add("error", "ucx_tls", subject, seen, "UCX_TLS lists only GPU transports, but LMCache's L1 is "
                        "host DRAM: NIXL fails with NIXL_ERR_BACKEND ('transports cuda_ipc,cuda_copy are not "
                        "available')", "use UCX_TLS=rc,sm,self on RDMA fabrics or tcp,sm,self without RDMA "
-                       "(or leave it unset)")
+                       "(or leave it unset)" + (", adding cuda_copy on GPU nodes" if gpus else ""))
             continue
         if facts.multi_host and not names & _NET_TLS:
             report.add("error", "ucx_tls", subject, seen, "UCX_TLS has no network transport (tcp, rc, ud, dc): "
@@ -252,10 +299,24 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
         elif names & _NET_TLS and not names & {"tcp", "all"} and node is not None and node.rdma_devices == 0:
             report.add("error", "ucx_tls", subject, seen, f"UCX_TLS asks for RDMA transports but node "
                        f"{inst.node} has no RDMA device", "add tcp, or fix the RDMA stack (`p2pctl rdma`)")
-        if names & _CUDA_TLS:
-            report.add("warn", "ucx_tls", subject, seen, "UCX_TLS lists CUDA transports; L1 is host DRAM so they "
-                       "carry nothing, and cuda_copy alone lowers throughput (openucx/ucx#11652)",
-                       "drop cuda_copy/cuda_ipc: rc,sm,self (RDMA) or tcp,sm,self")
+        if names & _CUDA_TLS and not gpus:
+            report.add("warn", "ucx_tls", subject, seen, f"UCX_TLS lists CUDA transports on node {inst.node}, "
+                       "which has no GPU: they carry nothing, and cuda_copy alone lowers throughput "
+                       "(openucx/ucx#11652)", "on this GPU-less node drop cuda_copy/cuda_ipc: rc,sm,self (RDMA) "
+                       "or tcp,sm,self")
+
+
+def rdma_expected(facts: FleetFacts) -> tuple[bool, str]:
+    """Does this fleet mean to move KV over RDMA? (False, why) when its transports are TCP/shared memory by
+    design: every node on loopback, or every server's UCX_TLS an allow-list without an RDMA transport."""
+    if facts.nodes and all(is_loopback(n.address) for n in facts.nodes):
+        return False, "every node of this fleet is on 127.0.0.0/8: P2P moves over shared memory/TCP by design"
+    tls = {i.instance: observed(i, {})["UCX_TLS"][0] for i in facts.instances}
+    allow = [_tls_tokens(v) for v in tls.values()]
+    if allow and all(t and not t[0].startswith("^") and not {x.lower() for x in t} & (_RDMA_TLS | {"all"})
+                     for t in allow):
+        return False, f"no server's UCX_TLS names an RDMA transport ({_shown(tls)}): TCP/shared memory by spec"
+    return True, ""
 
 
 def _check_nic_pin(report: Report, facts: FleetFacts) -> None:
@@ -275,7 +336,7 @@ def _check_processes(report: Report, facts: FleetFacts) -> None:
             report.add("error", "process", f"{inst.instance}/server", inst.server_state,
                        f"{inst.instance}'s server is {inst.server_state} while the fleet runs",
                        f"read {inst.instance}/server.log (`p2pctl diagnose 'server exits with NIXL_ERR_BACKEND'`), "
-                       "then `p2pctl up --no-render`")
+                       f"then start it again from fleet.yaml: {restart(facts, [inst.instance], 'server')}")
 
 
 def check(facts: FleetFacts) -> Report:

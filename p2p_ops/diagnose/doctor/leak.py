@@ -5,7 +5,9 @@ the requester queries its result. A requester that gives up (its `--p2p-lookup-t
 wait of 3 s ran out, it died) never queries, so the job stays for good, and the L1 read locks it took stay
 until `--l1-read-ttl-seconds` (300 s): those chunks can be neither evicted nor overwritten, which shows up as
 `l1_oom` / `l1_contended` prefetch fallbacks. Fault runs here left 15-31 such jobs after a peer kill, an
-engine kill and a link cut. No upstream fix yet (LMCache PR #4691, issue #5263, both open).
+engine kill and a link cut. The behaviour is in the installed lmcache 0.5.6 itself (`p2p_lookup_and_lock` adds
+the job, only `p2p_query_lookup_results` pops it); the review of LMCache PR #3740 discussed abandoned lookups
+holding read locks. No release we know of bounds the jobs' lifetime.
 
 The evidence: jobs held on an owner in every sample of a short window while no requester has a lookup in
 flight toward it (each requester's P2P adapter reports `in_flight_lookups`): nobody will ever query them, so
@@ -18,7 +20,8 @@ from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts
 from p2p_ops.diagnose.findings import Report
 
-UPSTREAM = "LMCache PR #4691 and issue #5263 (open; no release fixes it)"
+UPSTREAM = ("lmcache 0.5.6's own p2p_controller.py: p2p_lookup_and_lock keeps the job until "
+            "p2p_query_lookup_results pops it, with no time limit (see also the review of LMCache PR #3740)")
 READ_TTL_FIX = 'settings.server_extra_args: ["--l1-read-ttl-seconds", "60"]'
 
 

@@ -29,9 +29,14 @@ __all__ = ["ExplainFacts", "Explanation", "PromptSpec", "exit_code", "explain", 
 
 def sources(facts: ExplainFacts) -> list[str]:
     """Where the evidence came from, and what was left out and why."""
-    out = ["chunk keys: LMCache's TokenHasher + resolve_object_keys, run on each node by its own python with its "
-           "server's chunk size, hash algorithm, model, world size and PYTHONHASHSEED",
-           "tokens: each engine's POST /tokenize"]
+    by: dict[str, list[str]] = {}
+    for v in facts.instances:
+        if v.keys_from:
+            by.setdefault(v.keys_from, []).append(v.instance)
+    out = ["chunk keys: LMCache's TokenHasher + resolve_object_keys with each server's chunk size, hash algorithm, "
+           "model, world size and PYTHONHASHSEED: " + "; ".join(f"{', '.join(i)} by {k}" for k, i in by.items())
+           + " (the coordinator's only where a server hashes exactly as it does: same chunk size, blake3, same "
+           "lmcache install)", "tokens: each engine's POST /tokenize"]
     if facts.directory_error:
         out.append(f"holdings: UNKNOWN, the coordinator's key directory did not answer ({facts.directory_error})")
     else:
@@ -43,6 +48,9 @@ def sources(facts: ExplainFacts) -> list[str]:
     for inst, said in facts.listing.items():
         out.append(f"GET /cache/objects?tier=l1 on {inst}: {said}")
     out.append(NOT_USED)
+    if facts.timings:
+        out.append(f"time: {sum(facts.timings.values()):.1f} s (" + ", ".join(
+            f"{k} {v:.1f} s" for k, v in facts.timings.items()) + ")")
     return out
 
 

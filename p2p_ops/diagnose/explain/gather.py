@@ -10,6 +10,8 @@ them); explain uses neither, and says so in its sources.
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from p2p_ops.diagnose.doctor.peers import context_meta
@@ -17,7 +19,7 @@ from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
 from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt
 from p2p_ops.diagnose.explain.prompt import PromptSpec
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
-from p2p_ops.facts.chunk_keys import KeyInputs, chunk_keys_fact
+from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs, chunk_keys_fact
 from p2p_ops.facts.envfile import process_env_fact
 from p2p_ops.facts.logs import recent_grep_fact
 from p2p_ops.facts.sections import read_node
@@ -77,7 +79,7 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
 
 
 def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -> None:
-    """Per node, two round trips: the servers' seed, NONE_HASH and recent timeouts, then LMCache's hasher."""
+    """Per node, one round trip: the servers' seed, NONE_HASH and recent lookup timeouts."""
     batch = {}
     for inst in node.instances:
         if views[inst.id].server_state == "running":
@@ -87,7 +89,6 @@ def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -
             batch[f"fallback {inst.id}"] = hash_fallback_fact(sproc.log)
             batch[f"timeouts {inst.id}"] = recent_grep_fact(sproc.log, [LOOKUP_TIMEOUT], RECENT_LINES, 20)
     read = read_node(ctx.conn(node), batch, timeout=30)
-    keys = {}
     for inst in node.instances:
         v = views[inst.id]
         if f"env {inst.id}" not in batch:
@@ -96,11 +97,76 @@ def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -
         v.logged_none_hash = batch[f"nonehash {inst.id}"].parse(read[f"nonehash {inst.id}"].output)
         v.hash_fallback = batch[f"fallback {inst.id}"].parse(read[f"fallback {inst.id}"].output)
         v.lookup_timeouts = batch[f"timeouts {inst.id}"].parse(read[f"timeouts {inst.id}"].output)
-        if v.inputs is not None and v.tokens:
+        if v.inputs is not None:
             v.inputs = KeyInputs(**{**v.inputs.__dict__, "python_hash_seed": seed})
-            keys[inst.id] = chunk_keys_fact(f"{bin_dir_for(node)}/python", v.inputs, v.tokens)
-    for iid, res in read_node(ctx.conn(node), keys, timeout=120).items():
-        views[iid].keys = keys[iid].parse(res.output)
+
+
+# The coordinator's own token hasher (its chunk size and algorithm, from its process environment).
+COORDINATOR_HASH_ENV = ("LMCACHE_MP_COORDINATOR_CHUNK_SIZE", "LMCACHE_MP_COORDINATOR_HASH_ALGORITHM")
+
+
+def _coordinator_hasher(ctx: FleetContext) -> Optional[tuple[int, str, str]]:
+    """(chunk size, algorithm, interpreter folder) the running coordinator hashes with; None: unknown."""
+    cnode = ctx.fleet.coordinator_node()
+    fact = process_env_fact(ctx.proc(ctx.unit("coordinator")).pidfile, COORDINATOR_HASH_ENV)
+    try:
+        env = fact.parse(read_node(ctx.conn(cnode), {"env": fact}, timeout=15)["env"].output)
+        size, alg = env.get(COORDINATOR_HASH_ENV[0]), env.get(COORDINATOR_HASH_ENV[1])
+        return (int(size), alg, bin_dir_for(cnode)) if size and size.isdecimal() and alg else None
+    except Exception:  # noqa: BLE001 - without it, every node runs its own hasher
+        return None
+
+
+def _from_coordinator(ctx: FleetContext, inputs: KeyInputs, tokens: list[int]) -> Optional[ChunkKeys]:
+    """The keys LMCache's running coordinator gives these tokens (`POST /directory/lookup` resolves every full
+    chunk, held or not): LMCache's own hasher without starting an interpreter that imports lmcache."""
+    entries = lmcache_api.directory_lookup_tokens(ctx.fleet.coordinator_url, inputs.model_name, tokens,
+                                                  inputs.world_size, inputs.cache_salt)
+    n = len(tokens) // inputs.chunk_size
+    if not entries or not n or len(entries) % n:
+        return None
+    per = len(entries) // n
+    return ChunkKeys(n, keys=[[e.key for e in entries[i * per:(i + 1) * per]] for i in range(n)])
+
+
+def _keys(ctx: FleetContext, views: dict[str, InstanceView]) -> None:
+    """LMCache's hasher, once per distinct (machine, interpreter, key inputs, tokens): the nodes of a local fleet
+    share one machine, and importing lmcache costs seconds of CPU per run, so peers with the same settings and
+    tokens share one computation. Where a server hashes exactly as the running coordinator does (same chunk
+    size, blake3, which no seed changes, and the same lmcache install on the same machine), the coordinator
+    computes the keys."""
+    coordinator = _coordinator_hasher(ctx)
+    cmachine = "local" if ctx.fleet.coordinator_node().connection == "local" else ctx.fleet.coordinator_node().address
+    groups: dict[tuple, list[str]] = {}
+    for node, inst in ctx.fleet.instances():
+        v = views[inst.id]
+        if v.inputs is None or not v.tokens or v.server_state != "running":
+            continue
+        machine = "local" if node.connection == "local" else node.address
+        if (coordinator == (v.inputs.chunk_size, v.inputs.hash_algorithm, bin_dir_for(node))
+                and v.inputs.hash_algorithm == "blake3" and machine == cmachine and not v.hash_fallback):
+            groups.setdefault(("coordinator", "", v.inputs, tuple(v.tokens)), []).append(inst.id)
+            continue
+        groups.setdefault((machine, bin_dir_for(node), v.inputs, tuple(v.tokens)), []).append(inst.id)
+
+    def one(key: tuple, members: list[str]) -> None:
+        node = ctx.fleet.instance(members[0])[0]
+        got = _from_coordinator(ctx, key[2], list(key[3])) if key[0] == "coordinator" else None
+        if got is not None:
+            for iid in members:
+                views[iid].keys, views[iid].keys_from = got, "the running coordinator's hasher"
+            return
+        fact = chunk_keys_fact(f"{bin_dir_for(node)}/python", key[2], list(key[3]))
+        try:
+            got = fact.parse(read_node(ctx.conn(node), {"keys": fact}, timeout=120)["keys"].output)
+        except Exception as exc:  # noqa: BLE001 - a node that cannot run the hasher is a fact, not a crash
+            got = ChunkKeys(error=f"node {node.name}: {exc}")
+        for iid in members:
+            views[iid].keys, views[iid].keys_from = got, f"LMCache's hasher run on {node.name}"
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(groups)))) as pool:
+        for f in [pool.submit(one, k, m) for k, m in groups.items()]:
+            f.result()
 
 
 def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
@@ -120,17 +186,23 @@ def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
 def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
            progress: Callable[[str], None] = lambda _: None) -> ExplainFacts:
     fleet = ctx.fleet
+    clock = _Clock()
     states = _states(ctx)
+    clock.lap("process states")
     by_mq = {(n.address, i.ports.mp): i.id for n, i in fleet.instances()}
     views = {i.id: InstanceView(i.id, n.name, states.get(ctx.proc("server", i).name, "none"),
                                 states.get(ctx.proc("engine", i).name, "none")) for n, i in fleet.instances()}
     progress("reading /status, metrics and /tokenize of every instance")
     ctx.for_each_node(lambda n: [_http(ctx, n, i, views[i.id], prompt, by_mq, salt) for i in n.instances])
-    progress("computing chunk keys with LMCache's hasher on every node")
+    clock.lap("/status, metrics, /tokenize")
     for name, res in ctx.for_each_node(lambda n: _node_reads(ctx, n, views)).items():
         if isinstance(res, Exception):
             for inst in next(n for n in fleet.nodes if n.name == name).instances:
                 views[inst.id].tokenize_error = views[inst.id].tokenize_error or f"node {name}: {res}"
+    clock.lap("server environment and logs")
+    progress("computing chunk keys with LMCache's hasher (once per machine and distinct settings)")
+    _keys(ctx, views)
+    clock.lap("LMCache's hasher")
     listed = {str(e.get("instance_id")) for e in lmcache_api.coordinator_instances(fleet.coordinator_url) or []}
     for v in views.values():
         v.registered = v.instance in listed
@@ -140,6 +212,7 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
     progress("looking the keys up in the coordinator's key directory")
     _placements(ctx, facts)
     _sources(ctx, facts)
+    clock.lap("key directory")
     for t in facts.targets:
         v = views.get(t)
         if v and v.tokens and v.hashes() and not facts.placements.get(v.hashes()[0]) and not facts.directory_error:
@@ -150,7 +223,22 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
                                          ctx.layout.tests, v.tokens[:v.inputs.chunk_size])
             if near:
                 facts.near[t] = near
+    clock.lap("near-miss search")
+    facts.timings = clock.laps
     return facts
+
+
+class _Clock:
+    """Seconds per phase of the gather (what `explain` says its time went to)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self._t, 2)
+        self._t = now
 
 
 def _sources(ctx: FleetContext, facts: ExplainFacts) -> None:

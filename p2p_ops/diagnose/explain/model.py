@@ -31,6 +31,7 @@ class InstanceView:
     tokens: Optional[list[int]] = None       # what its engine's /tokenize made of the prompt
     tokenize_error: str = ""
     keys: Optional[ChunkKeys] = None         # LMCache's hasher on its node, under its server's settings
+    keys_from: str = ""                      # which LMCache process computed `keys`
     logged_none_hash: Optional[str] = None   # `Computed NONE_HASH=` from its server.log
     hash_fallback: Optional[str] = None      # LMCache fell back to Python's hash() for this algorithm
     p2p_state: str = "unknown"
@@ -68,6 +69,7 @@ class ExplainFacts:
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
     run: str = ""               # that run's folder
     recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)
+    timings: dict[str, float] = field(default_factory=dict)   # seconds per phase of the gather
 
     def view(self, instance: str) -> Optional[InstanceView]:
         return next((v for v in self.instances if v.instance == instance), None)

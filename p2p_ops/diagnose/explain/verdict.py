@@ -10,7 +10,8 @@ not_registered); a connected peer holds it but lookups time out (lookup_timeout)
 connected to hold it (peer_not_connected); a peer holds the same tokens under other keys (keys_differ, naming
 the settings), or holds what its own engine made of the prompt (tokens_differ); the fleet holds a chunk whose
 tokens nearly match the first chunk (prompt_differs); the run that computed it says where, and that server
-stopped (holder_down) or evicted (evicted); nobody ever had it (cold).
+stopped (holder_down) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and
+a different first chunk cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
 """
 
 from __future__ import annotations
@@ -131,8 +132,15 @@ def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
             + ": what it held is gone")
     evicting = [v for v in facts.instances if v.eviction_runs > 0]
     if evicting:
-        return "evicted", ("no server holds it; " + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting)
-                           + ": if it was computed before, it was evicted")
+        # Evictions ran, but nothing ties this prompt to them: a prompt whose first chunk differs from the one a
+        # server holds misses the same way (keys chain, so every later chunk misses too, even where its tokens
+        # match). Naming either would be a guess.
+        return "not_confirmed", (
+            "no server holds it, and the evidence does not say why: either it was evicted ("
+            + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting) + "), or this prompt differs in "
+            "its first chunk from the one that was computed (every chained key then differs, even where later "
+            "tokens match). Explain the original prompt (or `--run` of the run that sent it): a server that "
+            "still holds it rules out eviction")
     return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
 
 
@@ -206,6 +214,11 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
                                        detail=f"tokens {start}-{len(x.tokens)} do not fill a chunk of {cs}: "
                                               "LMCache stores and looks up full chunks only"))
     out.verdict, out.reasons = _summary(out, cs)
+    full = [c for c in out.chunks if c.action != PARTIAL]
+    if full and all(c.action == HIT for c in full):
+        out.notes.append(f"{x.instance}'s own server holds every chunk now: this describes a request sent now. If "
+                         "you are explaining a request that already ran here, its own store may have put them "
+                         "there; `--run` with that run's folder reads what it recorded")
     out.notes += _recorded(facts, x)
     if x.tokens_by_source:
         out.notes.append("vLLM prompt tokens by source so far: " + ", ".join(

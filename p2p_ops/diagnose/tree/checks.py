@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
+from p2p_ops.diagnose.doctor.checks import rdma_expected
 from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
@@ -162,7 +163,9 @@ def _engines_health(ev: Evidence) -> list[Observation]:
         if state != "running":
             if ev.facts.any_running:
                 out.append(Observation("engines:health", "problem", inst.id, f"engine process {state}",
-                                       f"read {inst.id}/engine.log, then `p2pctl up --no-render`"))
+                                       f"read {inst.id}/engine.log, then start it again from fleet.yaml: "
+                                       f"p2pctl down --node {node.name} --role engine && "
+                                       f"p2pctl up --node {node.name} --role engine"))
             continue
         ok = engine_api.engine_healthy(ev.ctx.engine_url(node, inst))
         out.append(Observation("engines:health", "ok" if ok else "problem", inst.id,
@@ -174,9 +177,13 @@ def _engines_health(ev: Evidence) -> list[Observation]:
 def _node_rdma(ev: Evidence) -> list[Observation]:
     if ev.facts is None:
         return [Observation("node:rdma", "unknown", "fleet", "no fleet to check")]
+    wanted, why = rdma_expected(ev.facts)
     out = []
     for n in ev.facts.nodes:
-        if n.rdma_devices is None:
+        if not wanted:
+            out.append(Observation("node:rdma", "n/a", n.node, f"{n.rdma_devices or 0} RDMA device(s); not "
+                                   f"applicable: {why}"))
+        elif n.rdma_devices is None:
             out.append(Observation("node:rdma", "unknown", n.node, n.error or "could not list /sys/class/infiniband"))
         elif n.rdma_devices == 0:
             out.append(Observation("node:rdma", "problem", n.node, "no RDMA device (/sys/class/infiniband is empty): "

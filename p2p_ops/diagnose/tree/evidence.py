@@ -15,13 +15,13 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.units import LAUNCHED_ROLES
 
 LOG_MATCH_LIMIT = 5000
-STATUSES = ("problem", "info", "ok", "unknown")
+STATUSES = ("problem", "info", "ok", "n/a", "unknown")
 
 
 @dataclass
 class Observation:
     check: str
-    status: str               # problem | info | ok | unknown
+    status: str               # problem | info | ok | n/a (not applicable to this fleet, with why) | unknown
     subject: str
     detail: str
     fix: str = ""

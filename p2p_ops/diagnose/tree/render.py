@@ -11,11 +11,11 @@ REFERENCE_MD = CHECKOUT / ".claude/skills/lmcache-p2p-diagnose/references/decisi
 
 def render_text(d: Diagnosis) -> list[str]:
     lines = [f"diagnose: {d.title} (fleet {d.fleet})"] + [f"note: {n}" for n in d.notes]
-    mark = {"problem": "PROBLEM", "ok": "ok", "unknown": "not checked"}
+    mark = {"problem": "PROBLEM", "ok": "ok", "n/a": "not applicable", "unknown": "not checked"}
     for n, s in enumerate(d.steps, 1):
         lines.append(f" {n}. {s.ask}  [{mark[s.verdict]}]")
         for o in s.observations:
-            if o.status == "problem" or (s.verdict != "problem" and o.status in ("info", "unknown")):
+            if o.status == "problem" or (s.verdict != "problem" and o.status in ("info", "unknown", "n/a")):
                 lines.append(f"      - {o.subject}: {o.detail}")
                 if o.fix and o.status == "problem":
                     lines.append(f"        fix: {o.fix}")
@@ -23,12 +23,15 @@ def render_text(d: Diagnosis) -> list[str]:
             lines += [f"      cause: {s.cause}", f"      fix:   {s.fix}"]
         if s.manual and s.verdict != "ok":
             lines += [f"      run: {m}" for m in s.manual]
-    first = d.first_problem
-    if first:
-        subjects = sorted({o.subject for o in first.observations if o.status == "problem"})
-        lines.append(f"likely cause (step {d.steps.index(first) + 1}, {', '.join(subjects)}): {first.cause}")
+    got = d.likely()
+    if got:
+        step, obs = got
+        lines.append(f"likely cause (step {d.steps.index(step) + 1}, evidence {obs.check}): {obs.subject}: {obs.detail}")
+        lines.append(f"  fix: {obs.fix or step.fix}")
     else:
-        lines.append("no automated check found a problem; run the manual steps above, then `p2pctl bundle`")
+        seen = d.seen()
+        lines.append("no cause confirmed" + (f"; evidence seen: {'; '.join(seen[:8])}" if seen else "")
+                     + ". Run the manual steps above, then `p2pctl bundle`")
     return lines
 
 

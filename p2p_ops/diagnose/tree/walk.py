@@ -1,10 +1,17 @@
-"""Walking a symptom: run each step's checks against the evidence and say which step found the problem."""
+"""Walking a symptom: run each step's checks against the evidence, then name the likely cause.
+
+The likely cause is the problem observation whose evidence is most specific, not the first step that found
+something: a dead server or a Traceback says *that* something failed, a setting checked against what the node
+has (or a log line naming the transport it lacks) says *why*. Ties go to the earlier step. When no check found a
+problem the answer says so and lists what was seen, never a generic guess.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from p2p_ops.diagnose.judge import specificity
 from p2p_ops.diagnose.tree.checks import run_check
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
 from p2p_ops.diagnose.tree.model import Symptom, Tree
@@ -14,7 +21,7 @@ from p2p_ops.diagnose.tree.model import Symptom, Tree
 class StepResult:
     id: str
     ask: str
-    verdict: str                       # problem | ok | unknown
+    verdict: str                       # problem | ok | n/a | unknown
     observations: list[Observation] = field(default_factory=list)
     cause: str = ""
     fix: str = ""
@@ -29,20 +36,41 @@ class Diagnosis:
     steps: list[StepResult]
     notes: list[str] = field(default_factory=list)
 
+    def likely(self) -> Optional[tuple[StepResult, Observation]]:
+        """(step, observation) of the most specific problem found; None when no check found one."""
+        found = [(specificity(o.check), -n, step, o) for n, step in enumerate(self.steps)
+                 for o in step.observations if o.status == "problem"]
+        if not found:
+            return None
+        _, _, step, obs = max(found, key=lambda f: (f[0], f[1]))
+        return step, obs
+
     @property
     def first_problem(self) -> Optional[StepResult]:
-        return next((s for s in self.steps if s.verdict == "problem"), None)
+        got = self.likely()
+        return got[0] if got else None
 
     @property
     def exit_code(self) -> int:
         return 1 if self.first_problem else 0
 
+    def seen(self) -> list[str]:
+        """What the checks observed, for an answer that confirms no cause."""
+        return [f"{o.check} {o.subject}: {o.detail}" for s in self.steps for o in s.observations
+                if o.status in ("ok", "info", "n/a")]
+
     def to_dict(self) -> dict:
         data = asdict(self)
-        first = self.first_problem
-        data["likely_cause"] = {"step": first.id, "cause": first.cause, "fix": first.fix,
-                                "subjects": sorted({o.subject for o in first.observations if o.status == "problem"})
-                                } if first else None
+        got = self.likely()
+        if got:
+            step, obs = got
+            data["likely_cause"] = {
+                "step": step.id, "cause": f"{obs.subject}: {obs.detail}", "fix": obs.fix or step.fix,
+                "evidence": obs.check, "why": step.cause,
+                "subjects": sorted({o.subject for o in step.observations if o.status == "problem"})}
+        else:
+            data["likely_cause"] = None
+            data["no_cause_confirmed"] = {"evidence_seen": self.seen()}
         data["exit_code"] = self.exit_code
         return data
 
@@ -58,6 +86,8 @@ def diagnose(tree: Tree, symptom: Symptom, ev: Evidence) -> Diagnosis:
             verdict = "problem"
         elif any(o.status in ("ok", "info") for o in obs):
             verdict = "ok"
+        elif obs and all(o.status == "n/a" for o in obs):
+            verdict = "n/a"
         else:
             verdict = "unknown"
         steps.append(StepResult(step.id, step.ask, verdict, obs, step.cause, step.fix, list(step.manual)))

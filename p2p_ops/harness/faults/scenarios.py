@@ -32,6 +32,7 @@ from p2p_ops.harness.faults.fault import inst_a as _a
 from p2p_ops.harness.faults.fault import inst_b as _b
 from p2p_ops.harness.faults.routed import RoutedKill
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
 
 class LinkCut(Fault):
@@ -95,8 +96,6 @@ class SlowPeer(Fault):
             self.limit.undo()
 
 
-# LMCache 0.5.6 starts evicting at 80 % of L1 unless `lmcache server --eviction-trigger-watermark` says otherwise.
-WATERMARK = 0.8
 
 
 def eviction_watermark(extra_args: list[str]) -> float:
@@ -110,7 +109,7 @@ def eviction_watermark(extra_args: list[str]) -> float:
                 return float(a.split("=", 1)[1])
         except ValueError:
             break
-    return WATERMARK
+    return EVICTION_WATERMARK
 
 
 class L1Full(Fault):

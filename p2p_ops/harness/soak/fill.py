@@ -16,12 +16,13 @@ from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.harness import prompts
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 from p2p_ops.harness.soak.load import MixedLoad
 from p2p_ops.harness.workers import Workers
 from p2p_ops.lifecycle.context import FleetContext
 
-# LMCache 0.5.6 evicts from 80 % of L1 (`--eviction-trigger-watermark`); just below it is "full" here.
-WATERMARK = 0.75
+# Just below LMCache's eviction watermark is "full" here.
+WATERMARK = EVICTION_WATERMARK - 0.05
 # It then frees `--eviction-ratio` (20 %) of L1 at once: a fall that deep from a peak that high is that pass.
 EVICTING_FROM, EVICTION_DROP = 0.5, 0.1
 FILL_CHARS = 3000

@@ -1,0 +1,76 @@
+"""The one judge of *why*: the doctor's findings about the instances involved, ranked by how specific their
+evidence is, or "no cause confirmed" with what was seen.
+
+`test basic`, `test matrix` and the decision tree's likely cause all read it, so they cannot name different
+causes for one fleet. What a verb measured about its own request (the request failed, it hit the node's own
+L1, the answer differed) stays with that verb; every cause about the fleet comes from here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Collection, Optional
+
+from p2p_ops.diagnose.doctor import FleetFacts, run
+from p2p_ops.diagnose.findings import Finding, Report
+from p2p_ops.lifecycle.context import FleetContext
+
+# How specific a check's evidence is about *why*: 1 a state that many causes produce (a process down, a
+# Traceback, no RDMA device), 2 the symptom's own signature or a pressure gauge, 3 (every other check) a setting
+# or fact checked against what it must be, or a log line that names the reason. Check ids are the tree's
+# (`doctor:<check>` for the doctor's findings).
+_STATE_CHECKS = {"doctor:process", "doctor:server_http", "doctor:port_listening", "doctor:peer_count",
+                 "engines:health", "log:traceback", "node:rdma"}
+_SYMPTOM_CHECKS = {"log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
+                   "log:endpoint_timeout", "metric:l1_usage", "metric:active_lookup_jobs", "status:locks"}
+# Doctor findings that are true but explain no missed pull: a listener wider than loopback, the router's KV
+# events, a missing env.sh the doctor rendered in its place.
+_NOT_A_MISS = {"bind:wide", "kv_events", "env_file"}
+
+
+def specificity(check: str) -> int:
+    return 1 if check in _STATE_CHECKS else 2 if check in _SYMPTOM_CHECKS else 3
+
+
+def _names(subject: str, about: Collection[str]) -> bool:
+    """The finding's subject names one of `about` as a whole word (node-b does not match node-b-0)."""
+    return any(re.search(rf"(?<![\w-]){re.escape(a)}(?![\w-])", subject) for a in about)
+
+
+@dataclass
+class Judgement:
+    findings: list[Finding]                       # the doctor's problems, most specific first
+    seen: list[str] = field(default_factory=list)  # what it found fine, for an answer that confirms nothing
+
+    def top(self, about: Collection[str] = ()) -> Optional[Finding]:
+        """The most specific finding about these instances/nodes (or the whole fleet); all when `about` is empty."""
+        for f in self.findings:
+            if not about or f.subject in ("coordinator", "fleet") or _names(f.subject, about):
+                return f
+        return None
+
+    def cause(self, about: Collection[str] = ()) -> str:
+        f = self.top(about)
+        if f is not None:
+            return f"{f.subject}: {f.message} (seen: {f.value}); fix: {f.fix}"
+        return "no cause confirmed; evidence seen: " + ("; ".join(self.seen[:6]) or "nothing")
+
+
+def judgement(facts: FleetFacts, report: Report) -> Judgement:
+    """Rank a doctor report (pure): specificity, then errors before warnings, then the doctor's own order."""
+    problems = [f for f in report.problems if f.check not in _NOT_A_MISS]
+    ranked = sorted(problems, key=lambda f: (-specificity(f"doctor:{f.check}"), f.severity != "error"))
+    seen = [f"{f.check} {f.subject}: {f.message}" for f in report.findings if f.severity == "info"]
+    agreed = report.facts.get("agreed") or {}
+    if agreed:
+        seen.insert(0, "peers agree on " + ", ".join(f"{k}={v}" for k, v in sorted(agreed.items())))
+    if facts.any_running and not any(f.check in ("p2p_state", "registration") for f in problems):
+        seen.append("every running server is registered with the coordinator")
+    return Judgement(ranked, seen)
+
+
+def judge(ctx: FleetContext, reach: bool = True) -> Judgement:
+    """Gather the fleet's evidence once (the doctor's read) and rank what it found."""
+    facts, report = run(ctx, reach=reach)
+    return judgement(facts, report)

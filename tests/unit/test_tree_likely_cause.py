@@ -1,0 +1,76 @@
+"""The tree's likely cause rests on the most specific evidence, and checks that do not apply to a fleet say so.
+
+Issue 28's case: a local fleet whose server died with NIXL_ERR_BACKEND under `UCX_TLS=rc,cuda_copy` (no RDMA
+device). The dead process and its Traceback come first in the tree, but they say only *that* it failed; the
+likely cause must be the UCX_TLS finding, and "no RDMA device" is no problem on a fleet that is TCP by design.
+"""
+
+from __future__ import annotations
+
+from p2p_ops.diagnose.doctor.checks import check
+from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.tree import evidence, model, render, walk
+
+TREE = model.load_tree()
+
+
+class _Given(evidence.Evidence):
+    """Evidence whose doctor facts are given (no fleet to read), plus --log files."""
+
+    def __init__(self, facts: FleetFacts, logs=()):
+        super().__init__(None, TREE, tuple(logs))
+        self._given = (facts, check(facts))
+
+    def doctor(self):
+        return self._given
+
+
+def _fleet(address: str, tls: str, state: str = "dead") -> FleetFacts:
+    insts = [InstanceFacts("node-a-0", "node-a", address, env_file={"UCX_TLS": tls}, server_state=state),
+             InstanceFacts("node-b-0", "node-b", address, env_file={"UCX_TLS": tls}, server_state="running",
+                           pid=42, process_env={"UCX_TLS": tls})]
+    nodes = [NodeFacts("node-a", address, rdma_devices=0), NodeFacts("node-b", address, rdma_devices=0)]
+    return FleetFacts("f", "embedded", f"http://{address}:9300", "node-a", coordinator_state="running",
+                      coordinator_healthy=True, coordinator_instances=[], instances=insts, nodes=nodes)
+
+
+def _log(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                   "nixl_cu12._bindings.nixlBackendError: NIXL_ERR_BACKEND\n")
+    return log
+
+
+def test_the_setting_beats_the_dead_process_as_the_likely_cause(tmp_path):
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "server exits with NIXL_ERR_BACKEND"),
+                      _Given(_fleet("127.0.0.1", "rc,cuda_copy"), [_log(tmp_path)]))
+    steps = {s.id: s for s in d.steps}
+    assert steps["server-alive"].verdict == "problem"      # found, but it is the symptom, not the why
+    step, obs = d.likely()
+    assert (step.id, obs.check) == ("ucx-tls", "doctor:ucx_tls"), render.render_text(d)
+    assert "asks for RDMA transports but node" in obs.detail and "add tcp" in obs.fix
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "doctor:ucx_tls" and "mooncake" not in cause["cause"] + cause["fix"]
+    assert "mooncake" not in render.render_text(d)[-2]
+
+
+def test_rdma_readiness_is_not_applicable_on_a_loopback_fleet(tmp_path):
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "server exits with NIXL_ERR_BACKEND"),
+                      _Given(_fleet("127.0.0.1", "rc,cuda_copy"), [_log(tmp_path)]))
+    step = next(s for s in d.steps if s.id == "rdma-readiness")
+    assert step.verdict == "n/a" and all(o.status == "n/a" for o in step.observations)
+    assert "127.0.0.0/8" in step.observations[0].detail
+    assert "[not applicable]" in "\n".join(render.render_text(d))
+
+
+def test_rdma_readiness_is_not_applicable_when_every_server_asks_for_tcp(tmp_path):
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "slow pulls"), _Given(_fleet("198.18.0.2", "tcp,sm,self",
+                                                                                  state="running")))
+    step = next(s for s in d.steps if s.id == "transport")
+    assert [o.status for o in step.observations if o.check == "node:rdma"] == ["n/a", "n/a"]
+
+
+def test_no_rdma_device_is_still_a_problem_where_the_fleet_may_use_rdma():
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "single nic"), _Given(_fleet("198.18.0.2", "", state="running")))
+    step = next(s for s in d.steps if s.id == "rdma-present")
+    assert step.verdict == "problem"
