@@ -64,7 +64,7 @@ def cmd_rdma(args) -> int:
 
     if args.root and args.sysfs_root:
         raise BadInput("use --root (a whole snapshot tree) or --sysfs-root (a copy of /sys), not both")
-    if args.pid != "self" and not str(args.pid).isdigit():
+    if args.pid != "self" and not str(args.pid).isdecimal():
         raise BadInput(f"--pid {args.pid!r} must be a process id (e.g. the lmcache server's) or 'self'")
     host = HostView.snapshot(args.root) if args.root else HostView.local(args.sysfs_root)
     nixl = agent_lanes if host.live else None
@@ -277,14 +277,13 @@ def register(subparsers) -> None:
 
 def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
     """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
-    from p2p_ops.cli import EXIT_CODES_EPILOG
+    from p2p_ops.cli import finish
     from p2p_ops.errors import P2POpsError
 
-    parser = argparse.ArgumentParser(prog=prog, epilog=EXIT_CODES_EPILOG)
+    parser = argparse.ArgumentParser(prog=prog)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     register(sub)
-    for p in sub.choices.values():
-        p.epilog = f"{p.epilog} {EXIT_CODES_EPILOG}" if p.epilog else EXIT_CODES_EPILOG
+    finish(parser, " ")
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

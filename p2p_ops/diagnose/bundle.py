@@ -364,7 +364,11 @@ def default_path(ctx: FleetContext, stamp: str) -> Path:
 
 def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None:
     """`p2pctl explain` on the last saved request that missed the cache (a failed proof), if there is one."""
-    folder = latest_failed_run(ctx.layout.tests)
+    try:
+        folder = latest_failed_run(ctx.layout.tests)
+    except BadInput as exc:  # a saved run's prompts.jsonl of another shape: named, the bundle goes on
+        w.missing("explain", "p2pctl explain --run", str(exc))
+        return
     if folder is None:
         return
     progress(f"explaining the last request that missed the cache ({folder.name})")

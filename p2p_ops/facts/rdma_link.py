@@ -55,7 +55,7 @@ def _from_line(line: str) -> RdmaLink | None:
     device, _, port = words[1].rpartition("/")
     # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
     attrs = dict(zip(words[2::2], words[3::2], strict=False))
-    return RdmaLink(device, int(port) if port.isdigit() else 0, attrs.get("state", ""),
+    return RdmaLink(device, int(port) if port.isdecimal() else 0, attrs.get("state", ""),
                     attrs.get("physical_state", ""), attrs.get("netdev", ""), attrs)
 
 

@@ -76,14 +76,17 @@ def test_explain_messages_nested_too_deep_is_one_line(tmp_path, p2pctl):
 
 
 def test_bundle_survives_a_deep_prompts_jsonl(tmp_path):
-    from p2p_ops.diagnose.explain.prompt import latest_failed_run
-    from p2p_ops.errors import BadInput
+    from p2p_ops.diagnose import bundle
+    from p2p_ops.lifecycle.context import FleetContext
+    from tests.conftest import write_local_fleet
 
-    run = tmp_path / "tests" / "20261201T000000Z-basic"
-    run.mkdir(parents=True)
-    (run / "prompts.jsonl").write_text(DEEP + "\n")
-    with pytest.raises(BadInput, match="nested deeper"):
-        latest_failed_run(tmp_path / "tests")
+    with FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 1, name="deep")) as ctx:
+        run = ctx.layout.tests / "20261201T000000Z-basic"
+        run.mkdir(parents=True)
+        (run / "prompts.jsonl").write_text(DEEP + "\n")
+        manifest = bundle.collect(ctx, tmp_path / "b.tar.gz", with_doctor=True)
+    [why] = [u["error"] for u in manifest["unreachable"] if u["what"] == "explain"]
+    assert "prompts.jsonl" in why and "nested deeper" in why
 
 
 def test_rdma_root_with_a_non_ascii_digit_port_folder(tmp_path, capsys):
