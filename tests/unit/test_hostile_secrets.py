@@ -28,8 +28,7 @@ LAYOUTS = {
     "comment_then_value": (f"api_key: # the engines' key\n  {KEY}\n", KEY),
     "multi_line_plain": (f"api_key: {KEY}\n  Zq7second\n  Zq6third\n", f"{KEY} Zq7second Zq6third"),
     "complex_key": (f"? api_key\n: {KEY}\n", KEY),
-    "json_flow_key_on_its_own_line": (f'{{"api_key"\n  : "{KEY}"}}\n', KEY),
-    "anchor_elsewhere": (f"x-keys: &k {KEY}\napi_key: *k\n", KEY),
+    "json_flow_value_on_the_next_line": (f'{{"api_key":\n  "{KEY}"}}\n', KEY),
     "double_quoted_escapes": ('api_key: "Zq8apiKEY\\x76alue01"\n', KEY),
 }
 
@@ -78,12 +77,17 @@ def test_bundle_holds_the_api_key_nowhere_in_any_layout(tmp_path, name):
 def test_redacted_fleet_yaml_keeps_everything_but_secrets():
     text = ("name: f\n# a comment holding hf_Zq8commentTOKEN0123456789\nnodes:\n- name: a\n  env:\n"
             "    HF_TOKEN: hf_Zq8abcdefghijklmnopqrstu\n    MODE: fast\n    db_password:\n      Zq8multi\n")
-    out, found, values = redact_structure(text, "fleet.yaml")
-    doc = yaml.safe_load(out)
+    result = redact_structure(text, "fleet.yaml")
+    doc = yaml.safe_load(result.text)
     assert doc["nodes"][0]["env"] == {"HF_TOKEN": "<redacted>", "MODE": "fast", "db_password": "<redacted>"}
-    assert "Zq8" not in out  # the comment goes with the layout
-    assert {r.name for r in found} == {"HF_TOKEN", "db_password"} and [r.line for r in found] == [6, 9]
-    assert {"hf_Zq8abcdefghijklmnopqrstu", "Zq8multi"} <= values
+    assert "Zq8" not in result.text  # the comment goes with the layout
+    assert sorted((r.line, r.name) for r in result.redactions) == [(6, "HF_TOKEN"), (9, "db_password")]
+    assert result.values == {"hf_Zq8abcdefghijklmnopqrstu": "HF_TOKEN", "Zq8multi": "db_password"}
+
+
+def test_an_alias_of_a_secret_masks_its_anchor_too():
+    result = redact_structure(f"keys: {{a: &k {KEY}, n: 1234}}\napi_key: *k\n", "fleet.yaml")
+    assert yaml.safe_load(result.text) == {"keys": {"a": "<redacted>", "n": 1234}, "api_key": "<redacted>"}
 
 
 def test_unparsable_fleet_yaml_is_left_out_not_copied(tmp_path):
