@@ -11,9 +11,10 @@ Without RDMA netlink support the tool prints `Failed to open NETLINK_RDMA socket
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import CommandFact
 
 
@@ -63,8 +64,8 @@ def parse_rdma_link(text: str) -> RdmaLinks:
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            return _from_json(json.loads(stripped))
-        except (ValueError, TypeError):
+            return _from_json(files.parse_json(stripped, "rdma link -j"))
+        except (BadInput, TypeError):
             pass
     out = RdmaLinks()
     for line in stripped.splitlines():
