@@ -11,8 +11,11 @@ Layout inside `p2p-bundle-<fleet>-<UTC>/`::
     router/        env.sh  start_router.sh  router.log  status.json  workers.json  metrics.txt  (router.enabled)
     prometheus/    prometheus.yml  prometheus.log                                (if the fleet ran one)
 
-Every text passes through `redact.redact_text` in memory before anything is written; the tar holds only the
-redacted text and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
+Every text passes through `redact.redact_text` in memory before anything is written; fleet.yaml instead through
+`redact.redact_structure` (its parsed structure, so no YAML layout hides a secret; written back without its
+comments). Each secret value found anywhere, and the spec's `api_key`, is then scrubbed from every file by value
+(`redact.scrub_known`): a log that prints the key bare names no variable. The tar holds only the redacted text
+and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
 Parts that cannot be read (a stopped fleet, a missing tool, an unreachable node) are listed under
 `unreachable` instead of failing the bundle. Files the bundle will not read are listed under `refused` with the
 reason: a log or env.sh that is a symbolic link, a FIFO or a device, or one whose folder resolves outside the

@@ -1,7 +1,9 @@
 """Secret redaction for anything that leaves the host (debug bundles, reports, pasted logs).
 
 `redact_text(text, where)` returns the redacted text and a list of `Redaction(kind, where, line, name)` for the
-bundle manifest. A finding says *what* was removed and *where*, never the secret itself (not even a hash: short
+bundle manifest; `redact_structure` does the same for a YAML/JSON document from its parsed structure (no layout
+hides a value), and `scrub_known` removes secret values already known (from the spec, from another file) wherever
+they stand. A finding says *what* was removed and *where*, never the secret itself (not even a hash: short
 passwords would be guessable from one).
 
 A rule finds where a secret *starts*; a scanner then follows the value to its real end the way the consumer of
@@ -31,15 +33,14 @@ import bisect
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Callable, Iterator
 
 import yaml
 
 from p2p_ops.diagnose.redact_names import harmless, is_secret_name
 
-__all__ = ["MASK", "Redaction", "RedactionResult", "is_secret_name", "manifest_entries", "redact_file",
-           "redact_structure", "redact_text", "scrub_known"]
+__all__ = ["MASK", "Redaction", "RedactionResult", "is_secret_name", "manifest_entries", "redact_structure",
+           "redact_text", "scrub_known"]
 
 MASK = "<redacted>"
 
@@ -604,13 +605,6 @@ def _mask_values(node: yaml.Node, name: str, where: str, result: RedactionResult
 
 def _set(node: yaml.ScalarNode, value: str) -> None:
     node.value, node.tag, node.style = value, _STR, None  # a masked 1234 is text now, not an int
-
-
-def redact_file(path: Path, where: str | None = None) -> RedactionResult:
-    """Redact a text file's content (the file itself is not changed); binary-ish bytes are replaced, not kept."""
-    from p2p_ops import files
-
-    return redact_text(files.read_text(path), where or str(path))
 
 
 def manifest_entries(redactions: list[Redaction]) -> list[dict]:

@@ -47,7 +47,10 @@ def from_messages(path: str) -> PromptSpec:
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"--messages {path}: no such file; give a JSON list of {{role, content}} objects")
-    messages = files.read_json(p, PROMPT_CAP, "give a list of {role, content} objects")
+    try:
+        messages = files.read_json(p, PROMPT_CAP, "give a list of {role, content} objects")
+    except BadInput as exc:
+        raise BadInput(f"--messages {exc}") from None
     if isinstance(messages, dict) and isinstance(messages.get("messages"), list):
         messages = messages["messages"]
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
