@@ -8,6 +8,8 @@ folders, specs, reports. Every layer uses it; a refusal is one line naming the p
   it: a link at the target is replaced, its target never touched.
 - Run folders are trusted only when they are ours: `private_dir` makes them 0700 (each folder it creates
   too) and refuses a link, or a folder another user owns; `check_trusted` also refuses one others can write.
+- `parse_json`/`read_json` read JSON the toolkit did not write in this call: nested at most `JSON_DEPTH` levels
+  (every walker after it recurses), so a crafted document is one line, never a RecursionError.
 - `check_tree(root)` vets a snapshot tree before anything reads it: no link out of it, no FIFO or device, no
   loop, bounded in size and depth.
 """
@@ -15,13 +17,17 @@ folders, specs, reports. Every layer uses it; a refusal is one line naming the p
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from p2p_ops.errors import BadInput
 
 DEFAULT_CAP = 64 << 20
+# Deeper than any document the toolkit writes (a report or snapshot is a handful of levels).
+JSON_DEPTH = 64
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
           (stat.S_ISLNK, "a symbolic link"))
@@ -234,3 +240,28 @@ def _check_entry(path: Path, entry: os.DirEntry, real_root: str, root: Path, lis
         return
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise Refused(path, f"is {kind(st.st_mode)}, not a regular file; a snapshot holds only files and folders")
+
+
+def parse_json(text: str, where: str, fix: str = "") -> Any:
+    """JSON text; malformed or nested deeper than JSON_DEPTH is one BadInput line naming `where` (and `fix`)."""
+    tail = f"; {fix}" if fix else ""
+    too_deep = BadInput(f"{where}: JSON nested deeper than {JSON_DEPTH} levels; not a file p2pctl wrote{tail}")
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:
+        raise BadInput(f"{where}: is not valid JSON ({exc}){tail}") from None
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (list, dict)):
+            if depth > JSON_DEPTH:
+                raise too_deep
+            stack += [(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+    return doc
+
+
+def read_json(path: str | Path, cap: int = DEFAULT_CAP, fix: str = "", **kw) -> Any:
+    """`read_text` (same cap and refusals) then `parse_json`, naming the path."""
+    return parse_json(read_text(path, cap, **kw), str(path), fix)

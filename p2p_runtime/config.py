@@ -89,7 +89,7 @@ def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
     if host in ("*", "0.0.0.0", "::", ""):
         raise KVEventsConfigError(f"kv-events-config {key} {endpoint!r} binds every interface; "
                                   f"name the address to bind (127.0.0.1 or the node address)")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port.isdecimal() or not 0 < int(port) < 65536:
         raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got "
                                   f"{endpoint!r}")
     return host, int(port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 
@@ -64,12 +65,22 @@ class _Paragraphs(argparse.HelpFormatter):
         return "\n\n".join(super(_Paragraphs, self)._fill_text(p, width, indent) for p in text.split("\n\n"))
 
 
-def _add_epilogs(parser: argparse.ArgumentParser) -> None:
-    """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line."""
-    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
+def finite_float(text: str) -> float:
+    """`type=float` of every flag: a size, a time or a ratio is a finite number; float() also reads nan and inf."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; give one such as 8 or 0.5")
+    return value
+
+
+def finish(parser: argparse.ArgumentParser, epilog_sep: str = "\n\n") -> None:
+    """Every --help ends with the exit codes (a parser's own epilog keeps its text and gains the line), and
+    every `type=float` flag refuses nan and infinities."""
+    parser.epilog = f"{parser.epilog}{epilog_sep}{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
     parser.formatter_class = _Paragraphs
+    parser.register("type", float, finite_float)
     for sub in _subparsers(parser):
-        _add_epilogs(sub)
+        finish(sub, epilog_sep)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
-    _add_epilogs(parser)
+    finish(parser)
     return parser
 
 

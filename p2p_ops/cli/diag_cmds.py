@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from p2p_ops import files
 from p2p_ops.diagnose.findings import Report
@@ -63,7 +64,7 @@ def cmd_rdma(args) -> int:
 
     if args.root and args.sysfs_root:
         raise BadInput("use --root (a whole snapshot tree) or --sysfs-root (a copy of /sys), not both")
-    if args.pid != "self" and not str(args.pid).isdigit():
+    if args.pid != "self" and not str(args.pid).isdecimal():
         raise BadInput(f"--pid {args.pid!r} must be a process id (e.g. the lmcache server's) or 'self'")
     host = HostView.snapshot(args.root) if args.root else HostView.local(args.sysfs_root)
     nixl = agent_lanes if host.live else None
@@ -123,10 +124,10 @@ def _load_snapshot(path: str, flag: str):
     from p2p_ops.diagnose.rails import Snapshot
 
     try:
-        return Snapshot.from_dict(json.loads(files.read_text(path, 16 << 20)))
-    except files.Refused as exc:
+        return Snapshot.from_dict(files.read_json(path, 16 << 20, "give a file --save-snapshot wrote"))
+    except BadInput as exc:
         raise BadInput(f"{flag} {exc}") from None
-    except ValueError as exc:  # json.JSONDecodeError included
+    except ValueError as exc:
         raise BadInput(f"{flag} {path}: not a rail snapshot ({exc})") from None
 
 
@@ -177,6 +178,15 @@ def _rails_table(report: Report) -> list[str]:
 
 # --- p2pctl ucx-trace --------------------------------------------------------------------------------------
 
+def read_stdin(stream: BinaryIO, cap: int) -> str:
+    """At most `cap` bytes of a pipe, as text: one that goes on (`yes | p2pctl ucx-trace -`) is refused there."""
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise BadInput(f"stdin: more than the {cap:,} bytes ucx-trace reads; save the log to a file and pass a "
+                       "part of it")
+    return data.decode("utf-8", errors="replace")
+
+
 def cmd_ucx_trace(args) -> int:
     from p2p_ops.diagnose.traces import render_endpoints, trace_report
     from p2p_ops.facts.ucx_trace import parse_traces
@@ -184,7 +194,7 @@ def cmd_ucx_trace(args) -> int:
     texts = []
     for name in args.files:
         if name == "-":
-            texts.append(("<stdin>", sys.stdin.read()))
+            texts.append(("<stdin>", read_stdin(sys.stdin.buffer, TRACE_CAP)))
             continue
         try:
             texts.append((name, files.read_text(name, TRACE_CAP)))
@@ -267,14 +277,13 @@ def register(subparsers) -> None:
 
 def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
     """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
-    from p2p_ops.cli import EXIT_CODES_EPILOG
+    from p2p_ops.cli import finish
     from p2p_ops.errors import P2POpsError
 
-    parser = argparse.ArgumentParser(prog=prog, epilog=EXIT_CODES_EPILOG)
+    parser = argparse.ArgumentParser(prog=prog)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     register(sub)
-    for p in sub.choices.values():
-        p.epilog = f"{p.epilog} {EXIT_CODES_EPILOG}" if p.epilog else EXIT_CODES_EPILOG
+    finish(parser, " ")
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

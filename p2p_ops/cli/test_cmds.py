@@ -23,7 +23,7 @@ from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.status import require_ready
 from p2p_ops.observe.matrix_plot import cell_text
-from p2p_ops.observe.report import build_report, overall_passed
+from p2p_ops.observe.report import Report, build_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -288,8 +288,7 @@ def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetCo
             if run is not None:
                 _partial_report(run.path)
             raise
-    summary = build_report(run.path)
-    return _verdict(args, summary, run.path)
+    return _verdict(args, build_report(run.path), run.path)
 
 
 def _partial_report(run_dir: Path) -> None:
@@ -369,12 +368,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return _verdict(args, build_report(run_dir), run_dir)
 
 
-def _verdict(args: argparse.Namespace, summary: Path, run_dir: Path) -> int:
-    ok = overall_passed(summary)
+def _verdict(args: argparse.Namespace, report: Report, run_dir: Path) -> int:
+    ok = report.passed
     if args.json:
-        emit_json({"run_dir": str(run_dir), "report": str(summary), "passed": ok})
+        emit_json({"run_dir": str(run_dir), "report": str(report.summary), "passed": ok})
     else:
-        console.print(f"report: {summary}", soft_wrap=True)
+        console.print(f"report: {report.summary}", soft_wrap=True)
         console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 

@@ -11,8 +11,11 @@ Layout inside `p2p-bundle-<fleet>-<UTC>/`::
     router/        env.sh  start_router.sh  router.log  status.json  workers.json  metrics.txt  (router.enabled)
     prometheus/    prometheus.yml  prometheus.log                                (if the fleet ran one)
 
-Every text passes through `redact.redact_text` in memory before anything is written; the tar holds only the
-redacted text and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
+Every text passes through `redact.redact_text` in memory before anything is written; fleet.yaml instead through
+`redact.redact_structure` (its parsed structure, so no YAML layout hides a secret; written back without its
+comments). Each secret value found anywhere, and the spec's `api_key`, is then scrubbed from every file by value
+(`redact.scrub_known`): a log that prints the key bare names no variable. The tar holds only the redacted text
+and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
 Parts that cannot be read (a stopped fleet, a missing tool, an unreachable node) are listed under
 `unreachable` instead of failing the bundle. Files the bundle will not read are listed under `refused` with the
 reason: a log or env.sh that is a symbolic link, a FIFO or a device, or one whose folder resolves outside the
@@ -36,7 +39,8 @@ from p2p_ops import files
 from p2p_ops.connectors.base import Result
 from p2p_ops.diagnose import doctor, explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
-from p2p_ops.diagnose.redact import Redaction, manifest_entries, redact_text
+from p2p_ops.diagnose.redact import (Redaction, RedactionResult, manifest_entries, redact_structure,
+                                     redact_text, scrub_known)
 from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
 from p2p_ops.facts import TOOL_LABELS, node_facts
@@ -93,12 +97,29 @@ class BundleWriter:
     redactions: list[Redaction] = field(default_factory=list)
     unreachable: list[Unreachable] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
+    # Secret values the tool knows (the spec's, and each one masked in any file) -> their name: `write` removes
+    # them from every file, where a log prints one bare (`used key Zq8x...`).
+    known: dict[str, str] = field(default_factory=dict)
 
     def add_text(self, path: str, text: str, what: str, source: str, truncated: bool = False) -> None:
-        result = redact_text(text, where=path)
+        self._add(path, redact_text(text, where=path), what, source, truncated)
+
+    def add_spec(self, path: str, text: str, source: str) -> None:
+        """A fleet spec, redacted from its parsed structure (every YAML layout of a secret); one that does not
+        parse is left out, not copied."""
+        try:
+            result = redact_structure(text, path)
+        except BadInput as exc:
+            self.missing("the fleet spec", source, f"not copied: {exc}")
+            return
+        self._add(path, result, "the fleet spec, written back from its parsed structure with secrets masked "
+                                "(comments and layout not kept)", source, False)
+
+    def _add(self, path: str, result: RedactionResult, what: str, source: str, truncated: bool) -> None:
         data = result.text.encode("utf-8", errors="replace")
         self.files[path] = data
         self.redactions += result.redactions
+        self.known.update(result.values)
         self.entries.append(FileEntry(path, what, source, len(data), len(result.redactions), truncated))
 
     def add_json(self, path: str, obj: Any, what: str, source: str) -> None:
@@ -111,6 +132,24 @@ class BundleWriter:
         self.redactions += part.redactions
         self.unreachable += part.unreachable
         self.refused += part.refused
+        self.known.update(part.known)
+
+    def scrub_known(self) -> None:
+        """Remove every known secret value from every file, wherever it was learnt (files before env.sh too)."""
+        counts = {}
+        for path, data in self.files.items():
+            result = scrub_known(data.decode("utf-8"), self.known, path)
+            if result.redactions:
+                self.files[path] = result.text.encode("utf-8")
+                self.redactions += result.redactions
+                counts[path] = len(result.redactions)
+        for entry in self.entries:
+            entry.redactions += counts.get(entry.path, 0)
+            entry.bytes = len(self.files.get(entry.path, b""))
+        for item in self.unreachable:
+            item.error = scrub_known(item.error, self.known, "manifest").text
+        for item in self.refused:
+            item.reason = scrub_known(item.reason, self.known, "manifest").text
 
     def refuse(self, what: str, source: str, reason: str) -> None:
         self.refused.append(Refusal(what, source, redact_text(reason, "manifest").text[:500]))
@@ -133,6 +172,7 @@ class BundleWriter:
         }
 
     def write(self, out: Path, extra: dict, force: bool = False) -> dict:
+        self.scrub_known()
         manifest = self.manifest(extra)
         out.parent.mkdir(parents=True, exist_ok=True)
         # A fresh private temp file (O_EXCL, 0600): a planted `<out>.tmp` symlink is never followed.
@@ -358,7 +398,11 @@ def default_path(ctx: FleetContext, stamp: str) -> Path:
 
 def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None:
     """`p2pctl explain` on the last saved request that missed the cache (a failed proof), if there is one."""
-    folder = latest_failed_run(ctx.layout.tests)
+    try:
+        folder = latest_failed_run(ctx.layout.tests)
+    except BadInput as exc:  # a saved run's prompts.jsonl of another shape: named, the bundle goes on
+        w.missing("explain", "p2pctl explain --run", str(exc))
+        return
     if folder is None:
         return
     progress(f"explaining the last request that missed the cache ({folder.name})")
@@ -380,7 +424,9 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(out) if out else default_path(ctx, stamp)
     w = BundleWriter(f"p2p-bundle-{ctx.fleet.name}-{stamp}")
-    w.add_text("fleet.yaml", files.read_text(ctx.fleet_file, 4 << 20), "the fleet spec", str(ctx.fleet_file))
+    if ctx.fleet.api_key:
+        w.known[ctx.fleet.api_key] = "api_key"
+    w.add_spec("fleet.yaml", files.read_text(ctx.fleet_file, 4 << 20), str(ctx.fleet_file))
     states: dict[str, str] = {}
     for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), ctx.procs(n))).items():
         if isinstance(res, Exception):

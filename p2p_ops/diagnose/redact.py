@@ -1,7 +1,9 @@
 """Secret redaction for anything that leaves the host (debug bundles, reports, pasted logs).
 
 `redact_text(text, where)` returns the redacted text and a list of `Redaction(kind, where, line, name)` for the
-bundle manifest. A finding says *what* was removed and *where*, never the secret itself (not even a hash: short
+bundle manifest; `redact_structure` does the same for a YAML/JSON document from its parsed structure (no layout
+hides a value), and `scrub_known` removes secret values already known (from the spec, from another file) wherever
+they stand. A finding says *what* was removed and *where*, never the secret itself (not even a hash: short
 passwords would be guessable from one).
 
 A rule finds where a secret *starts*; a scanner then follows the value to its real end the way the consumer of
@@ -29,15 +31,16 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Callable, Iterator
+
+import yaml
 
 from p2p_ops.diagnose.redact_names import harmless, is_secret_name
 
-__all__ = ["MASK", "Redaction", "RedactionResult", "is_secret_name", "manifest_entries", "redact_file",
-           "redact_text"]
+__all__ = ["MASK", "Redaction", "RedactionResult", "is_secret_name", "manifest_entries", "redact_structure",
+           "redact_text", "scrub_known"]
 
 MASK = "<redacted>"
 
@@ -54,6 +57,7 @@ class Redaction:
 class RedactionResult:
     text: str
     redactions: list[Redaction]
+    values: dict[str, str] = field(default_factory=dict)  # each secret removed -> its name; never written out
 
 
 # ------------------------------------------------------------------------------------------------ indexes
@@ -492,7 +496,7 @@ def _mask(secret: str) -> str:
 
 
 def redact_text(text: str, where: str = "<text>") -> RedactionResult:
-    out, pos, found = [], 0, []
+    out, pos, found, values = [], 0, [], {}
     line, counted = 1, 0
     for start, end, kind, name in _spans(text):
         out += [text[pos:start], _mask(text[start:end])]
@@ -502,15 +506,105 @@ def redact_text(text: str, where: str = "<text>") -> RedactionResult:
         line += text.count("\n", counted, start)
         counted = start
         found.append(Redaction(kind, where, line, name))
+        values[text[start:end]] = name or kind
+    out.append(text[pos:])
+    return RedactionResult("".join(out), found, values)
+
+
+# ---- secrets known by value: removed wherever they appear, under any name or none ---------------------------
+
+# Shorter values would mask half of any log: below 8 characters a value goes only where it stands as a word,
+# and one of digits only not at all (it would mask ports, PIDs and counts; such a password protects nothing).
+KNOWN_MIN = 4
+
+
+def scrub_known(text: str, known: dict[str, str], where: str) -> RedactionResult:
+    """Every occurrence of a secret value the tool knows (the spec's api_key, a value masked in another file)
+    in `text`, whatever surrounds it: `used key Zq8x...` in a log names no variable a rule could see."""
+    pattern, names = _known_pattern(tuple(sorted(known.items())))
+    if pattern is None:
+        return RedactionResult(text, [])
+    out, pos, found, line = [], 0, [], 1
+    for m in pattern.finditer(text):
+        out += [text[pos:m.start()], MASK]
+        line += text.count("\n", pos, m.start())
+        pos = m.end()
+        found.append(Redaction("known_secret", where, line, names.get(m.group(), "")))
     out.append(text[pos:])
     return RedactionResult("".join(out), found)
 
 
-def redact_file(path: Path, where: str | None = None) -> RedactionResult:
-    """Redact a text file's content (the file itself is not changed); binary-ish bytes are replaced, not kept."""
-    from p2p_ops import files
+@lru_cache(maxsize=4)
+def _known_pattern(known: tuple[tuple[str, str], ...]) -> tuple[re.Pattern | None, dict[str, str]]:
+    """One alternation of every known value (and each line of a multi-line one), longest first."""
+    names = {piece.strip(): name for value, name in known for piece in (value, *value.splitlines())
+             if len(piece.strip()) >= KNOWN_MIN and MASK not in piece
+             and not (len(piece.strip()) < 8 and piece.strip().isdecimal())}
+    ordered = sorted(names, key=lambda v: (-len(v), v))
+    long = [re.escape(v) for v in ordered if len(v) >= 8]
+    short = [re.escape(v) for v in ordered if len(v) < 8]
+    parts = long + ([rf"(?<![\w-])(?:{'|'.join(short)})(?![\w-])"] if short else [])
+    return (re.compile("|".join(parts)) if parts else None), names
 
-    return redact_text(files.read_text(path), where or str(path))
+
+# ---- a structured document (fleet.yaml) is redacted from what a YAML reader sees, not from its lines --------
+
+_STR = "tag:yaml.org,2002:str"
+
+
+def redact_structure(text: str, where: str) -> RedactionResult:
+    """A YAML (or JSON) document redacted from its parsed structure and written back from it: every value under
+    a secret name in any layout (on the next line, after a comment, folded over lines, under a `? key`, in JSON
+    flow, an alias of a value anchored elsewhere) and whatever `redact_text` finds in any other value. Comments
+    and layout are not kept (a comment can hold a secret too). Not YAML: BadInput, and nothing of it is copied."""
+    from p2p_ops.spec.strict_yaml import compose
+
+    root = compose(text, where)
+    result = RedactionResult("", [])
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            found = redact_text(node.value, where)
+            if found.redactions:
+                _set(node, found.text)
+                result.values.update(found.values)
+                result.redactions += [Redaction(r.kind, where, node.start_mark.line + r.line, r.name)
+                                      for r in found.redactions]
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else ""
+                if is_secret_name(name):
+                    _mask_values(value, name, where, result)
+                stack += [key, value]
+        else:
+            stack += node.value
+    header = "# written back from the parsed spec with its secrets masked; comments and layout are not kept\n"
+    result.text = header + (yaml.serialize(root, Dumper=yaml.SafeDumper, allow_unicode=True) if root else "")
+    return result
+
+
+def _mask_values(node: yaml.Node, name: str, where: str, result: RedactionResult) -> None:
+    """Every scalar value under a secret name (a mapping's keys stay: they name, they do not unlock)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode) and not harmless(name, node.value):
+            result.values[node.value] = name
+            result.redactions.append(Redaction("secret_field", where, node.start_mark.line + 1, name))
+            _set(node, MASK)
+        elif isinstance(node, yaml.MappingNode):
+            stack += [value for _, value in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+
+
+def _set(node: yaml.ScalarNode, value: str) -> None:
+    node.value, node.tag, node.style = value, _STR, None  # a masked 1234 is text now, not an int
 
 
 def manifest_entries(redactions: list[Redaction]) -> list[dict]:

@@ -174,7 +174,7 @@ def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
         if not isinstance(a, dict) or a.get("type") != "P2PL2Adapter":
             continue
         host, _, port = str(a.get("peer_mq_server_url", "")).rpartition("://")[2].rpartition(":")
-        if port.isdigit():
+        if port.isdecimal():
             out.append((host, int(port), a))
     return out
 

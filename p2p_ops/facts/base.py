@@ -80,7 +80,7 @@ class RecordedRunner:
             return Result(where, shlex.join(argv), EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
         rc_path = self.directory / f"{name}.rc"
         rc_text = files.read_text(rc_path, 64).strip() if rc_path.exists() else "0"
-        rc = int(rc_text) if rc_text.lstrip("-").isdigit() else 1
+        rc = int(rc_text) if rc_text.lstrip("-").isdecimal() else 1
         return Result(where, shlex.join(argv), rc, files.read_text(path, RECORDING_CAP), "")
 
 

@@ -23,6 +23,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
+from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import CommandFact
 
 MARK = "@@p2p-keys "
@@ -81,8 +83,8 @@ def parse_chunk_keys(text: str) -> ChunkKeys:
     for line in reversed(text.splitlines()):
         if line.startswith(MARK):
             try:
-                data = json.loads(line[len(MARK):])
-            except ValueError:
+                data = files.parse_json(line[len(MARK):], "the hasher")
+            except BadInput:
                 break
             return ChunkKeys(int(data["chunks"]), data.get("none_hash"), bool(data.get("builtin_hash")),
                              list(data.get("keys") or []))

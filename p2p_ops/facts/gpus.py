@@ -27,7 +27,7 @@ class Gpu:
 
 def _int_or_none(value: str) -> Optional[int]:
     value = value.strip()
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isdecimal() else None
 
 
 def parse_gpus(text: str) -> Optional[list[Gpu]]:
@@ -37,7 +37,7 @@ def parse_gpus(text: str) -> Optional[list[Gpu]]:
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 2 or not parts[0].isdigit():
+        if len(parts) < 2 or not parts[0].isdecimal():
             continue  # "No devices were found", driver errors: no GPU rows
         parts += [""] * (6 - len(parts))
         gpus.append(Gpu(int(parts[0]), parts[1], _int_or_none(parts[2]), _int_or_none(parts[3]), parts[4],

@@ -75,7 +75,7 @@ def split_prefixed(value: str | None) -> tuple[int | None, str]:
     if value is None:
         return None, ""
     code, sep, name = value.partition(":")
-    if sep and code.strip().lstrip("-").isdigit():
+    if sep and code.strip().lstrip("-").isdecimal():
         return int(code), name.strip()
     return None, value.strip()
 

@@ -74,7 +74,7 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfo:
         if not sep:
             continue
         key, value = key.strip(), value.strip()
-        if key == "port" and value.isdigit():
+        if key == "port" and value.isdecimal():
             port = IbPort(port=int(value))
             device.ports.append(port)
         elif port is not None:

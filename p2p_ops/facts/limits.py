@@ -46,7 +46,7 @@ def parse_ulimit_l(text: str) -> Memlock:
     """`<soft> [<hard>]`, each `unlimited` or KiB (one value: a recording of plain `ulimit -l`)."""
     line = text.strip().splitlines()[-1].strip() if text.strip() else ""
     parts = line.split()
-    if len(parts) not in (1, 2) or not all(p == "unlimited" or p.isdigit() for p in parts):
+    if len(parts) not in (1, 2) or not all(p == "unlimited" or p.isdecimal() for p in parts):
         return Memlock(source="ulimit -l", error=f"unexpected `ulimit -l` output: {line!r}")
     soft = _bytes(parts[0], 1024)
     return Memlock(soft, _bytes(parts[-1], 1024), "ulimit -l")

@@ -75,7 +75,7 @@ def parse_sessions(text: str) -> dict[int, int]:
     out = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+        if len(parts) == 2 and parts[0].isdecimal() and parts[1].isdecimal():
             out[int(parts[0])] = int(parts[1])
     return out
 

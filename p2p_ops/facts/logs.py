@@ -145,7 +145,7 @@ def parse_file_copy(text: str) -> FileCopy:
     if (why := refusal(text)) is not None:
         return FileCopy(True, refused=why)
     size_line, _, body = text.partition("\n")
-    size = int(size_line.strip()) if size_line.strip().isdigit() else len(body)
+    size = int(size_line.strip()) if size_line.strip().isdecimal() else len(body)
     return FileCopy(True, size, strip_ansi(body))
 
 

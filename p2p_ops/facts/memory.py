@@ -26,7 +26,7 @@ def parse_meminfo(text: str) -> Optional[Memory]:
     for line in text.splitlines():
         name, _, rest = line.partition(":")
         parts = rest.split()
-        if name in ("MemTotal", "MemAvailable") and parts and parts[0].isdigit():
+        if name in ("MemTotal", "MemAvailable") and parts and parts[0].isdecimal():
             kib[name] = int(parts[0])
     if len(kib) < 2:
         return None

@@ -54,7 +54,7 @@ def parse_pid_states(text: str, count: int) -> list[PidState]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] in STATES:
-            out.append(PidState(parts[0], int(parts[1]) if parts[1].isdigit() else None))
+            out.append(PidState(parts[0], int(parts[1]) if parts[1].isdecimal() else None))
     return (out + [PidState("none", None)] * count)[:count]
 
 

@@ -51,9 +51,9 @@ def parse_usage(text: str) -> dict[int, Usage]:
     acc: dict[int, list[int]] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 4 and parts[0] == "tck" and parts[1].isdigit() and parts[3].isdigit():
+        if len(parts) == 4 and parts[0] == "tck" and parts[1].isdecimal() and parts[3].isdecimal():
             tck, page = int(parts[1]) or 100, int(parts[3]) or 4096
-        elif len(parts) == 10 and parts[0] == "proc" and all(p.isdigit() for p in parts[1:]):
+        elif len(parts) == 10 and parts[0] == "proc" and all(p.isdecimal() for p in parts[1:]):
             sid, _pid, ut, st, threads, rss, fds, anon, shmem = (int(p) for p in parts[1:])
             a = acc.setdefault(sid, [0] * 7)
             for i, v in enumerate((1, rss * page, anon * 1024, shmem * 1024, fds, threads, ut + st)):
@@ -84,9 +84,9 @@ def parse_threads(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         parts = line.split(maxsplit=3)
-        if len(parts) == 2 and parts[0] == "tck" and parts[1].isdigit():
+        if len(parts) == 2 and parts[0] == "tck" and parts[1].isdecimal():
             tck = int(parts[1]) or 100
-        elif len(parts) == 4 and parts[0] == "thread" and parts[1].isdigit() and parts[2].isdigit():
+        elif len(parts) == 4 and parts[0] == "thread" and parts[1].isdecimal() and parts[2].isdecimal():
             out[parts[3].strip()] = out.get(parts[3].strip(), 0.0) + int(parts[2])
     return {name: round(ticks / tck, 2) for name, ticks in out.items()}
 

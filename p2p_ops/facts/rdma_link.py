@@ -11,9 +11,10 @@ Without RDMA netlink support the tool prints `Failed to open NETLINK_RDMA socket
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import CommandFact
 
 
@@ -55,7 +56,7 @@ def _from_line(line: str) -> RdmaLink | None:
     device, _, port = words[1].rpartition("/")
     # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
     attrs = dict(zip(words[2::2], words[3::2], strict=False))
-    return RdmaLink(device, int(port) if port.isdigit() else 0, attrs.get("state", ""),
+    return RdmaLink(device, int(port) if port.isdecimal() else 0, attrs.get("state", ""),
                     attrs.get("physical_state", ""), attrs.get("netdev", ""), attrs)
 
 
@@ -63,8 +64,8 @@ def parse_rdma_link(text: str) -> RdmaLinks:
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            return _from_json(json.loads(stripped))
-        except (ValueError, TypeError):
+            return _from_json(files.parse_json(stripped, "rdma link -j"))
+        except (BadInput, TypeError):
             pass
     out = RdmaLinks()
     for line in stripped.splitlines():

@@ -29,7 +29,7 @@ def parse_reach(text: str, source: str) -> list[Reach]:
     out = []
     for line in text.splitlines():
         parts = line.split(maxsplit=3)
-        if len(parts) == 4 and parts[0] in ("ok", "fail") and parts[2].isdigit():
+        if len(parts) == 4 and parts[0] in ("ok", "fail") and parts[2].isdecimal():
             out.append(Reach(source, parts[3], parts[1], int(parts[2]), parts[0] == "ok"))
     return out
 

@@ -48,7 +48,7 @@ def parse_sections(output: str) -> dict[str, tuple[int, str]]:
             label, lines = line[len(SECTION) + 1:].rstrip("\r"), []
         elif line.startswith(RC + " ") and label is not None:
             rc = line[len(RC) + 1:].strip()
-            found[label] = (int(rc) if rc.lstrip("-").isdigit() else CUT_SHORT, "\n".join(lines).strip("\n"))
+            found[label] = (int(rc) if rc.lstrip("-").isdecimal() else CUT_SHORT, "\n".join(lines).strip("\n"))
             label, lines = None, []
         elif label is not None:
             lines.append(line)

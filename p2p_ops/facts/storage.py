@@ -26,7 +26,7 @@ def parse_df(text: str) -> Optional[Disk]:
     """`df -Pk PATH`: the POSIX format, sizes in KiB, one data line (long device names do not wrap)."""
     for line in text.splitlines()[1:]:
         parts = line.split()
-        if len(parts) >= 6 and parts[1].isdigit() and parts[3].isdigit():
+        if len(parts) >= 6 and parts[1].isdecimal() and parts[3].isdecimal():
             return Disk(" ".join(parts[5:]), int(parts[1]) * 1024, int(parts[3]) * 1024)
     return None
 

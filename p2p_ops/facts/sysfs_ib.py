@@ -30,9 +30,9 @@ def _read_gids(port_dir: Path) -> list[Gid]:
     gid_dir = port_dir / "gids"
     if not gid_dir.is_dir():
         return gids
-    for entry in sorted(gid_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 1 << 30):
+    for entry in sorted(gid_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdecimal() else 1 << 30):
         value = read_sysfs(entry)
-        if not entry.name.isdigit() or not value or value == _ZERO_GID:
+        if not entry.name.isdecimal() or not value or value == _ZERO_GID:
             continue
         idx = entry.name
         gids.append(Gid(
@@ -78,7 +78,7 @@ def read_ib_device(dev_dir: Path) -> IbDevice:
         device.netdevs = sorted(p.name for p in net_dir.iterdir())
     ports_dir = dev_dir / "ports"
     if ports_dir.is_dir():
-        port_dirs = sorted((p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        port_dirs = sorted((p for p in ports_dir.iterdir() if p.name.isdecimal()), key=lambda p: int(p.name))
         device.ports = [read_ib_port(p) for p in port_dirs]
     return device
 
@@ -134,7 +134,7 @@ def parse_sysfs_ib_grep(text: str) -> list[IbDevice]:
         dev = devices.setdefault(m[1], IbDevice(m[1]))
         attr, value = m[2], m[3].strip()
         if attr == "device/numa_node":
-            dev.numa_node = int(value) if value.lstrip("-").isdigit() else None
+            dev.numa_node = int(value) if value.lstrip("-").isdecimal() else None
             continue
         pm = re.fullmatch(r"ports/(\d+)/(state|link_layer|rate)", attr)
         if pm:

@@ -29,7 +29,16 @@ _ENV = re.compile(r"^UCX_\* env variables?: (.*)$")
 _AGENT = re.compile(r"Initialized NIXL agent: (\S+)")
 _DATA_OPS = ("ucp_get", "ucp_put", "rendezvous data")
 # `ucx_info -e` endpoint dump: `lane[1]:  5:cma/memory.0 md[4]  -> md[4]/cma/sysdev[255] rma_bw#0`
-_DUMP_LANE = re.compile(r"^#\s+lane\[\d+\]:\s+\d+:(?P<lane>\S+?)\.\d+\s.*->\s*\S+\s+(?P<uses>.*)$")
+_DUMP_LANE = re.compile(r"^#\s+lane\[\d+\]:\s+\d+:(?P<lane>\S+?)\.\d+\s")
+
+
+def dump_lane(line: str) -> tuple[str, str] | None:
+    """(lane, uses) of a `ucx_info -e` lane line. What follows its last `->` is split, not matched by a regex:
+    `.*->` followed by more patterns backtracks over every `->` of the line (22 s for one crafted line)."""
+    m = _DUMP_LANE.match(line)
+    before, arrow, after = line[m.end():].rpartition("->") if m else ("", "", "")
+    target_uses = after.split(None, 1)
+    return (m["lane"], target_uses[1]) if arrow and len(target_uses) == 2 else None
 
 
 def lane_class(lane: str) -> str:
@@ -209,8 +218,8 @@ def parse_trace(text: str, source: str = "<input>", collector: _Collector | None
             col.ucx(ucx, where)
         elif (nixl := parse_nixl_line(raw)) is not None:
             col.nixl(nixl, where)
-        elif dump := _DUMP_LANE.match(raw):
-            col.dump_lane(dump["lane"], dump["uses"])
+        elif dump := dump_lane(raw):
+            col.dump_lane(*dump)
         else:
             continue
         col.summary.lines_understood += 1

@@ -84,7 +84,7 @@ def rails_of(devices: Sequence[IbDevice]) -> list[Rail]:
 
 def _gpu_numa(topo: Optional[Topology], gpu: int) -> Optional[int]:
     value = (topo.numa_affinity.get(f"GPU{gpu}", "") if topo else "").strip()
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isdecimal() else None
 
 
 def _nearest(topo: Optional[Topology], gpu: int, active: list[Rail]) -> tuple[str, list[Rail]]:

@@ -9,11 +9,11 @@ newest test runs saved (prompts.jsonl), tokenized by a running engine and looked
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.endpoints import engine_api, lmcache_api
 from p2p_ops.lifecycle.context import FleetContext
 
@@ -60,10 +60,12 @@ def _saved_prompts(tests_dir: Path) -> list[tuple[str, str]]:
     for run in runs[:MAX_RUNS]:
         for path in (run / "prompts.jsonl", run / "basic" / "prompts.jsonl"):
             seen: set[str] = set()
-            for line in path.read_text().splitlines() if path.is_file() else []:
-                row = json.loads(line)
-                key = row.get("prefix_id") or str(row.get("request"))
-                if key not in seen and row.get("prompt"):
+            for line in files.read_text(path, 1 << 30, within=run).splitlines() if path.is_file() else []:
+                row = files.parse_json(line, str(path), "rerun the test or remove the file")
+                if not isinstance(row, dict):
+                    continue
+                key = str(row.get("prefix_id") or row.get("request"))
+                if key not in seen and row.get("prompt") and isinstance(row["prompt"], str):
                     seen.add(key)
                     out.append((f"{run.name}/{key}", row["prompt"]))
     return out[:MAX_PREFIXES]

@@ -81,5 +81,5 @@ def dashboard(fleet_name: str, window: str = WINDOW, datasource_uid: str = "${da
 
 def check_window(window: str) -> None:
     """The rate window must be a plain Prometheus duration (digits and one unit), or every panel errors."""
-    if not window or not window[:-1].isdigit() or window[-1] not in "smh":
+    if not window or not window[:-1].isdecimal() or window[-1] not in "smh":
         raise BadInput(f"--window {window!r}: give a Prometheus duration like 30s, 1m or 5m")

@@ -110,10 +110,7 @@ def _json(run_dir: Path, name: str) -> Any:
     path = run_dir / name
     if not (path.exists() or path.is_symlink()):
         return None
-    try:
-        return json.loads(files.read_text(path, 64 << 20, within=run_dir))
-    except ValueError as exc:
-        raise BadInput(f"{path}: is not valid JSON ({exc}); rebuild the run or remove the file") from None
+    return files.read_json(path, 64 << 20, "rebuild the run or remove the file", within=run_dir)
 
 
 def _shaped(path: Path, read: Callable[[], T]) -> T:
@@ -230,7 +227,16 @@ def _interrupted(run_dir: Path) -> list[CheckLine]:
     return [CheckLine("run ran to its end (not interrupted)", False, str(run.get("reason", "")))]
 
 
-def build_report(run_dir: Path) -> Path:
+@dataclass
+class Report:
+    """What `build_report` wrote and its verdict, computed from the checks (never read back from the text)."""
+
+    summary: Path
+    passed: bool
+    checks: list[CheckLine]
+
+
+def build_report(run_dir: Path) -> Report:
     """Write `summary.md` into the run folder from its evidence files; a malformed or foreign file (a link
     out of the folder, a FIFO) is one line naming it (BadInput)."""
     run_dir = Path(run_dir)
@@ -254,26 +260,23 @@ def build_report(run_dir: Path) -> Path:
                  "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
         if (run_dir / name).exists():
             lines.append(f"- `{name}`")
-    return files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n", 0o644)
+    return Report(files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n", 0o644), passed, checks)
 
 
 def _explained(run_dir: Path) -> list[str]:
     """`p2pctl explain`'s verdicts for requests that were not served from cache (the harness saved them)."""
-    found = []
-    basic = run_dir / "basic" / "result.json"
-    if basic.is_file() and json.loads(basic.read_text()).get("explain", {}).get("strip"):
-        e = json.loads(basic.read_text())["explain"]
-        found.append(("basic b", e))
-    if (run_dir / "explain.json").is_file():
-        found += [(f"request {e.get('request')} ({e.get('stage', '')})", e)
-                  for e in json.loads((run_dir / "explain.json").read_text())]
+    basic = _json(run_dir, "basic/result.json")
+    saved = _json(run_dir, "explain.json")
+
+    def read() -> list[tuple[str, dict]]:
+        found = [("basic b", basic["explain"])] if isinstance(basic, dict) and (basic.get("explain") or {}).get(
+            "strip") else []
+        return found + [(f"request {e.get('request')} ({e.get('stage', '')})", e) for e in saved or []]
+
+    found = _shaped(run_dir / "explain.json", read)
     if not found:
         return []
     lines = ["", "## Why requests missed the cache (p2pctl explain)", "", "| request | instance | chunks | verdict |",
              "|---|---|---|---|"]
     return lines + [f"| {name} | {e.get('instance', '')} | `{e.get('strip', '')}` | "
                     f"{str(e.get('verdict') or e.get('error', '')).replace('|', '/')} |" for name, e in found]
-
-
-def overall_passed(summary: Path) -> bool:
-    return "**Overall: PASS**" in files.read_text(summary, 16 << 20)

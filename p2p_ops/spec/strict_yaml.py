@@ -120,6 +120,16 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def load(text: str, source: str) -> Any:
     """The document in `text`, refused (BadInput naming `source` and the line) when it is not plain YAML."""
+    return _read(text, source, construct=True)
+
+
+def compose(text: str, source: str) -> yaml.Node | None:
+    """The document's node graph (each node with its line; an alias is the anchored node itself), under the
+    same refusals as `load`: for readers of the text as written (the bundle's redaction)."""
+    return _read(text, source, construct=False)
+
+
+def _read(text: str, source: str, construct: bool) -> Any:
     loader = None
     try:
         loader = _Loader(text)
@@ -129,7 +139,7 @@ def load(text: str, source: str) -> Any:
         if _expanded_size(node) > MAX_NODES:
             raise _Refusal(node.start_mark, f"expands to more than {MAX_NODES:,} values (aliases of aliases); "
                                             "too large for a fleet spec")
-        return loader.construct_document(node)
+        return loader.construct_document(node) if construct else node
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

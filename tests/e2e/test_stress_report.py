@@ -14,7 +14,7 @@ from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle import procs
 from p2p_ops.observe.records import read_csv
-from p2p_ops.observe.report import build_report, overall_passed
+from p2p_ops.observe.report import build_report
 
 pytestmark = pytest.mark.e2e
 
@@ -36,9 +36,9 @@ def test_engine_killed_mid_stage_is_reported_as_failures_on_that_node(disposable
     killer.start()
     run_stress(fleet2, opts, out_dir)
     killer.join()
-    summary = build_report(out_dir)
-    text = summary.read_text()
-    assert not overall_passed(summary)
+    report = build_report(out_dir)
+    text = report.summary.read_text()
+    assert not report.passed
     failed = [r for r in read_csv(out_dir / "requests.csv") if not r.ok]
     assert failed and {r.instance for r in failed} == {"node-b-0"}
     assert "sustained: no failed requests | **FAIL**" in text and "node-b-0:" in text

@@ -101,7 +101,7 @@ def test_bad_prompt_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(BadInput, match="no such file"):
         P.from_file(str(tmp_path / "none.txt"))
     (tmp_path / "m.json").write_text("{not json")
-    with pytest.raises(BadInput, match="not JSON"):
+    with pytest.raises(BadInput, match="--messages .*m.json: is not valid JSON"):
         P.from_messages(str(tmp_path / "m.json"))
     (tmp_path / "m.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))
     assert P.from_messages(str(tmp_path / "m.json")).messages == [{"role": "user", "content": "hi"}]

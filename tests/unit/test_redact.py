@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.diagnose.redact import MASK, manifest_entries, redact_file, redact_text
+from p2p_ops import files
+from p2p_ops.diagnose.redact import MASK, manifest_entries, redact_text
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "redact"
 PLANTED = "PLANTED"
@@ -15,7 +16,7 @@ PLANTED = "PLANTED"
 
 @pytest.mark.parametrize("name", ["env_with_secrets.sh", "service_account.json", "server.log"])
 def test_no_planted_secret_survives(name):
-    result = redact_file(FIX / name, where=name)
+    result = redact_text(files.read_text(FIX / name), name)
     assert PLANTED not in result.text, [line for line in result.text.splitlines() if PLANTED in line]
     assert result.redactions and all(r.where == name for r in result.redactions)
     for entry in manifest_entries(result.redactions):
@@ -23,7 +24,7 @@ def test_no_planted_secret_survives(name):
 
 
 def test_env_file_keeps_harmless_settings_and_names_the_variables():
-    result = redact_file(FIX / "env_with_secrets.sh", where="node-a-0/env.sh")
+    result = redact_text(files.read_text(FIX / "env_with_secrets.sh"), "node-a-0/env.sh")
     for keep in ("PYTHONHASHSEED=0", "LMCACHE_CHUNK_SIZE=256", "UCX_TLS=rc,sm,self", "MODEL=Qwen/Qwen3-0.6B",
                  "--max-tokens 4096", "--port 8200"):
         assert keep in result.text
@@ -40,7 +41,7 @@ def test_env_file_keeps_harmless_settings_and_names_the_variables():
 
 
 def test_json_service_account_stays_valid_json():
-    result = redact_file(FIX / "service_account.json")
+    result = redact_text(files.read_text(FIX / "service_account.json"), str(FIX / "service_account.json"))
     data = json.loads(result.text)
     assert data["private_key_id"] == MASK and data["client_email"].startswith("svc@")
     assert data["private_key"] == MASK  # the whole value goes: the name says it is a key
@@ -48,7 +49,7 @@ def test_json_service_account_stays_valid_json():
 
 
 def test_log_tokens_keys_and_truncated_key_block():
-    result = redact_file(FIX / "server.log")
+    result = redact_text(files.read_text(FIX / "server.log"), str(FIX / "server.log"))
     kinds = {r.kind for r in result.redactions}
     assert {"bearer_token", "authorization", "jwt", "private_key", "secret_assignment"} <= kinds
     assert "vllm:prompt_tokens_total 1234" in result.text and "cached_tokens=512" in result.text

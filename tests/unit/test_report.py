@@ -7,7 +7,7 @@ import json
 import matplotlib.image as mpimg
 
 from p2p_ops.observe.records import RequestRecord, read_csv, write_csv
-from p2p_ops.observe.report import build_report, overall_passed, stage_checks
+from p2p_ops.observe.report import build_report, stage_checks
 from p2p_ops.observe.stats import percentile
 
 
@@ -56,9 +56,9 @@ def test_csv_roundtrip(tmp_path):
 
 def test_healthy_run_passes_with_tables_and_plots(tmp_path):
     make_run(tmp_path)
-    summary = build_report(tmp_path)
-    text = summary.read_text()
-    assert overall_passed(summary)
+    report = build_report(tmp_path)
+    text = report.summary.read_text()
+    assert report.passed
     assert "| ladder c=4 | 4 | 0 |" in text
     assert "| b-0 | 3.00 | - | 6 |" in text  # MiB loaded, tokens via the connector (vLLM only), P2P loads
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
@@ -73,9 +73,9 @@ def test_healthy_run_passes_with_tables_and_plots(tmp_path):
 
 def test_failures_on_one_node_fail_the_stage_and_name_it(tmp_path):
     make_run(tmp_path, kill_b=True)
-    summary = build_report(tmp_path)
-    text = summary.read_text()
-    assert not overall_passed(summary)
+    report = build_report(tmp_path)
+    text = report.summary.read_text()
+    assert not report.passed
     assert "| ladder: no failed requests | **FAIL** | 2 of 15 failed (b-0: 2) |" in text
     assert "| ladder c=4 | 4 | 2 |" in text
 

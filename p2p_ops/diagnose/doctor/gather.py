@@ -75,7 +75,7 @@ def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str,
     for e in facts.coordinator_instances or []:
         url, ip, mq = e.get("p2p_advertised_url") or "", e.get("ip"), e.get("mq_port")
         host, _, port = url.rpartition(":")
-        if host and port.isdigit():
+        if host and port.isdecimal():
             targets.setdefault((host, int(port)), f"{e.get('instance_id')} p2p (advertised)")
         if ip and mq:
             targets.setdefault((str(ip), int(mq)), f"{e.get('instance_id')} mq (advertised)")

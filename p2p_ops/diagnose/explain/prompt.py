@@ -8,14 +8,16 @@ number of requests.csv, from 1). `computed_on` names the instance that first com
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
 
 PROMPTS_FILE = "prompts.jsonl"
+# Far above any prompt a model takes (a million-token context is a few MB of text).
+PROMPT_CAP = 64 << 20
 
 
 @dataclass
@@ -38,7 +40,7 @@ def from_file(path: str) -> PromptSpec:
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"--prompt-file {path}: no such file")
-    return PromptSpec(f"file {path}", text=p.read_text(errors="replace"))
+    return PromptSpec(f"file {path}", text=files.read_text(p, PROMPT_CAP))
 
 
 def from_messages(path: str) -> PromptSpec:
@@ -46,9 +48,9 @@ def from_messages(path: str) -> PromptSpec:
     if not p.is_file():
         raise BadInput(f"--messages {path}: no such file; give a JSON list of {{role, content}} objects")
     try:
-        messages = json.loads(p.read_text())
-    except ValueError as exc:
-        raise BadInput(f"--messages {path}: not JSON ({exc}); give a list of {{role, content}} objects") from None
+        messages = files.read_json(p, PROMPT_CAP, "give a list of {role, content} objects")
+    except BadInput as exc:
+        raise BadInput(f"--messages {exc}") from None
     if isinstance(messages, dict) and isinstance(messages.get("messages"), list):
         messages = messages["messages"]
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
@@ -57,10 +59,20 @@ def from_messages(path: str) -> PromptSpec:
 
 
 def saved_requests(run_dir: Path) -> list[dict]:
+    """The rows of a run's prompts.jsonl; a row of another shape is one line naming the file and line."""
     path = run_dir / PROMPTS_FILE
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(files.read_text(path, 1 << 30, within=run_dir).splitlines(), 1):
+        if not line.strip():
+            continue
+        row = files.parse_json(line, f"{path}: line {number}", "rerun the test or remove the file")
+        if not isinstance(row, dict) or "request" not in row or not isinstance(row.get("prompt"), str):
+            raise BadInput(f"{path}: line {number}: expected {{\"request\": ..., \"prompt\": TEXT, ...}} as "
+                           "`p2pctl test` writes; rerun the test or remove the file")
+        rows.append(row)
+    return rows
 
 
 def from_run(run_dir: str, request: Optional[str]) -> PromptSpec:
