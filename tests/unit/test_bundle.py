@@ -120,7 +120,11 @@ def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
     assert "server /status, /config, /lmc_version, /version, /metrics of node-a-0" in unreachable
     assert "coordinator /healthz, /instances, /metrics" in unreachable
     assert all(s == "none" for s in manifest["processes"].values())
-    assert manifest["doctor"]["exit_code"] == 0
+    # The planted lines make node-b-0's env.sh differ from the render: the doctor names the drift (redacted above).
+    doctor = json.loads((root / "doctor.json").read_text())
+    assert manifest["doctor"]["exit_code"] == 1
+    assert {(f["check"], f["subject"]) for f in doctor["report"]["findings"] if f["severity"] != "info"} == {
+        ("env_drift", "node-b-0")}
     pkgs = json.loads((root / "nodes/node-a/packages.json").read_text())["packages"]
     assert pkgs["lmcache"] and "torch" in pkgs and "vllm" in pkgs
     env_b = (root / "nodes/node-b/node-b-0/env.sh").read_text()
