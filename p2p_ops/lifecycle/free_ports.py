@@ -29,7 +29,6 @@ from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.units import port_plan
 
 LOOPBACK = ("127.0.0.1",)
-ROUTER_KINDS = ("router", "router_prometheus", "kv_events")
 # The router's defaults (fleet_spec.RouterSettings), shifted with the rest of the plan by an offset.
 DEFAULT_ROUTER = {"router": RouterSettings.model_fields["port"].default,
                   "router_prometheus": RouterSettings.model_fields["prometheus_port"].default,
