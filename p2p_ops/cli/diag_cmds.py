@@ -263,24 +263,3 @@ def register(subparsers) -> None:
     p.add_argument("--expect-rdma", action="store_true", help="inter-node payload not on RDMA is a finding")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=cmd_ucx_trace)
-
-
-def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
-    """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
-    from p2p_ops.cli import EXIT_CODES_EPILOG
-    from p2p_ops.errors import P2POpsError
-
-    parser = argparse.ArgumentParser(prog=prog, epilog=EXIT_CODES_EPILOG)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    register(sub)
-    for p in sub.choices.values():
-        p.epilog = f"{p.epilog} {EXIT_CODES_EPILOG}" if p.epilog else EXIT_CODES_EPILOG
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.handler(args) or 0)
-    except P2POpsError as exc:
-        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code
