@@ -29,9 +29,5 @@ def template_text(name: str) -> str:
     return _templates().joinpath(name).read_text(encoding="utf-8")
 
 
-def template_names() -> list[str]:
-    return sorted(p.name for p in _templates().iterdir() if p.name.endswith(".j2"))
-
-
 def tree_text() -> str:
     return resources.files("p2p_ops.diagnose.tree").joinpath("tree.yaml").read_text(encoding="utf-8")

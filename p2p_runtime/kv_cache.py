@@ -167,10 +167,6 @@ class BlockAllocator:
         self._tables: dict[str, list[int]] = {}
 
     @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    @property
     def usage(self) -> float:
         """Fraction of blocks in use, as ``vllm:kv_cache_usage_perc`` reports it."""
         return 1.0 - len(self._free) / self.num_blocks if self.num_blocks else 0.0

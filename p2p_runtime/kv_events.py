@@ -81,7 +81,7 @@ def encode_batch(batch: EventBatch) -> bytes:
 
 
 def decode_batch(payload: bytes) -> KVEventBatch:
-    """Decode one payload (tests and ``p2pctl`` diagnostics read our own events with it)."""
+    """Decode one payload with vLLM's batch schema (the tests read what the engine published with it)."""
     return _DECODER.decode(payload)
 
 

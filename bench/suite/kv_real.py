@@ -8,7 +8,7 @@ of the profile's layout with server A and stores a fresh prefix, a reader regist
 every pull is checked bitwise against what was stored. Both servers offer their L1 as shared memory, as
 `init --profile` fleets do (pickled tensors moved ~10 MB/s at this size). Beside it, in the same run: memcpy of the same bytes (one
 core), a miss lookup (the P2P round trip with nothing to move), and LMCache's own transfer-channel benchmark
-(`bench.channel`: NIXL over the fleet's UCX settings, L1 objects of one chunk each, as many as the prefix has,
+(`p2p_ops.bench.channel`: NIXL over the fleet's UCX settings, L1 objects of one chunk each, as many as the prefix has,
 every byte verified), run after the fleet is down so the two never share the box.
 
 Each server's L1 is sized for the largest prefix twice over (its own and a pulled copy), with the profile's chunk

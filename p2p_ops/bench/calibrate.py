@@ -9,7 +9,7 @@ are skipped and said so.
 `run` measures a running fleet (and says first, naming `p2pctl up`, when it is not running); `run_launched`
 starts a temporary 2-node local fleet for it, its engines running the named timing profile, times `up` and
 `wait`, and always takes it down. Either way one named timing profile (p2p_runtime.timing_profiles) answers
-the GPU question beside the measured one (bench.projection): this box's measured pull against that profile's
+the GPU question beside the measured one (p2p_ops.bench.projection): this box's measured pull against that profile's
 emulated prefill, and one recommendation for the stated request length.
 """
 

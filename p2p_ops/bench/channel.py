@@ -23,7 +23,7 @@ per batch size on another (local or SSH), stops the server, and parses what the 
 - `Ports(transfer, control, listen)`: the server's channel and catalog ports and the client's own channel port.
 - `parse_client_output(text, verify)` is the pure parser (tests/fixtures/bench/channel/ holds captured runs).
 
-The client runs LMCache's tool unchanged, from a wrapper (`bench.channel_wrapper`) that also prints each
+The client runs LMCache's tool unchanged, from a wrapper (`p2p_ops.bench.channel_wrapper`) that also prints each
 measured read's time (`[p2p] times_ms [...]`), because the tool itself prints only best, median and mean: p50/p99
 come from those times (nearest rank; with 5 iterations p99 is the slowest read). On an LMCache whose tool lacks
 the hook the wrapper patches, the run still works and p50/p99 fall back to the median (`times_ms=None`).

@@ -1,4 +1,4 @@
-"""The client side of `bench.channel`: LMCache's transfer-channel benchmark, run unchanged through a few lines
+"""The client side of `p2p_ops.bench.channel`: LMCache's transfer-channel benchmark, run unchanged through a few lines
 that print what the tool keeps to itself (each measured read's time, what its main() returned) and, for
 concurrent clients, hold the reads until a common start.
 
@@ -18,7 +18,7 @@ CLIENT_WRAPPER = (
     "    def _report(cfg, times):\n"
     "        _r(cfg, times); print('[p2p] times_ms ' + json.dumps([t * 1e3 for t in times]), flush=True)\n"
     "    b._report = _report\n"
-    # Concurrent clients (bench.transfer_patterns) read together: each waits, once connected, for P2P_START_AT.
+    # Concurrent clients (p2p_ops.bench.transfer_patterns) read together: each waits, once connected, for P2P_START_AT.
     "import os, time\n"
     "_at = float(os.environ.get('P2P_START_AT') or 0)\n"
     "if _at:\n"

@@ -4,7 +4,7 @@ Between two nodes of a fleet (the reader pulls from the source, as a P2P hit doe
 settings (UCX_TLS, UCX_NET_DEVICES or the NIC plan's pick, l1_align_bytes as the page size), for the sizes the
 fleet's profile implies (`spec.transfer_sizes`: one chunk up to the prefix of `prompt_tokens`), with --verify.
 Each row also carries memcpy of the same bytes on the reader (the ceiling a copy into L1 has there) and the rails
-that moved its bytes (`bench.transfer_rails`: each node's interface and RDMA port counters around the read). The
+that moved its bytes (`p2p_ops.bench.transfer_rails`: each node's interface and RDMA port counters around the read). The
 verdict compares the whole prefix's read time with the fleet's need: `need_ms` (default: recomputing that prefix,
 `spec.transfer_sizes.need_ms`; pass your own from `p2pctl calibrate`).
 
@@ -124,7 +124,7 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
 def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters: int = 5,
             need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None) -> dict:
     """many-to-one (every other node serves, the hub reads) or one-to-many (the hub serves, the others read),
-    one concurrent round per size (bench.transfer_patterns); rails read on every node around each round."""
+    one concurrent round per size (p2p_ops.bench.transfer_patterns); rails read on every node around each round."""
     hub_node = _node(ctx, hub)
     others = [n.name for n in ctx.fleet.nodes if n.name != hub]
     plan = fleet_size_plan(ctx.fleet, prompt_tokens)

@@ -5,7 +5,7 @@
 - one-to-many: the hub serves, every other node reads from it at once (a hot prefix everyone pulls).
 
 Concurrent clients start as separate processes (seconds of import each), so each one, once connected, waits for a
-common wall-clock start (`P2P_START_AT`, the client wrapper in bench.channel) and then times its reads; a client
+common wall-clock start (`P2P_START_AT`, the client wrapper in p2p_ops.bench.channel) and then times its reads; a client
 that connects after it says so (`start_wait_s` < 0) and the row is marked not overlapped. A row's aggregate is
 the bytes every reader got in one read round over the slowest reader's p50 (the round ends when the last read
 does)::

@@ -1,8 +1,7 @@
 """Diagnose commands: `p2pctl rdma`, `p2pctl probe-nixl`, `p2pctl rails`, `p2pctl ucx-trace`.
 
 Handlers take the parsed args and return 0 (healthy), 1 (findings) or 2 (could not check); bad input raises
-`BadInput`. `--json` prints the whole report for skills. `run_standalone(argv)` runs these commands without the
-rest of `p2pctl`, which is how the skill's Python scripts call them.
+`BadInput`. `--json` prints the whole report for skills.
 """
 
 from __future__ import annotations
@@ -273,23 +272,3 @@ def register(subparsers) -> None:
     p.add_argument("--expect-rdma", action="store_true", help="inter-node payload not on RDMA is a finding")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(handler=cmd_ucx_trace)
-
-
-def run_standalone(argv: list[str], prog: str = "p2pctl") -> int:
-    """Run one diagnose command without loading the rest of the CLI (for the skill's Python scripts)."""
-    from p2p_ops.cli import finish
-    from p2p_ops.errors import P2POpsError
-
-    parser = argparse.ArgumentParser(prog=prog)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    register(sub)
-    finish(parser, " ")
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.handler(args) or 0)
-    except P2POpsError as exc:
-        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code

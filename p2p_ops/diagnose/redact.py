@@ -220,13 +220,6 @@ def _record_end(text: str, i: int) -> int:
     return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
 
 
-def _blank_end(text: str, i: int) -> int:
-    j = i
-    while j < len(text) and not text[j].isspace():
-        j += 1
-    return j
-
-
 # ----------------------------------------------------------------------------------------------------- rules
 
 @dataclass(frozen=True)

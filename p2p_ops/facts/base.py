@@ -101,10 +101,6 @@ class CommandFact(Generic[T]):
         """The command as one shell line (what a connector or a batched section runs)."""
         return shlex.join(self.argv)
 
-    def collect_raw(self, runner: Runner = run_local) -> tuple[Result, T]:
-        result = runner(self.argv)
-        return result, self.parse(result.output)
-
 
 def read_sysfs(path: Path) -> str | None:
     """A sysfs attribute without its trailing newline, or None when absent or unreadable (unused GID slots).

@@ -2,7 +2,7 @@
 
 Parsed shapes::
 
-    UcxVersion(version="1.13.1", configured_with=["--with-verbs", ...], logging_disabled=True)
+    UcxVersion(version="1.13.1", configured_with=["--with-verbs", ...])
     UcxDevices(memory_domains=[UcxMemoryDomain(name="tcp", component="tcp", memory_types="",
                transports=[UcxTransport(transport="tcp", device="lo", type="network", sysdev="<unknown>")])],
                connection_managers=["tcp"], failed=["connection manager rdmacm"])
@@ -30,14 +30,6 @@ class UcxVersion:
     configured_with: list[str] = field(default_factory=list)
     error: str | None = None
 
-    @property
-    def logging_disabled(self) -> bool:
-        # Distro/HPC-X builds cap the log level: UCX_LOG_LEVEL=debug then adds nothing.
-        return "--disable-logging" in self.configured_with
-
-    def built_with(self, feature: str) -> bool:
-        return any(flag.startswith(f"--with-{feature}") for flag in self.configured_with)
-
 
 def parse_ucx_version(text: str) -> UcxVersion:
     out = UcxVersion()
@@ -58,10 +50,6 @@ class UcxTransport:
     device: str = ""
     type: str = ""
     sysdev: str = ""
-
-    @property
-    def is_rdma(self) -> bool:
-        return self.transport.startswith(RDMA_TRANSPORTS)
 
     @property
     def label(self) -> str:

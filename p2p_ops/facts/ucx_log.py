@@ -95,10 +95,6 @@ class EpConfig:
             seen.update(dict.fromkeys(lanes))
         return list(seen)
 
-    @property
-    def rma_emulated(self) -> bool:
-        return "rma_am" in self.kinds and "rma" not in self.kinds
-
 
 def parse_ep_config(message: str) -> EpConfig | None:
     """Parse the message part of an endpoint-configuration INFO line (new `cfg#` or old `ep_cfg[]` form)."""

@@ -25,7 +25,7 @@ from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.units import port_plan
 
 LOOPBACK = ("127.0.0.1",)
-# The router's defaults (fleet_spec.RouterSettings), shifted with the rest of the plan by an offset.
+# The router's defaults (spec.settings.RouterSettings), shifted with the rest of the plan by an offset.
 DEFAULT_ROUTER = {"router": RouterSettings.model_fields["port"].default,
                   "router_prometheus": RouterSettings.model_fields["prometheus_port"].default,
                   "kv_events": RouterSettings.model_fields["kv_events_port_base"].default}

@@ -53,10 +53,6 @@ def panels(window: str = WINDOW) -> list[Panel]:
     ]
 
 
-def expressions(window: str = WINDOW) -> list[str]:
-    return [p.expr for p in panels(window)]
-
-
 def dashboard(fleet_name: str, window: str = WINDOW, datasource_uid: str = "${datasource}") -> dict:
     """Grafana dashboard JSON (schema 39): a datasource variable and one time-series panel per row of two."""
     out_panels = []

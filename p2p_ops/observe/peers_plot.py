@@ -1,6 +1,6 @@
 """`p2pctl bench peers` as people read it: one table row per fleet size and scenario, and lookup ms against N.
 
-Both take the run's JSON document (bench.peers.document), so a saved peers.json redraws the same way.
+Both take the run's JSON document (p2p_ops.bench.peers.document), so a saved peers.json redraws the same way.
 """
 
 from __future__ import annotations

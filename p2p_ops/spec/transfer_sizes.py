@@ -7,7 +7,7 @@ one batch, so the sizes worth testing are one chunk up to the longest prefix, as
       -> SizePlan(chunk_bytes=33554432, prefix_chunks=32, prefix_bytes=1073741824, counts=(1, 2, 4, 8, 16, 32))
     fleet_size_plan(fleet, prompt_tokens)   -> the same from a fleet's engine profile (p2p_runtime.profiles)
 
-`counts` are objects per read (`bench.channel.Options.counts`): powers of two, then the whole prefix.
+`counts` are objects per read (`p2p_ops.bench.channel.Options.counts`): powers of two, then the whole prefix.
 
 `need_ms(fleet, plan)` is how fast the whole prefix must arrive for the pull to beat recomputing it: the fleet's
 emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's: the default timing profile's

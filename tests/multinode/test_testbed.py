@@ -4,6 +4,7 @@ also after a failed `up`."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -54,7 +55,10 @@ def test_up_describes_hosts_that_ssh_verifies_and_down_removes_everything():
         out = subprocess.run(["ssh", "-F", str(d / "ssh_config"), "h2", "echo $SSH_CONNECTION"],
                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         assert out.returncode == 0 and out.stdout.split()[2] == "127.0.0.3", out.stderr
-        assert "h1" in sh("status", "--dir", str(d)).stdout
+        # Each host's own row says its sshd runs: "h1" alone is in the "try: ssh ... h1" hint, up or down.
+        status = sh("status", "--dir", str(d)).stdout
+        assert re.search(r"^  h1 +127\.0\.0\.2:\d+  sshd pid \d+$", status, re.M), status
+        assert re.search(r"^  h2 +127\.0\.0\.3:\d+  sshd pid \d+$", status, re.M), status
         assert len(sshd_pids(d)) >= 2
     finally:
         down = sh("down", "--dir", str(d))

@@ -300,7 +300,7 @@ def test_node_read_gets_files_packages_and_connects(tmp_path):
     nf = fill_node(D.NodeFacts("node-a", "127.0.0.1"), batch, read, facts)
     assert nf.error is None and nf.packages["lmcache"]
     assert {(r.target, r.ok) for r in nf.reach} == {("x p2p", True), ("y mq", False)}
-    assert any(ln.port == open_port for ln in nf.listeners) or nf.listeners == []
+    assert any(ln.port == open_port for ln in nf.listeners), nf.listeners  # ss, or /proc/net/tcp without it
     assert facts.instances[0].env_file == {"PYTHONHASHSEED": "3"}
     assert facts.instances[0].env_foreign == ["line 2: export LD_PRELOAD=$(touch pwned)"]
 

@@ -98,6 +98,7 @@ def test_recorded_runner_replays_output_and_exit_code():
     from p2p_ops.facts import recorded_runner
 
     runner = recorded_runner(FIX / "rdma" / "no_rdma" / "tools")
-    result, info = IBV_DEVINFO.collect_raw(runner)
+    result = runner(IBV_DEVINFO.argv)
+    info = IBV_DEVINFO.parse(result.output)
     assert result.exit_code == 255 and info.error.startswith("Failed to get IB devices list")
     assert runner(("nvidia-smi", "topo", "-m")).not_found  # no recording = tool absent

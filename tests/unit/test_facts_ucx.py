@@ -32,14 +32,16 @@ def tables(text: str):
 
 def test_ucx_info_version_debian_build():
     v = parse_ucx_version(read("ucx", "ucx_info_v.txt"))
-    assert v.version == "1.13.1" and v.logging_disabled and v.built_with("verbs") and not v.built_with("cuda")
+    assert v.version == "1.13.1" and {"--disable-logging", "--with-verbs"} <= set(v.configured_with)
+    assert not any(flag.startswith("--with-cuda") for flag in v.configured_with)
 
 
 def test_ucx_info_version_newer_format():
     text = "# Library version: 1.16.0\n# Library path: /opt/hpcx/ucx/lib/libucs.so.0\n# API headers version: 1.16.0\n" \
            "# Configured with: --disable-logging --with-cuda=/usr/local/cuda --with-gdrcopy\n"
     v = parse_ucx_version(text)
-    assert v.version == "1.16.0" and v.built_with("cuda") and v.built_with("gdrcopy")
+    assert v.version == "1.16.0" and v.configured_with == ["--disable-logging", "--with-cuda=/usr/local/cuda",
+                                                        "--with-gdrcopy"]
     assert parse_ucx_version("bash: ucx_info: command not found").error
 
 
@@ -48,7 +50,7 @@ def test_ucx_info_devices_without_rdma():
     assert [md.name for md in d.memory_domains] == ["self", "tcp", "sysv", "posix", "cma"]
     assert [t.label for t in d.transports if t.transport == "tcp"] == ["tcp/lo", "tcp/eth0"]
     assert d.connection_managers == ["tcp"] and d.failed == ["connection manager rdmacm"]
-    assert not any(t.is_rdma for t in d.transports) and not d.has_dmabuf()
+    assert {t.transport for t in d.transports} == {"tcp", "self", "sysv", "posix", "cma"} and not d.has_dmabuf()
     tcp = d.memory_domains[1].transports[0]
     assert (tcp.type, tcp.sysdev) == ("network", "<unknown>")
 
@@ -56,7 +58,7 @@ def test_ucx_info_devices_without_rdma():
 def test_ucx_info_devices_rdma_and_dmabuf_from_a_tree():
     d = parse_ucx_devices(read("rdma", "ib_healthy", "tools", "ucx_info_d.txt"))
     rc = [t for t in d.transports if t.transport == "rc_mlx5"]
-    assert len(rc) == 8 and rc[0].device == "mlx5_0:1" and rc[0].is_rdma and rc[0].sysdev == "mlx5_0 (0)"
+    assert len(rc) == 8 and rc[0].device == "mlx5_0:1" and rc[0].sysdev == "mlx5_0 (0)"
     assert d.has_dmabuf()
     assert not parse_ucx_devices(read("rdma", "no_peermem", "tools", "ucx_info_d.txt")).has_dmabuf()
 
@@ -87,11 +89,11 @@ def test_ep_config_new_old_and_nixl_forms():
                          "am(rc_mlx5/mlx5_ib2:1 rc_mlx5/mlx5_ib7:1)")
     assert (ep.context, ep.locality, ep.cfg, ep.name) == ("ucp_context_2", "inter-node", "cfg#3",
                                                           "ucp_context_2 inter-node cfg#3")
-    assert ep.kinds["rma"] == ["rc_mlx5/mlx5_ib2:1"] and not ep.rma_emulated
+    assert ep.kinds["rma"] == ["rc_mlx5/mlx5_ib2:1"] and "rma_am" not in ep.kinds
     old = parse_ep_config("ep_cfg[2]: tag(self/memory0 knem/memory cuda_copy/cuda rc_mlx5/mlx5_0:1)")
     assert old.name == "ep_cfg[2]" and old.kinds["tag"][-1] == "rc_mlx5/mlx5_0:1"
     nixl = parse_ep_config("  B intra-node cfg#1 rma_am(tcp/lo)  amo_am(tcp/lo)  am(tcp/lo cma/memory)  ka(tcp/lo)")
-    assert nixl.rma_emulated and nixl.lanes == ["tcp/lo", "cma/memory"]
+    assert "rma" not in nixl.kinds and nixl.kinds["rma_am"] == ["tcp/lo"] and nixl.lanes == ["tcp/lo", "cma/memory"]
     assert parse_ep_config("Version 1.23.0 (loaded from x)") is None
 
 

@@ -90,13 +90,13 @@ def test_bundle_survives_a_deep_prompts_jsonl(tmp_path):
 
 
 def test_rdma_root_with_a_non_ascii_digit_port_folder(tmp_path, capsys):
-    from p2p_ops.cli.diag_cmds import run_standalone
+    from p2p_ops.cli import main
 
     root = tmp_path / "snap"
     shutil.copytree(REPO / "tests" / "fixtures" / "diagnose" / "rdma" / "roce_healthy", root)
     ports = next((root / "sys" / "class" / "infiniband").iterdir()) / "ports"
     shutil.copytree(ports / "1", ports / "\u00b2")  # `²`: str.isdigit() says yes, int() says no
-    code = run_standalone(["rdma", "--root", str(root), "--json"])
+    code = main(["rdma", "--root", str(root), "--json"])
     out, err = capsys.readouterr()
     assert "Traceback" not in err and code in (0, 1), err
     json.loads(out)

@@ -55,9 +55,9 @@ def test_rendered_config_loads_the_rules(tmp_path):
 
 def test_every_dashboard_expression_is_valid_promql(tmp_path):
     path = tmp_path / "dash.yml"
-    rules = [{"record": f"dash:panel_{i}", "expr": e} for i, e in enumerate(grafana.expressions())]
+    rules = [{"record": f"dash:panel_{i}", "expr": e} for i, e in enumerate(p.expr for p in grafana.panels())]
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     res = promtool("check", "rules", str(path))
     assert res.returncode == 0, res.stdout + res.stderr
     board = grafana.dashboard("f")
-    assert [p["targets"][0]["expr"] for p in board["panels"]] == grafana.expressions()
+    assert [p["targets"][0]["expr"] for p in board["panels"]] == [p.expr for p in grafana.panels()]

@@ -113,10 +113,6 @@ class NodeExplanation:
     def strip(self) -> str:
         return "".join(STRIP[c.action] for c in self.chunks)
 
-    @property
-    def full_chunks(self) -> int:
-        return sum(1 for c in self.chunks if c.action != PARTIAL)
-
     def count(self, action: str) -> int:
         return sum(1 for c in self.chunks if c.action == action)
 

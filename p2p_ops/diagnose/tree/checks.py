@@ -14,7 +14,6 @@ from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
-from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.diagnose.tree.nic import nic_plan
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.facts.logs import log_tail_fact
@@ -252,18 +251,6 @@ CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
     "trace:server_logs": _trace_server_logs,
     "explain:last_failed": _explain_last_failed,
 }
-DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
-                 "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
-                 "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin"}
-
-
-def known_check(tree: Tree, check: str) -> bool:
-    kind, _, name = check.partition(":")
-    if kind == "doctor":
-        return name in DOCTOR_CHECKS
-    if kind == "log":
-        return name in tree.signatures
-    return check in CHECKS
 
 
 def run_check(ev: Evidence, check: str) -> list[Observation]:

@@ -15,7 +15,6 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.units import LAUNCHED_ROLES
 
 LOG_MATCH_LIMIT = 5000
-STATUSES = ("problem", "info", "ok", "n/a", "unknown")
 
 
 @dataclass

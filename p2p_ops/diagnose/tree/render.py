@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.diagnose.tree.walk import Diagnosis
-from p2p_ops.resources import CHECKOUT
-
-REFERENCE_MD = CHECKOUT / ".claude/skills/lmcache-p2p-diagnose/references/decision-tree.md"
 
 
 def render_text(d: Diagnosis) -> list[str]:
