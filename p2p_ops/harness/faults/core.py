@@ -179,7 +179,7 @@ def phase_of(s: Sample, marks: dict[str, float]) -> str:
 
 def reset_before_answer(c) -> bool:
     """The engine accepted the connection, then reset it before any status line (not a refusal, not a cut stream)."""
-    return not c.ok and c.status == 0 and c.error.startswith("ConnectionError") and "reset by peer" in c.error
+    return not c.ok and c.status == 0 and "reset by peer" in c.error
 
 
 def fill_figures(fig: Figures, samples: list[Sample], marks: dict[str, float], unreachable_url: str,
