@@ -20,6 +20,7 @@ from bench.suite.procs import engine, process
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle.free_ports import free_port
+from p2p_ops.observe.stats import percentile
 
 LEVELS = {"tiny": [1, 2], "quick": [1, 4, 16], "full": [1, 4, 16, 64]}
 REQUESTS = {"tiny": 20, "quick": 300, "full": 1000}
@@ -60,12 +61,11 @@ def run(report) -> None:
         drive(url, 20, 2, lambda i: "warm")
         for c in LEVELS[size]:
             wall, done = drive(url, REQUESTS[size], c, lambda i: "hello")
-            lat = sorted(d.e2e_s * 1e3 for d in done if d.ok)
+            lat = [d.e2e_s * 1e3 for d in done if d.ok]
             report.add_row(t, **{"concurrency": c, "requests": len(done), "req/s": len(done) / wall,
-                                 "latency p50 ms": statistics.median(lat) if lat else float("nan"),
-                                 "latency p99 ms": lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
+                                 "latency p50 ms": percentile(lat, 50), "latency p99 ms": percentile(lat, 99),
                                  "errors": sum(not d.ok for d in done)})
-    floor = t.rows[0]["latency p50 ms"] if t.rows else float("nan")
+    floor = (t.rows[0]["latency p50 ms"] if t.rows else None) or float("nan")
     report.facts["client_floor_ms"] = floor
 
     e = report.table("loadgen_ttft", "Client TTFT vs the engine's own TTFT histogram (means, ms)",

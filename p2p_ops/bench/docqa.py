@@ -8,7 +8,6 @@ cheap only where that document's KV is: on the same engine (local cache) or, wit
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import zlib
@@ -76,10 +75,3 @@ def run(url: str, model: str, opts: DocQAOptions, label: str,
         list(pool.map(session, range(opts.sessions)))
     return turns, time.monotonic() - t0
 
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]

@@ -30,6 +30,7 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
 from p2p_ops.lifecycle.render import render_router, write_rendered
 from p2p_ops.observe import bench_plots
+from p2p_ops.observe.stats import percentile
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import local_fleet
@@ -104,8 +105,12 @@ def summarize(policy: str, p2p: bool, turns: list[docqa.Turn], wall_s: float, pe
     cached = sum(t.cached_tokens for t in ok)
     peer = int(min(max(peer_tokens, 0), cached))
     return ArmResult(policy, p2p, len(turns), len(turns) - len(ok), wall_s, len(ok) / wall_s if wall_s else 0.0,
-                     docqa.pct(ttft, 50), docqa.pct(ttft, 90), prompt, cached - peer, peer, prompt - cached,
+                     _ms(ttft, 50), _ms(ttft, 90), prompt, cached - peer, peer, prompt - cached,
                      kv_hits, kv_inputs)
+
+
+def _ms(ttft: list[float], q: float) -> float:
+    return percentile(ttft, q) if ttft else float("nan")
 
 
 # ---- fleets ------------------------------------------------------------------------------------------
