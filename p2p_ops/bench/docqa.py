@@ -8,16 +8,15 @@ cheap only where that document's KV is: on the same engine (local cache) or, wit
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.load import Job, Load
+from p2p_ops.observe.records import RequestRecord
 
 
 @dataclass(frozen=True)
@@ -31,55 +30,36 @@ class DocQAOptions:
     seed: int = 0
 
 
-@dataclass
-class Turn:
-    session: int
-    question: int
-    ok: bool
-    ttft_s: float
-    e2e_s: float
-    prompt_tokens: int
-    cached_tokens: int
-    started_s: float
-    error: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def run(url: str, model: str, opts: DocQAOptions, label: str,
-        progress: Callable[[str], None] = lambda _: None) -> tuple[list[Turn], float]:
-    """All sessions through `url`; returns every turn and the wall time. `label` keeps documents unique per arm,
-    so no arm is served from what an earlier arm left in the caches."""
-    turns: list[Turn] = []
-    lock = threading.Lock()
+        progress: Callable[[str], None] = lambda _: None) -> tuple[list[RequestRecord], float]:
+    """All sessions through `url`; returns every turn (stage: the label, prefix_id: the session, level: the
+    question) and the wall time. `label` keeps documents unique per arm, so no arm is served from what an
+    earlier arm left in the caches."""
     t0 = time.monotonic()
     deadline = t0 + opts.max_seconds
+    sessions = iter(range(opts.sessions))
+    turn: dict[int, tuple[int, int]] = {}   # worker -> (its session, the next question)
+    lock = threading.Lock()
+    total = opts.sessions * opts.questions
 
-    def session(i: int) -> None:
-        doc = prompts.document(opts.seed, zlib.crc32(f"{label}/{i}".encode()), opts.doc_tokens)
-        headers = {"x-session-id": f"{label}-s{i}"}
-        for q in range(opts.questions):
-            if time.monotonic() > deadline:
-                return
-            started = time.monotonic() - t0
-            r = complete(url, model, doc + prompts.question(opts.seed, q), max_tokens=opts.max_tokens,
-                         timeout=max(5.0, deadline - time.monotonic()), headers=headers)
-            with lock:
-                turns.append(Turn(i, q, r.ok, r.ttft_s or r.e2e_s, r.e2e_s, r.prompt_tokens, r.cached_tokens,
-                                  started, r.error))
-                done = len(turns)
-            if done % max(1, opts.sessions) == 0:
-                progress(f"{label}: {done}/{opts.sessions * opts.questions} turns")
+    def next_turn(w: int) -> Optional[Job]:
+        with lock:
+            s, q = turn.get(w, (-1, opts.questions))
+            if q >= opts.questions:   # the worker's session is over: the next one
+                s, q = next(sessions, None), 0
+                if s is None:
+                    return None
+            turn[w] = (s, q + 1)
+        if time.monotonic() > deadline:
+            return None
+        doc = prompts.document(opts.seed, zlib.crc32(f"{label}/{s}".encode()), opts.doc_tokens)
+        return Job(url, doc + prompts.question(opts.seed, q), stage=label, level=q, prefix_id=f"s{s}",
+                   timeout_s=max(5.0, deadline - time.monotonic()), headers={"x-session-id": f"{label}-s{s}"})
 
-    with ThreadPoolExecutor(max_workers=opts.inflight) as pool:
-        list(pool.map(session, range(opts.sessions)))
-    return turns, time.monotonic() - t0
+    def recorded(_: Job, rec: RequestRecord) -> None:
+        if len(load.records) % max(1, opts.sessions) == 0:
+            progress(f"{label}: {len(load.records)}/{total} turns")
 
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+    load = Load(model, t0=t0, max_tokens=opts.max_tokens, on_record=recorded)
+    load.run(next_turn, opts.inflight, "docqa")
+    return load.records, time.monotonic() - t0

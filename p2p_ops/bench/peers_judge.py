@@ -11,10 +11,11 @@ what is observed: the holders (the coordinator's key directory) and the requeste
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
+
+from p2p_ops.observe.stats import percentile
 
 ONE_HOLDER, TWO_HOLDERS, NO_HOLDER = "one holder", "two holders", "no holder"
 TARGET_MS, TARGET_N = 10.0, 8
@@ -69,14 +70,6 @@ def judge(s: Sample) -> Sample:
                f"(want all, from one peer{': ' + s.served_by if s.served_by else ''})")
     s.error = "" if s.ok else why
     return s
-
-
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile (of few samples p99 is their maximum); None without samples."""
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    return vals[max(0, math.ceil(q / 100 * len(vals)) - 1)]
 
 
 def rows(samples: list[Sample]) -> list[dict]:

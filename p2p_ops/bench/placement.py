@@ -28,6 +28,8 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
 from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
+from p2p_ops.observe.records import RequestRecord
+from p2p_ops.observe.stats import percentile
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import dump_yaml, local_fleet
@@ -93,7 +95,7 @@ class ArmResult:
         return asdict(self)
 
 
-def summarize(policy: str, p2p: bool, turns: list[docqa.Turn], wall_s: float, peer_tokens: float,
+def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float, peer_tokens: float,
               kv_hits: float = 0.0, kv_inputs: float = 0.0) -> ArmResult:
     """Pure: one arm's numbers from its turns and the fleet-wide peer-served token count."""
     ok = [t for t in turns if t.ok]
@@ -102,8 +104,12 @@ def summarize(policy: str, p2p: bool, turns: list[docqa.Turn], wall_s: float, pe
     cached = sum(t.cached_tokens for t in ok)
     peer = int(min(max(peer_tokens, 0), cached))
     return ArmResult(policy, p2p, len(turns), len(turns) - len(ok), wall_s, len(ok) / wall_s if wall_s else 0.0,
-                     docqa.pct(ttft, 50), docqa.pct(ttft, 90), prompt, cached - peer, peer, prompt - cached,
+                     _ms(ttft, 50), _ms(ttft, 90), prompt, cached - peer, peer, prompt - cached,
                      kv_hits, kv_inputs)
+
+
+def _ms(ttft: list[float], q: float) -> float:
+    return percentile(ttft, q) if ttft else float("nan")
 
 
 # ---- fleets ------------------------------------------------------------------------------------------
@@ -189,7 +195,7 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, opts: Placem
                for a, b in zip(after, before))
     hits = metrics_api.metric_sum(rafter, KV_HITS, result="hit") - metrics_api.metric_sum(rbefore, KV_HITS, result="hit")
     inputs = metrics_api.metric_sum(rafter, KV_INPUTS) - metrics_api.metric_sum(rbefore, KV_INPUTS)
-    turns_out += [{"arm": label, **t.to_dict()} for t in turns]
+    turns_out += [{"arm": label, **asdict(t)} for t in turns]
     res = summarize(policy, p2p, turns, wall, peer, hits, inputs)
     progress(f"{label}: {res.req_per_s:.2f} req/s, TTFT p50 {res.ttft_p50_ms:.0f} ms, "
              f"peer tokens {res.peer_tokens}, failed {res.failed}")

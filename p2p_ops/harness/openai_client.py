@@ -1,15 +1,26 @@
-"""A small OpenAI-API client that measures what the tests need: TTFT, end-to-end latency, cached tokens."""
+"""A small OpenAI-API client that measures what the tests need: TTFT, end-to-end latency, cached tokens.
+
+Each thread keeps one open connection per engine (HTTP keep-alive, stdlib `http.client`): a load's requests/s is
+then the engine's, not a TCP handshake and a `requests` session per request (which held the harness to half the
+requests/s of `vllm bench serve` against a server that answers at once).
+"""
 
 from __future__ import annotations
 
+import http.client
 import json
+import select
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Optional
+from urllib.parse import urlsplit
 
 import requests
 
 from p2p_ops.endpoints import auth
+
+_local = threading.local()
 
 
 @dataclass
@@ -29,58 +40,83 @@ class Completion:
         return asdict(self)
 
 
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    """This thread's connection to the engine at `url`, and the path prefix of `url`."""
+    parts = urlsplit(url)
+    conns = _local.__dict__.setdefault("conns", {})
+    key = (parts.scheme, parts.netloc)
+    conn = conns.get(key)
+    if conn is None:
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = conns[key] = cls(parts.netloc, timeout=timeout)
+    elif conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+        # An idle kept-alive socket that is readable was closed by the peer (an engine restarted): sending on
+        # it would fail a request the engine never saw. urllib3 makes the same check before reusing one.
+        conn.close()
+    conn.timeout = timeout
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout)
+    return conn, parts.path.rstrip("/")
+
+
 def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, timeout: float = 120.0,
              stream: bool = True, headers: Optional[dict] = None) -> Completion:
     """POST /v1/completions; streaming by default so time-to-first-token is measured client-side."""
-    url = engine_url.rstrip("/") + "/v1/completions"
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
     start = time.monotonic()
+    conn, path = _connection(engine_url, timeout)
     try:
-        resp = requests.post(url, json=body, timeout=timeout, stream=stream,
-                             headers={**auth.headers(url), **(headers or {})})
-    except requests.RequestException as exc:
+        conn.request("POST", path + "/v1/completions", body=json.dumps(body).encode(),
+                     headers={"Content-Type": "application/json", **auth.headers(engine_url), **(headers or {})})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return Completion(engine_url, False, e2e_s=time.monotonic() - start, status=resp.status,
+                              error=resp.read().decode(errors="replace")[:300])
+        out = _non_streamed(engine_url, resp) if not stream else _streamed(engine_url, resp, start)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        conn.close()  # a half-read answer leaves the connection unusable
         return Completion(engine_url, False, e2e_s=time.monotonic() - start, error=f"{type(exc).__name__}: {exc}")
-    if resp.status_code != 200:
-        return Completion(engine_url, False, e2e_s=time.monotonic() - start, status=resp.status_code,
-                          error=resp.text[:300])
-    if not stream:
-        data = resp.json()
-        usage = data.get("usage") or {}
-        return Completion(engine_url, True, text=data["choices"][0]["text"],
-                          prompt_tokens=usage.get("prompt_tokens", 0),
-                          cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
-                          completion_tokens=usage.get("completion_tokens", 0),
-                          e2e_s=time.monotonic() - start, status=200)
-    out = Completion(engine_url, True, status=200)
-    try:
-        for raw in resp.iter_lines(decode_unicode=True):
-            if not raw or not raw.startswith("data:"):
-                continue
-            payload = raw[5:].strip()
-            if payload == "[DONE]":
-                break
-            chunk = json.loads(payload)
-            if "error" in chunk:
-                out.ok, out.error = False, str(chunk["error"])[:300]
-                break
-            for choice in chunk.get("choices") or []:
-                if choice.get("text"):
-                    if out.ttft_s is None:
-                        out.ttft_s = time.monotonic() - start
-                    out.text += choice["text"]
-            usage = chunk.get("usage")
-            if usage:
-                out.prompt_tokens = usage.get("prompt_tokens", 0)
-                out.completion_tokens = usage.get("completion_tokens", 0)
-                out.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    except (requests.RequestException, ValueError) as exc:
-        out.ok, out.error = False, f"{type(exc).__name__}: {exc}"
     out.e2e_s = time.monotonic() - start
     if out.ttft_s is None:
         out.ttft_s = out.e2e_s
     return out
+
+
+def _non_streamed(url: str, resp: http.client.HTTPResponse) -> Completion:
+    data = json.loads(resp.read())
+    usage = data.get("usage") or {}
+    return Completion(url, True, text=data["choices"][0]["text"], status=200, **_usage(usage))
+
+
+def _streamed(url: str, resp: http.client.HTTPResponse, start: float) -> Completion:
+    out = Completion(url, True, status=200)
+    for raw in resp:
+        if not raw.startswith(b"data:"):
+            continue
+        payload = raw[5:].strip()
+        if payload == b"[DONE]":
+            break
+        chunk = json.loads(payload)
+        if "error" in chunk:
+            out.ok, out.error = False, str(chunk["error"])[:300]
+            break
+        for choice in chunk.get("choices") or []:
+            if choice.get("text"):
+                if out.ttft_s is None:
+                    out.ttft_s = time.monotonic() - start
+                out.text += choice["text"]
+        if chunk.get("usage"):
+            for k, v in _usage(chunk["usage"]).items():
+                setattr(out, k, v)
+    resp.read()  # the end of the stream, so the connection can carry the next request
+    return out
+
+
+def _usage(usage: dict) -> dict:
+    return {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0),
+            "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0}
 
 
 def count_tokens(engine_url: str, model: str, text: str) -> int:

@@ -12,7 +12,6 @@ import random
 import threading
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -22,7 +21,7 @@ from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness.load import Job, Load, jobs_of
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord, write_csv
 
@@ -87,11 +86,12 @@ class _Run:
         self.ctx, self.opts, self.progress = ctx, opts, progress
         self.engines = [(n, i, ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
         self.model = ctx.fleet.model
-        self.records: list[RequestRecord] = []
         self.prompts: list[str] = []          # the prompt of each record, same index
         self.stages: list[StageInfo] = []
-        self.lock = threading.Lock()
-        self.t0 = time.monotonic()
+        self.load = Load(self.model, max_tokens=opts.max_tokens, on_record=self._recorded)
+        self.batch: Optional[tuple[str, int, int]] = None   # (label, records before it, jobs in it)
+        self.records = self.load.records
+        self.t0 = self.load.t0
         self.deadline = self.t0 + opts.max_seconds
         self.rr = itertools.count()
         self.rng = random.Random(opts.seed)
@@ -110,36 +110,29 @@ class _Run:
         return time.monotonic() < self.deadline and len(self.records) < self.opts.max_requests
 
     # ---- one request ---------------------------------------------------------------------------------
-    def send(self, stage: str, level: int, idx: int, prompt: str, warmer: Optional[int], prefix_id: str) -> None:
-        if not self.budget_left():
-            return
+    def job(self, stage: str, level: int, idx: int, prompt: str, warmer: Optional[int], prefix_id: str) -> Job:
         node, inst, url = self.engines[idx]
         instance, node_name = inst.id, node.name
         if self.opts.via_router:
             # The router picks the engine; the record names the router, not an engine it may not have used.
             url, instance, node_name = self.ctx.fleet.router_url, "router", "router"
-        start = time.monotonic() - self.t0
-        c = complete(url, self.model, prompt, self.opts.max_tokens)
-        rec = RequestRecord(stage=stage, level=level, instance=instance, node=node_name,
-                            warmer=self.engines[warmer][1].id if warmer is not None else "",
-                            prefix_id=prefix_id, t_start_s=round(start, 4), prompt_tokens=c.prompt_tokens,
-                            cached_tokens=c.cached_tokens, output_tokens=c.completion_tokens,
-                            ttft_s=c.ttft_s if c.ok else None, e2e_s=c.e2e_s, ok=c.ok, error=c.error[:200])
-        with self.lock:
-            self.records.append(rec)
-            self.prompts.append(prompt)
+        return Job(url, prompt, stage=stage, level=level, instance=instance, node=node_name,
+                   warmer=self.engines[warmer][1].id if warmer is not None else "", prefix_id=prefix_id)
 
-    def run_batch(self, label: str, jobs: list[Callable[[], None]], concurrency: int) -> float:
-        """Run jobs with `concurrency` in flight; returns the wall time."""
-        total, done = len(jobs), 0
-        self.progress(label, 0, total)
-        start = time.monotonic()
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            for fut in [pool.submit(j) for j in jobs]:
-                fut.result()
-                done += 1
-                self.progress(label, done, total)
-        return time.monotonic() - start
+    def _recorded(self, job: Job, _: RequestRecord) -> None:
+        self.prompts.append(job.prompt)
+        if self.batch:
+            label, before, total = self.batch
+            self.progress(label, len(self.records) - before, total)
+
+    def run_batch(self, label: str, jobs: list[Job], concurrency: int) -> float:
+        """Run jobs with `concurrency` in flight (while the run's budget lasts); returns the wall time."""
+        self.batch = (label, len(self.records), len(jobs))
+        self.progress(label, 0, len(jobs))
+        take = jobs_of(jobs)
+        wall = self.load.run(lambda i: take(i) if self.budget_left() else None, concurrency, "stress")
+        self.batch = None
+        return wall
 
     def doc(self, key: str, tokens: int) -> str:
         # The byte-level engine tokenizer makes characters ~ tokens; vLLM tokenizers give fewer tokens.
@@ -155,15 +148,13 @@ class _Run:
             docs = [(f"L{level}-d{d}", self.doc(f"ladder-{self.opts.seed}-{level}-{d}", self.opts.doc_tokens))
                     for d in range(n_docs)]
             warmers = [next(self.rr) % len(self.engines) for _ in docs]
-            warm_jobs = [lambda d=d, w=w: self.send("ladder-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
+            warm_jobs = [self.job("ladder-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
                          for d, w in zip(docs, warmers)]
             self.run_batch(f"ladder c={level}: warm {n_docs} prefixes", warm_jobs, level)
             jobs = []
             for k in range(n):
                 d, w = docs[k % n_docs], warmers[k % n_docs]
-                target = self.pick(w)
-                jobs.append(lambda d=d, w=w, t=target, k=k: self.send(
-                    "ladder", level, t, d[1] + prompts.question(1, k), w, d[0]))
+                jobs.append(self.job("ladder", level, self.pick(w), d[1] + prompts.question(1, k), w, d[0]))
             wall = self.run_batch(f"ladder c={level}: {n} requests", jobs, level)
             self.stages.append(StageInfo("ladder", level, wall, n))
 
@@ -172,12 +163,10 @@ class _Run:
         docs = [(f"D{d}", self.doc(f"longdoc-{o.seed}-{d}", o.longdoc_tokens)) for d in range(o.longdoc_docs)]
         warmers = [next(self.rr) % len(self.engines) for _ in docs]
         self.run_batch(f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens",
-                       [lambda d=d, w=w: self.send("longdoc-warm", o.longdoc_inflight, w,
-                                                   d[1] + prompts.question(0, 0), None, d[0])
+                       [self.job("longdoc-warm", o.longdoc_inflight, w, d[1] + prompts.question(0, 0), None, d[0])
                         for d, w in zip(docs, warmers)], o.longdoc_inflight)
         # Queries interleave documents (like long-doc-qa's "tile" order) so in-flight requests hit several.
-        jobs = [lambda d=d, w=w, q=q: self.send("longdoc", o.longdoc_inflight, self.pick(w),
-                                                d[1] + prompts.question(2, q), w, d[0])
+        jobs = [self.job("longdoc", o.longdoc_inflight, self.pick(w), d[1] + prompts.question(2, q), w, d[0])
                 for q in range(o.longdoc_queries) for d, w in zip(docs, warmers)]
         wall = self.run_batch(f"longdoc: {len(jobs)} queries from another node", jobs, o.longdoc_inflight)
         self.stages.append(StageInfo("longdoc", o.longdoc_inflight, wall, len(jobs)))
@@ -187,34 +176,28 @@ class _Run:
         pool = [(f"S{d}", self.doc(f"sustained-{o.seed}-{d}", o.doc_tokens)) for d in range(4)]
         warmers = [next(self.rr) % len(self.engines) for _ in pool]
         self.run_batch("sustained: warm 4 shared prefixes",
-                       [lambda d=d, w=w: self.send("sustained-warm", o.sustained_concurrency, w,
-                                                   d[1] + prompts.question(0, 0), None, d[0])
-                        for d, w in zip(pool, warmers)], o.sustained_concurrency)
+                       [self.job("sustained-warm", o.sustained_concurrency, w, d[1] + prompts.question(0, 0), None,
+                                 d[0]) for d, w in zip(pool, warmers)], o.sustained_concurrency)
         end = min(time.monotonic() + o.sustained_s, self.deadline)
         counter = itertools.count()
         rng_lock = threading.Lock()
         start = time.monotonic()
 
-        def worker(wid: int) -> None:
-            while time.monotonic() < end and self.budget_left():
-                k = next(counter)
-                with rng_lock:
-                    kind = self.rng.random()
-                    d = self.rng.randrange(len(pool))
-                if kind < 0.3:   # no shared prefix: computed where it lands
-                    text = prompts.document(o.seed + 7, 10_000 + k, max(64, o.doc_tokens // 4))
-                    self.send("sustained", o.sustained_concurrency, self.pick(None), text, None, "")
-                else:            # a prefix first computed on another node
-                    text = pool[d][1] + prompts.question(3, k)
-                    self.send("sustained", o.sustained_concurrency, self.pick(warmers[d]), text, warmers[d],
-                              pool[d][0])
-                self.progress(f"sustained: {o.sustained_s:.0f} s, {o.sustained_concurrency} in flight",
-                              int(time.monotonic() - start), int(o.sustained_s))
+        def next_job(_: int) -> Optional[Job]:
+            self.progress(f"sustained: {o.sustained_s:.0f} s, {o.sustained_concurrency} in flight",
+                          int(time.monotonic() - start), int(o.sustained_s))
+            if time.monotonic() >= end or not self.budget_left():
+                return None
+            with rng_lock:
+                k, kind, d = next(counter), self.rng.random(), self.rng.randrange(len(pool))
+            if kind < 0.3:   # no shared prefix: computed where it lands
+                text = prompts.document(o.seed + 7, 10_000 + k, max(64, o.doc_tokens // 4))
+                return self.job("sustained", o.sustained_concurrency, self.pick(None), text, None, "")
+            # a prefix first computed on another node
+            return self.job("sustained", o.sustained_concurrency, self.pick(warmers[d]),
+                            pool[d][1] + prompts.question(3, k), warmers[d], pool[d][0])
 
-        with ThreadPoolExecutor(max_workers=o.sustained_concurrency) as ex:
-            for f in [ex.submit(worker, w) for w in range(o.sustained_concurrency)]:
-                f.result()
-        wall = time.monotonic() - start
+        wall = self.load.run(next_job, o.sustained_concurrency, "stress-sustained")
         n = sum(1 for r in self.records if r.stage == "sustained")
         self.stages.append(StageInfo("sustained", o.sustained_concurrency, wall, n))
 

@@ -1,4 +1,5 @@
-"""One row per request, written as CSV: the raw evidence every table and plot is computed from."""
+"""One row per request, written as CSV: the raw evidence every table and plot is computed from (stress, soak and
+faults write the same columns; `harness.load` makes the rows)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ class RequestRecord:
     e2e_s: float
     ok: bool
     error: str = ""
+    url: str = ""              # where it was sent (an engine or the router)
+    retried: str = ""          # the connection reset that was retried once (faults), "" when none
+
+    @property
+    def t_end_s(self) -> float:
+        return self.t_start_s + self.e2e_s
 
     @property
     def cross_node(self) -> bool:
@@ -59,5 +66,6 @@ def parse_csv(text: str) -> list[RequestRecord]:
             prompt_tokens=int(row["prompt_tokens"]), cached_tokens=int(row["cached_tokens"]),
             output_tokens=int(row["output_tokens"]),
             ttft_s=float(row["ttft_s"]) if row["ttft_s"] not in ("", "None") else None,
-            e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=row["error"]))
+            e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=row["error"], url=row.get("url") or "",
+            retried=row.get("retried") or ""))
     return out

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """Linear-interpolated percentile (q in 0..100); None for no data."""
+def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
+    """The percentile q (0..100) of `values` (None entries skipped), interpolated linearly between the two
+    nearest ranks; None for no data.
+
+    The project's one definition, in every report, plot and benchmark: numpy's default (type 7, `statistics`'
+    "inclusive"), which is what `vllm bench serve` reports, so our p50/p99 sit beside its figures unchanged.
+    """
     vals = sorted(v for v in values if v is not None)
     if not vals:
         return None

@@ -32,7 +32,8 @@ def test_client_reports_parse_to_figures(name, count):
     assert run.channel_type == "nixl" and (run.iters, run.warmup) == (5, 1)
     assert run.payload_bytes == count * MIB
     assert run.best_ms <= run.median_ms and run.best_gbps >= run.median_gbps > 0
-    assert len(run.times_ms) == 5 and run.p99_ms == max(run.times_ms) and run.p50_ms == sorted(run.times_ms)[2]
+    t = sorted(run.times_ms)
+    assert len(t) == 5 and run.p99_ms == pytest.approx(t[3] + (t[4] - t[3]) * 0.96) and run.p50_ms == t[2]
     # LMCache's median is the same read as our p50 (its ms are rounded to 2 places)
     assert abs(run.p50_ms - run.median_ms) < 0.01
     assert run.connect_s is not None
@@ -61,12 +62,6 @@ def test_without_per_read_times_p50_is_the_median():
 def test_empty_output_is_a_failure_not_a_crash():
     run = channel.parse_client_output("", verify=True, object_size=MIB, num_objects=1)
     assert not run.ok and run.error == "the client printed nothing"
-
-
-def test_percentile_is_a_measured_value():
-    assert channel.percentile([5.0, 1.0, 3.0], 50) == 3.0
-    assert channel.percentile([5.0, 1.0, 3.0], 99) == 5.0
-    assert channel.percentile(list(map(float, range(1, 101))), 99) == 99.0
 
 
 @pytest.mark.parametrize("kw,field", [({"object_size": 3000}, "page size"), ({"counts": ()}, "counts"),
@@ -172,7 +167,8 @@ def test_captured_runs_parse_the_same(count):
     # Real runs (127.0.0.1, UCX_NET_DEVICES=lo, a busy 2-core box); the client segfaulted after its report
     # (exit 139, in NIXL/UCX teardown), which run_client turns into a failed run.
     run = channel.parse_client_output(_captured(f"captured/client_ok_{count}.txt"), True, MIB, count)
-    assert run.ok and run.verified and len(run.times_ms) == 5 and run.p99_ms == max(run.times_ms)
+    t = sorted(run.times_ms)
+    assert run.ok and run.verified and len(t) == 5 and t[3] < run.p99_ms <= t[4]
     assert abs(run.p50_ms - run.median_ms) < 0.01 and run.median_gbps > 0
     assert "page_size mismatch" in channel.parse_client_output(
         _captured("captured/client_page_mismatch.txt"), True, MIB, 1).error

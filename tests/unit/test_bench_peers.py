@@ -47,12 +47,6 @@ def test_a_request_passes_only_when_served_whole_by_one_peer_or_cleanly_missed(s
     assert got.ok is ok and words in got.error
 
 
-def test_percentile_is_nearest_rank_and_p99_of_few_samples_is_their_maximum():
-    assert judge.percentile([5.0, 1.0, 3.0], 50) == 3.0
-    assert judge.percentile([5.0, 1.0, 3.0], 99) == 5.0
-    assert judge.percentile([], 50) is None
-
-
 def fleet_samples(n: int, miss_ms: float) -> list[judge.Sample]:
     out = []
     for ms in (miss_ms, miss_ms + 1, miss_ms + 4):
@@ -67,12 +61,12 @@ def test_rows_group_by_size_and_scenario_with_percentiles_and_pull():
     assert [(r["nodes"], r["scenario"]) for r in rows] == [(2, "no holder"), (2, "one holder"),
                                                             (8, "no holder"), (8, "one holder")]
     hit8 = rows[3]
-    assert hit8["lookup_ms_p50"] == 20.0 and hit8["lookup_ms_p99"] == 26.0 and hit8["pull_ms_p50"] == 22.0
+    assert hit8["lookup_ms_p50"] == 20.0 and hit8["lookup_ms_p99"] == pytest.approx(25.88) and hit8["pull_ms_p50"] == 22.0
     assert hit8["serving_peer"] == "c-0" and hit8["passed"] == 3 and rows[2]["pull_ms_p50"] is None
 
 
 @pytest.mark.parametrize("samples,reached,words", [
-    (fleet_samples(2, 3.0) + fleet_samples(8, 9.0), True, "10.0 ms p50 (p99 13.0 ms) for a miss at N=8: reached"),
+    (fleet_samples(2, 3.0) + fleet_samples(8, 9.0), True, "10.0 ms p50 (p99 12.9 ms) for a miss at N=8: reached"),
     (fleet_samples(8, 12.0), False, "NOT reached"),
     (fleet_samples(4, 3.0), None, "not measured at 8"),
     ([], None, "not measured (no miss lookup"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from p2p_ops.harness.faults.core import Sample
+from p2p_ops.observe.records import RequestRecord
 from p2p_ops.harness.faults.routed import client_saw, failover_figures, worker_value
 from p2p_ops.harness.faults.scenarios import SCENARIOS
 from p2p_ops.spec.settings import RouterSettings
@@ -37,9 +37,11 @@ def test_worker_values_match_whatever_the_label_is_called():
 
 
 def test_client_errors_are_grouped_by_kind():
-    s = [Sample(0, "u", False, None, 0, "ConnectionError: refused by peer now"),
-         Sample(1, "u", False, None, 0, "ConnectionError: refused by peer now"),
-         Sample(2, "u", True, 0.1, 0), Sample(3, "u", False, None, 0, '{"error": "No healthy workers"}')]
+    def sample(t, ok, error=""):
+        return RequestRecord("", 0, "", "", "", "", t, 0, 0, 0, 0.1 if ok else None, 0.1, ok, error, url="u")
+
+    s = [sample(0, False, "ConnectionError: refused by peer now"), sample(1, False, "ConnectionError: refused by peer now"),
+         sample(2, True), sample(3, False, '{"error": "No healthy workers"}')]
     assert client_saw(s) == {"ConnectionError: refused by peer": 2, '{"error": "No healthy workers"}': 1}
 
 

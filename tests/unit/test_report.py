@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import matplotlib.image as mpimg
+import pytest
 
 from p2p_ops.observe.records import RequestRecord, read_csv, write_csv
 from p2p_ops.observe.report import build_report, stage_checks
@@ -43,8 +44,11 @@ def make_run(tmp_path, kill_b=False):
     return records
 
 
-def test_percentile():
+def test_percentile_interpolates_linearly_between_the_nearest_ranks_as_numpy_and_vllm_bench_do():
     assert percentile([1, 2, 3, 4], 50) == 2.5
+    # The samples: nearest rank said 100, `lat[int(0.99 * (n - 1))]` said 18.
+    assert percentile([*range(10, 19), 100], 99) == pytest.approx(92.62)
+    assert percentile([3.0, None, 1.0], 50) == 2.0
     assert percentile([5], 99) == 5
     assert percentile([], 50) is None
 

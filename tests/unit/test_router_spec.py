@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import calibrate, docqa, placement
+from p2p_ops.bench import calibrate, placement
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.crossover import CrossoverRow
 from p2p_ops.lifecycle.render import render_fleet
+from p2p_ops.observe.records import RequestRecord
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.starter import local_fleet
@@ -87,8 +88,8 @@ def test_bad_router_settings_name_the_field(router, words):
     assert "\n" not in str(err.value)
 
 
-def turn(q: int, ttft: float, cached: int, prompt: int = 1000, ok: bool = True) -> docqa.Turn:
-    return docqa.Turn(0, q, ok, ttft, ttft, prompt, cached, 0.0)
+def turn(q: int, ttft: float, cached: int, prompt: int = 1000, ok: bool = True) -> RequestRecord:
+    return RequestRecord("arm", q, "", "", "", "s0", 0.0, prompt, cached, 1, ttft if ok else None, ttft, ok)
 
 
 def test_placement_summary_splits_tokens_and_margins():

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from p2p_ops.errors import BadInput
-from p2p_ops.harness.soak.load import MIX, MixedLoad, Request
+from p2p_ops.harness.soak.load import MIX, MixedLoad
 from p2p_ops.harness.soak.options import LeakRule, SoakOptions, parse_duration
 from p2p_ops.harness.soak.sampler import Row
 from p2p_ops.harness.soak.verdict import cpu_percent, per_minute, slope_per_hour, trend, trends
+from p2p_ops.observe.records import RequestRecord
 
 RULE = LeakRule(min_per_hour=30.0, min_growth=16.0)
 
@@ -69,8 +70,11 @@ def test_trends_leave_warm_up_out_and_cover_every_process():
 
 
 def test_per_minute_leaves_warm_up_requests_out():
-    reqs = [Request(5, "warm", "u", True, 1.0, 100, 0), Request(10, "doc", "u", True, 0.1, 100, 80),
-            Request(70, "fresh", "u", False, None, 0, 0, "boom"), Request(75, "doc", "u", True, 0.3, 100, 50)]
+    def req(t, kind, ok, ttft, prompt, cached, error=""):
+        return RequestRecord(kind, 1, "", "", "", "", t, prompt, cached, 1, ttft, 0.5, ok, error, url="u")
+
+    reqs = [req(5, "warm", True, 1.0, 100, 0), req(10, "doc", True, 0.1, 100, 80),
+            req(70, "fresh", False, None, 0, 0, "boom"), req(75, "doc", True, 0.3, 100, 50)]
     m = per_minute(reqs)
     assert [(x.minute, x.requests, x.failed) for x in m] == [(0, 1, 0), (1, 2, 1)]
     assert m[0].cached_share == 0.8 and m[1].ttft_p50_s == 0.3

@@ -8,11 +8,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import complete
-from p2p_ops.harness.workers import Workers
+from p2p_ops.harness import load, prompts
 from p2p_ops.lifecycle import status
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
 
 Progress = Callable[[str], None]
@@ -38,18 +37,6 @@ class FaultOptions:
     @classmethod
     def quick(cls) -> "FaultOptions":
         return cls(phase_s=5.0, hold_s=4.0, recover_timeout_s=90.0, docs=3, fill_timeout_s=150.0)
-
-
-@dataclass
-class Sample:
-    t: float                       # seconds since the scenario's start, when the request was sent
-    url: str
-    ok: bool
-    ttft_s: Optional[float]
-    cached_tokens: int
-    error: str = ""
-    t_end: float = 0.0             # when the answer (or the error) came back
-    retried: str = ""              # the reset that was retried once (see Load.one), "" when none
 
 
 @dataclass
@@ -81,28 +68,36 @@ class Figures:
 
 
 class Load:
-    """Closed-loop clients over a fixed set of (url, prompt) jobs, recording every request."""
+    """Closed-loop clients over a fixed set of (url, prompt) jobs, recording every request (connection resets
+    before any answer retried once: `harness.load.Load.send`)."""
 
     def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float,
                  concurrency: Optional[int] = None, max_requests: Optional[int] = None,
-                 cycle: bool = True) -> None:
+                 cycle: bool = True, runner: Optional[load.Load] = None) -> None:
         self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
         self.max_requests = max_requests or opts.max_requests
-        self.samples: list[Sample] = []
+        self.concurrency = concurrency or opts.concurrency
+        self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens,
+                                          retry_resets=True, pause_after_failure_s=0.2)
         self._lock = threading.Lock()
         self._next = 0
-        self._workers = Workers(self._run, concurrency or opts.concurrency, "fault-load", opts.request_timeout_s + 5)
-        self._stop = self._workers.stop_event
+        self._workers: Optional[load.Workers] = None
+
+    @property
+    def samples(self) -> list[RequestRecord]:
+        return self.runner.records
 
     def start(self) -> "Load":
-        self._workers.start()
+        self._workers = self.runner.start(self._take, self.concurrency, "fault-load")
         return self
 
     def stop(self) -> None:
-        self._workers.stop()
+        if self._workers:
+            self._workers.stop()
 
     def join(self) -> None:
-        self._workers.join()
+        if self._workers:
+            self._workers.join()
 
     @property
     def taken(self) -> int:
@@ -110,44 +105,19 @@ class Load:
 
     @property
     def done(self) -> bool:
-        return self._workers.done()
+        return self._workers is None or self._workers.done
 
-    def _take(self) -> Optional[tuple[str, str]]:
+    def _take(self, _: int) -> Optional[load.Job]:
         with self._lock:
-            if self._stop.is_set() or self._next >= self.max_requests:
+            if self._next >= self.max_requests or (not self.cycle and self._next >= len(self.jobs)):
                 return None
-            if not self.cycle and self._next >= len(self.jobs):
-                return None
-            job = self.jobs[self._next % len(self.jobs)]
+            url, prompt = self.jobs[self._next % len(self.jobs)]
             self._next += 1
-            return job
+            return load.Job(url, prompt)
 
-    def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> Sample:
-        """Send one request now (from the caller's thread) and record it.
-
-        A connection reset before any answer is sent once more, as OpenAI's SDK does by default (it retries
-        connection errors twice): the engine never saw a request it answered, so a client would not report it.
-        Twice in a row is a failure, and every retry is counted and shown (`retried_resets`).
-        """
-        sent = time.monotonic() - self.t0
-        c = self._complete(url, prompt, max_tokens)
-        retried = ""
-        if reset_before_answer(c):
-            retried, c = c.error[:200], self._complete(url, prompt, max_tokens)
-        s = Sample(sent, url, c.ok, c.ttft_s if c.ok else None, c.cached_tokens, c.error[:200],
-                   time.monotonic() - self.t0, retried)
-        with self._lock:
-            self.samples.append(s)
-        return s
-
-    def _complete(self, url: str, prompt: str, max_tokens: Optional[int]):
-        return complete(url, self.model, prompt, max_tokens=max_tokens or self.opts.max_tokens,
-                        timeout=self.opts.request_timeout_s)
-
-    def _run(self) -> None:
-        while (job := self._take()) is not None:
-            if not self.one(*job).ok:
-                time.sleep(0.2)  # a dead engine refuses at once: do not spin
+    def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
+        """Send one request now (from the caller's thread) and record it."""
+        return self.runner.send(load.Job(url, prompt, max_tokens=max_tokens))
 
 
 def wait_ready(ctx: FleetContext, timeout_s: float) -> Optional[float]:
@@ -168,21 +138,16 @@ def shared_jobs(ctx: FleetContext, opts: FaultOptions, seed: int) -> tuple[list[
     return docs, jobs
 
 
-def phase_of(s: Sample, marks: dict[str, float]) -> str:
+def phase_of(s: RequestRecord, marks: dict[str, float]) -> str:
     """A request still in flight when the fault hit belongs to `during`: the fault is what it met."""
-    if s.t_end < marks.get("fault", float("inf")):
+    if s.t_end_s < marks.get("fault", float("inf")):
         return "before"
-    if s.t < marks.get("recovered", float("inf")):
+    if s.t_start_s < marks.get("recovered", float("inf")):
         return "during"
     return "after"
 
 
-def reset_before_answer(c) -> bool:
-    """The engine accepted the connection, then reset it before any status line (not a refusal, not a cut stream)."""
-    return not c.ok and c.status == 0 and c.error.startswith("ConnectionError") and "reset by peer" in c.error
-
-
-def fill_figures(fig: Figures, samples: list[Sample], marks: dict[str, float], unreachable_url: str,
+def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, float], unreachable_url: str,
                  why_unreachable: str) -> None:
     fig.sent = len(samples)
     fig.failed = sum(not s.ok for s in samples)

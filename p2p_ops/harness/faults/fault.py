@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from p2p_ops.errors import BadInput
-from p2p_ops.harness.faults.core import FaultOptions, Load, Progress, Sample
+from p2p_ops.harness.faults.core import FaultOptions, Load, Progress
+from p2p_ops.observe.records import RequestRecord
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 
@@ -30,7 +31,7 @@ class Fault:
     def cleanup(self) -> None:
         """Whatever happens (also an exception): leave nothing broken."""
 
-    def finish(self, marks: dict[str, float], samples: list[Sample]) -> None:
+    def finish(self, marks: dict[str, float], samples: list[RequestRecord]) -> None:
         """After the run: the scenario's own figures into `extra` (marks: fault, restart, recovered times)."""
 
 

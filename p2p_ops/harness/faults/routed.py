@@ -20,7 +20,8 @@ import time
 from typing import Optional
 
 from p2p_ops.endpoints import metrics_api
-from p2p_ops.harness.faults.core import Load, Sample
+from p2p_ops.harness.faults.core import Load
+from p2p_ops.observe.records import RequestRecord
 from p2p_ops.harness.faults.fault import Kill
 from p2p_ops.lifecycle.context import FleetContext
 
@@ -91,7 +92,7 @@ def failover_figures(rows: list[tuple[float, Optional[float], Optional[float], O
             else None}
 
 
-def client_saw(samples: list[Sample]) -> dict[str, int]:
+def client_saw(samples: list[RequestRecord]) -> dict[str, int]:
     """What failed clients got, by kind (the first words of the error: an HTTP status, a refused connection)."""
     out: dict[str, int] = {}
     for s in samples:
@@ -121,7 +122,7 @@ class RoutedKill(Kill):
         if self.watch:
             self.watch.stop()
 
-    def finish(self, marks: dict[str, float], samples: list[Sample]) -> None:
+    def finish(self, marks: dict[str, float], samples: list[RequestRecord]) -> None:
         if self.watch:
             self.watch.stop()
             self.extra.update(self.watch.figures(marks.get("fault", 0.0), marks.get("restart")))

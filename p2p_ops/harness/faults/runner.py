@@ -21,19 +21,19 @@ from p2p_ops.harness.faults.core import (
     Figures,
     Load,
     Progress,
-    Sample,
     fill_figures,
     shared_jobs,
     wait_ready,
 )
 from p2p_ops.harness.faults.scenarios import SCENARIOS, why_not
-from p2p_ops.harness.faults.table import write_requests, write_table
+from p2p_ops.harness.faults.table import write_table
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.records import RequestRecord, write_csv
 
 
 def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,
-                 seed: Optional[int] = None) -> tuple[Figures, list[Sample]]:
+                 seed: Optional[int] = None) -> tuple[Figures, list[RequestRecord]]:
     why = why_not(ctx, name)
     if why:
         raise BadInput(f"scenario {name} cannot run on fleet {ctx.fleet.name}: {why}")
@@ -82,7 +82,7 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     d = drain.wait_drained(ctx, sampler.max_seen, max(opts.drain_timeout_s, worst + 5), baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
-    samples = sorted(load.samples, key=lambda s: s.t)
+    samples = sorted(load.samples, key=lambda s: s.t_start_s)
     fault.finish(marks, samples)
     figures.extra = dict(fault.extra, inflight_by_server=d.last)
     fill_figures(figures, samples, marks, fault.unreachable_url, fault.why_unreachable)
@@ -106,7 +106,7 @@ def run_faults(ctx: FleetContext, names: list[str], opts: FaultOptions, out_dir:
         progress(f"scenario {name}")
         fig, samples = run_scenario(ctx, name, opts, progress)
         results.append(fig)
-        write_requests(samples, out_dir / f"faults-{name}-requests.csv")
+        write_csv(out_dir / f"faults-{name}-requests.csv", samples)
         write_table(results, out_dir, opts)  # after each scenario: a partial run still leaves its figures
     write_table(results, out_dir, opts)
     return results

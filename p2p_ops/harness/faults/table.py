@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from p2p_ops.harness.faults.core import FaultOptions, Figures, Sample
+from p2p_ops.harness.faults.core import FaultOptions, Figures
 
 
 def _s(v: Optional[float]) -> str:
@@ -57,15 +57,6 @@ def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Pa
     (out_dir / "faults.json").write_text(json.dumps({"options": asdict(opts),
                                                      "scenarios": [f.to_json() for f in results]}, indent=2) + "\n")
     return path
-
-
-def write_requests(samples: list[Sample], path: Path) -> None:
-    with path.open("w") as f:
-        f.write("t_s,url,ok,ttft_s,cached_tokens,error,retried_after\n")
-        for s in samples:
-            err, retried = (e.replace('"', "'").replace("\n", " ") for e in (s.error, s.retried))
-            f.write(f'{s.t:.3f},{s.url},{int(s.ok)},{"" if s.ttft_s is None else f"{s.ttft_s:.4f}"},'
-                    f'{s.cached_tokens},"{err}","{retried}"\n')
 
 
 def passed(results: list[Figures]) -> bool:

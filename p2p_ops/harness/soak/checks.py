@@ -17,11 +17,11 @@ class Check:
 
 
 def _requests(s: Soaked) -> Check:
-    reqs = [r for r in s.load.snapshot() if r.kind != "warm"]
+    reqs = [r for r in s.load.snapshot() if r.stage != "warm"]
     failed = [r for r in reqs if not r.ok]
     detail = f"{len(reqs)} requests, {len(failed)} failed"
     if failed:
-        detail += f"; first at {failed[0].t:.0f} s ({failed[0].kind} to {failed[0].url}): {failed[0].error}"
+        detail += f"; first at {failed[0].t_start_s:.0f} s ({failed[0].stage} to {failed[0].url}): {failed[0].error}"
     return Check("no failed request", bool(reqs) and not failed, detail)
 
 

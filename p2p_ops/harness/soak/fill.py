@@ -16,10 +16,10 @@ from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.harness import prompts
-from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
+from p2p_ops.harness.load import Job, Workers
 from p2p_ops.harness.soak.load import MixedLoad
-from p2p_ops.harness.workers import Workers
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
 # Just below LMCache's eviction watermark is "full" here.
 WATERMARK = EVICTION_WATERMARK - 0.05
@@ -58,16 +58,19 @@ class L1Filler:
         self.filled_at: Optional[float] = None   # seconds since the soak's start when every L1 was full
         self.fill: Optional[float] = None
         self._peaks: dict[str, float] = {}
-        self._workers = Workers(self._run, len(load.urls), "soak-l1-fill", load.opts.request_timeout_s + 5,
-                                pass_index=True)
-        self._stop = self._workers.stop_event
+        self._until = self._next_check = 0.0
+        self._full_seen = False
+        self._sent = [0] * len(load.urls)
+        self._workers: Optional[Workers] = None
 
     def start(self) -> "L1Filler":
-        self._workers.start()
+        self._until = time.monotonic() + self.budget_s
+        self._workers = self.load.runner.start(self._next, len(self.load.urls), "soak-l1-fill")
         return self
 
     def stop(self) -> None:
-        self._workers.stop()
+        if self._workers:
+            self._workers.stop()
 
     def _full(self) -> bool:
         fracs = l1_fractions(self.ctx)
@@ -77,15 +80,16 @@ class L1Filler:
             return True
         return False
 
-    def _run(self, i: int) -> None:
-        until, n, k, next_check = time.monotonic() + self.budget_s, len(self.load.urls), i, 0.0
-        while not self._stop.is_set() and time.monotonic() < until:
-            if i == 0 and time.monotonic() >= next_check:
-                next_check = time.monotonic() + 2.0
-                if self._full():
-                    self._stop.set()
-                    return
-            prompt = prompts.document(self.load.opts.seed + 31, 2_000_000 + k, FILL_CHARS)
-            if not self.load.send("fill", self.load.urls[i], prompt, max_tokens=1).ok:
-                self._stop.wait(0.2)
-            k += n
+    def _next(self, i: int) -> Optional[Job]:
+        """Sender i fills engine i with prompts nobody asked before; sender 0 also watches the fill level."""
+        if self._full_seen or time.monotonic() >= self._until:
+            return None
+        if i == 0 and time.monotonic() >= self._next_check:
+            self._next_check = time.monotonic() + 2.0
+            if self._full():
+                self._full_seen = True
+                return None
+        k = i + self._sent[i] * len(self.load.urls)
+        self._sent[i] += 1
+        prompt = prompts.document(self.load.opts.seed + 31, 2_000_000 + k, FILL_CHARS)
+        return self.load.job_for("fill", self.load.urls[i], prompt, max_tokens=1)

@@ -5,30 +5,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
-from dataclasses import dataclass
 from typing import Optional
 
-from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import complete
+from p2p_ops.harness import load, prompts
 from p2p_ops.harness.soak.options import SoakOptions
-from p2p_ops.harness.workers import Workers
+from p2p_ops.observe.records import RequestRecord
 
 # Of every 20 requests: 8 on shared documents, 7 session turns, 5 fresh prompts.
 MIX = ("doc",) * 8 + ("session",) * 7 + ("fresh",) * 5
 TURNS_PER_ENGINE = 3
-
-
-@dataclass
-class Request:
-    t: float              # seconds since the soak started, when sent
-    kind: str             # doc | session | fresh | warm
-    url: str
-    ok: bool
-    ttft_s: Optional[float]
-    prompt_tokens: int
-    cached_tokens: int
-    error: str = ""
 
 
 class Session:
@@ -53,11 +38,10 @@ class MixedLoad:
         self.urls, self.model, self.opts, self.t0, self.route = urls, model, opts, t0, route
         self.docs = [prompts.document(opts.seed, i, opts.doc_chars) for i in range(opts.docs)]
         self.sessions = [Session(opts.seed + 17, i) for i in range(opts.sessions)]
-        self.requests: list[Request] = []
-        self._lock = threading.Lock()
+        self.runner = load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens,
+                                pause_after_failure_s=0.2)
         self._count = itertools.count()
-        self._workers = Workers(self._run, opts.concurrency, "soak-load", opts.request_timeout_s + 5)
-        self._stop = self._workers.stop_event
+        self._workers: Optional[load.Workers] = None
 
     def warm(self) -> None:
         """Every shared document computed once on the first engine: the others pull it over P2P."""
@@ -65,21 +49,20 @@ class MixedLoad:
             self.send("warm", self.urls[0], doc, max_tokens=1)
 
     def start(self) -> "MixedLoad":
-        self._workers.start()
+        self._workers = self.runner.start(lambda _: self.job_for(*self.job(next(self._count))),
+                                          self.opts.concurrency, "soak-load")
         return self
 
     def stop(self) -> None:
-        self._workers.stop()
+        if self._workers:
+            self._workers.stop()
 
-    def send(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> Request:
-        sent = time.monotonic() - self.t0
-        c = complete(self.route or url, self.model, prompt, max_tokens=max_tokens or self.opts.max_tokens,
-                     timeout=self.opts.request_timeout_s)
-        r = Request(round(sent, 3), kind, self.route or url, c.ok, c.ttft_s if c.ok else None, c.prompt_tokens,
-                    c.cached_tokens, c.error[:200])
-        with self._lock:
-            self.requests.append(r)
-        return r
+    def send(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
+        return self.runner.send(self.job_for(kind, url, prompt, max_tokens))
+
+    def job_for(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> load.Job:
+        """The request as sent: through the router when the soak goes through one."""
+        return load.Job(self.route or url, prompt, stage=kind, max_tokens=max_tokens)
 
     def job(self, k: int) -> tuple[str, str, str]:
         """The k-th request: (kind, engine url, prompt). Shared documents go to every engine but the first."""
@@ -94,12 +77,5 @@ class MixedLoad:
             return kind, self.urls[(s.index + turn // TURNS_PER_ENGINE) % n], text
         return kind, self.urls[k % n], prompts.document(self.opts.seed + 7, 1_000_000 + k, self.opts.fresh_chars)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            kind, url, prompt = self.job(next(self._count))
-            if not self.send(kind, url, prompt).ok:
-                self._stop.wait(0.2)  # a dead engine refuses at once: do not spin
-
-    def snapshot(self) -> list[Request]:
-        with self._lock:
-            return list(self.requests)
+    def snapshot(self) -> list[RequestRecord]:
+        return self.runner.snapshot()

@@ -57,8 +57,8 @@ def _proof(ctx: FleetContext, out_dir: Path, t: float, n: int) -> Proof:
 
 
 def _note(s: Soaked, t: float) -> str:
-    reqs = [r for r in s.load.snapshot() if r.kind != "warm"]
-    recent = [r.ttft_s for r in reqs if r.ok and r.ttft_s is not None and r.t >= t - NOTE_EVERY_S]
+    reqs = [r for r in s.load.snapshot() if r.stage != "warm"]
+    recent = [r.ttft_s for r in reqs if r.ok and r.ttft_s is not None and r.t_start_s >= t - NOTE_EVERY_S]
     p99 = percentile(recent, 99)
     servers = [r for r in s.sampler.rows[-len(s.sampler.units):] if r.role == "server" and r.anon_mib]
     mem = ", ".join(f"{r.unit.split('/')[0]} {r.anon_mib:.0f} MiB" for r in servers)

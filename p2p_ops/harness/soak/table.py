@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Optional
 
 from p2p_ops.harness.soak.checks import Check, passed
-from p2p_ops.harness.soak.load import Request
 from p2p_ops.harness.soak.runner import Soaked
 from p2p_ops.harness.soak.sampler import FIELDS, Row
 from p2p_ops.harness.soak.verdict import Trend, cpu_percent, per_minute
 from p2p_ops.observe import soak_plots
+from p2p_ops.observe.records import write_csv
 
 
 def _n(v: Optional[float], fmt: str = "{:g}") -> str:
@@ -97,9 +97,7 @@ def _csv(path: Path, header: tuple[str, ...], lines: list[str]) -> None:
 
 def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Path, fleet: str) -> Path:
     reqs = s.load.snapshot()
-    _csv(out_dir / "requests.csv", tuple(Request.__dataclass_fields__),
-         [",".join("" if v is None else str(v).replace(",", ";").replace("\n", " ") for v in asdict(r).values())
-          for r in reqs])
+    write_csv(out_dir / "requests.csv", reqs)
     _csv(out_dir / "samples.csv", FIELDS, [r.to_csv() for r in s.sampler.rows])
     plots = write_plots(s, out_dir)
     md = soak_markdown(s, checks, ts, fleet) + "".join(f"\n![{p.stem}]({p.name})\n" for p in plots)

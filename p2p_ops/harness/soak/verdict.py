@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Optional
 
-from p2p_ops.harness.soak.load import Request
 from p2p_ops.harness.soak.options import LeakRule, SoakOptions
 from p2p_ops.harness.soak.sampler import Row
+from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
 
 Point = tuple[float, float]  # (seconds since start, value)
@@ -126,10 +126,10 @@ class Minute:
     cached_share: Optional[float]  # cached / prompt tokens of the minute's successful requests
 
 
-def per_minute(requests: list[Request]) -> list[Minute]:
+def per_minute(requests: list[RequestRecord]) -> list[Minute]:
     out = []
-    for m in sorted({int(r.t // 60) for r in requests if r.kind != "warm"}):
-        rs = [r for r in requests if r.kind != "warm" and int(r.t // 60) == m]
+    for m in sorted({int(r.t_start_s // 60) for r in requests if r.stage != "warm"}):
+        rs = [r for r in requests if r.stage != "warm" and int(r.t_start_s // 60) == m]
         ok = [r for r in rs if r.ok]
         ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
         prompt = sum(r.prompt_tokens for r in ok)
