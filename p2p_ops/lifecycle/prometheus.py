@@ -48,12 +48,7 @@ def ready(ctx: FleetContext) -> bool:
     return ctx.unit("prometheus").ready()
 
 
-def up(ctx: FleetContext, timeout: float = 60.0) -> str:
-    """Start (or find running) Prometheus for this fleet; returns its URL once /-/ready answers."""
-    binary = shutil.which("prometheus")
-    if not binary:
-        raise CouldNotRun("the `prometheus` binary is not installed; install the Debian package: "
-                          "apt-get install prometheus")
+def write_files(ctx: FleetContext, binary: str) -> None:
     d = prom_dir(ctx)
     (d / "data").mkdir(parents=True, exist_ok=True)
     (d / RULES_FILE).write_text(render_rules(ctx.fleet))
@@ -68,6 +63,15 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
         f"--storage.tsdb.path={q(str(d / 'data'))} --storage.tsdb.retention.time={q(p.retention)} "
         f"--web.listen-address={q(hostport(p.host, p.port))} --web.enable-lifecycle\n")
     wrapper.chmod(0o755)
+
+
+def up(ctx: FleetContext, timeout: float = 60.0) -> str:
+    """Start (or find running) Prometheus for this fleet; returns its URL once /-/ready answers."""
+    binary = shutil.which("prometheus")
+    if not binary:
+        raise CouldNotRun("the `prometheus` binary is not installed; install the Debian package: "
+                          "apt-get install prometheus")
+    write_files(ctx, binary)
     conn = ctx.conn(None)
     proc = ctx.proc("prometheus")
     if procs.start(conn, proc).kept:
