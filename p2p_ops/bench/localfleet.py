@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
+from p2p_ops import files
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import free_base
@@ -37,7 +38,7 @@ def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[di
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     with _folder(name, where) as folder:
         path = folder / "fleet.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        files.write_text(path, yaml.safe_dump(data, sort_keys=False))
         with FleetContext.load(path) as ctx:
             try:
                 t = time.monotonic()
@@ -54,7 +55,7 @@ def local_fleet(n: int, name: str = "bench", instance_settings: Optional[list[di
 @contextmanager
 def _folder(name: str, where: Optional[Path]) -> Iterator[Path]:
     if where is not None:
-        where.mkdir(parents=True, exist_ok=True)
+        files.make_dirs(where)
         yield where
         return
     with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from p2p_ops import files
 from p2p_ops.bench import docqa, placement_verdict
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import metrics_api
@@ -126,7 +127,7 @@ def switch_policy(ctx: FleetContext, path: Path, data: dict, policy: str, timeou
         return
     procs.stop(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     data["router"]["policy"] = policy
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    files.write_text(path, yaml.safe_dump(data, sort_keys=False))
     ctx.fleet = load_fleet(path)
     write_rendered(render_router(ctx.fleet, ctx.node_layout), ctx.layout)
     procs.start(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
@@ -155,7 +156,7 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     choice = choose(opts.nodes, opts.port_offset, router=True)
     progress(choice.line())
     ports = choice.base
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     deadline = time.monotonic() + opts.max_seconds
     results: list[ArmResult] = []
     turns_out: list[dict] = []
@@ -164,7 +165,7 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
         name = f"placement-p2p-{arm}"
         path = out_dir / f"fleet-p2p-{arm}.yaml"
         data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.timing, name)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        files.write_text(path, yaml.safe_dump(data, sort_keys=False))
         progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
         with FleetContext.load(path) as ctx:
             try:
@@ -221,9 +222,9 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
 
 def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions,
            ports: PortChoice) -> None:
-    (out_dir / "results.json").write_text(json.dumps(document(results, opts, ports, turns), indent=2, default=str))
-    (out_dir / "turns.json").write_text(json.dumps(turns))
-    (out_dir / "summary.md").write_text(markdown(results, opts, turns))
+    files.write_json(out_dir / "results.json", document(results, opts, ports, turns))
+    files.write_text(out_dir / "turns.json", json.dumps(turns))
+    files.write_text(out_dir / "summary.md", markdown(results, opts, turns))
     bench_plots.placement(out_dir, results)
 
 

@@ -29,6 +29,7 @@ from typing import Optional
 import yaml
 from rich.table import Table
 
+from p2p_ops import files
 from p2p_ops.cli.output import console, err_console, heading, progress, show
 from p2p_ops.cli.test_cmds import print_basic
 from p2p_ops.errors import P2POpsError
@@ -69,8 +70,7 @@ def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: 
     started = time.monotonic()
     name = fleet_data.get("name", "demo")
     fleet_file = Path(root) / f"{name}.yaml"
-    fleet_file.parent.mkdir(parents=True, exist_ok=True)
-    fleet_file.write_text(yaml.safe_dump(fleet_data, sort_keys=False))
+    files.write_text(files.private_dir(fleet_file.parent) / fleet_file.name, yaml.safe_dump(fleet_data, sort_keys=False))
     with FleetContext.load(fleet_file, run_dir=str(Path(root) / name)) as ctx:
         heading(title)
         console.print(f"fleet spec {fleet_file}, state in {ctx.layout.root}", soft_wrap=True)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.endpoints import engine_api, lmcache_api
 from p2p_ops.lifecycle.context import FleetContext
 
@@ -60,7 +61,7 @@ def _saved_prompts(tests_dir: Path) -> list[tuple[str, str]]:
     for run in runs[:MAX_RUNS]:
         for path in (run / "prompts.jsonl", run / "basic" / "prompts.jsonl"):
             seen: set[str] = set()
-            for line in path.read_text().splitlines() if path.is_file() else []:
+            for line in files.read_text(path, within=tests_dir).splitlines() if path.is_file() else []:
                 row = json.loads(line)
                 key = row.get("prefix_id") or str(row.get("request"))
                 if key not in seen and row.get("prompt"):

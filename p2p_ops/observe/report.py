@@ -254,7 +254,7 @@ def build_report(run_dir: Path) -> Path:
                  "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
         if (run_dir / name).exists():
             lines.append(f"- `{name}`")
-    return files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n", 0o644)
+    return files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n")
 
 
 def _explained(run_dir: Path) -> list[str]:

@@ -36,7 +36,7 @@ def _save(fig, out: Path) -> bool:
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    files.write_bytes(out, png.getvalue(), 0o644)  # never through a link planted in the run folder
+    files.write_bytes(out, png.getvalue())  # never through a link planted in the run folder
     return True
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
 
 PROMPTS_FILE = "prompts.jsonl"
@@ -35,10 +36,9 @@ def from_text(text: str) -> PromptSpec:
 
 
 def from_file(path: str) -> PromptSpec:
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise BadInput(f"--prompt-file {path}: no such file")
-    return PromptSpec(f"file {path}", text=p.read_text(errors="replace"))
+    return PromptSpec(f"file {path}", text=files.read_text(path))
 
 
 def from_messages(path: str) -> PromptSpec:
@@ -46,7 +46,7 @@ def from_messages(path: str) -> PromptSpec:
     if not p.is_file():
         raise BadInput(f"--messages {path}: no such file; give a JSON list of {{role, content}} objects")
     try:
-        messages = json.loads(p.read_text())
+        messages = json.loads(files.read_text(p))
     except ValueError as exc:
         raise BadInput(f"--messages {path}: not JSON ({exc}); give a list of {{role, content}} objects") from None
     if isinstance(messages, dict) and isinstance(messages.get("messages"), list):
@@ -60,7 +60,7 @@ def saved_requests(run_dir: Path) -> list[dict]:
     path = run_dir / PROMPTS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in files.read_text(path, within=run_dir).splitlines() if line.strip()]
 
 
 def from_run(run_dir: str, request: Optional[str]) -> PromptSpec:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.harness.faults.core import FaultOptions, Figures, Sample
 
 
@@ -53,19 +53,18 @@ def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
 
 def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Path:
     path = out_dir / "faults.md"
-    path.write_text(table_markdown(results, opts))
-    (out_dir / "faults.json").write_text(json.dumps({"options": asdict(opts),
-                                                     "scenarios": [f.to_json() for f in results]}, indent=2) + "\n")
+    files.write_text(path, table_markdown(results, opts))
+    files.write_json(out_dir / "faults.json", {"options": asdict(opts), "scenarios": [f.to_json() for f in results]})
     return path
 
 
 def write_requests(samples: list[Sample], path: Path) -> None:
-    with path.open("w") as f:
-        f.write("t_s,url,ok,ttft_s,cached_tokens,error,retried_after\n")
-        for s in samples:
-            err, retried = (e.replace('"', "'").replace("\n", " ") for e in (s.error, s.retried))
-            f.write(f'{s.t:.3f},{s.url},{int(s.ok)},{"" if s.ttft_s is None else f"{s.ttft_s:.4f}"},'
-                    f'{s.cached_tokens},"{err}","{retried}"\n')
+    lines = ["t_s,url,ok,ttft_s,cached_tokens,error,retried_after\n"]
+    for s in samples:
+        err, retried = (e.replace('"', "'").replace("\n", " ") for e in (s.error, s.retried))
+        lines.append(f'{s.t:.3f},{s.url},{int(s.ok)},{"" if s.ttft_s is None else f"{s.ttft_s:.4f}"},'
+                     f'{s.cached_tokens},"{err}","{retried}"\n')
+    files.write_text(path, "".join(lines))
 
 
 def passed(results: list[Figures]) -> bool:
