@@ -10,12 +10,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from p2p_ops.observe.run_plots import save_png  # noqa: E402
+
 
 def _save(fig, out: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out.name
+    return save_png(fig, out).name
 
 
 def placement(out_dir: Path, arms: list) -> list[str]:

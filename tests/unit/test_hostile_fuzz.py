@@ -150,7 +150,8 @@ def test_any_yaml_is_a_fleet_or_one_line_exit_2(tmp_path_factory, p2pctl, data, 
 
 # ---- random file trees ---------------------------------------------------------------------------------------
 
-KINDS = ["bytes", "link_out", "link_in", "fifo", "dir", "loop", "deep", "missing", "big"]
+KINDS = ["bytes", "link_out", "link_in", "hardlink_out", "hardlink_in", "fifo", "dir", "loop", "deep", "missing",
+         "big"]
 
 
 def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
@@ -170,6 +171,11 @@ def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
     elif kind == "link_in":
         (path.parent / (path.name + ".real")).write_bytes(content)
         path.symlink_to(path.name + ".real")
+    elif kind == "hardlink_out":  # the same file as the secret: a hard link passes every check by name
+        os.link(outside, path)
+    elif kind == "hardlink_in":
+        (path.parent / (path.name + ".real")).write_bytes(content)
+        os.link(path.parent / (path.name + ".real"), path)
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "dir":
