@@ -4,13 +4,13 @@ folders, specs, reports. Every layer uses it; a refusal is one line naming the p
 - Reads never block and never read past a cap: the open is non-blocking, and anything but a regular file (a
   FIFO, a device, a socket, a folder) is refused before a byte is read. `follow=False` refuses a symbolic link
   as the last part of the path; `within=DIR` resolves the path and refuses it when it lands outside DIR. Both
-  also refuse a file with more than one hard link: its other name may be anywhere on the disk.
+  also refuse a file with a second hard link, which may be anywhere on the disk.
 - Writes go to a fresh temp file beside the target (O_EXCL, never through a planted link), then rename over
   it: a link at the target is replaced, its target never touched. The mode is set explicitly (0600 unless
   asked), whatever the umask.
-- Folders: `make_dirs` creates the missing ones 0700, whatever the umask, and leaves existing ones as they are
-  (for `-o` paths); run folders are trusted only when they are ours: `private_dir` also tightens the last one
-  to 0700 and refuses a link, or a folder another user owns; `check_trusted` also refuses one others can write.
+- `make_dirs` creates missing folders 0700 whatever the umask, leaving existing ones be (`-o` paths). Run
+  folders are trusted only when they are ours: `private_dir` also tightens the last one to 0700 and refuses a
+  link, or a folder another user owns; `check_trusted` also refuses one others can write.
 - `check_tree(root)` vets a snapshot tree before anything reads it: no link out of it (symbolic, or a hard link
   whose other names are not all in the tree), no FIFO or device, no loop, bounded in size and depth.
 """
@@ -220,7 +220,7 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
     real_root = os.path.realpath(root)
     listed = tuple(str(root / d) for d in devices_under)
     stack, seen = [(root, 0)], 0
-    linked: dict[tuple[int, int], list] = {}  # (device, inode) of files with hard links: [path, links, names seen]
+    linked: dict[tuple[int, int], list] = {}  # (device, inode) -> [a path, its link count, names seen here]
     while stack:
         folder, depth = stack.pop()
         if depth > max_depth:
@@ -233,7 +233,8 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
         if seen > max_entries:
             raise Refused(root, f"holds more than {max_entries:,} files; not a snapshot tree")
         for entry in entries:
-            st = _check_entry(Path(entry.path), entry, real_root, root, entry.path.startswith(listed))
+            _check_entry(Path(entry.path), entry, real_root, root, entry.path.startswith(listed))
+            st = entry.stat(follow_symlinks=False)  # cached by scandir: a link is counted as itself, not its target
             if entry.is_dir(follow_symlinks=False):
                 stack.append((Path(entry.path), depth + 1))
             elif st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
@@ -245,9 +246,8 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
                                 "not read")
 
 
-def _check_entry(path: Path, entry: os.DirEntry, real_root: str, root: Path, listed_only: bool) -> os.stat_result:
-    """The entry's own stat (a link's, not its target's: the target is counted under its own name)."""
-    own = st = entry.stat(follow_symlinks=False)
+def _check_entry(path: Path, entry: os.DirEntry, real_root: str, root: Path, listed_only: bool) -> None:
+    st = entry.stat(follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         target = os.path.realpath(path)
         if not _inside(target, real_root):
@@ -257,9 +257,8 @@ def _check_entry(path: Path, entry: os.DirEntry, real_root: str, root: Path, lis
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise Refused(path, "is a symbolic link loop; not read") from None
-            return own  # a dangling link inside the tree reads as absent, as in sysfs
+            return  # a dangling link inside the tree reads as absent, as in sysfs
     if listed_only and (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-        return own
+        return
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise Refused(path, f"is {kind(st.st_mode)}, not a regular file; a snapshot holds only files and folders")
-    return own
