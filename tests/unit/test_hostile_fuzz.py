@@ -163,7 +163,10 @@ def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
     if not path.parent.is_dir() or path.parent.is_symlink():
         if os.path.lexists(path.parent):
             return  # an earlier change replaced the folder itself
-        path.parent.mkdir(parents=True)
+        try:
+            path.parent.mkdir(parents=True)
+        except (FileExistsError, NotADirectoryError):
+            return  # ... or one above it
     if kind == "bytes":
         path.write_bytes(content)
     elif kind == "link_out":
@@ -221,6 +224,9 @@ def test_rdma_root_on_any_tree(tmp_path_factory, capsys, changes, case):
         code = run_standalone(["rdma", "--root", str(root), "--json"])
     out, err = capsys.readouterr()
     one_line_or_ok(code, out, err)
+    secret = os.stat(outside_file(base)).st_ino
+    if any(os.lstat(os.path.join(d, n)).st_ino == secret for d, _, names in os.walk(root) for n in names):
+        assert code == 2, out  # the outside file hard-linked in: the tree is refused (maybe first for another reason)
     if code in (0, 1):
         json.loads(out)
 
