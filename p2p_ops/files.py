@@ -3,15 +3,18 @@ folders, specs, reports. Every layer uses it; a refusal is one line naming the p
 
 - Reads never block and never read past a cap: the open is non-blocking, and anything but a regular file (a
   FIFO, a device, a socket, a folder) is refused before a byte is read. `follow=False` refuses a symbolic link
-  as the last part of the path; `within=DIR` resolves the path and refuses it when it lands outside DIR.
+  as the last part of the path; `within=DIR` resolves the path and refuses it when it lands outside DIR. Both
+  also refuse a file with a second hard link, which may be anywhere on the disk.
 - Writes go to a fresh temp file beside the target (O_EXCL, never through a planted link), then rename over
-  it: a link at the target is replaced, its target never touched.
-- Run folders are trusted only when they are ours: `private_dir` makes them 0700 (each folder it creates
-  too) and refuses a link, or a folder another user owns; `check_trusted` also refuses one others can write.
+  it: a link at the target is replaced, its target never touched. The mode is set explicitly (0600 unless
+  asked), whatever the umask.
+- `make_dirs` creates missing folders 0700 whatever the umask, leaving existing ones be (`-o` paths). Run
+  folders are trusted only when they are ours: `private_dir` also tightens the last one to 0700 and refuses a
+  link, or a folder another user owns; `check_trusted` also refuses one others can write.
 - `parse_json`/`read_json` read JSON the toolkit did not write in this call: nested at most `JSON_DEPTH` levels
   (every walker after it recurses), so a crafted document is one line, never a RecursionError.
-- `check_tree(root)` vets a snapshot tree before anything reads it: no link out of it, no FIFO or device, no
-  loop, bounded in size and depth.
+- `check_tree(root)` vets a snapshot tree before anything reads it: no link out of it (symbolic, or a hard link
+  whose other names are not all in the tree), no FIFO or device, no loop, bounded in size and depth.
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ def read_bytes(path: str | Path, cap: int = DEFAULT_CAP, *, follow: bool = True,
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Refused(path, f"is {kind(st.st_mode)}, not a regular file; not read")
+        if st.st_nlink > 1 and (within is not None or not follow):
+            raise Refused(path, f"has {st.st_nlink} hard links (the others may lie outside); not read")
         if st.st_size > cap and not tail:
             raise Refused(path, f"is {st.st_size:,} bytes, more than the {cap:,} this reads")
         if st.st_size > cap:
@@ -108,6 +113,11 @@ def read_text(path: str | Path, cap: int = DEFAULT_CAP, **kw) -> str:
 def write_text(path: str | Path, text: str, mode: int = 0o600) -> Path:
     """`write_bytes` of the text as UTF-8."""
     return write_bytes(path, text.encode("utf-8"), mode)
+
+
+def write_json(path: str | Path, doc, mode: int = 0o600) -> Path:
+    """`write_text` of `doc` as indented JSON (values JSON does not know are written as their str)."""
+    return write_text(path, json.dumps(doc, indent=2, default=str) + "\n", mode)
 
 
 def write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> Path:
@@ -166,9 +176,8 @@ def check_trusted(path: str | Path, st: os.stat_result | None = None, uid: int |
                       f"chmod go-w {path} after checking what is in it, or re-render")
 
 
-def private_dir(path: str | Path) -> Path:
-    """Make `path` a folder only we can enter: every folder created on the way is 0700, an existing `path` is
-    tightened to 0700 when it is ours, and a link or another user's folder is refused."""
+def make_dirs(path: str | Path) -> Path:
+    """Create `path` and its missing parents, each 0700 whatever the umask; existing folders stay as they are."""
     path = Path(os.path.abspath(path))
     missing = []
     probe = path
@@ -178,10 +187,25 @@ def private_dir(path: str | Path) -> Path:
     for folder in reversed(missing):
         try:
             os.mkdir(folder, 0o700)
+            _tighten(folder)  # a umask like 0777 would leave it 0000, and its children uncreatable
         except FileExistsError:
             pass
         except OSError as exc:
             raise Refused(folder, f"cannot create the folder: {exc.strerror}") from None
+    if not path.is_dir():
+        raise Refused(path, "is not a folder", "name a folder")
+    return path
+
+
+def private_dir(path: str | Path) -> Path:
+    """Make `path` a folder only we can enter: every folder created on the way is 0700, an existing `path` is
+    tightened to 0700 when it is ours, and a link or another user's folder is refused."""
+    path = make_dirs(path) if not os.path.islink(path) else Path(os.path.abspath(path))
+    _tighten(path)
+    return path
+
+
+def _tighten(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
@@ -195,7 +219,6 @@ def private_dir(path: str | Path) -> Path:
         os.fchmod(fd, 0o700)
     finally:
         os.close(fd)
-    return path
 
 
 def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64,
@@ -207,6 +230,7 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
     real_root = os.path.realpath(root)
     listed = tuple(str(root / d) for d in devices_under)
     stack, seen = [(root, 0)], 0
+    linked: dict[tuple[int, int], list] = {}  # (device, inode) -> [a path, its link count, names seen here]
     while stack:
         folder, depth = stack.pop()
         if depth > max_depth:
@@ -220,8 +244,16 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
             raise Refused(root, f"holds more than {max_entries:,} files; not a snapshot tree")
         for entry in entries:
             _check_entry(Path(entry.path), entry, real_root, root, entry.path.startswith(listed))
+            st = entry.stat(follow_symlinks=False)  # cached by scandir: a link is counted as itself, not its target
             if entry.is_dir(follow_symlinks=False):
                 stack.append((Path(entry.path), depth + 1))
+            elif st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+                linked.setdefault((st.st_dev, st.st_ino), [entry.path, st.st_nlink, 0])[2] += 1
+    # A hard link is harmless when all its names are in the tree (`cp -a` and tar keep a tree's own).
+    for path, links, names in linked.values():
+        if names < links:
+            raise Refused(path, f"has {links} hard links, {links - names} of them outside the snapshot {root}; "
+                                "not read")
 
 
 def _check_entry(path: Path, entry: os.DirEntry, real_root: str, root: Path, listed_only: bool) -> None:

@@ -15,13 +15,13 @@ emulated prefill, and one recommendation for the stated request length.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.bench import projection
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.harness import crossover
@@ -103,7 +103,7 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     """Measure every length on a running fleet (check_running first says when it is not); returns (and writes
     as crossover.json) the run's document. `launched` (ports, timings) is recorded when the fleet was started for
     this run; `timing` names the profile to project with (default: the one the engines run)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     seed = seed if seed is not None else int(time.time()) % 10**6
     limit = prompt_limit(ctx)
     skipped = sorted(n for n in lengths if limit is not None and n > limit)
@@ -166,8 +166,8 @@ def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], 
 
 
 def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
-    (out_dir / "crossover.json").write_text(json.dumps(doc, indent=2))
-    (out_dir / "summary.md").write_text(summary(doc))
+    files.write_json(out_dir / "crossover.json", doc)
+    files.write_text(out_dir / "summary.md", summary(doc))
     if rows:
         bench_plots.crossover(out_dir / "crossover.png", rows)
 

@@ -18,7 +18,6 @@ against N).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.bench import peers_judge as judge
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
@@ -253,13 +253,13 @@ def _loadavg() -> list[float]:
 
 
 def write(out_dir: Path, doc: dict[str, Any]) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     doc["run_dir"] = str(out_dir)
     try:
         doc["plot"] = peers_plot.lookup_plot(out_dir / "lookup.png", doc["rows"])
     except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
         doc["plot"] = ""
         doc["notes"].append(f"lookup.png failed: {exc!r}")
-    (out_dir / "peers.json").write_text(json.dumps(doc, indent=2))
-    (out_dir / "summary.md").write_text(peers_plot.markdown(doc))
+    files.write_json(out_dir / "peers.json", doc)
+    files.write_text(out_dir / "summary.md", peers_plot.markdown(doc))
     return doc

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.bench import docqa, placement_verdict
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import metrics_api
@@ -130,7 +131,7 @@ def switch_policy(ctx: FleetContext, data: dict, policy: str, timeout: float = 9
         return
     procs.stop(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
     data["router"]["policy"] = policy
-    ctx.fleet_file.write_text(dump_yaml(data))
+    files.write_text(ctx.fleet_file, dump_yaml(data))
     ctx.fleet = load_fleet(ctx.fleet_file)
     write_rendered([f for f in render_fleet(ctx.fleet, ctx.node_layout) if f.unit == "router"], ctx.layout)
     procs.start(ctx.conn(ctx.fleet.router_node()), ctx.proc("router"))
@@ -159,7 +160,7 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     choice = choose(opts.nodes, opts.port_offset, router=True)
     progress(choice.line())
     ports = choice.base
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     deadline = time.monotonic() + opts.max_seconds
     results: list[ArmResult] = []
     turns_out: list[dict] = []
@@ -218,9 +219,9 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
 
 def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions,
            ports: PortChoice) -> None:
-    (out_dir / "results.json").write_text(json.dumps(document(results, opts, ports, turns), indent=2, default=str))
-    (out_dir / "turns.json").write_text(json.dumps(turns))
-    (out_dir / "summary.md").write_text(markdown(results, opts, turns))
+    files.write_json(out_dir / "results.json", document(results, opts, ports, turns))
+    files.write_text(out_dir / "turns.json", json.dumps(turns))
+    files.write_text(out_dir / "summary.md", markdown(results, opts, turns))
     bench_plots.placement(out_dir, results)
 
 

@@ -15,11 +15,11 @@ verdict compares the whole prefix's read time with the fleet's need: `need_ms` (
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.bench import channel, transfer_patterns, transfer_rails
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.context import FleetContext
@@ -158,10 +158,10 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
 
 def write_run(out_dir: Path, doc: dict) -> dict:
     """The sweep's document and its plot in the run folder; the document, with both files named, is returned."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     named = {**doc, "run_dir": str(out_dir), "json": str(out_dir / "transfer.json"),
              "plot": str(out_dir / "transfer.png") if doc["rows"] else None}
     if doc["rows"]:
         bench_plots.transfer(out_dir / "transfer.png", doc)
-    (out_dir / "transfer.json").write_text(json.dumps(named, indent=2))
+    files.write_json(out_dir / "transfer.json", named)
     return named

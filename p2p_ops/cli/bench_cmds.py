@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from p2p_ops import files
 from p2p_ops.bench.placement import PlacementOptions
 from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
 from p2p_ops.cli.output import console, emit_json
@@ -267,7 +268,7 @@ def cmd_placement(args: argparse.Namespace) -> int:
     results = placement.run(out, opts, _progress)
     bad = [r for r in results if r.error or r.failed]
     ok = bool(results) and not bad
-    _show(args, out, {**json.loads((out / "results.json").read_text()), "passed": ok})
+    _show(args, out, {**json.loads(files.read_text(out / "results.json", within=out)), "passed": ok})
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 
 
@@ -313,7 +314,7 @@ def _show(args: argparse.Namespace, out: Path, doc: dict) -> None:
     if args.json:
         emit_json({"run_dir": str(out), **doc})
         return
-    console.print((out / "summary.md").read_text(), soft_wrap=True, markup=False)
+    console.print(files.read_text(out / "summary.md", within=out), soft_wrap=True, markup=False)
     console.print(f"run folder: {out}", soft_wrap=True)
 
 

@@ -152,7 +152,7 @@ def cmd_rails(args) -> int:
     sysfs = Path(args.sysfs_root or "/sys")
     check_copy(sysfs, "--sysfs-root", "point it at a copy of /sys")
     if args.save_snapshot:
-        files.write_text(args.save_snapshot, json.dumps(snapshot(sysfs).to_dict(), indent=2), 0o644)
+        files.write_json(args.save_snapshot, snapshot(sysfs).to_dict())
         print(f"snapshot written to {args.save_snapshot}")
         return 0
     if args.after and not args.before:

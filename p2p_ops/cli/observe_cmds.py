@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from rich.live import Live
 
+from p2p_ops import files
 from p2p_ops.cli.fleet_cmds import add_fleet_args, add_json_arg, context
 from p2p_ops.cli.output import console, emit_json, show
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK
@@ -97,8 +96,7 @@ def cmd_grafana(args: argparse.Namespace) -> int:
     if not args.output:
         emit_json(board)
         return EXIT_OK
-    out = Path(args.output)
-    out.write_text(json.dumps(board, indent=2) + "\n")
+    out = files.write_json(args.output, board)  # a link at -o is replaced, never written through
     if args.json:
         emit_json({"wrote": str(out), "panels": len(board["panels"])})
     else:

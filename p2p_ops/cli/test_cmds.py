@@ -164,11 +164,9 @@ def cmd_basic(args: argparse.Namespace) -> int:
 
 
 def _read_prompt(path):
-    if path is None:
-        return None
-    if not Path(path).is_file():
-        raise BadInput(f"--prompt-file {path}: no such file")
-    return Path(path).read_text(errors="replace")
+    from p2p_ops.diagnose.explain.prompt import from_file
+
+    return None if path is None else from_file(path).text
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:

@@ -174,7 +174,7 @@ class BundleWriter:
     def write(self, out: Path, extra: dict, force: bool = False) -> dict:
         self.scrub_known()
         manifest = self.manifest(extra)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        files.make_dirs(out.parent)
         # A fresh private temp file (O_EXCL, 0600): a planted `<out>.tmp` symlink is never followed.
         fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
         tmp = Path(tmp_name)

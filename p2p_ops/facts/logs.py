@@ -4,7 +4,7 @@ Every log reader of the toolkit is a fact here (launch errors, the decision tree
 bundle), so colour codes are stripped by one rule, `strip_ansi`, in the parsers: the commands send the bytes
 as they are and the parsers are tested from captured output.
 
-The commands read a file only when it is a regular file and not a symbolic link (and, given `within`, when its
+The commands read a file only when it is a regular file with one name, no link (and, given `within`, when its
 folder resolves inside that folder), through `dd iflag=nofollow,nonblock`: a log swapped for a link to
 /etc/shadow, a FIFO or a device is never read, and never blocks. They print `@@p2p-refused <reason>` instead,
 which the parsers turn into a line saying why (`FileCopy.refused` for the bundle's manifest).
@@ -33,7 +33,8 @@ TAIL_WINDOW = 1 << 20
 
 def guard(path: str, within: str | None = None) -> str:
     """Shell that stops the command (exit 3 missing, 4 refused) unless `path` is a regular file that is no
-    link and, with `within`, lies inside that folder once resolved; it leaves the size in `$size`."""
+    link, symbolic or hard (another name of it may be anywhere), and, with `within`, lies inside that folder
+    once resolved; it leaves the size in `$size`."""
     q = shlex.quote(path)
     lines = [f'if [ -L {q} ]; then echo "{REFUSED} is a symbolic link (to $(readlink -- {q})); not followed"; exit 4; fi',
              f"if [ ! -e {q} ]; then echo {_MISSING}; exit 3; fi",
@@ -43,7 +44,8 @@ def guard(path: str, within: str | None = None) -> str:
         w = shlex.quote(within)
         lines.append(f'd=$(cd -P -- "$(dirname -- {q})" 2>/dev/null && pwd -P); r=$(cd -P -- {w} 2>/dev/null && pwd -P); '
                      f'case "$d/" in "$r"/*) ;; *) echo "{REFUSED} resolves to $d, outside {within}; not read"; exit 4;; esac')
-    lines.append(f"size=$(stat -c %s -- {q})")
+    lines.append(f"set -- $(stat -c '%s %h' -- {q}); size=$1; if [ \"$2\" -gt 1 ]; then "
+                 f'echo "{REFUSED} has $2 hard links (the others may lie outside); not read"; exit 4; fi')
     return "; ".join(lines)
 
 

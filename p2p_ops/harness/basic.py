@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.diagnose import explain, judge
 from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
@@ -141,14 +142,14 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     target = chunks * chunk + chunk // 2
 
     out_dir = out_dir or new_run_dir(ctx.layout, "basic")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     progress(f"building a {target}-token prompt ({chunks} chunks of {chunk}) and a control prompt the fleet "
              "does not hold")
     notes: list[str] = []
     prompt, n_prompt = _fresh_prompt(ctx, a_url, seed, 0, target, notes, prompt_text)
     control, _ = _fresh_prompt(ctx, b_url, seed, 1, target, notes)
 
-    (out_dir / "status_before.json").write_text(json.dumps(snapshot(ctx), indent=1))
+    files.write_json(out_dir / "status_before.json", snapshot(ctx))
     before = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
     t0 = time.monotonic()
     a_objects_before = _l1_objects(st_a)
@@ -167,7 +168,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     progress(f"request 3: fresh control prompt to {ib.id}")
     starts.append(time.monotonic() - t0)
     r_c = complete(b_url, model, control, max_tokens)
-    (out_dir / "status_after.json").write_text(json.dumps(snapshot(ctx), indent=1))
+    files.write_json(out_dir / "status_after.json", snapshot(ctx))
 
     after = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
 
@@ -249,7 +250,7 @@ def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_sou
         records.append(RequestRecord("basic", 1, inst.id, node.name, warmer, rid, round(t, 4), c.prompt_tokens,
                                      c.cached_tokens, c.completion_tokens, c.ttft_s if c.ok else None, c.e2e_s,
                                      c.ok, c.error[:200]))
-    (out_dir / PROMPTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files.write_text(out_dir / PROMPTS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     write_csv(out_dir / "requests.csv", records)
 
 
@@ -260,8 +261,8 @@ def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str
         ex = explain.run(ctx, spec, [target])
     except Exception as exc:  # noqa: BLE001 - the proof's own verdict must survive a failing explanation
         return {"error": f"{type(exc).__name__}: {exc}"}
-    (out_dir / "explain.json").write_text(json.dumps(ex.to_dict(), indent=1))
-    (out_dir / "explain.txt").write_text("\n".join(explain.render_text(ex)) + "\n")
+    files.write_json(out_dir / "explain.json", ex.to_dict())
+    files.write_text(out_dir / "explain.txt", "\n".join(explain.render_text(ex)) + "\n")
     node = ex.nodes[0] if ex.nodes else None
     return {"instance": target, "strip": node.strip if node else "", "verdict": node.verdict if node else "",
             "reasons": node.reasons if node else [], "differences": ex.differences}
@@ -280,7 +281,7 @@ def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Comple
 
 
 def write_result(out_dir: Path, result: BasicResult) -> None:
-    (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
+    files.write_json(out_dir / "result.json", result.to_dict())
     n = result.numbers
     lines = [f"# Cross-node proof: {'PASS' if result.passed else 'FAIL'}", "",
              f"A = `{result.a}`, B = `{result.b}`, {result.chunks} chunks of {result.chunk_size} tokens", ""]
@@ -294,4 +295,4 @@ def write_result(out_dir: Path, result: BasicResult) -> None:
         lines += ["", f"**explain on {result.explain['instance']}:** `[{result.explain['strip']}]` "
                   f"{result.explain['verdict']} (explain.txt)"]
     lines += [f"- {note}" for note in result.notes]
-    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    files.write_text(out_dir / "summary.md", "\n".join(lines) + "\n")

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for
@@ -41,7 +42,7 @@ def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, ins
                       document_length: Optional[int] = None, num_documents: Optional[int] = None,
                       queries: int = 2, inflight: int = 2, max_tokens: int = 8, timeout: float = 900.0,
                       progress: Callable[[str], None] = lambda _: None) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     node, inst = ctx.fleet.instance(instance) if instance else ctx.fleet.instances()[0]
     url = ctx.engine_url(node, inst)
     document_length = document_length or (1024 if quick else 4096)
@@ -57,9 +58,9 @@ def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, ins
         raise CouldNotRun(f"{cmd[0]} not found: run `make setup`") from None
     except subprocess.TimeoutExpired:
         raise CouldNotRun(f"lmcache bench did not finish within {timeout:.0f} s") from None
-    (out_dir / "bench.log").write_text(res.stdout + "\n" + res.stderr)
+    files.write_text(out_dir / "bench.log", res.stdout + "\n" + res.stderr)
     summary_file = out_dir / "bench_summary.json"
-    results = json.loads(summary_file.read_text())["results"] if summary_file.is_file() else {}
+    results = json.loads(files.read_text(summary_file, within=out_dir))["results"] if summary_file.is_file() else {}
     result = {
         "command": cmd,
         "exit_code": res.returncode,
@@ -74,5 +75,5 @@ def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, ins
     if res.returncode != 0 and result["failed"] is None:
         result["failed"] = -1
         result["error"] = (res.stderr or res.stdout)[-1500:]
-    (out_dir / "result.json").write_text(json.dumps(result, indent=2))
+    files.write_json(out_dir / "result.json", result)
     return result

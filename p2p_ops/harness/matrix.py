@@ -13,12 +13,12 @@ never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import matrix_causes, prompts
@@ -131,7 +131,7 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
         result.notes.append(f"time bound of {max_seconds:.0f} s reached: skipped pairs are not proven "
                             "(raise --max-seconds)")
     out_dir = out_dir or new_run_dir(ctx.layout, "matrix")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     result.run_dir = str(out_dir)
     write_result(out_dir, result)
     return result
@@ -206,10 +206,10 @@ def _wait_objects(server_url: str, wanted: int, until: float) -> None:
 
 
 def write_result(out_dir: Path, result: MatrixResult) -> None:
-    (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
-    (out_dir / "summary.md").write_text(matrix_plot.markdown(result.to_dict()))
+    files.write_json(out_dir / "result.json", result.to_dict())
+    files.write_text(out_dir / "summary.md", matrix_plot.markdown(result.to_dict()))
     try:
         matrix_plot.heatmap(out_dir / "heatmap.png", result.to_dict())
     except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
         result.notes.append(f"heatmap failed: {exc!r}")
-        (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
+        files.write_json(out_dir / "result.json", result.to_dict())

@@ -7,9 +7,9 @@ Its `run.json` says whether the run is still writing (`running`), finished (`com
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import shutil
 import socket
 import time
 from contextlib import contextmanager
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+from p2p_ops import files
 from p2p_ops.lifecycle.lock import last_down
 from p2p_ops.spec.layout import COORDINATOR, TESTS, RunLayout
 
@@ -24,41 +25,41 @@ RUN_FILE = "run.json"
 
 
 def new_run_dir(layout: RunLayout, kind: str) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = layout.tests / f"{stamp}-{kind}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
-    copy_env_files(layout, path / "env")
+    """A fresh folder of its own (0700, as are tests/ and env/), holding copies of the fleet's env.sh files."""
+    base = files.private_dir(layout.tests) / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{kind}"
+    for n in itertools.count(1):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            os.mkdir(path, 0o700)  # exclusive: two runs started in the same second get a folder each
+            break
+        except FileExistsError:
+            continue
+    copy_env_files(layout, files.private_dir(path))
     return path
 
 
-def copy_env_files(layout: RunLayout, dest: Path) -> None:
-    """The env.sh files the fleet ran with, next to the results they produced."""
+def copy_env_files(layout: RunLayout, run: Path) -> None:
+    """The env.sh files the fleet ran with, next to the results they produced (0600: they may hold an API key).
+    One that is a link, or is linked out of the run folder, is skipped, its reason written in its place."""
     if not layout.root.is_dir():
         return
     for env in sorted(layout.root.glob("*/env.sh")):
         unit = env.parent.name
         if unit == TESTS:
             continue
-        target = dest / ("coordinator.env.sh" if unit == COORDINATOR else f"{unit}.env.sh")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(env, target)
-
-
-def _write(path: Path, data: dict) -> None:
-    tmp = path / (RUN_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path / RUN_FILE)
+        try:
+            text = files.read_text(env, 1 << 20, follow=False, within=layout.root)
+        except files.Refused as exc:
+            text = f"# not copied: {exc}\n"
+        name = "coordinator.env.sh" if unit == COORDINATOR else f"{unit}.env.sh"
+        files.write_text(files.private_dir(run / "env") / name, text)
 
 
 def run_state(path: Path) -> dict:
-    """The run's run.json ({} for folders written before it existed)."""
+    """The run's run.json ({} for folders written before it existed, or one that is no file of its own)."""
     try:
-        return json.loads((path / RUN_FILE).read_text())
-    except (OSError, ValueError):
+        return json.loads(files.read_text(path / RUN_FILE, 1 << 20, within=path))
+    except (files.Refused, ValueError):
         return {}
 
 
@@ -84,7 +85,7 @@ class RunFolder:
         reason = (down + (f"; then {reason}" if reason else "")) if down else reason
         state = dict(run_state(self.path), state="interrupted" if reason else "complete", ended=time.time(),
                      reason=reason)
-        _write(self.path, state)
+        files.write_json(self.path / RUN_FILE, state)
         return state["state"]
 
 
@@ -92,8 +93,9 @@ class RunFolder:
 def run_folder(layout: RunLayout, kind: str) -> Iterator[RunFolder]:
     """A new run folder for the block; its run.json ends complete or interrupted, whatever happens inside."""
     run = RunFolder(new_run_dir(layout, kind), layout)
-    _write(run.path, {"kind": kind, "state": "running", "pid": os.getpid(), "host": socket.gethostname(),
-                      "started": time.time(), "ended": None, "reason": ""})
+    files.write_json(run.path / RUN_FILE, {"kind": kind, "state": "running", "pid": os.getpid(),
+                                           "host": socket.gethostname(), "started": time.time(), "ended": None,
+                                           "reason": ""})
     try:
         yield run
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from p2p_ops import files
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import lmcache_api, metrics_api
@@ -254,7 +255,7 @@ def explain_misses(ctx: FleetContext, out_dir: Path, rows: list[dict], progress:
                     "strip": n.strip if n else "", "verdict": n.verdict if n else "",
                     "reasons": n.reasons if n else [], "explanation": ex.to_dict()})
     if out:
-        (out_dir / "explain.json").write_text(json.dumps(out, indent=1))
+        files.write_json(out_dir / "explain.json", out)
     return [{k: v for k, v in e.items() if k != "explanation"} for e in out]
 
 
@@ -265,18 +266,18 @@ def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: 
     if opts.via_router and not ctx.fleet.router.enabled:
         raise BadInput("--via-router: the fleet has no router; set router.enabled: true in the fleet spec")
     before = snapshot(ctx)
-    (out_dir / "status_before.json").write_text(json.dumps(before, indent=1))
+    files.write_json(out_dir / "status_before.json", before)
     for stage in opts.stages:
         if not run.budget_left():
             break
         getattr(run, stage)()
     after = snapshot(ctx)
-    (out_dir / "status_after.json").write_text(json.dumps(after, indent=1))
+    files.write_json(out_dir / "status_after.json", after)
     write_csv(out_dir / "requests.csv", run.records)
     rows = saved_prompts(run.records, run.prompts)
-    (out_dir / PROMPTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files.write_text(out_dir / PROMPTS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     meta = {"options": asdict(opts), "stages": [asdict(s) for s in run.stages],
             "wall_s": time.monotonic() - run.t0, "engines": [i.id for _, i, _ in run.engines],
             "explain": explain_misses(ctx, out_dir, rows, progress)}
-    (out_dir / "stages.json").write_text(json.dumps(meta, indent=2))
+    files.write_json(out_dir / "stages.json", meta)
     return meta

@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_tail_fact
 from p2p_ops.facts.sections import read_fact
@@ -359,7 +360,6 @@ def temporary(data: dict, where: Optional[Path] = None, timings: Optional[dict[s
     with ExitStack() as stack:
         if where is None:
             where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{data.get('name', 'fleet')}-")))
-        where.mkdir(parents=True, exist_ok=True)
-        (where / "fleet.yaml").write_text(dump_yaml(data))
+        files.write_text(files.private_dir(where) / "fleet.yaml", dump_yaml(data))
         ctx = stack.enter_context(FleetContext.load(where / "fleet.yaml", run_dir=str(where)))
         yield stack.enter_context(running(ctx, wait_timeout, progress, start_timeout, timings))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from p2p_ops import files
 from p2p_ops.errors import CouldNotRun
 
 LOCK_NAME = ".lock"
@@ -69,9 +70,9 @@ def me(command: Optional[str] = None) -> Holder:
 def read_holder(path: Path) -> Optional[Holder]:
     """Who wrote the lock file last (None when it is empty or unreadable: the holder has not written yet)."""
     try:
-        data = json.loads(path.read_text() or "null")
+        data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
         return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]))
-    except (OSError, ValueError, TypeError, KeyError):
+    except (files.Refused, ValueError, TypeError, KeyError):
         return None
 
 
@@ -94,8 +95,11 @@ def _state(path: Path) -> _Held:
 
 
 def _try_flock(path: Path) -> Optional[int]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    files.private_dir(path.parent)
+    try:  # the holder is written into it: a link planted here would have us truncate its target
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise files.Refused(path, exc.strerror or str(exc), "remove it; p2pctl makes it again") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -164,10 +168,7 @@ LAST_DOWN = ".last-down"
 def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
     """Note who stopped (part of) the fleet and when, for a test run that was writing its folder meanwhile
     (`harness.rundir` reads it and marks the run interrupted). `what`: the whole fleet, or the node/roles."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / (LAST_DOWN + ".tmp")
-    tmp.write_text(json.dumps(dict(me(command).__dict__, what=what)))
-    tmp.replace(root / LAST_DOWN)
+    files.write_json(files.private_dir(root) / LAST_DOWN, dict(me(command).__dict__, what=what))
 
 
 def last_down(root: Path) -> Optional[tuple[Holder, str]]:
@@ -177,6 +178,6 @@ def last_down(root: Path) -> Optional[tuple[Holder, str]]:
     if holder is None:
         return None
     try:
-        return holder, str(json.loads(path.read_text()).get("what", "the fleet"))
-    except (OSError, ValueError):
+        return holder, str(json.loads(files.read_text(path, 1 << 16, follow=False)).get("what", "the fleet"))
+    except (files.Refused, ValueError, AttributeError):
         return holder, "the fleet"

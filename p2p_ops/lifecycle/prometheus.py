@@ -9,6 +9,7 @@ from pathlib import Path
 
 import requests
 
+from p2p_ops import files
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact
 from p2p_ops.facts.sections import read_fact
@@ -48,26 +49,29 @@ def ready(ctx: FleetContext) -> bool:
     return ctx.unit("prometheus").ready()
 
 
+def write_files(ctx: FleetContext, binary: str) -> None:
+    """Its config, rules and wrapper in the run folder's prometheus/ (0700), replacing any link planted there."""
+    d = files.private_dir(prom_dir(ctx))
+    files.private_dir(d / "data")
+    files.write_text(d / RULES_FILE, render_rules(ctx.fleet))
+    files.write_text(d / "prometheus.yml", render_config(ctx))
+    p = ctx.fleet.prometheus
+    q = shlex.quote
+    files.write_text(d / "start_prometheus.sh",
+        "#!/usr/bin/env bash\n# Runs the fleet's Prometheus in the foreground; `p2pctl prometheus up` starts it detached.\n"
+        "set -euo pipefail\n"
+        f"exec {q(binary)} --config.file={q(str(d / 'prometheus.yml'))} "
+        f"--storage.tsdb.path={q(str(d / 'data'))} --storage.tsdb.retention.time={q(p.retention)} "
+        f"--web.listen-address={q(hostport(p.host, p.port))} --web.enable-lifecycle\n", 0o700)
+
+
 def up(ctx: FleetContext, timeout: float = 60.0) -> str:
     """Start (or find running) Prometheus for this fleet; returns its URL once /-/ready answers."""
     binary = shutil.which("prometheus")
     if not binary:
         raise CouldNotRun("the `prometheus` binary is not installed; install the Debian package: "
                           "apt-get install prometheus")
-    d = prom_dir(ctx)
-    (d / "data").mkdir(parents=True, exist_ok=True)
-    (d / RULES_FILE).write_text(render_rules(ctx.fleet))
-    (d / "prometheus.yml").write_text(render_config(ctx))
-    p = ctx.fleet.prometheus
-    q = shlex.quote
-    wrapper = d / "start_prometheus.sh"
-    wrapper.write_text(
-        "#!/usr/bin/env bash\n# Runs the fleet's Prometheus in the foreground; `p2pctl prometheus up` starts it detached.\n"
-        "set -euo pipefail\n"
-        f"exec {q(binary)} --config.file={q(str(d / 'prometheus.yml'))} "
-        f"--storage.tsdb.path={q(str(d / 'data'))} --storage.tsdb.retention.time={q(p.retention)} "
-        f"--web.listen-address={q(hostport(p.host, p.port))} --web.enable-lifecycle\n")
-    wrapper.chmod(0o755)
+    write_files(ctx, binary)
     conn = ctx.conn(None)
     proc = ctx.proc("prometheus")
     if procs.start(conn, proc).kept:

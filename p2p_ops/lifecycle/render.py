@@ -424,22 +424,16 @@ def file_mode(executable: bool) -> int:
     return 0o700 if executable else 0o600
 
 
-def private_dir(path: Path) -> None:
-    """Create `path` (and any missing parents) as 0700; an existing one of ours is tightened to 0700 too, and a
-    link or another user's folder is refused (`p2p_ops.files.private_dir`)."""
-    files.private_dir(path)
-
-
 def write_rendered(rendered: list[RenderedFile], layout: RunLayout) -> list[Path]:
     """Write the files under this machine's run folder (each through a temp file and a rename, never through
     a link); returns their paths. The default `p2p-run/` beside the fleet file is made private too."""
     if layout.root.parent.name == "p2p-run" and not layout.root.parent.is_symlink():
-        private_dir(layout.root.parent)
-    private_dir(layout.root)
+        files.private_dir(layout.root.parent)
+    files.private_dir(layout.root)
     written = []
     for f in rendered:
         folder = layout.dir(f.unit)
-        private_dir(folder)
+        files.private_dir(folder)
         # env.sh may hold an API key and logs hold prompts: only the owner reads the run folder.
         written.append(files.write_text(folder / f.name, f.text, file_mode(f.executable)))
     return written

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 
-
 def _pyplot():
     # Imported when a chart is drawn: matplotlib is the `plots` extra, and the bench verbs import this module.
     import matplotlib
@@ -17,10 +16,9 @@ def _pyplot():
 
 
 def _save(fig, out: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    _pyplot().close(fig)
-    return out.name
+    from p2p_ops.observe.run_plots import save_png  # matplotlib with it: the `plots` extra
+
+    return save_png(fig, out).name
 
 
 def placement(out_dir: Path, arms: list) -> list[str]:

@@ -55,6 +55,8 @@ def heatmap(path: Path, doc: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
+    from p2p_ops.observe.run_plots import save_png
+
     names, pairs = doc["instances"], _pairs(doc)
     n = len(names)
     grid = [[_state(pairs.get((s, t))) if s != t else 0 for t in names] for s in names]
@@ -71,9 +73,7 @@ def heatmap(path: Path, doc: dict[str, Any]) -> None:
     c = doc["counts"]
     ax.set_title(f"P2P pair matrix: {c['passed']}/{c['pairs']} pass" + (f" ({doc['profile']})" if doc.get("profile")
                                                                       else ""), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def _state(p: Optional[dict[str, Any]]) -> int:

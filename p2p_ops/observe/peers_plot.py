@@ -73,6 +73,8 @@ def lookup_plot(path: Path, rows: list[dict[str, Any]], target_ms: float = 10.0)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from p2p_ops.observe.run_plots import save_png
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, pts in series(rows).items():
         xs, p50, p99 = [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
@@ -85,7 +87,4 @@ def lookup_plot(path: Path, rows: list[dict[str, Any]], target_ms: float = 10.0)
     ax.set_xticks(sorted({r["nodes"] for r in rows}))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.name
+    return save_png(fig, path).name

@@ -44,11 +44,11 @@ FIELDS = [f.name for f in fields(RequestRecord)]
 
 
 def write_csv(path: Path, records: list[RequestRecord]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        w.writeheader()
-        for r in records:
-            w.writerow(asdict(r))
+    out = io.StringIO(newline="")
+    w = csv.DictWriter(out, fieldnames=FIELDS)
+    w.writeheader()
+    w.writerows(asdict(r) for r in records)
+    files.write_text(path, out.getvalue())
 
 
 def read_csv(path: Path, within: Path | None = None) -> list[RequestRecord]:

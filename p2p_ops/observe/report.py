@@ -260,7 +260,7 @@ def build_report(run_dir: Path) -> Report:
                  "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
         if (run_dir / name).exists():
             lines.append(f"- `{name}`")
-    return Report(files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n", 0o644), passed, checks)
+    return Report(files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n"), passed, checks)
 
 
 def _explained(run_dir: Path) -> list[str]:

@@ -31,13 +31,13 @@ def _concurrency_axes(levels: list[int], ylabel: str, title: str):
     return fig, ax
 
 
-def _save(fig, out: Path) -> bool:
+def save_png(fig, out: Path) -> Path:
+    """The figure as a PNG (0600, through `files`: never through a link planted in the run folder); closes it."""
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    files.write_bytes(out, png.getvalue(), 0o644)  # never through a link planted in the run folder
-    return True
+    return files.write_bytes(out, png.getvalue())
 
 
 def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
@@ -51,7 +51,7 @@ def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
     ax.plot(levels, p50, "o-", label="p50")
     ax.plot(levels, p99, "s--", label="p99")
     ax.legend()
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: dict) -> bool:
@@ -64,7 +64,7 @@ def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: di
         rps.append(len(ok) / walls[("ladder", c)] if walls[("ladder", c)] else 0.0)
     fig, ax = _concurrency_axes(levels, "throughput (completed requests/s)", "Throughput vs concurrency (ladder)")
     ax.plot(levels, rps, "o-", color="tab:green")
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float = 5.0) -> bool:
@@ -92,7 +92,7 @@ def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float
     ax.set_title("Hit ratio over time")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -> bool:
@@ -123,7 +123,7 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
     h1, l1 = ax1.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax1.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 def make_all(run_dir: Path, records: list[RequestRecord], walls: dict, node_bytes: dict) -> list[str]:

@@ -11,14 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from p2p_ops.observe.run_plots import save_png  # noqa: E402
+
 Series = dict[str, list[tuple[float, float]]]  # label -> [(seconds since start, value)]
-
-
-def _save(fig, out: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
 
 
 def over_time(out: Path, series: Series, ylabel: str, title: str, warmup_s: float) -> Optional[Path]:
@@ -35,7 +30,7 @@ def over_time(out: Path, series: Series, ylabel: str, title: str, warmup_s: floa
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 def ttft_per_minute(out: Path, minutes: list[tuple[int, Optional[float], Optional[float]]]) -> Optional[Path]:
@@ -51,4 +46,4 @@ def ttft_per_minute(out: Path, minutes: list[tuple[int, Optional[float], Optiona
     ax.set_title("TTFT per minute (client side, every request kind)")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    return _save(fig, out)
+    return save_png(fig, out)

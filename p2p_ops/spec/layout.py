@@ -6,6 +6,7 @@ so `status` and `down` work from any later shell.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -25,8 +26,8 @@ class RunLayout:
 
     @classmethod
     def for_fleet(cls, fleet_file: Path, fleet_name: str, run_dir: Optional[str] = None) -> "RunLayout":
-        if run_dir:
-            return cls(Path(run_dir).resolve())
+        if run_dir:  # not resolved: a link named here must reach `files.private_dir`, which refuses it
+            return cls(Path(os.path.abspath(run_dir)))
         return cls((fleet_file.resolve().parent / "p2p-run" / fleet_name))
 
     def dir(self, unit: str) -> Path:

@@ -153,7 +153,8 @@ def test_any_yaml_is_a_fleet_or_one_line_exit_2(tmp_path_factory, p2pctl, data, 
 
 # ---- random file trees ---------------------------------------------------------------------------------------
 
-KINDS = ["bytes", "link_out", "link_in", "fifo", "dir", "loop", "deep", "missing", "big"]
+KINDS = ["bytes", "link_out", "link_in", "hardlink_out", "hardlink_in", "fifo", "dir", "loop", "deep", "missing",
+         "big"]
 
 
 def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
@@ -165,7 +166,10 @@ def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
     if not path.parent.is_dir() or path.parent.is_symlink():
         if os.path.lexists(path.parent):
             return  # an earlier change replaced the folder itself
-        path.parent.mkdir(parents=True)
+        try:
+            path.parent.mkdir(parents=True)
+        except (FileExistsError, NotADirectoryError):
+            return  # ... or one above it
     if kind == "bytes":
         path.write_bytes(content)
     elif kind == "link_out":
@@ -173,6 +177,11 @@ def plant(path: Path, kind: str, content: bytes, outside: Path) -> None:
     elif kind == "link_in":
         (path.parent / (path.name + ".real")).write_bytes(content)
         path.symlink_to(path.name + ".real")
+    elif kind == "hardlink_out":  # the same file as the secret: a hard link passes every check by name
+        os.link(outside, path)
+    elif kind == "hardlink_in":
+        (path.parent / (path.name + ".real")).write_bytes(content)
+        os.link(path.parent / (path.name + ".real"), path)
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "dir":
@@ -218,6 +227,9 @@ def test_rdma_root_on_any_tree(tmp_path_factory, capsys, changes, case):
         code = main(["rdma", "--root", str(root), "--json"])
     out, err = capsys.readouterr()
     one_line_or_ok(code, out, err)
+    secret = os.stat(outside_file(base)).st_ino
+    if any(os.lstat(os.path.join(d, n)).st_ino == secret for d, _, names in os.walk(root) for n in names):
+        assert code == 2, out  # the outside file hard-linked in: the tree is refused (maybe first for another reason)
     if code in (0, 1):
         json.loads(out)
 

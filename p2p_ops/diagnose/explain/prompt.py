@@ -37,10 +37,9 @@ def from_text(text: str) -> PromptSpec:
 
 
 def from_file(path: str) -> PromptSpec:
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise BadInput(f"--prompt-file {path}: no such file")
-    return PromptSpec(f"file {path}", text=files.read_text(p, PROMPT_CAP))
+    return PromptSpec(f"file {path}", text=files.read_text(Path(path), PROMPT_CAP))
 
 
 def from_messages(path: str) -> PromptSpec:

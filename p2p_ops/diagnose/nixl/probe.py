@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from p2p_ops import files
 from p2p_ops.diagnose.nixl.failures import classify
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.facts.ucx_trace import TraceSummary, parse_traces
@@ -172,10 +173,10 @@ def run_probe(options: ProbeOptions) -> ProbeResult:
             result.failure = explain_failure(states, trace)
     finally:
         if options.keep_logs:
-            options.keep_logs.mkdir(parents=True, exist_ok=True)
+            kept = files.make_dirs(options.keep_logs)
             for path in rdv.iterdir():
                 if path.suffix in (".log", ".json"):
-                    shutil.copy(path, options.keep_logs / path.name)
+                    files.write_bytes(kept / path.name, files.read_bytes(path, tail=True))
             result.logs_dir = str(options.keep_logs)
         shutil.rmtree(rdv, ignore_errors=True)
         result.wall_s = round(time.monotonic() - started, 3)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.resources import tree_text
 
@@ -51,7 +52,7 @@ class Tree:
 
 def load_tree(path: Path | None = None) -> Tree:
     """The shipped tree (package data, so an installed wheel has it), or the YAML file at `path`."""
-    data = yaml.safe_load(Path(path).read_text() if path else tree_text())
+    data = yaml.safe_load(files.read_text(path) if path else tree_text())
     sigs = {k: Signature(k, v["pattern"], tuple(v["logs"]), v["meaning"]) for k, v in data["signatures"].items()}
     symptoms = tuple(Symptom(s["id"], s["title"], tuple(s.get("aliases", ())), s["looks_like"], tuple(
         Step(st["id"], st["ask"], st["cause"], st["fix"], tuple(st.get("checks", ())), tuple(st.get("manual", ())))

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.faults import drain
 from p2p_ops.harness.faults.core import (
@@ -97,7 +98,7 @@ def run_faults(ctx: FleetContext, names: list[str], opts: FaultOptions, out_dir:
     refused = [f"{n}: {w}" for n, w in reasons.items() if w]
     if explicit and refused:
         raise BadInput("cannot run on fleet " + ctx.fleet.name + ": " + "; ".join(refused))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out_dir)
     results = []
     for name in names:
         if reasons[name]:

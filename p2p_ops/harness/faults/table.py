@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.harness.faults.core import FaultOptions, Figures
 
 
@@ -53,9 +53,8 @@ def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
 
 def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Path:
     path = out_dir / "faults.md"
-    path.write_text(table_markdown(results, opts))
-    (out_dir / "faults.json").write_text(json.dumps({"options": asdict(opts),
-                                                     "scenarios": [f.to_json() for f in results]}, indent=2) + "\n")
+    files.write_text(path, table_markdown(results, opts))
+    files.write_json(out_dir / "faults.json", {"options": asdict(opts), "scenarios": [f.to_json() for f in results]})
     return path
 
 

@@ -3,11 +3,11 @@ samples.csv and the plots."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import files
 from p2p_ops.harness.soak.checks import Check, passed
 from p2p_ops.harness.soak.runner import Soaked
 from p2p_ops.harness.soak.sampler import FIELDS, Row
@@ -92,7 +92,7 @@ def write_plots(s: Soaked, out_dir: Path) -> list[Path]:
 
 
 def _csv(path: Path, header: tuple[str, ...], lines: list[str]) -> None:
-    path.write_text(",".join(header) + "\n" + "".join(line + "\n" for line in lines))
+    files.write_text(path, ",".join(header) + "\n" + "".join(line + "\n" for line in lines))
 
 
 def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Path, fleet: str) -> Path:
@@ -101,7 +101,7 @@ def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Pat
     _csv(out_dir / "samples.csv", FIELDS, [r.to_csv() for r in s.sampler.rows])
     plots = write_plots(s, out_dir)
     md = soak_markdown(s, checks, ts, fleet) + "".join(f"\n![{p.stem}]({p.name})\n" for p in plots)
-    (out_dir / "soak.md").write_text(md)
+    files.write_text(out_dir / "soak.md", md)
     doc = {"passed": passed(checks), "wall_s": s.wall_s, "options": asdict(s.opts),
            "checks": [asdict(c) for c in checks], "trends": [asdict(t) for t in ts],
            "minutes": [asdict(m) for m in per_minute(reqs)], "proofs": [asdict(p) for p in s.proofs],
@@ -109,5 +109,5 @@ def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Pat
            "l1_filled_at_s": s.filler.filled_at if s.filler else None,
            "cpu_percent": {u.name: cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s) for u in s.sampler.units},
            "plots": [p.name for p in plots]}
-    (out_dir / "soak.json").write_text(json.dumps(doc, indent=2) + "\n")
+    files.write_json(out_dir / "soak.json", doc)
     return out_dir / "soak.md"
