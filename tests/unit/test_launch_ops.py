@@ -124,7 +124,8 @@ def test_up_has_an_overall_deadline(fakes):
 
 
 def _with_router(data: dict) -> None:
-    port = data["coordinator"]["port"] + 90
+    # The router's own default ports, shifted with the plan (coordinator + 90 is the fleet's Prometheus port).
+    port = data["coordinator"]["port"] - 9300 + 8200
     data["router"] = {"enabled": True, "policy": "round_robin", "port": port, "prometheus_port": port + 1}
 
 
