@@ -12,7 +12,7 @@ from typing import Optional
 from p2p_ops import files
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestRecord:
     stage: str
     level: int                 # concurrency level (ladder) or requests in flight (other stages)
@@ -51,21 +51,31 @@ def write_csv(path: Path, records: list[RequestRecord]) -> None:
     files.write_text(path, out.getvalue())
 
 
+# The largest requests.csv a report reads (a 10-hour soak writes about 25 MB). Records are slotted and their
+# repeated strings shared, so memory stays within a few times the file's size.
+CSV_CAP = 64 << 20
+
+
 def read_csv(path: Path, within: Path | None = None) -> list[RequestRecord]:
     """The records of a requests.csv (`files.read_text`: a regular file, inside `within` when given)."""
-    return parse_csv(files.read_text(path, 1 << 30, within=within))
+    return parse_csv(files.read_text(path, CSV_CAP, within=within))
 
 
 def parse_csv(text: str) -> list[RequestRecord]:
     """Records from CSV text; a row missing a column or holding a non-number raises KeyError/ValueError."""
     out = []
+    same: dict[str, str] = {}
     for row in csv.DictReader(io.StringIO(text, newline="")):
+        s = {k: same.setdefault(v, v) for k, v in row.items() if k in _SHARED}
         out.append(RequestRecord(
-            stage=row["stage"], level=int(row["level"]), instance=row["instance"], node=row["node"],
-            warmer=row["warmer"], prefix_id=row["prefix_id"], t_start_s=float(row["t_start_s"]),
+            stage=s["stage"], level=int(row["level"]), instance=s["instance"], node=s["node"],
+            warmer=s["warmer"], prefix_id=row["prefix_id"], t_start_s=float(row["t_start_s"]),
             prompt_tokens=int(row["prompt_tokens"]), cached_tokens=int(row["cached_tokens"]),
             output_tokens=int(row["output_tokens"]),
             ttft_s=float(row["ttft_s"]) if row["ttft_s"] not in ("", "None") else None,
-            e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=row["error"], url=row.get("url") or "",
-            retried=row.get("retried") or ""))
+            e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=s["error"], url=s.get("url") or "",
+            retried=s.get("retried") or ""))
     return out
+
+
+_SHARED = {"stage", "instance", "node", "warmer", "error", "url", "retried"}

