@@ -131,8 +131,11 @@ def _edited(tmp_path, extra: str):
     return ctx
 
 
+# Issue 31: each of these was shown as harmless by the old bash reader, yet bash ran it; an env.sh that sources
+# itself made that reader loop.
 @pytest.mark.parametrize("extra", ["LD_PRELOAD=/tmp/x.so\n", "exec() { :; }\n", "export PYTHONPATH=/tmp/evil\n",
-                                   "set -- $(id)\n", "export BASH_ENV=/tmp/x\n", ": $(( a[$(id)] ))\n"])
+                                   "set -- $(id)\n", "export BASH_ENV=/tmp/x\n", ": $(( a[$(id)] ))\n",
+                                   '. "$(dirname "$BASH_SOURCE")/env.sh"\n', "${X:-$(id)}\n"])
 def test_a_hand_edit_is_a_flagged_diff_and_never_changes_what_the_plan_says_runs(tmp_path, extra):
     ctx = _edited(tmp_path, extra)
     fresh = [x for x in dryrun.plan(ctx, only="node-a")["node-a"] if x.startswith("exec")]
