@@ -32,5 +32,6 @@ def ttft_per_minute(out: Path, minutes: list[tuple[int, Optional[float], Optiona
     fig, ax = charts.figure((7.2, 4.0))
     ax.plot([m for m, _, _ in pts], [p * 1000 for _, p, _ in pts], marker="o", label="p50")
     ax.plot([m for m, _, _ in pts], [p * 1000 for _, _, p in pts], marker="o", label="p99")
-    charts.label(ax, "minute of the soak", "time to first token (ms)", "TTFT per minute (client side, every request kind)")
+    charts.label(ax, "minute of the soak", "time to first token (ms)",
+                 "TTFT per minute (client side, every request kind)")
     return charts.save(fig, out)
