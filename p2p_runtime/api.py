@@ -1,8 +1,9 @@
 """FastAPI app speaking vLLM's OpenAI-compatible API on top of an :class:`EngineCore`.
 
 Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not),
-``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``. Every client mistake is a
-4xx with an OpenAI-style error body; nothing ever answers with a traceback.
+``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``, vLLM's ops routes and the
+KV-event discovery routes. Every client mistake is a 4xx with an OpenAI-style error body; nothing ever
+answers with a traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 import importlib.metadata
 import json
 import logging
@@ -25,7 +27,6 @@ from p2p_runtime import protocol as p
 from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
 from p2p_runtime.core import EngineCore
 from p2p_runtime.limits import RequestLimits
-from p2p_runtime.kv_routes import add_kv_event_routes
 from p2p_runtime.metrics import CONTENT_TYPE
 from p2p_runtime.request import Event, Request
 from p2p_runtime.scheduler import EngineStopped
@@ -70,7 +71,7 @@ def create_app(core: EngineCore) -> FastAPI:
     app.post("/detokenize")(handler.detokenize)
     app.post("/v1/completions")(handler.completions)
     app.post("/v1/chat/completions")(handler.chat_completions)
-    add_kv_event_routes(app, core)
+    _add_kv_event_routes(app, core)
     return app
 
 
@@ -88,6 +89,36 @@ def _add_vllm_ops_routes(app: FastAPI, handler: "_Handlers") -> None:
         # This engine keeps no local prefix cache (every reuse goes through LMCache), so there is
         # nothing to drop; answer as vLLM does so benchmark scripts that reset between runs work.
         return Response(status_code=200)
+
+
+def _add_kv_event_routes(app: FastAPI, core: EngineCore) -> None:
+    """The two discovery routes a KV-aware router probes on each worker.
+
+    vllm-router's ``kv_aware`` policy, given no static ``--kv-event-source``, asks every worker
+    ``GET /get_server_info`` (model id, instance id, KV block size: what its block keys depend on) and
+    ``GET /kv_event_sources`` (the publisher of each data-parallel rank, keyed by rank as vLLM's
+    ``get_kv_event_sources()`` returns it). Without events both answer 404, as vLLM does.
+    """
+    events = core.config.kv_events
+
+    def not_enabled() -> JSONResponse:
+        return JSONResponse({"object": "error", "type": "NotFoundError", "code": 404,
+                             "message": "KV events are off; start the engine with "
+                                        "--kv-events-config"}, status_code=404)
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> JSONResponse:
+        if not events.active:
+            return not_enabled()
+        return JSONResponse({"model_id": core.config.served_model_name,
+                             "instance_id": core.config.label,
+                             "kv_block_size": core.config.block_size})
+
+    @app.get("/kv_event_sources")
+    async def kv_event_sources() -> JSONResponse:
+        if not events.active:
+            return not_enabled()
+        return JSONResponse({"0": asdict(events)})
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -65,11 +65,3 @@ class ByteTokenizer:
             parts.append(SPECIAL_TOKENS.get(tid, f"<unused_{tid}>"))
         parts.append(out.decode("utf-8", errors="replace"))
         return "".join(parts)
-
-    def token_str(self, tid: int) -> str:
-        """Return a printable name for one token (bytes that are not text show as ``<0xNN>``)."""
-        if tid in SPECIAL_TOKENS:
-            return SPECIAL_TOKENS[tid]
-        if tid >= 256:
-            return f"<unused_{tid}>"
-        return chr(tid) if 0x20 <= tid < 0x7F else f"<0x{tid:02X}>"
