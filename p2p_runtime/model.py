@@ -182,11 +182,9 @@ class TinyTransformer:
         return out.transpose(0, 1).contiguous()
 
     def _future_mask(self, t: int) -> torch.Tensor:
-        mask = self._masks.get(t)
-        if mask is None:
-            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-            self._masks[t] = mask
-        return mask
+        if t not in self._masks:
+            self._masks[t] = torch.ones(t, t, dtype=torch.bool).triu(1)
+        return self._masks[t]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.lm_head + self.output_bias
