@@ -1,8 +1,9 @@
 """FastAPI app speaking vLLM's OpenAI-compatible API on top of an :class:`EngineCore`.
 
 Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not),
-``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``. Every client mistake is a
-4xx with an OpenAI-style error body; nothing ever answers with a traceback.
+``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``, vLLM's ops routes and the
+KV-event discovery routes. Every client mistake is a 4xx with an OpenAI-style error body; nothing ever
+answers with a traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 import importlib.metadata
 import json
 import logging
@@ -25,7 +27,6 @@ from p2p_runtime import protocol as p
 from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
 from p2p_runtime.core import EngineCore
 from p2p_runtime.limits import RequestLimits
-from p2p_runtime.kv_routes import add_kv_event_routes
 from p2p_runtime.metrics import CONTENT_TYPE
 from p2p_runtime.request import Event, Request
 from p2p_runtime.scheduler import EngineStopped
@@ -70,7 +71,7 @@ def create_app(core: EngineCore) -> FastAPI:
     app.post("/detokenize")(handler.detokenize)
     app.post("/v1/completions")(handler.completions)
     app.post("/v1/chat/completions")(handler.chat_completions)
-    add_kv_event_routes(app, core)
+    _add_kv_event_routes(app, core)
     return app
 
 
@@ -90,6 +91,36 @@ def _add_vllm_ops_routes(app: FastAPI, handler: "_Handlers") -> None:
         return Response(status_code=200)
 
 
+def _add_kv_event_routes(app: FastAPI, core: EngineCore) -> None:
+    """The two discovery routes a KV-aware router probes on each worker.
+
+    vllm-router's ``kv_aware`` policy, given no static ``--kv-event-source``, asks every worker
+    ``GET /get_server_info`` (model id, instance id, KV block size: what its block keys depend on) and
+    ``GET /kv_event_sources`` (the publisher of each data-parallel rank, keyed by rank as vLLM's
+    ``get_kv_event_sources()`` returns it). Without events both answer 404, as vLLM does.
+    """
+    events = core.config.kv_events
+
+    def not_enabled() -> JSONResponse:
+        return JSONResponse({"object": "error", "type": "NotFoundError", "code": 404,
+                             "message": "KV events are off; start the engine with "
+                                        "--kv-events-config"}, status_code=404)
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> JSONResponse:
+        if not events.active:
+            return not_enabled()
+        return JSONResponse({"model_id": core.config.served_model_name,
+                             "instance_id": core.config.label,
+                             "kv_block_size": core.config.block_size})
+
+    @app.get("/kv_event_sources")
+    async def kv_event_sources() -> JSONResponse:
+        if not events.active:
+            return not_enabled()
+        return JSONResponse({"0": asdict(events)})
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(p.ApiError)
     async def api_error(_: HttpRequest, exc: p.ApiError) -> JSONResponse:
@@ -107,22 +138,24 @@ def _add_error_handlers(app: FastAPI) -> None:
             message = "request body must be a JSON object"
         elif param:
             message = f"{param}: {message}"
-        return JSONResponse(p.error_body(400, message, param), status_code=400)
+        return _error(400, message, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(p.error_body(exc.status_code, str(exc.detail)),
-                            status_code=exc.status_code)
+        return _error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(RecursionError)
     async def too_deep(_: HttpRequest, exc: RecursionError) -> JSONResponse:
-        return JSONResponse(p.error_body(400, "request body is nested too deeply"), status_code=400)
+        return _error(400, "request body is nested too deeply")
 
     @app.exception_handler(Exception)
     async def unexpected(_: HttpRequest, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error: %s", exc)
-        return JSONResponse(p.error_body(500, f"internal error: {type(exc).__name__}"),
-                            status_code=500)
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(p.error_body(status, message, param), status_code=status)
 
 
 def _field_path(loc: tuple) -> list[str]:
@@ -211,12 +244,7 @@ class _Handlers:
         if body.logprobs is not None:
             raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
         ids = self._completion_ids(body.prompt)
-        req = self._make_request(p.new_id("cmpl"), ids, body.max_tokens, body)
-        if body.stream:
-            return self._stream(req, body, chat=False)
-        text = await self._collect(req)
-        return JSONResponse(p.completion_response(req.request_id, self.model_name, text,
-                                                  req.finish_reason, _usage(req)))
+        return await self._respond(self._make_request(p.new_id("cmpl"), ids, body.max_tokens, body), body, chat=False)
 
     async def chat_completions(self, body: p.ChatCompletionRequest) -> Response:
         self._check_common(body)
@@ -225,12 +253,7 @@ class _Handlers:
         ids = self._chat_ids(body.messages, body.add_generation_prompt)
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
             else body.max_tokens
-        req = self._make_request(p.new_id("chatcmpl"), ids, max_tokens, body)
-        if body.stream:
-            return self._stream(req, body, chat=True)
-        text = await self._collect(req)
-        return JSONResponse(p.chat_response(req.request_id, self.model_name, text,
-                                            req.finish_reason, _usage(req)))
+        return await self._respond(self._make_request(p.new_id("chatcmpl"), ids, max_tokens, body), body, chat=True)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -274,29 +297,25 @@ class _Handlers:
     def _check_text_length(self, chars: int, param: str) -> None:
         """Refuse before tokenizing: every character is at least one token of this byte-level tokenizer, so a
         text longer than the context in characters can never fit (and tokenizing it would cost memory)."""
-        limit = self.cfg.max_model_len
-        if chars > limit:
-            raise p.ApiError(400, f"This model's maximum context length is {limit} tokens. However, your "
-                             f"{param} has at least {chars} tokens ({chars} characters). Please reduce the "
-                             f"length of the {param}.", param)
+        if chars > self.cfg.max_model_len:
+            raise self._too_long(f"your {param} has at least {chars} tokens ({chars} characters)", param, param)
+
+    def _too_long(self, however: str, reduce: str, param: str) -> p.ApiError:
+        """vLLM's words for a request that does not fit the context."""
+        return p.ApiError(400, f"This model's maximum context length is {self.cfg.max_model_len} tokens. However, "
+                          f"{however}. Please reduce the length of the {reduce}.", param)
 
     def _make_request(self, rid: str, ids: list[int], max_tokens: int | None,
                       body: p.SamplingFields) -> Request:
-        limit = self.cfg.max_model_len
         if max_tokens is None:
-            max_tokens = limit - len(ids)
+            max_tokens = self.cfg.max_model_len - len(ids)
             if max_tokens < 1:
-                raise p.ApiError(400, f"This model's maximum context length is {limit} tokens. "
-                                 f"However, your prompt has {len(ids)} tokens. Please reduce the "
-                                 f"length of the prompt.", "messages")
+                raise self._too_long(f"your prompt has {len(ids)} tokens", "prompt", "messages")
         if max_tokens < 1:
             raise p.ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
-        if len(ids) + max_tokens > limit:
-            raise p.ApiError(400, f"This model's maximum context length is {limit} tokens. "
-                             f"However, you requested {len(ids) + max_tokens} tokens "
-                             f"({len(ids)} in the messages, {max_tokens} in the completion). "
-                             f"Please reduce the length of the messages or completion.",
-                             "max_tokens")
+        if len(ids) + max_tokens > self.cfg.max_model_len:
+            raise self._too_long(f"you requested {len(ids) + max_tokens} tokens ({len(ids)} in the messages, "
+                                 f"{max_tokens} in the completion)", "messages or completion", "max_tokens")
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
         return Request(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
                        ignore_eos=body.ignore_eos, stop=tuple(s for s in stop if s))
@@ -329,11 +348,15 @@ class _Handlers:
             if not req.finished:
                 self.core.scheduler.abort(req)
 
-    def _stream(self, req: Request, body: p.SamplingFields, chat: bool) -> StreamingResponse:
-        bridge = self._submit(req)
-        opts = body.stream_options or p.StreamOptions()
-        return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage),
-                                 media_type="text/event-stream")
+    async def _respond(self, req: Request, body: p.SamplingFields, chat: bool) -> Response:
+        """The finished completion as one JSON document, or its server-sent events when ``body.stream``."""
+        if body.stream:
+            opts = body.stream_options or p.StreamOptions()
+            return StreamingResponse(self._sse(req, self._submit(req), chat, opts.include_usage),
+                                     media_type="text/event-stream")
+        text = await self._collect(req)
+        build = p.chat_response if chat else p.completion_response
+        return JSONResponse(build(req.request_id, self.model_name, text, req.finish_reason, _usage(req)))
 
     async def _sse(self, req: Request, bridge: _EventBridge, chat: bool,
                    include_usage: bool) -> AsyncIterator[str]:

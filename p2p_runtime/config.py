@@ -11,6 +11,7 @@ from dataclasses import Field, dataclass, field, fields
 import json
 import math
 import os
+from typing import Any
 
 from p2p_runtime.profiles import PROFILE_NAMES, KVProfile
 from p2p_runtime.profiles import resolve as resolve_profile
@@ -95,44 +96,54 @@ def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    """An EngineConfig field with its flag's help text beside its default."""
+    return field(default=default, metadata={"help": help}, **kw)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything the embedded engine needs to start."""
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    served_model_name: str = "p2p-tiny"
-    lmcache_url: str = ""
-    instance_id: str = ""
-    chunk_size: int | None = None
+    host: str = _opt("127.0.0.1", "address to bind the HTTP server to")
+    port: int = _opt(8000, "HTTP port (0 picks a free one; the ready line names it)")
+    served_model_name: str = _opt("p2p-tiny", "model name in /v1/models, requests and LMCache keys; peers must agree")
+    lmcache_url: str = _opt("", "LMCache server request URL, e.g. tcp://127.0.0.1:5601; empty = plain engine")
+    instance_id: str = _opt("", "label for logs and metrics (default engine-<port>)")
+    chunk_size: int | None = _opt(None, f"prefill/LMCache chunk size in tokens (default: ask the server, else "
+                                        f"{DEFAULT_CHUNK_SIZE})")
     # The fleet spec's engine section takes its defaults from here (p2p_ops/spec/settings.py), so a bare
     # `p2p-engine` runs the same model as a freshly rendered fleet.
-    model_seed: int = 1234
-    num_layers: int = 2
-    num_heads: int = 4
-    head_size: int = 32
+    model_seed: int = _opt(1234, "seed of the model weights; every node of a fleet must use the same")
+    num_layers: int = _opt(2, "transformer layers")
+    num_heads: int = _opt(4, "attention heads (also KV heads)")
+    head_size: int = _opt(32, "size of one attention head (even)")
     # The KV geometry stored and moved (p2p_runtime.profiles); num_layers/num_heads/head_size stay what is computed.
-    profile: str = "tiny"
-    vocab_size: int = 384
-    max_model_len: int = 8192
-    block_size: int = 16
-    num_blocks: int = 2048
-    max_num_seqs: int = 8
-    threads: int = 1
-    lmcache_timeout: float = 2.0
-    lmcache_reconnect_interval: float = 2.0
-    prefill_us_per_token: float = 0.0
-    decode_ms_per_token: float = 0.0
-    load_us_per_token: float = 0.0
-    timing_jitter: float = 0.0
-    timing_seed: int = 0
-    log_level: str = "info"
-    log_format: str = "text"
-    max_body_bytes: int = 1 << 20
-    max_queued: int = 256
+    profile: str = _opt("tiny", f"KV geometry stored in and moved through LMCache: {' | '.join(PROFILE_NAMES)} (tiny = "
+                        "the computed geometry in float32; the others a real model's layers, KV heads, head size and "
+                        "dtype, filled from the computed KV and checked on every load); peers must agree")
+    vocab_size: int = _opt(384, f"vocabulary size (>= {FIRST_UNUSED_ID}: 256 bytes + BOS/EOS/PAD)")
+    max_model_len: int = _opt(8192, "longest prompt + completion, in tokens")
+    block_size: int = _opt(16, "tokens per paged KV block")
+    num_blocks: int = _opt(2048, "KV blocks in the paged cache")
+    max_num_seqs: int = _opt(8, "requests decoded concurrently; the rest wait")
+    threads: int = _opt(1, "torch CPU threads (fixed for bitwise-reproducible KV)")
+    lmcache_timeout: float = _opt(2.0, "seconds before an LMCache RPC counts as failed (then: recompute)")
+    lmcache_reconnect_interval: float = _opt(2.0, "seconds between reconnect attempts while LMCache is down")
+    prefill_us_per_token: float = _opt(0.0, "emulated GPU prefill cost per computed prompt token (us); 0 = off")
+    decode_ms_per_token: float = _opt(0.0, "emulated GPU cost per decode step (ms); 0 = off")
+    load_us_per_token: float = _opt(0.0, "emulated cost per prompt token loaded from LMCache (us); 0 = off")
+    timing_jitter: float = _opt(0.0, "relative jitter of emulated times, uniform in +-fraction (<= 0.7)")
+    timing_seed: int = _opt(0, "seed of the timing jitter")
+    log_level: str = _opt("info", "debug|info|warning|error")
+    log_format: str = _opt("text", "text | json (one JSON object per line, for log shippers)")
+    max_body_bytes: int = _opt(1 << 20, "largest request body accepted; larger ones get 413 before anything is parsed")
+    max_queued: int = _opt(256, "requests allowed to wait for a slot; beyond that 429 with Retry-After")
     # Never in the "effective config" log line or any repr.
-    api_key: str = field(default="", repr=False)
-    kv_events_config: str = ""
+    api_key: str = _opt("", "require `Authorization: Bearer <key>` on every route but /health, /version, /metrics "
+                        "(default: $P2P_ENGINE_API_KEY, else none)", repr=False)
+    kv_events_config: str = _opt("", "KV-cache events as vLLM's --kv-events-config JSON, e.g. "
+                                 "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://127.0.0.1:5557\"}'")
 
     def __post_init__(self) -> None:
         positive = ("num_layers", "num_heads", "head_size", "max_model_len", "block_size",
@@ -217,45 +228,6 @@ class EngineConfig:
             raise  # unreachable: parser.error exits
 
 
-_HELP = {
-    "host": "address to bind the HTTP server to",
-    "port": "HTTP port (0 picks a free one; the ready line names it)",
-    "served_model_name": "model name in /v1/models, requests and LMCache keys; peers must agree",
-    "lmcache_url": "LMCache server request URL, e.g. tcp://127.0.0.1:5601; empty = plain engine",
-    "instance_id": "label for logs and metrics (default engine-<port>)",
-    "chunk_size": f"prefill/LMCache chunk size in tokens (default: ask the server, else "
-                  f"{DEFAULT_CHUNK_SIZE})",
-    "model_seed": "seed of the model weights; every node of a fleet must use the same",
-    "num_layers": "transformer layers",
-    "num_heads": "attention heads (also KV heads)",
-    "head_size": "size of one attention head (even)",
-    "profile": f"KV geometry stored in and moved through LMCache: {' | '.join(PROFILE_NAMES)} (tiny = the "
-               "computed geometry in float32; the others a real model's layers, KV heads, head size and dtype, "
-               "filled from the computed KV and checked on every load); peers must agree",
-    "vocab_size": f"vocabulary size (>= {FIRST_UNUSED_ID}: 256 bytes + BOS/EOS/PAD)",
-    "max_model_len": "longest prompt + completion, in tokens",
-    "block_size": "tokens per paged KV block",
-    "num_blocks": "KV blocks in the paged cache",
-    "max_num_seqs": "requests decoded concurrently; the rest wait",
-    "threads": "torch CPU threads (fixed for bitwise-reproducible KV)",
-    "lmcache_timeout": "seconds before an LMCache RPC counts as failed (then: recompute)",
-    "lmcache_reconnect_interval": "seconds between reconnect attempts while LMCache is down",
-    "prefill_us_per_token": "emulated GPU prefill cost per computed prompt token (us); 0 = off",
-    "decode_ms_per_token": "emulated GPU cost per decode step (ms); 0 = off",
-    "load_us_per_token": "emulated cost per prompt token loaded from LMCache (us); 0 = off",
-    "timing_jitter": "relative jitter of emulated times, uniform in +-fraction (<= 0.7)",
-    "timing_seed": "seed of the timing jitter",
-    "log_level": "debug|info|warning|error",
-    "log_format": "text | json (one JSON object per line, for log shippers)",
-    "max_body_bytes": "largest request body accepted; larger ones get 413 before anything is parsed",
-    "max_queued": "requests allowed to wait for a slot; beyond that 429 with Retry-After",
-    "api_key": "require `Authorization: Bearer <key>` on every route but /health, /version, /metrics "
-               "(default: $P2P_ENGINE_API_KEY, else none)",
-    "kv_events_config": "KV-cache events as vLLM's --kv-events-config JSON, e.g. "
-                        "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://127.0.0.1:5557\"}'",
-}
-
-
 def _flag(name: str) -> str:
     return name.replace("_", "-")
 
@@ -274,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for f in fields(EngineConfig):
         kind = flag_type(f)
-        text = _HELP[f.name]
+        text = f.metadata["help"]
         default = f.default
         if f.name == "api_key":
             # From the environment (env.sh), so the key is never on a command line `ps` shows.

@@ -32,10 +32,7 @@ class EngineCore:
         self.metrics = EngineMetrics(config.served_model_name, config.label, config.max_model_len, cache_info={
             "block_size": config.block_size, "num_gpu_blocks": config.num_blocks, "cache_dtype": "auto",
             "enable_prefix_caching": False, "kv_connector": "LMCache" if config.lmcache_url else ""})
-        self.adapter = None
-        chunk_size = config.chunk_size
-        if config.lmcache_url:
-            chunk_size = self._resolve_chunk_size()
+        chunk_size = self._resolve_chunk_size() if config.lmcache_url else config.chunk_size
         self.chunk_size = chunk_size or DEFAULT_CHUNK_SIZE
         self.model = TinyTransformer(ModelConfig(
             seed=config.model_seed, num_layers=config.num_layers, num_heads=config.num_heads,
@@ -48,8 +45,7 @@ class EngineCore:
                     str(spec.dtype).replace("torch.", ""), spec.bytes_per_token / 1024, spec.num_blocks,
                     spec.block_size, self.cache.nbytes / 2**30)
         self.allocator = BlockAllocator(config.num_blocks)
-        if config.lmcache_url:
-            self.adapter = self._make_adapter()
+        self.adapter = self._make_adapter() if config.lmcache_url else None
         events = config.kv_events
         self.kv_publisher = ZmqEventPublisher(events) if events.active else None
         self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name,

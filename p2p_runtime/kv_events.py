@@ -236,7 +236,7 @@ class KVEventRecorder:
         with self._lock:
             self._live[request_id] = (list(prompt_ids), hashes, 0)
         if hashes:
-            self.publisher.publish([self._stored(prompt_ids, hashes, 0, MEDIUM_GPU)])
+            self.publisher.publish([self._stored(prompt_ids, hashes, MEDIUM_GPU)])
 
     def in_lmcache(self, request_id: str, num_tokens: int) -> None:
         """The first ``num_tokens`` prompt tokens are (now) held by this node's LMCache server."""
@@ -259,7 +259,7 @@ class KVEventRecorder:
             events.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_GPU))
         kept = hashes[:in_lmcache // self.block_size]
         if kept:
-            events.append(self._stored(prompt, kept, 0, MEDIUM_CPU))
+            events.append(self._stored(prompt, kept, MEDIUM_CPU))
         self.publisher.publish(events)
 
     def cleared(self) -> None:
@@ -270,10 +270,8 @@ class KVEventRecorder:
             self._live.clear()
         self.publisher.publish([AllBlocksCleared()])
 
-    def _stored(self, prompt: list[int], hashes: list[int], first: int, medium: str
-                ) -> BlockStored:
-        bs = self.block_size
-        return BlockStored(
-            block_hashes=hashes, parent_block_hash=None,
-            token_ids=list(prompt[first * bs:(first + len(hashes)) * bs]), block_size=bs,
-            lora_id=None, medium=medium, lora_name=None)
+    def _stored(self, prompt: list[int], hashes: list[int], medium: str) -> BlockStored:
+        """The leading blocks of ``prompt`` that ``hashes`` name."""
+        return BlockStored(block_hashes=hashes, parent_block_hash=None,
+                           token_ids=list(prompt[:len(hashes) * self.block_size]), block_size=self.block_size,
+                           lora_id=None, medium=medium, lora_name=None)

@@ -26,24 +26,6 @@ Send = Callable[[dict], Awaitable[None]]
 OPEN_PATHS = frozenset({"/health", "/version", "/metrics"})
 
 
-def has_lone_surrogate(value: Any) -> bool:
-    """True if any string (key or value) inside parsed JSON cannot be encoded as UTF-8."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 class RequestLimits:
     def __init__(self, app, max_body_bytes: int, api_key: str = "") -> None:
         self.app = app
@@ -106,9 +88,13 @@ def _json_with_lone_surrogate(body: bytes) -> bool:
     if b"\\u" not in body:  # a lone surrogate can only arrive as a JSON escape (raw bytes must be UTF-8)
         return False
     try:
-        return has_lone_surrogate(json.loads(body))
+        # Encoding the parsed document as UTF-8 fails exactly where a string (key or value) is not text.
+        json.dumps(json.loads(body), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     except (ValueError, RecursionError):
         return False  # not JSON: the route's own validation answers 400
+    return False
 
 
 async def _reply(send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:

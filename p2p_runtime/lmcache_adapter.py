@@ -14,10 +14,12 @@ again without restarting the engine. A new LMCache version should only need chan
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 import logging
 import os
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -102,8 +104,7 @@ class LMCacheAdapter:
         self.reconnect_interval_s = reconnect_interval_s
         self.chunk_size: int | None = None
         self._lm = _import_lmcache()
-        self._zmq_ctx = self._lm.zmq.Context()
-        self._zmq_ctx.setsockopt(self._lm.zmq.LINGER, 0)
+        self._zmq_ctx = _zmq_context(self._lm)
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
         self._retired: list[_Connection] = []
@@ -178,12 +179,9 @@ class LMCacheAdapter:
         while True:
             # Half the RPC timeout at most, so a slow answer is never taken for a dead server.
             wait = min(deadline - time.monotonic(), _WAIT_SLICE_S, self.timeout_s / 2)
-            if poll or wait <= 0:
-                hits = self._call(conn, "lookup",
-                                  lambda: conn.request_client.query_prefetch_status(session))
-            else:
-                hits = self._call(conn, "lookup",
-                                  lambda: conn.request_client.wait_prefetch_status(session, wait))
+            rc = conn.request_client
+            hits = self._call(conn, "lookup", (lambda: rc.query_prefetch_status(session)) if poll or wait <= 0
+                              else lambda: rc.wait_prefetch_status(session, wait))
             rpcs += 1
             if hits is not None:
                 return int(hits), rpcs
@@ -392,8 +390,7 @@ class LMCacheAdapter:
 def probe_chunk_size(url: str, timeout_s: float) -> int | None:
     """Ask the server at ``url`` for its chunk size; ``None`` if it does not answer in time."""
     lm = _import_lmcache()
-    ctx = lm.zmq.Context()
-    ctx.setsockopt(lm.zmq.LINGER, 0)
+    ctx = _zmq_context(lm)
     rc = lm.RequestClientFactory.create(url, context=ctx)
     try:
         return int(rc.get_chunk_size().result(timeout=timeout_s))
@@ -404,37 +401,9 @@ def probe_chunk_size(url: str, timeout_s: float) -> int | None:
         _term_context(ctx)
 
 
-class _LMCacheModules:
+@functools.cache
+def _import_lmcache() -> SimpleNamespace:
     """The LMCache names this adapter uses, imported once."""
-
-    def __init__(self) -> None:
-        import zmq
-
-        from lmcache.utils import EngineType
-        from lmcache.v1.multiprocess.custom_types import IPCCacheServerKey
-        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
-        from lmcache.v1.multiprocess.transfer_context import EngineDrivenTransferContext
-        from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
-
-        self.zmq = zmq
-        self.EngineType = EngineType
-        self.IPCCacheServerKey = IPCCacheServerKey
-        self.EngineGroupInfo = EngineGroupInfo
-        self.EngineDrivenTransferContext = EngineDrivenTransferContext
-        self.RequestClientFactory = RequestClientFactory
-
-
-_MODULES: _LMCacheModules | None = None
-
-
-def _import_lmcache() -> _LMCacheModules:
-    global _MODULES
-    if _MODULES is None:
-        _MODULES = _load_lmcache()
-    return _MODULES
-
-
-def _load_lmcache() -> _LMCacheModules:
     # lmcache logs every transfer at INFO and would phone home for usage stats; the engine's own
     # logs and metrics cover both. Explicit settings in the environment still win.
     os.environ.setdefault("LMCACHE_LOG_LEVEL", "WARNING")
@@ -442,12 +411,26 @@ def _load_lmcache() -> _LMCacheModules:
     os.environ.setdefault("LMCACHE_DISABLE_BANNER", "1")
     started = time.monotonic()
     try:
-        modules = _LMCacheModules()
+        import zmq
+
+        from lmcache.utils import EngineType
+        from lmcache.v1.multiprocess.custom_types import IPCCacheServerKey
+        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
+        from lmcache.v1.multiprocess.transfer_context import EngineDrivenTransferContext
+        from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
     except ImportError as exc:
         raise RuntimeError(f"--lmcache-url needs the lmcache package (pip install 'p2p-kv-ops[node]'): "
                            f"{exc}") from exc
     logger.info("lmcache imported in %.1fs", time.monotonic() - started)
-    return modules
+    return SimpleNamespace(zmq=zmq, EngineType=EngineType, IPCCacheServerKey=IPCCacheServerKey,
+                           EngineGroupInfo=EngineGroupInfo, EngineDrivenTransferContext=EngineDrivenTransferContext,
+                           RequestClientFactory=RequestClientFactory)
+
+
+def _zmq_context(lm: SimpleNamespace) -> Any:
+    ctx = lm.zmq.Context()
+    ctx.setsockopt(lm.zmq.LINGER, 0)
+    return ctx
 
 
 def _term_context(ctx: Any) -> None:

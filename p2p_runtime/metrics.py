@@ -51,36 +51,33 @@ class EngineMetrics:
         r, labels = self.registry, ("model_name", "engine")
         lv = {"model_name": model_name, "engine": "0"}
 
-        def counter(name, doc, extra=()):
-            return Counter(name, doc, (*labels, *extra), registry=r)
+        def labelled(kind, name, doc):
+            return kind(name, doc, labels, registry=r).labels(**lv)
+
+        def total(name, doc):  # an engine-wide p2p_engine_* counter, no labels
+            return Counter(name, doc, registry=r)
 
         def hist(name, doc, buckets):
             return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(**lv)
 
-        self._running = Gauge("vllm:num_requests_running", "Requests being decoded.", labels,
-                              registry=r).labels(**lv)
-        self._waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to start.", labels,
-                              registry=r).labels(**lv)
-        self._kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).",
-                               labels, registry=r).labels(**lv)
-        self.prefix_queries = counter(
-            "vllm:prefix_cache_queries", "Prompt tokens queried in the local prefix cache."
-        ).labels(**lv)
-        self.prefix_hits = counter("vllm:prefix_cache_hits",
-                                   "Prompt tokens hit in the local prefix cache.").labels(**lv)
-        self.external_queries = counter("vllm:external_prefix_cache_queries",
-                                        "Prompt tokens queried in LMCache.").labels(**lv)
-        self.external_hits = counter("vllm:external_prefix_cache_hits",
-                                     "Prompt tokens loaded from LMCache.").labels(**lv)
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens processed.").labels(**lv)
-        self.generation_tokens = counter("vllm:generation_tokens",
-                                         "Tokens generated.").labels(**lv)
-        self._success = counter("vllm:request_success", "Finished requests.", ("finished_reason",))
-        by_source = counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
-                            ("source",))
+        self._running = labelled(Gauge, "vllm:num_requests_running", "Requests being decoded.")
+        self._waiting = labelled(Gauge, "vllm:num_requests_waiting", "Requests waiting to start.")
+        self._kv_usage = labelled(Gauge, "vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).")
+        self.prefix_queries = labelled(Counter, "vllm:prefix_cache_queries",
+                                       "Prompt tokens queried in the local prefix cache.")
+        self.prefix_hits = labelled(Counter, "vllm:prefix_cache_hits", "Prompt tokens hit in the local prefix cache.")
+        self.external_queries = labelled(Counter, "vllm:external_prefix_cache_queries",
+                                         "Prompt tokens queried in LMCache.")
+        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits", "Prompt tokens loaded from LMCache.")
+        self.prompt_tokens = labelled(Counter, "vllm:prompt_tokens", "Prompt tokens processed.")
+        self.generation_tokens = labelled(Counter, "vllm:generation_tokens", "Tokens generated.")
+        self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"),
+                                registry=r)
+        by_source = Counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
+                            (*labels, "source"), registry=r)
         self.tokens_by_source = {src: by_source.labels(source=src, **lv) for src in TOKEN_SOURCES}
         # Never incremented: this scheduler waits for free blocks instead of preempting (exposed at 0 as vLLM).
-        self.preemptions = counter("vllm:num_preemptions", "Preempted requests.").labels(**lv)
+        self.preemptions = labelled(Counter, "vllm:num_preemptions", "Preempted requests.")
         token_buckets = buckets_1_2_5(max_model_len)
         self.request_prompt_tokens = hist("vllm:request_prompt_tokens", "Prompt tokens per finished request.",
                                           token_buckets)
@@ -91,16 +88,11 @@ class EngineMetrics:
               tuple(info), registry=r).labels(**info).set(1)
         self._lv = lv
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.",
-                        LATENCY_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Time between generated tokens.",
-                        ITL_BUCKETS)
-        self.queue_time = hist("vllm:request_queue_time_seconds", "Time spent waiting.",
-                               LATENCY_BUCKETS)
-        self.prefill_time = hist("vllm:request_prefill_time_seconds", "Prefill phase time.",
-                                 LATENCY_BUCKETS)
-        self.decode_time = hist("vllm:request_decode_time_seconds", "Decode phase time.",
-                                LATENCY_BUCKETS)
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", LATENCY_BUCKETS)
+        self.itl = hist("vllm:inter_token_latency_seconds", "Time between generated tokens.", ITL_BUCKETS)
+        self.queue_time = hist("vllm:request_queue_time_seconds", "Time spent waiting.", LATENCY_BUCKETS)
+        self.prefill_time = hist("vllm:request_prefill_time_seconds", "Prefill phase time.", LATENCY_BUCKETS)
+        self.decode_time = hist("vllm:request_decode_time_seconds", "Decode phase time.", LATENCY_BUCKETS)
 
         Gauge("p2p_engine_info", "Static engine facts (value is always 1).",
               ("instance_id", "model_name"), registry=r).labels(instance_id, model_name).set(1)
@@ -109,27 +101,19 @@ class EngineMetrics:
         self._fallbacks = Counter(
             "p2p_engine_lmcache_fallbacks", "LMCache operations that failed and were worked "
             "around (recompute, or skip the store).", ("op", "reason"), registry=r)
-        self.recomputed_tokens = Counter(
-            "p2p_engine_lmcache_recomputed_tokens", "Prompt tokens LMCache reported as hits that "
-            "were recomputed because loading them failed.", registry=r)
-        self.loaded_tokens = Counter("p2p_engine_lmcache_loaded_tokens",
-                                     "Prompt tokens loaded from LMCache.", registry=r)
-        self.loaded_bytes = Counter("p2p_engine_lmcache_loaded_bytes",
-                                    "KV bytes loaded from LMCache.", registry=r)
-        self.stored_tokens = Counter("p2p_engine_lmcache_stored_tokens",
-                                     "Prompt tokens stored to LMCache.", registry=r)
-        self.stored_bytes = Counter("p2p_engine_lmcache_stored_bytes",
-                                    "KV bytes stored to LMCache.", registry=r)
-        self.kv_mismatch_tokens = Counter(
+        self.recomputed_tokens = total("p2p_engine_lmcache_recomputed_tokens", "Prompt tokens LMCache reported as "
+                                       "hits that were recomputed because loading them failed.")
+        self.loaded_tokens = total("p2p_engine_lmcache_loaded_tokens", "Prompt tokens loaded from LMCache.")
+        self.loaded_bytes = total("p2p_engine_lmcache_loaded_bytes", "KV bytes loaded from LMCache.")
+        self.stored_tokens = total("p2p_engine_lmcache_stored_tokens", "Prompt tokens stored to LMCache.")
+        self.stored_bytes = total("p2p_engine_lmcache_stored_bytes", "KV bytes stored to LMCache.")
+        self.kv_mismatch_tokens = total(
             "p2p_engine_lmcache_kv_mismatch_tokens", "Loaded tokens whose KV bytes in some layer disagreed with "
-            "their primary values (real-model profiles check every loaded byte).", registry=r)
-        self.computed_tokens = Counter("p2p_engine_computed_prompt_tokens",
-                                       "Prompt tokens computed by the model.", registry=r)
-        self._op_seconds = Histogram("p2p_engine_lmcache_op_seconds",
-                                     "Latency of LMCache operations.", ("op",),
+            "their primary values (real-model profiles check every loaded byte).")
+        self.computed_tokens = total("p2p_engine_computed_prompt_tokens", "Prompt tokens computed by the model.")
+        self._op_seconds = Histogram("p2p_engine_lmcache_op_seconds", "Latency of LMCache operations.", ("op",),
                                      buckets=LMCACHE_OP_BUCKETS, registry=r)
-        self.emulated_sleep = Counter("p2p_engine_emulated_sleep_seconds",
-                                      "Seconds slept to emulate GPU timing.", registry=r)
+        self.emulated_sleep = total("p2p_engine_emulated_sleep_seconds", "Seconds slept to emulate GPU timing.")
 
     def set_queue(self, running: int, waiting: int) -> None:
         self._running.set(running)

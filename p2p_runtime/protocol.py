@@ -117,35 +117,32 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
 
 def completion_response(rid: str, model: str, text: str, finish_reason: str | None,
                         usage_: dict) -> dict[str, Any]:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None,
-                         "finish_reason": finish_reason, "stop_reason": None}],
-            "usage": usage_}
+    return {**completion_chunk(rid, model, int(time.time()), text, finish_reason), "usage": usage_}
 
 
 def chat_response(rid: str, model: str, text: str, finish_reason: str | None,
                   usage_: dict) -> dict[str, Any]:
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}],
-            "usage": usage_}
+    choice = {"message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason,
+              "stop_reason": None}
+    return {**_envelope(rid, "chat.completion", int(time.time()), model, [{"index": 0, **choice}]), "usage": usage_}
 
 
 def completion_chunk(rid: str, model: str, created: int, text: str,
                      finish_reason: str | None) -> dict[str, Any]:
-    return {"id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None,
-                         "finish_reason": finish_reason, "stop_reason": None}]}
+    return _envelope(rid, "text_completion", created, model, [
+        {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}])
 
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict,
                finish_reason: str | None) -> dict[str, Any]:
-    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                         "finish_reason": finish_reason}]}
+    return _envelope(rid, "chat.completion.chunk", created, model, [
+        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
 
 
 def usage_chunk(rid: str, model: str, created: int, obj: str, usage_: dict) -> dict[str, Any]:
     """The last chunk when ``stream_options.include_usage`` is set: no choices, just usage."""
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": usage_}
+    return {**_envelope(rid, obj, created, model, []), "usage": usage_}
+
+
+def _envelope(rid: str, obj: str, created: int, model: str, choices: list[dict]) -> dict[str, Any]:
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}

@@ -48,6 +48,7 @@ class ModelRunner:
         self.kv_events = kv_events or KVEventRecorder(None, "", cache.spec.block_size)
         self.chunk_size = model.config.chunk_size
         self.block_size = cache.spec.block_size
+        self.blocks_per_chunk = self.chunk_size // self.block_size
         self._last_unavailable_warning = -math.inf
 
     def blocks_needed(self, req: Request) -> int:
@@ -79,8 +80,7 @@ class ModelRunner:
         last = req.num_prompt_tokens // self.chunk_size
         if last <= first:
             return
-        per_chunk = self.chunk_size // self.block_size
-        blocks = self.allocator.table(req.request_id)[first * per_chunk : last * per_chunk]
+        blocks = self.allocator.table(req.request_id)[first * self.blocks_per_chunk : last * self.blocks_per_chunk]
         req.lmcache_session_used = True
         ok, _ = self._try("store", req, self.adapter.store, req.request_id, req.prompt_ids, first,
                           last, blocks)
@@ -127,9 +127,8 @@ class ModelRunner:
                              max_chunks)
         if not ok or not hits:
             return 0
-        per_chunk = self.chunk_size // self.block_size
         ok, _ = self._try("retrieve", req, self.adapter.retrieve, req.request_id, req.prompt_ids,
-                          hits, table[: hits * per_chunk])
+                          hits, table[: hits * self.blocks_per_chunk])
         loaded = hits * self.chunk_size
         if not ok:
             self.metrics.recomputed_tokens.inc(loaded)

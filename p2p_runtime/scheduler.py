@@ -193,11 +193,14 @@ class Scheduler:
             req.sent_chars = upto
 
     def _complete(self, req: Request, reason: str | None = None, emit: bool = True) -> None:
+        self._stop_running(req)
+        self._finish(req, reason or req.finish_reason, emit)
+
+    def _stop_running(self, req: Request) -> None:
         with self._cond:
             if req in self._running:
                 self._running.remove(req)
             self._publish_queue()
-        self._finish(req, reason or req.finish_reason, emit)
 
     def _finish(self, req: Request, reason: str, emit: bool) -> None:
         """Release resources and report; never called with the lock held (release may do RPCs)."""
@@ -214,13 +217,8 @@ class Scheduler:
 
     def _crash(self, req: Request, exc: Exception) -> None:
         logger.exception("%s failed: %s", req.request_id, exc)
-        with self._cond:
-            if req in self._running:
-                self._running.remove(req)
-            self._publish_queue()
-        req.finish_reason = "error"
-        self.runner.release(req)
-        req.on_event(Event("error", error=f"internal engine error: {exc}"))
+        self._stop_running(req)
+        self._fail(req, f"internal engine error: {exc}")
 
     def _fail_all(self, message: str) -> None:
         with self._cond:
@@ -229,9 +227,12 @@ class Scheduler:
             self._waiting.clear()
             self._publish_queue()
         for req in pending:
-            req.finish_reason = "error"
-            self.runner.release(req)
-            req.on_event(Event("error", error=message))
+            self._fail(req, message)
+
+    def _fail(self, req: Request, message: str) -> None:
+        req.finish_reason = "error"
+        self.runner.release(req)
+        req.on_event(Event("error", error=message))
 
     def _publish_queue(self) -> None:
         self.metrics.set_queue(len(self._running), len(self._waiting))

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _pyplot():
-    # Imported when a chart is drawn: matplotlib is the `plots` extra, and the bench verbs import this module.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from p2p_ops.observe import charts
 
 
 def _save(fig, out: Path) -> str:
-    from p2p_ops.observe.run_plots import save_png  # matplotlib with it: the `plots` extra
-
-    return save_png(fig, out).name
+    return charts.save(fig, out).name
 
 
 def placement(out_dir: Path, arms: list) -> list[str]:
@@ -37,19 +27,16 @@ def placement(out_dir: Path, arms: list) -> list[str]:
             ax.bar([i + shift for i in x], [value(side[p]) if p in side else 0 for p in policies], 0.4,
                    label=label)
         ax.set_xticks(list(x), policies, rotation=20)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend()
+        charts.label(ax, "", ylabel, title, grid="y")
 
-    fig, ax = _pyplot().subplots(figsize=(7, 4))
+    fig, ax = charts.figure((7, 4))
     bars(ax, lambda a: a.req_per_s, "served requests/s", "Throughput by placement")
     written.append(_save(fig, out_dir / "placement_throughput.png"))
-    fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4))
+    fig, axes = charts.figure((10, 4), ncols=2)
     bars(axes[0], lambda a: a.ttft_p50_ms, "TTFT p50 (ms)", "TTFT p50 by placement")
     bars(axes[1], lambda a: a.ttft_p90_ms, "TTFT p90 (ms)", "TTFT p90 by placement")
     written.append(_save(fig, out_dir / "placement_ttft.png"))
-    fig, ax = _pyplot().subplots(figsize=(8, 4))
+    fig, ax = charts.figure((8, 4))
     labels, local, peer, recomputed = [], [], [], []
     for p in policies:
         for side, tag in ((on, "on"), (off, "off")):
@@ -70,17 +57,12 @@ def placement(out_dir: Path, arms: list) -> list[str]:
 
 
 def crossover(out: Path, rows: list) -> str:
-    fig, ax = _pyplot().subplots(figsize=(6.4, 4))
+    fig, ax = charts.figure()
     xs = [r.tokens for r in rows]
     ax.plot(xs, [r.ttft_pulled_b_s * 1000 for r in rows], "o-", label="pulled from a peer")
     ax.plot(xs, [r.ttft_recompute_b_s * 1000 for r in rows], "s-", label="recomputed")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel("shared prefix length (tokens)")
-    ax.set_ylabel("TTFT median (ms)")
-    ax.set_title("Pull vs recompute")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    charts.log2_ticks(ax, xs)
+    charts.label(ax, "shared prefix length (tokens)", "TTFT median (ms)", "Pull vs recompute")
     return _save(fig, out)
 
 
@@ -100,7 +82,7 @@ def transfer(out: Path, doc: dict) -> str:
     import matplotlib.ticker
 
     s = transfer_series(doc["rows"])
-    fig, (rate, lat) = _pyplot().subplots(1, 2, figsize=(11, 4))
+    fig, (rate, lat) = charts.figure((11, 4), ncols=2)
     rate.plot(s["mib"], s["gbps"], "o-", label="LMCache channel (median)")
     rate.plot([x for x, _ in s["memcpy"]], [y for _, y in s["memcpy"]], "s--", label="memcpy on the reader")
     for i, x in enumerate(s["failed"]):
@@ -118,9 +100,5 @@ def transfer(out: Path, doc: dict) -> str:
         ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.5)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_xlabel("transfer size (MiB)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{title}: {doc['source']} -> {doc['reader']}")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
+        charts.label(ax, "transfer size (MiB)", ylabel, f"{title}: {doc['source']} -> {doc['reader']}")
     return _save(fig, out)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from p2p_ops.observe import charts
+
 
 def _pairs(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(p["source"], p["target"]): p for p in doc["pairs"]}
@@ -49,18 +51,12 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def heatmap(path: Path, doc: dict[str, Any]) -> None:
     """Green/red cells (grey: skipped, white: the diagonal), annotated with MB/s or FAIL."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-
-    from p2p_ops.observe.run_plots import save_png
 
     names, pairs = doc["instances"], _pairs(doc)
     n = len(names)
     grid = [[_state(pairs.get((s, t))) if s != t else 0 for t in names] for s in names]
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * n, 1.0 + 0.8 * n))
+    fig, ax = charts.figure((1.2 + 0.9 * n, 1.0 + 0.8 * n))
     ax.imshow(grid, cmap=ListedColormap(["#ffffff", "#4caf50", "#e53935", "#bdbdbd"]), vmin=0, vmax=3)
     for i, s in enumerate(names):
         for j, t in enumerate(names):
@@ -73,7 +69,7 @@ def heatmap(path: Path, doc: dict[str, Any]) -> None:
     c = doc["counts"]
     ax.set_title(f"P2P pair matrix: {c['passed']}/{c['pairs']} pass" + (f" ({doc['profile']})" if doc.get("profile")
                                                                       else ""), fontsize=9)
-    save_png(fig, path)
+    charts.save(fig, path)
 
 
 def _state(p: Optional[dict[str, Any]]) -> int:

@@ -138,28 +138,23 @@ def frame_prometheus(prom_url: str, ctx: FleetContext, window: str = "1m") -> li
                 out[inst] = value
         return out
 
-    q = {
-        "up": by_instance('max by (fleet_instance) (up{job="lmcache_server"})'),
-        "loads_total": by_instance(f'sum by (fleet_instance) ({P2P_LOADS}{{l2_name="p2p"}})'),
-        "loads_rate": by_instance(f'sum by (fleet_instance) (rate({P2P_LOADS}{{l2_name="p2p"}}[{window}]))'),
-        "hit": by_instance(f'sum by (fleet_instance) (increase({HIT_TOKENS}[{window}])) / '
-                           f'sum by (fleet_instance) (increase({REQ_TOKENS}[{window}]))'),
-        "l1": by_instance(f"sum by (fleet_instance) ({L1_USED})"),
-        "l1_ratio": by_instance(f"max by (fleet_instance) ({L1_RATIO})"),
-        "running": by_instance(f'sum by (fleet_instance) ({RUNNING})'),
-        "waiting": by_instance(f"sum by (fleet_instance) ({WAITING})"),
-        "p50": by_instance(f"histogram_quantile(0.5, sum by (fleet_instance, le) (rate({TTFT}_bucket[{window}])))"),
-        "p99": by_instance(f"histogram_quantile(0.99, sum by (fleet_instance, le) (rate({TTFT}_bucket[{window}])))"),
-    }
-    frames = []
-    for node, inst in ctx.fleet.instances():
-        i = inst.id
-        frames.append(NodeFrame(
-            instance=i, node=node.name, up=q["up"].get(i, 0.0) > 0, p2p_loads_total=q["loads_total"].get(i, 0.0),
-            p2p_loads_per_s=q["loads_rate"].get(i, 0.0), hit_ratio=q["hit"].get(i), l1_used_bytes=q["l1"].get(i, 0.0),
-            l1_usage_ratio=q["l1_ratio"].get(i), running=q["running"].get(i, 0.0), waiting=q["waiting"].get(i, 0.0),
-            ttft_p50_s=q["p50"].get(i), ttft_p99_s=q["p99"].get(i)))
-    return frames
+    # Keyed by NodeFrame field: an instance a query has no value for keeps the field's default (0 or None).
+    q = {k: by_instance(query) for k, query in {
+        "up": 'max by (fleet_instance) (up{job="lmcache_server"})',
+        "p2p_loads_total": f'sum by (fleet_instance) ({P2P_LOADS}{{l2_name="p2p"}})',
+        "p2p_loads_per_s": f'sum by (fleet_instance) (rate({P2P_LOADS}{{l2_name="p2p"}}[{window}]))',
+        "hit_ratio": f'sum by (fleet_instance) (increase({HIT_TOKENS}[{window}])) / '
+                     f'sum by (fleet_instance) (increase({REQ_TOKENS}[{window}]))',
+        "l1_used_bytes": f"sum by (fleet_instance) ({L1_USED})",
+        "l1_usage_ratio": f"max by (fleet_instance) ({L1_RATIO})",
+        "running": f'sum by (fleet_instance) ({RUNNING})',
+        "waiting": f"sum by (fleet_instance) ({WAITING})",
+        "ttft_p50_s": f"histogram_quantile(0.5, sum by (fleet_instance, le) (rate({TTFT}_bucket[{window}])))",
+        "ttft_p99_s": f"histogram_quantile(0.99, sum by (fleet_instance, le) (rate({TTFT}_bucket[{window}])))",
+    }.items()}
+    up = q.pop("up")
+    return [NodeFrame(instance=inst.id, node=node.name, up=up.get(inst.id, 0.0) > 0,
+                      **{k: v[inst.id] for k, v in q.items() if inst.id in v}) for node, inst in ctx.fleet.instances()]
 
 
 def render_table(frames: list[NodeFrame], source: str):

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from p2p_ops.observe import charts
+
 COLUMNS = ("N", "scenario", "serving peer", "cached tokens", "P2P loads", "lookup ms p50", "lookup ms p99",
            "pull ms p50", "result")
 
@@ -68,23 +70,13 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float, float
 
 def lookup_plot(path: Path, rows: list[dict[str, Any]], target_ms: float = 10.0) -> str:
     """Lookup ms (p50, p99 as the bar) against the number of servers, one line per scenario, the target dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from p2p_ops.observe.run_plots import save_png
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = charts.figure((7, 4.5))
     for name, pts in series(rows).items():
         xs, p50, p99 = [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
         ax.errorbar(xs, p50, yerr=[[0] * len(xs), [b - a for a, b in zip(p50, p99)]], fmt="o-", capsize=3,
                     label=name)
     ax.axhline(target_ms, color="grey", linestyle="--", label=f"target {target_ms:g} ms")
-    ax.set_xlabel("servers in the fleet (N)")
-    ax.set_ylabel("LMCache lookup (ms, p50; bar to p99)")
-    ax.set_title("P2P lookup latency against fleet size")
     ax.set_xticks(sorted({r["nodes"] for r in rows}))
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_png(fig, path).name
+    charts.label(ax, "servers in the fleet (N)", "LMCache lookup (ms, p50; bar to p99)",
+                 "P2P lookup latency against fleet size", fontsize=8)
+    return charts.save(fig, path).name

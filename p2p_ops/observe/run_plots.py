@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from p2p_ops import files  # noqa: E402
-from p2p_ops.observe.records import RequestRecord  # noqa: E402
-from p2p_ops.observe.stats import percentile  # noqa: E402
+from p2p_ops.observe import charts
+from p2p_ops.observe.records import RequestRecord
+from p2p_ops.observe.stats import percentile
 
 
 def _pct(vals: list[float], q: float) -> float:
@@ -20,24 +14,14 @@ def _pct(vals: list[float], q: float) -> float:
     return float("nan") if v is None else v
 
 
-def _concurrency_axes(levels: list[int], ylabel: str, title: str):
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(c) for c in levels])
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    return fig, ax
-
-
-def save_png(fig, out: Path) -> Path:
-    """The figure as a PNG (0600, through `files`: never through a link planted in the run folder); closes it."""
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
-    return files.write_bytes(out, png.getvalue())
+def _by_concurrency(out: Path, levels: list[int], lines: list[tuple], ylabel: str, title: str) -> bool:
+    """One (values, style, kwargs) line per entry against concurrency on a log2 axis."""
+    fig, ax = charts.figure()
+    charts.log2_ticks(ax, levels)
+    for ys, style, kw in lines:
+        ax.plot(levels, ys, style, **kw)
+    charts.label(ax, "concurrency (requests in flight)", ylabel, title, legend=len(lines) > 1)
+    return bool(charts.save(fig, out))
 
 
 def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
@@ -47,11 +31,8 @@ def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
         return False
     p50 = [_pct([r.ttft_s for r in ladder if r.level == c], 50) * 1000 for c in levels]
     p99 = [_pct([r.ttft_s for r in ladder if r.level == c], 99) * 1000 for c in levels]
-    fig, ax = _concurrency_axes(levels, "time to first token (ms)", "TTFT vs concurrency (ladder, cross-node prefixes)")
-    ax.plot(levels, p50, "o-", label="p50")
-    ax.plot(levels, p99, "s--", label="p99")
-    ax.legend()
-    return save_png(fig, out)
+    return _by_concurrency(out, levels, [(p50, "o-", {"label": "p50"}), (p99, "s--", {"label": "p99"})],
+                           "time to first token (ms)", "TTFT vs concurrency (ladder, cross-node prefixes)")
 
 
 def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: dict) -> bool:
@@ -62,9 +43,8 @@ def throughput_vs_concurrency(out: Path, records: list[RequestRecord], walls: di
     for c in levels:
         ok = [r for r in records if r.stage == "ladder" and r.level == c and r.ok]
         rps.append(len(ok) / walls[("ladder", c)] if walls[("ladder", c)] else 0.0)
-    fig, ax = _concurrency_axes(levels, "throughput (completed requests/s)", "Throughput vs concurrency (ladder)")
-    ax.plot(levels, rps, "o-", color="tab:green")
-    return save_png(fig, out)
+    return _by_concurrency(out, levels, [(rps, "o-", {"color": "tab:green"})], "throughput (completed requests/s)",
+                           "Throughput vs concurrency (ladder)")
 
 
 def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float = 5.0) -> bool:
@@ -83,16 +63,13 @@ def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float
             cross.append(100.0 * sum(r.cached_tokens for r in cw) / sum(r.prompt_tokens for r in cw) if cw
                          else float("nan"))
         t += bucket_s
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = charts.figure()
     ax.plot(xs, ys, "o-", label="all requests")
     ax.plot(xs, cross, "s--", label="prefix warmed on another node")
     ax.set_ylim(-5, 105)
-    ax.set_xlabel(f"time since start of run (s, {bucket_s:g} s buckets)")
-    ax.set_ylabel("cache hit ratio (% of prompt tokens)")
-    ax.set_title("Hit ratio over time")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return save_png(fig, out)
+    charts.label(ax, f"time since start of run (s, {bucket_s:g} s buckets)", "cache hit ratio (% of prompt tokens)",
+                 "Hit ratio over time")
+    return bool(charts.save(fig, out))
 
 
 def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -> bool:
@@ -107,7 +84,7 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
     else:  # vLLM counts tokens, not bytes: show the loads its server pulled from peers instead
         right = [float(nb.get("p2p_loads") or 0.0) for nb in per_node]
         right_label = right_axis = "P2P loads by the node's server"
-    fig, ax1 = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax1 = charts.figure()
     x = range(len(nodes))
     ax1.bar([i - 0.2 for i in x], tokens, width=0.4, label="tokens from peers (cross-node requests)")
     ax1.set_ylabel("tokens served from a peer's prefix")
@@ -123,7 +100,7 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
     h1, l1 = ax1.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax1.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
-    return save_png(fig, out)
+    return bool(charts.save(fig, out))
 
 
 def make_all(run_dir: Path, records: list[RequestRecord], walls: dict, node_bytes: dict) -> list[str]:

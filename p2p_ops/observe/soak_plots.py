@@ -6,12 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from p2p_ops.observe.run_plots import save_png  # noqa: E402
+from p2p_ops.observe import charts
 
 Series = dict[str, list[tuple[float, float]]]  # label -> [(seconds since start, value)]
 
@@ -21,16 +16,12 @@ def over_time(out: Path, series: Series, ylabel: str, title: str, warmup_s: floa
     drawn = {k: v for k, v in series.items() if len(v) >= 2}
     if not drawn:
         return None
-    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    fig, ax = charts.figure((7.2, 4.0))
     ax.axvspan(0, warmup_s / 60, color="0.9", label="warm-up (not in slopes)")
     for label, pts in sorted(drawn.items()):
         ax.plot([t / 60 for t, _ in pts], [v for _, v in pts], label=label, linewidth=1.2)
-    ax.set_xlabel("minutes since the soak started")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    return save_png(fig, out)
+    charts.label(ax, "minutes since the soak started", ylabel, title, fontsize=7, loc="best")
+    return charts.save(fig, out)
 
 
 def ttft_per_minute(out: Path, minutes: list[tuple[int, Optional[float], Optional[float]]]) -> Optional[Path]:
@@ -38,12 +29,9 @@ def ttft_per_minute(out: Path, minutes: list[tuple[int, Optional[float], Optiona
     pts = [(m, p50, p99) for m, p50, p99 in minutes if p50 is not None and p99 is not None]
     if not pts:
         return None
-    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    fig, ax = charts.figure((7.2, 4.0))
     ax.plot([m for m, _, _ in pts], [p * 1000 for _, p, _ in pts], marker="o", label="p50")
     ax.plot([m for m, _, _ in pts], [p * 1000 for _, _, p in pts], marker="o", label="p99")
-    ax.set_xlabel("minute of the soak")
-    ax.set_ylabel("time to first token (ms)")
-    ax.set_title("TTFT per minute (client side, every request kind)")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return save_png(fig, out)
+    charts.label(ax, "minute of the soak", "time to first token (ms)",
+                 "TTFT per minute (client side, every request kind)")
+    return charts.save(fig, out)
