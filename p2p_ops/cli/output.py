@@ -12,6 +12,7 @@ import os
 import sys
 
 from rich.console import Console
+from rich.table import Table
 
 # Wide enough that no table or message of ours wraps when piped; rich sizes tables to their content.
 PIPE_WIDTH = 100_000
@@ -68,6 +69,14 @@ def progress(msg: str) -> None:
 def emit_json(doc) -> None:
     """The one JSON document a --json run prints on stdout."""
     print(json.dumps(doc, indent=2, default=str))
+
+
+def table(title: str, *columns: str, **kwargs) -> Table:
+    """A rich Table with these column headings (kwargs: Table's, e.g. title_justify)."""
+    t = Table(title=title, **kwargs)
+    for col in columns:
+        t.add_column(col)
+    return t
 
 
 def show(table) -> None:
