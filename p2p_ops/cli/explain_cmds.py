@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import emit_json
+from p2p_ops.cli.common import context, done, progress_unless_json, verb
 from p2p_ops.diagnose import explain
 from p2p_ops.errors import BadInput
 
@@ -51,29 +50,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
     spec = prompt_spec(args)
     with context(args) as ctx:
         result = explain.run(ctx, spec, _targets(ctx, args.node or []), salt=args.cache_salt,
-                             progress=_progress if not args.json else (lambda _: None))
-    if args.json:
-        doc = result.to_dict()
-        doc["exit_code"] = explain.exit_code(result)
-        emit_json(doc)
-    else:
-        print("\n".join(explain.render_text(result, strip_only=args.strip)))
-    return explain.exit_code(result)
+                             progress=progress_unless_json(args))
+    code = explain.exit_code(result)
+    return done(args, result.to_dict() | {"exit_code": code},
+                lambda: print("\n".join(explain.render_text(result, strip_only=args.strip))), code)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="for one prompt: which chunk each node holds, who would serve it, why a "
-                                       "node misses",
-                       description="Explain a prompt's cache path on a running fleet. For each node and each chunk: "
-                       "the chunk key under that node's own settings (LMCache's hasher, run on the node), whether the "
-                       "node holds it (the coordinator's key directory), which peers hold it, and what a request "
-                       "would do there: a local hit, a pull from a named peer, or a recompute with its reason (keys "
-                       "that differ and the setting that makes them differ, a peer not connected, lookups timing "
-                       "out, the chunk evicted, a prompt shorter than a chunk, tokens that differ between engines, a "
-                       "prompt that differs in its first chunk). Read-only: it sends no request, prefetch or pull.",
-                       epilog="example: p2pctl explain --run p2p-run/demo/tests/20261201T101500Z-basic --request b "
-                              "--node node-b")
-    add_fleet_args(p)
+    p = verb(sub, "explain", cmd_explain,
+             help="for one prompt: which chunk each node holds, who would serve it, why a node misses",
+             description="Explain a prompt's cache path on a running fleet. For each node and each chunk: "
+             "the chunk key under that node's own settings (LMCache's hasher, run on the node), whether the "
+             "node holds it (the coordinator's key directory), which peers hold it, and what a request "
+             "would do there: a local hit, a pull from a named peer, or a recompute with its reason (keys "
+             "that differ and the setting that makes them differ, a peer not connected, lookups timing "
+             "out, the chunk evicted, a prompt shorter than a chunk, tokens that differ between engines, a "
+             "prompt that differs in its first chunk). Read-only: it sends no request, prefetch or pull.",
+             epilog="example: p2pctl explain --run p2p-run/demo/tests/20261201T101500Z-basic --request b "
+                    "--node node-b")
     p.add_argument("--prompt", help="the prompt text")
     p.add_argument("--prompt-file", metavar="FILE", help="a file holding the prompt text")
     p.add_argument("--messages", metavar="FILE", help="a JSON list of chat messages ({role, content}); the "
@@ -86,5 +80,3 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="explain on this node or instance (repeatable; default: every instance)")
     p.add_argument("--cache-salt", default="", help="the cache_salt the requests carry (default: none)")
     p.add_argument("--strip", action="store_true", help="only the per-chunk strip of each node")
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_explain)

@@ -198,7 +198,7 @@ RDMA_BUDGET = Budget(12)
 def test_rdma_root_on_any_tree(tmp_path_factory, capsys, changes, case):
     if RDMA_BUDGET.spent():
         return
-    from p2p_ops.cli.diag_cmds import run_standalone
+    from p2p_ops.cli import main
 
     base = tmp_path_factory.mktemp("rdma")
     root = base / "snap"
@@ -206,7 +206,7 @@ def test_rdma_root_on_any_tree(tmp_path_factory, capsys, changes, case):
     for spot, kind, content in changes:
         plant(root / spot, kind, content, outside_file(base))
     with alarm(30):
-        code = run_standalone(["rdma", "--root", str(root), "--json"])
+        code = main(["rdma", "--root", str(root), "--json"])
     out, err = capsys.readouterr()
     one_line_or_ok(code, out, err)
     if code in (0, 1):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.cli.diag_cmds import run_standalone
+from p2p_ops.cli import main
 from p2p_ops.diagnose.rails import RailUsage, Snapshot, assess, diff, snapshot
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
@@ -79,7 +79,7 @@ def test_netdev_rails_by_name_and_roce_netdev_alias():
 
 
 def test_cli_with_snapshot_files(capsys):
-    code = run_standalone(["rails", "--before", str(RAILS / "ib4_before.json"), "--after",
+    code = main(["rails", "--before", str(RAILS / "ib4_before.json"), "--after",
                            str(RAILS / "ib4_after_single_rail.json"), "--expect", "mlx5_0,mlx5_1", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["facts"]["window"] == "from snapshot files"
@@ -89,13 +89,13 @@ def test_cli_with_snapshot_files(capsys):
 @pytest.mark.parametrize("argv", [["rails", "--after", "x.json"], ["rails", "--before", "/nope.json"],
                                   ["rails", "--sysfs-root", "/nope"]])
 def test_cli_bad_input(argv):
-    assert run_standalone(argv) == 2
+    assert main(argv) == 2
 
 
 def test_cli_live_loopback_window(tmp_path, capsys):
     # A real local window on this machine's counters: a command pushes bytes through lo between the snapshots.
     snap = tmp_path / "before.json"
-    assert run_standalone(["rails", "--save-snapshot", str(snap)]) == 0
+    assert main(["rails", "--save-snapshot", str(snap)]) == 0
     assert "lo" in json.loads(snap.read_text())["counters"]
     capsys.readouterr()
     pump = "\n".join([  # a loopback-only server on a port from this project's test range 21700-21799
@@ -109,7 +109,7 @@ def test_cli_live_loopback_window(tmp_path, capsys):
         "for _ in range(64):",
         "    c.sendall(b'x' * 65536); d.recv(1 << 20)",
     ])
-    code = run_standalone(["rails", "--expect", "lo", "--json", "--timeout", "60", "--", sys.executable, "-c", pump])
+    code = main(["rails", "--expect", "lo", "--json", "--timeout", "60", "--", sys.executable, "-c", pump])
     data = json.loads(capsys.readouterr().out)
     lo = next(r for r in data["facts"]["rails"] if r["name"] == "lo")
     assert code == 0 and lo["total"] >= 1 << 20

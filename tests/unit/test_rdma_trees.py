@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.cli.diag_cmds import run_standalone
+from p2p_ops.cli import main
 from p2p_ops.connectors.base import Result
 from p2p_ops.diagnose.rdma.check import check_rdma, gather_rdma
 from p2p_ops.errors import BadInput
@@ -70,11 +70,11 @@ def test_no_rdma_without_ucx_info_asks_nixl(tmp_path):
 
 
 def test_cli_json_on_a_tree_and_bad_paths(capsys):
-    assert run_standalone(["rdma", "--root", str(TREES / "ib_one_rail_down"), "--json"]) == 1
+    assert main(["rdma", "--root", str(TREES / "ib_one_rail_down"), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["exit_code"] == 1 and {f["subject"] for f in data["findings"]} >= {"mlx5_3/1", "GPU3"}
-    assert run_standalone(["rdma", "--root", str(TREES / "nope")]) == 2
-    assert run_standalone(["rdma", "--root", str(TREES / "no_rdma"), "--sysfs-root", "/sys"]) == 2
+    assert main(["rdma", "--root", str(TREES / "nope")]) == 2
+    assert main(["rdma", "--root", str(TREES / "no_rdma"), "--sysfs-root", "/sys"]) == 2
     with pytest.raises(BadInput):
         HostView.local("/definitely/not/here")
 
@@ -83,6 +83,6 @@ def test_cli_on_this_machine_reports_plainly(capsys, monkeypatch):
     # This box may or may not have RDMA; either way the command must finish with a verdict. If it falls back
     # to asking NIXL for UCX's lanes, keep that agent on loopback.
     monkeypatch.setenv("UCX_NET_DEVICES", "lo")
-    code = run_standalone(["rdma", "--json"])
+    code = main(["rdma", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code in (0, 1) and data["findings"]

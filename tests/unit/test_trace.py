@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from p2p_ops.cli.diag_cmds import run_standalone
+from p2p_ops.cli import main
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.facts.ucx_trace import normalise_message, parse_trace, parse_traces
 
@@ -107,13 +107,13 @@ def test_trace_report_findings_and_expect_rdma():
 
 
 def test_cli_json_and_nothing_to_parse(tmp_path, capsys):
-    assert run_standalone(["ucx-trace", str(FIX / "nixl/probe_tcp_initiator.log"), "--json"]) == 0
+    assert main(["ucx-trace", str(FIX / "nixl/probe_tcp_initiator.log"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["facts"]["transports"] == ["tcp"] and data["healthy"]
     empty = tmp_path / "empty.log"
     empty.write_text("nothing here\n")
-    assert run_standalone(["ucx-trace", str(empty)]) == 2
-    assert run_standalone(["ucx-trace", str(tmp_path / "missing.log")]) == 2
+    assert main(["ucx-trace", str(empty)]) == 2
+    assert main(["ucx-trace", str(tmp_path / "missing.log")]) == 2
 
 
 def test_script_wrapper_runs():
