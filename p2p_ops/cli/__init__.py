@@ -50,10 +50,9 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def _subparsers(parser: argparse.ArgumentParser):
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            yield from action.choices.values()
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
 
 
 class _Paragraphs(argparse.HelpFormatter):
@@ -68,7 +67,7 @@ def _add_epilogs(parser: argparse.ArgumentParser) -> None:
     """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line."""
     parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
     parser.formatter_class = _Paragraphs
-    for sub in _subparsers(parser):
+    for sub in _subcommands(parser).values():
         _add_epilogs(sub)
 
 
@@ -104,11 +103,9 @@ def _leaf(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Argument
     """The (sub)parser the command words of argv select, e.g. `test basic` -> the basic parser."""
     node = parser
     for word in argv:
-        subs = {name: sub for action in node._actions if isinstance(action, argparse._SubParsersAction)
-                for name, sub in action.choices.items()}
-        if word not in subs:
+        if word not in _subcommands(node):
             break
-        node = subs[word]
+        node = _subcommands(node)[word]
     return node
 
 
