@@ -15,7 +15,7 @@ from pathlib import Path
 
 from p2p_ops.bench.placement import PlacementOptions
 from p2p_ops.cli.common import add_port_offset_arg, context, done, ints, names, verb
-from p2p_ops.cli.output import console, progress
+from p2p_ops.cli.output import progress, say
 from p2p_ops.errors import BadInput
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
@@ -133,14 +133,11 @@ def cmd_peers(args: argparse.Namespace) -> int:
     else:
         doc = peers.run_launched(_out_dir(args, "peers"), opts, args.port_offset, progress)
 
-    def show() -> None:
-        why = [f"why: {doc['target']['why']}"] if doc["target"].get("why") else []
-        lines = [peers_table(doc), doc["target"]["line"], *why, *(fleet_line(f) for f in doc["fleets"]),
-                 *(f"note: {note}" for note in doc["notes"])]
-        console.print("\n".join(lines), soft_wrap=True, markup=False)
-        console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none'})", soft_wrap=True)
-
-    return done(args, doc, show, bool(doc["passed"]))
+    why = doc["target"].get("why")
+    return done(args, doc, lambda: say(
+        peers_table(doc), doc["target"]["line"], why and f"why: {why}", *(fleet_line(f) for f in doc["fleets"]),
+        *(f"note: {note}" for note in doc["notes"]), f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none'})",
+        markup=False), bool(doc["passed"]))
 
 
 def peers_table(doc: dict) -> str:
@@ -187,11 +184,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, progress)
         doc = transfer.write_run(_out_dir(args, "transfer", ctx), doc)
 
-    def show() -> None:
-        console.print(f"{transfer_table(doc)}\n{doc['verdict']}", soft_wrap=True, markup=False)
-        console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none, no rows'})", soft_wrap=True)
-
-    return done(args, doc, show, bool(doc["ok"]))
+    return done(args, doc, lambda: say(transfer_table(doc), doc["verdict"], f"run folder: {doc['run_dir']} (plot: "
+                                       f"{doc['plot'] or 'none, no rows'})", markup=False), bool(doc["ok"]))
 
 
 def transfer_table(doc: dict) -> str:
@@ -284,10 +278,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace, out: Path, doc: dict, ok: bool) -> int:
     """--json: the run's document and its folder, alone on stdout; else summary.md and the folder."""
-    def show() -> None:
-        console.print((out / "summary.md").read_text(), soft_wrap=True, markup=False)
-        console.print(f"run folder: {out}", soft_wrap=True)
-
-    return done(args, {"run_dir": str(out), **doc}, show, ok)
+    return done(args, {"run_dir": str(out), **doc},
+                lambda: say((out / "summary.md").read_text(), f"run folder: {out}", markup=False), ok)
 
 

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable
 
-from p2p_ops.cli.output import emit_json, progress
+from p2p_ops.cli.output import emit_json, progress, say
 from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
 
 JSON_HELP = "print one JSON document on stdout (nothing else there)"
@@ -59,13 +59,15 @@ def running_context(args: argparse.Namespace):
         yield ctx
 
 
-def done(args: argparse.Namespace, doc, show: Callable[[], object], code: int | bool = EXIT_OK) -> int:
-    """The end of a verb: with --json `doc` alone on stdout, else `show()`. `code` is an exit code, or a
-    verdict (True: 0, False: 1)."""
+def done(args: argparse.Namespace, doc, show: Callable[[], object] | list[str], code: int | bool = EXIT_OK) -> int:
+    """The end of a verb: with --json `doc` alone on stdout, else `show()` or, given lines, `say(*show)`. `code`
+    is an exit code, or a verdict (True: 0, False: 1)."""
     if args.json:
         emit_json(doc)
-    else:
+    elif callable(show):
         show()
+    else:
+        say(*show)
     if isinstance(code, bool):
         return EXIT_OK if code else EXIT_CHECK_FAILED
     return code

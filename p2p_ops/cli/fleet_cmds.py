@@ -120,15 +120,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     write_starter(out, data, force=True)
     missing = vllm_missing(vllm["model_path"], vllm["venv"]) if args.runtime == "vllm" else []
     sized = describe_sizing(data, budget) if args.runtime == "embedded" else ""
-
-    def show() -> None:
-        console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
-        for line in ([sized] if sized else []) + [f"note: {note}" for note in missing]:
-            console.print(line, soft_wrap=True)
-
     return done(args, {"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
                        "profile": args.profile if args.runtime == "embedded" else None, "sizing": sized or None,
-                       "notes": missing}, show)
+                       "notes": missing},
+                [f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}", sized,
+                 *(f"note: {note}" for note in missing)])
 
 
 def _memory_budget(args: argparse.Namespace):
@@ -145,16 +141,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         err_console.print(f"warning: {note}", soft_wrap=True, markup=False)
     return done(args, {"fleet_file": str(args.fleet), "ok": True, "fleet": f.name, "runtime": f.runtime,
                        "nodes": len(f.nodes), "instances": len(f.instances()), "warnings": notes},
-                lambda: console.print(f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, "
-                                      f"{len(f.nodes)} node(s), {len(f.instances())} instance(s)"))
+                [f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, {len(f.nodes)} node(s), "
+                 f"{len(f.instances())} instance(s)"])
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         files = launch.render(ctx)
     paths = [str(ctx.layout.dir(f.unit) / f.name) for f in files]
-    return done(args, {"fleet": ctx.fleet.name, "files": paths},
-                lambda: console.print("\n".join(paths), soft_wrap=True))
+    return done(args, {"fleet": ctx.fleet.name, "files": paths}, paths)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -167,7 +162,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     what = "started" if roles == launch.ROLES and args.node is None else \
         f"started ({', '.join(roles)}{' on ' + args.node if args.node else ''})"
     return done(args, {"fleet": ctx.fleet.name, "started": True, "node": args.node, "roles": list(roles)},
-                lambda: console.print(f"fleet {ctx.fleet.name!r} {what}; run `p2pctl wait` to see it register"))
+                [f"fleet {ctx.fleet.name!r} {what}; run `p2pctl wait` to see it register"])
 
 
 def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]) -> int:

@@ -8,7 +8,6 @@ from contextlib import nullcontext
 
 from p2p_ops.cli import output
 from p2p_ops.cli.common import done, verb
-from p2p_ops.cli.output import console
 from p2p_ops.harness.local_model import ModelSpec, make_model
 
 
@@ -31,5 +30,4 @@ def cmd_make_model(args: argparse.Namespace) -> int:
         out = make_model(args.dir, ModelSpec(seed=args.seed), force=args.force)
     seconds = round(time.monotonic() - t, 1)
     return done(args, {"wrote": str(out), "seed": args.seed, "seconds": seconds},
-                lambda: console.print(f"wrote {out} in {seconds:.1f} s (seed {args.seed})\n"
-                                      f"serve it with  vllm.model_path: {out}", soft_wrap=True))
+                [f"wrote {out} in {seconds:.1f} s (seed {args.seed})", f"serve it with  vllm.model_path: {out}"])

@@ -56,15 +56,14 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
             where, folder = prom.up(ctx), prom.prom_dir(ctx)
             return done(args, {"prometheus": where, "ready": True, "dir": str(folder),
                                "rules": str(folder / prom.RULES_FILE)},
-                        lambda: console.print(f"prometheus ready at {where} (config, rules and tsdb in {folder})",
-                                              soft_wrap=True))
+                        [f"prometheus ready at {where} (config, rules and tsdb in {folder})"])
         if args.action == "down":
             what = prom.down(ctx)
             return done(args, {"prometheus": prom.url(ctx), "stopped": what},
-                        lambda: console.print(f"prometheus: {what}"))
+                        [f"prometheus: {what}"])
         state = prom.state(ctx)
         return done(args, {"prometheus": prom.url(ctx), "ready": state == "ready", "state": state},
-                    lambda: console.print(f"prometheus at {prom.url(ctx)}: {state}"), state == "ready")
+                    [f"prometheus at {prom.url(ctx)}: {state}"], state == "ready")
 
 
 def cmd_grafana(args: argparse.Namespace) -> int:
@@ -78,8 +77,7 @@ def cmd_grafana(args: argparse.Namespace) -> int:
     out = Path(args.output)
     out.write_text(json.dumps(board, indent=2) + "\n")
     return done(args, {"wrote": str(out), "panels": len(board["panels"])},
-                lambda: console.print(f"wrote {out}: {len(board['panels'])} panels for fleet {ctx.fleet.name!r}",
-                                      soft_wrap=True))
+                [f"wrote {out}: {len(board['panels'])} panels for fleet {ctx.fleet.name!r}"])
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:

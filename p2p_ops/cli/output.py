@@ -66,6 +66,13 @@ def progress(msg: str) -> None:
         err_console.print(f"[dim]·[/dim] {msg}", soft_wrap=True)
 
 
+def say(*lines: str, markup: bool = True) -> None:
+    """Result lines on stdout, each printed whole; empty ones are left out."""
+    for line in lines:
+        if line:
+            console.print(line, soft_wrap=True, markup=markup)
+
+
 def emit_json(doc) -> None:
     """The one JSON document a --json run prints on stdout."""
     print(json.dumps(doc, indent=2, default=str))

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from p2p_ops.cli import output
 from p2p_ops.cli.common import done, given, ints, names, running_context, seed, verb, verdict
-from p2p_ops.cli.output import console, heading, progress, show, table
+from p2p_ops.cli.output import console, heading, progress, say, show, table
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
@@ -24,12 +24,11 @@ from p2p_ops.observe.report import build_report, overall_passed
 LMCACHE_BENCH = "also run the real `lmcache bench engine --workload long-doc-qa`"
 
 
-def _add_run_args(p: argparse.ArgumentParser, max_seconds: bool = True) -> None:
+def _add_run_args(p: argparse.ArgumentParser) -> None:
     """What a loaded run (stress, all, longdoc) shares: where requests go, its bound, label and seed."""
     p.add_argument("--policy", choices=["other", "round-robin"], default="other",
                    help="other: send each prefix to another node than the one that warmed it")
-    if max_seconds:
-        p.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
+    p.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
     p.add_argument("--tag", default="", help="label for this run (folder name and report)")
     p.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
 
@@ -303,14 +302,10 @@ def cmd_faults(args: argparse.Namespace) -> int:
         results = faults.run_faults(ctx, scenarios, opts, out_dir, progress=progress,
                                     explicit=args.scenarios is not None)
     ok = faults.passed(results)
-
-    def show() -> None:
-        console.print(faults.table_markdown(results, opts), markup=False)
-        console.print(f"table: {out_dir / 'faults.md'}")
-        console.print(verdict(ok, "see the table's notes"))
-
     return done(args, {"run_dir": str(out_dir), "table": str(out_dir / "faults.md"), "passed": ok,
-                       "scenarios": [f.to_json() for f in results]}, show, ok)
+                       "scenarios": [f.to_json() for f in results]},
+                lambda: _outcome(faults.table_markdown(results, opts), f"table: {out_dir / 'faults.md'}", ok,
+                                 "see the table's notes"), ok)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -322,12 +317,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _verdict(args: argparse.Namespace, summary: Path, run_dir: Path) -> int:
     ok = overall_passed(summary)
+    return done(args, {"run_dir": str(run_dir), "report": str(summary), "passed": ok},
+                lambda: _outcome("", f"report: {summary}", ok, "see the report's checks"), ok)
 
-    def show() -> None:
-        console.print(f"report: {summary}", soft_wrap=True)
-        console.print(verdict(ok, "see the report's checks"))
 
-    return done(args, {"run_dir": str(run_dir), "report": str(summary), "passed": ok}, show, ok)
+def _outcome(body: str, where: str, ok: bool, why: str) -> None:
+    """A run's text (verbatim), where its evidence lies, and the verdict."""
+    say(body, markup=False)
+    say(where, verdict(ok, why))
 
 
 def soak_options(args: argparse.Namespace):
@@ -360,11 +357,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
         checks, trends = soak.soak_checks(s)
         evidence = soak.write_evidence(s, checks, trends, run.path, ctx.fleet.name)
     ok = soak.passed(checks)
-
-    def show() -> None:
-        console.print(soak.soak_markdown(s, checks, trends, ctx.fleet.name), markup=False)
-        console.print(f"evidence: {run.path}", soft_wrap=True)
-        console.print(verdict(ok, "see the checks"))
-
     return done(args, {"run_dir": str(run.path), "table": str(evidence), "passed": ok,
-                       "checks": [c.__dict__ for c in checks]}, show, ok)
+                       "checks": [c.__dict__ for c in checks]},
+                lambda: _outcome(soak.soak_markdown(s, checks, trends, ctx.fleet.name), f"evidence: {run.path}", ok,
+                                 "see the checks"), ok)
