@@ -103,8 +103,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.output)
-    if (out.exists() or out.is_symlink()) and not args.force:
-        raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
     if not out.parent.is_dir():
         raise BadInput(f"-o {out}: folder {out.parent} does not exist; create it or write elsewhere")
     if out.is_dir() and not out.is_symlink():
@@ -117,7 +115,7 @@ def cmd_init(args: argparse.Namespace) -> int:
                        cpu_count=os.cpu_count() or 1, profile=args.profile, memory_budget_gib=budget)
     check_local_base(base, args.local, off)
     parse_fleet(data)  # what we write must load
-    write_starter(out, data, force=True)
+    write_starter(out, data, force=args.force)  # refuses an existing file without --force
     missing = vllm_missing(vllm["model_path"], vllm["venv"]) if args.runtime == "vllm" else []
     sized = describe_sizing(data, budget) if args.runtime == "embedded" else ""
     return done(args, {"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
