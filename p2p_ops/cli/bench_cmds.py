@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from p2p_ops.bench.placement import PlacementOptions
-from p2p_ops.cli.common import add_port_offset_arg, context, done, ints, names, verb
+from p2p_ops.cli.common import add_port_offset_arg, context, done, given, ints, names, verb
 from p2p_ops.cli.output import progress, say
 from p2p_ops.errors import BadInput
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
@@ -225,11 +225,8 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
     if args.max_seconds:
         opts.max_seconds = args.max_seconds
     opts.port_offset = args.port_offset
-    wl = opts.workload
-    for name in ("sessions", "questions", "doc_tokens", "inflight"):
-        if getattr(args, name) is not None:
-            wl = replace(wl, **{name: getattr(args, name)})
-    opts.workload = wl
+    opts.workload = replace(opts.workload, **given(args, {n: n for n in ("sessions", "questions", "doc_tokens",
+                                                                           "inflight")}))
     return opts
 
 

@@ -47,18 +47,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str]:
-    todo = [n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])]
-    done: dict[str, str] = {}
-    if not todo:
-        return done
-    names = {n.name for n in todo}
-    for n in todo:
+    todo = {n.name: n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])}
+    for n in todo.values():
         progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv + pip; this takes minutes)")
-    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in names else None)
-    for name in names:
-        res = results.get(name)
-        done[name] = f"error: {res}" if isinstance(res, Exception) else str(res)
-    return done
+    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in todo else None) if todo else {}
+    outcome = {name: results.get(name) for name in todo}
+    return {name: f"error: {res}" if isinstance(res, Exception) else str(res) for name, res in outcome.items()}
 
 
 def _fmt_bytes(n: int | None) -> str:
