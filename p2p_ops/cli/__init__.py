@@ -64,9 +64,12 @@ class _Paragraphs(argparse.HelpFormatter):
 
 
 def _add_epilogs(parser: argparse.ArgumentParser) -> None:
-    """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line."""
+    """Every --help ends with the exit codes; a parser's own epilog keeps its text and gains the line. --json
+    (added first by `common.verb`) is listed last, where every verb's usage shows it."""
     parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
     parser.formatter_class = _Paragraphs
+    for actions in (parser._actions, *(g._group_actions for g in parser._action_groups)):
+        actions.sort(key=lambda a: "--json" in a.option_strings)
     for sub in _subcommands(parser).values():
         _add_epilogs(sub)
 
