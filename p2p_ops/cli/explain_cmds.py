@@ -31,18 +31,14 @@ def prompt_spec(args: argparse.Namespace) -> explain.PromptSpec:
 
 
 def _targets(ctx, names: list[str]) -> list[str]:
-    if not names:
-        return [i.id for _, i in ctx.fleet.instances()]
-    out = []
+    """The instances --node names: a node's, or an instance by its id; none given, every instance."""
+    ids = [i.id for _, i in ctx.fleet.instances()]
+    by_node = {n.name: [i.id for i in n.instances] for n in ctx.fleet.nodes}
+    out = [] if names else ids
     for name in names:
-        node = next((n for n in ctx.fleet.nodes if n.name == name), None)
-        if node is not None:
-            out += [i.id for i in node.instances]
-        elif any(i.id == name for _, i in ctx.fleet.instances()):
-            out.append(name)
-        else:
-            raise BadInput(f"--node {name}: no such node or instance; known: "
-                           + ", ".join(n.name for n in ctx.fleet.nodes))
+        if name not in by_node and name not in ids:
+            raise BadInput(f"--node {name}: no such node or instance; known: " + ", ".join(by_node))
+        out += by_node.get(name, [name])
     return out
 
 
