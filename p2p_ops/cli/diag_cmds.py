@@ -42,16 +42,12 @@ def _emit(args, report: Report, extra_lines: list[str] | None = None) -> int:
 
 def _port_table(report: Report) -> list[str]:
     rows = report.facts.get("ports", [])
-    if not rows:
-        return []
     head = (f"  {'port':<18} {'state':<8} {'phys':<10} {'layer':<11} {'rate':<22} {'numa':>4}  "
             f"{'gid(v2,ipv4)':<18}  netdev")
-    lines = [head]
-    for r in rows:
-        lines.append(f"  {r['device'] + '/' + str(r['port']):<18} {r['state']:<8} {r['phys_state']:<10} "
-                     f"{r['link_layer']:<11} {r['rate']:<22} {str(r['numa_node']):>4}  "
-                     f"{r['roce_v2_ipv4_gid'] or '-':<18}  {r['netdev'] or '-'}")
-    return lines
+    return ([head] if rows else []) + [
+        f"  {r['device'] + '/' + str(r['port']):<18} {r['state']:<8} {r['phys_state']:<10} {r['link_layer']:<11} "
+        f"{r['rate']:<22} {str(r['numa_node']):>4}  {r['roce_v2_ipv4_gid'] or '-':<18}  {r['netdev'] or '-'}"
+        for r in rows]
 
 
 def cmd_rdma(args) -> int:
@@ -164,11 +160,9 @@ def cmd_rails(args) -> int:
 
 def _rails_table(report: Report) -> list[str]:
     rows = report.facts.get("rails", [])
-    lines = [f"  {'rail':<18} {'kind':<5} {'tx bytes':>16} {'rx bytes':>16}"] if rows else []
-    for r in sorted(rows, key=lambda r: -r["total"]):
-        note = "  (counter reset)" if r["reset"] else ""
-        lines.append(f"  {r['name']:<18} {r['kind']:<5} {r['tx_bytes']:>16,} {r['rx_bytes']:>16,}{note}")
-    return lines
+    return ([f"  {'rail':<18} {'kind':<5} {'tx bytes':>16} {'rx bytes':>16}"] if rows else []) + [
+        f"  {r['name']:<18} {r['kind']:<5} {r['tx_bytes']:>16,} {r['rx_bytes']:>16,}"
+        + ("  (counter reset)" if r["reset"] else "") for r in sorted(rows, key=lambda r: -r["total"])]
 
 
 # --- p2pctl ucx-trace --------------------------------------------------------------------------------------
