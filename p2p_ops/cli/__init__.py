@@ -51,10 +51,9 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def _subparsers(parser: argparse.ArgumentParser):
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            yield from action.choices.values()
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
 
 
 class _Paragraphs(argparse.HelpFormatter):
@@ -73,14 +72,17 @@ def finite_float(text: str) -> float:
     return value
 
 
-def finish(parser: argparse.ArgumentParser, epilog_sep: str = "\n\n") -> None:
-    """Every --help ends with the exit codes (a parser's own epilog keeps its text and gains the line), and
-    every `type=float` flag refuses nan and infinities."""
-    parser.epilog = f"{parser.epilog}{epilog_sep}{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
+def finish(parser: argparse.ArgumentParser) -> None:
+    """Every --help ends with the exit codes (a parser's own epilog keeps its text and gains the line), every
+    `type=float` flag refuses nan and infinities, and --json (added first by `common.verb`) is listed last,
+    where every verb's usage shows it."""
+    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
     parser.formatter_class = _Paragraphs
     parser.register("type", float, finite_float)
-    for sub in _subparsers(parser):
-        finish(sub, epilog_sep)
+    for actions in (parser._actions, *(g._group_actions for g in parser._action_groups)):
+        actions.sort(key=lambda a: "--json" in a.option_strings)
+    for sub in _subcommands(parser).values():
+        finish(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,11 +117,9 @@ def _leaf(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Argument
     """The (sub)parser the command words of argv select, e.g. `test basic` -> the basic parser."""
     node = parser
     for word in argv:
-        subs = {name: sub for action in node._actions if isinstance(action, argparse._SubParsersAction)
-                for name, sub in action.choices.items()}
-        if word not in subs:
+        if word not in _subcommands(node):
             break
-        node = subs[word]
+        node = _subcommands(node)[word]
     return node
 
 

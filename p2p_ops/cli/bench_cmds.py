@@ -15,31 +15,42 @@ from pathlib import Path
 
 from p2p_ops import files
 from p2p_ops.bench.placement import PlacementOptions
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, emit_json
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_ops.cli.common import add_port_offset_arg, context, done, given, ints, names, verb
+from p2p_ops.cli.output import progress, say
+from p2p_ops.errors import BadInput
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_NAMES
 
 
-def _out_dir(args: argparse.Namespace, kind: str) -> Path:
+def _out_dir(args: argparse.Namespace, kind: str, ctx=None) -> Path:
+    """--out, else a new folder: under the fleet's run folder when measuring one (ctx), else p2p-run/bench/."""
     if args.out:
         return Path(args.out)
+    if ctx is not None:
+        from p2p_ops.harness.rundir import new_run_dir
+
+        return new_run_dir(ctx.layout, kind)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return Path("p2p-run") / "bench" / f"{stamp}-{kind}"
+
+
+def _only_with(args: argparse.Namespace, flag: str, mode: str, why: str) -> None:
+    """A launching verb's option given while measuring a running fleet (or the reverse) is bad input."""
+    if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
+        raise BadInput(f"{flag}: only {mode} ({why})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks across fleet variants (placement x P2P)")
     bsub = p.add_subparsers(dest="bench_kind", metavar="KIND")
-    pl = bsub.add_parser(
-        "placement", help="document QA through vllm-router under each policy, P2P on and off",
-        description="Starts a local fleet with a router (P2P on, then the same fleet whose servers stay out of "
-                    "the mesh), runs contended document QA under each router policy and reports served req/s, "
-                    "TTFT p50/p90, tokens from the local cache / a peer / recomputed, and the P2P margin per "
-                    "policy. Needs `make setup-router`.",
-        epilog="exit codes: 0 every arm ran, 1 an arm failed or had failed requests, 2 bad input")
+    pl = verb(bsub, "placement", cmd_placement, fleet=False,
+              help="document QA through vllm-router under each policy, P2P on and off",
+              description="Starts a local fleet with a router (P2P on, then the same fleet whose servers stay out "
+              "of the mesh), runs contended document QA under each router policy and reports served req/s, TTFT "
+              "p50/p90, tokens from the local cache / a peer / recomputed, and the P2P margin per policy. Needs "
+              "`make setup-router`.",
+              epilog="exit codes: 0 every arm ran, 1 an arm failed or had failed requests, 2 bad input")
     pl.add_argument("--quick", action="store_true", help="8 sessions x 3 questions, 2K-token documents (minutes)")
     pl.add_argument("--policies", default=None, help="comma list (default: round_robin,power_of_two,cache_aware,"
                                                      "kv_aware,consistent_hash)")
@@ -54,17 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run")
     add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
     pl.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-placement)")
-    add_json_arg(pl)
-    pl.set_defaults(handler=cmd_placement)
 
-    c = sub.add_parser(
-        "calibrate", help="pull-vs-recompute crossover: the shortest prefix worth pulling",
-        description="On a running fleet (or, with --launch, a temporary 2-node local one it starts, times and "
-                    "takes down): per prefix length, fresh prompts computed on A then served on B from A "
-                    "(pulled) and cold on B (recomputed), medians over repetitions; prints the shortest length "
-                    "where the pull wins and the router cache threshold to match.",
-        epilog="exit codes: 0 measured, 1 no length could be measured, 2 bad input or the fleet is not running")
-    add_fleet_args(c)
+    c = verb(sub, "calibrate", cmd_calibrate, help="pull-vs-recompute crossover: the shortest prefix worth pulling",
+             description="On a running fleet (or, with --launch, a temporary 2-node local one it starts, times and "
+             "takes down): per prefix length, fresh prompts computed on A then served on B from A (pulled) and "
+             "cold on B (recomputed), medians over repetitions; prints the shortest length where the pull wins "
+             "and the router cache threshold to match.",
+             epilog="exit codes: 0 measured, 1 no length could be measured, 2 bad input or the fleet is not running")
     c.add_argument("--launch", action="store_true",
                    help="start a temporary 2-node local fleet for the run (up and wait timed), always taken down; "
                         "-f is then not read")
@@ -82,24 +89,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--out", default=None, help="run folder (default <run>/tests/<UTC time>-calibrate; with "
                                                "--launch p2p-run/bench/<UTC time>-calibrate)")
-    add_json_arg(c)
-    c.set_defaults(handler=cmd_calibrate)
     register_transfer(bsub)
     register_peers(bsub)
 
 
 def register_peers(bsub: argparse._SubParsersAction) -> None:
-    pe = bsub.add_parser(
-        "peers", help="multi-peer behaviour: which peer serves a prefix, lookup latency against N",
-        description="On temporary local fleets of each --nodes size (or, with --running, the fleet of -f): the "
-                    "first instance asks for fresh prefixes held by one peer (first and last in its lookup "
-                    "order), by two peers, and by nobody. Prints per N and scenario the serving peer, cached "
-                    "tokens, P2P loads, lookup ms p50/p99 and pull ms, the line against the target 'P2P lookup "
-                    "at 8 peers: 10 ms or less', and writes peers.json, summary.md and lookup.png (lookup ms "
-                    "against N).",
-        epilog="exit codes: 0 every request served as expected, 1 one was not (or nothing was measured), "
-               "2 bad input")
-    add_fleet_args(pe)
+    pe = verb(bsub, "peers", cmd_peers,
+              help="multi-peer behaviour: which peer serves a prefix, lookup latency against N",
+              description="On temporary local fleets of each --nodes size (or, with --running, the fleet of -f): "
+              "the first instance asks for fresh prefixes held by one peer (first and last in its lookup order), "
+              "by two peers, and by nobody. Prints per N and scenario the serving peer, cached tokens, P2P loads, "
+              "lookup ms p50/p99 and pull ms, the line against the target 'P2P lookup at 8 peers: 10 ms or less', "
+              "and writes peers.json, summary.md and lookup.png (lookup ms against N).",
+              epilog="exit codes: 0 every request served as expected, 1 one was not (or nothing was measured), "
+                     "2 bad input")
     pe.add_argument("--running", action="store_true", help="measure the running fleet of -f instead of launching")
     pe.add_argument("--nodes", default="2,4,8", help="fleet sizes to launch, comma list (default 2,4,8)")
     pe.add_argument("--repeats", type=int, default=5, help="requests per scenario and size (default 5)")
@@ -108,17 +111,12 @@ def register_peers(bsub: argparse._SubParsersAction) -> None:
     add_port_offset_arg(pe, "without --running: ")
     pe.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-peers; with "
                                                 "--running <run>/tests/<UTC time>-peers)")
-    add_json_arg(pe)
-    pe.set_defaults(handler=cmd_peers)
 
 
 def peers_options(args: argparse.Namespace):
     from p2p_ops.bench.peers import PeersOptions
 
-    try:
-        sizes = tuple(int(x) for x in args.nodes.split(",") if x.strip())
-    except ValueError:
-        raise BadInput(f"--nodes {args.nodes!r}: give fleet sizes, e.g. 2,4,8") from None
+    sizes = tuple(ints(args.nodes, "--nodes", "give fleet sizes, e.g. 2,4,8"))
     opts = PeersOptions(repeats=args.repeats, chunks=args.chunks, seed=args.seed, sizes=sizes)
     opts.validate()
     return opts
@@ -130,25 +128,17 @@ def cmd_peers(args: argparse.Namespace) -> int:
 
     opts = peers_options(args)
     if args.running:
-        if args.port_offset is not None:
-            raise BadInput("--port-offset: only without --running (a running fleet's ports are in its fleet.yaml)")
+        _only_with(args, "--port-offset", "without --running", "a running fleet's ports are in its fleet.yaml")
         with context(args) as ctx:
-            doc = peers.run_running(ctx, Path(args.out) if args.out else None, opts, _progress)
+            doc = peers.run_running(ctx, Path(args.out) if args.out else None, opts, progress)
     else:
-        doc = peers.run_launched(_out_dir(args, "peers"), opts, args.port_offset, _progress)
-    if args.json:
-        emit_json(doc)
-    else:
-        console.print(peers_table(doc), soft_wrap=True, markup=False)
-        console.print(doc["target"]["line"], soft_wrap=True, markup=False)
-        if doc["target"].get("why"):
-            console.print(f"why: {doc['target']['why']}", soft_wrap=True, markup=False)
-        for f in doc["fleets"]:
-            console.print(fleet_line(f), soft_wrap=True, markup=False)
-        for note in doc["notes"]:
-            console.print(f"note: {note}", soft_wrap=True, markup=False)
-        console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none'})", soft_wrap=True)
-    return EXIT_OK if doc["passed"] else EXIT_CHECK_FAILED
+        doc = peers.run_launched(_out_dir(args, "peers"), opts, args.port_offset, progress)
+
+    why = doc["target"].get("why")
+    return done(args, doc, lambda: say(
+        peers_table(doc), doc["target"]["line"], why and f"why: {why}", *(fleet_line(f) for f in doc["fleets"]),
+        *(f"note: {note}" for note in doc["notes"]), f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none'})",
+        markup=False), bool(doc["passed"]))
 
 
 def peers_table(doc: dict) -> str:
@@ -160,15 +150,14 @@ def peers_table(doc: dict) -> str:
 
 
 def register_transfer(bsub: argparse._SubParsersAction) -> None:
-    t = bsub.add_parser(
-        "transfer", help="LMCache's transfer-channel benchmark between two nodes of the fleet, beside memcpy",
-        description="Runs `lmcache tool transfer-channel-benchmark` (server on --source, client on --reader, "
-                    "--verify) on the fleet's UCX_TLS / UCX_NET_DEVICES / l1_align_bytes, for one chunk up to "
-                    "the prefix of --prompt-tokens at the fleet's KV profile; prints GB/s and p50/p99 per size "
-                    "with memcpy on the reader, and a verdict against --need-ms for the whole prefix. Starts "
-                    "its own benchmark processes on free ports; the fleet need not be running.",
-        epilog="exit codes: 0 every read verified and fast enough, 1 a read failed or was too slow, 2 bad input")
-    add_fleet_args(t)
+    t = verb(bsub, "transfer", cmd_transfer,
+             help="LMCache's transfer-channel benchmark between two nodes of the fleet, beside memcpy",
+             description="Runs `lmcache tool transfer-channel-benchmark` (server on --source, client on --reader, "
+             "--verify) on the fleet's UCX_TLS / UCX_NET_DEVICES / l1_align_bytes, for one chunk up to the prefix "
+             "of --prompt-tokens at the fleet's KV profile; prints GB/s and p50/p99 per size with memcpy on the "
+             "reader, and a verdict against --need-ms for the whole prefix. Starts its own benchmark processes on "
+             "free ports; the fleet need not be running.",
+             epilog="exit codes: 0 every read verified and fast enough, 1 a read failed or was too slow, 2 bad input")
     t.add_argument("--source", default=None, help="node that serves the bytes (default: the first node)")
     t.add_argument("--reader", default=None, help="node that reads them (default: the second node, else the first)")
     t.add_argument("--pattern", choices=("pairwise", "many-to-one", "one-to-many"), default="pairwise",
@@ -176,36 +165,28 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
                         "from all at once) or one-to-many (--source serves, every other node reads at once)")
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
-    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: recomputing it, from "
-                        "engine.prefill_us_per_token, else the default GPU timing profile's)")
+    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: "
+                   "recomputing it, from engine.prefill_us_per_token, else the default GPU timing profile's)")
     t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
                                                "against size (default <run>/tests/<UTC time>-transfer)")
-    add_json_arg(t)
-    t.set_defaults(handler=cmd_transfer)
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
     from p2p_ops.bench import transfer
 
-    from p2p_ops.harness.rundir import new_run_dir
-
     with context(args) as ctx:
-        names = [n.name for n in ctx.fleet.nodes]
-        source = args.source or names[0]
-        reader = args.reader or (names[1] if len(names) > 1 else names[0])
+        nodes = [n.name for n in ctx.fleet.nodes]
+        source = args.source or nodes[0]
+        reader = args.reader or (nodes[1] if len(nodes) > 1 else nodes[0])
         if args.pattern == "pairwise":
-            doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters, args.need_ms, _progress)
+            doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters, args.need_ms, progress)
         else:
-            hub = (args.reader if args.pattern == "many-to-one" else args.source) or names[0]
-            doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, _progress)
-        doc = transfer.write_run(Path(args.out) if args.out else new_run_dir(ctx.layout, "transfer"), doc)
-    if args.json:
-        emit_json(doc)
-    else:
-        console.print(transfer_table(doc), soft_wrap=True, markup=False)
-        console.print(doc["verdict"], soft_wrap=True, markup=False)
-        console.print(f"run folder: {doc['run_dir']} (plot: {doc['plot'] or 'none, no rows'})", soft_wrap=True)
-    return EXIT_OK if doc["ok"] else EXIT_CHECK_FAILED
+            hub = (args.reader if args.pattern == "many-to-one" else args.source) or nodes[0]
+            doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, progress)
+        doc = transfer.write_run(_out_dir(args, "transfer", ctx), doc)
+
+    return done(args, doc, lambda: say(transfer_table(doc), doc["verdict"], f"run folder: {doc['run_dir']} (plot: "
+                                       f"{doc['plot'] or 'none, no rows'})", markup=False), bool(doc["ok"]))
 
 
 def transfer_table(doc: dict) -> str:
@@ -228,12 +209,6 @@ def transfer_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def add_port_offset_arg(p: argparse.ArgumentParser, prefix: str = "", ports: str = "the fleet's ports") -> None:
-    p.add_argument("--port-offset", type=int, default=None, metavar="K",
-                   help=f"{prefix}{ports} are the default plan + K, as `p2pctl init --port-offset K` writes "
-                        "(default: the first offset 0, 1000, 2000, ... where every port is free)")
-
-
 def add_timing_arg(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--timing", choices=TIMING_NAMES, default=None, metavar="NAME",
                    help=f"{text}: {' | '.join(TIMING_NAMES)} (h200-*: fitted to llm-d's gpt-oss-120b H200 figures)")
@@ -242,7 +217,7 @@ def add_timing_arg(p: argparse.ArgumentParser, text: str) -> None:
 def placement_options(args: argparse.Namespace) -> PlacementOptions:
     opts = PlacementOptions.quick() if args.quick else PlacementOptions()
     if args.policies:
-        opts.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        opts.policies = names(args.policies)
     opts.nodes = args.nodes
     if args.no_gpu_timing and args.timing not in (None, "off"):
         raise BadInput(f"--no-gpu-timing with --timing {args.timing}: pass one of them")
@@ -251,11 +226,8 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
     if args.max_seconds:
         opts.max_seconds = args.max_seconds
     opts.port_offset = args.port_offset
-    wl = opts.workload
-    for name in ("sessions", "questions", "doc_tokens", "inflight"):
-        if getattr(args, name) is not None:
-            wl = replace(wl, **{name: getattr(args, name)})
-    opts.workload = wl
+    opts.workload = replace(opts.workload, **given(args, {n: n for n in ("sessions", "questions", "doc_tokens",
+                                                                           "inflight")}))
     return opts
 
 
@@ -265,11 +237,9 @@ def cmd_placement(args: argparse.Namespace) -> int:
     opts = placement_options(args)
     opts.validate()
     out = _out_dir(args, "placement")
-    results = placement.run(out, opts, _progress)
-    bad = [r for r in results if r.error or r.failed]
-    ok = bool(results) and not bad
-    _show(args, out, {**json.loads(files.read_text(out / "results.json", within=out)), "passed": ok})
-    return EXIT_OK if ok else EXIT_CHECK_FAILED
+    results = placement.run(out, opts, progress)
+    ok = bool(results) and not any(r.error or r.failed for r in results)
+    return _show(args, out, {**json.loads(files.read_text(out / "results.json", within=out)), "passed": ok}, ok)
 
 
 def calibrate_lengths(args: argparse.Namespace) -> list[int]:
@@ -277,10 +247,7 @@ def calibrate_lengths(args: argparse.Namespace) -> list[int]:
 
     if not args.lengths:
         return list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
-    try:
-        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-    except ValueError:
-        raise BadInput(f"--lengths {args.lengths!r}: give token counts, e.g. 512,1024,2048") from None
+    lengths = ints(args.lengths, "--lengths", "give token counts, e.g. 512,1024,2048")
     if not lengths or min(lengths) < 1:
         raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
     return lengths
@@ -288,33 +255,28 @@ def calibrate_lengths(args: argparse.Namespace) -> list[int]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from p2p_ops.bench import calibrate
-    from p2p_ops.harness.rundir import new_run_dir
 
     lengths = calibrate_lengths(args)
     repeats = args.repeats or (2 if args.quick else 3)
-    if args.port_offset is not None and not args.launch:
-        raise BadInput("--port-offset: only with --launch (a running fleet's ports are in its fleet.yaml)")
-    if args.profile is not None and not args.launch:
-        raise BadInput("--profile: only with --launch (a running fleet's KV profile is engine.profile in its fleet.yaml)")
+    if not args.launch:
+        _only_with(args, "--port-offset", "with --launch", "a running fleet's ports are in its fleet.yaml")
+        _only_with(args, "--profile", "with --launch", "a running fleet's KV profile is engine.profile in its "
+                   "fleet.yaml")
     if args.launch:
         out = _out_dir(args, "calibrate")
-        doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, _progress,
+        doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, progress,
                                      timing=args.timing or DEFAULT_TIMING, profile=args.profile or TINY)
     else:
         with context(args) as ctx:
             calibrate.check_running(ctx)  # before the run folder: a fleet that is not up leaves nothing behind
-            out = Path(args.out) if args.out else new_run_dir(ctx.layout, "calibrate")
-            doc = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, _progress, timing=args.timing)
-    _show(args, out, doc)
-    return EXIT_OK if doc["rows"] else EXIT_CHECK_FAILED
+            out = _out_dir(args, "calibrate", ctx)
+            doc = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, progress, timing=args.timing)
+    return _show(args, out, doc, bool(doc["rows"]))
 
 
-def _show(args: argparse.Namespace, out: Path, doc: dict) -> None:
+def _show(args: argparse.Namespace, out: Path, doc: dict, ok: bool) -> int:
     """--json: the run's document and its folder, alone on stdout; else summary.md and the folder."""
-    if args.json:
-        emit_json({"run_dir": str(out), **doc})
-        return
-    console.print(files.read_text(out / "summary.md", within=out), soft_wrap=True, markup=False)
-    console.print(f"run folder: {out}", soft_wrap=True)
+    return done(args, {"run_dir": str(out), **doc},
+                lambda: say(files.read_text(out / "summary.md", within=out), f"run folder: {out}", markup=False), ok)
 
 

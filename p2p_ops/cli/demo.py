@@ -25,9 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from rich.table import Table
-
-from p2p_ops.cli.output import console, err_console, heading, progress, show
+from p2p_ops.cli.common import add_port_offset_arg
+from p2p_ops.cli.output import console, err_console, heading, progress, show, table
 from p2p_ops.cli.test_cmds import print_basic
 from p2p_ops.errors import P2POpsError
 from p2p_ops.harness.basic import BasicResult, run_basic
@@ -71,18 +70,18 @@ def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: 
     result, row = None, None
     try:
         with err_console.status("starting coordinator, lmcache servers and engines ...") as status:
-            def progress(msg: str) -> None:
+            def note(msg: str) -> None:
                 status.update(msg)
-                err_console.print(f"[dim]·[/dim] {msg}", soft_wrap=True)
+                progress(msg)
 
-            with launch.temporary(fleet_data, where, timings, progress, wait_timeout, start_timeout) as ctx:
+            with launch.temporary(fleet_data, where, timings, note, wait_timeout, start_timeout) as ctx:
                 t = time.monotonic()
                 status.update("warming the pair (one throw-away pull on B) ...")
-                measure(ctx, [512], repeats=1, progress=progress)
+                measure(ctx, [512], repeats=1, progress=note)
                 status.update("cross-node proof ...")
-                result = run_basic(ctx, progress=progress)
+                result = run_basic(ctx, progress=note)
                 status.update(f"pull versus recompute on B, median of {REPEATS} ...")
-                [row] = measure(ctx, [int(result.numbers["prompt_tokens"])], repeats=REPEATS, progress=progress)
+                [row] = measure(ctx, [int(result.numbers["prompt_tokens"])], repeats=REPEATS, progress=note)
                 timings["proof and figures"] = time.monotonic() - t
                 status.update("stopping the fleet ...")
         print_basic(result)
@@ -101,17 +100,16 @@ def _ms(seconds: float) -> str:
 
 def _summary(result: BasicResult, row: CrossoverRow | None, stamps: dict[str, float], total: float) -> None:
     n = result.numbers
-    table = Table(title=f"demo summary: TTFT on node B, median of {REPEATS}, after one warm-up pull")
-    for col in ("prompt tokens", "pulled from A", "recomputed on B", "speed-up", "cached tokens on B",
-                "KV bytes pulled", "P2P loads", "result"):
-        table.add_column(col)
+    t = table(f"demo summary: TTFT on node B, median of {REPEATS}, after one warm-up pull", "prompt tokens",
+              "pulled from A", "recomputed on B", "speed-up", "cached tokens on B", "KV bytes pulled", "P2P loads",
+              "result")
     pulled = _ms(row.ttft_pulled_b_s) if row else "-"
     recompute = _ms(row.ttft_recompute_b_s) if row else "-"
     speed = f"{row.speedup:.1f}x" if row and row.ttft_pulled_b_s else "-"
-    table.add_row(str(n["prompt_tokens"]), pulled, recompute, speed, f"{n['cached_tokens_b']} / {n['prompt_tokens']}",
-                  f"{n['kv_bytes_pulled_b'] / 2**20:.2f} MiB", f"{n['p2p_loads_b']:g}",
-                  "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]")
-    show(table)
+    t.add_row(str(n["prompt_tokens"]), pulled, recompute, speed, f"{n['cached_tokens_b']} / {n['prompt_tokens']}",
+              f"{n['kv_bytes_pulled_b'] / 2**20:.2f} MiB", f"{n['p2p_loads_b']:g}",
+              "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]")
+    show(t)
     timing = ", ".join(f"{k} {v:.0f} s" for k, v in stamps.items())
     console.print(f"{'PASS' if result.passed else 'FAIL'} in {total:.0f} s ({timing}); evidence: {result.run_dir}",
                   soft_wrap=True)
@@ -121,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m p2p_ops.cli.demo", description=__doc__.splitlines()[0],
                                  epilog="exit codes: 0 the proof passed, 1 it failed or the fleet did not come up, 2 bad input")
     ap.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
-    ap.add_argument("--port-offset", type=int, default=None, metavar="K",
-                    help="the default ports + K (default: the first offset 0, 1000, ... where all are free)")
+    add_port_offset_arg(ap)
     ap.add_argument("--profile", choices=PROFILE_NAMES, default=TINY,
                     help="embedded runtime: the model whose KV bytes the engines store and pull (default tiny)")
     args = ap.parse_args(argv)

@@ -7,7 +7,6 @@ Handlers take the parsed args and return 0 (healthy), 1 (findings) or 2 (could n
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from p2p_ops import files
+from p2p_ops.cli.common import done, verb
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.errors import BadInput, CouldNotRun
 
@@ -33,27 +33,21 @@ def parse_size(text: str) -> int:
 
 
 def _emit(args, report: Report, extra_lines: list[str] | None = None) -> int:
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        print("\n".join([report.title, *(extra_lines or []), *report.render().splitlines()[1:]]))
-    return report.exit_code
+    return done(args, report.to_dict(), lambda: print("\n".join([report.title, *(extra_lines or []),
+                                                                 *report.render().splitlines()[1:]])),
+                report.exit_code)
 
 
 # --- p2pctl rdma -------------------------------------------------------------------------------------------
 
 def _port_table(report: Report) -> list[str]:
     rows = report.facts.get("ports", [])
-    if not rows:
-        return []
     head = (f"  {'port':<18} {'state':<8} {'phys':<10} {'layer':<11} {'rate':<22} {'numa':>4}  "
             f"{'gid(v2,ipv4)':<18}  netdev")
-    lines = [head]
-    for r in rows:
-        lines.append(f"  {r['device'] + '/' + str(r['port']):<18} {r['state']:<8} {r['phys_state']:<10} "
-                     f"{r['link_layer']:<11} {r['rate']:<22} {str(r['numa_node']):>4}  "
-                     f"{r['roce_v2_ipv4_gid'] or '-':<18}  {r['netdev'] or '-'}")
-    return lines
+    return ([head] if rows else []) + [
+        f"  {r['device'] + '/' + str(r['port']):<18} {r['state']:<8} {r['phys_state']:<10} {r['link_layer']:<11} "
+        f"{r['rate']:<22} {str(r['numa_node']):>4}  {r['roce_v2_ipv4_gid'] or '-':<18}  {r['netdev'] or '-'}"
+        for r in rows]
 
 
 def cmd_rdma(args) -> int:
@@ -109,12 +103,10 @@ def cmd_probe_nixl(args) -> int:
     options = ProbeOptions(env=_probe_env(args), size_bytes=parse_size(args.size), iterations=args.iterations,
                            timeout_s=args.timeout, keep_logs=Path(args.keep_logs) if args.keep_logs else None)
     result = run_probe(options)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        env = " ".join(f"{k}={v}" for k, v in result.env.items())
-        print("\n".join([f"NIXL READ probe ({env})", *_probe_lines(result), f"  wall time {result.wall_s}s"]))
-    return result.exit_code
+    env = " ".join(f"{k}={v}" for k, v in result.env.items())
+    return done(args, result.to_dict(), lambda: print("\n".join([f"NIXL READ probe ({env})", *_probe_lines(result),
+                                                                  f"  wall time {result.wall_s}s"])),
+                result.exit_code)
 
 
 # --- p2pctl rails ------------------------------------------------------------------------------------------
@@ -168,11 +160,9 @@ def cmd_rails(args) -> int:
 
 def _rails_table(report: Report) -> list[str]:
     rows = report.facts.get("rails", [])
-    lines = [f"  {'rail':<18} {'kind':<5} {'tx bytes':>16} {'rx bytes':>16}"] if rows else []
-    for r in sorted(rows, key=lambda r: -r["total"]):
-        note = "  (counter reset)" if r["reset"] else ""
-        lines.append(f"  {r['name']:<18} {r['kind']:<5} {r['tx_bytes']:>16,} {r['rx_bytes']:>16,}{note}")
-    return lines
+    return ([f"  {'rail':<18} {'kind':<5} {'tx bytes':>16} {'rx bytes':>16}"] if rows else []) + [
+        f"  {r['name']:<18} {r['kind']:<5} {r['tx_bytes']:>16,} {r['rx_bytes']:>16,}"
+        + ("  (counter reset)" if r["reset"] else "") for r in sorted(rows, key=lambda r: -r["total"])]
 
 
 # --- p2pctl ucx-trace --------------------------------------------------------------------------------------
@@ -206,29 +196,32 @@ def cmd_ucx_trace(args) -> int:
 
 # --- wiring ------------------------------------------------------------------------------------------------
 
+REPORT = "machine-readable report"
+SYSFS_ROOT = dict(metavar="DIR", help="read this directory instead of /sys")
+
+
 def register(subparsers) -> None:
-    p = subparsers.add_parser("rdma", help="RDMA readiness: ports, GIDs, uverbs, memlock, GPUDirect, affinity",
-                              description="Check whether this host can do RDMA for "
-                              "NIXL/UCX; without RDMA, check the TCP path. Reads /sys/class/infiniband (state, "
-                              "phys_state, link_layer, rate, GIDs, NUMA node), /dev/infiniband, the memlock limit "
-                              "(of --pid, e.g. a running lmcache server, else this process), loaded modules "
-                              "(nvidia_peermem), `nvidia-smi topo -m` and `ucx_info -d`. Each finding names the "
-                              "device/port, the value seen and the fix; healthy output ends with \"result: "
-                              "healthy\". Exit 0 healthy, 1 findings, 2 could not check.")
-    p.add_argument("--sysfs-root", metavar="DIR", help="read this directory instead of /sys")
+    p = verb(subparsers, "rdma", cmd_rdma, fleet=False, json=REPORT,
+             help="RDMA readiness: ports, GIDs, uverbs, memlock, GPUDirect, affinity",
+             description="Check whether this host can do RDMA for NIXL/UCX; without RDMA, check the TCP path. Reads "
+             "/sys/class/infiniband (state, phys_state, link_layer, rate, GIDs, NUMA node), /dev/infiniband, the "
+             "memlock limit (of --pid, e.g. a running lmcache server, else this process), loaded modules "
+             "(nvidia_peermem), `nvidia-smi topo -m` and `ucx_info -d`. Each finding names the device/port, the "
+             "value seen and the fix; healthy output ends with \"result: healthy\". Exit 0 healthy, 1 findings, 2 "
+             "could not check.")
+    p.add_argument("--sysfs-root", **SYSFS_ROOT)
     p.add_argument("--root", metavar="DIR", help="a captured snapshot tree (sys/, dev/, proc/, tools/*.txt)")
     p.add_argument("--pid", default="self", help="check the memlock limit of this process (default: self)")
     p.add_argument("--require-rdma", action="store_true", help="a host without RDMA devices is a finding (exit 1)")
-    p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.set_defaults(handler=cmd_rdma)
 
-    p = subparsers.add_parser("probe-nixl", help="real two-process NIXL READ under a candidate UCX environment",
-                              description="Run a NIXL agent pair on this host, READ and verify a buffer, and "
-                              "report the bytes verified, the median throughput and the transports and READ path "
-                              "UCX chose (from its UCX_LOG_LEVEL=info / UCX_PROTO_INFO log); on failure, the "
-                              "exception with its likely cause and fix. Metadata goes through files, not the NIXL "
-                              "listener. Exit 0 the READ worked, 1 it failed, 2 could not run.",
-                              epilog="example: %(prog)s --tls tcp --net-devices lo   (the TCP path, on loopback)")
+    p = verb(subparsers, "probe-nixl", cmd_probe_nixl, fleet=False, json="machine-readable result",
+             help="real two-process NIXL READ under a candidate UCX environment",
+             description="Run a NIXL agent pair on this host, READ and verify a buffer, and report the bytes "
+             "verified, the median throughput and the transports and READ path UCX chose (from its "
+             "UCX_LOG_LEVEL=info / UCX_PROTO_INFO log); on failure, the exception with its likely cause and fix. "
+             "Metadata goes through files, not the NIXL listener. Exit 0 the READ worked, 1 it failed, 2 could "
+             "not run.",
+             epilog="example: %(prog)s --tls tcp --net-devices lo   (the TCP path, on loopback)")
     p.add_argument("--tls", metavar="LIST", help="UCX_TLS for the agents, e.g. tcp or rc,sm,self")
     p.add_argument("--net-devices", metavar="LIST", help="UCX_NET_DEVICES, e.g. lo or mlx5_0:1,mlx5_1:1")
     p.add_argument("--env", action="append", metavar="NAME=VALUE", help="any other variable (repeatable)")
@@ -236,17 +229,15 @@ def register(subparsers) -> None:
     p.add_argument("--iterations", type=int, default=3, help="READs to time (default 3)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up (default 60)")
     p.add_argument("--keep-logs", metavar="DIR", help="copy the agents' logs and results here")
-    p.add_argument("--json", action="store_true", help="machine-readable result")
-    p.set_defaults(handler=cmd_probe_nixl)
 
-    p = subparsers.add_parser("rails", help="which NICs carried the bytes: counter deltas around a transfer",
-                              description="Snapshot per-NIC byte counters (RDMA ports from "
-                              "counters/port_{xmit,rcv}_data, x4: they count 4-byte words; TCP interfaces from "
-                              "/sys/class/net/<if>/statistics), wait or run a command, snapshot again, and flag "
-                              "idle, unexpected or imbalanced rails. --save-snapshot on each node and --before/"
-                              "--after later compare two moments without running anything in between.",
-                              epilog="example: %(prog)s --expect mlx5_0,mlx5_1 -- p2pctl test basic")
-    p.add_argument("--sysfs-root", metavar="DIR", help="read this directory instead of /sys")
+    p = verb(subparsers, "rails", cmd_rails, fleet=False, json=REPORT,
+             help="which NICs carried the bytes: counter deltas around a transfer",
+             description="Snapshot per-NIC byte counters (RDMA ports from counters/port_{xmit,rcv}_data, x4: they "
+             "count 4-byte words; TCP interfaces from /sys/class/net/<if>/statistics), wait or run a command, "
+             "snapshot again, and flag idle, unexpected or imbalanced rails. --save-snapshot on each node and "
+             "--before/--after later compare two moments without running anything in between.",
+             epilog="example: %(prog)s --expect mlx5_0,mlx5_1 -- p2pctl test basic")
+    p.add_argument("--sysfs-root", **SYSFS_ROOT)
     p.add_argument("--expect", metavar="IFS", help="comma list of expected rails (mlx5_0, mlx5_0:1, eth0); others "
                    "carrying traffic are flagged; without it, all RDMA ports are compared for balance")
     p.add_argument("--wait", type=float, default=5.0, help="seconds to watch when no command is given (default 5)")
@@ -256,19 +247,15 @@ def register(subparsers) -> None:
     p.add_argument("--save-snapshot", metavar="FILE", help="only write a snapshot JSON and exit")
     p.add_argument("--min-bytes", type=int, default=1 << 20, help="ignore rails below this (default 1 MiB)")
     p.add_argument("--imbalance", type=float, default=2.0, help="flag a rail below busiest/RATIO (default 2)")
-    p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND to run between the snapshots")
-    p.set_defaults(handler=cmd_rails)
 
-    p = subparsers.add_parser("ucx-trace", help="summarise UCX/NIXL logs: lanes per endpoint, grouped errors",
-                              description="Parse UCX log lines (any version's padding, the fatal form), "
-                              "endpoint-configuration lines (`rma(rc_mlx5/mlx5_0:1)` = RDMA, `rma_am(tcp/eth0)` = "
-                              "emulated), UCX_PROTO_INFO tables (1.13, 1.15-1.19 and 1.23 layouts), `ucx_info -e` "
-                              "dumps and NIXL core/Python/vLLM lines into a per-endpoint transport summary plus "
-                              "grouped errors. Capture logs with UCX_LOG_LEVEL=info (and UCX_PROTO_INFO=y for the "
-                              "protocol tables). Exit 0 no errors, 1 errors (or, with --expect-rdma, inter-node "
-                              "payload not on RDMA), 2 nothing parsed.")
+    p = verb(subparsers, "ucx-trace", cmd_ucx_trace, fleet=False, json=REPORT,
+             help="summarise UCX/NIXL logs: lanes per endpoint, grouped errors",
+             description="Parse UCX log lines (any version's padding, the fatal form), endpoint-configuration lines "
+             "(`rma(rc_mlx5/mlx5_0:1)` = RDMA, `rma_am(tcp/eth0)` = emulated), UCX_PROTO_INFO tables (1.13, "
+             "1.15-1.19 and 1.23 layouts), `ucx_info -e` dumps and NIXL core/Python/vLLM lines into a per-endpoint "
+             "transport summary plus grouped errors. Capture logs with UCX_LOG_LEVEL=info (and UCX_PROTO_INFO=y "
+             "for the protocol tables). Exit 0 no errors, 1 errors (or, with --expect-rdma, inter-node payload not "
+             "on RDMA), 2 nothing parsed.")
     p.add_argument("files", nargs="+", metavar="FILE", help="log files ('-' for stdin)")
     p.add_argument("--expect-rdma", action="store_true", help="inter-node payload not on RDMA is a finding")
-    p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.set_defaults(handler=cmd_ucx_trace)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import emit_json
+from p2p_ops.cli.common import context, done, progress_unless_json, verb
 from p2p_ops.diagnose import explain
 from p2p_ops.errors import BadInput
 
@@ -32,48 +31,40 @@ def prompt_spec(args: argparse.Namespace) -> explain.PromptSpec:
 
 
 def _targets(ctx, names: list[str]) -> list[str]:
-    if not names:
-        return [i.id for _, i in ctx.fleet.instances()]
-    out = []
+    """The instances --node names: a node's, or an instance by its id; none given, every instance."""
+    ids = [i.id for _, i in ctx.fleet.instances()]
+    by_node = {n.name: [i.id for i in n.instances] for n in ctx.fleet.nodes}
+    out = [] if names else ids
     for name in names:
-        node = next((n for n in ctx.fleet.nodes if n.name == name), None)
-        if node is not None:
-            out += [i.id for i in node.instances]
-        elif any(i.id == name for _, i in ctx.fleet.instances()):
-            out.append(name)
-        else:
-            raise BadInput(f"--node {name}: no such node or instance; known: "
-                           + ", ".join(n.name for n in ctx.fleet.nodes))
+        if name not in by_node and name not in ids:
+            raise BadInput(f"--node {name}: no such node or instance; known: " + ", ".join(by_node))
+        out += by_node.get(name, [name])
     return out
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     spec = prompt_spec(args)
     with context(args) as ctx:
-        result = explain.run(ctx, spec, _targets(ctx, args.node or []), salt=args.cache_salt,
-                             progress=_progress if not args.json else (lambda _: None))
-    if args.json:
-        doc = result.to_dict()
-        doc["exit_code"] = explain.exit_code(result)
-        emit_json(doc)
-    else:
-        print("\n".join(explain.render_text(result, strip_only=args.strip)))
-    return explain.exit_code(result)
+        say = progress_unless_json(args)
+        result = explain.run(ctx, spec, _targets(ctx, args.node or []), salt=args.cache_salt, progress=say)
+    say(explain.time_line(result))
+    code = explain.exit_code(result)
+    return done(args, result.to_dict() | {"exit_code": code},
+                lambda: print("\n".join(explain.render_text(result, strip_only=args.strip))), code)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="for one prompt: which chunk each node holds, who would serve it, why a "
-                                       "node misses",
-                       description="Explain a prompt's cache path on a running fleet. For each node and each chunk: "
-                       "the chunk key under that node's own settings (LMCache's hasher, run on the node), whether the "
-                       "node holds it (the coordinator's key directory), which peers hold it, and what a request "
-                       "would do there: a local hit, a pull from a named peer, or a recompute with its reason (keys "
-                       "that differ and the setting that makes them differ, a peer not connected, lookups timing "
-                       "out, the chunk evicted, a prompt shorter than a chunk, tokens that differ between engines, a "
-                       "prompt that differs in its first chunk). Read-only: it sends no request, prefetch or pull.",
-                       epilog="example: p2pctl explain --run p2p-run/demo/tests/20261201T101500Z-basic --request b "
-                              "--node node-b")
-    add_fleet_args(p)
+    p = verb(sub, "explain", cmd_explain,
+             help="for one prompt: which chunk each node holds, who would serve it, why a node misses",
+             description="Explain a prompt's cache path on a running fleet. For each node and each chunk: "
+             "the chunk key under that node's own settings (LMCache's hasher, run on the node), whether the "
+             "node holds it (the coordinator's key directory), which peers hold it, and what a request "
+             "would do there: a local hit, a pull from a named peer, or a recompute with its reason (keys "
+             "that differ and the setting that makes them differ, a peer not connected, lookups timing "
+             "out, the chunk evicted, a prompt shorter than a chunk, tokens that differ between engines, a "
+             "prompt that differs in its first chunk). Read-only: it sends no request, prefetch or pull.",
+             epilog="example: p2pctl explain --run p2p-run/demo/tests/20261201T101500Z-basic --request b "
+                    "--node node-b")
     p.add_argument("--prompt", help="the prompt text")
     p.add_argument("--prompt-file", metavar="FILE", help="a file holding the prompt text")
     p.add_argument("--messages", metavar="FILE", help="a JSON list of chat messages ({role, content}); the "
@@ -86,5 +77,3 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="explain on this node or instance (repeatable; default: every instance)")
     p.add_argument("--cache-salt", default="", help="the cache_salt the requests carry (default: none)")
     p.add_argument("--strip", action="store_true", help="only the per-chunk strip of each node")
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_explain)

@@ -6,11 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from rich.table import Table
-
-from p2p_ops.cli.output import console, emit_json, err_console, show
-from p2p_ops.cli.output import progress as _progress
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_ops.cli.common import context, done, verb
+from p2p_ops.cli.output import console, err_console, progress, show, table
+from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
@@ -31,32 +29,22 @@ from p2p_ops.spec.starter import (
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
 
-def add_fleet_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-f", "--fleet", default="fleet.yaml", help="fleet spec file (default: ./fleet.yaml)")
-    p.add_argument("--run-dir", default=None,
-                   help="state folder (default: p2p-run/<fleet name> next to the fleet file)")
-
-
-def add_json_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (nothing else there)")
-
-
-def context(args: argparse.Namespace) -> FleetContext:
-    """The fleet context of -f/--run-dir; use it as `with context(args) as ctx:` so its connectors close."""
-    return FleetContext.load(args.fleet, args.run_dir)
-
-
 def _roles(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.role) if args.role else launch.ROLES
 
 
-def add_role_arg(p: argparse.ArgumentParser, example: str) -> None:
+def add_node_role_lock_args(p: argparse.ArgumentParser, example: str) -> None:
+    """`up` and `down`: which processes (--node, --role) and how long to wait for the fleet's lock."""
+    p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
     p.add_argument("--role", action="append", choices=launch.ROLES, default=None,
                    help=f"only these processes (repeatable), e.g. `--node node-b --role server` {example}")
+    p.add_argument("--lock-wait", type=float, default=WAIT_S, metavar="S",
+                   help=f"seconds to wait while another `up`/`down` of this fleet holds its lock (default "
+                        f"{WAIT_S:.0f}; 0: fail at once, naming who holds it)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("init", help="write a ready-to-run fleet spec")
+    p = verb(sub, "init", cmd_init, fleet=False, help="write a ready-to-run fleet spec")
     p.add_argument("--local", type=int, metavar="N", required=True, help="N single-instance nodes on 127.0.0.1")
     p.add_argument("--name", default="local", help="fleet name (default: local)")
     p.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
@@ -77,78 +65,44 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{int(BUDGET_SHARE * 100)}%% of MemAvailable); L1 and engine KV per node are sized to fit")
     p.add_argument("-o", "--output", default="fleet.yaml", help="where to write (default: ./fleet.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_init)
 
-    p = sub.add_parser("validate", help="check a fleet spec and print a one-line verdict")
-    add_fleet_args(p)
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_validate)
+    verb(sub, "validate", cmd_validate, help="check a fleet spec and print a one-line verdict")
+    verb(sub, "render", cmd_render, help="write env.sh and start wrappers for every instance",
+         description="Write <run-dir>/<instance>/env.sh, start_server.sh and start_engine.sh, and "
+         "<run-dir>/coordinator/*; print the paths written. Source an env.sh to get that instance's settings in "
+         "your shell.")
 
-    p = sub.add_parser("render", help="write env.sh and start wrappers for every instance",
-                       description="Write <run-dir>/<instance>/env.sh, start_server.sh and start_engine.sh, and "
-                       "<run-dir>/coordinator/*; print the paths written. Source an env.sh to get that "
-                       "instance's settings in your shell.")
-    add_fleet_args(p)
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_render)
-
-    p = sub.add_parser("up", help="start coordinator, servers and engines (detached)",
-                       description="Without --node: the whole fleet. With --node: that node's servers and engines "
-                       "(and the coordinator if it runs there). Returns once every process answers HTTP; a "
-                       "process that dies at start is reported with the error lines and the tail of its log. A "
-                       "process that already runs is kept (reported as \"kept ...\"), never restarted.")
-    add_fleet_args(p)
+    p = verb(sub, "up", cmd_up, help="start coordinator, servers and engines (detached)",
+             description="Without --node: the whole fleet. With --node: that node's servers and engines (and the "
+             "coordinator if it runs there). Returns once every process answers HTTP; a process that dies at start "
+             "is reported with the error lines and the tail of its log. A process that already runs is kept "
+             "(reported as \"kept ...\"), never restarted.")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to answer")
-    p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
     p.add_argument("--dry-run", action="store_true",
                    help="print, per host, every command `up` would run, and start nothing (honours --node, "
                         "--role, --no-render)")
     p.add_argument("--no-render", action="store_true",
                    help="start from the env.sh files as they are (hand-edited ones included); no spec re-render")
-    add_role_arg(p, "starts one lmcache server again after `down` stopped it, keeping its engine")
-    add_lock_arg(p)
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_up)
+    add_node_role_lock_args(p, "starts one lmcache server again after `down` stopped it, keeping its engine")
 
-    p = sub.add_parser("wait", help="wait until every server is registered with N-1 peers and engines are healthy",
-                       description="Exit 0 and a status table when ready; exit 1 naming each instance that is not, "
-                       "its state and the tail of its log.")
-    add_fleet_args(p)
+    p = verb(sub, "wait", cmd_wait, help="wait until every server is registered with N-1 peers and engines are "
+             "healthy", description="Exit 0 and a status table when ready; exit 1 naming each instance that is "
+             "not, its state and the tail of its log.")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_wait)
 
-    p = sub.add_parser("status", help="show processes, P2P state, peers and L1 use")
-    add_fleet_args(p)
+    p = verb(sub, "status", cmd_status, help="show processes, P2P state, peers and L1 use")
     p.add_argument("--cache", action="store_true",
                    help="also the cache map: per node the objects held (coordinator key directory), their bytes, "
                         "how many a peer holds too, and the test-run prefixes they belong to")
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_status)
 
-    p = sub.add_parser("down", help="stop everything the fleet started (idempotent)",
-                       description="Stop engines, then servers, then the coordinator, by pidfile: SIGINT, then TERM, "
-                       "then KILL. Safe to run twice; never signals a pid whose command line is not the one it "
-                       "started.")
-    add_fleet_args(p)
-    p.add_argument("--node", default=None, help="only this node's processes (and the coordinator if it is there)")
-    add_role_arg(p, "stops one lmcache server and leaves its engine running")
-    add_lock_arg(p)
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_down)
-
-
-def add_lock_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lock-wait", type=float, default=WAIT_S, metavar="S",
-                   help=f"seconds to wait while another `up`/`down` of this fleet holds its lock (default "
-                        f"{WAIT_S:.0f}; 0: fail at once, naming who holds it)")
+    p = verb(sub, "down", cmd_down, help="stop everything the fleet started (idempotent)",
+             description="Stop engines, then servers, then the coordinator, by pidfile: SIGINT, then TERM, then "
+             "KILL. Safe to run twice; never signals a pid whose command line is not the one it started.")
+    add_node_role_lock_args(p, "stops one lmcache server and leaves its engine running")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.output)
-    if (out.exists() or out.is_symlink()) and not args.force:
-        raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
     if not out.parent.is_dir():
         raise BadInput(f"-o {out}: folder {out.parent} does not exist; create it or write elsewhere")
     if out.is_dir() and not out.is_symlink():
@@ -161,20 +115,14 @@ def cmd_init(args: argparse.Namespace) -> int:
                        cpu_count=os.cpu_count() or 1, profile=args.profile, memory_budget_gib=budget)
     check_local_base(base, args.local, off)
     parse_fleet(data)  # what we write must load
-    write_starter(out, data, force=True)
+    write_starter(out, data, force=args.force)  # refuses an existing file without --force
     missing = vllm_missing(vllm["model_path"], vllm["venv"]) if args.runtime == "vllm" else []
     sized = describe_sizing(data, budget) if args.runtime == "embedded" else ""
-    if args.json:
-        emit_json({"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
-                   "profile": args.profile if args.runtime == "embedded" else None, "sizing": sized or None,
-                   "notes": missing})
-    else:
-        console.print(f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}")
-        if sized:
-            console.print(sized, soft_wrap=True)
-        for note in missing:
-            console.print(f"note: {note}", soft_wrap=True)
-    return EXIT_OK
+    return done(args, {"wrote": str(out), "fleet": args.name, "nodes": args.local, "runtime": args.runtime,
+                       "profile": args.profile if args.runtime == "embedded" else None, "sizing": sized or None,
+                       "notes": missing},
+                [f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}", sized,
+                 *(f"note: {note}" for note in missing)])
 
 
 def _memory_budget(args: argparse.Namespace):
@@ -189,25 +137,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     notes = spec_warnings(f, Path(args.fleet))
     for note in notes:
         err_console.print(f"warning: {note}", soft_wrap=True, markup=False)
-    if args.json:
-        emit_json({"fleet_file": str(args.fleet), "ok": True, "fleet": f.name, "runtime": f.runtime,
-                   "nodes": len(f.nodes), "instances": len(f.instances()), "warnings": notes})
-        return EXIT_OK
-    console.print(f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, {len(f.nodes)} node(s), "
-                  f"{len(f.instances())} instance(s)")
-    return EXIT_OK
+    return done(args, {"fleet_file": str(args.fleet), "ok": True, "fleet": f.name, "runtime": f.runtime,
+                       "nodes": len(f.nodes), "instances": len(f.instances()), "warnings": notes},
+                [f"{args.fleet}: ok — fleet {f.name!r}, runtime {f.runtime}, {len(f.nodes)} node(s), "
+                 f"{len(f.instances())} instance(s)"])
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         files = launch.render(ctx)
     paths = [str(ctx.layout.dir(f.unit) / f.name) for f in files]
-    if args.json:
-        emit_json({"fleet": ctx.fleet.name, "files": paths})
-    else:
-        for path in paths:
-            console.print(path, soft_wrap=True)
-    return EXIT_OK
+    return done(args, {"fleet": ctx.fleet.name, "files": paths}, paths)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -215,15 +155,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         if args.dry_run:
             return _dry_run(ctx, args, roles)
-        launch.up(ctx, progress=_progress, start_timeout=args.timeout, only=args.node,
+        launch.up(ctx, progress=progress, start_timeout=args.timeout, only=args.node,
                   rerender=not args.no_render, roles=roles, lock_wait_s=args.lock_wait)
     what = "started" if roles == launch.ROLES and args.node is None else \
         f"started ({', '.join(roles)}{' on ' + args.node if args.node else ''})"
-    if args.json:
-        emit_json({"fleet": ctx.fleet.name, "started": True, "node": args.node, "roles": list(roles)})
-    else:
-        console.print(f"fleet {ctx.fleet.name!r} {what}; run `p2pctl wait` to see it register")
-    return EXIT_OK
+    return done(args, {"fleet": ctx.fleet.name, "started": True, "node": args.node, "roles": list(roles)},
+                [f"fleet {ctx.fleet.name!r} {what}; run `p2pctl wait` to see it register"])
 
 
 def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]) -> int:
@@ -231,61 +168,55 @@ def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]
 
     launch.check_node(ctx, args.node)
     steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
-    if args.json:
-        emit_json({"fleet": ctx.fleet.name, "dry_run": True, "plan": steps})
-    else:
-        print(dryrun.format_plan(steps), end="")
-    return EXIT_OK
+    return done(args, {"fleet": ctx.fleet.name, "dry_run": True, "plan": steps},
+                lambda: print(dryrun.format_plan(steps), end=""))
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
     with context(args) as ctx:
-        rep = launch.wait(ctx, timeout=args.timeout, progress=_progress)
-    if args.json:
-        emit_json(rep.to_json())
-        return EXIT_OK
-    _print_status(rep)
-    console.print(f"[green]ready[/green]: {len(rep.instances)} server(s) registered with "
-                  f"{rep.expected_peers} peer(s) each; engines healthy")
-    return EXIT_OK
+        rep = launch.wait(ctx, timeout=args.timeout, progress=progress)
+
+    def show() -> None:
+        _print_status(rep)
+        console.print(f"[green]ready[/green]: {len(rep.instances)} server(s) registered with "
+                      f"{rep.expected_peers} peer(s) each; engines healthy")
+
+    return done(args, rep.to_json(), show)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         rep = fleet_status.report(ctx)
         cmap = cache_map(ctx) if args.cache else None
-    if args.json:
-        emit_json(rep.to_json() | ({"cache": cmap.to_json()} if cmap else {}))
-    else:
+
+    def show() -> None:
         _print_status(rep)
         if cmap:
             _print_cache(cmap)
-    return EXIT_OK if rep.ready else EXIT_CHECK_FAILED
+
+    return done(args, rep.to_json() | ({"cache": cmap.to_json()} if cmap else {}), show, rep.ready)
 
 
 def _lock_note(line: str) -> None:
     """`down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr."""
     if line.startswith("waiting for fleet"):
-        _progress(line)
+        progress(line)
 
 
 def _print_cache(cmap) -> None:
-    table = Table(title=f"cache map — {cmap.total_keys} L1 key(s) in the directory, {cmap.duplicated_keys} held "
-                        f"by more than one node" + (f" ({cmap.error})" if cmap.error else ""))
-    for col in ("instance", "node", "objects (directory)", "MiB (directory)", "objects (/status)",
-                "L1 used/total GiB", "also on a peer", "test-run prefixes held (chunks)"):
-        table.add_column(col)
+    t = table(f"cache map — {cmap.total_keys} L1 key(s) in the directory, {cmap.duplicated_keys} held by more "
+              "than one node" + (f" ({cmap.error})" if cmap.error else ""),
+              "instance", "node", "objects (directory)", "MiB (directory)", "objects (/status)",
+              "L1 used/total GiB", "also on a peer", "test-run prefixes held (chunks)")
     for n in cmap.nodes:
-        table.add_row(n.instance, n.node, str(n.directory_objects), f"{n.directory_bytes / 2**20:.1f}",
-                      "-" if n.status_objects is None else str(n.status_objects),
-                      f"{_gib(n.l1_used)}/{_gib(n.l1_total)}", str(n.duplicated),
-                      ", ".join(f"{k} ({v})" for k, v in sorted(n.prefixes.items())[:6])
-                      + (" ..." if len(n.prefixes) > 6 else ""))
-    show(table)
+        t.add_row(n.instance, n.node, str(n.directory_objects), f"{n.directory_bytes / 2**20:.1f}",
+                  "-" if n.status_objects is None else str(n.status_objects),
+                  f"{_gib(n.l1_used)}/{_gib(n.l1_total)}", str(n.duplicated),
+                  ", ".join(f"{k} ({v})" for k, v in sorted(n.prefixes.items())[:6])
+                  + (" ..." if len(n.prefixes) > 6 else ""))
+    show(t)
     if cmap.prefixes:
-        pt = Table(title="test-run prefixes: leading chunks held per instance")
-        for col in ("prefix", "chunks", "held on"):
-            pt.add_column(col)
+        pt = table("test-run prefixes: leading chunks held per instance", "prefix", "chunks", "held on")
         for p in cmap.prefixes:
             pt.add_row(p.label, str(p.chunks), ", ".join(f"{i}: {c}" for i, c in sorted(p.held.items())) or "-")
         show(pt)
@@ -296,16 +227,14 @@ def cmd_down(args: argparse.Namespace) -> int:
         outcome = launch.down(ctx, only=args.node, roles=_roles(args), lock_wait_s=args.lock_wait,
                               progress=_lock_note)
     errors = launch.down_errors(outcome)
-    if args.json:
-        emit_json({"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors})
-        return EXIT_CHECK_FAILED if errors else EXIT_OK
-    table = Table(title=f"p2pctl down — fleet {ctx.fleet.name}")
-    table.add_column("process")
-    table.add_column("result")
-    for name, what in outcome.items():
-        table.add_row(name, what)
-    show(table)
-    return EXIT_CHECK_FAILED if errors else EXIT_OK
+
+    def show_table() -> None:
+        t = table(f"p2pctl down — fleet {ctx.fleet.name}", "process", "result")
+        for name, what in outcome.items():
+            t.add_row(name, what)
+        show(t)
+
+    return done(args, {"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors}, show_table, not errors)
 
 
 def _gib(n: int) -> str:
@@ -317,25 +246,21 @@ def _engine_health(i: fleet_status.InstanceReport) -> str:
 
 
 def _print_status(rep: fleet_status.FleetReport) -> None:
-    table = Table(title=f"fleet {rep.fleet} — {'READY' if rep.ready else 'NOT READY'}")
-    for col in ("instance", "node", "server pid", "p2p_state", "peers", "peer ids", "L1 used/total GiB",
-                "engine", "engine health"):
-        table.add_column(col)
+    t = table(f"fleet {rep.fleet} — {'READY' if rep.ready else 'NOT READY'}", "instance", "node", "server pid",
+              "p2p_state", "peers", "peer ids", "L1 used/total GiB", "engine", "engine health")
     for i in rep.instances:
         ok = i.ready(rep.expected_peers)
-        table.add_row(
+        t.add_row(
             f"[green]{i.instance}[/green]" if ok else f"[red]{i.instance}[/red]",
             i.node, i.server_proc, i.server.p2p_state, f"{i.server.peer_count}/{rep.expected_peers}",
             ",".join(i.server.peers) or "-", f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
             i.engine_url, _engine_health(i))
-    show(table)
-    ctable = Table(title=f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
-                         f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances")
-    for col in ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url"):
-        ctable.add_column(col)
+    show(t)
+    columns = ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url")
+    ctable = table(f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
+                   f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances", *columns)
     for inst in rep.coordinator_instances or []:
-        ctable.add_row(*(str(inst.get(k, "")) for k in ("instance_id", "ip", "http_port", "mq_port",
-                                                          "p2p_advertised_url")))
+        ctable.add_row(*(str(inst.get(k, "")) for k in columns))
     show(ctable)
     if rep.router is not None:
         r = rep.router

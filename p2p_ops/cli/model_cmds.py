@@ -7,22 +7,19 @@ import time
 from contextlib import nullcontext
 
 from p2p_ops.cli import output
-from p2p_ops.cli.fleet_cmds import add_json_arg
-from p2p_ops.cli.output import console, emit_json
-from p2p_ops.errors import EXIT_OK
+from p2p_ops.cli.common import done, verb
 from p2p_ops.harness.local_model import ModelSpec, make_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("make-model", help="write a tiny seeded Llama (safetensors, tokenizer, chat template)",
-                       description="Write a tiny Llama that vLLM can serve, made here from a seed: no download. "
-                                   "Point vllm.model_path (or `p2pctl init --runtime vllm --model-path`) at it.",
-                       epilog="exit codes: 0 written, 2 bad input or missing packages")
+    p = verb(sub, "make-model", cmd_make_model, fleet=False,
+             help="write a tiny seeded Llama (safetensors, tokenizer, chat template)",
+             description="Write a tiny Llama that vLLM can serve, made here from a seed: no download. Point "
+             "vllm.model_path (or `p2pctl init --runtime vllm --model-path`) at it.",
+             epilog="exit codes: 0 written, 2 bad input or missing packages")
     p.add_argument("dir", help="folder to write (created; refused if it holds something else)")
     p.add_argument("--seed", type=int, default=ModelSpec.seed, help="weights and tokenizer seed (default %(default)s)")
     p.add_argument("--force", action="store_true", help="write into a non-empty folder")
-    add_json_arg(p)
-    p.set_defaults(handler=cmd_make_model)
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
@@ -32,9 +29,5 @@ def cmd_make_model(args: argparse.Namespace) -> int:
     with spinner:
         out = make_model(args.dir, ModelSpec(seed=args.seed), force=args.force)
     seconds = round(time.monotonic() - t, 1)
-    if args.json:
-        emit_json({"wrote": str(out), "seed": args.seed, "seconds": seconds})
-        return EXIT_OK
-    console.print(f"wrote {out} in {seconds:.1f} s (seed {args.seed})", soft_wrap=True)
-    console.print(f"serve it with  vllm.model_path: {out}", soft_wrap=True)
-    return EXIT_OK
+    return done(args, {"wrote": str(out), "seed": args.seed, "seconds": seconds},
+                [f"wrote {out} in {seconds:.1f} s (seed {args.seed})", f"serve it with  vllm.model_path: {out}"])

@@ -12,6 +12,7 @@ import os
 import sys
 
 from rich.console import Console
+from rich.table import Table
 
 # Wide enough that no table or message of ours wraps when piped; rich sizes tables to their content.
 PIPE_WIDTH = 100_000
@@ -65,9 +66,24 @@ def progress(msg: str) -> None:
         err_console.print(f"[dim]·[/dim] {msg}", soft_wrap=True)
 
 
+def say(*lines: str, markup: bool = True) -> None:
+    """Result lines on stdout, each printed whole; empty ones are left out."""
+    for line in lines:
+        if line:
+            console.print(line, soft_wrap=True, markup=markup)
+
+
 def emit_json(doc) -> None:
     """The one JSON document a --json run prints on stdout."""
     print(json.dumps(doc, indent=2, default=str))
+
+
+def table(title: str, *columns: str, **kwargs) -> Table:
+    """A rich Table with these column headings (kwargs: Table's, e.g. title_justify)."""
+    t = Table(title=title, **kwargs)
+    for col in columns:
+        t.add_column(col)
+    return t
 
 
 def show(table) -> None:

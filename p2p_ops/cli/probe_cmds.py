@@ -7,12 +7,9 @@ Exit codes: 0 every node ready (warnings allowed), 1 a node has problems, 2 a no
 from __future__ import annotations
 
 import argparse
-import json
 
-from rich.table import Table
-
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, context
-from p2p_ops.cli.output import console, show
+from p2p_ops.cli.common import context, done, verb
+from p2p_ops.cli.output import console, progress, show, table
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.preflight.bootstrap import bootstrap_node, needs_bootstrap
@@ -20,15 +17,13 @@ from p2p_ops.lifecycle.preflight.probe import NodeProbe, fleet_exit_code, fleet_
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("probe", help="check each node: GPUs, RDMA, versions, free ports, model cache, disk, memlock")
-    add_fleet_args(p)
+    p = verb(sub, "probe", cmd_probe, json="machine-readable output",
+             help="check each node: GPUs, RDMA, versions, free ports, model cache, disk, memlock")
     p.add_argument("--node", default=None, help="only this node")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--bootstrap", action="store_true",
                    help="create the virtualenv (fleet.yaml `venv`) on nodes that lack it, from this checkout "
                         "(python3 -m venv + the Makefile's pip steps; the node must see this path), then probe "
                         "again")
-    p.set_defaults(handler=cmd_probe)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -40,33 +35,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
             boot = _bootstrap(ctx, probes)
             if boot:
                 probes = probe_fleet(ctx, args.node)
-    if args.json:
-        out = {"fleet": ctx.fleet.name, "ok": fleet_ok(probes),
-               "nodes": {name: p.to_json() for name, p in probes.items()}}
-        if args.bootstrap:
-            out["bootstrap"] = boot
-        print(json.dumps(out, indent=2))
-    else:
+    doc = {"fleet": ctx.fleet.name, "ok": fleet_ok(probes), "nodes": {name: p.to_json() for name, p in probes.items()}}
+
+    def show_nodes() -> None:
         for p in probes.values():
             _print_node(p)
         for name, what in boot.items():
             console.print(f"bootstrap {name}: {what}")
-    return fleet_exit_code(probes)
+
+    return done(args, doc | ({"bootstrap": boot} if args.bootstrap else {}), show_nodes, fleet_exit_code(probes))
 
 
 def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str]:
-    todo = [n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])]
-    done: dict[str, str] = {}
-    if not todo:
-        return done
-    names = {n.name for n in todo}
-    for n in todo:
-        _progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv + pip; this takes minutes)")
-    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in names else None)
-    for name in names:
-        res = results.get(name)
-        done[name] = f"error: {res}" if isinstance(res, Exception) else str(res)
-    return done
+    todo = {n.name: n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])}
+    for n in todo.values():
+        progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv + pip; this takes minutes)")
+    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in todo else None) if todo else {}
+    outcome = {name: results.get(name) for name in todo}
+    return {name: f"error: {res}" if isinstance(res, Exception) else str(res) for name, res in outcome.items()}
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -108,16 +94,10 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
 def _print_node(p: NodeProbe) -> None:
     colour = "green" if p.ok else "red"
     verdict = f"[{colour}]{p.verdict.upper()}[/{colour}]"
-    table = Table(title=f"node {p.node} ({p.connection} {p.address}) — {verdict}", title_justify="left")
-    table.add_column("check")
-    table.add_column("value", overflow="fold")
-    if p.error:
-        table.add_row("error", p.error)
-    else:
-        for check, value in node_rows(p):
-            table.add_row(check, value)
-        for msg in p.problems:
-            table.add_row("[red]problem[/red]", msg)
-        for msg in p.warnings:
-            table.add_row("[yellow]warning[/yellow]", msg)
-    show(table)
+    t = table(f"node {p.node} ({p.connection} {p.address}) — {verdict}", "check", title_justify="left")
+    t.add_column("value", overflow="fold")
+    rows = [("error", p.error)] if p.error else [*node_rows(p), *(("[red]problem[/red]", m) for m in p.problems),
+                                                 *(("[yellow]warning[/yellow]", m) for m in p.warnings)]
+    for check, value in rows:
+        t.add_row(check, value)
+    show(t)

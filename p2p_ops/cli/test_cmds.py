@@ -3,36 +3,42 @@
 from __future__ import annotations
 
 import argparse
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from p2p_ops.cli import output
-from p2p_ops.cli.fleet_cmds import _progress, add_fleet_args, add_json_arg, context
-from p2p_ops.cli.output import console, emit_json, heading, show
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_ops.cli.common import done, given, ints, names, running_context, seed, verb, verdict
+from p2p_ops.cli.output import console, heading, progress, say, show, table
+from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.matrix import MatrixResult, run_matrix
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.status import require_ready
 from p2p_ops.observe.matrix_plot import cell_text
 from p2p_ops.observe.report import Report, build_report
 
+LMCACHE_BENCH = "also run the real `lmcache bench engine --workload long-doc-qa`"
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    """What a loaded run (stress, all, longdoc) shares: where requests go, its bound, label and seed."""
+    p.add_argument("--policy", choices=["other", "round-robin"], default="other",
+                   help="other: send each prefix to another node than the one that warmed it")
+    p.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
+    p.add_argument("--tag", default="", help="label for this run (folder name and report)")
+    p.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("test", help="test a running fleet (basic: the cross-node proof; matrix: every pair)")
+    p = verb(sub, "test", None, fleet=False,
+             help="test a running fleet (basic: the cross-node proof; matrix: every pair)")
     tsub = p.add_subparsers(dest="test_kind", metavar="KIND")
-    add_json_arg(p)
     p.set_defaults(handler=lambda args: cmd_kinds(args, tsub))
-    b = tsub.add_parser("basic", help="cold on A, served from A's cache on B, identical outputs")
-    add_fleet_args(b)
+    b = verb(tsub, "basic", cmd_basic, help="cold on A, served from A's cache on B, identical outputs")
     b.add_argument("--a", default=None, help="instance that computes the prompt (default: first instance)")
     b.add_argument("--b", default=None, help="instance that must get it from A (default: one on another node)")
     b.add_argument("--chunks", type=int, default=8, help="prompt length in full chunks (default 8)")
@@ -41,78 +47,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--prompt-file", metavar="FILE", default=None,
                    help="send this prompt instead of a fresh one, e.g. a run's saved prompt on other nodes "
                         "(<run>/prompts.jsonl holds them; `p2pctl explain --run` reads them)")
-    add_json_arg(b)
-    b.set_defaults(handler=cmd_basic)
 
-    m = tsub.add_parser("matrix", help="every pair proven: each node computes a fresh prefix, every other pulls it",
-                        description="N x N table (pass/fail, cached tokens, pull ms, MB/s), heatmap.png and "
-                        "result.json in the run folder; a failing pair names its likely cause (advertised URL, "
-                        "peer list, reachability, settings). Bounded by --max-seconds: pairs not reached in time "
-                        "are reported as skipped and fail the run.")
-    add_fleet_args(m)
+    m = verb(tsub, "matrix", cmd_matrix, help="every pair proven: each node computes a fresh prefix, every other "
+             "pulls it", description="N x N table (pass/fail, cached tokens, pull ms, MB/s), heatmap.png and "
+             "result.json in the run folder; a failing pair names its likely cause (advertised URL, peer list, "
+             "reachability, settings). Bounded by --max-seconds: pairs not reached in time are reported as "
+             "skipped and fail the run.")
     m.add_argument("--chunks", type=int, default=4, help="prefix length in full chunks (default 4)")
     m.add_argument("--max-tokens", type=int, default=8, help="tokens to generate per request (default 8)")
     m.add_argument("--max-seconds", type=float, default=None,
                    help="bound on the whole run (default 60 + 8 s per pair: 508 s at 8 nodes)")
     m.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
-    add_json_arg(m)
-    m.set_defaults(handler=cmd_matrix)
 
-    for kind, helptext in (("stress", "concurrency ladder, long documents, sustained mixed load"),
-                           ("all", "basic + stress (+ lmcache bench) and the report")):
-        s = tsub.add_parser(kind, help=helptext)
-        add_fleet_args(s)
+    for kind, handler, helptext in (("stress", cmd_stress, "concurrency ladder, long documents, sustained mixed load"),
+                                    ("all", cmd_all, "basic + stress (+ lmcache bench) and the report")):
+        s = verb(tsub, kind, handler, help=helptext)
         s.add_argument("--quick", action="store_true", help="small ladder (1,2,4,8), 15 s sustained stage")
         s.add_argument("--ladder", default=None, help="concurrency levels, e.g. 1,2,4,8,16,32")
         s.add_argument("--requests-per-level", type=int, default=0, help="default: 2 x level, at least 4")
-        s.add_argument("--policy", choices=["other", "round-robin"], default="other",
-                       help="other: send each prefix to another node than the one that warmed it")
         s.add_argument("--stages", default=None, help="comma list of ladder,longdoc,sustained (default: all)")
         s.add_argument("--sustained", type=float, default=None, help="seconds of sustained mixed load")
         s.add_argument("--concurrency", type=int, default=None, help="requests in flight in the sustained stage")
         s.add_argument("--doc-tokens", type=int, default=None, help="prefix length of shared documents")
         s.add_argument("--longdoc-tokens", type=int, default=None, help="length of long documents")
-        s.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
-        s.add_argument("--tag", default="", help="label for this run (folder name and report)")
         s.add_argument("--via-router", action="store_true",
                        help="send every request to the fleet's router (router.enabled) instead of an engine")
-        s.add_argument("--seed", type=int, default=None)
-        add_json_arg(s)
+        _add_run_args(s)
         if kind == "all":
-            s.add_argument("--with-lmcache-bench", action="store_true",
-                           help="also run the real `lmcache bench engine --workload long-doc-qa`")
-        s.set_defaults(handler=cmd_stress if kind == "stress" else cmd_all)
+            s.add_argument("--with-lmcache-bench", action="store_true", help=LMCACHE_BENCH)
 
-    ld = tsub.add_parser("longdoc", help="long-doc-qa: documents warmed on one node, queried from another")
-    add_fleet_args(ld)
+    ld = verb(tsub, "longdoc", cmd_longdoc, help="long-doc-qa: documents warmed on one node, queried from another")
     ld.add_argument("--document-length", type=int, default=4096, help="tokens per document (default 4096)")
     ld.add_argument("--num-documents", type=int, default=4, help="documents (default 4)")
     ld.add_argument("--queries-per-document", type=int, default=2, help="queries per document (default 2)")
     ld.add_argument("--inflight", type=int, default=2, help="requests in flight (default 2)")
     ld.add_argument("--max-tokens", type=int, default=8, help="tokens generated per query (default 8)")
-    ld.add_argument("--policy", choices=["other", "round-robin"], default="other")
-    ld.add_argument("--max-seconds", type=float, default=900.0, help="hard bound on the whole run")
-    ld.add_argument("--with-lmcache-bench", action="store_true",
-                    help="also run the real `lmcache bench engine --workload long-doc-qa` and fold it in")
-    ld.add_argument("--tag", default="")
-    ld.add_argument("--seed", type=int, default=None)
-    add_json_arg(ld)
-    ld.set_defaults(handler=cmd_longdoc)
+    ld.add_argument("--with-lmcache-bench", action="store_true", help=f"{LMCACHE_BENCH} and fold it in")
+    _add_run_args(ld)
 
-    fa = tsub.add_parser("faults", help="kill a server, the coordinator, an engine; cut a link, slow a peer, fill "
-                                        "L1; all under load, figures per fault")
-    add_fleet_args(fa)
+    fa = verb(tsub, "faults", cmd_faults, help="kill a server, the coordinator, an engine; cut a link, slow a "
+              "peer, fill L1; all under load, figures per fault")
     fa.add_argument("--quick", action="store_true", help="5 s phases, 4 s outages, 3 documents")
     fa.add_argument("--scenarios", default=None,
                     help="comma list of peer_server_killed,coordinator_restart,engine_killed,link_cut,slow_peer,"
                          "l1_full (default: all this fleet allows; link_cut and slow_peer need SSH nodes with "
                          "their own interface and are listed as skipped otherwise)")
-    add_json_arg(fa)
-    fa.set_defaults(handler=cmd_faults)
 
-    so = tsub.add_parser("soak", help="steady mixed load for minutes or hours: leak slopes, TTFT per minute, "
-                                      "periodic cross-node proofs; fails on a sustained leak or a failed request")
-    add_fleet_args(so)
+    so = verb(tsub, "soak", cmd_soak, help="steady mixed load for minutes or hours: leak slopes, TTFT per minute, "
+              "periodic cross-node proofs; fails on a sustained leak or a failed request")
     so.add_argument("--duration", default=None, help="how long, e.g. 30m, 1h, 90s (default 30m; --quick: 3m)")
     so.add_argument("--quick", action="store_true",
                     help="3 minutes: 45 s warm-up, a sample every 5 s, a proof every minute")
@@ -122,45 +104,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     so.add_argument("--proof-every", type=float, default=None, help="seconds between cross-node proofs (default 300)")
     so.add_argument("--concurrency", type=int, default=None, help="clients in flight (default 2)")
     so.add_argument("--via-router", action="store_true", help="send every request to the fleet's router")
-    so.add_argument("--seed", type=int, default=None)
-    add_json_arg(so)
-    so.set_defaults(handler=cmd_soak)
+    so.add_argument("--seed", type=int, default=None, help="prompt seed (default: new every run)")
 
-    r = sub.add_parser("report", help="(re)build summary.md and plots for a test run folder")
+    r = verb(sub, "report", cmd_report, fleet=False, help="(re)build summary.md and plots for a test run folder")
     r.add_argument("run_dir", help="a folder under p2p-run/<fleet>/tests/")
-    add_json_arg(r)
-    r.set_defaults(handler=cmd_report)
 
 
 def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int:
     """`p2pctl test` without a kind: the kinds, and exit 2 (nothing was tested)."""
     kinds = {a.dest: a.help for a in tsub._choices_actions}
-    if args.json:
-        emit_json({"kinds": kinds})
-    else:
+
+    def show() -> None:
         print("test kinds (p2pctl test KIND -h for options):")
         for name, text in kinds.items():
             print(f"  {name:<8} {text}")
-    return 2
 
-
-@contextmanager
-def running_context(args: argparse.Namespace) -> Iterator[FleetContext]:
-    """The fleet context of a verb that needs a running fleet: it says so first (exit 2), naming `p2pctl up`."""
-    with context(args) as ctx:
-        require_ready(ctx)
-        yield ctx
+    return done(args, {"kinds": kinds}, show, 2)
 
 
 def cmd_basic(args: argparse.Namespace) -> int:
     with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
-                           seed=args.seed, progress=_progress, prompt_text=_read_prompt(args.prompt_file))
-    if args.json:
-        emit_json(result.to_dict())
-    else:
-        print_basic(result)
-    return EXIT_OK if result.passed else EXIT_CHECK_FAILED
+                           seed=args.seed, progress=progress, prompt_text=_read_prompt(args.prompt_file))
+    return done(args, result.to_dict(), lambda: print_basic(result), result.passed)
 
 
 def _read_prompt(path):
@@ -172,36 +138,31 @@ def _read_prompt(path):
 def cmd_matrix(args: argparse.Namespace) -> int:
     with running_context(args) as ctx:
         result = run_matrix(ctx, chunks=args.chunks, max_tokens=args.max_tokens, seed=args.seed,
-                            max_seconds=args.max_seconds, progress=_progress)
-    if args.json:
-        emit_json(result.to_dict())
-    else:
-        print_matrix(result)
-    return EXIT_OK if result.passed else EXIT_CHECK_FAILED
+                            max_seconds=args.max_seconds, progress=progress)
+    return done(args, result.to_dict(), lambda: print_matrix(result), result.passed)
 
 
 def print_matrix(result: MatrixResult) -> None:
     doc = result.to_dict()
-    table = Table(title=f"pair matrix ({result.chunks} chunks of {result.chunk_size} tokens"
-                        + (f", profile {result.profile}" if result.profile else "") + "): rows computed, columns pulled")
-    table.add_column("source \\ target")
+    t = table(f"pair matrix ({result.chunks} chunks of {result.chunk_size} tokens"
+              + (f", profile {result.profile}" if result.profile else "") + "): rows computed, columns pulled",
+              "source \\ target")
     for name in result.instances:
-        table.add_column(name, overflow="fold")
+        t.add_column(name, overflow="fold")
     for s in result.instances:
         cells = []
-        for t in result.instances:
-            p = result.pair(s, t)
+        for tgt in result.instances:
+            p = result.pair(s, tgt)
             text = cell_text(p.to_dict()) if p else "·"
             cells.append(f"[green]{text}[/green]" if p and p.ok else f"[red]{text}[/red]" if p else text)
-        table.add_row(s, *cells)
-    show(table)
+        t.add_row(s, *cells)
+    show(t)
     for p in result.pairs:
         if not p.ok and not p.skipped:
             console.print(f"[red]{p.source} -> {p.target}:[/red] {p.cause or p.error}", soft_wrap=True)
     c = doc["counts"]
-    verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
-    console.print(f"{verdict} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap and table in "
-                  f"{result.run_dir}", soft_wrap=True)
+    console.print(f"{verdict(result.passed)} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap "
+                  f"and table in {result.run_dir}", soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {note}", soft_wrap=True)
 
@@ -211,24 +172,19 @@ def _fmt_s(v) -> str:
 
 
 def print_basic(result: BasicResult) -> None:
-    table = Table(title=f"cross-node proof {result.a} -> {result.b}")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("detail", overflow="fold")
+    t = table(f"cross-node proof {result.a} -> {result.b}", "check", "result")
+    t.add_column("detail", overflow="fold")
     for c in result.checks:
-        table.add_row(c.name, "[green]PASS[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
-    show(table)
+        t.add_row(c.name, "[green]PASS[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
+    show(t)
     n = result.numbers
-    nums = Table(title="numbers")
-    for col in ("TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
-                "cached tokens on B", "P2P loads on B", "KV bytes pulled"):
-        nums.add_column(col)
+    nums = table("numbers", "TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
+                 "cached tokens on B", "P2P loads on B", "KV bytes pulled")
     nums.add_row(_fmt_s(n["ttft_cold_a_s"]), _fmt_s(n["ttft_peer_b_s"]), _fmt_s(n["ttft_control_b_s"]),
                  str(n["prompt_tokens"]), str(n["cached_tokens_b"]), f"{n['p2p_loads_b']:g}",
                  f"{n['kv_bytes_pulled_b']:,.0f}")
     show(nums)
-    verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
-    console.print(f"{verdict} — evidence in {result.run_dir}")
+    console.print(f"{verdict(result.passed)} — evidence in {result.run_dir}")
     if result.explain.get("strip"):
         console.print(f"explain on {result.explain['instance']}: [{result.explain['strip']}] "
                       f"{result.explain['verdict']}", markup=False, soft_wrap=True)
@@ -237,22 +193,16 @@ def print_basic(result: BasicResult) -> None:
 
 
 def stress_options(args: argparse.Namespace) -> StressOptions:
-    kw = {}
+    kw = given(args, {"sustained": "sustained_s", "concurrency": "sustained_concurrency",
+                      "doc_tokens": "doc_tokens", "longdoc_tokens": "longdoc_tokens"})
     if args.ladder:
-        try:
-            kw["ladder"] = [int(x) for x in args.ladder.split(",") if x.strip()]
-        except ValueError:
-            raise BadInput(f"--ladder {args.ladder}: give integers separated by commas, e.g. 1,2,4,8") from None
+        kw["ladder"] = ints(args.ladder, "--ladder", "give integers separated by commas, e.g. 1,2,4,8")
     if args.requests_per_level:
         kw["requests_per_level"] = args.requests_per_level
     if args.stages:
-        kw["stages"] = [x.strip() for x in args.stages.split(",") if x.strip()]
-    for opt, field in (("sustained", "sustained_s"), ("concurrency", "sustained_concurrency"),
-                       ("doc_tokens", "doc_tokens"), ("longdoc_tokens", "longdoc_tokens")):
-        if getattr(args, opt) is not None:
-            kw[field] = getattr(args, opt)
+        kw["stages"] = names(args.stages)
     kw.update(policy=args.policy, max_seconds=args.max_seconds, tag=args.tag, via_router=args.via_router,
-              seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
+              seed=seed(args))
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 
 
@@ -271,8 +221,8 @@ class _Bars:
 def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
     # Bars go to stderr, so stdout holds only results (and only the JSON document with --json).
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=output.err_console.get(), disable=output.quiet()) as progress:
-        return run_stress(ctx, opts, out_dir, _Bars(progress))
+                  console=output.err_console.get(), disable=output.quiet()) as bars:
+        return run_stress(ctx, opts, out_dir, _Bars(bars))
 
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
@@ -308,14 +258,14 @@ def cmd_all(args: argparse.Namespace) -> int:
     def body(ctx: FleetContext, out_dir: Path) -> None:
         stage = heading if not args.json else (lambda _: None)
         stage("cross-node proof")
-        basic = run_basic(ctx, progress=_progress, out_dir=out_dir / "basic")
+        basic = run_basic(ctx, progress=progress, out_dir=out_dir / "basic")
         if not args.json:
             print_basic(basic)
         stage("stress")
         _run_stages(ctx, opts, out_dir)
         if args.with_lmcache_bench:
             stage("lmcache bench engine --workload long-doc-qa")
-            run_lmcache_bench(ctx, out_dir / "lmcache-bench", quick=args.quick, progress=_progress)
+            run_lmcache_bench(ctx, out_dir / "lmcache-bench", quick=args.quick, progress=progress)
 
     return _run_and_report(args, "all", body)
 
@@ -327,14 +277,14 @@ def cmd_longdoc(args: argparse.Namespace) -> int:
     opts = StressOptions(stages=["longdoc"], longdoc_tokens=args.document_length, longdoc_docs=args.num_documents,
                          longdoc_queries=args.queries_per_document, longdoc_inflight=args.inflight,
                          max_tokens=args.max_tokens, policy=args.policy, max_seconds=args.max_seconds,
-                         tag=args.tag, seed=args.seed if args.seed is not None else int(time.time()) % 10**6)
+                         tag=args.tag, seed=seed(args))
 
     def body(ctx: FleetContext, out_dir: Path) -> None:
         _run_stages(ctx, opts, out_dir)
         if args.with_lmcache_bench:
             run_lmcache_bench(ctx, out_dir / "lmcache-bench", document_length=args.document_length,
                               num_documents=args.num_documents, queries=args.queries_per_document,
-                              inflight=args.inflight, max_tokens=args.max_tokens, progress=_progress)
+                              inflight=args.inflight, max_tokens=args.max_tokens, progress=progress)
 
     return _run_and_report(args, "longdoc", body)
 
@@ -342,21 +292,17 @@ def cmd_longdoc(args: argparse.Namespace) -> int:
 def cmd_faults(args: argparse.Namespace) -> int:
     from p2p_ops.harness import faults
 
-    names = faults.parse_scenarios(args.scenarios)
+    scenarios = faults.parse_scenarios(args.scenarios)
     opts = faults.FaultOptions.quick() if args.quick else faults.FaultOptions()
     with running_context(args) as ctx, run_folder(ctx.layout, "faults") as run:
         out_dir = run.path
-        results = faults.run_faults(ctx, names, opts, out_dir, progress=_progress,
+        results = faults.run_faults(ctx, scenarios, opts, out_dir, progress=progress,
                                     explicit=args.scenarios is not None)
     ok = faults.passed(results)
-    if args.json:
-        emit_json({"run_dir": str(out_dir), "table": str(out_dir / "faults.md"), "passed": ok,
-                   "scenarios": [f.to_json() for f in results]})
-        return EXIT_OK if ok else EXIT_CHECK_FAILED
-    console.print(faults.table_markdown(results, opts), markup=False)
-    console.print(f"table: {out_dir / 'faults.md'}")
-    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the table's notes)")
-    return EXIT_OK if ok else EXIT_CHECK_FAILED
+    return done(args, {"run_dir": str(out_dir), "table": str(out_dir / "faults.md"), "passed": ok,
+                       "scenarios": [f.to_json() for f in results]},
+                lambda: _outcome(faults.table_markdown(results, opts), f"table: {out_dir / 'faults.md'}", ok,
+                                 "see the table's notes"), ok)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -368,29 +314,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _verdict(args: argparse.Namespace, report: Report, run_dir: Path) -> int:
     ok = report.passed
-    if args.json:
-        emit_json({"run_dir": str(run_dir), "report": str(report.summary), "passed": ok})
-    else:
-        console.print(f"report: {report.summary}", soft_wrap=True)
-        console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the report's checks)")
-    return EXIT_OK if ok else EXIT_CHECK_FAILED
+    return done(args, {"run_dir": str(run_dir), "report": str(report.summary), "passed": ok},
+                lambda: _outcome("", f"report: {report.summary}", ok, "see the report's checks"), ok)
+
+
+def _outcome(body: str, where: str, ok: bool, why: str) -> None:
+    """A run's text (verbatim), where its evidence lies, and the verdict."""
+    say(body, markup=False)
+    say(where, verdict(ok, why))
 
 
 def soak_options(args: argparse.Namespace):
     from p2p_ops.harness.soak import SoakOptions, parse_duration
 
-    kw: dict = {"via_router": args.via_router,
-                "seed": args.seed if args.seed is not None else int(time.time()) % 10**6}
+    kw: dict = {"via_router": args.via_router, "seed": seed(args),
+                **given(args, {"sample_every": "sample_every_s", "proof_every": "proof_every_s",
+                               "concurrency": "concurrency"})}
     if args.duration is not None:
         kw["duration_s"] = parse_duration(args.duration)
     if args.warmup is not None:
         kw["warmup_s"] = parse_duration(args.warmup)
     elif not args.quick and "duration_s" in kw:
         kw["warmup_s"] = min(SoakOptions.warmup_s, kw["duration_s"] / 3)
-    for opt, name in (("sample_every", "sample_every_s"), ("proof_every", "proof_every_s"),
-                      ("concurrency", "concurrency")):
-        if getattr(args, opt) is not None:
-            kw[name] = getattr(args, opt)
     if args.sample_every is not None and not 1 <= args.sample_every <= 600:
         raise BadInput(f"--sample-every {args.sample_every:g}: use 1..600 seconds")
     if args.proof_every is not None and args.proof_every < 10:
@@ -405,15 +350,11 @@ def cmd_soak(args: argparse.Namespace) -> int:
 
     opts = soak_options(args)
     with running_context(args) as ctx, run_folder(ctx.layout, "soak") as run:
-        s = soak.run_soak(ctx, opts, run.path, progress=_progress, stop=run.interrupted)
+        s = soak.run_soak(ctx, opts, run.path, progress=progress, stop=run.interrupted)
         checks, trends = soak.soak_checks(s)
-        table = soak.write_evidence(s, checks, trends, run.path, ctx.fleet.name)
+        evidence = soak.write_evidence(s, checks, trends, run.path, ctx.fleet.name)
     ok = soak.passed(checks)
-    if args.json:
-        emit_json({"run_dir": str(run.path), "table": str(table), "passed": ok,
-                   "checks": [c.__dict__ for c in checks]})
-        return EXIT_OK if ok else EXIT_CHECK_FAILED
-    console.print(soak.soak_markdown(s, checks, trends, ctx.fleet.name), markup=False)
-    console.print(f"evidence: {run.path}", soft_wrap=True)
-    console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]  (see the checks)")
-    return EXIT_OK if ok else EXIT_CHECK_FAILED
+    return done(args, {"run_dir": str(run.path), "table": str(evidence), "passed": ok,
+                       "checks": [c.__dict__ for c in checks]},
+                lambda: _outcome(soak.soak_markdown(s, checks, trends, ctx.fleet.name), f"evidence: {run.path}", ok,
+                                 "see the checks"), ok)

@@ -148,11 +148,11 @@ def test_grafana_without_output_prints_the_dashboard(run, fleet_dir):
 def test_version_and_exit_codes_in_every_help(fleet_dir):
     res = subprocess.run([*P2PCTL, "--version"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.startswith("p2pctl ")
-    from p2p_ops.cli import EXIT_CODES_EPILOG, _subparsers, build_parser
+    from p2p_ops.cli import EXIT_CODES_EPILOG, _subcommands, build_parser
 
     def walk(parser):
         yield parser
-        for sub in _subparsers(parser):
+        for sub in _subcommands(parser).values():
             yield from walk(sub)
 
     parsers = list(walk(build_parser()))

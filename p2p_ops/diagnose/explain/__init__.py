@@ -24,7 +24,7 @@ from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.lifecycle.context import FleetContext
 
 __all__ = ["ExplainFacts", "Explanation", "PromptSpec", "exit_code", "explain", "from_file", "from_messages",
-           "from_run", "from_text", "render_text", "run", "sources", "strip_line"]
+           "from_run", "from_text", "render_text", "run", "sources", "strip_line", "time_line"]
 
 
 def sources(facts: ExplainFacts) -> list[str]:
@@ -48,17 +48,20 @@ def sources(facts: ExplainFacts) -> list[str]:
     for inst, said in facts.listing.items():
         out.append(f"GET /cache/objects?tier=l1 on {inst}: {said}")
     out.append(NOT_USED)
-    if facts.timings:
-        out.append(f"time: {sum(facts.timings.values()):.1f} s (" + ", ".join(
-            f"{k} {v:.1f} s" for k, v in facts.timings.items()) + ")")
     return out
+
+
+def time_line(ex: Explanation) -> str:
+    """Where explain's time went (stderr and --json only: it differs from run to run)."""
+    return (f"explain took {sum(ex.timings.values()):.1f} s: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in ex.timings.items()))
 
 
 def run(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
         progress: Callable[[str], None] = lambda _: None) -> Explanation:
     facts = gather(ctx, prompt, targets, salt, progress)
     out = explain(facts)
-    out.sources = sources(facts)
+    out.sources, out.timings = sources(facts), facts.timings
     return out
 
 

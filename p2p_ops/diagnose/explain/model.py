@@ -125,6 +125,7 @@ class Explanation:
     nodes: list[NodeExplanation] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)    # where the evidence came from, and what was left out
     differences: list[str] = field(default_factory=list)   # key inputs that differ between instances
+    timings: dict[str, float] = field(default_factory=dict)   # seconds per phase of the gather
 
     @property
     def misses(self) -> bool:
