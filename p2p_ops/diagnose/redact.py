@@ -527,11 +527,15 @@ def scrub_known(text: str, known: dict[str, str], where: str) -> RedactionResult
     return RedactionResult("".join(out), found)
 
 
+# A key's BEGIN/END lines are public labels, not its secret: they stay in a log as the sign of what was masked.
+_PEM_ARMOR = re.compile(r"-----(?:BEGIN|END) [A-Z0-9 ]+-----")
+
+
 @lru_cache(maxsize=4)
 def _known_pattern(known: tuple[tuple[str, str], ...]) -> tuple[re.Pattern | None, dict[str, str]]:
     """One alternation of every known value (and each line of a multi-line one), longest first."""
     names = {piece.strip(): name for value, name in known for piece in (value, *value.splitlines())
-             if len(piece.strip()) >= KNOWN_MIN and MASK not in piece
+             if len(piece.strip()) >= KNOWN_MIN and MASK not in piece and not _PEM_ARMOR.fullmatch(piece.strip())
              and not (len(piece.strip()) < 8 and piece.strip().isdecimal())}
     ordered = sorted(names, key=lambda v: (-len(v), v))
     long = [re.escape(v) for v in ordered if len(v) >= 8]

@@ -405,3 +405,16 @@ def test_a_dead_server_and_a_drifted_env_give_one_restart_command():
     fixes = [f.fix for f in rep.problems if f.subject in ("node-b-0", "node-b-0/server")]
     assert len(fixes) >= 2 and all(cmd in fx for fx in fixes), fixes
     assert not any("--no-render" in fx for fx in fixes)
+
+
+def test_drift_shows_foreign_env_sh_lines_without_the_secrets_they_hold():
+    """A private key pasted into env.sh spans lines that name no secret one by one: the doctor's drift finding
+    redacts them as one block (an e2e run showed the PEM body in `doctor --json`)."""
+    from p2p_ops.diagnose.doctor.gather import _foreign_lines
+    from p2p_ops.facts.envfile import read_env_sh
+
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAPLANTEDxk3Jq1yDq\nPLANTEDzGv9mXQy2xj7d\n-----END RSA PRIVATE KEY-----"
+    sh = read_env_sh(f"export A=b\nexport SSH_PRIVATE_KEY=\"{pem}\"\nLD_PRELOAD=/tmp/x.so\n")
+    shown = _foreign_lines(sh.foreign)
+    assert [s.split(":")[0] for s in shown] == ["line 2", "line 3", "line 4", "line 5", "line 6"]
+    assert "PLANTED" not in " ".join(shown) and "line 6: LD_PRELOAD=/tmp/x.so" in shown

@@ -207,8 +207,7 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
             elif iid in by_id:
                 by_id[iid].env_file = env
                 # The SSH node's interface lookup is p2pctl's own; any other line it does not render is foreign.
-                by_id[iid].env_foreign = [redact_text(f"line {n}: {text[:200]}").text for n, text in env_sh.foreign
-                                          if text not in _OURS]
+                by_id[iid].env_foreign = _foreign_lines([(n, t) for n, t in env_sh.foreign if t not in _OURS])
         elif iid in by_id:
             inst = by_id[iid]
             if kind == "nonehash":
@@ -299,3 +298,12 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
         facts.coordinator_env = facts.coordinator_spec_env
     facts.nodes.sort(key=lambda n: [x.name for x in fleet.nodes].index(n.node))
     return facts
+
+
+def _foreign_lines(foreign: list[tuple[int, str]]) -> list[str]:
+    """env.sh lines p2pctl did not render, redacted as one block (a key's PEM body spans lines that name no
+    secret one by one); only their numbers when redaction changed how many lines there are."""
+    red = redact_text("\n".join(t for _, t in foreign)).text.split("\n")
+    if len(red) != len(foreign):
+        return [f"line {n}: (not shown)" for n, _ in foreign]
+    return [f"line {n}: {t[:200]}" for (n, _), t in zip(foreign, red)]
