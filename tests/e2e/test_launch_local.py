@@ -61,6 +61,7 @@ def test_port_taken_at_start_is_reported_with_the_log_tail(tmp_path, p2pctl):
     ctx = FleetContext.load(fleet_file)
     _, inst = ctx.fleet.instance("node-a-0")
     blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     blocker.bind(("127.0.0.1", inst.ports.http))
     blocker.listen(1)
     try:

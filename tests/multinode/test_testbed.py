@@ -70,6 +70,7 @@ def test_a_failed_up_stops_what_it_started_and_down_cleans_the_rest():
     d = testbed.private_dir()
     port = free_port(["127.0.0.2", "127.0.0.3"])
     with socket.socket() as blocker:  # h2's address:port is taken, so h2's sshd cannot start
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         blocker.bind(("127.0.0.3", port))
         blocker.listen()
         res = sh("up", "2", "--dir", str(d), "--port", str(port))

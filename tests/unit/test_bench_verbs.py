@@ -32,6 +32,8 @@ def test_port_offset_without_launch_is_refused(tmp_path, p2pctl):
 
 def _taken(choice: free_ports.PortChoice, kind: str) -> socket.socket:
     s = socket.socket()
+    # as the servers and port_free do: a port some earlier fleet left in TIME_WAIT is free
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", choice.base[kind]))
     s.listen()
     return s

@@ -17,6 +17,8 @@ from p2p_ops.spec.settings import RouterSettings
 @contextlib.contextmanager
 def listening(port: int, host: str = "127.0.0.1"):
     with socket.socket() as s:
+        # as the servers and port_free do: a port some earlier fleet left in TIME_WAIT is free
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((host, port))
         s.listen()
         yield
