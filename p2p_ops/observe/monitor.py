@@ -160,7 +160,7 @@ def frame_prometheus(prom_url: str, ctx: FleetContext, window: str = "1m") -> li
 def render_table(frames: list[NodeFrame], source: str):
     from rich.table import Table
 
-    def pct(v: Optional[float]) -> str:
+    def share(v: Optional[float]) -> str:
         return "-" if v is None else f"{v * 100:.0f}%"
 
     def ms(v: Optional[float]) -> str:
@@ -172,8 +172,8 @@ def render_table(frames: list[NodeFrame], source: str):
         table.add_column(col, justify="right" if col not in ("instance", "node") else "left")
     for f in frames:
         table.add_row(f.instance, f.node, "yes" if f.up else "[red]no[/red]", f"{f.p2p_loads_per_s:.2f}",
-                      f"{f.p2p_loads_total:g}", pct(f.hit_ratio), f"{f.l1_used_bytes / 2**20:.1f}",
-                      pct(f.l1_usage_ratio), f"{f.running:g}", f"{f.waiting:g}", ms(f.ttft_p50_s),
+                      f"{f.p2p_loads_total:g}", share(f.hit_ratio), f"{f.l1_used_bytes / 2**20:.1f}",
+                      share(f.l1_usage_ratio), f"{f.running:g}", f"{f.waiting:g}", ms(f.ttft_p50_s),
                       ms(f.ttft_p99_s))
     return table
 

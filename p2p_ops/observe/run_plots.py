@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from p2p_ops.observe import charts
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
 
 
-def _pct(vals: list[float], q: float) -> float:
-    v = percentile(vals, q)
+def _nan(v: Optional[float]) -> float:
+    """A missing percentile (no sample) as NaN: matplotlib leaves a gap there."""
     return float("nan") if v is None else v
 
 
@@ -29,8 +30,8 @@ def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
     levels = sorted({r.level for r in ladder})
     if not levels:
         return False
-    p50 = [_pct([r.ttft_s for r in ladder if r.level == c], 50) * 1000 for c in levels]
-    p99 = [_pct([r.ttft_s for r in ladder if r.level == c], 99) * 1000 for c in levels]
+    p50 = [_nan(percentile([r.ttft_s for r in ladder if r.level == c], 50)) * 1000 for c in levels]
+    p99 = [_nan(percentile([r.ttft_s for r in ladder if r.level == c], 99)) * 1000 for c in levels]
     return _by_concurrency(out, levels, [(p50, "o-", {"label": "p50"}), (p99, "s--", {"label": "p99"})],
                            "time to first token (ms)", "TTFT vs concurrency (ladder, cross-node prefixes)")
 
