@@ -79,9 +79,21 @@ def test_explain_names_a_prompt_that_differs_in_its_first_token(fleet2, p2pctl, 
     b = node(doc, "node-b-0")
     first = b["chunks"][0]
     assert code == 1 and first["reason"] == "prompt_differs", first
-    assert "node-a-0" in first["detail"] and "except at position(s) [" in first["detail"]
+    assert "node-a-0" in first["detail"] and "except at token position(s) [" in first["detail"]
     assert "request a" in first["detail"] and b["strip"].startswith("xxxxxxx"), (first, b["strip"])
     show("first token differs", doc)
+    # A character changed in the middle: the chunks before it are pulled, the one holding it is named with its
+    # token position, and every later chunk misses because keys chain (issue 28).
+    mid = len(text) // 2
+    changed.write_text(text[:mid] + ("Q" if text[mid] != "Q" else "Z") + text[mid + 1:])
+    code, doc = explain(p2pctl, fleet2, "--prompt-file", str(changed), "--node", "node-b")
+    b = node(doc, "node-b-0")
+    miss = next(c for c in b["chunks"] if c["action"] == "recompute")
+    assert code == 1 and miss["index"] > 0 and miss["reason"] == "prompt_differs", (miss, b["strip"])
+    assert f"chunk {miss['index']} (after the same" in miss["detail"], miss
+    assert all(c["action"] in ("pull", "hit") for c in b["chunks"][:miss["index"]]), b["strip"]
+    assert all(c["reason"] == "prefix_broken" for c in b["chunks"][miss["index"] + 1:] if c["action"] != "partial")
+    show("middle token differs", doc)
 
 
 def test_status_cache_maps_objects_duplicates_and_the_proofs_prefix(fleet2, p2pctl):

@@ -67,7 +67,7 @@ def test_the_near_match_names_the_positions_where_the_first_chunk_differs():
     held = [DirectoryEntry({"chunk_hash_hex": "k"}, [Placement("node-a-0", "l1")], [9, 1, 2, 3, 4, 5, 6, 8]),
             DirectoryEntry({"chunk_hash_hex": "z"}, [Placement("node-a-0", "l1")], [0] * 8)]
     near = closest(first, held)
-    assert near == {"holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [9], "key": "k"}
+    assert near == {"chunk": 0, "holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [9], "key": "k"}
     assert closest(first, [DirectoryEntry({}, [], list(first))]) is None     # the same tokens: not a near match
 
 

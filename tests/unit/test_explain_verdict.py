@@ -78,11 +78,40 @@ def test_a_prompt_that_differs_in_its_first_token_is_named_from_the_near_match()
     b.tokens = [7, *TOKENS[1:]]
     a.tokens = list(b.tokens)
     a.keys = keys("z", 2)
-    near = {"holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [100], "key": "k0"}
+    near = {"chunk": 0, "holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [100], "key": "k0"}
     ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}, near={"node-b-0": near}))
     c = ex.nodes[0].chunks[0]
     assert c.reason == "prompt_differs" and "position(s) [0]" in c.detail and "node-a-0" in c.detail
-    assert ex.nodes[0].chunks[1].reason in ("prompt_differs", "prefix_broken")
+    later = ex.nodes[0].chunks[1]
+    assert later.reason == "prefix_broken" and "chains on chunk 0's" in later.detail
+
+
+def test_a_prompt_that_differs_in_a_middle_chunk_names_that_chunk_and_its_token_positions():
+    """Issue 28: a saved prompt shares chunk 0 and differs at token 5; its chunk 1 is held. Chunk 1 is named,
+    with the position, and not as evicted although the holder's eviction loop ran."""
+    a, b = connected()
+    a.eviction_runs = 3
+    near = {"chunk": 1, "holder": "node-a-0", "positions": [5], "mine": [7], "theirs": [105], "key": "q1",
+            "saved": "run-1 request 0"}
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "q1": ["node-a-0"]}, near={"node-b-0": near}))
+    chunks = ex.nodes[0].chunks
+    assert chunks[0].action == "pull" and chunks[1].reason == "prompt_differs"
+    assert "chunk 1 (after the same 1 chunk(s))" in chunks[1].detail and "position(s) [5]" in chunks[1].detail
+
+
+def test_a_held_prefix_with_nothing_evicted_or_down_says_the_prompt_departs_at_the_first_missing_chunk():
+    a, b = connected()
+    b.tokens = list(range(100, 112))
+    b.keys = keys("k", 3)
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}))
+    chunks = ex.nodes[0].chunks
+    assert chunks[1].reason == "prompt_differs" and "hold(s) chunks 0-0 of this prompt" in chunks[1].detail
+    assert "tokens 4-7" in chunks[1].detail and chunks[2].reason == "prefix_broken"
+    a.eviction_runs = 1        # an eviction could have removed chunk 1: no longer confirmed
+    assert explain(fleet(a, b, held={"k0": ["node-a-0"]})).nodes[0].chunks[1].reason == "not_confirmed"
+    a.eviction_runs, a.server_state = 0, "dead"   # the holder of chunk 1 may have been a server now down
+    b.peers = []
+    assert explain(fleet(a, b, held={"k0": ["node-b-0"]})).nodes[0].chunks[1].reason == "holder_down"
 
 
 def test_a_holder_the_node_is_not_connected_to():

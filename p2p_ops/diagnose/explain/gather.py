@@ -215,13 +215,14 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
     clock.lap("key directory")
     for t in facts.targets:
         v = views.get(t)
-        if v and v.tokens and v.hashes() and not facts.placements.get(v.hashes()[0]) and not facts.directory_error:
-            near = near_first_chunk(fleet.coordinator_url, v, views)
+        missing = [i for i, h in enumerate(v.hashes() if v and v.tokens else []) if not facts.placements.get(h)]
+        if missing and not facts.directory_error:
+            near = near_first_chunk(fleet.coordinator_url, v, views) if missing[0] == 0 else None
             if near is None:
                 node, inst = fleet.instance(t)
                 near = near_saved_prompt(fleet.coordinator_url, fleet.model, ctx.engine_url(node, inst),
-                                         ctx.layout.tests, v.tokens[:v.inputs.chunk_size])
-            if near:
+                                         ctx.layout.tests, v.tokens, v.inputs.chunk_size)
+            if near and near["chunk"] == missing[0]:
                 facts.near[t] = near
     clock.lap("near-miss search")
     facts.timings = clock.laps

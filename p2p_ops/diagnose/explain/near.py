@@ -1,10 +1,11 @@
-"""A held chunk whose tokens nearly equal a prompt's first chunk: the evidence for "the prompt differs in its
-first chunk" (a timestamp, a user id or a changed system prompt at the start breaks every chained key).
+"""A held chunk whose tokens nearly equal one of the prompt's: the evidence for "the prompt differs at chunk k"
+(a timestamp, a user id or a changed sentence breaks that chunk's key and, since keys chain, every later one).
 
 Two sources, compared position by position: the token ids the coordinator's key directory keeps per chunk
 (LMCache binds them only on its lmcache-driven store path, i.e. vLLM on GPU; engine-driven CPU engines store
-none), and the prompts the fleet's test runs saved (prompts.jsonl), tokenized by the target's engine, whose
-first chunk the directory places somewhere.
+none), which only the first chunk can use (a later chunk's parent is not listed); and the prompts the fleet's
+test runs saved (prompts.jsonl), tokenized by the target's engine: a saved prompt that shares the first k chunks
+with this one, whose chunk k the directory places somewhere while this prompt's chunk k differs.
 """
 
 from __future__ import annotations
@@ -40,9 +41,16 @@ def closest(first: list[int], held: list[lmcache_api.DirectoryEntry]) -> Optiona
     if best is None:
         return None
     diff, entry = best
+    return _near(0, 0, first, entry.token_ids, entry)
+
+
+def _near(chunk: int, start: int, mine: list[int], theirs: list[int], entry: lmcache_api.DirectoryEntry) -> dict:
+    """The near match as explain reports it; positions are the prompt's token positions."""
+    diff = mismatches(mine, theirs)[:8]
     holders = sorted({p.instance_id for p in entry.placements})
-    return {"holder": ", ".join(holders), "positions": diff[:8], "mine": [first[i] for i in diff[:8]],
-            "theirs": [entry.token_ids[i] for i in diff[:8]], "key": entry.key.get("chunk_hash_hex", "")}
+    return {"chunk": chunk, "holder": ", ".join(holders), "positions": [start + i for i in diff],
+            "mine": [mine[i] for i in diff], "theirs": [theirs[i] for i in diff],
+            "key": entry.key.get("chunk_hash_hex", "")}
 
 
 def near_first_chunk(coordinator_url: str, target: InstanceView, views: dict[str, InstanceView]) -> Optional[dict]:
@@ -71,17 +79,21 @@ def _saved_texts(tests_dir: Path) -> list[tuple[str, str]]:
     return out[:SAVED_PROMPTS]
 
 
-def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_dir: Path,
-                      first: list[int]) -> Optional[dict]:
-    """A saved prompt whose first chunk nearly equals `first` and whose first chunk the directory places."""
+def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_dir: Path, tokens: list[int],
+                      cs: int) -> Optional[dict]:
+    """The saved prompt that shares the most leading chunks with `tokens` and whose next chunk, where `tokens`
+    differs, the directory places: the chunk where this prompt departs from one the fleet computed."""
+    best: Optional[dict] = None
     for label, text in _saved_texts(tests_dir):
-        tokens, _ = engine_api.tokenize(engine_url, model, text)
-        if not tokens or len(tokens) < len(first) or tokens[:len(first)] == first:
+        theirs, _ = engine_api.tokenize(engine_url, model, text)
+        diff = mismatches(tokens, theirs or [])
+        if not diff:
+            continue                                # the same prompt, or one is a prefix of the other
+        k = diff[0] // cs
+        if (k + 1) * cs > min(len(tokens), len(theirs)) or (best and best["chunk"] >= k):
             continue
-        entries = lmcache_api.directory_lookup_tokens(coordinator_url, model, tokens[:len(first)]) or []
-        if entries and entries[0].placements:
-            near = closest(first, [lmcache_api.DirectoryEntry(entries[0].key, entries[0].placements,
-                                                              tokens[:len(first)])])
-            if near:
-                return near | {"saved": label}
-    return None
+        entries = lmcache_api.directory_lookup_tokens(coordinator_url, model, theirs[:(k + 1) * cs]) or []
+        if len(entries) > k and entries[k].placements:
+            span = slice(k * cs, (k + 1) * cs)
+            best = _near(k, k * cs, tokens[span], theirs[span], entries[k]) | {"saved": label}
+    return best

@@ -9,7 +9,8 @@ Miss reasons, most specific first: the target's server or engine cannot ask (ser
 not_registered); a connected peer holds it but lookups time out (lookup_timeout); only peers the target is not
 connected to hold it (peer_not_connected); a peer holds the same tokens under other keys (keys_differ, naming
 the settings), or holds what its own engine made of the prompt (tokens_differ); the fleet holds a chunk whose
-tokens nearly match the first chunk (prompt_differs); the run that computed it says where, and that server
+tokens nearly match this one after the same parent, or holds the chunks before this one while nothing could
+have removed this one (prompt_differs: every later chunk misses too, as keys chain); the run that computed it says where, and that server
 stopped (holder_down) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and
 a different first chunk cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
 """
@@ -31,6 +32,9 @@ from p2p_ops.diagnose.explain.model import (
     NodeExplanation,
 )
 
+
+# Why one differing chunk makes every later one miss (LMCache's chunk key hashes the parent key with the tokens).
+CHAIN = "; each later chunk's key chains on this one's, so they miss even where their tokens match"
 
 # procs' pid-file states as an operator reads them.
 STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file names a gone process)",
@@ -106,15 +110,19 @@ def _evictions(v: InstanceView) -> str:
             f"(lmcache_mp_l1_eviction_loop_triggered), {v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
 
 
-def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
+def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, str]:
     """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
     near = facts.near.get(x.instance)
-    if near:
+    if near and near.get("chunk", 0) == c.index:
         saved = f" ({near['saved']})" if near.get("saved") else ""
+        where = "first chunk" if c.index == 0 else f"chunk {c.index} (after the same {c.index} chunk(s))"
         return "prompt_differs", (
-            f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's first chunk except at "
+            f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's {where} except at token "
             f"position(s) {near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs "
-            "in its first chunk, so every chained key differs")
+            f"there from what was computed{CHAIN}")
+    departs = _departs(facts, x, c)
+    if departs:
+        return departs
     w = facts.view(facts.computed_on) if facts.computed_on else None
     if w is not None and w.server_state != "running":
         return "holder_down", (f"{w.instance} computed this prompt (run {facts.run}), but its server is "
@@ -125,7 +133,7 @@ def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
                                f"{_evictions(w)}")
         return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
                             "(no eviction ran there: its server restarted, or the cache was cleared)")
-    down = [v for v in facts.instances if v.server_state != "running"]
+    down = _down(facts)
     if down:
         return "holder_down", ("no running server holds it; " + "; ".join(
             f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
@@ -142,6 +150,25 @@ def _gone(facts: ExplainFacts, x: InstanceView) -> tuple[str, str]:
             "tokens match). Explain the original prompt (or `--run` of the run that sent it): a server that "
             "still holds it rules out eviction")
     return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
+
+
+def _down(facts: ExplainFacts) -> list[InstanceView]:
+    return [v for v in facts.instances if v.server_state != "running"]
+
+
+def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[tuple[str, str]]:
+    """A running server holds the chunk before this one, and nothing could have removed this one (no eviction ran
+    anywhere, no server is down): the computed prompt never continued with these tokens."""
+    if c.index == 0:
+        return None
+    before = [p.instance_id for p in facts.placements.get(x.hashes()[c.index - 1], [])
+              if facts.view(p.instance_id) is not None and facts.view(p.instance_id).server_state == "running"]
+    if not before or _down(facts) or any(v.eviction_runs > 0 for v in facts.instances):
+        return None
+    return "prompt_differs", (
+        f"{', '.join(sorted(set(before)))} hold(s) chunks 0-{c.index - 1} of this prompt but no server holds chunk "
+        f"{c.index} (tokens {c.start}-{c.end - 1}), no eviction ran on any server and none is down: what was "
+        f"computed departs from this prompt at chunk {c.index} (or ended before it){CHAIN}")
 
 
 def _l1(v: InstanceView) -> str:
@@ -184,7 +211,7 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
     if copy:
         c.reason, c.detail = copy[0], copy[2]
         return
-    c.reason, c.detail = _gone(facts, x)
+    c.reason, c.detail = _gone(facts, x, c)
 
 
 def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
@@ -203,9 +230,11 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
     broken: Optional[int] = None
     for c in out.chunks:
         _chunk(facts, x, c)
-        if broken is not None and c.action in (HIT, PULL):
+        if broken is not None and (c.action in (HIT, PULL) or out.chunks[broken].reason == "prompt_differs"):
             c.action, c.reason = RECOMPUTE, "prefix_broken"
-            c.detail = f"LMCache serves only a prefix, and chunk {broken} is not served"
+            c.detail = (f"its key chains on chunk {broken}'s, which differs from what the fleet computed"
+                        if out.chunks[broken].reason == "prompt_differs" else
+                        f"LMCache serves only a prefix, and chunk {broken} is not served")
         if c.action == RECOMPUTE and broken is None:
             broken = c.index
     if len(x.tokens) % cs or not hashes:
