@@ -121,8 +121,7 @@ def _engine_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts
 def _inflight(status: dict, by_mq: dict[tuple[str, int], str]) -> dict:
     """One sample of what a server has in flight: lookup jobs it holds for peers, L1 read locks, its own
     prefetches, and the lookups it has in flight toward each peer."""
-    sm = status.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    l1 = lmcache_api.l1_manager(status)
     return {"t": time.monotonic(), "jobs": int(status.get("active_p2p_lookup_jobs") or 0),
             "read_locked": int(l1.get("read_locked_count") or 0),
             "prefetch": int(status.get("active_prefetch_jobs") or 0),

@@ -122,8 +122,7 @@ def _metric_load_throughput(ev: Evidence) -> list[Observation]:
 def _status_locks(ev: Evidence) -> list[Observation]:
     def one(iid: str, url: str) -> Observation:
         st = lmcache_api.server_status(url).raw
-        sm = st.get("storage_manager") or {}
-        l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+        l1 = lmcache_api.l1_manager(st)
         read_locked, jobs = int(l1.get("read_locked_count") or 0), int(st.get("active_p2p_lookup_jobs") or 0)
         detail = f"read_locked_count={read_locked}, active_p2p_lookup_jobs={jobs}"
         if read_locked or jobs:
