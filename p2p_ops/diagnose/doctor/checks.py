@@ -18,6 +18,7 @@ from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
+from p2p_ops.diagnose.rdma.check import FIXES
 from p2p_ops.facts.python_env import version_of
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
@@ -204,9 +205,7 @@ def _check_memlock(report: Report, facts: FleetFacts) -> None:
         if rdma:
             report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
                        f"{inst.instance}'s server may lock only {soft} bytes: RDMA memory registration of its L1 "
-                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)",
-                       "start the server with unlimited locked memory: `ulimit -l unlimited` (needs the hard "
-                       "limit), LimitMEMLOCK=infinity (systemd), --ulimit memlock=-1 (Docker)")
+                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)", FIXES["memlock"])
         else:
             report.add("info", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
                        "memlock is limited; fine for TCP/shared memory, RDMA registration would need it unlimited")
