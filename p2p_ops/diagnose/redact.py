@@ -62,24 +62,20 @@ class RedactionResult:
 
 # ------------------------------------------------------------------------------------------------ indexes
 
-@lru_cache(maxsize=4)
-def _newlines(text: str) -> list[int]:
-    return [m.start() for m in re.finditer("\n", text)]
-
-
-@lru_cache(maxsize=4)
-def _nuls(text: str) -> list[int]:
-    return [m.start() for m in re.finditer("\0", text)]
+@lru_cache(maxsize=16)
+def _index(text: str, pattern: str) -> list[int]:
+    """Where `pattern` matches in `text`, in order: built once per text, then searched with bisect."""
+    return [m.start() for m in re.finditer(pattern, text)]
 
 
 def _eol(text: str, i: int) -> int:
-    nl = _newlines(text)
+    nl = _index(text, "\n")
     k = bisect.bisect_left(nl, i)
     return nl[k] if k < len(nl) else len(text)
 
 
 def _line_start(text: str, i: int) -> int:
-    nl = _newlines(text)
+    nl = _index(text, "\n")
     k = bisect.bisect_left(nl, i)
     return nl[k - 1] + 1 if k else 0
 
@@ -110,16 +106,11 @@ def _quoted_end(text: str, i: int) -> int:
     return _eol(text, i)  # never closed: everything to the line's end may be part of it
 
 
-@lru_cache(maxsize=4)
-def _escaped_quotes(text: str) -> list[int]:
-    return [m.start() for m in re.finditer(r"\\'", text)]
-
-
 def _backslash_escapes_single(text: str, i: int) -> bool:
     # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
     if i > 0 and text[i - 1] == "$":
         return True
-    escaped = _escaped_quotes(text)
+    escaped = _index(text, r"\\'")
     k = bisect.bisect_left(escaped, i)
     return k < len(escaped) and escaped[k] < min(_eol(text, i), i + _MAX_QUOTED)
 
@@ -199,23 +190,23 @@ def yaml_value_end(text: str, i: int) -> int:
     return end
 
 
-def _token_end(text: str, i: int) -> int:
-    j = i
-    while j < len(text) and not (text[j].isspace() or text[j] in "\"'<>,;)}]&\\`|\0"):
-        j += 1
-    return j
+def _until(stops: str) -> Callable[[str, int], int]:
+    """A scanner for a bare value: it ends at whitespace or at any of `stops`."""
+    def end(text: str, i: int) -> int:
+        j = i
+        while j < len(text) and not (text[j].isspace() or text[j] in stops):
+            j += 1
+        return j
+    return end
 
 
-def _query_end(text: str, i: int) -> int:
-    j = i
-    while j < len(text) and not (text[j].isspace() or text[j] in "&#\"'<>`|;\0"):
-        j += 1
-    return j
+_token_end = _until("\"'<>,;)}]&\\`|\0")
+_query_end = _until("&#\"'<>`|;\0")
 
 
 def _record_end(text: str, i: int) -> int:
     """An environ record's value: to the next NUL (or the line's end): spaces and quotes are part of it."""
-    nul = _nuls(text)
+    nul = _index(text, "\0")
     k = bisect.bisect_left(nul, i)
     return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
 
@@ -328,18 +319,13 @@ RULES: tuple[Rule, ...] = (
     Rule("secret_flag", re.compile(r"(?<![\w-])--(?P<n>[A-Za-z0-9][A-Za-z0-9_-]{0,100})(?:=|[ \t]+)(?P<s>[^\s-])"),
          shell_word_end, _named, needles=("--",)),
 )
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _PEM_WINDOW = 1 << 20
-
-
-@lru_cache(maxsize=4)
-def _pem_ends(text: str) -> list[int]:
-    return [m.start() for m in _PEM_END.finditer(text)]
 
 
 def _pem_end(text: str, i: int) -> int | None:
     """Where the block whose body starts at i ends (its END line), when that is near enough to be one."""
-    ends = _pem_ends(text)
+    ends = _index(text, _PEM_END)
     k = bisect.bisect_left(ends, i)
     return ends[k] if k < len(ends) and ends[k] - i <= _PEM_WINDOW else None
 
