@@ -12,13 +12,8 @@ YAML/header value to the end of the line or of its block scalar, a URL query val
 record to its NUL). Cutting a value at the first quote, `#` or `,` is how tails of secrets used to leak. Spans
 found by several rules are merged, never dropped, so the widest reading wins.
 
-Detected: PEM private-key blocks (also JSON-escaped and truncated ones), JWTs, known token prefixes (`sk-`,
-`hf_`, `ghp_`/`github_pat_`, `glpat-`, `xox?-`, `nvapi-`, `AKIA`/`ASIA`, `AIza`, `ya29.`, `npm_`, `pypi-`, Stripe,
-...); `Authorization` headers of any scheme, `Cookie`/`Set-Cookie`, bearer tokens; URL userinfo and secret query
-keys, Slack/Discord webhook paths; assignments (env, shell, YAML incl. block and folded scalars, JSON, Python
-reprs, INI, NUL-separated environ) whose name says secret (`redact_names.is_secret_name`); CLI flags of such
-names and the short flags of common clients (`mysql -pX`, `redis-cli -a X`, `curl -u user:X`, `ldapsearch -w X`,
-`sshpass -p X`, `sqlcmd -P X`, `openssl -passin pass:X`, `keytool -storepass X`, ...); `.netrc` entries.
+What is detected is `RULES` (PEM blocks, token prefixes, JWTs, auth headers and cookies, URL secrets, webhook
+paths, assignments and flags whose name says secret, the password flags of common clients) and `.netrc` entries.
 The toolkit's own diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not
 shown)") are left alone. Only the value is replaced (a value that is exactly one quoted string keeps its
 quotes), so files stay readable.

@@ -2,8 +2,7 @@
 
 Settings that must agree across peers, the hash fallback, ports (free before launch, listening after), binds
 wider than the node allows, UCX_TLS, and for a running fleet: processes, coordinator membership, reachability
-and memlock. Add a check: a `_check_*` function over `FleetFacts`, called in `check`, with a unit test on
-hand-built facts.
+and memlock.
 """
 
 from __future__ import annotations
