@@ -14,8 +14,6 @@ class ServerStatus:
     """The P2P-relevant part of an lmcache server's /status."""
 
     reachable: bool
-    healthy: bool = False
-    p2p_enabled: bool = False
     p2p_state: str = "unknown"
     peer_count: int = 0
     peers: list[str] = field(default_factory=list)
@@ -44,8 +42,6 @@ def parse_server_status(body: Optional[dict]) -> ServerStatus:
     adapters = [a for a in sm.get("l2_adapters") or [] if isinstance(a, dict) and a.get("type") == "P2PL2Adapter"]
     return ServerStatus(
         reachable=True,
-        healthy=bool(body.get("is_healthy")),
-        p2p_enabled=bool(body.get("p2p_enabled")),
         p2p_state=str(body.get("p2p_state", "unknown")),
         peer_count=int(body.get("p2p_peer_count") or 0),
         peers=list(body.get("p2p_peers") or []),
