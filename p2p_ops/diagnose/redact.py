@@ -282,8 +282,9 @@ RULES: tuple[Rule, ...] = (
     Rule("url_query_secret", re.compile(r"[?&;]" + _NAME + r"=(?P<s>[^&#\s\"'<>]+)"), _query_end,
          lambda m: is_secret_name(m.group("n")) or m.group("n").lower() in {"key", "sig", "code", "signature"},
          needles=("=",)),
-    Rule("webhook_url", re.compile(r"(?:hooks\.slack\.com/(?:services|workflows|triggers)|discord(?:app)?\.com/api/"
-                                   r"webhooks)/(?P<s>[A-Za-z0-9/_-]+)"), _token_end, needles=("hooks.slack", "discord")),
+    Rule("webhook_url", re.compile(r"(?:hooks\.slack\.com/(?:services|workflows|triggers)"
+                                   r"|discord(?:app)?\.com/api/webhooks)/(?P<s>[A-Za-z0-9/_-]+)"), _token_end,
+         needles=("hooks.slack", "discord")),
     Rule("mysql_password", re.compile(
         rf"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport)\b{_TOOL_SPAN}-p(?P<s>[^\s-])"),
         shell_word_end, needles=("mysql", "mariadb")),

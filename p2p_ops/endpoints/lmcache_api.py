@@ -97,7 +97,8 @@ class DirectoryEntry:
 
 def _entry(raw: dict) -> DirectoryEntry:
     placements = [Placement(str(p.get("instance_id", "")), str(p.get("tier", "")), str(p.get("backend", "")),
-                            int(p.get("size_bytes") or 0)) for p in raw.get("placements") or [] if isinstance(p, dict)]
+                            int(p.get("size_bytes") or 0))
+                  for p in raw.get("placements") or [] if isinstance(p, dict)]
     return DirectoryEntry(raw.get("key") or {}, placements, list(raw.get("token_ids") or []),
                           int(raw.get("access_count") or 0))
 

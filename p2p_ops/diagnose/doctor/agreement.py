@@ -110,7 +110,8 @@ def check_agreement(report: Report, facts: FleetFacts) -> None:
         sp = split(values)
         subject = names_of(sp.odd) if sp.odd and not sp.tie else names_of(values)
         odd = (f" {names_of(sp.odd)} {'is the odd one' if len(sp.odd) == 1 else 'are the odd ones'} out "
-               f"({names_of(dict.fromkeys(sp.majority))} use {sp.majority_value})." if sp.odd and not sp.tie else "")
+               f"({names_of(dict.fromkeys(sp.majority))} use {sp.majority_value})."
+               if sp.odd and not sp.tie else "")
         report.add(severity, f"agree:{key}", subject, pairs(values),
                    f"{key} differs across peers (read from {', '.join(sources)}).{odd}{note}",
                    smallest_fix(facts, key, values))
