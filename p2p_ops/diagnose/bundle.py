@@ -31,6 +31,7 @@ import re
 import tarfile
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -158,9 +159,7 @@ class BundleWriter:
         self.unreachable.append(Unreachable(what, source, redact_text(str(error), "manifest").text[:500]))
 
     def manifest(self, extra: dict) -> dict:
-        by_kind: dict[str, int] = {}
-        for r in self.redactions:
-            by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
+        by_kind = dict(Counter(r.kind for r in self.redactions))
         return {
             "format": FORMAT, **extra,
             "files": [asdict(e) for e in self.entries],
@@ -245,18 +244,13 @@ def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: st
 
 
 def _add_http(w: BundleWriter, url: str, dest: str, what: str, as_json: bool) -> None:
-    if as_json:
-        body = fetch.get_json(url)
-        if body is None:
-            w.missing(what, url, "no answer (process stopped or endpoint missing)")
-        else:
-            w.add_json(dest, body, what, url)
-        return
-    text = fetch.get_text(url)
-    if text is None:
+    body = fetch.get_json(url) if as_json else fetch.get_text(url)
+    if body is None:
         w.missing(what, url, "no answer (process stopped or endpoint missing)")
+    elif as_json:
+        w.add_json(dest, body, what, url)
     else:
-        w.add_text(dest, text, what, url)
+        w.add_text(dest, body, what, url)
 
 
 def _jsonable(value: Any) -> Any:

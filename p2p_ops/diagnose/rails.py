@@ -28,20 +28,27 @@ from p2p_ops.facts.sysfs_ib import read_ib_devices
 
 
 @dataclass
-class RailCounter:
+class RailUsage:
+    """A rail's byte counters: since boot in a `Snapshot`, over a window in `diff`'s answer."""
+
     name: str
     kind: str  # "rdma" (an RDMA port) or "net" (a network interface)
     tx_bytes: int
     rx_bytes: int
     netdev: str = ""
     link_layer: str = ""
+    reset: bool = False  # the counter went backwards in the window (reset or wrapped): its bytes are unknown
+
+    @property
+    def total(self) -> int:
+        return self.tx_bytes + self.rx_bytes
 
 
 @dataclass
 class Snapshot:
     host: str
     taken_at: float
-    counters: dict[str, RailCounter] = field(default_factory=dict)
+    counters: dict[str, RailUsage] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,11 +66,11 @@ class Snapshot:
         return cls(str(data.get("host", "")), float(taken), counters)
 
 
-def _counter(name: str, value: Any) -> RailCounter:
+def _counter(name: str, value: Any) -> RailUsage:
     if not isinstance(value, dict):
         raise ValueError(f"counters.{name}: expected an object with name, kind, tx_bytes and rx_bytes")
     try:
-        counter = RailCounter(**value)
+        counter = RailUsage(**value)
     except TypeError as exc:
         raise ValueError(f"counters.{name}: {exc}") from None
     for key in ("tx_bytes", "rx_bytes"):
@@ -82,33 +89,19 @@ def snapshot(sysfs_root: Path = Path("/sys"), host: str | None = None) -> Snapsh
                 continue
             netdev = next((g.ndev for g in port.gids if g.ndev), "")
             name = f"{dev.name}:{port.port}"
-            snap.counters[name] = RailCounter(name, "rdma", tx * IB_WORD_BYTES, rx * IB_WORD_BYTES, netdev,
+            snap.counters[name] = RailUsage(name, "rdma", tx * IB_WORD_BYTES, rx * IB_WORD_BYTES, netdev,
                                               port.link_layer)
     for nd in read_netdevs(sysfs_root):
         if nd.tx_bytes is not None and nd.rx_bytes is not None:
-            snap.counters[nd.name] = RailCounter(nd.name, "net", nd.tx_bytes, nd.rx_bytes)
+            snap.counters[nd.name] = RailUsage(nd.name, "net", nd.tx_bytes, nd.rx_bytes)
     return snap
 
 
 def read_snapshot(conn, host: str = "") -> Snapshot:
     """The same counters read on any node through its connector (the `rail_counters` fact, one command)."""
     taken = time.time()
-    counters = {n: RailCounter(n, c.kind, c.tx_bytes, c.rx_bytes) for n, c in read_fact(conn, RAIL_COUNTERS).items()}
+    counters = {n: RailUsage(n, c.kind, c.tx_bytes, c.rx_bytes) for n, c in read_fact(conn, RAIL_COUNTERS).items()}
     return Snapshot(host or conn.host, taken, counters)
-
-
-@dataclass
-class RailUsage:
-    name: str
-    kind: str
-    tx_bytes: int
-    rx_bytes: int
-    netdev: str = ""
-    reset: bool = False
-
-    @property
-    def total(self) -> int:
-        return self.tx_bytes + self.rx_bytes
 
 
 def diff(before: Snapshot, after: Snapshot) -> list[RailUsage]:
@@ -120,7 +113,7 @@ def diff(before: Snapshot, after: Snapshot) -> list[RailUsage]:
             continue
         dtx, drx = new.tx_bytes - old.tx_bytes, new.rx_bytes - old.rx_bytes
         reset = dtx < 0 or drx < 0
-        usage.append(RailUsage(name, new.kind, max(dtx, 0), max(drx, 0), new.netdev, reset))
+        usage.append(RailUsage(name, new.kind, max(dtx, 0), max(drx, 0), new.netdev, new.link_layer, reset))
     return usage
 
 

@@ -12,13 +12,8 @@ YAML/header value to the end of the line or of its block scalar, a URL query val
 record to its NUL). Cutting a value at the first quote, `#` or `,` is how tails of secrets used to leak. Spans
 found by several rules are merged, never dropped, so the widest reading wins.
 
-Detected: PEM private-key blocks (also JSON-escaped and truncated ones), JWTs, known token prefixes (`sk-`,
-`hf_`, `ghp_`/`github_pat_`, `glpat-`, `xox?-`, `nvapi-`, `AKIA`/`ASIA`, `AIza`, `ya29.`, `npm_`, `pypi-`, Stripe,
-...); `Authorization` headers of any scheme, `Cookie`/`Set-Cookie`, bearer tokens; URL userinfo and secret query
-keys, Slack/Discord webhook paths; assignments (env, shell, YAML incl. block and folded scalars, JSON, Python
-reprs, INI, NUL-separated environ) whose name says secret (`redact_names.is_secret_name`); CLI flags of such
-names and the short flags of common clients (`mysql -pX`, `redis-cli -a X`, `curl -u user:X`, `ldapsearch -w X`,
-`sshpass -p X`, `sqlcmd -P X`, `openssl -passin pass:X`, `keytool -storepass X`, ...); `.netrc` entries.
+What is detected is `RULES` (PEM blocks, token prefixes, JWTs, auth headers and cookies, URL secrets, webhook
+paths, assignments and flags whose name says secret, the password flags of common clients) and `.netrc` entries.
 The toolkit's own diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not
 shown)") are left alone. Only the value is replaced (a value that is exactly one quoted string keeps its
 quotes), so files stay readable.
@@ -62,24 +57,20 @@ class RedactionResult:
 
 # ------------------------------------------------------------------------------------------------ indexes
 
-@lru_cache(maxsize=4)
-def _newlines(text: str) -> list[int]:
-    return [m.start() for m in re.finditer("\n", text)]
-
-
-@lru_cache(maxsize=4)
-def _nuls(text: str) -> list[int]:
-    return [m.start() for m in re.finditer("\0", text)]
+@lru_cache(maxsize=16)
+def _index(text: str, pattern: str) -> list[int]:
+    """Where `pattern` matches in `text`, in order: built once per text, then searched with bisect."""
+    return [m.start() for m in re.finditer(pattern, text)]
 
 
 def _eol(text: str, i: int) -> int:
-    nl = _newlines(text)
+    nl = _index(text, "\n")
     k = bisect.bisect_left(nl, i)
     return nl[k] if k < len(nl) else len(text)
 
 
 def _line_start(text: str, i: int) -> int:
-    nl = _newlines(text)
+    nl = _index(text, "\n")
     k = bisect.bisect_left(nl, i)
     return nl[k - 1] + 1 if k else 0
 
@@ -110,16 +101,11 @@ def _quoted_end(text: str, i: int) -> int:
     return _eol(text, i)  # never closed: everything to the line's end may be part of it
 
 
-@lru_cache(maxsize=4)
-def _escaped_quotes(text: str) -> list[int]:
-    return [m.start() for m in re.finditer(r"\\'", text)]
-
-
 def _backslash_escapes_single(text: str, i: int) -> bool:
     # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
     if i > 0 and text[i - 1] == "$":
         return True
-    escaped = _escaped_quotes(text)
+    escaped = _index(text, r"\\'")
     k = bisect.bisect_left(escaped, i)
     return k < len(escaped) and escaped[k] < min(_eol(text, i), i + _MAX_QUOTED)
 
@@ -199,23 +185,23 @@ def yaml_value_end(text: str, i: int) -> int:
     return end
 
 
-def _token_end(text: str, i: int) -> int:
-    j = i
-    while j < len(text) and not (text[j].isspace() or text[j] in "\"'<>,;)}]&\\`|\0"):
-        j += 1
-    return j
+def _until(stops: str) -> Callable[[str, int], int]:
+    """A scanner for a bare value: it ends at whitespace or at any of `stops`."""
+    def end(text: str, i: int) -> int:
+        j = i
+        while j < len(text) and not (text[j].isspace() or text[j] in stops):
+            j += 1
+        return j
+    return end
 
 
-def _query_end(text: str, i: int) -> int:
-    j = i
-    while j < len(text) and not (text[j].isspace() or text[j] in "&#\"'<>`|;\0"):
-        j += 1
-    return j
+_token_end = _until("\"'<>,;)}]&\\`|\0")
+_query_end = _until("&#\"'<>`|;\0")
 
 
 def _record_end(text: str, i: int) -> int:
     """An environ record's value: to the next NUL (or the line's end): spaces and quotes are part of it."""
-    nul = _nuls(text)
+    nul = _index(text, "\0")
     k = bisect.bisect_left(nul, i)
     return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
 
@@ -296,10 +282,9 @@ RULES: tuple[Rule, ...] = (
     Rule("url_query_secret", re.compile(r"[?&;]" + _NAME + r"=(?P<s>[^&#\s\"'<>]+)"), _query_end,
          lambda m: is_secret_name(m.group("n")) or m.group("n").lower() in {"key", "sig", "code", "signature"},
          needles=("=",)),
-    Rule("webhook_url", re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_-]+)"),
-         _token_end, needles=("hooks.slack",)),
-    Rule("webhook_url", re.compile(r"discord(?:app)?\.com/api/webhooks/(?P<s>[A-Za-z0-9/_-]+)"), _token_end,
-         needles=("discord",)),
+    Rule("webhook_url", re.compile(r"(?:hooks\.slack\.com/(?:services|workflows|triggers)"
+                                   r"|discord(?:app)?\.com/api/webhooks)/(?P<s>[A-Za-z0-9/_-]+)"), _token_end,
+         needles=("hooks.slack", "discord")),
     Rule("mysql_password", re.compile(
         rf"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport)\b{_TOOL_SPAN}-p(?P<s>[^\s-])"),
         shell_word_end, needles=("mysql", "mariadb")),
@@ -328,18 +313,13 @@ RULES: tuple[Rule, ...] = (
     Rule("secret_flag", re.compile(r"(?<![\w-])--(?P<n>[A-Za-z0-9][A-Za-z0-9_-]{0,100})(?:=|[ \t]+)(?P<s>[^\s-])"),
          shell_word_end, _named, needles=("--",)),
 )
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _PEM_WINDOW = 1 << 20
-
-
-@lru_cache(maxsize=4)
-def _pem_ends(text: str) -> list[int]:
-    return [m.start() for m in _PEM_END.finditer(text)]
 
 
 def _pem_end(text: str, i: int) -> int | None:
     """Where the block whose body starts at i ends (its END line), when that is near enough to be one."""
-    ends = _pem_ends(text)
+    ends = _index(text, _PEM_END)
     k = bisect.bisect_left(ends, i)
     return ends[k] if k < len(ends) and ends[k] - i <= _PEM_WINDOW else None
 

@@ -2,8 +2,7 @@
 
 A fleet with `api_key` registers it for each of its engine URLs when it is loaded; readiness, the test harness,
 the monitor and the doctor then send `Authorization: Bearer <key>` to those engines (and only to them: the
-lmcache servers, the coordinator and Prometheus never see it). The key is never printed: `describe()` says
-whether one is set, not what it is.
+lmcache servers, the coordinator and Prometheus never see it).
 """
 
 from __future__ import annotations
@@ -30,7 +29,3 @@ def headers(url: str) -> dict[str, str]:
     """The headers a request to `url` needs (empty unless a key is registered for that engine)."""
     key = _keys.get(_base(url))
     return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def describe(key: str) -> str:
-    return "set (not shown)" if key else "none"

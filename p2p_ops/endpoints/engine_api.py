@@ -8,18 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import requests
-
-from p2p_ops.endpoints import auth, fetch
+from p2p_ops.endpoints import fetch
 from p2p_ops.endpoints.metrics_api import parse_metrics
 
 
 def engine_healthy(engine_url: str) -> bool:
-    try:
-        return requests.get(engine_url.rstrip("/") + "/health", timeout=fetch.TIMEOUT,
-                            headers=auth.headers(engine_url)).status_code == 200
-    except requests.RequestException:
-        return False
+    return fetch.answers(engine_url.rstrip("/") + "/health")
 
 
 def engine_lmcache_state(engine_url: str) -> str:
@@ -43,12 +37,9 @@ def served_models(body: Any) -> list[str]:
 
 def vllm_ready(url: str, model: Optional[str] = None) -> bool:
     """`GET /health` is 200 and `GET /v1/models` lists a model (`model`, when given)."""
-    try:
-        # vLLM started with --api-key guards /v1/models: without the key `up` would wait out its 900 s.
-        if requests.get(url.rstrip("/") + "/health", timeout=fetch.TIMEOUT, headers=auth.headers(url)).status_code != 200:
-            return False
-    except requests.RequestException:
+    if not engine_healthy(url):
         return False
+    # vLLM started with --api-key guards /v1/models: `fetch` sends the key, else `up` would wait out its 900 s.
     models = served_models(fetch.get_json(url.rstrip("/") + "/v1/models", timeout=fetch.TIMEOUT))
     return bool(models) and (model is None or model in models)
 

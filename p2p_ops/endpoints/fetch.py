@@ -14,53 +14,48 @@ from p2p_ops.endpoints import auth
 TIMEOUT = 3.0
 
 
-def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
-    """GET and decode JSON; None when nothing answers or the answer is not a 200 JSON body."""
-    try:
-        resp = requests.get(url, timeout=timeout, headers=auth.headers(url))
-        if resp.status_code != 200:
-            return None
-        return resp.json()
-    except (requests.RequestException, ValueError):
-        return None
-
-
-def post_json(url: str, body: Any, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
-    """POST JSON; (status code, decoded body or None). Status 0: nothing answered. For read-only routes only
-    (the coordinator's /directory/lookup, an engine's /tokenize): the toolkit never changes a fleet over HTTP."""
-    try:
-        resp = requests.post(url, json=body, timeout=timeout, headers=auth.headers(url))
-    except requests.RequestException:
+def _answer(resp: Optional[requests.Response]) -> tuple[int, Optional[Any]]:
+    if resp is None:
         return 0, None
     try:
         return resp.status_code, resp.json()
     except ValueError:
         return resp.status_code, None
+
+
+def _get(url: str, timeout: float) -> Optional[requests.Response]:
+    try:
+        return requests.get(url, timeout=timeout, headers=auth.headers(url))
+    except requests.RequestException:
+        return None
 
 
 def get_answer(url: str, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
-    """GET; (status code, decoded JSON body or None), so a caller can say why a route refused (4xx/5xx)."""
+    """GET; (status code, decoded JSON body or None), so a caller can say why a route refused (4xx/5xx).
+    Status 0: nothing answered."""
+    return _answer(_get(url, timeout))
+
+
+def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
+    code, body = get_answer(url, timeout)
+    return body if code == 200 else None
+
+
+def post_json(url: str, body: Any, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
+    """POST JSON, answered as `get_answer`. For read-only routes only (the coordinator's /directory/lookup, an
+    engine's /tokenize): the toolkit never changes a fleet over HTTP."""
     try:
-        resp = requests.get(url, timeout=timeout, headers=auth.headers(url))
+        return _answer(requests.post(url, json=body, timeout=timeout, headers=auth.headers(url)))
     except requests.RequestException:
         return 0, None
-    try:
-        return resp.status_code, resp.json()
-    except ValueError:
-        return resp.status_code, None
 
 
 def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
-    try:
-        resp = requests.get(url, timeout=timeout, headers=auth.headers(url))
-        return resp.text if resp.status_code == 200 else None
-    except requests.RequestException:
-        return None
+    resp = _get(url, timeout)
+    return resp.text if resp is not None and resp.status_code == 200 else None
 
 
 def answers(url: str, timeout: float = TIMEOUT) -> bool:
     """GET answers 200 (a health or readiness route)."""
-    try:
-        return requests.get(url, timeout=timeout, headers=auth.headers(url)).status_code == 200
-    except requests.RequestException:
-        return False
+    resp = _get(url, timeout)
+    return resp is not None and resp.status_code == 200

@@ -14,8 +14,6 @@ class ServerStatus:
     """The P2P-relevant part of an lmcache server's /status."""
 
     reachable: bool
-    healthy: bool = False
-    p2p_enabled: bool = False
     p2p_state: str = "unknown"
     peer_count: int = 0
     peers: list[str] = field(default_factory=list)
@@ -27,19 +25,23 @@ class ServerStatus:
     raw: dict = field(default_factory=dict)
 
 
+def l1_manager(status: dict) -> dict:
+    """The L1 manager's part of a /status: `l1_manager` (0.5.6) or the default of `l1_managers`."""
+    sm = status.get("storage_manager") or {}
+    return sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+
+
 def parse_server_status(body: Optional[dict]) -> ServerStatus:
     if not isinstance(body, dict):
         return ServerStatus(reachable=False)
     sm = body.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    l1 = l1_manager(body)
     used, total = l1.get("memory_used_bytes", 0), l1.get("memory_total_bytes", 0)
     if isinstance(sm.get("l1_usage"), list) and len(sm["l1_usage"]) == 2:
         used, total = sm["l1_usage"]
     adapters = [a for a in sm.get("l2_adapters") or [] if isinstance(a, dict) and a.get("type") == "P2PL2Adapter"]
     return ServerStatus(
         reachable=True,
-        healthy=bool(body.get("is_healthy")),
-        p2p_enabled=bool(body.get("p2p_enabled")),
         p2p_state=str(body.get("p2p_state", "unknown")),
         peer_count=int(body.get("p2p_peer_count") or 0),
         peers=list(body.get("p2p_peers") or []),
@@ -93,17 +95,19 @@ class DirectoryEntry:
     access_count: int = 0
 
 
-def _placements(raw: object) -> list[Placement]:
-    return [Placement(str(p.get("instance_id", "")), str(p.get("tier", "")), str(p.get("backend", "")),
-                      int(p.get("size_bytes") or 0)) for p in raw or [] if isinstance(p, dict)]
+def _entry(raw: dict) -> DirectoryEntry:
+    placements = [Placement(str(p.get("instance_id", "")), str(p.get("tier", "")), str(p.get("backend", "")),
+                            int(p.get("size_bytes") or 0))
+                  for p in raw.get("placements") or [] if isinstance(p, dict)]
+    return DirectoryEntry(raw.get("key") or {}, placements, list(raw.get("token_ids") or []),
+                          int(raw.get("access_count") or 0))
 
 
 def parse_directory_lookup(body: object) -> Optional[list[DirectoryEntry]]:
     """`POST /directory/lookup`'s `{"chunks": n, "results": [{key, placements, token_ids, access_count}]}`."""
     if not isinstance(body, dict) or not isinstance(body.get("results"), list):
         return None
-    return [DirectoryEntry(r.get("key") or {}, _placements(r.get("placements")), list(r.get("token_ids") or []),
-                           int(r.get("access_count") or 0)) for r in body["results"] if isinstance(r, dict)]
+    return [_entry(r) for r in body["results"] if isinstance(r, dict)]
 
 
 def directory_lookup(coordinator_url: str, keys: list[dict]) -> tuple[Optional[list[DirectoryEntry]], str]:
@@ -132,8 +136,7 @@ def directory_keys(coordinator_url: str, instance_id: str = "", tier: str = "l1"
         body = get_json(url)
         if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
             return out or None
-        page = [DirectoryEntry(k.get("key") or {}, _placements(k.get("placements")), [],
-                               int(k.get("access_count") or 0)) for k in body["keys"] if isinstance(k, dict)]
+        page = [_entry(k) for k in body["keys"] if isinstance(k, dict)]
         out += page
         if not page or len(out) >= int(body.get("total") or 0):
             return out
@@ -195,9 +198,5 @@ def directory_held_chunks(coordinator_url: str, model: str, token_ids: list[int]
     entries = directory_lookup_tokens(coordinator_url, model, token_ids, world_size)
     if entries is None:
         return None
-    held = 0
-    for e in entries:
-        if not e.placements:
-            break
-        held += 1
+    held = next((n for n, e in enumerate(entries) if not e.placements), len(entries))
     return held // max(1, world_size)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.diagnose.rdma.inputs import gather_rdma
+from p2p_ops.diagnose.rdma.check import gather_rdma
 from p2p_ops.facts.host_view import HostView
 from p2p_ops.facts.ib_model import IbDevice, IbPort
 from p2p_ops.facts.sysfs_ib import parse_sysfs_ib_grep

@@ -9,7 +9,7 @@ from p2p_ops.lifecycle import status as fleet_status
 
 
 def report(link: str, healthy: bool = True, engine_proc: str = "running") -> fleet_status.InstanceReport:
-    st = lmcache_api.ServerStatus(reachable=True, healthy=True, p2p_enabled=True, p2p_state="registered", peer_count=1)
+    st = lmcache_api.ServerStatus(reachable=True, p2p_state="registered", peer_count=1)
     return fleet_status.InstanceReport("node-a", "node-a-0", "running", engine_proc, st, healthy, "http://s",
                                        "http://e", link)
 

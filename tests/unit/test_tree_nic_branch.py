@@ -14,7 +14,7 @@ import pytest
 from p2p_ops.diagnose.doctor.checks import check
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
-from p2p_ops.diagnose.rdma.inputs import gather_rdma
+from p2p_ops.diagnose.rdma.check import gather_rdma
 from p2p_ops.diagnose.tree import evidence, model, render, walk
 from p2p_ops.facts.host_view import HostView
 

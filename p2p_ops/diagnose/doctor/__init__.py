@@ -1,17 +1,8 @@
 """Fleet doctor (`p2pctl doctor`): is this fleet able to share, and if not, which peer is wrong and how to fix it.
 
-Two halves, so the judgement is testable without a fleet:
-
-- `gather(ctx)` reads the fleet (impure, bounded): every instance's env.sh, the state and environment of each
-  server process, its `/proc/<pid>/limits`, `/status`, `/config`, `/lmc_version`,
-  the `Computed NONE_HASH=` line of its log, the coordinator's `/healthz` and `/instances`, package versions from
-  each node's interpreter, listening sockets, RDMA device count, and TCP connects from every node to every
-  advertised P2P URL, mq port and the coordinator (through each node's connector, so over SSH too).
-- `check(facts)` is pure and turns `FleetFacts` into a `findings.Report`: settings that must agree across
-  peers, coordinator membership, reachability, ports (free before launch, listening after), memlock, UCX_TLS.
-
-Modules: `model` (the facts), `peers` (what each peer uses for every must-agree key), `checks` (the judgement),
-`gather` (the reading).
+Two halves, so the judgement is testable without a fleet: `gather(ctx)` reads the fleet (impure, bounded; its
+module says what it reads) into `FleetFacts` (`model`); `check(facts)` is pure and turns them into a
+`findings.Report`. `peers` says what each peer uses for every must-agree key, and where it was read.
 
 A stopped fleet gets the pre-launch checks (env.sh agreement, ports free). Exit codes come from the report:
 0 healthy, 1 findings, 2 could not check. Add a check: a `_check_*` function over `FleetFacts`, called in

@@ -28,11 +28,11 @@ ENGINE_KEYS = ("model", "engine_model", "world_size", "vllm_block_size", "vllm_p
                "vllm_kv_cache_dtype", "vllm_model", "vllm_revision")
 
 
-def _names(values: dict[str, object]) -> str:
+def names_of(values: dict[str, object]) -> str:
     return ", ".join(sorted(values))
 
 
-def _shown(values: dict[str, str]) -> str:
+def pairs(values: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
@@ -81,10 +81,10 @@ def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tup
     real = {name: obs.get("hash_algorithm", ("blake3", ""))[0] for name, obs in per_inst.items()}
     fallback = sorted(i.instance for i in facts.instances if i.hash_fallback)
     if facts.runtime != "vllm" and not fallback and all(alg == "blake3" for alg in real.values()):
-        return "warn", (" Harmless today: every instance hashes with blake3 (" + _shown(real) + "), which does "
+        return "warn", (" Harmless today: every instance hashes with blake3 (" + pairs(real) + "), which does "
                         "not use PYTHONHASHSEED; keep them equal anyway, other hash algorithms depend on it.")
     why = (f" {', '.join(fallback)} hash(es) with Python's builtin hash (LMCache could not load the algorithm from "
-           "vLLM)" if fallback else f" hash algorithms in use: {_shown(real)}")
+           "vLLM)" if fallback else f" hash algorithms in use: {pairs(real)}")
     return "error", (f"{why}: every chunk hash depends on the seed, so these peers share nothing (zero cached "
                      "tokens, no error).")
 
@@ -108,10 +108,11 @@ def check_agreement(report: Report, facts: FleetFacts) -> None:
         if key == "PYTHONHASHSEED":
             severity, note = _seed_mismatch_severity(facts, per_inst)
         sp = split(values)
-        subject = _names(sp.odd) if sp.odd and not sp.tie else _names(values)
-        odd = (f" {_names(sp.odd)} {'is the odd one' if len(sp.odd) == 1 else 'are the odd ones'} out "
-               f"({_names(dict.fromkeys(sp.majority))} use {sp.majority_value})." if sp.odd and not sp.tie else "")
-        report.add(severity, f"agree:{key}", subject, _shown(values),
+        subject = names_of(sp.odd) if sp.odd and not sp.tie else names_of(values)
+        odd = (f" {names_of(sp.odd)} {'is the odd one' if len(sp.odd) == 1 else 'are the odd ones'} out "
+               f"({names_of(dict.fromkeys(sp.majority))} use {sp.majority_value})."
+               if sp.odd and not sp.tie else "")
+        report.add(severity, f"agree:{key}", subject, pairs(values),
                    f"{key} differs across peers (read from {', '.join(sources)}).{odd}{note}",
                    smallest_fix(facts, key, values))
     report.facts["agreed"] = agreed

@@ -2,8 +2,7 @@
 
 Settings that must agree across peers, the hash fallback, ports (free before launch, listening after), binds
 wider than the node allows, UCX_TLS, and for a running fleet: processes, coordinator membership, reachability
-and memlock. Add a check: a `_check_*` function over `FleetFacts`, called in `check`, with a unit test on
-hand-built facts.
+and memlock.
 """
 
 from __future__ import annotations
@@ -11,13 +10,14 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional
 
-from p2p_ops.diagnose.doctor.agreement import check_agreement, restart
+from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
 from p2p_ops.diagnose.doctor.engines import check_engines, check_kv_events
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
+from p2p_ops.diagnose.rdma.check import FIXES
 from p2p_ops.facts.python_env import version_of
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
@@ -30,14 +30,6 @@ _RDMA_TLS = _NET_TLS - {"tcp", "all"}
 _CUDA_TLS = {"cuda", "cuda_copy", "cuda_ipc", "gdr_copy"}
 
 
-def _names(values: dict[str, object]) -> str:
-    return ", ".join(sorted(values))
-
-
-def _shown(values: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
-
-
 # ---- checks ----------------------------------------------------------------------------------------------
 
 def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
@@ -45,7 +37,7 @@ def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
     NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
     fell = {i.instance: i.hash_fallback for i in facts.instances if i.hash_fallback}
     if fell:
-        report.add("error", "hash:builtin_fallback", _names(fell), _shown(fell),
+        report.add("error", "hash:builtin_fallback", names_of(fell), pairs(fell),
                    "LMCache logged \"Could not load '<algorithm>' from vLLM. Using builtin hash\": these servers hash "
                    "with Python's hash(), whose NONE_HASH differs per process even with equal PYTHONHASHSEED, so "
                    "they share nothing",
@@ -212,9 +204,7 @@ def _check_memlock(report: Report, facts: FleetFacts) -> None:
         if rdma:
             report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
                        f"{inst.instance}'s server may lock only {soft} bytes: RDMA memory registration of its L1 "
-                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)",
-                       "start the server with unlimited locked memory: `ulimit -l unlimited` (needs the hard "
-                       "limit), LimitMEMLOCK=infinity (systemd), --ulimit memlock=-1 (Docker)")
+                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)", FIXES["memlock"])
         else:
             report.add("info", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
                        "memlock is limited; fine for TCP/shared memory, RDMA registration would need it unlimited")
@@ -315,7 +305,7 @@ def rdma_expected(facts: FleetFacts) -> tuple[bool, str]:
     allow = [_tls_tokens(v) for v in tls.values()]
     if allow and all(t and not t[0].startswith("^") and not {x.lower() for x in t} & (_RDMA_TLS | {"all"})
                      for t in allow):
-        return False, f"no server's UCX_TLS names an RDMA transport ({_shown(tls)}): TCP/shared memory by spec"
+        return False, f"no server's UCX_TLS names an RDMA transport ({pairs(tls)}): TCP/shared memory by spec"
     return True, ""
 
 

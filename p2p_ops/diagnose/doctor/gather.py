@@ -121,8 +121,7 @@ def _engine_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFacts
 def _inflight(status: dict, by_mq: dict[tuple[str, int], str]) -> dict:
     """One sample of what a server has in flight: lookup jobs it holds for peers, L1 read locks, its own
     prefetches, and the lookups it has in flight toward each peer."""
-    sm = status.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    l1 = lmcache_api.l1_manager(status)
     return {"t": time.monotonic(), "jobs": int(status.get("active_p2p_lookup_jobs") or 0),
             "read_locked": int(l1.get("read_locked_count") or 0),
             "prefetch": int(status.get("active_prefetch_jobs") or 0),
@@ -158,16 +157,13 @@ def doctor_batch(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[st
         batch[f"env {COORDINATOR}"] = env_file_fact(str(lay.env(COORDINATOR)))
     for inst in node.instances:
         sproc, eproc = ctx.proc("server", inst), ctx.proc("engine", inst)
-        if sproc.name not in pids:
-            continue  # an old log of a stopped server proves nothing
-        batch[f"nonehash {inst.id}"] = none_hash_fact(sproc.log)
-        batch[f"hashfallback {inst.id}"] = hash_fallback_fact(sproc.log)
-        batch[f"limits {inst.id}"] = proc_limits_fact(pids[sproc.name])
-        batch[f"server_env {inst.id}"] = process_env_fact(sproc.pidfile, SERVER_ENV_KEYS)
-        if ctx.fleet.runtime == "embedded" and eproc.name in pids:
-            batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ENGINE_MODEL_ENV)
-    for inst in node.instances:
-        eproc = ctx.proc("engine", inst)
+        if sproc.name in pids:  # an old log of a stopped server proves nothing
+            batch[f"nonehash {inst.id}"] = none_hash_fact(sproc.log)
+            batch[f"hashfallback {inst.id}"] = hash_fallback_fact(sproc.log)
+            batch[f"limits {inst.id}"] = proc_limits_fact(pids[sproc.name])
+            batch[f"server_env {inst.id}"] = process_env_fact(sproc.pidfile, SERVER_ENV_KEYS)
+            if ctx.fleet.runtime == "embedded" and eproc.name in pids:
+                batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ENGINE_MODEL_ENV)
         if eproc.name in pids:
             batch[f"engine_log {inst.id}"] = recent_grep_fact(eproc.log, [ENGINE_LINK_LINES], 2000, 3)
             batch[f"engine_argv {inst.id}"] = process_argv_fact(eproc.pidfile)
@@ -177,6 +173,13 @@ def doctor_batch(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[st
     if targets:
         batch["reach"] = reach_fact(node.name, targets)
     return batch
+
+
+# A per-instance label's kind -> the InstanceFacts field its parsed value fills (through a converter, if any).
+_INSTANCE_FIELDS = {"nonehash": ("none_hash", None), "hashfallback": ("hash_fallback", None),
+                    "limits": ("memlock", asdict), "server_env": ("process_env", None),
+                    "engine_env": ("engine_env", None), "engine_log": ("engine_log", None),
+                    "engine_argv": ("engine_flags", engine_flags)}
 
 
 def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: FleetFacts) -> NodeFacts:
@@ -208,22 +211,10 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
                 by_id[iid].env_file = env
                 # The SSH node's interface lookup is p2pctl's own; any other line it does not render is foreign.
                 by_id[iid].env_foreign = _foreign_lines([(n, t) for n, t in env_sh.foreign if t not in _OURS])
-        elif iid in by_id:
-            inst = by_id[iid]
-            if kind == "nonehash":
-                inst.none_hash = value(label)
-            elif kind == "hashfallback":
-                inst.hash_fallback = value(label)
-            elif kind == "limits":
-                inst.memlock = asdict(value(label))
-            elif kind == "server_env":
-                inst.process_env = value(label)
-            elif kind == "engine_env":
-                inst.engine_env = value(label)
-            elif kind == "engine_log":
-                inst.engine_log = value(label)
-            elif kind == "engine_argv":
-                inst.engine_flags = engine_flags(value(label))
+        elif iid in by_id and kind in _INSTANCE_FIELDS:
+            field, convert = _INSTANCE_FIELDS[kind]
+            parsed = value(label)
+            setattr(by_id[iid], field, convert(parsed) if convert else parsed)
     return nf
 
 

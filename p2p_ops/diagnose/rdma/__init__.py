@@ -1,2 +1,2 @@
-"""RDMA readiness of one host: `inputs` reads the facts from a host view (live, fixture tree or bundle
-snapshot), `check` (per port) and `host_checks` (host-wide) judge them, purely."""
+"""RDMA readiness of one host: `check` reads the facts from a host view (live, fixture tree or bundle snapshot)
+and judges them, purely."""

@@ -1,20 +1,98 @@
 """RDMA readiness of one host: can NIXL/UCX move KV over RDMA here, and if not, why.
 
-`p2p_ops.diagnose.rdma.inputs.gather_rdma(host)` reads facts (sysfs, /dev, /proc, `nvidia-smi topo -m`,
-`ucx_info -d`); `check_rdma(inputs)` is pure and returns a `Report`. Port checks live here; host-wide checks (uverbs, memlock, GPUDirect, GPU/NIC
-affinity, the TCP fallback) live in `p2p_ops.diagnose.rdma.host_checks`. Each finding names the device/port, the value
-and the fix; fix texts live in `p2p_ops.diagnose.fixes` so the CLI, docs and tests share one wording.
+`gather_rdma(host)` reads the facts (sysfs, /dev, /proc, `nvidia-smi topo -m`, `ucx_info -d`) from a host view:
+the live host, a fixture tree or a bundle's snapshot. `check_rdma(inputs)` is pure and returns a `Report`: ports,
+then the host-wide checks (uverbs, memlock, GPUDirect, GPU/NIC affinity, the TCP fallback). Each finding names
+the device/port, the value and the fix; the fix texts are `FIXES`, one wording for the CLI, docs and tests.
 """
 
 from __future__ import annotations
 
-from p2p_ops.diagnose.findings import Report
-from p2p_ops.diagnose.fixes import FIXES
-from p2p_ops.diagnose.rdma import host_checks as rdma_host
-from p2p_ops.diagnose.rdma.inputs import RdmaInputs, gather_rdma
-from p2p_ops.facts.ib_model import IbDevice, IbPort, gid_ipv4
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["RdmaInputs", "check_rdma", "gather_rdma"]
+from p2p_ops.diagnose.findings import Report
+from p2p_ops.facts.host_view import HostView
+from p2p_ops.facts.ib_model import IbDevice, IbPort, gid_ipv4
+from p2p_ops.facts.limits import PEERMEM_MODULES, Memlock, read_memlock, read_modules
+from p2p_ops.facts.netdev import NetDev, read_netdevs
+from p2p_ops.facts.sysfs_ib import list_dev_infiniband, read_ib_devices, read_uverbs
+from p2p_ops.facts.topo import LINK_RANK, NVIDIA_SMI_TOPO, Topology
+from p2p_ops.facts.ucx_info import UCX_INFO_DEVICES, UcxDevices
+
+__all__ = ["FIXES", "RdmaInputs", "check_rdma", "gather_rdma"]
+
+FIXES = {
+    "no_sm": "start a subnet manager on this fabric (`systemctl start opensm` on one node, or enable the "
+             "switch's SM); the port turns ACTIVE within seconds",
+    "armed": "the subnet manager is still configuring this port; re-check in a minute, else restart the SM",
+    "polling": "no link partner: check the cable/transceiver and the switch port (`ibstat`, `rdma link`); "
+               "for RoCE also `ip link set <netdev> up`",
+    "disabled": "the port is administratively disabled: enable it on the switch or with `ibportstate`",
+    "port_down": "bring the port up (cable, switch port, `ip link set <netdev> up` for RoCE) and re-run",
+    "no_ipv4_gid": "give {ndev} an IPv4 address (`ip addr add A.B.C.D/NN dev {ndev}`, interface up, right "
+                   "VLAN); the kernel then adds a RoCE v2 GID ::ffff:A.B.C.D. Keep UCX_IB_GID_INDEX=auto",
+    "gid_index": "do not hard-code UCX_IB_GID_INDEX/NCCL_IB_GID_INDEX=3; leave it `auto` or use {index}",
+    "no_uverbs": "expose the RDMA devices to this container: `--device /dev/infiniband` (Docker) or the RDMA "
+                 "shared-device plugin (Kubernetes), plus capability IPC_LOCK",
+    "uverbs_module": "load the verbs user-space interface: `modprobe ib_uverbs` (and `rdma_ucm`)",
+    "memlock": "start the server with unlimited locked memory: `ulimit -l unlimited` in the launching shell "
+               "(needs the hard limit or root), `LimitMEMLOCK=infinity` in a systemd unit, "
+               "`--ulimit memlock=-1` for Docker",
+    "peermem": "`modprobe nvidia_peermem`, or use DMA-BUF (UCX >= 1.14, rdma-core >= 41, CUDA >= 11.7). "
+               "LMCache keeps L1 in host DRAM, so server-to-server P2P does not need it; VRAM NIXL buffers do",
+    "affinity": "give each GPU's process the NIC on its own PCIe switch: UCX_NET_DEVICES=<nic>:1 "
+                "(closest NICs per GPU are listed under facts.affinity)",
+    "nic_down": "{gpu}'s nearest NIC is not ACTIVE, so its traffic crosses to a farther NIC: fix {nics} "
+                "(see the port finding) or point UCX_NET_DEVICES at a healthy nearby NIC",
+    "only_loopback": "no non-loopback interface is up: peers on other hosts cannot reach this one; bring up the "
+                     "data interface (`ip link set <if> up`) and give it an address",
+    "no_tcp": "UCX lists no tcp transport: check UCX_TLS includes tcp and UCX_NET_DEVICES names an interface "
+              "that is up (`ucx_info -d | grep -A3 'Transport: tcp'`)",
+    "require_rdma": "this host has no RDMA device: install the NIC driver and rdma-core, or run P2P over TCP "
+                    "(slower: ~1 GB/s per stream) by dropping the RDMA requirement",
+}
+
+
+@dataclass
+class RdmaInputs:
+    """Everything the RDMA check looks at, gathered once; None means the fact could not be read."""
+
+    devices: list[IbDevice] = field(default_factory=list)
+    uverbs: dict[str, str] = field(default_factory=dict)
+    uverbs_class_present: bool = False
+    dev_nodes: list[str] = field(default_factory=list)
+    memlock: Memlock = field(default_factory=Memlock)
+    modules: list[str] | None = None
+    peermem_sysfs: bool = False
+    topo: Topology | None = None
+    ucx_devices: UcxDevices | None = None
+    netdevs: list[NetDev] = field(default_factory=list)
+    nixl_lanes: list[str] | None = None
+
+
+def gather_rdma(host: HostView, pid: int | str = "self",
+                nixl_lanes: Callable[[], list[str] | None] | None = None) -> RdmaInputs:
+    """Read the facts. `nixl_lanes` is asked for UCX's lanes only when there is no RDMA and no `ucx_info`."""
+    topo = NVIDIA_SMI_TOPO.collect(host.runner)
+    ucx = UCX_INFO_DEVICES.collect(host.runner)
+    inputs = RdmaInputs(
+        devices=read_ib_devices(host.sysfs),
+        uverbs=read_uverbs(host.sysfs),
+        uverbs_class_present=(host.sysfs / "class" / "infiniband_verbs").is_dir(),
+        dev_nodes=list_dev_infiniband(host.dev),
+        memlock=read_memlock(host.proc, pid),
+        modules=read_modules(host.proc),
+        peermem_sysfs=any((host.sysfs / p).exists() for p in (
+            Path("module/nvidia_peermem"), Path("module/nv_peer_mem"), Path("kernel/mm/memory_peers/nv_mem"))),
+        topo=None if topo.error else topo,
+        ucx_devices=None if ucx.error else ucx,
+        netdevs=read_netdevs(host.sysfs),
+    )
+    if not inputs.devices and inputs.ucx_devices is None and nixl_lanes is not None:
+        inputs.nixl_lanes = nixl_lanes()
+    return inputs
 
 
 def _port_row(dev: IbDevice, port: IbPort) -> dict:
@@ -81,11 +159,118 @@ def check_rdma(inputs: RdmaInputs, require_rdma: bool = False) -> Report:
     """Pure: the readiness report for the gathered inputs."""
     report = Report("RDMA readiness")
     if not inputs.devices:
-        rdma_host.check_tcp_path(report, inputs, require_rdma)
+        check_tcp_path(report, inputs, require_rdma)
         return report
     check_ports(report, inputs)
-    rdma_host.check_uverbs(report, inputs)
-    rdma_host.check_memlock(report, inputs)
-    rdma_host.check_gpudirect(report, inputs)
-    rdma_host.check_affinity(report, inputs)
+    check_uverbs(report, inputs)
+    check_memlock(report, inputs)
+    check_gpudirect(report, inputs)
+    check_affinity(report, inputs)
     return report
+
+
+# An L1 of several GiB is registered in one piece, so anything short of unlimited is a latent failure.
+MEMLOCK_MIN_BYTES = 1 << 40
+
+
+def check_uverbs(report: Report, inputs: RdmaInputs) -> None:
+    uverbs_nodes = [n for n in inputs.dev_nodes if n.startswith("uverbs")]
+    if not inputs.dev_nodes:
+        names = ", ".join(d.name for d in inputs.devices)
+        report.add("error", "uverbs", "/dev/infiniband", "missing",
+                   f"RDMA devices are visible in sysfs ({names}) but /dev/infiniband is absent: verbs cannot "
+                   "open them ('Failed to open device')", FIXES["no_uverbs"])
+        return
+    if not inputs.uverbs_class_present:
+        report.add("error", "uverbs", "ib_uverbs", "no /sys/class/infiniband_verbs",
+                   "the verbs user-space interface is not loaded", FIXES["uverbs_module"])
+        return
+    by_dev = {ibdev: node for node, ibdev in inputs.uverbs.items()}
+    for dev in inputs.devices:
+        node = by_dev.get(dev.name)
+        if node is None or node not in uverbs_nodes:
+            report.add("error", "uverbs", dev.name, node or "no uverbs device",
+                       f"{dev.name} has no usable /dev/infiniband/{node or 'uverbsN'}", FIXES["no_uverbs"])
+
+
+def check_memlock(report: Report, inputs: RdmaInputs) -> None:
+    mem = inputs.memlock
+    if mem.error:
+        report.add("warn", "memlock", "memlock", mem.error, "could not read the locked-memory limit",
+                   FIXES["memlock"])
+    elif not mem.unlimited and (mem.soft or 0) < MEMLOCK_MIN_BYTES:
+        report.add("error", "memlock", mem.source, f"soft {mem.soft} bytes, hard {mem.hard or 'unlimited'}",
+                   "locked memory is limited: registering the L1 buffer for RDMA fails with 'Cannot allocate "
+                   "memory' (ibv_reg_mr / ibv_create_cq)", FIXES["memlock"])
+
+
+def check_gpudirect(report: Report, inputs: RdmaInputs) -> None:
+    if inputs.topo is None or not inputs.topo.gpus:
+        report.add("info", "gpudirect", "gpu", "nvidia-smi absent or no GPUs",
+                   "no NVIDIA GPUs seen: GPUDirect RDMA does not apply")
+        return
+    loaded = inputs.peermem_sysfs or bool(set(inputs.modules or []) & set(PEERMEM_MODULES))
+    dmabuf = bool(inputs.ucx_devices and inputs.ucx_devices.has_dmabuf())
+    if loaded or dmabuf:
+        how = "nvidia_peermem loaded" if loaded else "UCX reports cuda memory with dmabuf"
+        report.add("info", "gpudirect", "gpu", how, "GPUDirect RDMA available")
+    elif inputs.modules is None and inputs.ucx_devices is None:
+        report.add("info", "gpudirect", "gpu", "/proc/modules unreadable, no ucx_info",
+                   "cannot tell whether GPUDirect RDMA is available")
+    else:
+        report.add("warn", "gpudirect", "gpu", "no nvidia_peermem module, no dmabuf memory type",
+                   "GPUDirect RDMA unavailable: GPU memory is staged through host memory",
+                   FIXES["peermem"])
+
+
+def check_affinity(report: Report, inputs: RdmaInputs) -> None:
+    topo = inputs.topo
+    if topo is None or not topo.gpus or not topo.nics:
+        return
+    active = {d.name for d in inputs.devices if any(p.active for p in d.ports)}
+    known = {d.name for d in inputs.devices}
+    affinity = {}
+    for gpu in topo.gpus:
+        link, nics = topo.closest_nics(gpu)
+        affinity[gpu] = {"link": link, "nics": nics}
+        if link and LINK_RANK[link] >= LINK_RANK["NODE"]:
+            report.add("warn", "affinity", gpu, f"closest NIC(s) {','.join(nics)} via {link}",
+                       f"{gpu} has no NIC on its PCIe switch: transfers cross the host bridge",
+                       FIXES["affinity"])
+        down = [n for n in nics if n in known and n not in active]
+        if down and len(down) == len(nics):
+            report.add("error", "affinity", gpu, f"nearest NIC(s) {','.join(down)} not ACTIVE ({link})",
+                       f"{gpu}'s own rail is down",
+                       FIXES["nic_down"].format(gpu=gpu, nics=",".join(down)))
+    report.facts["affinity"] = affinity
+
+
+def check_tcp_path(report: Report, inputs: RdmaInputs, require_rdma: bool) -> None:
+    """No RDMA devices: say so plainly, then check what P2P will use instead (UCX over TCP)."""
+    report.add("error" if require_rdma else "info", "no_rdma", "rdma", "no /sys/class/infiniband devices",
+               "this host has no RDMA devices: NIXL/UCX will carry P2P transfers over TCP (and shared memory "
+               "between processes on the same host)", FIXES["require_rdma"] if require_rdma else "")
+    real_up = [n.name for n in inputs.netdevs if n.up and n.name != "lo"]
+    report.facts["interfaces"] = [{"name": n.name, "operstate": n.operstate, "mtu": n.mtu}
+                                  for n in inputs.netdevs]
+    if not real_up:
+        report.add("warn", "tcp_path", "interfaces", "only lo is up",
+                   "no non-loopback interface is up", FIXES["only_loopback"])
+    else:
+        report.add("info", "tcp_path", "interfaces", ",".join(real_up), "interfaces up for TCP transfers")
+    if inputs.ucx_devices is not None:
+        lanes = [t.label for t in inputs.ucx_devices.transports if t.transport == "tcp"]
+        source = "ucx_info -d"
+    elif inputs.nixl_lanes is not None:
+        lanes = [lane for lane in inputs.nixl_lanes if lane.startswith("tcp/")]
+        source = "NIXL agent (UCX_LOG_LEVEL=info)"
+    else:
+        report.add("info", "tcp_path", "ucx", "no ucx_info, NIXL not checked",
+                   "cannot list UCX transports here; run `p2pctl probe-nixl` for a real transfer")
+        return
+    report.facts["ucx_tcp_lanes"] = lanes
+    if lanes:
+        report.add("info", "tcp_path", "ucx", f"{', '.join(lanes)} (from {source})", "UCX sees tcp transports")
+    else:
+        report.add("error", "tcp_path", "ucx", f"no tcp transport (from {source})",
+                   "UCX lists no tcp transport, so transfers have no path", FIXES["no_tcp"])

@@ -10,11 +10,10 @@ from typing import Callable, Optional
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.doctor.checks import rdma_expected
-from p2p_ops.diagnose.doctor.nic import pin_views
+from p2p_ops.diagnose.doctor.nic import PinView, pin_views
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
-from p2p_ops.diagnose.tree.nic import nic_plan
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.facts.logs import log_tail_fact
 from p2p_ops.facts.sections import read_fact
@@ -122,8 +121,7 @@ def _metric_load_throughput(ev: Evidence) -> list[Observation]:
 def _status_locks(ev: Evidence) -> list[Observation]:
     def one(iid: str, url: str) -> Observation:
         st = lmcache_api.server_status(url).raw
-        sm = st.get("storage_manager") or {}
-        l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+        l1 = lmcache_api.l1_manager(st)
         read_locked, jobs = int(l1.get("read_locked_count") or 0), int(st.get("active_p2p_lookup_jobs") or 0)
         detail = f"read_locked_count={read_locked}, active_p2p_lookup_jobs={jobs}"
         if read_locked or jobs:
@@ -136,8 +134,6 @@ def _status_locks(ev: Evidence) -> list[Observation]:
 
 def _explain_last_failed(ev: Evidence) -> list[Observation]:
     """`p2pctl explain` on the newest saved request that missed the cache (a failed proof or stress miss)."""
-    if ev.ctx is None:
-        return [Observation("explain:last_failed", "unknown", "fleet", "no fleet to check")]
     folder = latest_failed_run(ev.ctx.layout.tests)
     if folder is None:
         return [Observation("explain:last_failed", "unknown", "test runs", "no saved request missed the cache",
@@ -154,8 +150,6 @@ def _explain_last_failed(ev: Evidence) -> list[Observation]:
 
 
 def _engines_health(ev: Evidence) -> list[Observation]:
-    if ev.ctx is None or ev.facts is None:
-        return [Observation("engines:health", "unknown", "fleet", "no fleet to check")]
     out = []
     for node, inst in ev.ctx.fleet.instances():
         state = next((i.engine_state for i in ev.facts.instances if i.instance == inst.id), "unknown")
@@ -174,8 +168,6 @@ def _engines_health(ev: Evidence) -> list[Observation]:
 
 
 def _node_rdma(ev: Evidence) -> list[Observation]:
-    if ev.facts is None:
-        return [Observation("node:rdma", "unknown", "fleet", "no fleet to check")]
     wanted, why = rdma_expected(ev.facts)
     out = []
     for n in ev.facts.nodes:
@@ -194,8 +186,6 @@ def _node_rdma(ev: Evidence) -> list[Observation]:
 
 
 def _env_ucx_rails(ev: Evidence) -> list[Observation]:
-    if ev.facts is None:
-        return [Observation("env:ucx_rails", "unknown", "fleet", "no fleet to check")]
     out = []
     # One rail is right where the NIC plan gives one (a GPU's own PIX NIC); which one is the plan step's job.
     views = {v.instance: v for v in pin_views(ev.facts)}
@@ -216,9 +206,29 @@ def _env_ucx_rails(ev: Evidence) -> list[Observation]:
     return out or [Observation("env:ucx_rails", "unknown", "fleet", "no server is running")]
 
 
+def _pin_shown(view: PinView) -> str:
+    plan = view.plan
+    pin = f"UCX_NET_DEVICES={view.pin or '(unset: all)'} ({view.where})"
+    return f"{pin}; plan: {plan.net_devices or '(none active)'} {plan.max_rma_rails} rail(s) ({plan.why})"
+
+
+def _nic_plan(ev: Evidence) -> list[Observation]:
+    """Each pin against its NIC plan: one that leaves the plan's rails unused is the problem here; one on a down
+    or remote-NUMA port is the doctor's `nic_pin`, which the same step runs, so it is not reported twice."""
+    out = []
+    for view in pin_views(ev.facts):
+        if view.narrow:
+            out.append(Observation("nic:plan", "problem", view.instance, f"{view.narrow}; {_pin_shown(view)}",
+                                   view.fix))
+        elif view.wrong:
+            out.append(Observation("nic:plan", "info", view.instance,
+                                   f"{_pin_shown(view)}; see nic_pin: {'; '.join(view.wrong)}"))
+        else:
+            out.append(Observation("nic:plan", "ok", view.instance, _pin_shown(view)))
+    return out or [Observation("nic:plan", "unknown", "fleet", "no node with RDMA devices read: nothing to plan")]
+
+
 def _trace_server_logs(ev: Evidence) -> list[Observation]:
-    if ev.ctx is None:
-        return [Observation("trace:server_logs", "unknown", "fleet", "no fleet to check")]
     texts = []
     for unit in ev.ctx.units(roles=("server",)):
         lines = read_fact(ev.ctx.conn(unit.node), log_tail_fact(ev.ctx.proc(unit).log, TRACE_TAIL_LINES), timeout=30)
@@ -247,10 +257,15 @@ CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
     "engines:health": _engines_health,
     "node:rdma": _node_rdma,
     "env:ucx_rails": _env_ucx_rails,
-    "nic:plan": nic_plan,
+    "nic:plan": _nic_plan,
     "trace:server_logs": _trace_server_logs,
     "explain:last_failed": _explain_last_failed,
 }
+
+
+# Checks that read the doctor's facts, or the fleet itself; the others say on their own what they lack.
+_NEED_FACTS = {"engines:health", "node:rdma", "env:ucx_rails", "nic:plan"}
+_NEED_CTX = {"engines:health", "trace:server_logs", "explain:last_failed"}
 
 
 def run_check(ev: Evidence, check: str) -> list[Observation]:
@@ -260,6 +275,8 @@ def run_check(ev: Evidence, check: str) -> list[Observation]:
             return _check_doctor(ev, name)
         if kind == "log":
             return _check_log(ev, name)
+        if (check in _NEED_FACTS and ev.facts is None) or (check in _NEED_CTX and ev.ctx is None):
+            return [Observation(check, "unknown", "fleet", "no fleet to check (pass -f fleet.yaml)")]
         return CHECKS[check](ev)
     except Exception as exc:  # noqa: BLE001 - one failing check must not hide the others
         return [Observation(check, "unknown", "check", f"could not run: {type(exc).__name__}: {exc}")]
