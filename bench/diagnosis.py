@@ -78,7 +78,8 @@ RULES: list[tuple[str, str]] = [
     (r"degraded|not linked|LMCACHE_URL|lmcache-url", "engine_unlinked"),
     (r"evict", "evicted"),
     (r"prompt_differs|prompt departs|differs? (only )?(in|at) (its|the) |except at token position", "prompt_differs"),
-    (r"stopped|not running|is dead|no pid file|server_http|exited|connection refused|is down", "server_down"),
+    (r"stopped|not running|is dead|no pid file|process is none|server_http|exited|connection refused|is down",
+     "server_down"),
 ]
 
 
@@ -391,7 +392,6 @@ def restore_hash_seed(b: Bench) -> None:
 
 
 def plant_advertise_url(b: Bench) -> None:
-    from p2p_ops.lifecycle.free_ports import choose  # noqa: F401 - the port below is simply one nobody listens on
     _restart_planted(b, "node-c", {"LMCACHE_P2P_ADVERTISE_URL": "127.0.0.1:9"}, mesh=False)
     b.compute("node-c-0", wait_chunks=0)
     time.sleep(3)
@@ -522,7 +522,10 @@ def run_verb(b: Bench, case: Case, verb: str, doctor: Optional[dict]) -> tuple[C
         else:
             raise ValueError(verb)
         cell.exit_code = code
-        if code not in (0, 1) and verb not in ("wait", "validate"):   # a refusal may exit 2 (bad input)
+        if code == 2 and verb in ("basic", "matrix") and "is not ready" in err:
+            # the tests refuse a fleet that is not ready, naming the node and its state: a refusal verb's answer
+            cell.cause, cell.raw = top_refusal(code, err.strip()[-1500:])
+        elif code not in (0, 1) and verb not in ("wait", "validate"):   # a refusal may exit 2 (bad input)
             cell.cause, cell.raw = "error", f"exit {code}: {(err or out)[-400:]}"
     except json.JSONDecodeError:
         cell.cause, cell.raw = "error", f"exit {code}, no JSON: {(err or out)[-400:]}"
@@ -593,7 +596,9 @@ def summarise(results: list[CaseResult]) -> dict:
         if not cells:
             continue
         counts = {k: sum(1 for c in cells if c.score == k) for k in ("correct", "wrong", "abstained", "error")}
-        per_verb[verb] = {**counts, "applicable": len(cells), "top1": round(counts["correct"] / len(cells), 3)}
+        answered = len(cells) - counts["abstained"]
+        per_verb[verb] = {**counts, "applicable": len(cells), "top1": round(counts["correct"] / len(cells), 3),
+                          "top1_answered": round(counts["correct"] / answered, 3) if answered else None}
     return {"per_verb": per_verb,
             "contradictions": sum(1 for r in results if r.contradiction),
             "confident_wrong": sum(1 for r in results for c in r.cells.values()
@@ -625,6 +630,9 @@ def table(results: list[CaseResult], summary: dict):
         t.add_row(key, "", *[str(summary["per_verb"][v][key]) for v in verbs], "")
     t.add_row("top-1", "", *[f"{summary['per_verb'][v]['correct']}/{summary['per_verb'][v]['applicable']}"
                              for v in verbs], "")
+    t.add_row("top-1 answered", "", *[
+        f"{summary['per_verb'][v]['correct']}/{summary['per_verb'][v]['applicable'] - summary['per_verb'][v]['abstained']}"
+        for v in verbs], "")
     foot = (f"contradictions: {summary['contradictions']} case(s); confident wrong answers: "
             f"{summary['confident_wrong']}; cases: {summary['cases']}")
     return t, foot
@@ -649,7 +657,8 @@ def fleet_data(tmp: Path, nodes: int) -> Path:
     return path
 
 
-def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Path] = None) -> dict:
+def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Path] = None,
+        on_case: Optional[Callable[[list], None]] = None) -> dict:
     cases = [c for c in CASES if (not quick or c.id in QUICK) and (not only or c.id in only)]
     own_tmp = tmp is None
     tmp = Path(tempfile.mkdtemp(prefix="diagbench-")) if own_tmp else tmp
@@ -658,6 +667,8 @@ def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Pat
     b = Bench(None, tmp)
     for case in [c for c in cases if not c.needs_fleet]:
         results.append(run_case(b, case))
+        if on_case:
+            on_case(results)
     fleet_cases = [c for c in cases if c.needs_fleet]
     timings: dict = {}
     if fleet_cases:
@@ -668,6 +679,8 @@ def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Pat
             log(f"fleet ready (up {timings.get('up_s', 0):.0f} s, wait {timings.get('wait_s', 0):.0f} s)")
             for case in fleet_cases:
                 results.append(run_case(b, case))
+                if on_case:
+                    on_case(results)
     summary = summarise(results)
     summary["seconds"] = round(time.monotonic() - t0, 1)
     summary["fleet"] = {k: round(v, 1) for k, v in timings.items()}
@@ -688,7 +701,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         for c in CASES:
             print(f"{c.id:16} {c.expect:18} {', '.join(c.verbs)}  {c.title}")
         return 0
-    data = run(args.quick, [x for x in args.only.split(",") if x] or None)
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / (
+        f"diagnosis-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else ""))
+    out.mkdir(parents=True, exist_ok=True)
+
+    def partial(results: list) -> None:     # every finished case is kept, also when a later one fails
+        (out / "partial.json").write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    data = run(args.quick, [x for x in args.only.split(",") if x] or None, on_case=partial)
     results = [CaseResult(**{**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}) for r in data["cases"]]
     from rich.console import Console
     t, foot = table(results, data["summary"])
@@ -698,9 +717,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     extra = (f"run: {data['summary']['seconds']:.0f} s, fleet up {data['summary']['fleet']}, "
              f"load average {', '.join(f'{x:.1f}' for x in data['load_average'])}")
     print(extra)
-    out = Path(args.out) if args.out else REPO / "bench" / "results" / (
-        f"diagnosis-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else ""))
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "partial.json").unlink(missing_ok=True)
     (out / "table.txt").write_text(text + extra + "\n")
     (out / "results.json").write_text(json.dumps(data, indent=1) + "\n")
     if args.json:
