@@ -696,7 +696,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", default="", help="also write the results JSON here")
     ap.add_argument("--out", default="", help="results folder (default bench/results/diagnosis-<stamp>/)")
     ap.add_argument("--list", action="store_true", help="list the cases")
+    ap.add_argument("--table", default="", metavar="JSON",
+                    help="only print the table of a results.json or partial.json (an interrupted run's cases)")
     args = ap.parse_args(argv)
+    if args.table:
+        got = json.loads(Path(args.table).read_text())
+        done = got["cases"] if isinstance(got, dict) else got
+        results = [CaseResult(**{**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}) for r in done]
+        print(render_text(results, summarise(results)))
+        return 0
     if args.list:
         for c in CASES:
             print(f"{c.id:16} {c.expect:18} {', '.join(c.verbs)}  {c.title}")
