@@ -191,10 +191,21 @@ def top_matrix(doc: dict, doctor: Optional[dict], about: str) -> tuple[str, str]
     return judge_text(text, doctor), f"{p.get('source')}->{p.get('target')}: {text}"
 
 
+def refusal_words(text: str) -> str:
+    """What a refusal itself says: wait's JSON error without the log tails it quotes (indented lines after
+    'from <log>:'), whose incidental words (chunk_size=256 in an engine's start line) are not its answer."""
+    try:
+        text = json.loads(text).get("error", text)
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    lines = [line for line in text.splitlines() if not line.startswith("    ")]
+    return re.sub(r"; from \S+:\s*$", "", "\n".join(lines), flags=re.M)
+
+
 def top_refusal(code: int, text: str) -> tuple[str, str]:
     if code == 0:
         return HEALTHY, "ready / valid"
-    return classify(text), text
+    return classify(refusal_words(text)), text
 
 
 # ---- the cases ----------------------------------------------------------------------------------------
@@ -540,7 +551,7 @@ def _refusal_text(out: str, err: str) -> str:
         doc = json.loads(out)
     except json.JSONDecodeError:
         return (out + "\n" + err).strip()[-1500:]
-    return json.dumps(doc)[:4000]
+    return json.dumps(doc)[:6000]
 
 
 def score(cell: Cell, expect: str, allowance: str) -> str:
@@ -587,6 +598,18 @@ def run_case(b: Bench, case: Case) -> CaseResult:
     res.contradiction = len(causes) > 1
     res.seconds = round(time.monotonic() - t, 1)
     return res
+
+
+def rescore(results: list[CaseResult]) -> None:
+    """Re-read the refusals' answers from their raw text with the current rules (a run recorded before a rule
+    changed)."""
+    allowances = {c.id: c.verbs for c in CASES}
+    for r in results:
+        for verb, cell in r.cells.items():
+            if verb in ("wait", "validate") and cell.cause != "error":
+                cell.cause, _ = top_refusal(cell.exit_code or 0, cell.raw)
+                cell.score = score(cell, r.expect, allowances[r.id][verb])
+        r.contradiction = len({c.cause for c in r.cells.values() if named(c)}) > 1
 
 
 def summarise(results: list[CaseResult]) -> dict:
@@ -703,6 +726,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         got = json.loads(Path(args.table).read_text())
         done = got["cases"] if isinstance(got, dict) else got
         results = [CaseResult(**{**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}) for r in done]
+        rescore(results)
         print(render_text(results, summarise(results)))
         return 0
     if args.list:
