@@ -58,7 +58,7 @@ test-explain: setup
 	P2P_EXPLAIN_E2E=1 $(PY) -m pytest -q -rs -s tests/e2e/test_explain.py
 
 # The diagnosis benchmark (bench/diagnosis.py): 13 planted causes on one local fleet, every verb that judges
-# each, top-1 accuracy per verb, contradictions and confident wrong answers (~30 min on a 2-core box): opt-in;
+# each, top-1 accuracy per verb, contradictions and confident wrong answers (~45 min on a 2-core box): opt-in;
 # its quick subset runs in `make test` (tests/e2e/test_diagnosis_quick.py).
 test-diagnosis: setup
 	$(PY) -m bench.diagnosis

@@ -2,7 +2,7 @@
 path in the spec, a different first sentence, a different middle chunk, a prompt shorter than a chunk and the
 holder's server stopped. Every verb that judges a case names the planted cause, or abstains where the case
 documents why (the doctor and the decision tree read the fleet, not the prompt); no two verbs contradict each
-other and no verb names a wrong cause. The full table is `make test-diagnosis` (opt-in, about 30 minutes).
+other and no verb names a wrong cause. The full table is `make test-diagnosis` (opt-in, about 45 minutes).
 
 KNOWN lists the answers that are wrong today (the benchmark's point is to find them; its expectations are not
 bent to them): each names what the verb said and the code that decides it. A cell not in KNOWN that goes wrong
