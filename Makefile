@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain lint clean bench bench-quick bench-peers
+.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
 
 setup: $(STAMP)
 
@@ -56,6 +56,12 @@ test-vllm: setup-vllm
 # explain's planted causes that restart servers or fill an L1 (~10 min on a 2-core box): opt-in, not in `test`.
 test-explain: setup
 	P2P_EXPLAIN_E2E=1 $(PY) -m pytest -q -rs -s tests/e2e/test_explain.py
+
+# The diagnosis benchmark (bench/diagnosis.py): 13 planted causes on one local fleet, every verb that judges
+# each, top-1 accuracy per verb, contradictions and confident wrong answers (~45 min on a 2-core box): opt-in;
+# its quick subset runs in `make test` (tests/e2e/test_diagnosis_quick.py).
+test-diagnosis: setup
+	$(PY) -m bench.diagnosis
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not multinode and not component"

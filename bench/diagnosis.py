@@ -1,0 +1,762 @@
+"""The diagnosis benchmark (issue 28 item 6): planted causes on a real local fleet, every verb that judges.
+
+Each case plants one cause on a running local fleet (a prompt that differs, a stopped server, a hand-edited
+env.sh and one server restarted, an engine started without its server link, an L1 filled until it evicts) or,
+for a spec-level cause, on a fleet file (`validate`). Every verb that judges that kind of cause then runs through
+the CLI (`python -m p2p_ops.cli ... --json`, a subprocess with a timeout): explain, doctor, diagnose on the
+matching symptom, `test basic`, `test matrix`, and the verbs that refuse (`wait` for a running fleet, `validate`
+for a spec). Each verb's top cause is normalised to one cause id (`top_*` below) and compared with the planted
+one. Not every verb applies to every case ("n/a"): a prompt is explain's; a GDS L1 path is validate's.
+
+Scores, per verb: correct / wrong / abstained ("no cause confirmed", or a healthy fleet where a case documents
+that the verb cannot see the cause) / error. Contradictions: cases where two verbs name different causes
+(abstentions excluded). Confident wrong: a named cause that is not the planted one.
+
+    python -m bench.diagnosis [--quick] [--json PATH] [--only id,id] [--out DIR]
+
+One fleet for the run (3 nodes; --quick: 2), reused across cases: each case restarts only the server or engine
+its cause needs and puts it back (re-rendered from fleet.yaml) before the next. The fleet is always taken down.
+Results go to bench/results/diagnosis-<stamp>/ (table.txt, results.json) unless --out says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("LMCACHE_DISABLE_BANNER", "1")
+os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+from p2p_ops.diagnose.judge import _NOT_A_MISS, specificity  # noqa: E402
+from p2p_ops.endpoints import engine_api, lmcache_api  # noqa: E402
+from p2p_ops.harness import prompts  # noqa: E402
+from p2p_ops.harness.openai_client import complete  # noqa: E402
+from p2p_ops.lifecycle import launch  # noqa: E402
+from p2p_ops.lifecycle.context import FleetContext  # noqa: E402
+from tests.conftest import write_local_fleet  # noqa: E402
+
+VERBS = ("explain", "doctor", "diagnose", "basic", "matrix", "wait", "validate")
+CHUNK = 256
+PROMPT_CHARS = 8 * CHUNK + 100      # the byte-level engine: ~1 token per character, 8 full chunks + a partial one
+ABSTAIN = "no cause confirmed"
+HEALTHY = "healthy"                 # the verb found nothing wrong (an abstention where a case allows it)
+VERB_TIMEOUT_S = 240
+
+
+def log(msg: str) -> None:
+    print(f"[diagnosis {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- normalising a verb's answer to one cause id -------------------------------------------------------
+
+# Keyword rules for free text (a judge's cause line, wait's refusal, validate's refusal), first match wins.
+RULES: list[tuple[str, str]] = [
+    (r"no cause confirmed", ABSTAIN),
+    (r"gds[-_ ]l1|--gds|devdax", "gds_l1"),
+    (r"shorter than (one|a) chunk|shorter_than_chunk", "shorter_than_chunk"),
+    (r"PYTHONHASHSEED", "hash_seed"),
+    (r"hash[_ ]algorithm|HASH_ALGORITHM|'builtin'|builtin_fallback", "hash_algorithm"),
+    (r"chunk[_ ]size|CHUNK_SIZE", "chunk_size"),
+    (r"advertis", "advertise_url"),
+    (r"UCX_TLS|ucx_tls|NIXL_ERR_BACKEND|transports? .{0,40}not available|no .{0,20}transport", "transport"),
+    (r"l1_oom|L1_SIZE|l1[_ ]size|too small for", "l1_too_small"),
+    (r"degraded|not linked|LMCACHE_URL|lmcache-url", "engine_unlinked"),
+    (r"evict", "evicted"),
+    (r"prompt_differs|prompt departs|differs? (only )?(in|at) (its|the) |except at token position", "prompt_differs"),
+    (r"stopped|not running|is dead|no pid file|process is none|server_http|exited|connection refused|is down",
+     "server_down"),
+]
+
+
+def classify(text: str) -> str:
+    for pattern, cause in RULES:
+        if re.search(pattern, text or "", flags=re.I):
+            return cause
+    return "other"
+
+
+# explain's per-chunk miss reasons (p2p_ops/diagnose/explain/verdict.py) that name a cause without needing the
+# detail; the others (keys_differ, peer_not_connected, not_registered, ...) are read from their detail.
+EXPLAIN_REASONS = {"prompt_differs": "prompt_differs", "prefix_broken": "prompt_differs",
+                   "shorter_than_chunk": "shorter_than_chunk", "evicted": "evicted", "holder_down": "server_down",
+                   "server_down": "server_down", "engine_degraded": "engine_unlinked",
+                   "not_confirmed": ABSTAIN, "cold": "cold", "tokens_differ": "tokens_differ",
+                   "lookup_timeout": "lookup_timeout"}
+
+# The doctor's check ids (p2p_ops/diagnose/doctor/) that name a cause by themselves.
+DOCTOR_CHECKS = {"agree:chunk_size": "chunk_size", "agree:PYTHONHASHSEED": "hash_seed",
+                 "agree:hash_algorithm": "hash_algorithm", "hash:builtin_fallback": "hash_algorithm",
+                 "engine_degraded": "engine_unlinked", "engine": "engine_unlinked", "process": "server_down",
+                 "server_http": "server_down", "port_listening": "server_down", "ucx_tls": "transport"}
+
+
+def explain_reason(reason: str, detail: str) -> str:
+    if reason in EXPLAIN_REASONS:
+        return EXPLAIN_REASONS[reason]
+    got = classify(detail)
+    return got if got != "other" else reason
+
+
+def top_explain(doc: dict, instance: str) -> tuple[str, str]:
+    node = next((n for n in doc.get("nodes", []) if n["instance"] == instance), None)
+    if node is None:
+        return "error", f"no verdict for {instance}"
+    if not node.get("reasons"):
+        return HEALTHY, f"[{node.get('strip')}] {node.get('verdict')}"
+    reason = node["reasons"][0]
+    first = next((c for c in node["chunks"] if c.get("reason") == reason), {"detail": node.get("verdict", "")})
+    return explain_reason(reason, first.get("detail") or ""), f"[{node['strip']}] {reason}: {first.get('detail')}"
+
+
+def doctor_rank(findings: list[dict]) -> list[dict]:
+    """The one judge's ranking (p2p_ops/diagnose/judge.py `judgement`), on the doctor's JSON."""
+    problems = [f for f in findings if f["severity"] != "info" and f["check"] not in _NOT_A_MISS]
+    return sorted(problems, key=lambda f: (-specificity(f"doctor:{f['check']}"), f["severity"] != "error"))
+
+
+def doctor_cause(f: dict) -> str:
+    if f["check"] in DOCTOR_CHECKS:
+        return DOCTOR_CHECKS[f["check"]]
+    return classify(" ".join((f["check"], f["value"], f["message"])))
+
+
+def top_doctor(doc: dict) -> tuple[str, str]:
+    ranked = doctor_rank(doc.get("findings", []))
+    if not ranked:
+        return HEALTHY, "result: healthy"
+    f = ranked[0]
+    return doctor_cause(f), f"[{f['severity']}] {f['check']} {f['subject']}: {f['message']} (seen: {f['value']})"
+
+
+def judge_text(text: str, doctor: Optional[dict]) -> str:
+    """A judge's cause line ('subject: message (seen: value); fix: ...'), mapped back to the doctor finding it
+    quotes when the same case's doctor report has it, else by keywords."""
+    for f in (doctor or {}).get("findings", []):
+        if f["severity"] != "info" and f["message"] and f["message"] in text:
+            return doctor_cause(f)
+    return classify(text)
+
+
+def top_diagnose(doc: dict, doctor: Optional[dict]) -> tuple[str, str]:
+    lc = doc.get("likely_cause")
+    if not lc:
+        return ABSTAIN, "no cause confirmed; seen: " + "; ".join((doc.get("no_cause_confirmed") or {}).get(
+            "evidence_seen", [])[:3])
+    raw = f"{lc['step']} / {lc['evidence']}: {lc['cause']}"
+    evidence = lc.get("evidence", "")
+    if evidence.startswith("doctor:"):
+        check = evidence.split(":", 1)[1]
+        if check in DOCTOR_CHECKS:
+            return DOCTOR_CHECKS[check], raw
+    if evidence.startswith("explain:"):
+        m = re.search(r"recompute from chunk \d+: (\w+): (.*)", lc["cause"])
+        if m:
+            return explain_reason(m.group(1), m.group(2)), raw
+    return judge_text(lc["cause"], doctor), raw
+
+
+def top_basic(doc: dict, doctor: Optional[dict]) -> tuple[str, str]:
+    if doc.get("passed"):
+        return HEALTHY, "PASS"
+    text = doc.get("likely_cause") or ""
+    m = re.match(r"explain on [\w-]+: .*?recompute from chunk \d+: (\w+): (.*)", text)
+    if m:
+        return explain_reason(m.group(1), m.group(2)), text
+    return judge_text(text, doctor), text
+
+
+def top_matrix(doc: dict, doctor: Optional[dict], about: str) -> tuple[str, str]:
+    pairs = doc.get("pairs") or doc.get("results") or []
+    failing = [p for p in pairs if not p.get("passed", p.get("ok", True))]
+    if not failing:
+        return HEALTHY, "every pair passed"
+    mine = [p for p in failing if about in (p.get("source", ""), p.get("target", ""))] or failing
+    p = mine[0]
+    text = p.get("cause") or ""
+    return judge_text(text, doctor), f"{p.get('source')}->{p.get('target')}: {text}"
+
+
+def refusal_words(text: str) -> str:
+    """What a refusal itself says: wait's JSON error without the log tails it quotes (indented lines after
+    'from <log>:'), whose incidental words (chunk_size=256 in an engine's start line) are not its answer."""
+    try:
+        text = json.loads(text).get("error", text)
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    lines = [line for line in text.splitlines() if not line.startswith("    ")]
+    return re.sub(r"; from \S+:\s*$", "", "\n".join(lines), flags=re.M)
+
+
+def top_refusal(code: int, text: str) -> tuple[str, str]:
+    if code == 0:
+        return HEALTHY, "ready / valid"
+    return classify(refusal_words(text)), text
+
+
+# ---- the cases ----------------------------------------------------------------------------------------
+
+@dataclass
+class Case:
+    id: str
+    title: str
+    expect: str                                   # the planted cause id
+    verbs: dict[str, str]                         # verb -> "" (must name it) or "abstain ok: why"
+    plant: Callable                               # (bench) -> None, before the verbs
+    restore: Optional[Callable] = None            # (bench) -> None, after them
+    explain_node: str = "node-b"                  # where the request that misses would go
+    basic: tuple[str, str] = ("node-a-0", "node-b-0")
+    symptom: str = "zero cached tokens"
+    about: str = "node-b-0"                       # the instance the cause is about (matrix pairs)
+    needs_fleet: bool = True
+
+
+@dataclass
+class Cell:
+    verb: str
+    cause: str = "n/a"
+    raw: str = ""
+    score: str = "n/a"                            # correct | wrong | abstained | error | n/a
+    seconds: float = 0.0
+    exit_code: Optional[int] = None
+
+
+@dataclass
+class CaseResult:
+    id: str
+    title: str
+    expect: str
+    cells: dict[str, Cell] = field(default_factory=dict)
+    plant_error: str = ""
+    seconds: float = 0.0
+    contradiction: bool = False
+
+
+class Bench:
+    def __init__(self, ctx: Optional[FleetContext], tmp: Path):
+        self.ctx, self.tmp = ctx, tmp
+        self.prompt_file = ""
+        self.text = ""
+        self.seed = int(time.time()) % 100000
+        self.validate_file = ""
+
+    # -- the CLI
+    def cli(self, *argv: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        try:
+            p = subprocess.run([sys.executable, "-m", "p2p_ops.cli", *argv], capture_output=True, text=True,
+                               timeout=timeout, env=env, cwd=str(self.tmp))
+        except subprocess.TimeoutExpired:
+            return 124, "", f"timed out after {timeout:g} s"
+        return p.returncode, p.stdout, p.stderr
+
+    @property
+    def f(self) -> str:
+        return str(self.ctx.fleet_file)
+
+    # -- fleet helpers
+    def urls(self, inst: str) -> tuple[str, str]:
+        node, i = self.ctx.fleet.instance(inst)
+        return self.ctx.engine_url(node, i), self.ctx.server_url(node, i)
+
+    def held(self, text: str, inst: str = "node-a-0") -> int:
+        tokens, _ = engine_api.tokenize(self.urls(inst)[0], self.ctx.fleet.model, text)
+        if not tokens:
+            return 0
+        return lmcache_api.directory_held_chunks(self.ctx.fleet.coordinator_url, self.ctx.fleet.model, tokens) or 0
+
+    def compute(self, on: str = "node-a-0", chars: int = PROMPT_CHARS, wait_chunks: int = 8) -> str:
+        """A fresh prompt computed on `on`, saved to a file; waits (bounded) for the key directory to list it."""
+        self.seed += 1
+        text = prompts.document(self.seed, 0, chars)
+        r = complete(self.urls(on)[0], self.ctx.fleet.model, text, 4)
+        if not r.ok:
+            raise RuntimeError(f"computing the prompt on {on} failed: {r.error}")
+        deadline = time.monotonic() + 30
+        while wait_chunks and self.held(text, on) < wait_chunks and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.text = text
+        path = self.tmp / f"prompt-{self.seed}.txt"
+        path.write_text(text)
+        self.prompt_file = str(path)
+        return text
+
+    def write_prompt(self, text: str, name: str) -> None:
+        path = self.tmp / f"{name}-{self.seed}.txt"
+        path.write_text(text)
+        self.prompt_file = str(path)
+
+    def edit_env(self, inst: str, key: str, value: str) -> None:
+        env = self.ctx.layout.env(inst)
+        lines = env.read_text().splitlines()
+        if any(line.startswith(f"export {key}=") for line in lines):
+            lines = [f"export {key}={value}" if line.startswith(f"export {key}=") else line for line in lines]
+        else:
+            lines.append(f"export {key}={value}")
+        env.write_text("\n".join(lines) + "\n")
+
+    def restart(self, node: str, role: str = "server", rerender: bool = False, mesh: bool = True) -> str:
+        """Restart one node's server (or engine) from its env.sh; '' when it started, else why not."""
+        launch.down(self.ctx, only=node, roles=(role,))
+        try:
+            launch.up(self.ctx, only=node, rerender=rerender, roles=(role,), start_timeout=90)
+        except Exception as exc:  # noqa: BLE001 - a planted cause may stop the unit from starting
+            return f"{type(exc).__name__}: {str(exc)[:300]}"
+        inst = next(n for n in self.ctx.fleet.nodes if n.name == node).instances[0].id
+        peers = len(self.ctx.fleet.instances()) - 1
+        deadline = time.monotonic() + (90 if mesh else 20)
+        while time.monotonic() < deadline:
+            try:
+                if role == "server":
+                    st = lmcache_api.server_status(self.urls(inst)[1])
+                    if st.p2p_state == "registered" and st.peer_count == peers:
+                        break
+                elif engine_api.engine_lmcache_state(self.urls(inst)[0]) == "connected":
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(1)
+        return ""
+
+    def heal(self, node: str, role: str = "server") -> None:
+        """Put one node's unit back as fleet.yaml renders it (the doctor's one-server fix)."""
+        err = self.restart(node, role, rerender=True)
+        if err:
+            log(f"could not restore {node}'s {role}: {err}")
+        if role == "server":     # the engine relinks by itself; wait for it (bounded)
+            inst = next(n for n in self.ctx.fleet.nodes if n.name == node).instances[0].id
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and engine_api.engine_lmcache_state(self.urls(inst)[0]) != "connected":
+                time.sleep(1)
+
+
+# -- plants
+
+def plant_first_sentence(b: Bench) -> None:
+    text = b.compute()
+    b.write_prompt("A different opening sentence. " + text[len("A different opening sentence. "):], "first")
+
+
+def plant_middle_chunk(b: Bench) -> None:
+    text = b.compute()
+    mid = 4 * CHUNK + CHUNK // 2
+    b.write_prompt(text[:mid] + ("Q" if text[mid] != "Q" else "Z") + text[mid + 1:], "middle")
+
+
+def plant_short_prompt(b: Bench) -> None:
+    b.write_prompt(prompts.document(b.seed + 7, 0, CHUNK // 2), "short")
+
+
+def plant_holder_stopped(b: Bench) -> None:
+    b.compute()
+    launch.down(b.ctx, only="node-a", roles=("server",))
+
+
+def restore_holder_stopped(b: Bench) -> None:
+    b.heal("node-a")
+
+
+def _restart_planted(b: Bench, node: str, edits: dict[str, str], role: str = "server", mesh: bool = True) -> None:
+    inst = f"{node}-0"
+    for key, value in edits.items():
+        b.edit_env(inst, key, value)
+    err = b.restart(node, role, mesh=mesh)
+    if err:
+        log(f"{node}'s {role} with {edits}: {err}")
+
+
+def plant_chunk_size(b: Bench) -> None:
+    _restart_planted(b, "node-c", {"LMCACHE_CHUNK_SIZE": "512"})
+    b.compute("node-a-0")
+
+
+def plant_hash_algorithm(b: Bench) -> None:
+    _restart_planted(b, "node-c", {"LMCACHE_HASH_ALGORITHM": "builtin"})
+    b.compute("node-a-0")
+
+
+def plant_hash_seed(b: Bench) -> None:
+    """PYTHONHASHSEED matters only under the builtin hash: node-b and node-c both on builtin, node-c's seed 4242."""
+    _restart_planted(b, "node-b", {"LMCACHE_HASH_ALGORITHM": "builtin"})
+    _restart_planted(b, "node-c", {"LMCACHE_HASH_ALGORITHM": "builtin", "PYTHONHASHSEED": "4242"})
+    b.compute("node-b-0", wait_chunks=0)
+    time.sleep(3)
+
+
+def restore_hash_seed(b: Bench) -> None:
+    b.heal("node-b")
+    b.heal("node-c")
+
+
+def plant_advertise_url(b: Bench) -> None:
+    _restart_planted(b, "node-c", {"LMCACHE_P2P_ADVERTISE_URL": "127.0.0.1:9"}, mesh=False)
+    b.compute("node-c-0", wait_chunks=0)
+    time.sleep(3)
+
+
+def plant_transport(b: Bench) -> None:
+    _restart_planted(b, "node-c", {"UCX_TLS": "rc"}, mesh=False)   # rc needs RDMA, which this host lacks
+    b.compute("node-a-0")
+
+
+def plant_l1_too_small(b: Bench) -> None:
+    """node-c's L1 2 MB (hand-edited; the spec's smallest is 1 GB) against an 8-chunk prefix of ~4 MiB."""
+    _restart_planted(b, "node-c", {"LMCACHE_L1_SIZE_GB": "0.002"})
+    b.compute("node-a-0")
+
+
+def plant_engine_unlinked(b: Bench) -> None:
+    server = b.ctx.layout.env("node-c-0").read_text()
+    port = re.search(r"^export LMCACHE_PORT=(\d+)", server, flags=re.M).group(1)
+    _restart_planted(b, "node-c", {"P2P_ENGINE_LMCACHE_URL": f"tcp://127.0.0.1:{int(port) + 97}"}, role="engine",
+                     mesh=False)
+    b.compute("node-a-0")
+
+
+def restore_engine_unlinked(b: Bench) -> None:
+    b.heal("node-c", "engine")
+
+
+def plant_evicted(b: Bench) -> None:
+    """node-a evicts from 10 % of its 1 GB L1 (the fleet sets its watermark): fill it until the prompt is gone."""
+    text = b.compute()
+    a = b.urls("node-a-0")[0]
+    for i in range(150):
+        if b.held(text) == 0:
+            log(f"node-a evicted the prompt after {i} fill prompts")
+            return
+        r = complete(a, b.ctx.fleet.model, prompts.document(b.seed + 100000, i, 4096), 1)
+        if not r.ok:
+            raise RuntimeError(f"fill request failed: {r.error}")
+    raise RuntimeError("node-a never evicted the prompt's chunks after 150 fill prompts")
+
+
+def plant_gds(b: Bench) -> None:
+    from p2p_ops.spec.starter import local_fleet
+    data = local_fleet(2, name="gds")
+    data["settings"]["server_extra_args"] = ["--gds-l1-path", "/mnt/nvme"]
+    path = b.tmp / "gds-fleet.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    b.validate_file = str(path)
+
+
+NOT_THE_FLEET = "abstain ok: the fleet is healthy; the cause is in the prompt, which this verb does not read"
+PROMPT_VERBS = {"explain": "", "doctor": NOT_THE_FLEET, "diagnose": NOT_THE_FLEET}
+FLEET_VERBS = {"explain": "", "doctor": "", "diagnose": "", "basic": "", "matrix": ""}
+
+CASES: list[Case] = [
+    Case("gds_l1", "P2P with a GDS L1 path (spec)", "gds_l1", {"validate": ""}, plant_gds, needs_fleet=False),
+    Case("first_sentence", "a different first sentence", "prompt_differs", PROMPT_VERBS, plant_first_sentence),
+    Case("middle_chunk", "a different middle chunk", "prompt_differs", PROMPT_VERBS, plant_middle_chunk),
+    Case("short_prompt", "a prompt shorter than a chunk", "shorter_than_chunk", PROMPT_VERBS, plant_short_prompt),
+    Case("holder_stopped", "the holder's (node-a) server stopped", "server_down", {**FLEET_VERBS, "wait": ""},
+         plant_holder_stopped, restore_holder_stopped, about="node-a-0"),
+    Case("chunk_size", "node-c's chunk size 512 (env.sh)", "chunk_size", {**FLEET_VERBS, "wait": ""},
+         plant_chunk_size, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         about="node-c-0"),
+    Case("hash_algorithm", "node-c's hash algorithm builtin (env.sh)", "hash_algorithm", FLEET_VERBS,
+         plant_hash_algorithm, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         about="node-c-0"),
+    Case("hash_seed", "PYTHONHASHSEED 4242 on node-c, node-b and node-c on builtin", "hash_seed", FLEET_VERBS,
+         plant_hash_seed, restore_hash_seed, explain_node="node-c", basic=("node-b-0", "node-c-0"),
+         about="node-c-0"),
+    Case("advertise_url", "node-c advertises 127.0.0.1:9 (nobody listens)", "advertise_url",
+         {**FLEET_VERBS, "wait": ""}, plant_advertise_url, lambda b: b.heal("node-c"), explain_node="node-a",
+         basic=("node-c-0", "node-a-0"), about="node-c-0"),
+    Case("transport", "node-c's UCX_TLS=rc (no RDMA here)", "transport", {**FLEET_VERBS, "wait": ""},
+         plant_transport, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         symptom="server exits with NIXL_ERR_BACKEND", about="node-c-0"),
+    Case("l1_too_small", "node-c's L1 2 MB, the prefix ~4 MiB", "l1_too_small", FLEET_VERBS,
+         plant_l1_too_small, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         symptom="l1_oom", about="node-c-0"),
+    Case("engine_unlinked", "node-c's engine started without its server link", "engine_unlinked",
+         {**FLEET_VERBS, "wait": ""}, plant_engine_unlinked, restore_engine_unlinked, explain_node="node-c",
+         basic=("node-a-0", "node-c-0"), about="node-c-0"),
+    Case("evicted", "node-a's L1 filled until it evicts the prefix", "evicted",
+         {"explain": "abstain ok: a prompt file ties the prompt to no server (eviction vs another first chunk)",
+          "doctor": "", "diagnose": ""}, plant_evicted, explain_node="node-b"),
+]
+# --quick: no restart beyond one server, 2 nodes.
+QUICK = ("gds_l1", "first_sentence", "middle_chunk", "short_prompt", "holder_stopped")
+
+
+# ---- running and scoring ---------------------------------------------------------------------------
+
+def run_verb(b: Bench, case: Case, verb: str, doctor: Optional[dict]) -> tuple[Cell, Optional[dict]]:
+    cell = Cell(verb)
+    t = time.monotonic()
+    doc = None
+    try:
+        if verb == "explain":
+            code, out, err = b.cli("explain", "-f", b.f, "--json", "--prompt-file", b.prompt_file,
+                                   "--node", case.explain_node)
+            doc = json.loads(out)
+            cell.cause, cell.raw = top_explain(doc, f"{case.explain_node}-0")
+        elif verb == "doctor":
+            code, out, err = b.cli("doctor", "-f", b.f, "--json")
+            doc = json.loads(out)
+            cell.cause, cell.raw = top_doctor(doc)
+        elif verb == "diagnose":
+            code, out, err = b.cli("diagnose", case.symptom, "-f", b.f, "--json")
+            doc = json.loads(out)
+            cell.cause, cell.raw = top_diagnose(doc, doctor)
+            cell.raw = f"({case.symptom}) {cell.raw}"
+        elif verb == "basic":
+            code, out, err = b.cli("test", "basic", "-f", b.f, "--a", case.basic[0], "--b", case.basic[1],
+                                   "--chunks", "4", "--max-tokens", "4", "--json")
+            doc = json.loads(out)
+            cell.cause, cell.raw = top_basic(doc, doctor)
+        elif verb == "matrix":
+            code, out, err = b.cli("test", "matrix", "-f", b.f, "--chunks", "2", "--max-tokens", "2", "--json")
+            doc = json.loads(out)
+            cell.cause, cell.raw = top_matrix(doc, doctor, case.about)
+        elif verb == "wait":
+            code, out, err = b.cli("wait", "-f", b.f, "--timeout", "20", "--json")
+            cell.cause, cell.raw = top_refusal(code, _refusal_text(out, err))
+        elif verb == "validate":
+            code, out, err = b.cli("validate", "-f", b.validate_file, "--json")
+            cell.cause, cell.raw = top_refusal(code, _refusal_text(out, err))
+        else:
+            raise ValueError(verb)
+        cell.exit_code = code
+        if code == 2 and verb in ("basic", "matrix") and "is not ready" in err:
+            # the tests refuse a fleet that is not ready, naming the node and its state: a refusal verb's answer
+            cell.cause, cell.raw = top_refusal(code, err.strip()[-1500:])
+        elif code not in (0, 1) and verb not in ("wait", "validate"):   # a refusal may exit 2 (bad input)
+            cell.cause, cell.raw = "error", f"exit {code}: {(err or out)[-400:]}"
+    except json.JSONDecodeError:
+        cell.cause, cell.raw = "error", f"exit {code}, no JSON: {(err or out)[-400:]}"
+    except Exception as exc:  # noqa: BLE001 - one verb's failure is that cell's result, not the run's
+        cell.cause, cell.raw = "error", f"{type(exc).__name__}: {exc}"
+    cell.seconds = round(time.monotonic() - t, 1)
+    return cell, doc
+
+
+def _refusal_text(out: str, err: str) -> str:
+    try:
+        doc = json.loads(out)
+    except json.JSONDecodeError:
+        return (out + "\n" + err).strip()[-1500:]
+    return json.dumps(doc)[:6000]
+
+
+def score(cell: Cell, expect: str, allowance: str) -> str:
+    if cell.cause == "error":
+        return "error"
+    if cell.cause == expect:
+        return "correct"
+    if cell.cause == ABSTAIN or (cell.cause == HEALTHY and allowance.startswith("abstain ok")):
+        return "abstained"
+    return "wrong"
+
+
+def named(cell: Cell) -> bool:
+    return cell.cause not in ("n/a", "error", ABSTAIN, HEALTHY)
+
+
+def run_case(b: Bench, case: Case) -> CaseResult:
+    res = CaseResult(case.id, case.title, case.expect)
+    t = time.monotonic()
+    log(f"case {case.id}: {case.title}")
+    try:
+        case.plant(b)
+    except Exception as exc:  # noqa: BLE001 - recorded; the verbs still run against what was planted
+        res.plant_error = f"{type(exc).__name__}: {exc}"
+        log(f"  plant: {res.plant_error}")
+    try:
+        doctor = None
+        order = [v for v in ("doctor", "explain", "diagnose", "wait", "validate", "basic", "matrix")
+                 if v in case.verbs]
+        for verb in order:
+            cell, doc = run_verb(b, case, verb, doctor)
+            if verb == "doctor":
+                doctor = doc
+            cell.score = score(cell, case.expect, case.verbs[verb])
+            res.cells[verb] = cell
+            log(f"  {verb:8} {cell.score:9} {cell.cause:18} {cell.seconds:5.1f}s  {cell.raw[:150]}")
+    finally:
+        if case.restore is not None:
+            try:
+                case.restore(b)
+            except Exception as exc:  # noqa: BLE001
+                log(f"  restore failed: {type(exc).__name__}: {exc}")
+    causes = {c.cause for c in res.cells.values() if named(c)}
+    res.contradiction = len(causes) > 1
+    res.seconds = round(time.monotonic() - t, 1)
+    return res
+
+
+def rescore(results: list[CaseResult]) -> None:
+    """Re-read the refusals' answers from their raw text with the current rules (a run recorded before a rule
+    changed)."""
+    allowances = {c.id: c.verbs for c in CASES}
+    for r in results:
+        for verb, cell in r.cells.items():
+            if verb in ("wait", "validate") and cell.cause != "error":
+                cell.cause, _ = top_refusal(cell.exit_code or 0, cell.raw)
+                cell.score = score(cell, r.expect, allowances[r.id][verb])
+        r.contradiction = len({c.cause for c in r.cells.values() if named(c)}) > 1
+
+
+def summarise(results: list[CaseResult]) -> dict:
+    per_verb = {}
+    for verb in VERBS:
+        cells = [r.cells[verb] for r in results if verb in r.cells]
+        if not cells:
+            continue
+        counts = {k: sum(1 for c in cells if c.score == k) for k in ("correct", "wrong", "abstained", "error")}
+        answered = len(cells) - counts["abstained"]
+        per_verb[verb] = {**counts, "applicable": len(cells), "top1": round(counts["correct"] / len(cells), 3),
+                          "top1_answered": round(counts["correct"] / answered, 3) if answered else None}
+    return {"per_verb": per_verb,
+            "contradictions": sum(1 for r in results if r.contradiction),
+            "confident_wrong": sum(1 for r in results for c in r.cells.values()
+                                   if c.score == "wrong" and named(c)),
+            "cases": len(results)}
+
+
+def table(results: list[CaseResult], summary: dict):
+    """The rich table (cases x verbs, each cell the verb's top cause, green/red) and the summary line."""
+    from rich.table import Table
+
+    verbs = [v for v in VERBS if v in summary["per_verb"]]
+    t = Table(title="diagnosis benchmark: each verb's top cause per planted cause")
+    t.add_column("case")
+    t.add_column("planted")
+    for v in verbs:
+        t.add_column(v)
+    t.add_column("contra")
+    style = {"correct": "green", "wrong": "red", "abstained": "yellow", "error": "magenta", "n/a": "dim"}
+    for r in results:
+        row = [r.id + (" (!plant)" if r.plant_error else ""), r.expect]
+        for v in verbs:
+            c = r.cells.get(v)
+            row.append("n/a" if c is None else f"[{style[c.score]}]{c.cause}[/]")
+        row.append("[red]yes[/]" if r.contradiction else "")
+        t.add_row(*row)
+    t.add_section()
+    for key in ("correct", "wrong", "abstained", "error"):
+        t.add_row(key, "", *[str(summary["per_verb"][v][key]) for v in verbs], "")
+    t.add_row("top-1", "", *[f"{summary['per_verb'][v]['correct']}/{summary['per_verb'][v]['applicable']}"
+                             for v in verbs], "")
+    t.add_row("top-1 answered", "", *[
+        f"{summary['per_verb'][v]['correct']}/{summary['per_verb'][v]['applicable'] - summary['per_verb'][v]['abstained']}"
+        for v in verbs], "")
+    foot = (f"contradictions: {summary['contradictions']} case(s); confident wrong answers: "
+            f"{summary['confident_wrong']}; cases: {summary['cases']}")
+    return t, foot
+
+
+def render_text(results: list[CaseResult], summary: dict, width: int = 220) -> str:
+    from rich.console import Console
+
+    t, foot = table(results, summary)
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))
+    console.print(t)
+    console.print(foot)
+    return console.export_text(styles=False)
+
+
+def fleet_data(tmp: Path, nodes: int) -> Path:
+    path = write_local_fleet(tmp / "fleet.yaml", nodes, name="diagbench")
+    data = yaml.safe_load(path.read_text())
+    # node-a alone evicts from 10 % of its 1 GB L1: the eviction case fills it with a bounded number of prompts.
+    data["nodes"][0]["instances"][0]["settings"] = {"server_extra_args": ["--eviction-trigger-watermark", "0.1"]}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Path] = None,
+        on_case: Optional[Callable[[list], None]] = None) -> dict:
+    cases = [c for c in CASES if (not quick or c.id in QUICK) and (not only or c.id in only)]
+    own_tmp = tmp is None
+    tmp = Path(tempfile.mkdtemp(prefix="diagbench-")) if own_tmp else tmp
+    t0 = time.monotonic()
+    results: list[CaseResult] = []
+    b = Bench(None, tmp)
+    for case in [c for c in cases if not c.needs_fleet]:
+        results.append(run_case(b, case))
+        if on_case:
+            on_case(results)
+    fleet_cases = [c for c in cases if c.needs_fleet]
+    timings: dict = {}
+    if fleet_cases:
+        nodes = 2 if quick else 3
+        log(f"starting a {nodes}-node local fleet in {tmp}")
+        with FleetContext.load(fleet_data(tmp, nodes)) as ctx, launch.running(ctx, timeout=150, timings=timings):
+            b.ctx = ctx
+            log(f"fleet ready (up {timings.get('up_s', 0):.0f} s, wait {timings.get('wait_s', 0):.0f} s)")
+            for case in fleet_cases:
+                results.append(run_case(b, case))
+                if on_case:
+                    on_case(results)
+    summary = summarise(results)
+    summary["seconds"] = round(time.monotonic() - t0, 1)
+    summary["fleet"] = {k: round(v, 1) for k, v in timings.items()}
+    summary["quick"] = quick
+    return {"summary": summary, "cases": [asdict(r) for r in results],
+            "load_average": os.getloadavg(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.diagnosis", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)} (2 nodes, one restart)")
+    ap.add_argument("--only", default="", help="comma-separated case ids")
+    ap.add_argument("--json", default="", help="also write the results JSON here")
+    ap.add_argument("--out", default="", help="results folder (default bench/results/diagnosis-<stamp>/)")
+    ap.add_argument("--list", action="store_true", help="list the cases")
+    ap.add_argument("--table", default="", metavar="JSON",
+                    help="only print the table of a results.json or partial.json (an interrupted run's cases)")
+    args = ap.parse_args(argv)
+    if args.table:
+        got = json.loads(Path(args.table).read_text())
+        done = got["cases"] if isinstance(got, dict) else got
+        results = [CaseResult(**{**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}) for r in done]
+        rescore(results)
+        print(render_text(results, summarise(results)))
+        return 0
+    if args.list:
+        for c in CASES:
+            print(f"{c.id:16} {c.expect:18} {', '.join(c.verbs)}  {c.title}")
+        return 0
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / (
+        f"diagnosis-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else ""))
+    out.mkdir(parents=True, exist_ok=True)
+
+    def partial(results: list) -> None:     # every finished case is kept, also when a later one fails
+        (out / "partial.json").write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    data = run(args.quick, [x for x in args.only.split(",") if x] or None, on_case=partial)
+    results = [CaseResult(**{**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}) for r in data["cases"]]
+    from rich.console import Console
+    t, foot = table(results, data["summary"])
+    Console(width=220).print(t)
+    print(foot)
+    text = render_text(results, data["summary"])
+    extra = (f"run: {data['summary']['seconds']:.0f} s, fleet up {data['summary']['fleet']}, "
+             f"load average {', '.join(f'{x:.1f}' for x in data['load_average'])}")
+    print(extra)
+    (out / "partial.json").unlink(missing_ok=True)
+    (out / "table.txt").write_text(text + extra + "\n")
+    (out / "results.json").write_text(json.dumps(data, indent=1) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {out}/table.txt and results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
