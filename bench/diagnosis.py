@@ -460,7 +460,10 @@ FLEET_VERBS = {"explain": "", "doctor": "", "diagnose": "", "basic": "", "matrix
 
 CASES: list[Case] = [
     Case("gds_l1", "P2P with a GDS L1 path (spec)", "gds_l1", {"validate": ""}, plant_gds, needs_fleet=False),
-    Case("first_sentence", "a different first sentence", "prompt_differs", PROMPT_VERBS, plant_first_sentence),
+    Case("first_sentence", "a different first sentence", "prompt_differs",
+         {**PROMPT_VERBS, "explain": "abstain ok: on engine-driven (CPU) fleets the key directory keeps no tokens and "
+                                     "no run saved the original, so a different first chunk and a prompt never "
+                                     "sent look the same"}, plant_first_sentence),
     Case("middle_chunk", "a different middle chunk", "prompt_differs", PROMPT_VERBS, plant_middle_chunk),
     Case("short_prompt", "a prompt shorter than a chunk", "shorter_than_chunk", PROMPT_VERBS, plant_short_prompt),
     Case("holder_stopped", "the holder's (node-a) server stopped", "server_down", {**FLEET_VERBS, "wait": ""},

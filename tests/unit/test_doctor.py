@@ -254,6 +254,15 @@ def test_dead_server_in_a_running_fleet():
     assert f.subject == "node-b-0/server" and f.value == "dead"
 
 
+def test_a_server_stopped_cleanly_while_the_fleet_runs_is_named():
+    """Issue 28's benchmark: `down --node node-a --role server` leaves no pid file ("none"); the doctor said
+    nothing, and its top finding was the engine that server left degraded."""
+    stopped = inst("node-b-0", running=False)
+    stopped.engine_state = "running"
+    [f] = problems(D.check(fleet([inst("node-a-0"), stopped])), "process")
+    assert f.subject == "node-b-0/server" and "stopped while the fleet runs" in f.message
+
+
 # ---- helpers ------------------------------------------------------------------------------------------------
 
 def test_read_env_sh_and_safe_env():

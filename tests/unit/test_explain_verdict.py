@@ -176,6 +176,15 @@ def test_a_degraded_engine_asks_nobody():
     assert ex.nodes[0].chunks[0].reason == "engine_degraded"
 
 
+def test_an_engine_degraded_by_its_servers_chunk_size_names_the_chunk_size():
+    """Issue 28's benchmark: node-b-0's server keys with 8-token chunks, its engine refused it. The setting is
+    the cause; the degraded engine is what it led to."""
+    a, b = connected(engine_degraded=True)
+    b.inputs = KeyInputs(8, "blake3", "m", 1, "", "0")
+    c = explain(fleet(a, b, held={"k0": ["node-a-0"]})).nodes[0].chunks[0]
+    assert c.reason == "keys_differ" and "chunk_size" in c.detail and "degraded because of it" in c.detail
+
+
 def test_after_the_first_miss_held_chunks_are_recomputed_too():
     a, b = connected()
     ex = explain(fleet(a, b, held={"k1": ["node-a-0"]}))
@@ -245,3 +254,13 @@ def test_a_node_that_holds_the_whole_prompt_says_the_answer_is_for_a_request_sen
     assert ex.nodes[0].strip == "HH." and "describes a request sent now" in " ".join(ex.nodes[0].notes)
     ex = explain(fleet(a, b, held={"k0": ["node-b-0"], "k1": ["node-a-0"]}))
     assert ex.nodes[0].strip == "HP." and "request sent now" not in " ".join(ex.nodes[0].notes)
+
+
+def test_a_first_chunk_nobody_holds_is_cold_only_on_a_fleet_that_holds_nothing():
+    """Issue 28's benchmark: a prompt with a changed first sentence, on a fleet holding the original, was called
+    cold ('never computed here'). Without tokens to compare, that and a different first chunk look the same."""
+    a, b = connected()
+    assert explain(fleet(a, b)).nodes[0].chunks[0].reason == "cold"
+    c = explain(fleet(a, b, held_keys=20)).nodes[0].chunks[0]
+    assert c.reason == "not_confirmed" and "holds 20 chunk(s) of other prompts" in c.detail
+    assert "differs in its first chunk" in c.detail

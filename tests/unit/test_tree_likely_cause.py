@@ -7,6 +7,7 @@ likely cause must be the UCX_TLS finding, and "no RDMA device" is no problem on 
 
 from __future__ import annotations
 
+from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor.checks import check
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.tree import evidence, model, render, walk
@@ -74,3 +75,15 @@ def test_no_rdma_device_is_still_a_problem_where_the_fleet_may_use_rdma():
     d = walk.diagnose(TREE, model.find_symptom(TREE, "single nic"), _Given(_fleet("198.18.0.2", "", state="running")))
     step = next(s for s in d.steps if s.id == "rdma-present")
     assert step.verdict == "problem"
+
+
+def test_a_stopped_holder_is_the_likely_cause_of_zero_cached_tokens_not_the_engine_it_left_degraded():
+    """Issue 28's benchmark: node-a-0's server stopped; its engine reports degraded. The stopped server is the
+    cause, the degraded engine its consequence, and the zero-cached-tokens walk reads the processes."""
+    facts = _fleet("127.0.0.1", "", state="dead")
+    report = check(facts)
+    report.add("error", "engine_degraded", "node-a-0/engine", "lmcache unreachable", "degraded", "fix the server")
+    top = judge.judgement(facts, report).top(["node-a-0"])
+    assert (top.check, top.subject) == ("process", "node-a-0/server")
+    step = next(st for st in model.find_symptom(TREE, "zero cached tokens").steps if st.id == "registered")
+    assert "doctor:process" in step.checks

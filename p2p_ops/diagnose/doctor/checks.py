@@ -322,9 +322,11 @@ def _check_processes(report: Report, facts: FleetFacts) -> None:
     if not facts.any_running:
         return
     for inst in facts.instances:
-        if inst.server_state in ("dead", "stale"):
+        # "none": stopped cleanly (no pid file), yet the spec has it and its peers and engine go on without it.
+        if inst.server_state in ("dead", "stale", "none"):
+            state = "stopped" if inst.server_state == "none" else inst.server_state
             report.add("error", "process", f"{inst.instance}/server", inst.server_state,
-                       f"{inst.instance}'s server is {inst.server_state} while the fleet runs",
+                       f"{inst.instance}'s server is {state} while the fleet runs",
                        f"read {inst.instance}/server.log (`p2pctl diagnose 'server exits with NIXL_ERR_BACKEND'`), "
                        f"then start it again from fleet.yaml: {restart(facts, [inst.instance], 'server')}")
 

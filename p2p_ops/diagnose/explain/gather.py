@@ -248,6 +248,7 @@ def _sources(ctx: FleetContext, facts: ExplainFacts) -> None:
     by_inst = stats.get("l1_keys_by_instance") or {}
     for v in facts.instances:
         facts.reporting[v.instance] = v.instance in by_inst
+    facts.held_keys = sum(n for n in by_inst.values() if isinstance(n, int))
     for node, inst in ctx.fleet.instances():
         if facts.view(inst.id).server_state == "running":
             got = lmcache_api.cache_objects(ctx.server_url(node, inst), "l1")

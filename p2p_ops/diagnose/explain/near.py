@@ -29,14 +29,15 @@ def mismatches(mine: list[int], theirs: list[int]) -> list[int]:
 
 
 def closest(first: list[int], held: list[lmcache_api.DirectoryEntry]) -> Optional[dict]:
-    """The held chunk of the same length that differs from `first` at the fewest positions (at most 1 in 16,
-    and at least one: an exact match is another key for the same tokens, not a different prompt)."""
+    """The held chunk of the same length that differs from `first` at the fewest positions (at most 1 in 4, a
+    changed first sentence of the same length; at least one: an exact match is another key for the same tokens,
+    not a different prompt)."""
     best: Optional[tuple[list[int], lmcache_api.DirectoryEntry]] = None
     for entry in held:
         if len(entry.token_ids) != len(first):
             continue
         diff = mismatches(first, entry.token_ids)
-        if 0 < len(diff) <= max(1, len(first) // 16) and (best is None or len(diff) < len(best[0])):
+        if 0 < len(diff) <= max(1, len(first) // 4) and (best is None or len(diff) < len(best[0])):
             best = diff, entry
     if best is None:
         return None

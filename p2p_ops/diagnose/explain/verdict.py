@@ -66,9 +66,14 @@ def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str
     if x.engine_degraded:
         peer = next((p for p in facts.instances if p.instance != x.instance and p.serving), None)
         differ = differing_inputs(x, peer) if peer is not None else []
+        if differ:
+            # The server's settings differ from its peers' (a chunk size, say): that is why the engine refused
+            # it, and what a fix must change; the degraded engine is its consequence.
+            return "keys_differ", (f"{x.instance}'s server keys chunks unlike its peers: {'; '.join(differ)}; its "
+                                   "engine is degraded because of it (not linked to its server): it asks no cache "
+                                   "and computes every chunk")
         return "engine_degraded", (f"{x.instance}'s engine is degraded (not linked to its lmcache server): it "
-                                   "asks no cache and computes every chunk"
-                                   + (f"; its server's keys would differ anyway: {'; '.join(differ)}" if differ else ""))
+                                   "asks no cache and computes every chunk")
     return None
 
 
@@ -149,6 +154,15 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
             "its first chunk from the one that was computed (every chained key then differs, even where later "
             "tokens match). Explain the original prompt (or `--run` of the run that sent it): a server that "
             "still holds it rules out eviction")
+    if c.index == 0 and facts.held_keys:
+        # The fleet holds other prompts' chunks: a prompt whose first chunk differs from one of them (a changed
+        # first sentence) misses exactly like one never sent. Without its tokens nothing tells the two apart.
+        return "not_confirmed", (
+            f"no server holds this prompt's first chunk, while the fleet holds {facts.held_keys} chunk(s) of other "
+            "prompts: either it was never computed here, or it differs in its first chunk from one that was (every "
+            "later key chains on it, so everything misses even where tokens match). No held chunk's tokens nearly "
+            "match (the key directory keeps tokens only on LMCache's lmcache-driven path, vLLM on GPU); a prompt "
+            "sent by `p2pctl test basic --prompt-file` is saved, and explain then compares against it")
     return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
 
 
