@@ -23,6 +23,7 @@ from p2p_ops.spec.settings import (
     StrictModel,
     VllmSettings,
     check_host,
+    checked,
     hostport,
 )
 
@@ -57,10 +58,7 @@ class Coordinator(StrictModel):
     # Must exceed the servers' heartbeat interval, or heartbeats fail (reference 1.1).
     timeout_keep_alive: int = Field(10, ge=1, le=3600)
 
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        return check_host(v)
+    _host = checked(check_host, "host")
 
 
 class Ports(StrictModel):
@@ -105,20 +103,9 @@ class Node(StrictModel):
     run_dir: str = ""
     instances: list[Instance] = Field(..., min_length=1)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_id(v)
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        return check_host(v)
-
-    @field_validator("bind")
-    @classmethod
-    def _bind(cls, v: str) -> str:
-        return check_host(v) if v else v
+    _name = checked(_check_id, "name")
+    _address = checked(check_host, "address")
+    _bind = checked(lambda v: check_host(v) if v else v, "bind")
 
     @property
     def bind_host(self) -> str:
@@ -140,10 +127,7 @@ class Fleet(StrictModel):
     # in env.sh (0600) and is never printed; bundles redact it. Never echoed in errors (repr=False).
     api_key: str = Field("", repr=False)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_id(v)
+    _name = checked(_check_id, "name")
 
     @field_validator("model")
     @classmethod
