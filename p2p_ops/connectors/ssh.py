@@ -52,7 +52,7 @@ DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_ho
 
 
 class SSHConnectError(CouldNotRun):
-    """We could not get a working SSH session to a node. `what` says which step failed."""
+    """`what` says which step failed."""
 
     def __init__(self, host: str, target: str, what: str, detail: str, fix: str):
         super().__init__(f"{host} ({target}): {what}: {detail}; {fix}")
@@ -83,8 +83,6 @@ def _reject_policy():
 
 
 class SSHConnector:
-    """The connector for one `connection: ssh` node; see the module docstring for its guarantees."""
-
     def __init__(self, host: str, address: str, user: str = "", port: Optional[int] = None, key: str = "",
                  ssh_config: str = "", insecure_host_keys: bool = False,
                  connect_timeout: float = CONNECT_TIMEOUT):
@@ -110,10 +108,9 @@ class SSHConnector:
         return cls(node.name, node.address, node.ssh_user, port, node.ssh_key, node.ssh_config,
                    node.ssh_insecure_host_keys)
 
-    # ---- connection ---------------------------------------------------------------------------------
     @property
     def target(self) -> str:
-        """`user@address:port` as far as known before connecting (for messages)."""
+        # As far as known before connecting.
         conn = self._conn
         if conn is not None:
             return f"{conn.user}@{conn.host}:{conn.port}"
@@ -232,7 +229,6 @@ class SSHConnector:
         return SSHConnectError(self.host, target, "SSH failed", f"{type(exc).__name__}: {exc}",
                                "rerun with -v logging of paramiko, or try `ssh` by hand")
 
-    # ---- the connector API --------------------------------------------------------------------------
     def run(self, command: str, timeout: float = 60, check: bool = False) -> Result:
         from invoke.exceptions import CommandTimedOut
 
@@ -258,10 +254,7 @@ class SSHConnector:
         return result
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
-        """Copy a file the toolkit wrote into a folder of the node, as safely as the local connector does: every
-        folder on the way must be the remote user's (or root's, above it) and writable by no one else, folders
-        made are 0700, and the bytes go to a fresh temp file (exclusive create: never through a planted link)
-        renamed over `remote` (a link there is replaced, not followed)."""
+        """As safely as the local connector (the module docstring says how)."""
         data = files.read_bytes(local)
         conn = self._open()
         try:
@@ -292,8 +285,8 @@ class SSHConnector:
                               f"the node's run_dir is writable by this user") from None
 
     def _private_dir(self, sftp, path: str) -> str:
-        """`path` as a trusted folder (`files.check_trusted` of every folder on the way, as the remote user),
-        made over SFTP (no shell) where missing; returns it with the links above it resolved."""
+        """`path` made over SFTP (no shell) where missing, every folder on the way checked as the remote user's
+        (`files.check_trusted`); returned with the links above it resolved."""
         if path in self._dirs:
             return self._dirs[path]
         if self._uid is None:
