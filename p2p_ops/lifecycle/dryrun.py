@@ -64,8 +64,6 @@ def _reach_line(node: Node) -> str:
 
 
 def _differs(ctx: FleetContext, rendered: RenderedFile) -> list[str]:
-    """What `up --no-render` would use instead of `rendered`: this machine's copy, read as text (never run),
-    once the folders and files are known to be ours alone; shown as a diff when it is not what p2pctl renders."""
     path = ctx.layout.dir(rendered.unit) / rendered.name
     if not path.is_file():
         raise CouldNotRun(f"--no-render: {path} does not exist; run `p2pctl render` (or drop --no-render)")
@@ -80,7 +78,6 @@ def _differs(ctx: FleetContext, rendered: RenderedFile) -> list[str]:
 
 def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
          roles: tuple[str, ...] = LAUNCHED_ROLES) -> dict[str, list[str]]:
-    """Per node name, the ordered commands `up` would run there (same `only`, `rerender`, `roles`)."""
     fleet = ctx.fleet
     runs = fleet_runs(fleet, ctx.node_layout)
     rendered = render_fleet(fleet, ctx.node_layout)
@@ -109,7 +106,6 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
 
 
 def format_plan(steps: dict[str, list[str]]) -> str:
-    """Human-readable plan: one block per host."""
     blocks = []
     for node, lines in steps.items():
         blocks.append(f"# {node}\n" + "\n".join(lines))

@@ -38,7 +38,7 @@ NOTE_EVERY_S = 15.0
 
 
 class FleetBusy(CouldNotRun):
-    """Another p2pctl held the fleet's lock for longer than this one would wait."""
+    pass
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def me(command: Optional[str] = None) -> Holder:
 
 
 def read_holder(path: Path) -> Optional[Holder]:
-    """Who wrote the lock file last (None when it is empty or unreadable: the holder has not written yet)."""
+    """None when it is empty or unreadable: the holder has not written yet."""
     try:
         data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
         return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]))
@@ -77,8 +77,6 @@ def read_holder(path: Path) -> Optional[Holder]:
 
 
 class _Held:
-    """This process's hold on one lock file: the open file (flock'd) and how deep the re-entry goes."""
-
     def __init__(self) -> None:
         self.turn = threading.RLock()
         self.depth = 0
@@ -116,11 +114,8 @@ def _write_holder(fd: int, holder: Holder) -> None:
 @contextmanager
 def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callable[[str], None] = lambda _: None,
                command: Optional[str] = None) -> Iterator[Holder]:
-    """Hold fleet `fleet`'s lock (in run folder `root`) for the block; wait up to `wait_s` for another holder.
-
-    Raises:
-        FleetBusy: still held by another process after `wait_s` (0: do not wait), naming who holds it.
-    """
+    """Hold fleet `fleet`'s lock (in run folder `root`) for the block; FleetBusy, naming who holds it, when
+    another holder keeps it longer than `wait_s` (0: do not wait)."""
     path = root / LOCK_NAME
     st = _state(path)
     deadline = time.monotonic() + wait_s
@@ -160,8 +155,6 @@ def _acquire(path: Path, fleet: str, deadline: float, wait_s: float, progress: C
         time.sleep(0.2)
 
 
-# ---- the last `down` -----------------------------------------------------------------------------------
-
 LAST_DOWN = ".last-down"
 
 
@@ -172,7 +165,6 @@ def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
 
 
 def last_down(root: Path) -> Optional[tuple[Holder, str]]:
-    """(who stopped the fleet last, what they stopped), or None when no `down` was recorded."""
     path = root / LAST_DOWN
     holder = read_holder(path)
     if holder is None:

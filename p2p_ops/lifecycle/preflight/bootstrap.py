@@ -29,7 +29,6 @@ PROJECT = CHECKOUT
 
 
 def pip_steps(makefile_text: str) -> list[list[str]]:
-    """The arguments of each `$(PIP) install ...` line of the Makefile, in order (read with the shell's quoting)."""
     steps = []
     for line in makefile_text.splitlines():
         if line.strip().split()[:2] == ["$(PIP)", "install"]:
@@ -38,7 +37,6 @@ def pip_steps(makefile_text: str) -> list[list[str]]:
 
 
 def bootstrap_script(venv: str, project: str, steps: list[list[str]]) -> str:
-    """The bash script that creates `venv` on a node from `project` (see module docstring)."""
     if not steps:
         raise BadInput("no `$(PIP) install` steps found in the Makefile; cannot bootstrap")
     q = shlex.quote
@@ -67,7 +65,7 @@ def needs_bootstrap(probe) -> bool:
 
 
 def bootstrap_node(ctx: FleetContext, node: Node, project: str | Path = PROJECT, timeout: float = 3600) -> str:
-    """Create the node's venv; returns what happened (raises CommandFailed with the output tail)."""
+    # A failure raises CommandFailed with the output tail.
     if not node.venv:
         raise BadInput(f"node {node.name} has no `venv` in fleet.yaml: set the path its virtualenv should have")
     steps = pip_steps((Path(project) / "Makefile").read_text())
