@@ -137,7 +137,6 @@ class Fleet(StrictModel):
             raise ValueError(f"{v!r} must be a non-empty model name without '@'")
         return v
 
-    # ---- derived views -------------------------------------------------------------------------
     @property
     def all_loopback(self) -> bool:
         """Every process of the fleet binds and is reached on 127.0.0.0/8 (a local fleet, or a loopback testbed)."""
@@ -209,5 +208,5 @@ def is_loopback(address: str) -> bool:
 
 
 def host_key(address: str) -> str:
-    """The name a host's ports are counted under (localhost and 127.0.0.1 are one host)."""
+    # localhost and 127.0.0.1 are one host.
     return "127.0.0.1" if address == "localhost" else address

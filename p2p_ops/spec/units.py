@@ -67,11 +67,9 @@ class Unit:
 
     @property
     def name(self) -> str:
-        """How every verb names it: "node-a-0/server", "coordinator/coordinator", "router/router"."""
         return f"{self.folder}/{self.role}"
 
     def proc(self, layout: RunLayout) -> Proc:
-        """The unit's process files inside `layout`, the run folder of the node it runs on."""
         return Proc(name=self.name, workdir=str(layout.dir(self.folder)),
                     wrapper=str(layout.wrapper(self.folder, self.role)), log=str(layout.log(self.folder, self.role)),
                     pidfile=str(layout.pidfile(self.folder, self.role)), marker=self.marker, unit=self)
@@ -79,8 +77,6 @@ class Unit:
 
 @dataclass(frozen=True)
 class Proc:
-    """One unit's process as it lives on disk: where it runs, its wrapper, log and pidfile."""
-
     name: str          # e.g. "node-a-0/server"
     workdir: str
     wrapper: str
@@ -173,17 +169,15 @@ assert tuple(_BUILDERS) == ROLES
 
 
 def fleet_units(fleet: Fleet, roles: tuple[str, ...] = ROLES) -> list[Unit]:
-    """Every unit of the fleet with a role in `roles`, in start order (the table this module is about)."""
     return [u for role in ROLES if role in roles for u in _BUILDERS[role](fleet)]
 
 
 def port_plan(fleet: Fleet, roles: tuple[str, ...] = LAUNCHED_ROLES) -> list[PlannedPort]:
-    """Every port the units of `roles` open (by default: what `up` makes listen), unit by unit."""
     return [p for u in fleet_units(fleet, roles) for p in u.ports]
 
 
 def unit_layout(fleet: Fleet, control: RunLayout, node: Optional[Node]) -> RunLayout:
-    """The run folder on `node` (None: this machine): the same path as here unless the node sets run_dir."""
+    """The same path as here unless the node sets run_dir."""
     if node is not None and node.run_dir:
         return RunLayout(Path(node.run_dir) / fleet.name)
     return control
