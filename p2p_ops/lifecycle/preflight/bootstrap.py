@@ -1,14 +1,6 @@
-"""`p2pctl probe --bootstrap`: create the project's virtualenv on nodes whose `venv` does not exist yet.
-
-What runs on such a node (nothing runs on a node whose venv answers):
-
-    test -f <project>/pyproject.toml            # the node must see this checkout (shared filesystem)
-    python3 -m venv <venv>
-    <venv>/bin/pip install -q --upgrade pip     # allowed to fail (offline nodes)
-    <venv>/bin/pip install -q torch==...        # then every other `$(PIP) install` line of the
-    ...                                         # Makefile's setup recipe, in its order, `.[node]` ->
-                                                # <project>[node] (the node runtime extra)
-    <venv>/bin/python -c 'import lmcache, p2p_ops'
+"""`p2pctl probe --bootstrap`: create the project's virtualenv on nodes whose `venv` does not exist yet (nothing
+runs on a node whose venv answers): `python3 -m venv`, then every `$(PIP) install` line of the Makefile's setup
+recipe in its order (`.[node]` becomes `<project>[node]`; the pip upgrade may fail on offline nodes).
 
 The pip steps are read from this checkout's Makefile (`make setup` is the one source of truth for install
 order and pins), so bootstrap and `make setup` cannot drift apart. Nodes that do not share the filesystem need
