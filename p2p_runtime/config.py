@@ -33,8 +33,6 @@ class KVEventsConfigError(ValueError):
 
 @dataclass(frozen=True)
 class KVEventsConfig:
-    """vLLM's ``KVEventsConfig`` keys and defaults."""
-
     enable_kv_cache_events: bool = False
     publisher: str | None = None
     endpoint: str = "tcp://127.0.0.1:5557"
@@ -97,7 +95,6 @@ def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
-    """An EngineConfig field with its flag's help text beside its default."""
     return field(default=default, metadata={"help": help}, **kw)
 
 
@@ -199,7 +196,6 @@ class EngineConfig:
 
     @property
     def kv_bytes(self) -> int:
-        """Bytes of the paged KV cache (--num-blocks x --block-size tokens at the profile's bytes per token)."""
         return self.num_blocks * self.block_size * self.kv_profile.bytes_per_token
 
     @property

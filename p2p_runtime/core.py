@@ -23,8 +23,6 @@ logger = logging.getLogger(__name__)
 
 
 class EngineCore:
-    """Everything behind the HTTP routes; :meth:`start` and :meth:`stop` bracket its life."""
-
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         configure_threads(config.threads)
@@ -55,7 +53,6 @@ class EngineCore:
         self._started = self._stopped = False
 
     def start(self) -> None:
-        """Idempotent."""
         if self._started:
             return
         self._started = True

@@ -133,7 +133,6 @@ class PagedKVCache:
         return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
     def copy_blocks(self, src: list[int], dst: list[int], other: "PagedKVCache | None" = None) -> None:
-        """Whole blocks ``src`` of ``other`` (default self) into blocks ``dst`` of self."""
         source = other or self
         s = torch.tensor(src, dtype=torch.long)
         d = torch.tensor(dst, dtype=torch.long)

@@ -245,7 +245,6 @@ class KVEventRecorder:
         self.publisher.publish(events)
 
     def cleared(self) -> None:
-        """Nothing this engine announced before holds any more (start-up)."""
         if self.publisher is None:
             return
         with self._lock:

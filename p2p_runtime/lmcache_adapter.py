@@ -119,7 +119,6 @@ class LMCacheAdapter:
         return self._conn is not None
 
     def close(self) -> None:
-        """Safe to call twice."""
         if self._closed.is_set():
             return
         self._closed.set()
@@ -171,7 +170,6 @@ class LMCacheAdapter:
 
     def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
                  block_ids: list[int]) -> None:
-        """Copy the first ``num_chunks`` chunks into ``block_ids`` (those chunks' blocks)."""
         conn = self._require("retrieve")
         end = num_chunks * conn.chunk_size
         key = self._key(token_ids[:end], 0, end, session, 0)
@@ -187,7 +185,6 @@ class LMCacheAdapter:
 
     def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int,
               block_ids: list[int]) -> None:
-        """Store chunks ``[start_chunk, end_chunk)``, held in ``block_ids`` (their blocks only)."""
         conn = self._require("store")
         cs = conn.chunk_size
         key = self._key(token_ids[: end_chunk * cs], start_chunk * cs, end_chunk * cs, session, 0)

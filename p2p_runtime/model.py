@@ -133,12 +133,10 @@ class TinyTransformer:
         return self._logits(hidden[last])
 
     def decode(self, token_id: int, position: int, cache: PagedKVCache, block_table: list[int]) -> torch.Tensor:
-        """Append one token at ``position``: the logits for the next one."""
         hidden = self._forward(torch.tensor([token_id]), position, 1, cache, block_table)
         return self._logits(hidden[0])
 
     def greedy(self, logits: torch.Tensor) -> int:
-        """Map the argmax over the allowed outputs back to a vocabulary id."""
         return int(self.output_ids[int(torch.argmax(logits))])
 
     def _forward(self, ids: torch.Tensor, start: int, valid: int, cache: PagedKVCache, table: list[int]

@@ -14,8 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ApiError(Exception):
-    """A client error, rendered as ``{"error": {"message", "type", "param", "code"}}``."""
-
     def __init__(self, status: int, message: str, param: str | None = None,
                  err_type: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)

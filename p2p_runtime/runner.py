@@ -93,7 +93,6 @@ class ModelRunner:
         self._pad(started, self.timing.decode_target_s())
 
     def release(self, req: Request) -> None:
-        """Safe to call twice."""
         self.allocator.free(req.request_id)
         self.kv_events.freed(req.request_id)
         self.metrics.set_kv_usage(self.allocator.usage)

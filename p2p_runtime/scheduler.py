@@ -30,7 +30,7 @@ class EngineStopped(RuntimeError):
 
 
 class Scheduler:
-    """Queue plus worker thread; the only place where requests change state."""
+    """The only place where requests change state."""
 
     def __init__(self, runner: ModelRunner, tokenizer: ByteTokenizer, metrics: EngineMetrics,
                  max_num_seqs: int) -> None:
@@ -64,7 +64,6 @@ class Scheduler:
         return self._thread is not None and self._thread.is_alive()
 
     def submit(self, req: Request) -> None:
-        """Events arrive through ``req.on_event``."""
         with self._cond:
             if self._stopping:
                 raise EngineStopped("engine is shutting down")

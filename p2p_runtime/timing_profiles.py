@@ -38,7 +38,6 @@ def fit_through_origin(points: tuple[tuple[float, float], ...]) -> tuple[float, 
 
 
 def fit_line(points: tuple[tuple[float, float], ...]) -> tuple[float, float]:
-    """Least squares y = fixed + slope*x: (fixed, slope)."""
     n = len(points)
     mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
     slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
@@ -72,7 +71,6 @@ class TimingProfile:
 
     @property
     def pull_gb_per_s(self) -> float:
-        """The published transport's bandwidth (GB/s) once its round trips are paid."""
         return PUBLISHED_KV_BYTES / self.pull_us_per_token / 1000 if self.has_pull else 0.0
 
     @property

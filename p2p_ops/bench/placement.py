@@ -198,7 +198,6 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, opts: Placem
 
 def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice,
              turns: Optional[list[dict]] = None) -> dict[str, Any]:
-    """What results.json holds (and `bench placement --json` prints)."""
     profile = TIMING_PROFILES[opts.timing]
     m = margins(results)
     return finite({"options": asdict(opts), "ports": ports.to_json(),

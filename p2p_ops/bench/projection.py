@@ -25,7 +25,6 @@ def first_lasting_win(lengths: list[int], wins: list[bool]) -> Optional[int]:
 
 
 def pull_fit(rows: list[dict]) -> Optional[dict[str, float]]:
-    """The measured pull as fixed ms + us/token (needs two lengths)."""
     points = tuple((r["tokens"], r["ttft_pulled_b_s"] * 1000) for r in rows if r["cached_tokens_b"] > 0)
     if len({n for n, _ in points}) < 2:
         return None

@@ -150,7 +150,6 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
 
 
 def write_run(out_dir: Path, doc: dict) -> dict:
-    """The document, with both files named, is returned."""
     files.make_dirs(out_dir)
     named = {**doc, "run_dir": str(out_dir), "json": str(out_dir / "transfer.json"),
              "plot": str(out_dir / "transfer.png") if doc["rows"] else None}

@@ -38,7 +38,6 @@ class Link:
 
 def plan_links(pattern: str, hub: str, others: Sequence[str], sides: Mapping[str, channel.Side],
                new_port: Callable[[], int]) -> list[Link]:
-    """One server per source, one listen port per client."""
     if pattern not in PATTERNS[1:]:
         raise BadInput(f"--pattern {pattern!r}: pick one of {', '.join(PATTERNS)}")
     if not others:

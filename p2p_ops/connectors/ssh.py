@@ -254,7 +254,6 @@ class SSHConnector:
         return result
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
-        """As safely as the local connector (the module docstring says how)."""
         data = files.read_bytes(local)
         conn = self._open()
         try:

@@ -49,7 +49,6 @@ class PythonEnv:
         return version_of(self.packages, name)
 
     def to_json(self) -> dict:
-        """The shape the bundle's packages.json has always had."""
         return {"python": self.version, "executable": self.executable, "packages": self.packages}
 
 

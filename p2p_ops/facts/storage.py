@@ -54,7 +54,6 @@ def hf_cache_dir_name(model: str) -> str:
 
 
 def model_cache_fact(model: Optional[str]) -> CommandFact[Optional[ModelCache]]:
-    """A local model folder, or a hub id in the node's HF cache; `model` None checks nothing."""
     q = shlex.quote
     if model is None:
         body = f"echo {ABSENT}"

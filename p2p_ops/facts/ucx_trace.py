@@ -38,7 +38,6 @@ def dump_lane(line: str) -> tuple[str, str] | None:
 
 
 def lane_class(lane: str) -> str:
-    """`rdma`, `shm`, `gpu`, `tcp` or `other` for a lane such as `rc_mlx5/mlx5_0:1`."""
     transport = split_lane(lane)[0]
     if transport == "tcp":
         return "tcp"

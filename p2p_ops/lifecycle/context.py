@@ -102,7 +102,6 @@ class FleetContext:
         return f"http://{hostport(node.address, inst.ports.engine)}"
 
     def for_each_node(self, fn: Callable[[Node], T], only: Optional[str] = None) -> dict[str, T | Exception]:
-        """In parallel; every node gets a result (an exception is a result too)."""
         nodes = [n for n in self.fleet.nodes if only is None or n.name == only]
         results: dict[str, T | Exception] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:

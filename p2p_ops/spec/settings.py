@@ -96,8 +96,6 @@ class StrictModel(BaseModel):
 
 
 class _LMCacheChecks(StrictModel):
-    """The checks of the LMCache settings, shared by the fleet-wide section and an instance's overrides."""
-
     _server_args = field_validator("server_extra_args", check_fields=False)(
         lambda cls, v: None if v is None else LMCACHE_SERVER.check(v))
 
@@ -109,8 +107,6 @@ class _LMCacheChecks(StrictModel):
 
 
 class Settings(_LMCacheChecks):
-    """Fleet-wide LMCache settings, one value for every peer."""
-
     chunk_size: int = Field(256, ge=16, le=65536)
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
     # GiB, fractions allowed (0.25 for an 8-node fleet on one small box); `p2pctl init` sizes it (spec.sizing).
@@ -195,7 +191,6 @@ _ENGINE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
 
 def engine_env_name(key: str) -> str:
-    """The env.sh variable that carries engine.<key> to start_engine.sh."""
     return "P2P_ENGINE_" + key.upper()
 
 
@@ -221,7 +216,6 @@ class EngineSection(StrictModel):
         return EngineConfig(**self.model_dump(), **from_fleet)
 
     def env(self) -> dict[str, Any]:
-        """env.sh's engine variables, in EngineConfig order."""
         return {engine_env_name(k): v for k, v in self.model_dump().items()}
 
     def flags(self) -> list[tuple[str, str]]:
@@ -339,7 +333,6 @@ class RouterSettings(StrictModel):
         return self
 
     def failover_args(self) -> list[str]:
-        """The failover settings as vllm-router flags."""
         flags = (("--health-check-interval-secs", self.health_check_interval_s),
                  ("--health-failure-threshold", self.health_failure_threshold),
                  ("--health-success-threshold", self.health_success_threshold),
