@@ -149,10 +149,6 @@ def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
     }, separators=(",", ":"))
 
 
-def kv_event_block_size(fleet: Fleet) -> int:
-    return fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
-
-
 def router_bin(fleet: Fleet) -> str:
     venv = fleet.router.venv or str(CHECKOUT / ".venv-router")
     return str(Path(venv) / "bin" / "vllm-router")
@@ -170,7 +166,8 @@ def router_args(fleet: Fleet) -> list[str]:
             worker = f"http://{hostport(node.address, inst.ports.engine)}"
             args += ["--kv-event-source", f"{worker}=tcp://{hostport(node.address, pub)}",
                      "--kv-event-replay-source", f"{worker}=tcp://{hostport(node.address, replay)}"]
-        args += ["--kv-event-block-size", str(kv_event_block_size(fleet)), "--kv-event-model", fleet.model]
+        block = fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
+        args += ["--kv-event-block-size", str(block), "--kv-event-model", fleet.model]
     return args + list(r.args)
 
 

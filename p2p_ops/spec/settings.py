@@ -345,6 +345,6 @@ class RouterSettings(StrictModel):
         return [w for flag, value in flags for w in (flag, str(value))]
 
     def kv_event_ports(self, index: int) -> tuple[int, int]:
-        """(PUB, replay) ports of the index-th instance of the fleet."""
+        """(PUB, replay) ports of the index-th instance of the fleet (counting across nodes)."""
         base = self.kv_events_port_base + 2 * index
         return base, base + 1
