@@ -164,13 +164,15 @@ class Fleet(StrictModel):
             return ""
         return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}"
 
+    def _named_node(self, field: str, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise BadInput(f"{field}: no node named {name!r}; use one of " + ", ".join(n.name for n in self.nodes))
+
     def coordinator_node(self) -> Node:
         if self.coordinator.node:
-            for node in self.nodes:
-                if node.name == self.coordinator.node:
-                    return node
-            raise BadInput(f"coordinator.node: no node named {self.coordinator.node!r}; use one of "
-                           + ", ".join(n.name for n in self.nodes))
+            return self._named_node("coordinator.node", self.coordinator.node)
         for node in self.nodes:
             if host_key(node.address) == host_key(self.coordinator.host):
                 return node
@@ -181,13 +183,7 @@ class Fleet(StrictModel):
         return f"http://{hostport(self.coordinator.host, self.coordinator.port)}"
 
     def router_node(self) -> Node:
-        if not self.router.node:
-            return self.coordinator_node()
-        for node in self.nodes:
-            if node.name == self.router.node:
-                return node
-        raise BadInput(f"router.node: no node named {self.router.node!r}; use one of "
-                       + ", ".join(n.name for n in self.nodes))
+        return self._named_node("router.node", self.router.node) if self.router.node else self.coordinator_node()
 
     @property
     def router_url(self) -> str:
