@@ -1,7 +1,8 @@
 """The size plan (kvbench's idea): what a fleet's P2P reads weigh, from its model profile, chunk and prompt length.
 
 LMCache moves KV as chunk objects (`chunk_size` tokens of every layer) and a prefix hit reads all its chunks in
-one batch, so the sizes worth testing are one chunk up to the longest prefix, as whole chunks. `counts` are objects per read (`p2p_ops.bench.channel.Options.counts`): powers of two, then the whole prefix.
+one batch, so the sizes worth testing are one chunk up to the longest prefix, as whole chunks. `counts` are
+objects per read (`p2p_ops.bench.channel.Options.counts`): powers of two, then the whole prefix.
 
 `need_ms(fleet, plan)` is how fast the whole prefix must arrive for the pull to beat recomputing it: the fleet's
 emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's: the default timing profile's
