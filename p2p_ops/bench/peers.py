@@ -8,12 +8,8 @@ chunks and a half) that nobody has seen, then asks for it once:
   hold it; the key directory confirms it, else a fresh prefix is tried);
 - no holder: nobody holds it, so the lookup is the P2P fan-out to every peer answered with misses.
 
-Per request: which peer served (peers_judge: LMCache's rule on the observed holders and adapter order), cached
-tokens, the requester's P2P load tasks, and the requester engine's LMCache lookup and retrieve seconds. One
-unrecorded pull from each peer comes first: the first pull from a peer also pays NIXL's connection set-up. The
-scenarios alternate within each repetition so they share the box's load. `run_launched` repeats this on
-temporary local fleets of each size (2, 4, 8) and writes peers.json, summary.md and lookup.png (lookup ms
-against N).
+One unrecorded pull from each peer comes first: the first pull from a peer also pays NIXL's connection set-up.
+The scenarios alternate within each repetition so they share the box's load.
 """
 
 from __future__ import annotations

@@ -1,23 +1,21 @@
-"""Run commands on a fleet node over SSH (the `ssh` connection kind), on fabric/paramiko.
-
-One lazily opened connection per node, reused by every command and file copy. What it guarantees:
+"""Run commands on a fleet node over SSH (the `ssh` connection kind), on fabric/paramiko: one lazily opened
+connection per node, reused by every command and file copy.
 
 - every command runs as `bash -c <command, shlex-quoted>`, whatever the node's login shell;
-- host keys are **verified**: known_hosts files (the node's ssh_config `UserKnownHostsFile` /
-  `GlobalKnownHostsFile`, else `~/.ssh/known_hosts` and `/etc/ssh/ssh_known_hosts`) with paramiko's reject
-  policy for unknown hosts. Only `ssh_insecure_host_keys: true` on a node accepts any key. (Fabric alone
-  would auto-accept every key: it never loads known_hosts.) `StrictHostKeyChecking` in ssh_config is ignored;
+- host keys are **verified** against the known_hosts files (ssh_config's `UserKnownHostsFile` /
+  `GlobalKnownHostsFile`, else the defaults) with a reject policy for unknown hosts; only
+  `ssh_insecure_host_keys: true` accepts any key. (Fabric alone would auto-accept every key: it never loads
+  known_hosts.) `StrictHostKeyChecking` in ssh_config is ignored;
 - key auth with `ssh_key` only (no agent, no other keys: a wrong key fails as such), or, without `ssh_key`,
   the agent, the ssh_config `IdentityFile`s and the default keys;
 - connect, banner, auth and per-command timeouts; no sudo, no pty, stdin closed;
 - files go over SFTP (no shell), as safely as the local connector writes them: every folder on the way must be
-  the remote user's (root's too, above the last) and writable by no one else (a sticky /tmp above is fine), folders
-  made are 0700, and the bytes go to a fresh temp file beside the target (exclusive create, so never through a
-  planted link), get their mode, then are renamed into place (a running wrapper never sees half a file).
+  the remote user's (root's too, above the last) and writable by no one else (a sticky /tmp above is fine),
+  folders made are 0700, and the bytes go to a fresh temp file (exclusive create: never through a planted link)
+  renamed into place (a running wrapper never sees half a file).
 
-Failures to reach a host are `SSHConnectError`s (a `CouldNotRun`) whose message names the host, what failed
-and the fix, e.g. `h2 (127.0.0.3:22001): host key CHANGED ...; ssh-keygen -R ...`. A command that runs and
-exits non-zero is a `Result` (or `CommandFailed` with check=True), exactly as with the local connector.
+Failures to reach a host are `SSHConnectError`s whose message names the host, what failed and the fix; a command
+that runs and exits non-zero is a `Result` (or `CommandFailed` with check=True), as with the local connector.
 """
 
 from __future__ import annotations

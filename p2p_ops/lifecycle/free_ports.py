@@ -1,14 +1,10 @@
-"""Free ports on this machine for everything that starts its own fleet: the demo, `bench placement`,
-`calibrate --launch`, `bench peers`, the benchmarks and the tests.
+"""Free ports on this machine for everything that starts its own fleet (the demo, the benchmarks, the tests).
 
-`choose(n, offset)` is the one way to a fleet's ports: spec/ports.py's default plan (instance i listens on
-base + i + 1 of each kind; with `router=True` also the router's port, its Prometheus port and the first KV-event
-port, laid out by RouterSettings.kv_event_ports) shifted by an offset, either the user's `--port-offset`
-(refused in one line when a port is taken) or the first multiple of 1000 at which every port is free, so a run
-beside a fleet on the default ports takes the next offset. The offset a verb prints is one the user can pass
-again, and `p2pctl init --port-offset` shifts the same plan.
-
-`free_port(addresses)` is one port for a helper process (a testbed sshd, a bare engine, a stub server).
+`choose(n, offset)` is the one way to a fleet's ports: spec/ports.py's default plan (with `router=True` also the
+router's ports) shifted by the user's `--port-offset` (refused in one line when a port is taken), or by the
+first multiple of 1000 at which every port is free, so a run beside a fleet on the default ports takes the next
+offset. The offset a verb prints is one the user can pass again, and `p2pctl init --port-offset` shifts the same
+plan. `free_port(addresses)` is one port for a helper process (a testbed sshd, a bare engine, a stub server).
 """
 
 from __future__ import annotations

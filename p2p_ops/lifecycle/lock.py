@@ -1,17 +1,13 @@
 """One `up` or `down` at a time per fleet: an exclusive lock on `<run folder>/.lock`.
 
-Two `up`s started together on one fleet would both start every process and overwrite each other's pidfiles, and
-a later `down` could then stop only the processes whose pidfiles won. With the lock the second waits for the
-first (saying who holds it) and then runs against what the first left: an `up` keeps what already runs
-("kept ..."), so exactly one copy of each process exists and `down` stops all of them.
+Two `up`s started together would both start every process and overwrite each other's pidfiles, and a later
+`down` could then stop only the processes whose pidfiles won. With the lock the second waits for the first
+(saying who holds it) and then runs against what the first left: an `up` keeps what already runs.
 
-The lock is flock(2) on the control machine, where every p2pctl of this fleet keeps its state (the run folder
-next to fleet.yaml); the kernel drops it when its holder exits, however it exits, so a lock is never stale.
-The holder writes who it is (pid, host, command, since) into the file for the one that waits. Two control
-machines driving one SSH fleet are not serialised by it (each has its own run folder).
-
-Within one process the lock is re-entrant (a caller holding it may call `up` or `down`); threads of one
-process take turns like processes do.
+The lock is flock(2) on the control machine, where every p2pctl of this fleet keeps its state; the kernel drops
+it when its holder exits, however it exits, so a lock is never stale. Two control machines driving one SSH
+fleet are not serialised by it (each has its own run folder). Within one process the lock is re-entrant;
+threads of one process take turns like processes do.
 """
 
 from __future__ import annotations
