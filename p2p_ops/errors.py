@@ -8,8 +8,6 @@ EXIT_BAD_INPUT = 2
 
 
 class P2POpsError(Exception):
-    """An expected failure with a message meant for the operator."""
-
     exit_code = EXIT_BAD_INPUT
 
 
@@ -18,8 +16,6 @@ class BadInput(P2POpsError):
 
 
 class CheckFailed(P2POpsError):
-    """The command ran, and what it checked is not healthy."""
-
     exit_code = EXIT_CHECK_FAILED
 
 

@@ -37,7 +37,7 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 
 class Refused(BadInput):
-    """A file the toolkit will not read or write, and why (the message is one line naming the path)."""
+    """The message is one line naming the path."""
 
     def __init__(self, path: str | Path, reason: str, fix: str = ""):
         self.path, self.reason = str(path), reason
@@ -45,7 +45,6 @@ class Refused(BadInput):
 
 
 def kind(mode: int) -> str:
-    """What a file is, in words (for refusals): "a FIFO (named pipe)", "a character device", ..."""
     return next((words for test, words in _KINDS if test(mode)), "not a regular file")
 
 
@@ -111,18 +110,17 @@ def read_text(path: str | Path, cap: int = DEFAULT_CAP, **kw) -> str:
 
 
 def write_text(path: str | Path, text: str, mode: int = 0o600) -> Path:
-    """`write_bytes` of the text as UTF-8."""
     return write_bytes(path, text.encode("utf-8"), mode)
 
 
 def write_json(path: str | Path, doc, mode: int = 0o600) -> Path:
-    """`write_text` of `doc` as indented JSON (values JSON does not know are written as their str)."""
+    # Values JSON does not know are written as their str.
     return write_text(path, json.dumps(doc, indent=2, default=str) + "\n", mode)
 
 
 def write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> Path:
-    """Write `data` to `path` through a fresh temp file and a rename: a link at `path` is replaced, never
-    followed. The folder must exist."""
+    """Through a fresh temp file and a rename: a link at `path` is replaced, never followed. The folder must
+    exist."""
     path = Path(path)
     folder = path.parent
     if not folder.is_dir():
@@ -177,7 +175,6 @@ def check_trusted(path: str | Path, st: os.stat_result | None = None, uid: int |
 
 
 def make_dirs(path: str | Path) -> Path:
-    """Create `path` and its missing parents, each 0700 whatever the umask; existing folders stay as they are."""
     path = Path(os.path.abspath(path))
     missing = []
     probe = path
@@ -295,5 +292,4 @@ def parse_json(text: str, where: str, fix: str = "") -> Any:
 
 
 def read_json(path: str | Path, cap: int = DEFAULT_CAP, fix: str = "", **kw) -> Any:
-    """`read_text` (same cap and refusals) then `parse_json`, naming the path."""
     return parse_json(read_text(path, cap, **kw), str(path), fix)

@@ -1,8 +1,5 @@
-"""Files that ship inside the package (templates, the decision tree), read through importlib.resources.
-
-The templates live in the repo's top-level templates/ folder; pyproject maps that folder to the
-`p2p_ops.templates` package, which is what a wheel reads; a checkout (installed editable or not) reads the
-folder beside the package it was imported from.
+"""Files that ship inside the package (templates, the decision tree). pyproject maps the repo's top-level
+templates/ folder to the `p2p_ops.templates` package, which is what a wheel reads.
 """
 
 from __future__ import annotations

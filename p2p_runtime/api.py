@@ -45,7 +45,6 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
 
 
 def create_app(core: EngineCore) -> FastAPI:
-    """Build the app; its lifespan starts and stops ``core``."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -92,13 +91,9 @@ def _add_vllm_ops_routes(app: FastAPI, handler: "_Handlers") -> None:
 
 
 def _add_kv_event_routes(app: FastAPI, core: EngineCore) -> None:
-    """The two discovery routes a KV-aware router probes on each worker.
-
-    vllm-router's ``kv_aware`` policy, given no static ``--kv-event-source``, asks every worker
-    ``GET /get_server_info`` (model id, instance id, KV block size: what its block keys depend on) and
-    ``GET /kv_event_sources`` (the publisher of each data-parallel rank, keyed by rank as vLLM's
-    ``get_kv_event_sources()`` returns it). Without events both answer 404, as vLLM does.
-    """
+    """vllm-router's ``kv_aware`` policy, given no static ``--kv-event-source``, asks every worker for
+    ``/get_server_info`` (what its block keys depend on) and ``/kv_event_sources`` (the publisher of each
+    data-parallel rank, keyed as vLLM's ``get_kv_event_sources()``). Without events both are 404, as in vLLM."""
     events = core.config.kv_events
 
     def not_enabled() -> JSONResponse:
@@ -165,8 +160,6 @@ def _field_path(loc: tuple) -> list[str]:
 
 
 class _EventBridge:
-    """Carries worker-thread events into the request's event loop."""
-
     def __init__(self, core: EngineCore) -> None:
         self._loop = asyncio.get_running_loop()
         self._core = core
@@ -179,7 +172,6 @@ class _EventBridge:
             pass  # the loop is gone (shutdown); nobody is listening any more
 
     async def next(self) -> Event:
-        """The next event; an error event if the worker died and none will ever come."""
         while True:
             try:
                 return await asyncio.wait_for(self._queue.get(), timeout=_WORKER_CHECK_S)
@@ -194,8 +186,6 @@ class _Handlers:
         self.cfg = core.config
         self.tok = core.tokenizer
         self.model_name = core.config.served_model_name
-
-    # ---- ops routes ------------------------------------------------------------------------
 
     async def health(self) -> Response:
         """200 while the engine serves. Without its lmcache server it still serves (recomputing every
@@ -235,8 +225,6 @@ class _Handlers:
         self._check_ids(body.tokens, "tokens")
         return {"prompt": self.tok.decode(body.tokens)}
 
-    # ---- generation routes -----------------------------------------------------------------
-
     async def completions(self, body: p.CompletionRequest) -> Response:
         self._check_common(body)
         if body.echo:
@@ -254,8 +242,6 @@ class _Handlers:
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
             else body.max_tokens
         return await self._respond(self._make_request(p.new_id("chatcmpl"), ids, max_tokens, body), body, chat=True)
-
-    # ---- helpers ---------------------------------------------------------------------------
 
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -349,7 +335,6 @@ class _Handlers:
                 self.core.scheduler.abort(req)
 
     async def _respond(self, req: Request, body: p.SamplingFields, chat: bool) -> Response:
-        """The finished completion as one JSON document, or its server-sent events when ``body.stream``."""
         if body.stream:
             opts = body.stream_options or p.StreamOptions()
             return StreamingResponse(self._sse(req, self._submit(req), chat, opts.include_usage),

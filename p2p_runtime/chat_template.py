@@ -16,17 +16,13 @@ class ChatTemplateError(ValueError):
 
 
 def render_chat(messages: Iterable[tuple[str, str]], add_generation_prompt: bool = True) -> str:
-    """Render ``(role, content)`` pairs into the prompt text."""
     text = "".join(f"<|{role}|>\n{content}\n" for role, content in messages)
     return text + "<|assistant|>\n" if add_generation_prompt else text
 
 
 def message_text(content: str | list | None) -> str:
-    """Flatten OpenAI message content (a string or a list of text parts) to one string.
-
-    Raises:
-        ChatTemplateError: For non-text parts; this engine has no vision input.
-    """
+    """OpenAI message content (a string or a list of text parts) as one string; a non-text part is a
+    ChatTemplateError (no vision input here)."""
     if content is None:
         return ""
     if isinstance(content, str):

@@ -33,8 +33,6 @@ class KVEventsConfigError(ValueError):
 
 @dataclass(frozen=True)
 class KVEventsConfig:
-    """vLLM's ``KVEventsConfig`` keys and defaults."""
-
     enable_kv_cache_events: bool = False
     publisher: str | None = None
     endpoint: str = "tcp://127.0.0.1:5557"
@@ -81,7 +79,7 @@ class KVEventsConfig:
 
 
 def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
-    """Return ``(host, port)`` of a ``tcp://HOST:PORT`` we may bind; raise on wildcards."""
+    """Wildcard addresses are refused: name the address to bind."""
     if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
         raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got "
                                   f"{endpoint!r}")
@@ -97,14 +95,11 @@ def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
-    """An EngineConfig field with its flag's help text beside its default."""
     return field(default=default, metadata={"help": help}, **kw)
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything the embedded engine needs to start."""
-
     host: str = _opt("127.0.0.1", "address to bind the HTTP server to")
     port: int = _opt(8000, "HTTP port (0 picks a free one; the ready line names it)")
     served_model_name: str = _opt("p2p-tiny", "model name in /v1/models, requests and LMCache keys; peers must agree")
@@ -179,7 +174,6 @@ class EngineConfig:
             raise ConfigError(str(exc)) from None
 
     def check_chunk_size(self, chunk_size: int) -> None:
-        """Raise unless ``chunk_size`` is a positive multiple of the block size."""
         if chunk_size <= 0 or chunk_size % self.block_size:
             raise ConfigError(
                 f"chunk size {chunk_size} must be a positive multiple of --block-size "
@@ -198,12 +192,10 @@ class EngineConfig:
 
     @property
     def kv_profile(self) -> KVProfile:
-        """The KV geometry this engine stores, registers with LMCache and loads."""
         return resolve_profile(self.profile, self.num_layers, self.num_heads, self.head_size)
 
     @property
     def kv_bytes(self) -> int:
-        """Bytes of the paged KV cache (--num-blocks x --block-size tokens at the profile's bytes per token)."""
         return self.num_blocks * self.block_size * self.kv_profile.bytes_per_token
 
     @property
@@ -212,12 +204,11 @@ class EngineConfig:
 
     @property
     def label(self) -> str:
-        """The instance label used in logs and metrics."""
         return self.instance_id or f"engine-{self.port}"
 
     @classmethod
     def from_argv(cls, argv: list[str] | None = None) -> "EngineConfig":
-        """Parse ``argv`` (default: ``sys.argv[1:]``); invalid values exit with status 2."""
+        """Invalid values exit with status 2."""
         parser = build_parser()
         args = parser.parse_args(argv)
         values = {f.name: getattr(args, f.name) for f in fields(cls)}
@@ -238,7 +229,6 @@ def flag_type(f: Field) -> type:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``p2p-engine`` argument parser; defaults come from :class:`EngineConfig`."""
     parser = argparse.ArgumentParser(
         prog="p2p-engine",
         description="Embedded CPU engine: a vLLM-compatible OpenAI server over a tiny "

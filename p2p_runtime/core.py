@@ -23,8 +23,6 @@ logger = logging.getLogger(__name__)
 
 
 class EngineCore:
-    """Everything behind the HTTP routes; :meth:`start` and :meth:`stop` bracket its life."""
-
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         configure_threads(config.threads)
@@ -48,15 +46,13 @@ class EngineCore:
         self.adapter = self._make_adapter() if config.lmcache_url else None
         events = config.kv_events
         self.kv_publisher = ZmqEventPublisher(events) if events.active else None
-        self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name,
-                                         config.block_size)
+        self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name, config.block_size)
         self.runner = ModelRunner(self.model, self.cache, self.allocator, self.metrics,
                                   TimingEmulator(config.timing), self.adapter, self.kv_events)
         self.scheduler = Scheduler(self.runner, self.tokenizer, self.metrics, config.max_num_seqs)
         self._started = self._stopped = False
 
     def start(self) -> None:
-        """Connect to LMCache (if configured) and start the worker; idempotent."""
         if self._started:
             return
         self._started = True
@@ -71,7 +67,7 @@ class EngineCore:
         self.scheduler.start()
 
     def stop(self) -> None:
-        """Stop the worker, then unregister from LMCache; idempotent, also if never started."""
+        """Idempotent, also if never started."""
         if self._stopped:
             return
         self._stopped = True
@@ -111,9 +107,7 @@ class EngineCore:
         # The server keys registered KV caches by an int; derive a stable one from the label and
         # pid so two engines on one server never collide.
         worker_id = zlib.crc32(f"{self.config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
-        registration = KVRegistration(
-            model_name=self.config.served_model_name, tensors=self.cache.tensors,
-            num_layers=self.cache.spec.num_layers, block_size=self.config.block_size,
-            worker_id=worker_id)
+        registration = KVRegistration(self.config.served_model_name, self.cache.tensors,
+                                      self.cache.spec.num_layers, self.config.block_size, worker_id)
         return LMCacheAdapter(self.config.lmcache_url, registration, self.config.lmcache_timeout,
                               self.config.lmcache_reconnect_interval)

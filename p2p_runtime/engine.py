@@ -1,12 +1,7 @@
 """Entry point of the embedded CPU engine: ``p2p-engine`` or ``python -m p2p_runtime.engine``.
 
-Parses the flags (see ``--help``), builds the engine, serves it with uvicorn and logs one line
-when it accepts requests::
-
-    engine ready on http://127.0.0.1:8000 (model=p2p-tiny, instance=engine-8000, lmcache=...)
-
-Harnesses wait for that line (with ``--port 0`` it names the port picked). SIGINT or SIGTERM
-drains in-flight requests for a few seconds, unregisters from LMCache and exits 0.
+Harnesses wait for the ready line (``engine ready on http://HOST:PORT (...)``; with ``--port 0`` it names the
+port picked). SIGINT or SIGTERM drains in-flight requests for a few seconds, unregisters from LMCache and exits 0.
 """
 
 from __future__ import annotations
@@ -29,8 +24,6 @@ _GRACEFUL_SHUTDOWN_S = 3
 
 
 class _Server(uvicorn.Server):
-    """uvicorn server that logs the ready line and exits normally on a signal."""
-
     def __init__(self, config: uvicorn.Config, core: EngineCore) -> None:
         super().__init__(config)
         self.core = core
@@ -55,7 +48,6 @@ class _Server(uvicorn.Server):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts (ISO 8601, UTC), level, logger, msg (+ exc when there is one)."""
 
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
@@ -75,7 +67,6 @@ def setup_logging(level: str, fmt: str = "text") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the engine until SIGINT/SIGTERM; returns the process exit code."""
     config = EngineConfig.from_argv(argv)
     setup_logging(config.log_level, config.log_format)
     logger.info("effective config: %s", config)

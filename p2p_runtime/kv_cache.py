@@ -21,7 +21,7 @@ from p2p_runtime.kv_layout import KVExpansion
 
 
 class OutOfBlocksError(RuntimeError):
-    """The paged KV cache has fewer free blocks than a request needs."""
+    pass
 
 
 @dataclass(frozen=True)
@@ -39,20 +39,16 @@ class KVCacheSpec:
 
     @property
     def bytes_per_token(self) -> int:
-        """KV bytes one token occupies across all layers (K and V)."""
         elem = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.num_layers * self.num_heads * self.head_size * elem
 
     @property
     def expanded(self) -> bool:
-        """Whether the stored geometry is larger than the computed one (a real-model profile)."""
         storage = (self.num_layers, self.num_heads, self.head_size)
         return self.compute is not None and (self.compute != storage or self.dtype != torch.float32)
 
 
 class PagedKVCache:
-    """The per-layer KV tensors plus block-addressed read and write helpers."""
-
     def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
         shape = (2, spec.num_blocks, spec.block_size, spec.num_heads, spec.head_size)
@@ -67,16 +63,13 @@ class PagedKVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the paged KV tensors."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
     def layer(self, index: int) -> torch.Tensor:
         return self.tensors[f"layer.{index}"]
 
-    def write(
-        self, layer: int, block_table: list[int], start: int, k: torch.Tensor, v: torch.Tensor
-    ) -> None:
-        """Write compute layer ``layer``'s K/V rows for positions ``[start, start + len(k))``."""
+    def write(self, layer: int, block_table: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Compute layer ``layer``'s K/V rows for positions ``[start, start + len(k))``."""
         slots = self._slots(block_table, start, k.shape[0])
         if self.expansion is not None:
             for storage, rows in self.expansion.encode(layer, k, v).items():
@@ -87,10 +80,8 @@ class PagedKVCache:
         flat[0, slots] = k
         flat[1, slots] = v
 
-    def gather(
-        self, layer: int, block_table: list[int], length: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return compute layer ``layer``'s K and V for positions ``[0, length)``, shape ``(length, h, d)``."""
+    def gather(self, layer: int, block_table: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Compute layer ``layer``'s K and V for positions ``[0, length)``, shape ``(length, h, d)``."""
         bs = self.spec.block_size
         nblocks = -(-length // bs)
         if nblocks > len(block_table):
@@ -141,9 +132,7 @@ class PagedKVCache:
         t = self.layer(storage_layer)
         return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
-    def copy_blocks(self, src: list[int], dst: list[int],
-                    other: "PagedKVCache | None" = None) -> None:
-        """Copy whole blocks ``src`` (of ``other``, default self) into blocks ``dst`` of self."""
+    def copy_blocks(self, src: list[int], dst: list[int], other: "PagedKVCache | None" = None) -> None:
         source = other or self
         s = torch.tensor(src, dtype=torch.long)
         d = torch.tensor(dst, dtype=torch.long)
@@ -158,8 +147,6 @@ class PagedKVCache:
 
 
 class BlockAllocator:
-    """Free list of KV blocks plus each request's block table."""
-
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         # Popped from the end, so low block ids are handed out first (easier to read in logs).
@@ -168,19 +155,13 @@ class BlockAllocator:
 
     @property
     def usage(self) -> float:
-        """Fraction of blocks in use, as ``vllm:kv_cache_usage_perc`` reports it."""
+        """As ``vllm:kv_cache_usage_perc`` reports it."""
         return 1.0 - len(self._free) / self.num_blocks if self.num_blocks else 0.0
 
     def can_allocate(self, count: int) -> bool:
         return count <= len(self._free)
 
     def allocate(self, request_id: str, count: int) -> list[int]:
-        """Give ``request_id`` a table of ``count`` blocks.
-
-        Raises:
-            OutOfBlocksError: If fewer than ``count`` blocks are free.
-            ValueError: If the request already holds blocks.
-        """
         if request_id in self._tables:
             raise ValueError(f"request {request_id} already holds KV blocks")
         if count > len(self._free):
@@ -196,7 +177,7 @@ class BlockAllocator:
         return self._tables[request_id]
 
     def free(self, request_id: str) -> None:
-        """Return a request's blocks; unknown ids are ignored so cleanup paths can repeat it."""
+        """Unknown ids are ignored so cleanup paths can repeat it."""
         table = self._tables.pop(request_id, None)
         if table:
             self._free.extend(reversed(table))

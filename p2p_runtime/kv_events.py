@@ -81,11 +81,8 @@ def encode_batch(batch: EventBatch) -> bytes:
 
 
 def decode_batch(payload: bytes) -> KVEventBatch:
-    """Decode one payload with vLLM's batch schema (the tests read what the engine published with it)."""
     return _DECODER.decode(payload)
 
-
-# ---- block hashes ------------------------------------------------------------------------------
 
 def root_hash(model: str) -> int:
     """The parent of block 0: per model, so two models never share a key."""
@@ -94,11 +91,8 @@ def root_hash(model: str) -> int:
 
 def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None
                  ) -> list[int]:
-    """Chained 64-bit hashes of the full blocks of ``token_ids``.
-
-    Each hash covers its parent hash and its tokens, so a hash names the whole prefix up to the
-    end of its block (as vLLM's block hashes do). Unsigned: the router rejects negative hashes.
-    """
+    """Chained 64-bit hashes of the full blocks: each covers its parent hash and its tokens, so it names the
+    whole prefix up to the end of its block (as vLLM's do). Unsigned: the router rejects negative hashes."""
     prev = root_hash(model) if parent is None else parent
     out = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
@@ -113,15 +107,9 @@ def _h64(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & _MASK64
 
 
-# ---- publisher ---------------------------------------------------------------------------------
-
 class ZmqEventPublisher:
-    """PUB socket + optional ROUTER replay socket, driven by one thread.
-
-    ``publish`` never blocks the engine worker: batches go through a bounded queue, and a full
-    queue drops the batch (counted) rather than stalling decoding, as a lagging subscriber must
-    never slow serving down.
-    """
+    """``publish`` never blocks the engine worker: a full queue drops the batch (counted) rather than stall
+    decoding, as a lagging subscriber must never slow serving down."""
 
     def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
         self.config = config
@@ -202,12 +190,8 @@ class ZmqEventPublisher:
         self._replay.send_multipart((client, b"", b"", END_SEQ, b""))
 
 
-# ---- what the engine calls -----------------------------------------------------------------------
-
 class KVEventRecorder:
-    """Turns the engine's block lifecycle into events.
-
-    The paged cache holds a request's blocks only while it runs; what persists is the copy in this
+    """The paged cache holds a request's blocks only while it runs; what persists is the copy in this
     node's LMCache server. So a prompt's full blocks are announced on the ``GPU`` medium when
     prefill fills them, and when the request frees them one batch says ``BlockRemoved(GPU)`` and
     then ``BlockStored(CPU)`` for the part the LMCache server holds (computed and stored here, or
@@ -229,7 +213,6 @@ class KVEventRecorder:
         return self.publisher is not None
 
     def prefilled(self, request_id: str, prompt_ids: list[int]) -> None:
-        """The prompt's full blocks now sit in the paged cache."""
         if self.publisher is None:
             return
         hashes = block_hashes(prompt_ids, self.block_size, self.model)
@@ -246,7 +229,6 @@ class KVEventRecorder:
                 self._live[request_id] = (live[0], live[1], num_tokens)
 
     def freed(self, request_id: str) -> None:
-        """The request's paged blocks went back to the free list."""
         if self.publisher is None:
             return
         with self._lock:
@@ -263,7 +245,6 @@ class KVEventRecorder:
         self.publisher.publish(events)
 
     def cleared(self) -> None:
-        """Nothing this engine announced before holds any more (start-up)."""
         if self.publisher is None:
             return
         with self._lock:
@@ -271,7 +252,6 @@ class KVEventRecorder:
         self.publisher.publish([AllBlocksCleared()])
 
     def _stored(self, prompt: list[int], hashes: list[int], medium: str) -> BlockStored:
-        """The leading blocks of ``prompt`` that ``hashes`` name."""
         return BlockStored(block_hashes=hashes, parent_block_hash=None,
                            token_ids=list(prompt[:len(hashes) * self.block_size]), block_size=self.block_size,
                            lora_id=None, medium=medium, lora_name=None)

@@ -33,8 +33,6 @@ _INT_VIEW = {2: torch.int16, 4: torch.int32}
 
 
 class KVExpansion:
-    """The fill and check rules for one (compute geometry, storage geometry) pair."""
-
     def __init__(self, compute: tuple[int, int, int], storage: tuple[int, int, int], dtype: torch.dtype) -> None:
         (self.c_layers, h, d), (self.s_layers, heads, size) = compute, storage
         self.dtype, self.int = dtype, _INT_VIEW[dtype.itemsize]
@@ -77,6 +75,5 @@ class KVExpansion:
         return x[:, :, self.index]
 
     def fold(self, primary: torch.Tensor) -> torch.Tensor:
-        """Primary values (integer view, (2, n, src)) of disagreeing tokens, offset so the model notices."""
         values = primary.view(self.dtype).float() + self.poison[:, None, :]
         return values.to(self.dtype).view(self.int)

@@ -43,14 +43,9 @@ _CLEANUP_TIMEOUT_S = 0.5
 
 
 class LMCacheError(RuntimeError):
-    """An LMCache operation failed; the caller falls back to recomputing.
-
-    Attributes:
-        op: ``connect``, ``lookup``, ``retrieve`` or ``store``.
-        reason: ``unavailable`` (not connected), ``timeout`` (server did not answer),
-            ``prefetch_timeout`` (lookup still running at the deadline), ``failed`` (server
-            answered no), ``mismatch`` (chunk size differs) or ``error`` (unexpected exception).
-    """
+    """An LMCache operation failed; the caller falls back to recomputing. ``reason``: unavailable (not
+    connected), timeout, prefetch_timeout (lookup still running at the deadline), failed (the server answered
+    no), mismatch (chunk size) or error (an unexpected exception)."""
 
     def __init__(self, op: str, reason: str, detail: str = "") -> None:
         super().__init__(f"LMCache {op} {reason}" + (f": {detail}" if detail else ""))
@@ -60,8 +55,6 @@ class LMCacheError(RuntimeError):
 
 @dataclass(frozen=True)
 class KVRegistration:
-    """What the server must know about the engine's paged KV cache."""
-
     model_name: str
     tensors: dict[str, torch.Tensor]
     num_layers: int
@@ -79,11 +72,8 @@ class _Connection:
 
 
 class LMCacheAdapter:
-    """Connection to one ``lmcache server`` plus the KV operations the engine needs.
-
-    The KV operations are meant for a single worker thread; connecting runs on a background
-    thread, which only ever swaps a finished connection in.
-    """
+    """The KV operations are meant for a single worker thread; connecting runs on a background thread, which
+    only ever swaps a finished connection in."""
 
     def __init__(
         self,
@@ -114,17 +104,9 @@ class LMCacheAdapter:
         self._last_connect_error: str | None = None
         self.on_state_change = lambda connected: None
 
-    # ---- lifecycle -------------------------------------------------------------------------
-
     def start(self, chunk_size: int) -> bool:
-        """Connect and register now if possible, then keep reconnecting in the background.
-
-        Args:
-            chunk_size: The engine's prefill chunk size; a server with another one is refused.
-
-        Returns:
-            Whether the first connection attempt succeeded.
-        """
+        """Connect and register now if possible (whether that worked), then keep reconnecting in the background;
+        a server with another chunk size is refused."""
         self.chunk_size = chunk_size
         connected = self._try_connect()
         self._thread = threading.Thread(target=self._reconnect_loop, name="lmcache-reconnect",
@@ -137,7 +119,6 @@ class LMCacheAdapter:
         return self._conn is not None
 
     def close(self) -> None:
-        """Unregister from the server and release every resource; safe to call twice."""
         if self._closed.is_set():
             return
         self._closed.set()
@@ -151,13 +132,9 @@ class LMCacheAdapter:
             self._dispose(conn)
         _term_context(self._zmq_ctx)
 
-    # ---- KV operations ---------------------------------------------------------------------
-
     def lookup(self, session: str, token_ids: list[int], max_chunks: int) -> int:
-        """Return how many leading chunks (at most ``max_chunks``) LMCache can serve.
-
-        The server read-locks the hits until :meth:`retrieve` reads them (or the lock TTL ends).
-        """
+        """How many leading chunks (at most ``max_chunks``) LMCache can serve; the server read-locks the hits
+        until :meth:`retrieve` reads them (or the lock TTL ends)."""
         conn = self._require("lookup")
         cs = conn.chunk_size
         key = self._key(token_ids[: max_chunks * cs], 0, max_chunks * cs, session, None)
@@ -173,7 +150,6 @@ class LMCacheAdapter:
         return min(hits, max_chunks)
 
     def _wait_prefetch(self, conn: _Connection, session: str, deadline: float) -> tuple[int, int]:
-        """Hit chunks once the server's prefetch is done, and how many status RPCs that took."""
         poll = self.lookup_wait == "poll"
         delay, rpcs = _POLL_FIRST_S, 0
         while True:
@@ -194,7 +170,6 @@ class LMCacheAdapter:
 
     def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
                  block_ids: list[int]) -> None:
-        """Copy the first ``num_chunks`` chunks into ``block_ids`` (those chunks' blocks)."""
         conn = self._require("retrieve")
         end = num_chunks * conn.chunk_size
         key = self._key(token_ids[:end], 0, end, session, 0)
@@ -210,7 +185,6 @@ class LMCacheAdapter:
 
     def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int,
               block_ids: list[int]) -> None:
-        """Store chunks ``[start_chunk, end_chunk)``, held in ``block_ids`` (their blocks only)."""
         conn = self._require("store")
         cs = conn.chunk_size
         key = self._key(token_ids[: end_chunk * cs], start_chunk * cs, end_chunk * cs, session, 0)
@@ -222,12 +196,9 @@ class LMCacheAdapter:
             raise LMCacheError("store", "failed", "server refused the chunks")
 
     def end_session(self, session: str) -> None:
-        """Tell the server the request is over (frees its session state)."""
         conn = self._conn
         if conn is not None:
             self._best_effort(conn, lambda: conn.request_client.end_session(session))
-
-    # ---- internals -------------------------------------------------------------------------
 
     def _key(self, token_ids: list[int], start: int, end: int, session: str,
              worker_id: int | None) -> Any:
@@ -245,7 +216,6 @@ class LMCacheAdapter:
         return conn
 
     def _call(self, conn: _Connection, op: str, rpc) -> Any:
-        """Run one RPC; an unanswered one retires the connection."""
         try:
             return rpc().result(timeout=self.timeout_s)
         except TimeoutError:
@@ -277,7 +247,7 @@ class LMCacheAdapter:
             logger.debug("LMCache cleanup RPC failed: %r", exc)
 
     def _retire(self, conn: _Connection, why: str) -> None:
-        """Drop a broken connection; the reconnect thread disposes of it and connects anew."""
+        # The reconnect thread disposes of it and connects anew.
         with self._lock:
             if self._conn is not conn:
                 return
@@ -358,10 +328,13 @@ class LMCacheAdapter:
                 retired, self._retired = self._retired, []
             for conn in retired:
                 self._dispose(conn)
-            if self._conn is None and not self._closed.is_set():
+            conn = self._conn
+            if self._closed.is_set():
+                break
+            if conn is None:
                 self._try_connect()
-            elif self._conn is not None and not self._closed.is_set():
-                self._ping(self._conn)
+            else:
+                self._ping(conn)
 
     def _ping(self, conn: _Connection) -> None:
         """An idle engine sends nothing, so a dead server would go unnoticed (and /health would say ok) until
@@ -388,7 +361,7 @@ class LMCacheAdapter:
 
 
 def probe_chunk_size(url: str, timeout_s: float) -> int | None:
-    """Ask the server at ``url`` for its chunk size; ``None`` if it does not answer in time."""
+    """``None`` if the server does not answer in time."""
     lm = _import_lmcache()
     ctx = _zmq_context(lm)
     rc = lm.RequestClientFactory.create(url, context=ctx)
@@ -403,7 +376,6 @@ def probe_chunk_size(url: str, timeout_s: float) -> int | None:
 
 @functools.cache
 def _import_lmcache() -> SimpleNamespace:
-    """The LMCache names this adapter uses, imported once."""
     # lmcache logs every transfer at INFO and would phone home for usage stats; the engine's own
     # logs and metrics cover both. Explicit settings in the environment still win.
     os.environ.setdefault("LMCACHE_LOG_LEVEL", "WARNING")

@@ -43,8 +43,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class EngineMetrics:
-    """All series of one engine, pre-labelled with its model name."""
-
     def __init__(self, model_name: str, instance_id: str, max_model_len: int = 8192,
                  cache_info: dict[str, object] | None = None) -> None:
         self.registry = CollectorRegistry()

@@ -74,7 +74,7 @@ class _Layer:
 
 
 class TinyTransformer:
-    """Seeded pre-norm transformer (RMSNorm, rotary positions, SiLU MLP) with greedy decoding."""
+    """Pre-norm (RMSNorm, rotary positions, SiLU MLP), greedy decoding."""
 
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
@@ -117,17 +117,10 @@ class TinyTransformer:
         return KVCacheSpec(profile.layers, num_blocks, block_size, profile.kv_heads, profile.head_size,
                            profile.torch_dtype, compute=(c.num_layers, c.num_heads, c.head_size))
 
-    def prefill(
-        self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]
-    ) -> torch.Tensor:
-        """Compute KV for positions ``[start, len(token_ids))``; return the last one's logits.
-
-        ``start`` must be a multiple of ``chunk_size``: positions before it are expected to be in
-        the cache already (loaded from LMCache or computed earlier).
-
-        Raises:
-            ValueError: If ``start`` is unaligned or leaves nothing to compute.
-        """
+    def prefill(self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]
+                ) -> torch.Tensor:
+        """KV for positions ``[start, len(token_ids))``, and the last one's logits. ``start`` is a multiple of
+        ``chunk_size``: the positions before it are in the cache already (loaded from LMCache or computed)."""
         cs, n = self.config.chunk_size, len(token_ids)
         if start % cs or not 0 <= start < n:
             raise ValueError(f"prefill start {start} must be a multiple of {cs} and < {n}")
@@ -139,20 +132,15 @@ class TinyTransformer:
             last = valid - 1
         return self._logits(hidden[last])
 
-    def decode(
-        self, token_id: int, position: int, cache: PagedKVCache, block_table: list[int]
-    ) -> torch.Tensor:
-        """Append one token at ``position`` and return the logits for the next one."""
+    def decode(self, token_id: int, position: int, cache: PagedKVCache, block_table: list[int]) -> torch.Tensor:
         hidden = self._forward(torch.tensor([token_id]), position, 1, cache, block_table)
         return self._logits(hidden[0])
 
     def greedy(self, logits: torch.Tensor) -> int:
-        """Map the argmax over the allowed outputs back to a vocabulary id."""
         return int(self.output_ids[int(torch.argmax(logits))])
 
-    def _forward(
-        self, ids: torch.Tensor, start: int, valid: int, cache: PagedKVCache, table: list[int]
-    ) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, start: int, valid: int, cache: PagedKVCache, table: list[int]
+                 ) -> torch.Tensor:
         c = self.config
         t, h, hs, d = ids.shape[0], c.num_heads, c.head_size, c.hidden_size
         cos, sin = self._cos[start : start + t], self._sin[start : start + t]
@@ -169,9 +157,7 @@ class TinyTransformer:
             x = x + torch.nn.functional.silu(_rms_norm(x, layer.norm2) @ layer.w1) @ layer.w2
         return _rms_norm(x, self.final_norm)
 
-    def _attention(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int
-    ) -> torch.Tensor:
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         t, own = q.shape[0], keys.shape[0] - start
         scores = torch.matmul((q * self.scale).transpose(0, 1), keys.permute(1, 2, 0))
         # Query row i sits at position start + i and may see keys up to and including itself.

@@ -1,21 +1,11 @@
 """Named KV geometries: what a real model's paged KV cache looks like, byte for byte.
 
-A profile fixes the layout of the KV the engine registers with LMCache, stores and loads: layers, KV heads,
-head size and dtype, exactly as the model's ``config.json`` gives them (vLLM's KV cache dtype ``auto`` follows
-the model's dtype), plus the block and chunk sizes a GPU fleet runs with (vLLM's CUDA default of 16 tokens per
-block, LMCache's default chunk of 256 tokens). The compute stays the tiny model's (``kv_layout`` explains how
-its KV is expanded into the profile's bytes and how every loaded byte stays checked).
-
-``tiny`` is the engine's own geometry (its ``--num-layers``, ``--num-heads``, ``--head-size``, float32): 2 KiB per
-token with the defaults. Add a profile by adding a row to PROFILES; nothing else names them.
-
-API (pure, no torch import):
-
-    PROFILES["llama-3-8b"].bytes_per_token   -> 131072 (128 KiB: 2 x 32 layers x 8 KV heads x 128 x bf16)
-    PROFILES["qwen3-32b"].chunk_bytes        -> 67108864 (one 256-token LMCache chunk object)
-    PROFILES["llama-3-8b"].l1_align_bytes    -> 65536
-    resolve(name, num_layers, num_heads, head_size) -> the KVProfile an engine with that compute geometry uses
-    PROFILE_NAMES                            -> ("tiny", "llama-3-8b", "qwen3-8b", "qwen3-32b", "gpt-oss-120b")
+A profile fixes the layout of the KV the engine registers with LMCache, stores and loads: layers, KV heads, head
+size and dtype as the model's ``config.json`` gives them (vLLM's KV cache dtype ``auto`` follows the model's
+dtype), plus a GPU fleet's block and chunk sizes (vLLM's CUDA default of 16 tokens per block, LMCache's default
+chunk of 256 tokens). The compute stays the tiny model's (``kv_layout``). ``tiny`` is the engine's own geometry
+(its ``--num-layers``, ``--num-heads``, ``--head-size``, float32). Pure: torch is imported only where tensors are
+made, since the fleet spec reads this module without it.
 """
 
 from __future__ import annotations
@@ -29,14 +19,11 @@ if TYPE_CHECKING:
 TINY = "tiny"
 # The P2P recommendation for --l1-align-bytes (LMCache's docs): NIXL registers L1 in pages of this size.
 P2P_ALIGN_BYTES = 65536
-# Bytes per value; torch is imported only where tensors are made (the fleet spec reads this module without it).
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
 class KVProfile:
-    """The KV a model writes per token, and the block/chunk sizes its fleet uses."""
-
     name: str
     layers: int
     kv_heads: int
@@ -54,18 +41,16 @@ class KVProfile:
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V of every layer for one token."""
         return 2 * self.layers * self.kv_heads * self.head_size * _DTYPE_BYTES[self.dtype]
 
     @property
     def chunk_bytes(self) -> int:
-        """One LMCache chunk object (chunk_size tokens of every layer)."""
         return self.bytes_per_token * self.chunk_size
 
     @property
     def l1_align_bytes(self) -> int:
-        """The P2P alignment when a chunk is a whole number of such pages (every real profile), else the
-        largest power of two that divides a chunk, so that no L1 object wastes a partial page."""
+        """P2P_ALIGN_BYTES when a chunk is a whole number of such pages, else the largest power of two dividing a
+        chunk, so that no L1 object wastes a partial page."""
         align = P2P_ALIGN_BYTES
         while self.chunk_bytes % align:
             align //= 2
@@ -85,16 +70,10 @@ PROFILE_NAMES = (TINY, *PROFILES)
 
 
 def tiny_profile(num_layers: int, num_heads: int, head_size: int) -> KVProfile:
-    """The engine's own geometry as a profile: every KV byte is one the model computed."""
     return KVProfile(TINY, num_layers, num_heads, head_size, "float32", "the engine's compute geometry")
 
 
 def resolve(name: str, num_layers: int, num_heads: int, head_size: int) -> KVProfile:
-    """The profile called `name` for an engine computing with the given geometry.
-
-    Raises:
-        ValueError: For an unknown name, or a compute geometry the profile's layout cannot hold.
-    """
     if name == TINY:
         return tiny_profile(num_layers, num_heads, head_size)
     if name not in PROFILES:

@@ -14,8 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ApiError(Exception):
-    """A client error, rendered as ``{"error": {"message", "type", "param", "code"}}``."""
-
     def __init__(self, status: int, message: str, param: str | None = None,
                  err_type: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -34,8 +32,7 @@ _ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFou
                 500: "InternalServerError", 503: "ServiceUnavailableError"}
 
 
-def error_body(status: int, message: str, param: str | None = None,
-               err_type: str | None = None) -> dict[str, Any]:
+def error_body(status: int, message: str, param: str | None = None, err_type: str | None = None) -> dict[str, Any]:
     """vLLM's error shape: the HTTP status doubles as ``code``."""
     # An error may quote the client's text; a lone surrogate in it must not make the error itself fail.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -120,21 +117,18 @@ def completion_response(rid: str, model: str, text: str, finish_reason: str | No
     return {**completion_chunk(rid, model, int(time.time()), text, finish_reason), "usage": usage_}
 
 
-def chat_response(rid: str, model: str, text: str, finish_reason: str | None,
-                  usage_: dict) -> dict[str, Any]:
+def chat_response(rid: str, model: str, text: str, finish_reason: str | None, usage_: dict) -> dict[str, Any]:
     choice = {"message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason,
               "stop_reason": None}
     return {**_envelope(rid, "chat.completion", int(time.time()), model, [{"index": 0, **choice}]), "usage": usage_}
 
 
-def completion_chunk(rid: str, model: str, created: int, text: str,
-                     finish_reason: str | None) -> dict[str, Any]:
+def completion_chunk(rid: str, model: str, created: int, text: str, finish_reason: str | None) -> dict[str, Any]:
     return _envelope(rid, "text_completion", created, model, [
         {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}])
 
 
-def chat_chunk(rid: str, model: str, created: int, delta: dict,
-               finish_reason: str | None) -> dict[str, Any]:
+def chat_chunk(rid: str, model: str, created: int, delta: dict, finish_reason: str | None) -> dict[str, Any]:
     return _envelope(rid, "chat.completion.chunk", created, model, [
         {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
 

@@ -24,8 +24,6 @@ class Event:
 
 @dataclass(eq=False)
 class Request:
-    """One prompt to complete greedily, plus its progress."""
-
     request_id: str
     prompt_ids: list[int]
     max_tokens: int

@@ -27,18 +27,11 @@ _UNAVAILABLE_WARN_INTERVAL_S = 10.0
 
 
 class ModelRunner:
-    """Owns the model, the paged KV cache and the LMCache adapter; used by one worker thread."""
+    """Used by one worker thread."""
 
-    def __init__(
-        self,
-        model: TinyTransformer,
-        cache: PagedKVCache,
-        allocator: BlockAllocator,
-        metrics: EngineMetrics,
-        timing: TimingEmulator,
-        adapter: LMCacheAdapter | None = None,
-        kv_events: KVEventRecorder | None = None,
-    ) -> None:
+    def __init__(self, model: TinyTransformer, cache: PagedKVCache, allocator: BlockAllocator,
+                 metrics: EngineMetrics, timing: TimingEmulator, adapter: LMCacheAdapter | None = None,
+                 kv_events: KVEventRecorder | None = None) -> None:
         self.model = model
         self.cache = cache
         self.allocator = allocator
@@ -52,12 +45,11 @@ class ModelRunner:
         self._last_unavailable_warning = -math.inf
 
     def blocks_needed(self, req: Request) -> int:
-        """Blocks for the prompt plus every token the request may generate."""
         tokens = min(req.num_prompt_tokens + req.max_tokens, self.model.config.max_model_len)
         return math.ceil(tokens / self.block_size)
 
     def prefill(self, req: Request) -> int:
-        """Allocate blocks, load what LMCache has, compute the rest; return the first token."""
+        """Load what LMCache has, compute the rest: the first token."""
         started = time.monotonic()
         table = self.allocator.allocate(req.request_id, self.blocks_needed(req))
         self.metrics.set_kv_usage(self.allocator.usage)
@@ -92,18 +84,15 @@ class ModelRunner:
         self.metrics.stored_bytes.inc(tokens * self.cache.spec.bytes_per_token)
 
     def decode(self, req: Request) -> int:
-        """Feed the last generated token and return the next one."""
         position = req.num_prompt_tokens + len(req.output_ids) - 1
         table = self.allocator.table(req.request_id)
         logits = self.model.decode(req.output_ids[-1], position, self.cache, table)
         return self.model.greedy(logits)
 
     def pad_decode_step(self, started: float) -> None:
-        """Stretch one decode step (all running requests) to the emulated GPU time."""
         self._pad(started, self.timing.decode_target_s())
 
     def release(self, req: Request) -> None:
-        """Free the request's blocks and end its LMCache session; safe to call twice."""
         self.allocator.free(req.request_id)
         self.kv_events.freed(req.request_id)
         self.metrics.set_kv_usage(self.allocator.usage)
@@ -146,7 +135,7 @@ class ModelRunner:
         return loaded
 
     def _try(self, op: str, req: Request, fn, *args) -> tuple[bool, object]:
-        """Run and time an adapter call; on failure count the fallback, return (False, None)."""
+        """On failure the fallback is counted: (False, None)."""
         started = time.monotonic()
         try:
             result = fn(*args)

@@ -26,11 +26,11 @@ _IDLE_WAIT_S = 0.1
 
 
 class EngineStopped(RuntimeError):
-    """The engine is shutting down and takes no new requests."""
+    pass
 
 
 class Scheduler:
-    """Queue plus worker thread; the only place where requests change state."""
+    """The only place where requests change state."""
 
     def __init__(self, runner: ModelRunner, tokenizer: ByteTokenizer, metrics: EngineMetrics,
                  max_num_seqs: int) -> None:
@@ -44,8 +44,6 @@ class Scheduler:
         self._running: list[Request] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
-
-    # ---- called from other threads -------------------------------------------------------
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="engine-worker", daemon=True)
@@ -66,11 +64,6 @@ class Scheduler:
         return self._thread is not None and self._thread.is_alive()
 
     def submit(self, req: Request) -> None:
-        """Queue a request; events arrive through ``req.on_event``.
-
-        Raises:
-            EngineStopped: If the engine is shutting down.
-        """
         with self._cond:
             if self._stopping:
                 raise EngineStopped("engine is shutting down")
@@ -88,8 +81,6 @@ class Scheduler:
         with self._cond:
             req.aborted = True
             self._cond.notify_all()
-
-    # ---- worker thread ---------------------------------------------------------------------
 
     def _loop(self) -> None:
         try:
@@ -166,7 +157,6 @@ class Scheduler:
                 self._complete(req)
 
     def _append(self, req: Request, token: int) -> None:
-        """Record one generated token, apply stop rules and emit the new text."""
         now = time.monotonic()
         if req.first_token_at is None:
             req.first_token_at = now
@@ -239,7 +229,6 @@ class Scheduler:
 
 
 def _truncate_at_stop(req: Request) -> bool:
-    """Cut ``req.text`` before the first stop string; return whether one was found."""
     # Only text that could contain a new match is searched: everything already sent is final.
     window_start = max(0, req.sent_chars - max(len(s) for s in req.stop) + 1)
     found = [i for s in req.stop if (i := req.text.find(s, window_start)) >= 0]

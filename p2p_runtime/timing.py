@@ -40,8 +40,6 @@ class TimingConfig:
 
 
 class TimingEmulator:
-    """Computes jittered step targets and sleeps until they are reached."""
-
     def __init__(self, config: TimingConfig, sleep=time.sleep, clock=time.monotonic) -> None:
         self.config = config
         self._rng = random.Random(config.seed)
@@ -50,13 +48,11 @@ class TimingEmulator:
         self._clock = clock
 
     def prefill_target_s(self, computed_tokens: int, loaded_tokens: int) -> float:
-        """Emulated seconds for a prefill that computed and loaded the given token counts."""
         c = self.config
         base = computed_tokens * c.prefill_us_per_token + loaded_tokens * c.load_us_per_token
         return self._jittered(base / 1e6)
 
     def decode_target_s(self) -> float:
-        """Emulated seconds for one decode step (one token for every running request)."""
         return self._jittered(self.config.decode_ms_per_token / 1e3)
 
     def pad(self, started: float, target_s: float) -> float:

@@ -1,28 +1,15 @@
 """Named GPU timing profiles for the embedded engine, fitted to llm-d's published H200 measurements.
 
-The engine's emulation (timing.py) needs a prefill cost per computed token; a placement or crossover answer
-also needs what a pull costs on the profile's transport. Both are fitted here, reproducibly, from llm-d's
-pull-vs-recompute calibration of gpt-oss-120b on H200 (reference llmd-p2p.md section 10: the RDMA table and
-the later TCP report), so every report can name the profile and the figures it came from:
+Fitted reproducibly from llm-d's pull-vs-recompute calibration of gpt-oss-120b on H200 (reference llmd-p2p.md
+section 10: the RDMA table and the later TCP report), so every report can name the profile and its figures:
 
-- prefill: us per computed token, a least-squares fit through the origin (prefill grows a little faster than
-  linearly with attention; the fit's worst relative error is kept as `prefill_fit_error`). On the TCP points it
-  gives llm-d's own cost-model fit (P = 33.4 us/token, T = 15.6 us/token) within 1 %;
+- prefill: us per computed token, least squares through the origin (prefill grows a little faster than linearly
+  with attention; the worst relative error is kept as `prefill_fit_error`). On the TCP points it gives llm-d's own
+  cost-model fit (P = 33.4 us/token, T = 15.6 us/token) within 1 %;
 - pull: a fixed ms plus us per token (round trips, then bandwidth), least squares on the published pull legs.
 
-Only the compute is emulated: an engine runs with `prefill_us_per_token` (and decode), while its pulls stay
-the real LMCache/NIXL path of the box, so `load_us_per_token` is 0 (a GPU's host-to-device copy of a loaded
-chunk is already inside llm-d's pull leg). `pull_*` describe the profile's own transport and are used only to
-project, beside what the box measured.
-
-API (pure, no torch):
-
-    TIMING_PROFILES["h200-rdma"].prefill_us_per_token  -> the fitted us/token
-    TIMING_PROFILES["h200-rdma"].pull_ms(8192)          -> the published transport's pull of 8192 tokens
-    TIMING_PROFILES["h200-rdma"].pull_ms(8192, 131072)  -> the same at llama-3-8b's 128 KiB/token
-    TIMING_PROFILES["h200-rdma"].crossover_tokens       -> where that pull starts to beat the emulated prefill
-    TIMING_PROFILES[name].engine_settings()             -> EngineConfig fields (fleet.yaml `engine:` keys)
-    match(settings)                                     -> the profile name a fleet's engine settings run, or None
+Only the compute is emulated: pulls stay the box's real LMCache/NIXL path, so `load_us_per_token` is 0 (a GPU's
+host-to-device copy of a loaded chunk is already inside llm-d's pull leg); `pull_*` only project.
 """
 
 from __future__ import annotations
@@ -45,13 +32,12 @@ DECODE_MS = 4.0
 
 
 def fit_through_origin(points: tuple[tuple[float, float], ...]) -> tuple[float, float]:
-    """Pure: least-squares slope `a` of y = a*x, and the fit's worst relative error."""
+    """Least-squares slope `a` of y = a*x, and the fit's worst relative error."""
     a = sum(x * y for x, y in points) / sum(x * x for x, _ in points)
     return a, max(abs(a * x - y) / y for x, y in points)
 
 
 def fit_line(points: tuple[tuple[float, float], ...]) -> tuple[float, float]:
-    """Pure: least squares y = fixed + slope*x; returns (fixed, slope)."""
     n = len(points)
     mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
     slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
@@ -60,8 +46,6 @@ def fit_line(points: tuple[tuple[float, float], ...]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class TimingProfile:
-    """What a GPU fleet's prefill and pull cost, and where the numbers come from."""
-
     name: str
     transport: str
     source: str
@@ -87,12 +71,10 @@ class TimingProfile:
 
     @property
     def pull_gb_per_s(self) -> float:
-        """The published transport's bandwidth (GB/s) once its round trips are paid."""
         return PUBLISHED_KV_BYTES / self.pull_us_per_token / 1000 if self.has_pull else 0.0
 
     @property
     def has_pull(self) -> bool:
-        """Whether the profile carries a fitted pull (the unfitted and `off` ones do not)."""
         return self.pull_us_per_token > 0
 
     @property
@@ -104,13 +86,11 @@ class TimingProfile:
         return self.pull_fixed_ms * 1000 / gain if gain > 0 else math.inf
 
     def engine_settings(self) -> dict[str, float]:
-        """The fleet spec's `engine:` keys that make an embedded engine run this profile."""
         return {"prefill_us_per_token": round(self.prefill_us_per_token, 2),
                 "decode_ms_per_token": self.decode_ms_per_token, "load_us_per_token": self.load_us_per_token,
                 "timing_jitter": self.jitter}
 
     def describe(self) -> str:
-        """One line for reports: the name, what is emulated, what is measured."""
         if not self.emulated:
             return f"{self.name}: no emulation, engines run at this box's CPU speed (the pull is measured)"
         own = (f" (the profile's {self.transport} pull would be {self.pull_fixed_ms:.0f} ms + "

@@ -25,31 +25,22 @@ PRINTABLE_IDS = tuple(range(0x20, 0x7F))
 
 @dataclass(frozen=True)
 class ByteTokenizer:
-    """UTF-8 byte tokenizer with BOS/EOS/PAD specials."""
-
     vocab_size: int = 512
 
     def __post_init__(self) -> None:
         if self.vocab_size < FIRST_UNUSED_ID:
-            raise ValueError(
-                f"vocab_size must be >= {FIRST_UNUSED_ID} (256 bytes + BOS/EOS/PAD), "
-                f"got {self.vocab_size}"
-            )
+            raise ValueError(f"vocab_size must be >= {FIRST_UNUSED_ID} (256 bytes + BOS/EOS/PAD), "
+                             f"got {self.vocab_size}")
 
     bos_id = BOS_ID
     eos_id = EOS_ID
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        """Return the token ids of ``text``, optionally preceded by BOS."""
         ids = list(text.encode("utf-8"))
         return [BOS_ID, *ids] if add_bos else ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        """Return the text of ``ids``; specials are dropped or rendered as ``<s>``-style names.
-
-        Raises:
-            ValueError: If an id is outside the vocabulary.
-        """
+        """Specials are dropped or rendered as ``<s>``-style names; an id outside the vocabulary: ValueError."""
         out = bytearray()
         parts: list[str] = []
         for tid in ids:

@@ -4,13 +4,8 @@ cache threshold to match (llm-d calibrates `minCachedTokenDelta` the same way, r
 Both legs run on the same node B: a fresh prompt computed on A and then served on B (pulled), and another fresh
 prompt computed cold on B (recomputed); fresh prompts per length and repetition, medians per length. A length
 whose measurement fails is recorded and skipped; the rows before it are kept. Lengths over the engines' context
-are skipped and said so.
-
-`run` measures a running fleet (and says first, naming `p2pctl up`, when it is not running); `run_launched`
-starts a temporary 2-node local fleet for it, its engines running the named timing profile, times `up` and
-`wait`, and always takes it down. Either way one named timing profile (p2p_runtime.timing_profiles) answers
-the GPU question beside the measured one (p2p_ops.bench.projection): this box's measured pull against that profile's
-emulated prefill, and one recommendation for the stated request length.
+are skipped and said so. One named timing profile (p2p_runtime.timing_profiles) answers the GPU question beside
+the measured one (`projection`).
 """
 
 from __future__ import annotations
@@ -43,15 +38,11 @@ _CONTEXT_MARGIN = 2
 
 def advice(rows: list, doc_tokens: int, bytes_per_token: Optional[int] = None, chunk_tokens: int = 256,
            page_size: int = 65536) -> dict:
-    """Pure: the shortest length from which the pull wins at every longer length, and the cache-aware threshold
-    (the fraction of a typical request such a prefix is). With the fleet's bytes per token, also what that
-    prefix weighs on the wire (`spec.transfer_sizes`, the numbers `bench transfer` sweeps)."""
+    """The shortest length from which the pull wins at every longer length, and the cache-aware threshold (the
+    fraction of a typical request such a prefix is); with the fleet's bytes per token, also what that prefix
+    weighs on the wire (the sizes `bench transfer` sweeps)."""
     wins = [r.ttft_pulled_b_s < r.ttft_recompute_b_s and r.cached_tokens_b > 0 for r in rows]
-    crossover_tokens = None
-    for i, r in enumerate(rows):
-        if all(wins[i:]):
-            crossover_tokens = r.tokens
-            break
+    crossover_tokens = projection.first_lasting_win([r.tokens for r in rows], wins)
     out = {"min_pull_tokens": crossover_tokens, "doc_tokens": doc_tokens, "cache_threshold": None}
     if crossover_tokens is not None and doc_tokens:
         out["cache_threshold"] = round(min(1.0, crossover_tokens / doc_tokens), 2)
@@ -74,7 +65,7 @@ def prompt_limit(ctx: FleetContext) -> Optional[int]:
 
 
 def fleet_timing(ctx: FleetContext) -> str:
-    """The timing profile the fleet's engines run: a name, `off` for vLLM (real compute), or `custom`."""
+    """A profile name, `off` for vLLM (real compute), or `custom`."""
     if ctx.fleet.runtime == "vllm":
         return "off"
     return match(ctx.fleet.engine.model_dump()) or "custom"
@@ -92,17 +83,15 @@ def timing_doc(ctx: FleetContext, name: Optional[str]) -> dict[str, Any]:
 
 
 def check_running(ctx: FleetContext) -> None:
-    """Raise, naming what to run, unless the fleet is up (the router is not needed: the measure talks to the
-    engines)."""
+    # The router is not needed: the measure talks to the engines.
     fleet_status.require_ready(ctx, "or pass --launch to measure on a temporary local fleet")
 
 
 def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int],
         doc_tokens: Optional[int], progress: Callable[[str], None] = lambda _: None,
         launched: Optional[dict[str, Any]] = None, timing: Optional[str] = None) -> dict[str, Any]:
-    """Measure every length on a running fleet (check_running first says when it is not); returns (and writes
-    as crossover.json) the run's document. `launched` (ports, timings) is recorded when the fleet was started for
-    this run; `timing` names the profile to project with (default: the one the engines run)."""
+    """The run's document, also written as crossover.json. `launched` (ports, timings): the fleet was started for
+    this run; `timing`: the profile to project with (default: the one the engines run)."""
     files.make_dirs(out_dir)
     seed = seed if seed is not None else int(time.time()) % 10**6
     limit = prompt_limit(ctx)
@@ -139,9 +128,8 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
 def run_launched(out_dir: Path, lengths: list[int], repeats: int, seed: Optional[int], doc_tokens: Optional[int],
                  port_offset: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
                  timing: str = DEFAULT, profile: str = TINY) -> dict[str, Any]:
-    """`run` on a temporary 2-node local fleet under out_dir/fleet (its logs stay), on free ports or at
-    port_offset, its engines running the `timing` profile and storing KV at `profile`'s geometry (so the
-    measured pull moves that model's bytes); the port choice and the up/wait seconds go into the document."""
+    """`run` on a temporary 2-node local fleet under out_dir/fleet (its logs stay), its engines running the
+    `timing` profile and storing KV at `profile`'s geometry (so the measured pull moves that model's bytes)."""
     ports = choose(2, port_offset)
     progress(ports.line())
     data = local_fleet(2, name="calibrate", base=ports.base, profile=profile)
@@ -173,7 +161,6 @@ def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
 
 
 def summary(doc: dict[str, Any]) -> str:
-    """Pure: summary.md of a calibration document."""
     kv = (f", KV {doc['kv_profile']} at {doc['kv_bytes_per_token'] // 1024} KiB/token"
           if doc.get("kv_bytes_per_token") and doc.get("kv_profile") else "")
     lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}{kv}, median of {doc['repeats']})", ""]
@@ -218,15 +205,15 @@ def summary(doc: dict[str, Any]) -> str:
 
 
 def _as_run(doc: dict[str, Any]) -> str:
-    """Pure: what the measured advice is about, so it is never mistaken for the GPU answer below it."""
+    """What the measured advice is about, so it is never mistaken for the GPU answer below it."""
     per_token = statistics.median(r["ttft_recompute_b_s"] * 1e6 / r["tokens"] for r in doc["rows"])
     return (f"This fleet as it runs (recompute measured at {per_token:.0f} us/token on this box, the emulated "
             "GPU's cost only where the CPU is faster)")
 
 
 def recommendation(doc: dict[str, Any]) -> str:
-    """Pure: one answer for the stated request length from one named profile: the projection when the profile
-    emulates a GPU, else what this fleet measured; when the pull does not pay, the measured cause."""
+    """One answer for the stated request length: the projection when the profile emulates a GPU, else what this
+    fleet measured; when the pull does not pay, the measured cause."""
     if not doc["rows"]:
         return "none: no length could be measured"
     proj, adv = doc["projection"], doc["advice"]

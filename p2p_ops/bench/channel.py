@@ -2,33 +2,15 @@
 
 The channel LMCache P2P reads KV through (NIXL over UCX, L1 objects on both sides) timed by LMCache's own tool:
 a server role registers an L1 buffer of source objects, a client role reads a batch of them and reports GB/s.
-This module starts the server on one connection (detached, by pidfile: `lifecycle.procs`), runs one client
-per batch size on another (local or SSH), stops the server, and parses what the client printed::
+This module starts the server on one connection (detached, by pidfile: `lifecycle.procs`), runs one client per
+batch size (`Options.counts`: a prefix of N chunks is a count of N) on another (local or SSH), stops the server,
+and parses what the client printed (`parse_client_output`, tested on tests/fixtures/bench/channel/).
 
-    from p2p_ops.bench import channel
-    server = channel.Side(LocalConnector(), "127.0.0.1", workdir="/tmp/chan-a", env={"UCX_NET_DEVICES": "lo"})
-    client = channel.Side(LocalConnector(), "127.0.0.1", workdir="/tmp/chan-b", env={"UCX_NET_DEVICES": "lo"})
-    opts = channel.Options(object_size=1 << 20, counts=(1, 8, 64), page_size=65536, verify=True)
-    runs = channel.run_channel(server, client, opts, channel.Ports(17600, 17610, 17601))
-    for r in runs:                      # one ChannelRun per count, in order
-        print(r.payload_bytes, r.median_gbps, r.p99_ms, r.verified, r.error)
-
-- `Side(conn, address, python, workdir, env)`: where one role runs. `address` is what it binds (127.0.0.1,
-  or a netns testbed host's 198.18.x address), `python` the interpreter with lmcache on that node, `env` its
-  transport settings (`transport_env(ucx_tls, ucx_net_devices)` builds them from a fleet's settings).
-- `Options`: `object_size` (bytes per object: one KV chunk), `counts` (objects per read; one client run each,
-  so a prefix of N chunks is a count of N), `page_size` (the fleet's `l1_align_bytes`, equal on both sides),
-  `iters`, `warmup`, `verify` (the client checks every byte against the server's pattern), `timeout_s` (per
-  client run).
-- `Ports(transfer, control, listen)`: the server's channel and catalog ports and the client's own channel port.
-- `parse_client_output(text, verify)` is the pure parser (tests/fixtures/bench/channel/ holds captured runs).
-
-The client runs LMCache's tool unchanged, from a wrapper (`p2p_ops.bench.channel_wrapper`) that also prints each
-measured read's time (`[p2p] times_ms [...]`), because the tool itself prints only best, median and mean: p50/p99
-come from those times (`observe.stats.percentile`). On an LMCache whose tool lacks
-the hook the wrapper patches, the run still works and p50/p99 fall back to the median (`times_ms=None`).
-A client that exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at
-interpreter exit) keeps its figures with a `note` (`judge_exit`).
+The client runs LMCache's tool unchanged, from a wrapper (`channel_wrapper`) that also prints each measured read's
+time, because the tool itself prints only best, median and mean: p50/p99 come from those times. On an LMCache
+whose tool lacks the hook the wrapper patches, p50/p99 fall back to the median (`times_ms=None`). A client that
+exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at interpreter
+exit) keeps its figures with a `note` (`judge_exit`).
 """
 
 from __future__ import annotations
@@ -62,8 +44,8 @@ SERVER_START_S = 120.0  # torch + NIXL import on a busy 2-core box
 @dataclass(frozen=True)
 class Side:
     conn: Connector
-    address: str
-    python: str = sys.executable
+    address: str                    # what the role binds: 127.0.0.1, or a netns testbed host's address
+    python: str = sys.executable    # the interpreter with lmcache on that node
     workdir: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -77,9 +59,9 @@ class Ports:
 
 @dataclass(frozen=True)
 class Options:
-    object_size: int
-    counts: Sequence[int]
-    page_size: int = 65536
+    object_size: int                # one KV chunk
+    counts: Sequence[int]           # objects per read, one client run each
+    page_size: int = 65536          # the fleet's l1_align_bytes, equal on both sides
     iters: int = 5
     warmup: int = 1
     verify: bool = True
@@ -98,8 +80,6 @@ class Options:
 
 @dataclass
 class ChannelRun:
-    """One client run: a read of `num_objects` x `object_size` bytes, timed `iters` times."""
-
     object_size: int
     num_objects: int
     ok: bool = False
@@ -131,7 +111,7 @@ class ChannelRun:
 
 
 def transport_env(ucx_tls: str = "", ucx_net_devices: str = "") -> dict[str, str]:
-    """A fleet's transport settings as the benchmark's environment (empty values are left to UCX)."""
+    # Empty values are left to UCX.
     env = {"LMCACHE_TRACK_USAGE": "false"}
     if ucx_tls:
         env["UCX_TLS"] = ucx_tls
@@ -151,10 +131,8 @@ _FAILURE = re.compile(r"^\s*(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.M)
 
 
 def parse_client_output(text: str, verify: bool, object_size: int, num_objects: int) -> ChannelRun:
-    """What one client run printed (stdout and stderr together), as a ChannelRun. Pure.
-
-    ok means LMCache's report is there and, with verify, the client said `verify OK`. A failed run carries the
-    last exception line the tool printed (or the output's tail) in `error`."""
+    """stdout and stderr together. ok: LMCache's report is there and, with verify, the client said `verify OK`; a
+    failed run carries the last exception line the tool printed (or the output's tail) in `error`."""
     text = strip_ansi(text)
     run = ChannelRun(object_size, num_objects)
     stats = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in _STAT.finditer(text)}
@@ -173,7 +151,10 @@ def parse_client_output(text: str, verify: bool, object_size: int, num_objects: 
         run.start_wait_s = float(m.group(1))
     if m := _MAIN_RC.search(text):
         run.main_rc = int(m.group(1))
-    _fill_percentiles(run)
+    if run.times_ms:
+        run.p50_ms, run.p99_ms = percentile(run.times_ms, 50), percentile(run.times_ms, 99)
+    elif run.median_ms is not None:
+        run.p50_ms = run.median_ms
     if verify:
         run.verified = "verify OK" in text and "verify FAILED" not in text
     run.ok = set(stats) == {"best", "median", "mean"} and run.verified is not False
@@ -182,14 +163,6 @@ def parse_client_output(text: str, verify: bool, object_size: int, num_objects: 
         run.error = (f"{failures[-1][0]}: {failures[-1][1]}" if failures
                      else tail(text, 3) or "the client printed nothing")
     return run
-
-
-def _fill_percentiles(run: ChannelRun) -> None:
-    if run.times_ms:
-        run.p50_ms = percentile(run.times_ms, 50)
-        run.p99_ms = percentile(run.times_ms, 99)
-    elif run.median_ms is not None:
-        run.p50_ms = run.median_ms
 
 
 def _url(address: str, port: int) -> str:
@@ -245,7 +218,6 @@ def client_command(server: Side, client: Side, opts: Options, ports: Ports, coun
 
 
 def start_server(server: Side, opts: Options, ports: Ports) -> Proc:
-    """Write the server's wrapper on its node, start it detached, wait for its ready line (or its death)."""
     proc = server_proc(server, ports)
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
         fh.write(_server_wrapper(server, opts, ports))
@@ -276,8 +248,8 @@ def _wait_ready(conn: Connector, proc: Proc, timeout_s: float) -> None:
 def judge_exit(run: ChannelRun, exit_code: int) -> ChannelRun:
     """A client that exits non-zero fails, unless LMCache's main() had already returned 0 after a complete
     (and, with --verify, verified) report. LMCache 0.5.6's client then segfaults (139) at interpreter exit,
-    after client_main's own teardown (transfer channel deleted, L1 manager closed) has run: every read was
-    timed and checked before, so the figures count and the crash is kept as a note. Pure."""
+    after client_main's own teardown has run: every read was timed and checked before, so the figures count
+    and the crash is kept as a note."""
     if exit_code == 0 or not run.ok:
         return run
     if run.main_rc == 0:
@@ -300,7 +272,6 @@ Around = Callable[[int, Callable[[], ChannelRun]], ChannelRun]
 
 def run_channel(server: Side, client: Side, opts: Options, ports: Ports,
                 around: Optional[Around] = None) -> list[ChannelRun]:
-    """One server for the whole sweep, one client run per count; the server is stopped however it ends."""
     opts.check()
     proc = start_server(server, opts, ports)
     around = around or (lambda _n, run: run())

@@ -1,6 +1,5 @@
-"""The client side of `p2p_ops.bench.channel`: LMCache's transfer-channel benchmark, run unchanged through a few lines
-that print what the tool keeps to itself (each measured read's time, what its main() returned) and, for
-concurrent clients, hold the reads until a common start.
+"""The client side of `p2p_ops.bench.channel`: LMCache's transfer-channel benchmark, run unchanged through a few
+lines that print what the tool keeps to itself and, for concurrent clients, hold the reads until a common start.
 
 - `[p2p] times_ms [...]` after LMCache's report: p50/p99 come from these;
 - `[p2p] main returned N`: LMCache 0.5.6's client can segfault at interpreter exit after a complete run, and
@@ -9,7 +8,6 @@ concurrent clients, hold the reads until a common start.
   `[p2p] start wait S` (negative: it came late).
 """
 
-# Prints every measured read's time beside LMCache's own report; the tool runs otherwise unchanged.
 CLIENT_WRAPPER = (
     "import json, sys\n"
     "from lmcache.tools.transfer_channel_benchmark import __main__ as m, benchmark as b\n"

@@ -32,9 +32,8 @@ class DocQAOptions:
 
 def run(url: str, model: str, opts: DocQAOptions, label: str,
         progress: Callable[[str], None] = lambda _: None) -> tuple[list[RequestRecord], float]:
-    """All sessions through `url`; returns every turn (stage: the label, prefix_id: the session, level: the
-    question) and the wall time. `label` keeps documents unique per arm, so no arm is served from what an
-    earlier arm left in the caches."""
+    """Every turn (stage: the label, prefix_id: the session, level: the question) and the wall time. `label` keeps
+    documents unique per arm, so no arm is served from what an earlier arm left in the caches."""
     t0 = time.monotonic()
     deadline = t0 + opts.max_seconds
     sessions = iter(range(opts.sessions))

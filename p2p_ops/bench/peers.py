@@ -8,12 +8,8 @@ chunks and a half) that nobody has seen, then asks for it once:
   hold it; the key directory confirms it, else a fresh prefix is tried);
 - no holder: nobody holds it, so the lookup is the P2P fan-out to every peer answered with misses.
 
-Per request: which peer served (peers_judge: LMCache's rule on the observed holders and adapter order), cached
-tokens, the requester's P2P load tasks, and the requester engine's LMCache lookup and retrieve seconds. One
-unrecorded pull from each peer comes first: the first pull from a peer also pays NIXL's connection set-up. The
-scenarios alternate within each repetition so they share the box's load. `run_launched` repeats this on
-temporary local fleets of each size (2, 4, 8) and writes peers.json, summary.md and lookup.png (lookup ms
-against N).
+One unrecorded pull from each peer comes first: the first pull from a peer also pays NIXL's connection set-up.
+The scenarios alternate within each repetition so they share the box's load.
 """
 
 from __future__ import annotations
@@ -67,8 +63,6 @@ class PeersOptions:
 
 @dataclass
 class _Run:
-    """What every request of one fleet shares."""
-
     ctx: FleetContext
     requester: tuple
     order: list[str]
@@ -83,14 +77,13 @@ class _Run:
 
 
 def lookup_order(ctx: FleetContext, node, inst) -> list[str]:
-    """The requester's peers in its P2P adapter order (the order LMCache plans loads in)."""
+    # The adapter order is the order LMCache plans loads in.
     by_mq = {(n.address, i.ports.mp): i.id for n, i in ctx.fleet.instances()}
     status = lmcache_api.server_status(ctx.server_url(node, inst))
     return [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(status.raw) if (h, p) in by_mq]
 
 
 def plan(order: list[str]) -> list[tuple[str, str, list[str]]]:
-    """(scenario, where in lookup order, holders) for a requester whose peers are `order`."""
     out = [(judge.NO_HOLDER, "", []), (judge.ONE_HOLDER, "first", order[:1])]
     if len(order) > 1:
         out += [(judge.ONE_HOLDER, "last", order[-1:]), (judge.TWO_HOLDERS, "first and last", [order[0], order[-1]])]
@@ -99,7 +92,6 @@ def plan(order: list[str]) -> list[tuple[str, str, list[str]]]:
 
 def run_fleet(ctx: FleetContext, opts: PeersOptions, progress: Callable[[str], None] = lambda _: None
               ) -> tuple[list[judge.Sample], list[str]]:
-    """Every scenario `opts.repeats` times on a running fleet; (samples, notes)."""
     insts = ctx.fleet.instances()
     if len(insts) < 2:
         raise BadInput("bench peers needs at least two instances in the fleet")
@@ -156,7 +148,7 @@ def _fresh(run: _Run) -> tuple[str, list[int]]:
 
 
 def _seed(run: _Run, holders: list[str], prompt: str, tokens: list[int], chunks: int) -> tuple[str, list[str]]:
-    """Have `holders` compute the prompt cold, at the same moment; ("", the holders the directory shows)."""
+    """Have `holders` compute the prompt cold, at the same moment."""
     if not holders:
         return "", []
     model, m = run.ctx.fleet.model, run.opts.max_tokens
@@ -187,7 +179,6 @@ def _wait_held(run: _Run, tokens: list[int], chunks: int, wanted: set[str]) -> l
 
 
 def _ask(run: _Run, s: judge.Sample, prompt: str) -> None:
-    """The measured request: the requester's metrics before and after it."""
     srv, url = run.ctx.server_url(*run.requester), run.ctx.engine_url(*run.requester)
     before = (metrics_api.scrape(srv), metrics_api.scrape(url))
     r = complete(url, run.ctx.fleet.model, prompt, run.opts.max_tokens, timeout=120)
@@ -217,8 +208,7 @@ def document(samples: list[judge.Sample], notes: list[str], fleets: list[dict], 
 
 def run_running(ctx: FleetContext, out_dir: Optional[Path], opts: PeersOptions,
                 progress: Callable[[str], None] = lambda _: None) -> dict:
-    """The scenarios on a running fleet (its one N), in out_dir (default: a new run folder of the fleet);
-    refuses, naming what to run, when the fleet is not up (before any folder is made)."""
+    """Refuses, naming what to run, when the fleet is not up (before any folder is made)."""
     fleet_status.require_ready(ctx, "or drop --running to measure on temporary local fleets")
     out_dir = out_dir or new_run_dir(ctx.layout, "peers")
     samples, notes = run_fleet(ctx, opts, progress)
@@ -228,7 +218,6 @@ def run_running(ctx: FleetContext, out_dir: Optional[Path], opts: PeersOptions,
 
 def run_launched(out_dir: Path, opts: PeersOptions, port_offset: Optional[int] = None,
                  progress: Callable[[str], None] = lambda _: None) -> dict:
-    """The scenarios on a temporary local fleet of each size in turn (logs kept under out_dir/fleet-N)."""
     samples, notes, fleets = [], [], []
     for n in opts.sizes:
         ports = choose(n, port_offset)

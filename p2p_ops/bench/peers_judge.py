@@ -23,8 +23,6 @@ TARGET_MS, TARGET_N = 10.0, 8
 
 @dataclass
 class Sample:
-    """One request of the requester, on a prefix held by `holders` (empty: nobody)."""
-
     scenario: str
     nodes: int
     requester: str
@@ -44,7 +42,6 @@ class Sample:
 
 
 def holders(placements_per_chunk: list[list[str]], chunks: int) -> list[str]:
-    """Instances that hold every one of the first `chunks` chunks, in the directory's order."""
     if chunks < 1 or len(placements_per_chunk) < chunks:
         return []
     first = list(dict.fromkeys(placements_per_chunk[0]))
@@ -52,13 +49,12 @@ def holders(placements_per_chunk: list[list[str]], chunks: int) -> list[str]:
 
 
 def serving_peer(holding: Iterable[str], adapter_order: list[str]) -> str:
-    """The holder LMCache reads from: the first of them in the requester's adapter order; "" when none."""
     held = set(holding)
     return next((peer for peer in adapter_order if peer in held), "")
 
 
 def judge(s: Sample) -> Sample:
-    """Fill `ok` (and `error` when it fails): a hit read from exactly the expected peer, or a clean miss."""
+    """ok: a hit read from exactly the expected peer, or a clean miss."""
     if s.error:
         return s
     if s.scenario == NO_HOLDER:
@@ -73,7 +69,6 @@ def judge(s: Sample) -> Sample:
 
 
 def rows(samples: list[Sample]) -> list[dict]:
-    """One row per (nodes, scenario, where): serving peer, cached tokens, lookup p50/p99, pull ms, verdict."""
     groups: dict[tuple, list[Sample]] = {}
     for s in samples:
         groups.setdefault((s.nodes, s.scenario, s.where), []).append(s)

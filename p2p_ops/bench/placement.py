@@ -98,7 +98,6 @@ class ArmResult:
 
 def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float, peer_tokens: float,
               kv_hits: float = 0.0, kv_inputs: float = 0.0) -> ArmResult:
-    """Pure: one arm's numbers from its turns and the fleet-wide peer-served token count."""
     ok = [t for t in turns if t.ok]
     ttft = sorted(t.ttft_s * 1000 for t in ok)
     prompt = sum(t.prompt_tokens for t in ok)
@@ -113,11 +112,7 @@ def _ms(ttft: list[float], q: float) -> float:
     return percentile(ttft, q) if ttft else float("nan")
 
 
-# ---- fleets ------------------------------------------------------------------------------------------
-
 def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], timing: str, name: str) -> dict:
-    """A local fleet with a router on `ports` (a free_ports base with the router kinds), its engines running the
-    named timing profile."""
     data = local_fleet(n, name=name, base=ports)
     data["settings"].update(p2p=p2p, p2p_lookup_timeout=5.0, p2p_load_timeout=5.0)
     data["engine"].update(TIMING_PROFILES[timing].engine_settings())
@@ -151,8 +146,6 @@ def _router_metrics(ctx: FleetContext) -> list:
     node = ctx.fleet.router_node()
     return metrics_api.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
 
-
-# ---- the run -------------------------------------------------------------------------------------------
 
 def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] = lambda _: None) -> list[ArmResult]:
     opts.validate()
@@ -205,8 +198,6 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, opts: Placem
 
 def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice,
              turns: Optional[list[dict]] = None) -> dict[str, Any]:
-    """What results.json holds (and `bench placement --json` prints): strict JSON, a figure never measured is
-    null, not NaN."""
     profile = TIMING_PROFILES[opts.timing]
     m = margins(results)
     return finite({"options": asdict(opts), "ports": ports.to_json(),
@@ -225,10 +216,7 @@ def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: Pla
     bench_plots.placement(out_dir, results)
 
 
-# ---- report ---------------------------------------------------------------------------------------------
-
 def margins(results: list[ArmResult]) -> dict[str, dict]:
-    """Per policy: what P2P adds (throughput ratio, TTFT p50 ratio off/on)."""
     out = {}
     for policy in dict.fromkeys(r.policy for r in results):
         on = next((r for r in results if r.policy == policy and r.p2p and not r.error), None)

@@ -29,7 +29,6 @@ def _ms(v: Optional[float]) -> str:
 
 
 def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: TimingProfile) -> str:
-    """Pure: why P2P under one policy served fewer req/s (or a slower p50) than without it."""
     hit_on, hit_off = _p50(on_turns, True), _p50(off_turns, True)
     cold_on, cold_off = _p50(on_turns, False), _p50(off_turns, False)
     saved = off.recomputed_tokens - on.recomputed_tokens
@@ -59,8 +58,7 @@ def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], prof
 
 
 def recommend(results: list, margins: dict[str, dict], workload: Any, profile: TimingProfile) -> str:
-    """Pure: the arm to run for this workload (most served req/s among arms without failures), and whether P2P
-    pays under it."""
+    """The arm with the most served req/s among those without failures, and whether P2P pays under it."""
     ok = [r for r in results if not r.error and not r.failed and r.turns]
     if not ok:
         return "none: no arm finished without failures"
@@ -79,12 +77,11 @@ def recommend(results: list, margins: dict[str, dict], workload: Any, profile: T
 
 
 def below_one(margins: dict[str, dict]) -> list[str]:
-    """The policies whose P2P margin (req/s or TTFT p50) is below 1."""
     return [p for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1]
 
 
 def explanations(results: list, margins: dict[str, dict], turns: list[dict], profile: TimingProfile) -> dict[str, str]:
-    """Pure: per policy whose P2P margin is below 1, the measured cause (turns carry their arm's label)."""
+    # Turns carry their arm's label.
     out = {}
     for policy in below_one(margins):
         on, off = (next(r for r in results if r.policy == policy and r.p2p == p and not r.error) for p in (True, False))

@@ -17,7 +17,7 @@ from p2p_runtime.timing_profiles import TimingProfile, fit_line
 
 
 def first_lasting_win(lengths: list[int], wins: list[bool]) -> Optional[int]:
-    """Pure: the shortest length from which every longer length wins too (None: the last one loses)."""
+    """None: the last one loses."""
     for i, n in enumerate(lengths):
         if all(wins[i:]):
             return n
@@ -25,7 +25,6 @@ def first_lasting_win(lengths: list[int], wins: list[bool]) -> Optional[int]:
 
 
 def pull_fit(rows: list[dict]) -> Optional[dict[str, float]]:
-    """Pure: the measured pull as fixed ms + us/token (needs two lengths)."""
     points = tuple((r["tokens"], r["ttft_pulled_b_s"] * 1000) for r in rows if r["cached_tokens_b"] > 0)
     if len({n for n, _ in points}) < 2:
         return None
@@ -34,9 +33,9 @@ def pull_fit(rows: list[dict]) -> Optional[dict[str, float]]:
 
 
 def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[int] = None) -> dict[str, Any]:
-    """Pure: per length the measured pull against the profile's emulated prefill, the lasting crossover, the
-    profile's own (published) crossover, and the measured cause when the pull does not pay. With the fleet's KV
-    bytes per token, the published pull is scaled to them (the emulated prefill stays the profile's model)."""
+    """Per length the measured pull against the profile's emulated prefill, the lasting crossover, the profile's
+    own (published) crossover, and the measured cause when the pull does not pay. With the fleet's KV bytes per
+    token, the published pull is scaled to them (the emulated prefill stays the profile's model)."""
     weigh = {"bytes_per_token": bytes_per_token} if bytes_per_token else {}
     table = [{"tokens": r["tokens"], "pull_measured_ms": r["ttft_pulled_b_s"] * 1000,
               "prefill_emulated_ms": profile.prefill_ms(r["tokens"]),
@@ -54,7 +53,6 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
 
 def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[dict],
           bytes_per_token: Optional[int] = None) -> str:
-    """Pure: why this box's pull does or does not beat the profile's prefill, from the measured figures."""
     if not profile.emulated:
         return "no GPU profile: the recompute leg is this box's CPU, so the crossover says nothing about a GPU"
     if not table:
@@ -77,7 +75,6 @@ def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[d
 
 
 def missed_cause(missed: list[dict]) -> str:
-    """Pure: why no P2P hit at these lengths, from what the servers did meanwhile; "not confirmed" otherwise."""
     lengths = [t["tokens"] for t in missed]
     oom = {t["tokens"]: t["fallbacks_b"] for t in missed if t.get("fallbacks_b")}
     if oom:
@@ -96,7 +93,6 @@ def missed_cause(missed: list[dict]) -> str:
 
 
 def markdown(proj: dict[str, Any], describe: str) -> list[str]:
-    """Pure: the projection's table and its cause, for summary.md."""
     lines = [f"What a GPU fleet would see, timing profile {describe}:", "",
              "| Prefix tokens | Pull, measured here (ms) | Prefill, emulated (ms) | The profile's own "
              "pull at this fleet's KV bytes, published fit (ms) | Pull pays |", "|---|---|---|---|---|"]

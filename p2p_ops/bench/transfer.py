@@ -4,13 +4,8 @@ Between two nodes of a fleet (the reader pulls from the source, as a P2P hit doe
 settings (UCX_TLS, UCX_NET_DEVICES or the NIC plan's pick, l1_align_bytes as the page size), for the sizes the
 fleet's profile implies (`spec.transfer_sizes`: one chunk up to the prefix of `prompt_tokens`), with --verify.
 Each row also carries memcpy of the same bytes on the reader (the ceiling a copy into L1 has there) and the rails
-that moved its bytes (`p2p_ops.bench.transfer_rails`: each node's interface and RDMA port counters around the read). The
-verdict compares the whole prefix's read time with the fleet's need: `need_ms` (default: recomputing that prefix,
-`spec.transfer_sizes.need_ms`; pass your own from `p2pctl calibrate`).
-
-    doc = run_transfer(ctx, source="node-a", reader="node-b", prompt_tokens=4096)
-    doc["rows"][i] -> {"payload_bytes", "median_gbps", "p50_ms", "p99_ms", "memcpy_gbps", "verified", ...}
-    write_run(out_dir, doc)   # transfer.json and transfer.png (GB/s and p50/p99 against size) in the run folder
+that moved its bytes (`transfer_rails`). The verdict compares the whole prefix's read time with the fleet's need:
+`need_ms` (default: recomputing that prefix, `spec.transfer_sizes.need_ms`; pass your own from `p2pctl calibrate`).
 """
 
 from __future__ import annotations
@@ -109,16 +104,14 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
         progress(f"  {count} chunk(s): {result.median_gbps or 0:.2f} GB/s, {'ok' if result.ok else result.error}")
         return result
 
-    rows = []
-    for run in channel.run_channel(server, client, opts, ports, around):
-        row = {**run.to_dict(), "rails": rails.get(run.num_objects, [])}
-        row["memcpy_gbps"] = memcpy_gbps(client, run.payload_bytes)
-        rows.append(row)
+    rows = [{**run.to_dict(), "rails": rails.get(run.num_objects, []),
+             "memcpy_gbps": memcpy_gbps(client, run.payload_bytes)}
+            for run in channel.run_channel(server, client, opts, ports, around)]
     ok, line = verdict(rows, need)
     shm = transfer_rails.one_host(sides) and not any(r["rails"] for r in rows)
-    return {"rails_note": transfer_rails.ONE_HOST_NOTE if shm else "", "pattern": "pairwise", "source": source, "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env),
-            "source_env": dict(server.env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
-            "need_why": need_why}
+    return {"rails_note": transfer_rails.ONE_HOST_NOTE if shm else "", "pattern": "pairwise", "source": source,
+            "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env), "source_env": dict(server.env),
+            "rows": rows, "ok": ok, "verdict": line, "need_ms": need, "need_why": need_why}
 
 
 def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters: int = 5,
@@ -157,7 +150,6 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
 
 
 def write_run(out_dir: Path, doc: dict) -> dict:
-    """The sweep's document and its plot in the run folder; the document, with both files named, is returned."""
     files.make_dirs(out_dir)
     named = {**doc, "run_dir": str(out_dir), "json": str(out_dir / "transfer.json"),
              "plot": str(out_dir / "transfer.png") if doc["rows"] else None}

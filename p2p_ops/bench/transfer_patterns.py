@@ -8,11 +8,7 @@ Concurrent clients start as separate processes (seconds of import each), so each
 common wall-clock start (`P2P_START_AT`, the client wrapper in p2p_ops.bench.channel) and then times its reads; a client
 that connects after it says so (`start_wait_s` < 0) and the row is marked not overlapped. A row's aggregate is
 the bytes every reader got in one read round over the slowest reader's p50 (the round ends when the last read
-does)::
-
-    links = plan_links("many-to-one", hub="h1", others=["h2", "h3"], sides=..., ports=...)
-    rounds = run_links(links, opts)    # per count: one ChannelRun per link
-    aggregate(rounds[0])  -> {"payload_bytes", "p50_ms", "aggregate_gbps", "ok", "overlapped", ...}
+does).
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ class Link:
 
 def plan_links(pattern: str, hub: str, others: Sequence[str], sides: Mapping[str, channel.Side],
                new_port: Callable[[], int]) -> list[Link]:
-    """The links of a fan pattern: one server per source, one listen port per client."""
     if pattern not in PATTERNS[1:]:
         raise BadInput(f"--pattern {pattern!r}: pick one of {', '.join(PATTERNS)}")
     if not others:
@@ -69,7 +64,6 @@ def _round(links: Sequence[Link], opts: channel.Options, count: int, lead_s: flo
 
 def run_links(links: Sequence[Link], opts: channel.Options, lead_s: float = START_LEAD_S,
               around: Optional[Callable[[int, Callable[[], list]], list]] = None) -> list[list[channel.ChannelRun]]:
-    """Every server up, then one concurrent round per count; every server stopped however it ends."""
     opts.check()
     started: list[tuple[channel.Side, object]] = []
     around = around or (lambda _n, run: run())
@@ -83,7 +77,6 @@ def run_links(links: Sequence[Link], opts: channel.Options, lead_s: float = STAR
 
 
 def aggregate(runs: Sequence[channel.ChannelRun]) -> dict:
-    """One round as a row. Pure."""
     payload = sum(r.payload_bytes for r in runs)
     p50s = [r.p50_ms for r in runs if r.p50_ms is not None]
     ok = all(r.ok for r in runs) and len(p50s) == len(runs)

@@ -5,10 +5,7 @@ A window moves `reads x payload` bytes (warm-up and measured reads; verify check
 "moved the bytes" when its delta in the direction of the flow (tx on the source, rx on the reader; either on a
 node that is both, as on a local fleet's lo) reaches half of that: a shared interface's background traffic
 cannot make an idle NIC look busy, and TCP's overhead can only add to the payload. Nodes behind the same
-connector host are read once::
-
-    rails, result = measure({"source": [conn_a], "reader": [conn_b]}, nbytes, lambda: run_one())
-    rails -> [{"node": "h1", "role": "source", "name": "eth0", "tx_bytes": ..., "rx_bytes": ...}, ...]
+connector host are read once.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ SHARE = 0.5
 
 
 def _hosts(sides: Mapping[str, Sequence[tuple[str, object]]]) -> dict[str, tuple[object, set[str], list[str]]]:
-    """host -> (connector, roles, node names): one read per host, whatever roles its nodes play."""
     out: dict[str, tuple[object, set[str], list[str]]] = {}
     for role, nodes in sides.items():
         for name, conn in nodes:
@@ -37,7 +33,6 @@ def _hosts(sides: Mapping[str, Sequence[tuple[str, object]]]) -> dict[str, tuple
 
 
 def moved(usage: list[rail_counters.RailUsage], roles: set[str], nbytes: int) -> list[rail_counters.RailUsage]:
-    """The rails whose delta in the flow's direction accounts for at least SHARE of nbytes. Pure."""
     def flow(u: rail_counters.RailUsage) -> int:
         if roles == {"source"}:
             return u.tx_bytes
@@ -66,5 +61,4 @@ ONE_HOST_NOTE = ("no interface counted the bytes: source and reader are one host
 
 
 def label(rails: list[dict]) -> str:
-    """The table's column: `h1 eth0, h2 eth0`; `none` when no rail accounts for the bytes."""
     return ", ".join(f"{r['node']} {r['name']}" for r in rails) or "none"

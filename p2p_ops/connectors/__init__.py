@@ -7,7 +7,6 @@ from p2p_ops.connectors.local import LocalConnector
 
 
 def connector_for(node) -> Connector:
-    """The connector a fleet node asks for (`connection: local | ssh`)."""
     if node.connection == "ssh":
         from p2p_ops.connectors.ssh import SSHConnector  # fabric is only imported when needed
 

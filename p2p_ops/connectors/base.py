@@ -45,7 +45,6 @@ class Result:
         return self.exit_code == EXIT_NOT_FOUND
 
     def describe(self) -> str:
-        """What an operator needs when a remote command fails: host, command, exit code, output tail."""
         out = tail((self.stdout + "\n" + self.stderr).strip()) or "(no output)"
         return f"on {self.host}: `{self.command}` exited {self.exit_code}\n{out}"
 
@@ -60,10 +59,10 @@ class Connector(Protocol):
     host: str
 
     def run(self, command: str, timeout: float = 60, check: bool = False) -> Result:
-        """Run a bash command line; with check=True raise CommandFailed on a non-zero exit."""
+        """A bash command line; with check=True, CommandFailed on a non-zero exit."""
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
-        """Copy one file to the node (creating parent folders)."""
+        """Creates the parent folders."""
 
     def close(self) -> None:
         ...

@@ -26,8 +26,8 @@ class LocalConnector:
         return result
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
-        """Copy a file the toolkit wrote (an env.sh, a wrapper) into a folder of this machine: the folder is made
-        private, and the copy replaces whatever is at `remote` (a link included) without following it."""
+        """The folder is made private, and the copy replaces whatever is at `remote` (a link included) without
+        following it."""
         dest = Path(remote)
         if Path(local).resolve() == dest.resolve():
             return

@@ -1,23 +1,21 @@
-"""Run commands on a fleet node over SSH (the `ssh` connection kind), on fabric/paramiko.
-
-One lazily opened connection per node, reused by every command and file copy. What it guarantees:
+"""Run commands on a fleet node over SSH (the `ssh` connection kind), on fabric/paramiko: one lazily opened
+connection per node, reused by every command and file copy.
 
 - every command runs as `bash -c <command, shlex-quoted>`, whatever the node's login shell;
-- host keys are **verified**: known_hosts files (the node's ssh_config `UserKnownHostsFile` /
-  `GlobalKnownHostsFile`, else `~/.ssh/known_hosts` and `/etc/ssh/ssh_known_hosts`) with paramiko's reject
-  policy for unknown hosts. Only `ssh_insecure_host_keys: true` on a node accepts any key. (Fabric alone
-  would auto-accept every key: it never loads known_hosts.) `StrictHostKeyChecking` in ssh_config is ignored;
+- host keys are **verified** against the known_hosts files (ssh_config's `UserKnownHostsFile` /
+  `GlobalKnownHostsFile`, else the defaults) with a reject policy for unknown hosts; only
+  `ssh_insecure_host_keys: true` accepts any key. (Fabric alone would auto-accept every key: it never loads
+  known_hosts.) `StrictHostKeyChecking` in ssh_config is ignored;
 - key auth with `ssh_key` only (no agent, no other keys: a wrong key fails as such), or, without `ssh_key`,
   the agent, the ssh_config `IdentityFile`s and the default keys;
 - connect, banner, auth and per-command timeouts; no sudo, no pty, stdin closed;
 - files go over SFTP (no shell), as safely as the local connector writes them: every folder on the way must be
-  the remote user's (root's too, above the last) and writable by no one else (a sticky /tmp above is fine), folders
-  made are 0700, and the bytes go to a fresh temp file beside the target (exclusive create, so never through a
-  planted link), get their mode, then are renamed into place (a running wrapper never sees half a file).
+  the remote user's (root's too, above the last) and writable by no one else (a sticky /tmp above is fine),
+  folders made are 0700, and the bytes go to a fresh temp file (exclusive create: never through a planted link)
+  renamed into place (a running wrapper never sees half a file).
 
-Failures to reach a host are `SSHConnectError`s (a `CouldNotRun`) whose message names the host, what failed
-and the fix, e.g. `h2 (127.0.0.3:22001): host key CHANGED ...; ssh-keygen -R ...`. A command that runs and
-exits non-zero is a `Result` (or `CommandFailed` with check=True), exactly as with the local connector.
+Failures to reach a host are `SSHConnectError`s whose message names the host, what failed and the fix; a command
+that runs and exits non-zero is a `Result` (or `CommandFailed` with check=True), as with the local connector.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_ho
 
 
 class SSHConnectError(CouldNotRun):
-    """We could not get a working SSH session to a node. `what` says which step failed."""
+    """`what` says which step failed."""
 
     def __init__(self, host: str, target: str, what: str, detail: str, fix: str):
         super().__init__(f"{host} ({target}): {what}: {detail}; {fix}")
@@ -83,8 +81,6 @@ def _reject_policy():
 
 
 class SSHConnector:
-    """The connector for one `connection: ssh` node; see the module docstring for its guarantees."""
-
     def __init__(self, host: str, address: str, user: str = "", port: Optional[int] = None, key: str = "",
                  ssh_config: str = "", insecure_host_keys: bool = False,
                  connect_timeout: float = CONNECT_TIMEOUT):
@@ -110,10 +106,9 @@ class SSHConnector:
         return cls(node.name, node.address, node.ssh_user, port, node.ssh_key, node.ssh_config,
                    node.ssh_insecure_host_keys)
 
-    # ---- connection ---------------------------------------------------------------------------------
     @property
     def target(self) -> str:
-        """`user@address:port` as far as known before connecting (for messages)."""
+        # As far as known before connecting.
         conn = self._conn
         if conn is not None:
             return f"{conn.user}@{conn.host}:{conn.port}"
@@ -232,7 +227,6 @@ class SSHConnector:
         return SSHConnectError(self.host, target, "SSH failed", f"{type(exc).__name__}: {exc}",
                                "rerun with -v logging of paramiko, or try `ssh` by hand")
 
-    # ---- the connector API --------------------------------------------------------------------------
     def run(self, command: str, timeout: float = 60, check: bool = False) -> Result:
         from invoke.exceptions import CommandTimedOut
 
@@ -258,10 +252,6 @@ class SSHConnector:
         return result
 
     def put(self, local: Path, remote: str, mode: int | None = None) -> None:
-        """Copy a file the toolkit wrote into a folder of the node, as safely as the local connector does: every
-        folder on the way must be the remote user's (or root's, above it) and writable by no one else, folders
-        made are 0700, and the bytes go to a fresh temp file (exclusive create: never through a planted link)
-        renamed over `remote` (a link there is replaced, not followed)."""
         data = files.read_bytes(local)
         conn = self._open()
         try:
@@ -292,8 +282,8 @@ class SSHConnector:
                               f"the node's run_dir is writable by this user") from None
 
     def _private_dir(self, sftp, path: str) -> str:
-        """`path` as a trusted folder (`files.check_trusted` of every folder on the way, as the remote user),
-        made over SFTP (no shell) where missing; returns it with the links above it resolved."""
+        """`path` made over SFTP (no shell) where missing, every folder on the way checked as the remote user's
+        (`files.check_trusted`); returned with the links above it resolved."""
         if path in self._dirs:
             return self._dirs[path]
         if self._uid is None:

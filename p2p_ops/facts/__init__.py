@@ -47,7 +47,6 @@ def node_facts(labels: Iterable[str], python: str = "", run_dir: str = "", model
 
 
 def recorded_runner(directory: Path) -> RecordedRunner:
-    """A runner that answers every fact in `COMMAND_FACTS` from `<directory>/<fact name>.txt`."""
     return RecordedRunner(directory, {fact.argv: fact.name for fact in COMMAND_FACTS})
 
 

@@ -1,17 +1,7 @@
-"""What a fact is: a command (or a file read) plus a pure parser, run through an injectable runner.
-
-A `CommandFact` names its command and its parser. `collect(runner)` runs the command and parses the combined
-output, so the same parser is tested from captured output (`tests/fixtures/diagnose/`) and used live. Every
-runner returns the connectors' `Result`:
-
-- `run_local`: subprocess on this host, bounded by a timeout; a missing binary is exit 127, never an exception.
-- `RecordedRunner(dir)`: answers from `<dir>/<fact-name>.txt` (and optional `<fact-name>.rc`), which is how a
-  captured host snapshot (a fixture tree, or a bundle) is replayed.
-- On a fleet node (local or SSH), through its connector: `p2p_ops.facts.sections.read_node(conn, {label: fact})`
-  runs many facts in one round trip.
-
-Add a fact as a module-level `CommandFact(name, argv, parse)` (or a function that builds one, when it takes a
-path or a pid) next to its parser; list host-wide tool facts in `p2p_ops.facts.COMMAND_FACTS`.
+"""What a fact is: a command (or a file read) plus a pure parser, run through an injectable runner, so the same
+parser is tested from captured output (`tests/fixtures/diagnose/`) and used live. Every runner returns the
+connectors' `Result`: `run_local` (this host), `RecordedRunner` (a captured snapshot or bundle, replayed) or a
+node's connector (`facts.sections.read_node` runs many facts in one round trip).
 """
 
 from __future__ import annotations
@@ -43,7 +33,7 @@ Runner = Callable[[Sequence[str]], Result]
 def run_local(
     argv: Sequence[str], timeout_s: float = 20.0, env: Mapping[str, str] | None = None
 ) -> Result:
-    """Run argv on this host; a missing binary gives exit code 127 and a timeout 124, like a shell would."""
+    """A missing binary gives exit code 127 and a timeout 124, like a shell would."""
     command = shlex.join(argv)
     try:
         proc = subprocess.run(
@@ -63,10 +53,8 @@ def run_local(
 
 
 class RecordedRunner:
-    """Replays recorded outputs: `<dir>/<name>.txt` is the output, `<dir>/<name>.rc` the exit code (default 0).
-
-    A command with no recording behaves like a missing binary (rc 127), which is what an absent tool looks like.
-    """
+    """`<dir>/<name>.txt` is the output, `<dir>/<name>.rc` the exit code (default 0); a command with no recording
+    behaves like a missing binary (rc 127), which is what an absent tool looks like."""
 
     def __init__(self, directory: Path, names: Mapping[tuple[str, ...], str]):
         self.directory = Path(directory)
@@ -84,11 +72,8 @@ class RecordedRunner:
         return Result(where, shlex.join(argv), rc, files.read_text(path, RECORDING_CAP), "")
 
 
-
 @dataclass(frozen=True)
 class CommandFact(Generic[T]):
-    """A probe: `argv` is what runs on the host, `parse` turns its combined output into a typed value."""
-
     name: str
     argv: tuple[str, ...]
     parse: Callable[[str], T]
@@ -98,7 +83,6 @@ class CommandFact(Generic[T]):
 
     @property
     def shell(self) -> str:
-        """The command as one shell line (what a connector or a batched section runs)."""
         return shlex.join(self.argv)
 
 

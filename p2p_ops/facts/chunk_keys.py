@@ -3,11 +3,7 @@
 The node's own interpreter runs LMCache's `TokenHasher` and `resolve_object_keys` (the functions the server
 and the coordinator's `/directory/lookup` use) with the server's chunk size, hash algorithm, model name, world
 size and PYTHONHASHSEED, so the keys are the server's, not a re-implementation's: a node with another lmcache
-version, or with vLLM importable (whose NONE_HASH depends on the seed), gives what its server gives. Parsed shape::
-
-    ChunkKeys(chunks=2, none_hash='b"~>\\xff..."', builtin_hash=False,
-              keys=[[{"chunk_hash_hex": "0845...", "model_name": "tiny", "kv_rank": 16777472,
-                      "object_group_id": 0, "cache_salt": ""}], ...])      # one list per chunk, one key per rank
+version, or with vLLM importable (whose NONE_HASH depends on the seed), gives what its server gives.
 
 `none_hash` is printed the way the server logs it (`Computed NONE_HASH=<this> using hash function`), so it
 can be compared with the server's log line. `builtin_hash` says LMCache fell back to Python's hash(): its
@@ -50,8 +46,6 @@ print("@@p2p-keys " + json.dumps({"chunks": n, "none_hash": str(h.none_hash), "b
 
 @dataclass(frozen=True)
 class KeyInputs:
-    """What a server's chunk keys depend on, besides the tokens."""
-
     chunk_size: int
     hash_algorithm: str
     model_name: str
@@ -69,12 +63,11 @@ class ChunkKeys:
     error: Optional[str] = None
 
     def hashes(self) -> list[str]:
-        """One chunk hash per chunk (the ranks of a chunk share it)."""
+        # The ranks of a chunk share its hash.
         return [ranks[0]["chunk_hash_hex"] if ranks else "" for ranks in self.keys]
 
 
 def pack_tokens(token_ids: list[int]) -> list[str]:
-    """Token ids as zlib-compressed big-endian uint32, base64, in argument-sized pieces."""
     blob = base64.b64encode(zlib.compress(struct.pack(f">{len(token_ids)}I", *token_ids))).decode()
     return [blob[i:i + _ARG_BYTES] for i in range(0, len(blob), _ARG_BYTES)] or [""]
 
@@ -93,7 +86,6 @@ def parse_chunk_keys(text: str) -> ChunkKeys:
 
 
 def chunk_keys_fact(python: str, inputs: KeyInputs, token_ids: list[int]) -> CommandFact[ChunkKeys]:
-    """Run LMCache's hasher with `python` (a path on the node) under the server's settings and seed."""
     args = json.dumps({"chunk_size": inputs.chunk_size, "hash_algorithm": inputs.hash_algorithm,
                        "model_name": inputs.model_name, "world_size": inputs.world_size,
                        "cache_salt": inputs.cache_salt})

@@ -1,10 +1,5 @@
 """Environment as the fleet's processes see it: a rendered env.sh, and the environment of a running process.
 
-    read_env_sh("export LMCACHE_CHUNK_SIZE=256\\nexport A='a b'\\nLD_PRELOAD=/tmp/x.so\\n")
-        -> EnvSh(env={"LMCACHE_CHUNK_SIZE": "256", "A": "a b"}, foreign=[(3, "LD_PRELOAD=/tmp/x.so")])
-    parse_environ("PYTHONHASHSEED=0\\nHOME=/root", keys=("PYTHONHASHSEED", "UCX_TLS"))
-        -> {"PYTHONHASHSEED": "0", "UCX_TLS": None}
-
 env.sh is read only in the one format p2pctl writes (`export KEY=<shlex-quoted value>`, comments, blank
 lines); any other line is returned as foreign, never interpreted: what bash would make of it is not guessed.
 A process's environment is read from `/proc/<pid>/environ` for a pid named by a pidfile, and only for the keys
@@ -37,7 +32,6 @@ class EnvSh:
 
 
 def read_env_sh(text: str) -> EnvSh:
-    """An env.sh's exports in p2pctl's own format, and every other line (not comment, not blank) as foreign."""
     out, pos, line = EnvSh(), 0, 1
     while pos < len(text):
         m = _EXPORT.match(text, pos)
@@ -70,12 +64,12 @@ def _parse_env_file(text: str) -> EnvSh:
 
 
 def env_file_fact(path: str) -> CommandFact[EnvSh]:
-    """An env.sh on its node, read (`read_env_sh`); one that is a link, a FIFO or larger than 1 MiB is not read ({})."""
+    """One that is a link, a FIFO or larger than 1 MiB is not read ({})."""
     return CommandFact("env_file", ("sh", "-c", f"{guard(path)}; {read_cmd(path, 1 << 20)}"), _parse_env_file)
 
 
 def parse_environ(text: str, keys: Sequence[str]) -> dict[str, Optional[str]]:
-    """Newline-separated `K=V` (environ with NULs turned into newlines) -> the asked keys, None when unset."""
+    """environ with NULs turned into newlines -> the asked keys, None when unset."""
     env: dict[str, Optional[str]] = {k: None for k in keys}
     for line in text.split("\n"):  # a value may hold U+2028 or \r; only a newline separates variables here
         k, _, v = line.partition("=")
@@ -85,7 +79,7 @@ def parse_environ(text: str, keys: Sequence[str]) -> dict[str, Optional[str]]:
 
 
 def process_env_fact(pidfile: str, keys: Sequence[str]) -> CommandFact[dict[str, Optional[str]]]:
-    """Selected variables of the process whose pid a pidfile holds (every key None when it is unreadable)."""
+    """Every key is None when the process's environ is unreadable."""
     pf = shlex.quote(pidfile)
     body = (f"pid=$(cat {pf} 2>/dev/null) && case $pid in ''|*[!0-9]*) exit 1;; esac && "
             "tr '\\0' '\\n' < /proc/$pid/environ")

@@ -1,8 +1,4 @@
-"""GPUs as `nvidia-smi --query-gpu` lists them; None when nvidia-smi is absent (a CPU node). Parsed shape::
-
-    parse_gpus("0, NVIDIA H100 80GB HBM3, 81559, 3, 550.54.15, 00000000:18:00.0")
-        -> [Gpu(index=0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559, memory_used_mib=3, ...)]
-"""
+"""GPUs as `nvidia-smi --query-gpu` lists them; None when nvidia-smi is absent (a CPU node)."""
 
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ def _int_or_none(value: str) -> Optional[int]:
 
 
 def parse_gpus(text: str) -> Optional[list[Gpu]]:
-    """The query's CSV rows; None when the probe printed ABSENT (no nvidia-smi)."""
     if text.strip() == ABSENT:
         return None
     gpus = []

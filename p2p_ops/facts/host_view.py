@@ -1,11 +1,6 @@
-"""Where a check reads a host from: the live machine, or a captured snapshot tree.
-
-A snapshot tree mirrors the parts of `/` the checks read, plus recorded tool outputs::
-
-    <root>/sys/class/infiniband/...   <root>/sys/class/net/...   <root>/dev/infiniband/...
-    <root>/proc/self/limits           <root>/proc/modules        <root>/tools/<fact name>.txt
-
-so the same check runs on fixture trees in tests and on a bundle collected from a real node.
+"""Where a check reads a host from: the live machine, or a captured snapshot tree that mirrors the parts of `/`
+the checks read (sys/, dev/, proc/) plus recorded tool outputs (tools/<fact name>.txt), so the same check runs on
+fixture trees in tests and on a bundle collected from a real node.
 """
 
 from __future__ import annotations
@@ -38,7 +33,6 @@ class HostView:
 
     @classmethod
     def snapshot(cls, root: str | Path) -> HostView:
-        """A captured tree (see module docstring); tools answer from `<root>/tools/<fact>.txt`."""
         root = Path(root)
         check_copy(root, "--root", "it should hold sys/, dev/, proc/ and tools/")
         return cls(root / "sys", root / "dev", root / "proc", recorded_runner(root / "tools"), live=False)

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Gid:
-    """One GID table entry; `gid` as printed, `type` like `RoCE v2` (only printed for Ethernet ports)."""
-
+    # `type` like `RoCE v2` (only printed for Ethernet ports).
     index: int
     gid: str
     type: str = ""
@@ -61,7 +60,7 @@ class IbDevice:
     fields: dict[str, str] = field(default_factory=dict)   # ibv_devinfo's device fields, as printed
 
     def port(self, number: int) -> IbPort:
-        """The port with that number, added when it was not seen yet (readers fill ports line by line)."""
+        # Added when not seen yet: readers fill ports line by line.
         found = next((p for p in self.ports if p.port == number), None)
         if found is None:
             found = IbPort(number)
@@ -71,7 +70,7 @@ class IbDevice:
 
 
 def split_prefixed(value: str | None) -> tuple[int | None, str]:
-    """`4: ACTIVE` -> (4, `ACTIVE`); a value without a numeric prefix comes back as (None, value)."""
+    """`4: ACTIVE` -> (4, `ACTIVE`); without a numeric prefix: (None, value)."""
     if value is None:
         return None, ""
     code, sep, name = value.partition(":")

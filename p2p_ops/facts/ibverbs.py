@@ -1,13 +1,8 @@
 """ibverbs tool facts: `ibv_devinfo [-v]` and `ibv_devices` (rdma-core, Debian package `ibverbs-utils`).
 
 `ibv_devinfo` prints `key:<tabs>value` lines: device fields at one tab, `port:` at two, port fields at three;
-enumerations print as `NAME (n)`. Parsed shape::
-
-    IbvDevinfo(error=None, devices=[IbDevice(name="mlx5_0", transport="InfiniBand", fields={...},
-               ports=[IbPort(port=1, state="ACTIVE", link_layer="InfiniBand", gids=[Gid(...)])])])
-
-A host without RDMA prints one error line instead (`No IB devices found`, or `Failed to get IB devices list:
-Function not implemented` without RDMA netlink); that line lands in `error`.
+enumerations print as `NAME (n)`. A host without RDMA prints one error line instead (`No IB devices found`, or
+`Failed to get IB devices list: Function not implemented` without RDMA netlink); that line lands in `error`.
 """
 
 from __future__ import annotations
@@ -49,7 +44,7 @@ def _port_field(port: IbPort, key: str, value: str) -> None:
 
 
 def parse_ibv_devinfo(text: str) -> IbvDevinfo:
-    """Parse `ibv_devinfo` or `ibv_devinfo -v` output (old and new GID line forms)."""
+    # Old and new GID line forms.
     info = IbvDevinfo()
     device: IbDevice | None = None
     port: IbPort | None = None

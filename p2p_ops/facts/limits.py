@@ -5,9 +5,6 @@
 - `/proc/<pid>/limits` has `Max locked memory   <soft>   <hard>   bytes`. Check the *running server*, not the
   login shell: systemd services take `LimitMEMLOCK=` from their unit.
 - `/proc/modules` (what `lsmod` reads) and `lsmod` output: first column is the module name.
-
-Parsed shapes: `Memlock(soft=65536, hard=65536, source="/proc/1234/limits")` (None = unlimited), and a
-sorted list of module names.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 @dataclass
 class Memlock:
-    """Soft and hard limits in bytes; None means unlimited. `error` says why nothing was read."""
+    """Bytes; None means unlimited. `error` says why nothing was read."""
 
     soft: int | None = None
     hard: int | None = None
@@ -79,13 +76,13 @@ def parse_modules(text: str) -> list[str]:
 
 
 def read_modules(proc_root: Path = Path("/proc")) -> list[str] | None:
-    """Loaded modules from `/proc/modules`; None when the file is not readable (some containers)."""
+    """None when `/proc/modules` is not readable (some containers)."""
     text = read_sysfs(Path(proc_root) / "modules")
     return None if text is None else parse_modules(text)
 
 
 def proc_limits_fact(pid: int) -> CommandFact[Memlock]:
-    """The memlock limit of a running process (a server started by systemd has its unit's, not the shell's)."""
+    # A server started by systemd has its unit's limit, not the shell's.
     return CommandFact("proc_limits", ("cat", f"/proc/{int(pid)}/limits"),
                        partial(parse_proc_limits, source=f"/proc/{int(pid)}/limits"))
 

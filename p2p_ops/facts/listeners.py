@@ -2,11 +2,7 @@
 
 `ss -Htlnp` names the process (for what this user may see); without ss, `/proc/net/tcp{,6}` gives addresses only.
 `ps -eo pid=,sid=` maps each pid to its session: a fleet process leads its own session (setsid), so a listener
-opened by a child (UCX's) is still attributed to the fleet process. Parsed shapes::
-
-    parse_listeners("LISTEN 0 128 127.0.0.1:8081 0.0.0.0:* users:((\\"lmcache\\",pid=12,fd=5))")
-        -> [Listener(address="127.0.0.1", port=8081, process="lmcache", pid=12)]
-    parse_sessions("  12  12\\n  40  12") -> {12: 12, 40: 12}
+opened by a child (UCX's) is still attributed to the fleet process.
 """
 
 from __future__ import annotations
@@ -53,7 +49,6 @@ def _hex_addr(hexaddr: str) -> str:
 
 
 def parse_listeners(text: str) -> list[Listener]:
-    """`ss -Htlnp` or, without ss, /proc/net/tcp{,6}."""
     out = []
     for line in text.splitlines():
         parts = line.split()

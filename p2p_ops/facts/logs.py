@@ -59,7 +59,6 @@ def read_cmd(path: str, cap: int | None = None) -> str:
 
 
 def refusal(text: str) -> str | None:
-    """The reason a guarded command refused its file, or None."""
     if text.startswith(REFUSED):
         return text[len(REFUSED):].split("\n", 1)[0].strip()
     return None
@@ -82,12 +81,11 @@ def _guarded(path: str, body: str) -> tuple[str, ...]:
 
 
 def log_tail_fact(path: str, lines: int = 20) -> CommandFact[list[str]]:
-    """The last `lines` lines of a log ([] when it is missing or empty)."""
     return CommandFact("log_tail", _guarded(path, f"{read_cmd(path, TAIL_WINDOW)} | tail -n {int(lines)}"), _lines)
 
 
 def parse_excerpt(text: str) -> str:
-    """The first error lines not already in the tail, then the tail: what a failed start is reported with."""
+    """What a failed start is reported with: the first error lines not already in the tail, then the tail."""
     if text.startswith(_MISSING):
         return "(no log file)"
     if (why := refusal(text)) is not None:
@@ -107,30 +105,27 @@ def log_excerpt_fact(path: str, lines: int = 10) -> CommandFact[str]:
 
 
 def log_grep_fact(path: str, patterns: Sequence[str], limit: int) -> CommandFact[list[str]]:
-    """The last `limit` lines matching any of the extended regexes (one pass over the log)."""
     args = " ".join(f"-e {shlex.quote(p)}" for p in patterns)
     cmd = f"{read_cmd(path)} | grep -a -E {args} | tail -n {int(limit)}"
     return CommandFact("log_grep", _guarded(path, cmd), _lines)
 
 
 def recent_grep_fact(path: str, patterns: Sequence[str], window: int, limit: int) -> CommandFact[list[str]]:
-    """The last `limit` lines matching any of the extended regexes among the log's last `window` lines: what
-    the process logged lately, not since it started."""
+    """Among the log's last `window` lines: what the process logged lately, not since it started."""
     args = " ".join(f"-e {shlex.quote(p)}" for p in patterns)
     cmd = f"tail -n {int(window)} {shlex.quote(path)} 2>/dev/null | grep -a -E {args} | tail -n {int(limit)}"
     return CommandFact("recent_grep", ("sh", "-c", cmd), _lines)
 
 
 def first_match_argv(path: str, pattern: str) -> tuple[str, ...]:
-    """The command that prints the first line matching a basic regex (nothing when none, no file, or a file it
-    refuses to read)."""
+    """Prints nothing when no line matches, no file, or a file `guard` refuses."""
     return ("sh", "-c", f"{guard(path)} >/dev/null || exit 0; {read_cmd(path)} | grep -a -m1 -e {shlex.quote(pattern)}")
 
 
 @dataclass(frozen=True)
 class FileCopy:
-    """A capped copy of a file: its text (the last `cap` bytes, colours stripped) and its whole size; `refused`
-    says why a file that is there was not read (a link, a FIFO, outside its folder)."""
+    """The last `cap` bytes, colours stripped, and the whole size; `refused`: why a file that is there was not
+    read (a link, a FIFO, outside its folder)."""
 
     exists: bool
     size: int = 0
@@ -152,8 +147,7 @@ def parse_file_copy(text: str) -> FileCopy:
 
 
 def file_copy_fact(path: str, cap_bytes: int, within: str | None = None) -> CommandFact[FileCopy]:
-    """Size and the last `cap_bytes` of a file, as valid UTF-8 (a log may hold anything a client sent); with
-    `within`, a file whose folder resolves outside that folder is refused."""
+    """As valid UTF-8: a log may hold anything a client sent."""
     cmd = (f"{guard(path, within)}; echo \"$size\"; "
            f"{read_cmd(path, cap_bytes)} | iconv -c -f UTF-8 -t UTF-8 2>/dev/null")
     return CommandFact("file_copy", ("sh", "-c", cmd), parse_file_copy)

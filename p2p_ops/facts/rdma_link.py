@@ -1,12 +1,8 @@
 """`rdma link show` (iproute2), text or JSON (`rdma -j link show`).
 
 Text lines are `link <dev>/<port> [subnet_prefix .. lid .. sm_lid .. lmc ..] state S physical_state P [netdev N]`;
-every key is optional. Parsed shape::
-
-    RdmaLinks(error=None, links=[RdmaLink(device="mlx5_0", port=1, state="ACTIVE",
-              physical_state="LINK_UP", netdev="ens1f0np0", attrs={...})])
-
-Without RDMA netlink support the tool prints `Failed to open NETLINK_RDMA socket`; that goes to `error`.
+every key is optional. Without RDMA netlink support the tool prints `Failed to open NETLINK_RDMA socket`; that
+goes to `error`.
 """
 
 from __future__ import annotations
@@ -38,14 +34,8 @@ def _from_json(items: list[dict]) -> RdmaLinks:
     links = []
     for item in items:
         attrs = {k: str(v) for k, v in item.items()}
-        links.append(RdmaLink(
-            device=str(item.get("ifname", "")),
-            port=int(item.get("port", 0)),
-            state=str(item.get("state", "")),
-            physical_state=str(item.get("physical_state", "")),
-            netdev=str(item.get("netdev", "")),
-            attrs=attrs,
-        ))
+        links.append(RdmaLink(str(item.get("ifname", "")), int(item.get("port", 0)), attrs.get("state", ""),
+                              attrs.get("physical_state", ""), attrs.get("netdev", ""), attrs))
     return RdmaLinks(links)
 
 

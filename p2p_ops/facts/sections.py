@@ -27,7 +27,6 @@ T = TypeVar("T")
 
 
 def script(facts: Mapping[str, CommandFact]) -> str:
-    """The bash script that runs every fact under its label, in order."""
     parts = []
     for label, fact in facts.items():
         parts.append(f"printf '\\n{SECTION} %s\\n' {shlex.quote(label)}\n{{\n{fact.shell}\n}} 2>&1\n"
@@ -58,7 +57,6 @@ def parse_sections(output: str) -> dict[str, tuple[int, str]]:
 
 
 def results(output: str, host: str, facts: Mapping[str, CommandFact]) -> dict[str, Result]:
-    """One `Result` per requested label; a label the output lacks reads as cut short."""
     found = parse_sections(output)
     out = {}
     for label, fact in facts.items():

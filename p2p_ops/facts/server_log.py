@@ -24,7 +24,6 @@ def parse_none_hash(text: str) -> Optional[str]:
 
 
 def parse_hash_fallback(text: str) -> Optional[str]:
-    """The algorithm named by the fallback line, if any."""
     m = _FALLBACK.search(text)
     return m[1] if m else None
 

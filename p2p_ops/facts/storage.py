@@ -1,10 +1,4 @@
-"""Room on disk: free space where a node keeps its run folder, and whether a model is in its Hugging Face cache.
-
-    parse_df("Filesystem 1024-blocks Used Available Capacity Mounted on\\n/dev/vda 100 60 40 60% /")
-        -> Disk(mount="/", total_bytes=102400, avail_bytes=40960)
-    parse_model_cache("present /root/.cache/huggingface/hub/models--Qwen--Qwen3-8B\\nabc123")
-        -> ModelCache(present=True, path="...", snapshots=("abc123",))
-"""
+"""Room on disk: free space where a node keeps its run folder, and whether a model is in its Hugging Face cache."""
 
 from __future__ import annotations
 
@@ -55,12 +49,11 @@ def parse_model_cache(text: str) -> Optional[ModelCache]:
 
 
 def hf_cache_dir_name(model: str) -> str:
-    """Hugging Face hub cache folder of a model id: `Qwen/Qwen3-8B` -> `models--Qwen--Qwen3-8B`."""
+    """`Qwen/Qwen3-8B` -> `models--Qwen--Qwen3-8B`."""
     return "models--" + model.replace("/", "--")
 
 
 def model_cache_fact(model: Optional[str]) -> CommandFact[Optional[ModelCache]]:
-    """A local model folder, or a hub id in the node's HF cache; `model` None checks nothing."""
     q = shlex.quote
     if model is None:
         body = f"echo {ABSENT}"

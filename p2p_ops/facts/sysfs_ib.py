@@ -2,11 +2,6 @@
 
 Values carry a numeric prefix (`state` = `4: ACTIVE`, `phys_state` = `5: LinkUp`); GIDs are always eight groups
 (`0000:...:ffff:0a7d:016b` is `::ffff:10.125.1.107`); `counters/port_xmit_data` counts octets divided by 4.
-`read_ib_devices(sysfs_root)` takes the directory standing in for `/sys`, so tests read fixture trees::
-
-    [IbDevice(name="mlx5_0", numa_node=0, node_guid="...", ports=[IbPort(port=1, state="ACTIVE",
-              phys_state="LinkUp", link_layer="InfiniBand", rate="400 Gb/sec (4X NDR)", lid="0x4",
-              sm_lid="0x1", gids=[Gid(index=0, gid="fe80:...", type="", ndev="")], counters={...})])]
 """
 
 from __future__ import annotations
@@ -34,13 +29,9 @@ def _read_gids(port_dir: Path) -> list[Gid]:
         value = read_sysfs(entry)
         if not entry.name.isdecimal() or not value or value == _ZERO_GID:
             continue
-        idx = entry.name
-        gids.append(Gid(
-            index=int(idx),
-            gid=value,
-            type=read_sysfs(port_dir / "gid_attrs" / "types" / idx) or "",
-            ndev=read_sysfs(port_dir / "gid_attrs" / "ndevs" / idx) or "",
-        ))
+        attrs = port_dir / "gid_attrs"
+        gids.append(Gid(int(entry.name), value, read_sysfs(attrs / "types" / entry.name) or "",
+                        read_sysfs(attrs / "ndevs" / entry.name) or ""))
     return gids
 
 
@@ -84,7 +75,7 @@ def read_ib_device(dev_dir: Path) -> IbDevice:
 
 
 def read_ib_devices(sysfs_root: Path = Path("/sys")) -> list[IbDevice]:
-    """Every device under `<sysfs_root>/class/infiniband`; an absent class directory means no RDMA stack."""
+    # An absent class directory means no RDMA stack.
     class_dir = Path(sysfs_root) / "class" / "infiniband"
     if not class_dir.is_dir():
         return []
@@ -120,7 +111,6 @@ _NETDEV_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/device/net/([^/\s]+)$
 
 
 def parse_sysfs_ib_grep(text: str) -> list[IbDevice]:
-    """`SYSFS_IB_GREP`'s output -> devices with numa node, netdevs and each port's state, link layer and rate."""
     devices: dict[str, IbDevice] = {}
     for line in text.splitlines():
         line = line.strip()

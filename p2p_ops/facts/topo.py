@@ -1,10 +1,7 @@
 """`nvidia-smi topo -m`: the GPU/NIC connection matrix and which NIC sits closest to each GPU.
 
 The header row is tab-separated and starts with a tab; diagonal cells are ` X `; `NIC Legend:` maps `NIC0` to
-`mlx5_0` (older drivers put device names straight into the header and print `SOC` for `SYS`). Parsed shape::
-
-    Topology(columns=["GPU0", "NIC0"], rows={"GPU0": {"GPU0": "X", "NIC0": "PIX"}, ...},
-             nic_names={"NIC0": "mlx5_0"}, cpu_affinity={"GPU0": "0-55"}, numa_affinity={"GPU0": "0"})
+`mlx5_0` (older drivers put device names straight into the header and print `SOC` for `SYS`).
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ class Topology:
         return self.nic_names.get(column, column)
 
     def closest_nics(self, gpu: str) -> tuple[str, list[str]]:
-        """The best link type from `gpu` to any NIC and the NIC device names that share it."""
         links = {nic: self.rows.get(gpu, {}).get(nic, "") for nic in self.nics}
         ranked = [(LINK_RANK.get(link, 9), nic) for nic, link in links.items() if link in LINK_RANK]
         if not ranked:

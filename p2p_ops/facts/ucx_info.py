@@ -1,13 +1,5 @@
-"""`ucx_info -v` (version and build flags) and `ucx_info -d` (memory domains, transports, devices).
-
-Parsed shapes::
-
-    UcxVersion(version="1.13.1", configured_with=["--with-verbs", ...])
-    UcxDevices(memory_domains=[UcxMemoryDomain(name="tcp", component="tcp", memory_types="",
-               transports=[UcxTransport(transport="tcp", device="lo", type="network", sysdev="<unknown>")])],
-               connection_managers=["tcp"], failed=["connection manager rdmacm"])
-
-`ucx_info -e` output is a log plus tables; `p2p_ops.facts.ucx_trace` parses it.
+"""`ucx_info -v` (version and build flags) and `ucx_info -d` (memory domains, transports, devices); `ucx_info -e`
+output is a log plus tables, which `p2p_ops.facts.ucx_trace` parses.
 """
 
 from __future__ import annotations
@@ -76,7 +68,7 @@ class UcxDevices:
         return [t for md in self.memory_domains for t in md.transports]
 
     def has_dmabuf(self) -> bool:
-        """True when a CUDA memory type can be registered through DMA-BUF (GPUDirect without nvidia_peermem)."""
+        # A CUDA memory type registered through DMA-BUF: GPUDirect without nvidia_peermem.
         return any("dmabuf" in md.memory_types and "cuda" in md.memory_types for md in self.memory_domains)
 
 

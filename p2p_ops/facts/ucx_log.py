@@ -9,7 +9,6 @@ Endpoint-configuration lines (UCX_LOG_LEVEL=info) say which lanes each operation
     ucp_worker.c:1997 UCX  INFO    B intra-node cfg#1 rma_am(tcp/lo)  amo_am(tcp/lo)  am(tcp/lo cma/memory)
     ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(self/memory0 cma/memory)              (UCX <= 1.14)
 
--> `EpConfig(context="B", locality="intra-node", cfg="cfg#1", kinds={"rma_am": ["tcp/lo"], ...})`.
 `rma(rc_mlx5/mlx5_0:1)` means the payload moves by RDMA; `rma_am(tcp/eth0)` means RMA is emulated over
 active messages, i.e. not RDMA.
 """
@@ -37,8 +36,7 @@ _KIND = re.compile(r"(?P<kind>[a-z_]{1,40})\((?P<lanes>[^()]*)\)")
 
 @dataclass
 class LogLine:
-    """One UCX line; `kind` is `log`, `row` (a table row) or `fatal`."""
-
+    # `kind`: log, row (a table row) or fatal.
     kind: str
     host: str = ""
     pid: int = 0
@@ -74,8 +72,6 @@ def parse_log_line(text: str) -> LogLine | None:
 
 @dataclass
 class EpConfig:
-    """Lanes per operation kind for one endpoint configuration of one process."""
-
     cfg: str
     context: str = ""
     locality: str = ""
@@ -97,7 +93,6 @@ class EpConfig:
 
 
 def parse_ep_config(message: str) -> EpConfig | None:
-    """Parse the message part of an endpoint-configuration INFO line (new `cfg#` or old `ep_cfg[]` form)."""
     message = message.strip()
     m = _EP_NEW.match(message)
     if m:

@@ -7,10 +7,7 @@ Three layouts exist, all bare `|`-rows in the log (one stream per host:pid):
 - UCX 1.23 (inside NIXL 1.5.1): two 1-cell header rows (`| B self cfg#0 |`, then the operation), a
   `| Range | Description | Config |` title row, then 3-cell rows.
 
-Lane cells are `tl/dev[:port][/pathN]`, or `50% on A and 50% on B`. Parsed shape::
-
-    ProtoTable(endpoint="B intra-node cfg#1", operation="remote memory read by ucp_get*(multi) ...",
-               rows=[ProtoRow(range="0..inf", protocol="zero-copy", lanes=["cma/memory"], estimated=False)])
+Lane cells are `tl/dev[:port][/pathN]`, or `50% on A and 50% on B`.
 """
 
 from __future__ import annotations
@@ -77,8 +74,6 @@ def _cells(row: str) -> list[str]:
 
 
 class ProtoTableBuilder:
-    """Feeds table rows of one stream (host, pid) and yields finished tables."""
-
     def __init__(self, host: str = "", pid: int = 0):
         self.host, self.pid = host, pid
         self.current: ProtoTable | None = None

@@ -1,11 +1,7 @@
 """Summarise UCX and NIXL logs: per endpoint, which transports and lanes carry what; plus grouped errors.
 
 Input is any mix of UCX log lines, endpoint-configuration lines, PROTO_INFO tables (old and new layouts), `ucx_info
--e` dumps, NIXL core/Python lines and tracebacks. Lines that are none of these are skipped. Result::
-
-    TraceSummary(ucx_versions=["1.23.0"], ucx_env={"UCX_TLS": "tcp"}, nixl_ucx_config={"MAX_RMA_RAILS": "2"},
-                 nixl_agents=["A"], endpoints=[EndpointSummary(name="B intra-node cfg#1", payload_class="tcp",
-                 payload_lanes=["tcp/lo"], emulated=True, ...)], errors=[ErrorGroup(...)])
+-e` dumps, NIXL core/Python lines and tracebacks. Lines that are none of these are skipped.
 
 The payload verdict prefers the PROTO_INFO row for the largest READ/WRITE messages (what a KV chunk uses), and
 falls back to the `rma(...)` / `rma_am(...)` groups of the endpoint-configuration line.
@@ -42,7 +38,6 @@ def dump_lane(line: str) -> tuple[str, str] | None:
 
 
 def lane_class(lane: str) -> str:
-    """`rdma`, `shm`, `gpu`, `tcp` or `other` for a lane such as `rc_mlx5/mlx5_0:1`."""
     transport = split_lane(lane)[0]
     if transport == "tcp":
         return "tcp"

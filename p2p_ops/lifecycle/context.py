@@ -26,14 +26,12 @@ T = TypeVar("T")
 
 
 def connect_node(node: Optional[Node]) -> Connector:
-    """A node's own connector (local or SSH, by its spec); None is the machine p2pctl runs on."""
+    # None is the machine p2pctl runs on.
     return LocalConnector() if node is None else connector_for(node)
 
 
 @dataclass
 class FleetContext:
-    """A loaded fleet plus where its state lives and how to reach each node."""
-
     fleet: Fleet
     fleet_file: Path
     layout: RunLayout
@@ -52,7 +50,6 @@ class FleetContext:
         return ctx
 
     def _register_api_key(self) -> None:
-        """Every client of this process now sends the engines' API key (to the engines only)."""
         if self.fleet.api_key:
             for node, inst in self.fleet.instances():
                 auth.register(self.engine_url(node, inst), self.fleet.api_key)
@@ -65,11 +62,10 @@ class FleetContext:
         self.close()
 
     def node_layout(self, node: Optional[Node]) -> RunLayout:
-        """The run folder on that node (None: this machine): the same path as here unless the node sets run_dir."""
         return unit_layout(self.fleet, self.layout, node)
 
     def conn(self, node: Optional[Node]) -> Connector:
-        """The node's connector (one per node, opened on first use); None is the machine p2pctl runs on."""
+        """One per node, opened on first use; None is the machine p2pctl runs on."""
         key = node.name if node is not None else ""
         if key not in self._conns:
             self._conns[key] = self.connect(node)
@@ -80,14 +76,11 @@ class FleetContext:
             c.close()
         self._conns.clear()
 
-    # ---- the fleet's units (spec.units) and their processes ----------------------------------------
     def units(self, node: Optional[Node] = None, roles: tuple[str, ...] = ROLES) -> list[Unit]:
-        """The fleet's units with a role in `roles`, in start order; with `node`, only those running there."""
         units = fleet_units(self.fleet, roles)
         return units if node is None else [u for u in units if u.node is not None and u.node.name == node.name]
 
     def unit(self, role: str, instance: Optional[Instance | str] = None) -> Unit:
-        """The unit of `role` (of `instance`, for servers and engines)."""
         iid = instance.id if isinstance(instance, Instance) else instance
         for u in fleet_units(self.fleet, (role,)):
             if u.instance is None or u.instance.id == iid:
@@ -95,12 +88,11 @@ class FleetContext:
         raise BadInput(f"fleet {self.fleet.name!r} has no {role}" + (f" for instance {iid!r}" if iid else ""))
 
     def proc(self, unit: Unit | str, instance: Optional[Instance | str] = None) -> Proc:
-        """A unit's process files in its node's run folder; `ctx.proc("server", inst)` names the unit by role."""
+        """`ctx.proc("server", inst)` names the unit by role."""
         u = self.unit(unit, instance) if isinstance(unit, str) else unit
         return u.proc(self.node_layout(u.node))
 
     def procs(self, node: Optional[Node] = None, roles: tuple[str, ...] = LAUNCHED_ROLES) -> list[Proc]:
-        """The processes `up` starts (by default), on `node` or everywhere."""
         return [self.proc(u) for u in self.units(node, roles)]
 
     def server_url(self, node: Node, inst: Instance) -> str:
@@ -110,7 +102,6 @@ class FleetContext:
         return f"http://{hostport(node.address, inst.ports.engine)}"
 
     def for_each_node(self, fn: Callable[[Node], T], only: Optional[str] = None) -> dict[str, T | Exception]:
-        """Run fn per node in parallel; every node gets a result (an exception is a result too)."""
         nodes = [n for n in self.fleet.nodes if only is None or n.name == only]
         results: dict[str, T | Exception] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:

@@ -1,25 +1,14 @@
 """`p2pctl up --dry-run`: every command `up` would run, per host, in order, touching no host.
 
-`plan(ctx)` builds the fleet's environments and command lines in memory (`render.fleet_runs`, what `up`
-renders the files from) and lists per node:
-
-    check    bash -c true                                    (reach the node before anything starts)
-    write    /here/p2p-run/f/h1-0/env.sh                     (local node)
-    copy     /here/p2p-run/f/h1-0/env.sh -> h1:/srv/run/f/h1-0/env.sh (0600, over SFTP)   (ssh node)
-    start    h1-0/server: cd /srv/run/f/h1-0 && setsid bash start_server.sh > server.log 2>&1 < /dev/null &
-             (pidfile server.pid)
-    exec     nice -n 10 /opt/venv/bin/lmcache server --instance-id h1-0 ...   (the command line the wrapper
-             is rendered from, word for word)
-    ready    GET http://10.0.0.1:8081/status answers
+`plan(ctx)` builds the fleet's environments and command lines in memory (`render.fleet_runs`, what `up` renders
+the files from) and lists per node the check, the file writes or SFTP copies, and per unit its start line, the
+`exec` line the wrapper is rendered from (word for word, with the environment that changes what an engine does,
+such as CUDA_VISIBLE_DEVICES or UCX_*, in front) and its readiness probe.
 
 No file on disk is executed, sourced or interpreted. With `--no-render` the files on disk are read (once their
 folders are ours alone, `render.check_on_disk`) only to be compared with what fleet.yaml renders: one that
 differs is shown as a diff under `differs`, flagged as not what p2pctl rendered, since `up --no-render` would
 run it and not the `exec` line shown.
-
-Engines show the environment that changes what they do (CUDA_VISIBLE_DEVICES, PYTHONHASHSEED, UCX_*) in front
-of the command, e.g. `CUDA_VISIBLE_DEVICES=0 PYTHONHASHSEED=0 /opt/venv/bin/vllm serve Qwen/Qwen3-8B --host
-10.0.0.1 --port 8001 --kv-transfer-config '{"kv_connector":"LMCacheMPConnector",...}'`.
 """
 
 from __future__ import annotations
@@ -64,8 +53,6 @@ def _reach_line(node: Node) -> str:
 
 
 def _differs(ctx: FleetContext, rendered: RenderedFile) -> list[str]:
-    """What `up --no-render` would use instead of `rendered`: this machine's copy, read as text (never run),
-    once the folders and files are known to be ours alone; shown as a diff when it is not what p2pctl renders."""
     path = ctx.layout.dir(rendered.unit) / rendered.name
     if not path.is_file():
         raise CouldNotRun(f"--no-render: {path} does not exist; run `p2pctl render` (or drop --no-render)")
@@ -80,7 +67,6 @@ def _differs(ctx: FleetContext, rendered: RenderedFile) -> list[str]:
 
 def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
          roles: tuple[str, ...] = LAUNCHED_ROLES) -> dict[str, list[str]]:
-    """Per node name, the ordered commands `up` would run there (same `only`, `rerender`, `roles`)."""
     fleet = ctx.fleet
     runs = fleet_runs(fleet, ctx.node_layout)
     rendered = render_fleet(fleet, ctx.node_layout)
@@ -109,7 +95,6 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
 
 
 def format_plan(steps: dict[str, list[str]]) -> str:
-    """Human-readable plan: one block per host."""
     blocks = []
     for node, lines in steps.items():
         blocks.append(f"# {node}\n" + "\n".join(lines))

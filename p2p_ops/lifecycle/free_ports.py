@@ -1,14 +1,10 @@
-"""Free ports on this machine for everything that starts its own fleet: the demo, `bench placement`,
-`calibrate --launch`, `bench peers`, the benchmarks and the tests.
+"""Free ports on this machine for everything that starts its own fleet (the demo, the benchmarks, the tests).
 
-`choose(n, offset)` is the one way to a fleet's ports: spec/ports.py's default plan (instance i listens on
-base + i + 1 of each kind; with `router=True` also the router's port, its Prometheus port and the first KV-event
-port, laid out by RouterSettings.kv_event_ports) shifted by an offset, either the user's `--port-offset`
-(refused in one line when a port is taken) or the first multiple of 1000 at which every port is free, so a run
-beside a fleet on the default ports takes the next offset. The offset a verb prints is one the user can pass
-again, and `p2pctl init --port-offset` shifts the same plan.
-
-`free_port(addresses)` is one port for a helper process (a testbed sshd, a bare engine, a stub server).
+`choose(n, offset)` is the one way to a fleet's ports: spec/ports.py's default plan (with `router=True` also the
+router's ports) shifted by the user's `--port-offset` (refused in one line when a port is taken), or by the
+first multiple of 1000 at which every port is free, so a run beside a fleet on the default ports takes the next
+offset. The offset a verb prints is one the user can pass again, and `p2pctl init --port-offset` shifts the same
+plan. `free_port(addresses)` is one port for a helper process (a testbed sshd, a bare engine, a stub server).
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port(addresses: Sequence[str] = LOOPBACK, attempts: int = 200) -> int:
-    """One port free on every address: the kernel's pick on the first, checked on the others."""
+    """The kernel's pick on the first address, checked on the others."""
     for _ in range(attempts):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((addresses[0], 0))
@@ -56,14 +52,12 @@ def free_port(addresses: Sequence[str] = LOOPBACK, attempts: int = 200) -> int:
 
 
 def router_ports(base: dict[str, int]) -> dict[str, int]:
-    """The fleet spec's router keys for a base that holds the router kinds."""
     return {"port": base["router"], "prometheus_port": base["router_prometheus"],
             "kv_events_port_base": base["kv_events"]}
 
 
 def planned_ports(base: dict[str, int], n: int) -> list[int]:
-    """Every port a starter fleet of n nodes on this base listens on (the router's too when the base has them):
-    the port plan of that very fleet (`spec.units.port_plan`)."""
+    """The port plan of the starter fleet of n nodes on this base (its router's too when the base has them)."""
     data = local_fleet(n, name="free-ports", base=base)
     if "router" in base:
         data["router"] = {"enabled": True, **router_ports(base)}
@@ -80,8 +74,6 @@ def offset_base(offset: int, router: bool = False) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class PortChoice:
-    """The ports a verb's own fleet listens on, and how they were chosen (the verb says it, in --json too)."""
-
     base: dict[str, int]
     offset: int
     picked: bool  # True: the first free offset; False: the user's --port-offset
@@ -103,7 +95,6 @@ class PortChoice:
 
 def choose(n: int, offset: Optional[int] = None, router: bool = False,
            addresses: Sequence[str] = LOOPBACK) -> PortChoice:
-    """The user's --port-offset (every port checked free), or without one the first free offset."""
     if offset is not None:
         base = offset_base(offset, router)
         try:

@@ -42,8 +42,6 @@ def _quiet(_: str) -> None:
     pass
 
 
-# ---- render ------------------------------------------------------------------------------------------
-
 def nic_plans(ctx: FleetContext, only: Optional[str] = None) -> dict[str, InstancePlan]:
     """Each instance's NIC plan, read on nodes off loopback; a node that cannot be read renders without one
     (env.sh then pins the interface of the node's address at start, as before)."""
@@ -72,13 +70,10 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
     return files
 
 
-# ---- up ----------------------------------------------------------------------------------------------
-
 Started = tuple[Unit, Proc]
 
 
 def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progress: Progress, what: str) -> None:
-    """Wait until each unit answers its readiness probe, or fail naming those that died or hung."""
     pending = list(items)
     start = time.monotonic()
     deadline = start + timeout
@@ -115,7 +110,6 @@ def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progr
 
 
 def describe_failure(ctx: FleetContext, unit: Unit, proc: Proc, why: str) -> str:
-    """One failed unit: what, where, why, and the error lines and tail of its log."""
     excerpt = read_fact(ctx.conn(unit.node), log_excerpt_fact(proc.log, 10), timeout=15)
     indented = "\n".join("    " + line for line in excerpt.splitlines())
     return f"- {proc.name} on {_where(unit, address=True)} {why}; from {proc.log}:\n{indented}"
@@ -142,7 +136,6 @@ def _with_router(roles: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str]) -> list[Unit]:
-    """The units `up` and `down` handle for these roles, on node `only` or everywhere, in start order."""
     return [u for u in ctx.units(roles=_with_router(roles)) if u.phase is not None
             and (only is None or (u.node is not None and u.node.name == only))]
 
@@ -162,11 +155,8 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
        only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES,
        deadline_s: float = UP_DEADLINE_S, lock_wait_s: float = WAIT_S) -> None:
     """Start the fleet, or with `only` one node's units (the coordinator and router too if they live there).
-
-    rerender=False starts from the env.sh files as they are on disk (hand-edited ones included).
-    roles limits what starts, e.g. ("server",) restarts only lmcache servers after a `down --role server`.
-    Holds the fleet's lock, waiting up to lock_wait_s for another `up`/`down` of it.
-    """
+    rerender=False starts from the env.sh files as they are on disk (hand-edited ones included). Holds the
+    fleet's lock, waiting up to lock_wait_s for another `up`/`down` of it."""
     with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
         _up(ctx, progress, start_timeout, only, rerender, roles, deadline_s)
 
@@ -209,19 +199,26 @@ def _what(units: list[Unit]) -> str:
     return " and ".join(f"the {r}s" if r in INSTANCE_ROLES else f"the {r}" for r in roles)
 
 
+def _on_nodes(ctx: FleetContext, units: list[Unit], act: Callable[[Node, list[Unit]], object]) -> dict:
+    """act(node, its units) on every node that runs one of `units`, side by side: {node: result or exception}."""
+    names = {u.node.name for u in units if u.node is not None}
+
+    def on_node(node: Node) -> object:
+        return act(node, [u for u in units if u.node is not None and u.node.name == node.name])
+
+    return {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
+
+
 def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:
-    """Start each unit through its node's connector, nodes side by side; every node's failure is reported."""
-    def on_node(node: Node) -> list[Started]:
+    def on_node(node: Node, mine: list[Unit]) -> list[Started]:
         out = []
-        for unit in units:
-            if unit.node is not None and unit.node.name == node.name:
-                proc = ctx.proc(unit)
-                progress(_started(proc, unit, procs.start(ctx.conn(node), proc)))
-                out.append((unit, proc))
+        for unit in mine:
+            proc = ctx.proc(unit)
+            progress(_started(proc, unit, procs.start(ctx.conn(node), proc)))
+            out.append((unit, proc))
         return out
 
-    names = {u.node.name for u in units if u.node is not None}
-    results = {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
+    results = _on_nodes(ctx, units, on_node)
     errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
     if errors:
         raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
@@ -230,8 +227,6 @@ def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> li
     started = [item for res in results.values() for item in res]  # type: ignore[union-attr]
     return sorted(started, key=lambda item: order[item[0].name])
 
-
-# ---- wait --------------------------------------------------------------------------------------------
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
     deadline = time.monotonic() + timeout
@@ -269,8 +264,6 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
         lines.append(describe_failure(ctx, unit, ctx.proc(unit), rep.router.problem()))
     return "\n".join(lines)
 
-
-# ---- down --------------------------------------------------------------------------------------------
 
 def _remove_shm(ctx: FleetContext, only: Optional[str]) -> None:
     """A server stopped cleanly unlinks its shared-memory L1 pool; a killed one leaves it (its size in RAM)."""
@@ -311,15 +304,11 @@ def _down(ctx: FleetContext, progress: Progress, only: Optional[str], roles: tup
 
 
 def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
-    def on_node(node: Node) -> dict[str, str]:
-        return {u.name: procs.stop(ctx.conn(node), ctx.proc(u)) for u in units
-                if u.node is not None and u.node.name == node.name}
+    def stop(node: Node, mine: list[Unit]) -> dict[str, str]:
+        return {u.name: procs.stop(ctx.conn(node), ctx.proc(u)) for u in mine}
 
-    names = {u.node.name for u in units if u.node is not None}
     out: dict[str, str] = {}
-    for name, res in ctx.for_each_node(on_node).items():
-        if name not in names:
-            continue
+    for name, res in _on_nodes(ctx, units, stop).items():
         if isinstance(res, Exception):
             out[f"{name}/{role}s"] = f"error: {res}"
         else:
@@ -328,7 +317,6 @@ def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, st
 
 
 def down_errors(outcome: dict[str, str]) -> list[str]:
-    """What `down` could not stop (a process, or a node's role it could not reach): a failed `down`."""
     return [name for name, what in outcome.items() if what.startswith("error")]
 
 
@@ -336,8 +324,7 @@ def down_errors(outcome: dict[str, str]) -> list[str]:
 def running(ctx: FleetContext, timeout: float = 120.0, progress: Progress = _quiet, start_timeout: float = 120.0,
             timings: Optional[dict[str, float]] = None) -> Iterator[FleetContext]:
     """The fleet up and ready for the block, and down after it, also when up, wait or the block fails or is
-    interrupted (what a test or a benchmark around one fleet needs: nothing it started outlives it). `timings`
-    (if given) receives the seconds `up` and `wait` took (up_s, wait_s)."""
+    interrupted: nothing a test or a benchmark started outlives it. `timings` receives up_s and wait_s."""
     try:
         t = time.monotonic()
         up(ctx, progress=progress, start_timeout=start_timeout)

@@ -1,17 +1,13 @@
 """One `up` or `down` at a time per fleet: an exclusive lock on `<run folder>/.lock`.
 
-Two `up`s started together on one fleet would both start every process and overwrite each other's pidfiles, and
-a later `down` could then stop only the processes whose pidfiles won. With the lock the second waits for the
-first (saying who holds it) and then runs against what the first left: an `up` keeps what already runs
-("kept ..."), so exactly one copy of each process exists and `down` stops all of them.
+Two `up`s started together would both start every process and overwrite each other's pidfiles, and a later
+`down` could then stop only the processes whose pidfiles won. With the lock the second waits for the first
+(saying who holds it) and then runs against what the first left: an `up` keeps what already runs.
 
-The lock is flock(2) on the control machine, where every p2pctl of this fleet keeps its state (the run folder
-next to fleet.yaml); the kernel drops it when its holder exits, however it exits, so a lock is never stale.
-The holder writes who it is (pid, host, command, since) into the file for the one that waits. Two control
-machines driving one SSH fleet are not serialised by it (each has its own run folder).
-
-Within one process the lock is re-entrant (a caller holding it may call `up` or `down`); threads of one
-process take turns like processes do.
+The lock is flock(2) on the control machine, where every p2pctl of this fleet keeps its state; the kernel drops
+it when its holder exits, however it exits, so a lock is never stale. Two control machines driving one SSH
+fleet are not serialised by it (each has its own run folder). Within one process the lock is re-entrant;
+threads of one process take turns like processes do.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ NOTE_EVERY_S = 15.0
 
 
 class FleetBusy(CouldNotRun):
-    """Another p2pctl held the fleet's lock for longer than this one would wait."""
+    pass
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ def me(command: Optional[str] = None) -> Holder:
 
 
 def read_holder(path: Path) -> Optional[Holder]:
-    """Who wrote the lock file last (None when it is empty or unreadable: the holder has not written yet)."""
+    """None when it is empty or unreadable: the holder has not written yet."""
     try:
         data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
         return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]))
@@ -77,8 +73,6 @@ def read_holder(path: Path) -> Optional[Holder]:
 
 
 class _Held:
-    """This process's hold on one lock file: the open file (flock'd) and how deep the re-entry goes."""
-
     def __init__(self) -> None:
         self.turn = threading.RLock()
         self.depth = 0
@@ -116,11 +110,8 @@ def _write_holder(fd: int, holder: Holder) -> None:
 @contextmanager
 def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callable[[str], None] = lambda _: None,
                command: Optional[str] = None) -> Iterator[Holder]:
-    """Hold fleet `fleet`'s lock (in run folder `root`) for the block; wait up to `wait_s` for another holder.
-
-    Raises:
-        FleetBusy: still held by another process after `wait_s` (0: do not wait), naming who holds it.
-    """
+    """Hold fleet `fleet`'s lock (in run folder `root`) for the block; FleetBusy, naming who holds it, when
+    another holder keeps it longer than `wait_s` (0: do not wait)."""
     path = root / LOCK_NAME
     st = _state(path)
     deadline = time.monotonic() + wait_s
@@ -160,8 +151,6 @@ def _acquire(path: Path, fleet: str, deadline: float, wait_s: float, progress: C
         time.sleep(0.2)
 
 
-# ---- the last `down` -----------------------------------------------------------------------------------
-
 LAST_DOWN = ".last-down"
 
 
@@ -172,7 +161,6 @@ def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
 
 
 def last_down(root: Path) -> Optional[tuple[Holder, str]]:
-    """(who stopped the fleet last, what they stopped), or None when no `down` was recorded."""
     path = root / LAST_DOWN
     holder = read_holder(path)
     if holder is None:

@@ -4,19 +4,13 @@ LMCache P2P reads KV out of the serving peer's L1, which lives in host memory: t
 on the L1's NUMA node. A GPU instance's L1 belongs on its GPU's NUMA node, so it gets the active NIC(s) nearest
 its GPU (`nvidia-smi topo -m`: PIX before PXB before PHB before NODE; never SYS); a CPU instance gets every
 active NIC of one NUMA node, instances spread over the nodes that have active NICs, in instance order (like
-Mooncake's transfer engine, which prefers the NICs of the buffer's NUMA node). Pure::
-
-    plan_node([("a-0", 3)], devices, topo)  ->  [InstancePlan("a-0", gpu=3, numa=0, devices=["mlx5_3:1"],
-                                                             max_rma_rails=1, why="nearest GPU3 (PIX)")]
+Mooncake's transfer engine, which prefers the NICs of the buffer's NUMA node).
 
 Inputs are what the probe already reads: `facts.sysfs_ib` devices (NUMA node, port state, link layer, rate,
 netdevs) and `facts.topo` (GPU to NIC links, GPU NUMA affinity). A bonded device (`mlx5_bond_0`, its netdev a
 `bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never picked;
 a down nearest NIC falls back to the other active NICs of that NUMA node, and the plan says so. No active port:
 no plan (`devices == []`): UCX picks, and render keeps its own default.
-
-`check_pin(pin, plan, devices)` is the doctor's view: a pinned device that is down, unknown, or on another
-NUMA node than the plan's.
 """
 
 from __future__ import annotations
@@ -135,7 +129,6 @@ def _cpu_plan(instance: str, gpu: Optional[int], order: int, rails: list[Rail]) 
 
 def plan_node(instances: Sequence[tuple[str, Optional[int]]], devices: Sequence[IbDevice],
               topo: Optional[Topology] = None) -> list[InstancePlan]:
-    """One plan per (instance id, gpu index or None), in the order given."""
     rails = rails_of(devices)
     plans, cpu_order = [], 0
     for inst, gpu in instances:
@@ -148,7 +141,8 @@ def plan_node(instances: Sequence[tuple[str, Optional[int]]], devices: Sequence[
 
 
 def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list[str]:
-    """What is wrong with a pinned UCX_NET_DEVICES given the node's rails: each problem names the device."""
+    """The doctor's view of a pinned UCX_NET_DEVICES: a device that is down, or on another NUMA node than the
+    plan's; each problem names the device."""
     rails = {r.ucx: r for r in rails_of(devices)} | {r.device: r for r in rails_of(devices)}
     problems = []
     for name in [p.strip() for p in pin.split(",") if p.strip() and p.strip() != "all"]:
@@ -180,7 +174,6 @@ def needs_plan(fleet: Fleet, node: Node) -> bool:
 
 
 def read_plans(conn: Connector, fleet: Fleet, node: Node) -> dict[str, InstancePlan]:
-    """The node's plan by instance id ({} when it needs none)."""
     if not needs_plan(fleet, node):
         return {}
     plans = plan_from_reads([(i.id, i.gpu) for i in node.instances], read_node(conn, PLAN_FACTS, timeout=60))

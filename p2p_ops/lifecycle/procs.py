@@ -80,7 +80,7 @@ echo "started $pid"
 
 
 def states(conn: Connector, procs: list[Proc]) -> list[ProcState]:
-    """One round trip per node: the state of every pidfile (the `facts.pidfile` read)."""
+    # One round trip per node.
     if not procs:
         return []
     fact = pid_states_fact([Watched(p.pidfile, p.marker, p.wrapper) for p in procs])
@@ -89,10 +89,8 @@ def states(conn: Connector, procs: list[Proc]) -> list[ProcState]:
 
 
 def stop(conn: Connector, proc: Proc, grace_s: float = 20.0) -> str:
-    """Stop by pidfile; idempotent. Returns what happened: stopped | killed | dead | stale | none.
-
-    The grace per signal is generous: an lmcache server or vLLM winding down on a busy 2-core box can take
-    well over 10 s to honour SIGINT, and one that does is "stopped", not "killed"."""
+    """stopped | killed | dead | stale | none. The grace per signal is generous: an lmcache server or vLLM winding
+    down on a busy 2-core box can take well over 10 s to honour SIGINT, and one that does is "stopped"."""
     q = shlex.quote
     ticks = max(1, int(grace_s / 0.2))
     cmd = SH_LIB + f"""

@@ -66,7 +66,7 @@ def write_files(ctx: FleetContext, binary: str) -> None:
 
 
 def up(ctx: FleetContext, timeout: float = 60.0) -> str:
-    """Start (or find running) Prometheus for this fleet; returns its URL once /-/ready answers."""
+    """Start (or find running) Prometheus for this fleet; its URL once /-/ready answers."""
     binary = shutil.which("prometheus")
     if not binary:
         raise CouldNotRun("the `prometheus` binary is not installed; install the Debian package: "

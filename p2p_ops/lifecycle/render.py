@@ -1,11 +1,6 @@
 """What every unit runs, built once here: its environment and command line; env.sh and the start wrappers are
 rendered from them, and `up --dry-run` shows them (never by reading a file back).
 
-    runs = fleet_runs(fleet, layout_for)          # {folder: FolderRun}
-    runs["node-a-0"].env["LMCACHE_CHUNK_SIZE"]    -> "256"
-    runs["node-a-0"].command("server")            -> ("nice", "-n", "10", "/opt/venv/bin/lmcache", "server", ...)
-    render_fleet(fleet, layout_for)               -> [RenderedFile(...env.sh...), RenderedFile(...start_server.sh...)]
-
 env.sh is `export KEY=<shlex-quoted value>` lines (plus, on an SSH node without pinned devices, the lookup of
 the interface that holds its address, the one value known only at start); each wrapper sources env.sh and runs
 its command line, each word written out or taken from env.sh (`Ref`: `"$LMCACHE_CHUNK_SIZE"`), so bash runs
@@ -72,8 +67,6 @@ Word = Union[str, Ref]
 
 @dataclass
 class FolderRun:
-    """One run folder's processes: the environment its env.sh exports and each role's command line."""
-
     node: str
     folder: str
     title: str                                       # what the folder is, in words (env.sh's first line)
@@ -89,19 +82,18 @@ class FolderRun:
         self.env.update({k: str(v) for k, v in values.items()})
 
     def command(self, role: str) -> tuple[str, ...]:
-        """The role's command line with env.sh's values in: what bash runs from the files p2pctl renders."""
+        """What bash runs from the files p2pctl renders."""
         return tuple(self.env[w.key] + w.tail if isinstance(w, Ref) else w for w in self.argv[role])
 
 
 def bin_dir_for(node: Node) -> str:
-    """The bin folder holding lmcache, p2p-engine (and vllm) on that node."""
     if node.venv:
         return str(Path(node.venv) / "bin")
     return str(Path(sys.executable).parent)
 
 
 def vllm_python(fleet: Fleet, node: Node) -> str:
-    """The interpreter that runs vLLM on that node: its vllm_venv, the fleet's vllm.venv, else the node's."""
+    """The node's vllm_venv, the fleet's vllm.venv, else the node's venv."""
     venv = node.vllm_venv or fleet.vllm.venv
     return str(Path(venv) / "bin" / "python") if venv else str(Path(bin_dir_for(node)) / "python")
 
@@ -157,17 +149,12 @@ def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
     }, separators=(",", ":"))
 
 
-def kv_event_block_size(fleet: Fleet) -> int:
-    return fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
-
-
 def router_bin(fleet: Fleet) -> str:
     venv = fleet.router.venv or str(CHECKOUT / ".venv-router")
     return str(Path(venv) / "bin" / "vllm-router")
 
 
 def router_args(fleet: Fleet) -> list[str]:
-    """vllm-router flags beyond host, ports, workers and policy: failover, KV-event sources, the user's args."""
     r = fleet.router
     args: list[str] = r.failover_args()
     if r.cache_threshold is not None:
@@ -179,7 +166,8 @@ def router_args(fleet: Fleet) -> list[str]:
             worker = f"http://{hostport(node.address, inst.ports.engine)}"
             args += ["--kv-event-source", f"{worker}=tcp://{hostport(node.address, pub)}",
                      "--kv-event-replay-source", f"{worker}=tcp://{hostport(node.address, replay)}"]
-        args += ["--kv-event-block-size", str(kv_event_block_size(fleet)), "--kv-event-model", fleet.model]
+        block = fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
+        args += ["--kv-event-block-size", str(block), "--kv-event-model", fleet.model]
     return args + list(r.args)
 
 
@@ -222,7 +210,6 @@ def _coordinator_run(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> F
 
 
 def _planned(fleet: Fleet, inst: Instance, plan: Optional[InstancePlan]) -> tuple[Settings, Optional[InstancePlan]]:
-    """The instance's settings with its NIC plan's devices where the spec leaves UCX_NET_DEVICES unset."""
     s = fleet.effective_settings(inst)
     if plan is None or not plan.devices or s.ucx_net_devices:
         return s, None
@@ -362,9 +349,8 @@ def _router_run(fleet: Fleet) -> FolderRun:
 
 def fleet_runs(fleet: Fleet, layout_for: Callable[[Node], RunLayout],
                nic_plans: Optional[Mapping[str, InstancePlan]] = None) -> dict[str, FolderRun]:
-    """Every run folder's environment and command lines, by folder, in start order. layout_for gives each
-    node's run folder; nic_plans (by instance id, `lifecycle.nic_plan`) fill UCX_NET_DEVICES and
-    UCX_MAX_RMA_RAILS where the spec leaves the devices unset."""
+    """By folder, in start order; nic_plans (by instance id) fill UCX_NET_DEVICES and UCX_MAX_RMA_RAILS where the
+    spec leaves the devices unset."""
     runs = [_coordinator_run(fleet, layout_for)]
     runs += [_instance_run(fleet, node, inst, (nic_plans or {}).get(inst.id), layout_for)
              for node, inst in fleet.instances()]
@@ -373,7 +359,6 @@ def fleet_runs(fleet: Fleet, layout_for: Callable[[Node], RunLayout],
 
 
 def env_sh_text(run: FolderRun) -> str:
-    """env.sh: one `export KEY=<shlex-quoted value>` line per variable, the why of some above them."""
     lines = ["# shellcheck shell=bash", f"# env.sh for {run.title}.",
              "# Rendered by `p2pctl render` from fleet.yaml; re-render instead of editing (an edit shows up as a",
              "# diff in `p2pctl up --dry-run --no-render` and as env_drift in `p2pctl doctor`)."]
@@ -393,7 +378,7 @@ def _word(word: Word) -> str:
 
 
 def command_text(argv: tuple[Word, ...]) -> str:
-    """A command line as bash reads it: each word quoted or taken from env.sh, one flag per continued line."""
+    """One flag per continued line."""
     out = _word(argv[0])
     for word in argv[1:]:
         out += (" \\\n  " if isinstance(word, str) and word.startswith("--") else " ") + _word(word)
@@ -401,7 +386,6 @@ def command_text(argv: tuple[Word, ...]) -> str:
 
 
 def wrapper_text(run: FolderRun, role: str) -> str:
-    """start_<role>.sh: source env.sh, then run the role's command line, written out word by word."""
     why = [f"# {line}" for line in run.why[role].split("\n")] if role in run.why else []
     return "\n".join([
         "#!/usr/bin/env bash",
@@ -413,20 +397,21 @@ def wrapper_text(run: FolderRun, role: str) -> str:
 
 def render_fleet(fleet: Fleet, layout_for: Callable[[Node], RunLayout],
                  nic_plans: Optional[Mapping[str, InstancePlan]] = None) -> list[RenderedFile]:
-    """What `p2pctl render` writes (`fleet_runs`, as text); pure, so golden tests can pin it."""
+    """Pure, so golden tests can pin it."""
     out = []
     for run in fleet_runs(fleet, layout_for, nic_plans).values():
         out.append(RenderedFile(run.node, run.folder, "env.sh", env_sh_text(run), False))
         out += [RenderedFile(run.node, run.folder, f"start_{role}.sh", wrapper_text(run, role), True)
                 for role in run.argv]
     return out
+
+
 def file_mode(executable: bool) -> int:
     return 0o700 if executable else 0o600
 
 
 def write_rendered(rendered: list[RenderedFile], layout: RunLayout) -> list[Path]:
-    """Write the files under this machine's run folder (each through a temp file and a rename, never through
-    a link); returns their paths. The default `p2p-run/` beside the fleet file is made private too."""
+    """Under this machine's run folder; the default `p2p-run/` beside the fleet file is made private too."""
     if layout.root.parent.name == "p2p-run" and not layout.root.parent.is_symlink():
         files.private_dir(layout.root.parent)
     files.private_dir(layout.root)

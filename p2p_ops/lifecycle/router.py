@@ -1,8 +1,5 @@
-"""The fleet's router (vllm-router): whether it can start, and its state (process, health, workers).
-
-The router is a unit of the fleet (`spec.units`): `up` starts it after the engines (it waits for healthy
-workers before it serves) and `down` stops it before anything else, so clients never see a router without
-engines behind it. Here: whether its binary is there, and what it says about its workers.
+"""The fleet's router (vllm-router), a unit of the fleet (`spec.units`): whether its binary is there, and its
+state (process, health, what it says about its workers).
 """
 
 from __future__ import annotations

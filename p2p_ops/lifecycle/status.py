@@ -56,13 +56,12 @@ class InstanceReport:
 
     @property
     def engine_degraded(self) -> bool:
-        """The engine serves without its lmcache server (it recomputes), so it shares nothing meanwhile."""
+        # Serving without its lmcache server (recomputing), it shares nothing meanwhile.
         return self.engine_healthy and self.engine_lmcache == "disconnected"
 
     @property
     def engine_health(self) -> str:
-        """The engine's health in a few words: healthy, degraded (and why), or its process state when it does
-        not answer /health."""
+        """healthy, degraded (and why), or its process state when it does not answer /health."""
         if not self.engine_healthy:
             return self.engine_proc
         return "degraded: lmcache unreachable" if self.engine_degraded else "healthy"
@@ -148,8 +147,8 @@ def report(ctx: FleetContext) -> FleetReport:
 
 
 def require_ready(ctx: FleetContext, alternative: str = "") -> FleetReport:
-    """The fleet's report, or a one-line refusal naming what to run: a verb that needs a running fleet says so
-    before it starts (the router is not required: verbs that need it check it themselves)."""
+    """Or a one-line refusal naming what to run, before a verb that needs a running fleet starts (the router is
+    not required: verbs that need it check it themselves)."""
     rep = report(ctx)
     name, spec = ctx.fleet.name, ctx.fleet_file
     if not rep.coordinator_healthy and not any(i.server.reachable or i.engine_healthy for i in rep.instances):

@@ -98,7 +98,6 @@ class Split:
 
 
 def split(values: Mapping[str, object]) -> Split:
-    """The majority value of `values` (peer -> value) and the peers that differ from it."""
     counts: dict[str, list[str]] = {}
     for peer, value in values.items():
         counts.setdefault(str(value), []).append(peer)
@@ -134,7 +133,6 @@ def flag_values(argv: list[str]) -> dict[str, str]:
 
 
 def vllm_values(argv: list[str]) -> dict[str, str]:
-    """The vllm_* must-agree values a vLLM command line shows (empty when it is not a vLLM command line)."""
     if not any("vllm" in w for w in argv[:3]):
         return {}
     f = flag_values(argv)

@@ -31,7 +31,6 @@ class Program:
     underscores: bool = False        # vLLM: `_` in a flag's name reads as `-`, `--flag.key v` sets --flag's key
 
     def flag_of(self, word: str, flags: Optional[Collection[str]] = None) -> Optional[str]:
-        """The flag of `flags` (default: the owned ones) `word` can be read as (None: none of them)."""
         flags = self.owned if flags is None else flags
         if not word.startswith("--") or word == "--":
             return None
@@ -45,8 +44,8 @@ class Program:
         return None
 
     def check(self, args: list[str]) -> list[str]:
-        """`args` as they are, or ValueError (a field validator's refusal) naming the first word that sets an
-        owned flag, and what owns that flag."""
+        """`args` as they are, or a field validator's ValueError naming the first word that sets an owned flag,
+        and what owns that flag."""
         if "" in args:
             raise ValueError("empty string in the list; remove it")
         for word in args:
@@ -110,15 +109,12 @@ ROUTER = Program("vllm-router", owned={
     "--kv-event-model": "p2pctl sets from model",
 })
 
-
-
 # LMCache refuses P2P at start when L1 is not one contiguous registered region (reference/lmcache-p2p.md: "refuses
 # it when L1 is GDS (--gds-l1-path) or Device-DAX (--l1-devdax-path)"): validate says so before a server dies.
 P2P_REFUSED_L1 = {"--gds-l1-path": "a GDS L1", "--l1-devdax-path": "a Device-DAX L1"}
 
 
 def p2p_refused_l1(args: list[str]) -> Optional[str]:
-    """Why lmcache server would refuse P2P with these extra args (None: it would not)."""
     for word in args:
         flag = LMCACHE_SERVER.flag_of(word, P2P_REFUSED_L1)
         if flag:

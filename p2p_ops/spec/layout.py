@@ -31,7 +31,6 @@ class RunLayout:
         return cls((fleet_file.resolve().parent / "p2p-run" / fleet_name))
 
     def dir(self, unit: str) -> Path:
-        """unit: an instance id or a singleton's folder (COORDINATOR, ROUTER, PROMETHEUS)."""
         return self.root / unit
 
     def env(self, unit: str) -> Path:

@@ -44,8 +44,8 @@ def _path_str(loc: tuple[Any, ...]) -> str:
 
 
 def fleet_wide_only_message(loc: tuple[Any, ...]) -> Optional[str]:
-    """The must-agree rule at load time (`p2p_ops.spec.agreement`): a setting peers must agree on, put under an
-    instance's settings, is refused with this message (None when `loc`, the path of an unknown key, is not one)."""
+    """A setting peers must agree on (`spec.agreement`), put under an instance's settings, is refused with this
+    message (None when `loc`, the path of an unknown key, is not one)."""
     key = loc[-1] if loc else "?"
     if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
         setting = "model" if key == "model" else f"settings.{key}"
@@ -77,7 +77,6 @@ def _short(text: str, most: int = 80) -> str:
 
 
 def _cross_checks(fleet: Fleet) -> None:
-    """Checks that span fields: unique names and ids, loopback local nodes, port clashes per host."""
     seen_nodes: dict[str, int] = {}
     for ni, node in enumerate(fleet.nodes):
         if node.name in seen_nodes:
@@ -217,7 +216,7 @@ def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
 
 
 def read_spec(path: str | Path) -> str:
-    """The fleet file's text: a regular file (the one named, links followed: the user chose it) of UTF-8."""
+    """A regular file (the one named, links followed: the user chose it) of UTF-8."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")

@@ -23,6 +23,7 @@ from p2p_ops.spec.settings import (
     StrictModel,
     VllmSettings,
     check_host,
+    checked,
     hostport,
 )
 
@@ -57,10 +58,7 @@ class Coordinator(StrictModel):
     # Must exceed the servers' heartbeat interval, or heartbeats fail (reference 1.1).
     timeout_keep_alive: int = Field(10, ge=1, le=3600)
 
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        return check_host(v)
+    _host = checked(check_host, "host")
 
 
 class Ports(StrictModel):
@@ -105,20 +103,9 @@ class Node(StrictModel):
     run_dir: str = ""
     instances: list[Instance] = Field(..., min_length=1)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_id(v)
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        return check_host(v)
-
-    @field_validator("bind")
-    @classmethod
-    def _bind(cls, v: str) -> str:
-        return check_host(v) if v else v
+    _name = checked(_check_id, "name")
+    _address = checked(check_host, "address")
+    _bind = checked(lambda v: check_host(v) if v else v, "bind")
 
     @property
     def bind_host(self) -> str:
@@ -140,10 +127,7 @@ class Fleet(StrictModel):
     # in env.sh (0600) and is never printed; bundles redact it. Never echoed in errors (repr=False).
     api_key: str = Field("", repr=False)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_id(v)
+    _name = checked(_check_id, "name")
 
     @field_validator("model")
     @classmethod
@@ -153,7 +137,6 @@ class Fleet(StrictModel):
             raise ValueError(f"{v!r} must be a non-empty model name without '@'")
         return v
 
-    # ---- derived views -------------------------------------------------------------------------
     @property
     def all_loopback(self) -> bool:
         """Every process of the fleet binds and is reached on 127.0.0.0/8 (a local fleet, or a loopback testbed)."""
@@ -181,13 +164,15 @@ class Fleet(StrictModel):
             return ""
         return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}"
 
+    def _named_node(self, field: str, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise BadInput(f"{field}: no node named {name!r}; use one of " + ", ".join(n.name for n in self.nodes))
+
     def coordinator_node(self) -> Node:
         if self.coordinator.node:
-            for node in self.nodes:
-                if node.name == self.coordinator.node:
-                    return node
-            raise BadInput(f"coordinator.node: no node named {self.coordinator.node!r}; use one of "
-                           + ", ".join(n.name for n in self.nodes))
+            return self._named_node("coordinator.node", self.coordinator.node)
         for node in self.nodes:
             if host_key(node.address) == host_key(self.coordinator.host):
                 return node
@@ -198,13 +183,7 @@ class Fleet(StrictModel):
         return f"http://{hostport(self.coordinator.host, self.coordinator.port)}"
 
     def router_node(self) -> Node:
-        if not self.router.node:
-            return self.coordinator_node()
-        for node in self.nodes:
-            if node.name == self.router.node:
-                return node
-        raise BadInput(f"router.node: no node named {self.router.node!r}; use one of "
-                       + ", ".join(n.name for n in self.nodes))
+        return self._named_node("router.node", self.router.node) if self.router.node else self.coordinator_node()
 
     @property
     def router_url(self) -> str:
@@ -225,5 +204,5 @@ def is_loopback(address: str) -> bool:
 
 
 def host_key(address: str) -> str:
-    """The name a host's ports are counted under (localhost and 127.0.0.1 are one host)."""
+    # localhost and 127.0.0.1 are one host.
     return "127.0.0.1" if address == "localhost" else address

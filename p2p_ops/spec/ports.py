@@ -19,17 +19,14 @@ DEFAULT_BASE: dict[str, int] = {"coordinator": Coordinator.model_fields["port"].
 
 
 def default_base(offset: int = 0) -> dict[str, int]:
-    """The starter fleet's base ports, each shifted by offset (several fleets side by side)."""
     return {kind: port + offset for kind, port in DEFAULT_BASE.items()}
 
 
 def local_instance_ports(base: dict[str, int], index: int) -> dict[str, int]:
-    """The ports of the index-th (from 0) instance of a local starter fleet."""
     return {kind: base[kind] + index + 1 for kind in INSTANCE_KINDS}
 
 
 def local_fleet_ports(base: dict[str, int], n: int) -> list[int]:
-    """Every port a local starter fleet of n instances listens on."""
     return [base["coordinator"]] + [port for i in range(n) for port in local_instance_ports(base, i).values()]
 
 

@@ -10,17 +10,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import fields
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Callable, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from p2p_ops.spec.flags import LMCACHE_SERVER, ROUTER, VLLM
 from p2p_runtime.config import ConfigError, EngineConfig, flag_type
-
-def _whole_as_int(v: float) -> float:
-    """1.0 -> 1: env.sh and `lmcache server` see the same words as before fractions were allowed."""
-    return int(v) if float(v).is_integer() else v
-
 
 # Fields whose value an error message must never quote.
 SECRET_FIELDS = ("api_key",)
@@ -51,6 +47,11 @@ def check_host(value: str) -> str:
         raise ValueError(f"{value[:40]!r} is neither an IP address nor a host name (letters, digits, '-' and "
                          "'.', 253 characters at most); IPv6 goes without brackets, e.g. ::1")
     return value
+
+
+def checked(check: Callable[[Any], Any], *names: str) -> Any:
+    """A field validator running `check` on the named fields, after StrictModel's checks of every field."""
+    return field_validator(*names)(lambda cls, v: check(v))
 
 
 def hostport(address: str, port: int) -> str:
@@ -94,9 +95,18 @@ class StrictModel(BaseModel):
         return v
 
 
-class Settings(StrictModel):
-    """Fleet-wide LMCache settings, one value for every peer."""
+class _LMCacheChecks(StrictModel):
+    _server_args = field_validator("server_extra_args", check_fields=False)(
+        lambda cls, v: None if v is None else LMCACHE_SERVER.check(v))
 
+    @field_validator("l1_size_gb", check_fields=False)
+    @classmethod
+    def _whole_gib_as_int(cls, v: Optional[float]) -> Optional[float]:
+        """1.0 -> 1: env.sh and `lmcache server` see the same words as before fractions were allowed."""
+        return v if v is None or not float(v).is_integer() else int(v)
+
+
+class Settings(_LMCacheChecks):
     chunk_size: int = Field(256, ge=16, le=65536)
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
     # GiB, fractions allowed (0.25 for an 8-node fleet on one small box); `p2pctl init` sizes it (spec.sizing).
@@ -125,22 +135,11 @@ class Settings(StrictModel):
     ucx_net_devices: str = ""
     # More `lmcache server` flags (tracing, OTLP export, ...), one word per item, passed as they are.
     server_extra_args: list[str] = Field(default_factory=list)
-
-    @field_validator("server_extra_args")
-    @classmethod
-    def _server_args(cls, v: list[str]) -> list[str]:
-        return LMCACHE_SERVER.check(v)
-
     # Engine <-> local server KV bytes through the server's L1 pool mapped as POSIX shared memory
     # (lmcache server --shm-name) instead of pickled tensors over ZMQ: bench/suite/kv_path.py measured the
     # retrieve 5-8x faster. Needs l1_size_gb free in /dev/shm (else the server falls back to pickle).
     # Opt-in: the retrieve step is faster, but end to end at 1k tokens it did not win yet (issue 14 notes).
     shm_transport: bool = False
-
-    @field_validator("l1_size_gb")
-    @classmethod
-    def _whole_gib_as_int(cls, v: float) -> float:
-        return _whole_as_int(v)
 
     @field_validator("l1_align_bytes")
     @classmethod
@@ -150,31 +149,16 @@ class Settings(StrictModel):
         return v
 
 
-class InstanceSettings(StrictModel):
-    """What one instance may set differently from its peers (everything else must match)."""
-
-    l1_size_gb: Optional[float] = Field(None, gt=0, le=4096)
-    eviction_policy: Optional[Literal["LRU", "ARC", "IsolatedLRU", "noop"]] = None
-    heartbeat_interval: Optional[float] = Field(None, gt=0, le=60)
-    p2p_lookup_timeout: Optional[float] = Field(None, gt=0, le=3600)
-    p2p_load_timeout: Optional[float] = Field(None, gt=0, le=3600)
-    max_workers: Optional[int] = Field(None, ge=1, le=64)
-    log_level: Optional[Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = None
-    server_nice: Optional[int] = Field(None, ge=0, le=19)
-    ucx_tls: Optional[str] = None
-    ucx_net_devices: Optional[str] = None
-    server_extra_args: Optional[list[str]] = None
-
-    @field_validator("server_extra_args")
-    @classmethod
-    def _server_args(cls, v: Optional[list[str]]) -> Optional[list[str]]:
-        return None if v is None else LMCACHE_SERVER.check(v)
-    shm_transport: Optional[bool] = None
-
-    @field_validator("l1_size_gb")
-    @classmethod
-    def _whole_gib_as_int(cls, v: Optional[float]) -> Optional[float]:
-        return None if v is None else _whole_as_int(v)
+# What one instance may set differently from its peers (everything else must match): these Settings fields, each
+# optional (None = the fleet-wide value), with the same limits.
+INSTANCE_KEYS = ("l1_size_gb", "eviction_policy", "heartbeat_interval", "p2p_lookup_timeout", "p2p_load_timeout",
+                 "max_workers", "log_level", "server_nice", "ucx_tls", "ucx_net_devices", "server_extra_args",
+                 "shm_transport")
+InstanceSettings = create_model(
+    "InstanceSettings", __base__=_LMCacheChecks, __module__=__name__,
+    **{k: (Optional[Settings.model_fields[k].annotation],
+           FieldInfo.merge_field_infos(Settings.model_fields[k], default=None, default_factory=None))
+       for k in INSTANCE_KEYS})
 
 
 # The embedded engine's flags (p2p_runtime.config.EngineConfig) are the one source of the `engine:` section:
@@ -207,7 +191,6 @@ _ENGINE_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
 
 def engine_env_name(key: str) -> str:
-    """The env.sh variable that carries engine.<key> to start_engine.sh."""
     return "P2P_ENGINE_" + key.upper()
 
 
@@ -233,7 +216,6 @@ class EngineSection(StrictModel):
         return EngineConfig(**self.model_dump(), **from_fleet)
 
     def env(self) -> dict[str, Any]:
-        """env.sh's engine variables, in EngineConfig order."""
         return {engine_env_name(k): v for k, v in self.model_dump().items()}
 
     def flags(self) -> list[tuple[str, str]]:
@@ -277,10 +259,7 @@ class VllmSettings(StrictModel):
     # Extra vLLM flags, one word per item (["--max-num-seqs", "8"]); each reaches vLLM as its own quoted word.
     args: list[str] = Field(default_factory=list)
 
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: list[str]) -> list[str]:
-        return VLLM.check(v)
+    _args = checked(VLLM.check, "args")
 
     def effective_block_size(self) -> int:
         return self.block_size or (CPU_BLOCK_SIZE if self.device == "cpu" else CUDA_BLOCK_SIZE)
@@ -295,11 +274,7 @@ class PrometheusSettings(StrictModel):
     """The fleet's own Prometheus (Debian package `prometheus`), run by `p2pctl prometheus up`."""
 
     host: str = "127.0.0.1"
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        return check_host(v)
+    _host = checked(check_host, "host")
     # Not 9090: a system Prometheus may already own it.
     port: int = Field(9390, ge=1, le=65535)
     scrape_interval_s: float = Field(2.0, gt=0, le=300)
@@ -319,8 +294,7 @@ class RouterSettings(StrictModel):
     """
 
     enabled: bool = False
-    policy: Literal["random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
-                    "sticky_least_loaded"] = "cache_aware"
+    policy: Literal[ROUTER_POLICIES] = "cache_aware"
     # The node that runs it; empty = the coordinator's node.
     node: str = ""
     port: int = Field(8200, ge=1, le=65535)
@@ -349,10 +323,7 @@ class RouterSettings(StrictModel):
     # flags they may not set).
     args: list[str] = Field(default_factory=list)
 
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: list[str]) -> list[str]:
-        return ROUTER.check(v)
+    _args = checked(ROUTER.check, "args")
 
     @model_validator(mode="after")
     def _backoff_bounds(self) -> "RouterSettings":
@@ -362,7 +333,6 @@ class RouterSettings(StrictModel):
         return self
 
     def failover_args(self) -> list[str]:
-        """The failover settings as vllm-router flags."""
         flags = (("--health-check-interval-secs", self.health_check_interval_s),
                  ("--health-failure-threshold", self.health_failure_threshold),
                  ("--health-success-threshold", self.health_success_threshold),
@@ -375,6 +345,6 @@ class RouterSettings(StrictModel):
         return [w for flag, value in flags for w in (flag, str(value))]
 
     def kv_event_ports(self, index: int) -> tuple[int, int]:
-        """(PUB, replay) ports of the index-th instance of the fleet."""
+        """(PUB, replay) ports of the index-th instance of the fleet (counting across nodes)."""
         base = self.kv_events_port_base + 2 * index
         return base, base + 1

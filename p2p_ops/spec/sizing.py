@@ -4,13 +4,6 @@ A fleet on one machine holds, per node, an `lmcache server` (its process plus it
 start) and an engine (its process plus its paged KV), and one coordinator. `size_nodes` picks the most generous
 step of a ladder whose total fits the memory budget, and otherwise says plainly that the fleet does not fit and
 how many nodes would. Pure: `p2pctl init` passes the budget it read (facts.memory) or the one it was given.
-
-API:
-
-    size_nodes(n, profile, budget_gib) -> NodeSize(l1_size_gb, max_model_len, num_blocks, kv_gib)
-        (raises BadInput, one line, when n nodes cannot fit budget_gib; budget None = no limit)
-    NodeSize.per_node_gib(), NodeSize.fleet_gib(n)  -> the memory that size is planned to take
-    box_budget_gib()                                -> BUDGET_SHARE of this box's MemAvailable, in GiB (or None)
 """
 
 from __future__ import annotations
@@ -45,8 +38,6 @@ MIN_L1_CHUNKS = 8
 
 @dataclass(frozen=True)
 class NodeSize:
-    """What each node gets."""
-
     l1_size_gb: float
     max_model_len: int
     num_blocks: int
@@ -60,18 +51,16 @@ class NodeSize:
 
 
 def budget_gib(available_bytes: int, share: float = BUDGET_SHARE) -> float:
-    """The default budget: a share of what the box can still give."""
     return available_bytes * share / GIB
 
 
 def box_budget_gib(runner: Runner = run_local) -> Optional[float]:
-    """The default budget of the box `runner` reads (this one by default); None when /proc/meminfo says nothing."""
+    """None when /proc/meminfo says nothing."""
     mem = MEMINFO.collect(runner)
     return budget_gib(mem.available_bytes) if mem else None
 
 
 def describe_sizing(data: dict, budget: Optional[float]) -> str:
-    """One line for `init`: what each node of a starter fleet got, and for which budget."""
     e, s = data["engine"], data["settings"]
     per_token = resolve_profile(e["profile"], e["num_layers"], e["num_heads"], e["head_size"]).bytes_per_token
     kv_gib = e["num_blocks"] * e["block_size"] * per_token / GIB
@@ -93,7 +82,6 @@ def node_size(profile: KVProfile, l1: object, context: int) -> NodeSize:
 
 
 def default_size(profile: KVProfile) -> NodeSize:
-    """The most generous step: what a fleet gets without a budget."""
     return node_size(profile, *ladder(profile)[0])
 
 
@@ -102,11 +90,8 @@ def ladder(profile: KVProfile) -> tuple[tuple[object, int], ...]:
 
 
 def size_nodes(n: int, profile: KVProfile, budget: Optional[float]) -> NodeSize:
-    """The most generous step that fits `budget` GiB for n nodes (None: no limit, the first step).
-
-    Raises:
-        BadInput: When even the leanest step does not fit, naming what it needs and how many nodes would fit.
-    """
+    """The most generous step that fits `budget` GiB for n nodes (None: no limit). When even the leanest step
+    does not, BadInput names what it needs and how many nodes would fit."""
     first = default_size(profile)
     if budget is None or first.fleet_gib(n) <= budget:
         return first

@@ -22,9 +22,7 @@ from p2p_runtime.profiles import resolve as resolve_profile
 def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = None,
                 runtime: str = "embedded", vllm: Optional[dict[str, Any]] = None,
                 cpu_count: int = 1, profile: str = TINY, memory_budget_gib: Optional[float] = None) -> dict[str, Any]:
-    """A ready-to-run fleet of n single-instance nodes on loopback, as plain data (for YAML).
-
-    runtime "vllm" gives a CPU fleet (vLLM's CPU build) sized for a small box: 1 GiB of vLLM KV cache and
+    """runtime "vllm" gives a CPU fleet (vLLM's CPU build) sized for a small box: 1 GiB of vLLM KV cache and
     1 GiB of L1 per instance, each vLLM's threads bound to its own core (of cpu_count) where there are enough;
     `vllm` adds or overrides keys of the `vllm:` section (model_path, venv).
 
@@ -38,22 +36,12 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
     nodes = []
     for i in range(n):
         letter = chr(ord("a") + i) if i < 26 else f"n{i}"
-        nodes.append({
-            "name": f"node-{letter}",
-            "address": "127.0.0.1",
-            "connection": "local",
-            "instances": [{
-                "id": f"node-{letter}-0",
-                "ports": port_defaults.local_instance_ports(b, i),
-            }],
-        })
-    data: dict[str, Any] = {
-        "name": name,
-        "runtime": runtime,
-        "model": "tiny-llm",
-        "coordinator": {"host": "127.0.0.1", "port": b["coordinator"]},
-        "settings": Settings(server_nice=10).model_dump(),
-    }
+        ports = port_defaults.local_instance_ports(b, i)
+        nodes.append({"name": f"node-{letter}", "address": "127.0.0.1", "connection": "local",
+                      "instances": [{"id": f"node-{letter}-0", "ports": ports}]})
+    data: dict[str, Any] = {"name": name, "runtime": runtime, "model": "tiny-llm",
+                            "coordinator": {"host": "127.0.0.1", "port": b["coordinator"]},
+                            "settings": Settings(server_nice=10).model_dump()}
     if runtime == "vllm":
         data["vllm"] = VllmSettings(device="cpu", max_model_len=4096, enforce_eager=True).model_dump(
             exclude={"block_size", "gpu_memory_utilization"}) | (vllm or {})
@@ -69,8 +57,8 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
 
 
 def _prometheus_port(taken: list[int]) -> int:
-    """The fleet's Prometheus port: its default, or the next one up that the fleet itself does not use (a port
-    offset can move the coordinator onto the default)."""
+    """Its default, or the next one up that the fleet itself does not use (a port offset can move the coordinator
+    onto the default)."""
     port = PrometheusSettings.model_fields["port"].default
     while port in taken:
         port += 1
@@ -83,7 +71,6 @@ REAL_PROFILE_LMCACHE_TIMEOUT_S = 10.0
 
 
 def profile_sections(n: int, profile: str, memory_budget_gib: Optional[float]) -> tuple[dict, dict]:
-    """The `settings:` and `engine:` sections of an embedded fleet at a KV profile, sized for the budget."""
     engine = EngineSettings()
     try:
         kv = resolve_profile(profile, engine.num_layers, engine.num_heads, engine.head_size)
@@ -126,21 +113,18 @@ HEADER = ("# Fleet spec written by `p2pctl init`. Edit freely; `p2pctl validate`
 
 
 def starter_yaml(data: dict[str, Any]) -> str:
-    """The fleet file `p2pctl init` writes: a header saying what may differ across peers, then the spec."""
     return HEADER + dump_yaml(data)
 
 
 def write_starter(out: Path, data: dict[str, Any], force: bool = False) -> Path:
-    """Write the fleet file (through a temp file and a rename: a link at `out` is replaced, never followed);
-    0600 when it holds an API key, which nobody else should read."""
+    """0600 when it holds an API key, which nobody else should read."""
     if (out.exists() or out.is_symlink()) and not force:
         raise BadInput(f"{out} already exists; pass --force to overwrite it or -o to write elsewhere")
     return files.write_text(out, starter_yaml(data), 0o600 if data.get("api_key") else 0o644)
 
 
 def vllm_missing(model_path: str, venv: str) -> list[str]:
-    """What a vLLM starter fleet still lacks on this machine, each with the command that makes it (the paths
-    `vllm_paths` wrote, absolute)."""
+    """What a vLLM starter fleet still lacks on this machine, each with the command that makes it."""
     return [f"{need} does not exist yet; make it with `{hint}`" for need, hint in (
         (Path(model_path).resolve() / "config.json", f"p2pctl make-model {model_path}"),
         (Path(venv).resolve() / "bin" / "python", "make setup-vllm")) if not need.exists()]

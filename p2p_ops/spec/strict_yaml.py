@@ -95,7 +95,7 @@ _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 
 
 def _expanded_size(root: yaml.Node) -> int:
-    """Nodes the document holds once every alias is expanded (each shared node counted once per use)."""
+    # Each shared node counted once per use.
     sizes: dict[int, int] = {}
     order, stack = [], [root]
     while stack:  # children before parents, each node once
@@ -119,7 +119,6 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def load(text: str, source: str) -> Any:
-    """The document in `text`, refused (BadInput naming `source` and the line) when it is not plain YAML."""
     return _read(text, source, construct=True)
 
 

@@ -1,13 +1,8 @@
 """The size plan (kvbench's idea): what a fleet's P2P reads weigh, from its model profile, chunk and prompt length.
 
 LMCache moves KV as chunk objects (`chunk_size` tokens of every layer) and a prefix hit reads all its chunks in
-one batch, so the sizes worth testing are one chunk up to the longest prefix, as whole chunks. Pure::
-
-    size_plan(bytes_per_token=131072, chunk_tokens=256, prompt_tokens=8192, page_size=65536)
-      -> SizePlan(chunk_bytes=33554432, prefix_chunks=32, prefix_bytes=1073741824, counts=(1, 2, 4, 8, 16, 32))
-    fleet_size_plan(fleet, prompt_tokens)   -> the same from a fleet's engine profile (p2p_runtime.profiles)
-
-`counts` are objects per read (`p2p_ops.bench.channel.Options.counts`): powers of two, then the whole prefix.
+one batch, so the sizes worth testing are one chunk up to the longest prefix, as whole chunks. `counts` are
+objects per read (`p2p_ops.bench.channel.Options.counts`): powers of two, then the whole prefix.
 
 `need_ms(fleet, plan)` is how fast the whole prefix must arrive for the pull to beat recomputing it: the fleet's
 emulated prefill (`engine.prefill_us_per_token`) where it sets one, else a GPU's: the default timing profile's
@@ -59,7 +54,7 @@ def size_plan(bytes_per_token: int, chunk_tokens: int, prompt_tokens: int, page_
 
 
 def need_ms(fleet: Fleet, plan: SizePlan) -> tuple[float, str]:
-    """(milliseconds, where the rate comes from) for recomputing the plan's whole prefix. Pure."""
+    """(milliseconds, where the rate comes from) for recomputing the plan's whole prefix."""
     tokens = plan.prefix_chunks * plan.chunk_tokens
     rate, source = fleet.engine.prefill_us_per_token, "the fleet's engine.prefill_us_per_token"
     if not rate:
@@ -69,7 +64,6 @@ def need_ms(fleet: Fleet, plan: SizePlan) -> tuple[float, str]:
 
 
 def fleet_size_plan(fleet: Fleet, prompt_tokens: int) -> SizePlan:
-    """The plan for a fleet's own KV geometry (its engine profile) and chunk size."""
     e = fleet.engine
     profile = resolve_profile(e.profile, e.num_layers, e.num_heads, e.head_size)
     return size_plan(profile.bytes_per_token, fleet.settings.chunk_size, prompt_tokens,

@@ -1,19 +1,8 @@
-"""The fleet's units: every long-lived process a fleet can have, in one table.
-
-A unit is one process of the fleet: the coordinator, an instance's lmcache server or engine, the router, or the
-fleet's own Prometheus. `fleet_units(fleet)` builds them all, in the order `up` starts them, each with:
-
-    role       coordinator | server | engine | router | prometheus (`ROLES`, the only list of them)
-    node       where it runs (None for Prometheus: the machine p2pctl runs on)
-    folder     its run folder: the instance id, or the role's own folder for the singletons
-    ports      the ports it opens (`PlannedPort`s; `port_plan(fleet)` is all of them)
-    marker     what its command line contains once running, so a recycled pid is never taken for it
-    ready      its readiness probe (and `ready_says`, the probe in words, for dry runs)
-    phase      when `up` starts it (units of a phase start together; None: not started by `up`)
-    log        `<folder>/<role>.log`, beside its wrapper `start_<role>.sh` and pidfile `<role>.pid`
-
-`up`, `down`, `status`, the dry run, the probe, the doctor and the bundle iterate this table; adding a unit
-means adding a builder below (and a template for its wrapper).
+"""The fleet's units: every long-lived process a fleet can have (coordinator, an instance's lmcache server or
+engine, the router, the fleet's own Prometheus), in one table, in the order `up` starts them. `up`, `down`,
+`status`, the dry run, the probe, the doctor and the bundle iterate it; adding a unit means adding a builder
+below (and a template for its wrapper). A unit's `marker` is what its command line contains once running, so a
+recycled pid is never taken for it.
 """
 
 from __future__ import annotations
@@ -59,7 +48,7 @@ class Unit:
     url: str
     marker: str
     ports: tuple[PlannedPort, ...]
-    phase: Optional[int]
+    phase: Optional[int]    # units of a phase start together; None: not started by `up`
     ready: Callable[[], bool] = field(compare=False, repr=False)
     ready_says: str = ""
     # How long `up` waits for it at most when the caller's default is too short (vLLM loads its model).
@@ -67,11 +56,9 @@ class Unit:
 
     @property
     def name(self) -> str:
-        """How every verb names it: "node-a-0/server", "coordinator/coordinator", "router/router"."""
         return f"{self.folder}/{self.role}"
 
     def proc(self, layout: RunLayout) -> Proc:
-        """The unit's process files inside `layout`, the run folder of the node it runs on."""
         return Proc(name=self.name, workdir=str(layout.dir(self.folder)),
                     wrapper=str(layout.wrapper(self.folder, self.role)), log=str(layout.log(self.folder, self.role)),
                     pidfile=str(layout.pidfile(self.folder, self.role)), marker=self.marker, unit=self)
@@ -79,8 +66,6 @@ class Unit:
 
 @dataclass(frozen=True)
 class Proc:
-    """One unit's process as it lives on disk: where it runs, its wrapper, log and pidfile."""
-
     name: str          # e.g. "node-a-0/server"
     workdir: str
     wrapper: str
@@ -173,17 +158,15 @@ assert tuple(_BUILDERS) == ROLES
 
 
 def fleet_units(fleet: Fleet, roles: tuple[str, ...] = ROLES) -> list[Unit]:
-    """Every unit of the fleet with a role in `roles`, in start order (the table this module is about)."""
     return [u for role in ROLES if role in roles for u in _BUILDERS[role](fleet)]
 
 
 def port_plan(fleet: Fleet, roles: tuple[str, ...] = LAUNCHED_ROLES) -> list[PlannedPort]:
-    """Every port the units of `roles` open (by default: what `up` makes listen), unit by unit."""
     return [p for u in fleet_units(fleet, roles) for p in u.ports]
 
 
 def unit_layout(fleet: Fleet, control: RunLayout, node: Optional[Node]) -> RunLayout:
-    """The run folder on `node` (None: this machine): the same path as here unless the node sets run_dir."""
+    """The same path as here unless the node sets run_dir."""
     if node is not None and node.run_dir:
         return RunLayout(Path(node.run_dir) / fleet.name)
     return control

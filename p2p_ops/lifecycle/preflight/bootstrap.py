@@ -1,14 +1,6 @@
-"""`p2pctl probe --bootstrap`: create the project's virtualenv on nodes whose `venv` does not exist yet.
-
-What runs on such a node (nothing runs on a node whose venv answers):
-
-    test -f <project>/pyproject.toml            # the node must see this checkout (shared filesystem)
-    python3 -m venv <venv>
-    <venv>/bin/pip install -q --upgrade pip     # allowed to fail (offline nodes)
-    <venv>/bin/pip install -q torch==...        # then every other `$(PIP) install` line of the
-    ...                                         # Makefile's setup recipe, in its order, `.[node]` ->
-                                                # <project>[node] (the node runtime extra)
-    <venv>/bin/python -c 'import lmcache, p2p_ops'
+"""`p2pctl probe --bootstrap`: create the project's virtualenv on nodes whose `venv` does not exist yet (nothing
+runs on a node whose venv answers): `python3 -m venv`, then every `$(PIP) install` line of the Makefile's setup
+recipe in its order (`.[node]` becomes `<project>[node]`; the pip upgrade may fail on offline nodes).
 
 The pip steps are read from this checkout's Makefile (`make setup` is the one source of truth for install
 order and pins), so bootstrap and `make setup` cannot drift apart. Nodes that do not share the filesystem need
@@ -29,7 +21,6 @@ PROJECT = CHECKOUT
 
 
 def pip_steps(makefile_text: str) -> list[list[str]]:
-    """The arguments of each `$(PIP) install ...` line of the Makefile, in order (read with the shell's quoting)."""
     steps = []
     for line in makefile_text.splitlines():
         if line.strip().split()[:2] == ["$(PIP)", "install"]:
@@ -38,7 +29,6 @@ def pip_steps(makefile_text: str) -> list[list[str]]:
 
 
 def bootstrap_script(venv: str, project: str, steps: list[list[str]]) -> str:
-    """The bash script that creates `venv` on a node from `project` (see module docstring)."""
     if not steps:
         raise BadInput("no `$(PIP) install` steps found in the Makefile; cannot bootstrap")
     q = shlex.quote
@@ -67,7 +57,7 @@ def needs_bootstrap(probe) -> bool:
 
 
 def bootstrap_node(ctx: FleetContext, node: Node, project: str | Path = PROJECT, timeout: float = 3600) -> str:
-    """Create the node's venv; returns what happened (raises CommandFailed with the output tail)."""
+    # A failure raises CommandFailed with the output tail.
     if not node.venv:
         raise BadInput(f"node {node.name} has no `venv` in fleet.yaml: set the path its virtualenv should have")
     steps = pip_steps((Path(project) / "Makefile").read_text())

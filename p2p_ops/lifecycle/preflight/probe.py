@@ -72,7 +72,7 @@ class NodeProbe:
 
     @property
     def verdict(self) -> str:
-        """unreachable (the node could not be probed at all), ok (warnings allowed) or problems."""
+        # ok allows warnings.
         return "unreachable" if self.error else "ok" if self.ok else "problems"
 
     def to_json(self) -> dict:
@@ -83,7 +83,6 @@ class NodeProbe:
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
-    """(port, role, bind address) of everything the fleet will listen on at this node (`units.port_plan`)."""
     return [(p.port, p.role, p.bind) for p in port_plan(fleet) if p.node == node.name]
 
 
@@ -110,7 +109,7 @@ def node_python(node: Node) -> str:
 
 
 def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
-    """Run the probe on one node; connection failures become `error`, never an exception."""
+    """Connection failures become `error`, never an exception."""
     from p2p_ops.lifecycle.preflight.verdict import judge_node
 
     lay = ctx.node_layout(node)
@@ -134,7 +133,6 @@ def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
 
 def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Result], fleet: Fleet, node: Node,
          ours: dict[int, str]) -> None:
-    """Parse every fact into the probe (pure: used on captured output in tests)."""
     def value(label: str):
         return facts[label].parse(read[label].output)
 
@@ -150,7 +148,7 @@ def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Resul
 
 
 def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, NodeProbe]:
-    """Probe every node in parallel, then compare them (versions must agree across peers)."""
+    # Then compare them: versions must agree across peers.
     from p2p_ops.lifecycle.preflight.verdict import judge_fleet
 
     results = ctx.for_each_node(lambda n: probe_node(ctx, n), only)
@@ -170,8 +168,6 @@ def fleet_ok(probes: dict[str, NodeProbe]) -> bool:
 
 
 def fleet_exit_code(probes: dict[str, NodeProbe]) -> int:
-    """2 when a node could not be probed (unreachable, authentication, host key), 1 when a node has problems,
-    0 when every node is ready."""
     if any(p.error for p in probes.values()):
         return EXIT_BAD_INPUT
     return EXIT_OK if fleet_ok(probes) else EXIT_CHECK_FAILED

@@ -14,9 +14,7 @@ from p2p_ops.spec.model import Node
 
 
 def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
-    """Reach every node before anything starts: an unreachable host, a refused key or a bad host key then
-    fails the launch with one line per host while nothing runs anywhere. vLLM nodes must also hold vLLM's
-    interpreter and, for a local model folder, the model."""
+    """An unreachable host, a refused key or a bad host key fails the launch with one line per host."""
     results = ctx.for_each_node(lambda n: read_fact(ctx.conn(n), NODE_ANSWERS, timeout=30, check=True), only)
     errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
     if errors:
@@ -30,7 +28,7 @@ def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
 
 
 def vllm_missing(ctx: FleetContext, node: Node) -> str:
-    """What a vLLM node lacks (its interpreter, a local model folder), with the fix; empty when nothing."""
+    """With the fix; empty when nothing is missing."""
     py = vllm_python(ctx.fleet, node)
     model = ctx.fleet.vllm.model_path
     wanted = {py: "executable"}

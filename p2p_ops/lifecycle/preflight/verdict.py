@@ -18,7 +18,6 @@ def _gib(n: int) -> str:
 
 
 def judge_node(fleet: Fleet, node: Node, probe) -> None:
-    """Append this node's problems and warnings to `probe` (a NodeProbe)."""
     problems, warnings = probe.problems, probe.warnings
     py = probe.python
     if py is None or not py.present:
@@ -74,7 +73,7 @@ def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
 
 
 def judge_fleet(fleet: Fleet, probes: dict) -> None:
-    """Cross-node rules: versions that must agree across peers (decision 6: mismatches share nothing)."""
+    # Versions must agree across peers (decision 6: mismatches share nothing).
     for pkg in ("lmcache", "nixl", "vllm"):
         seen = {name: p.python.version_of(pkg) for name, p in probes.items()
                 if p.python is not None and p.python.present and p.python.version_of(pkg)}
