@@ -21,17 +21,14 @@ from typing import Callable, Optional
 from p2p_ops import files
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
-from p2p_ops.harness import matrix_causes, prompts
+from p2p_ops.harness import basic, matrix_causes, prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe import matrix_plot
 
-P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
-LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
 MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
 OP_SECONDS = "p2p_engine_lmcache_op_seconds_sum"
-SERVER_L1_OBJECTS_WAIT_S = 15.0
 
 
 @dataclass
@@ -143,14 +140,15 @@ def _from_source(ctx: FleetContext, src, targets, chunk: int, chunks: int, max_t
     src_url, src_srv = ctx.engine_url(ns, is_), ctx.server_url(ns, is_)
     prompt, n = prompts.sized_document(src_url, model, seed, index, chunks * chunk + chunk // 2)
     need = (n - 1) // chunk * chunk
-    objects = _l1_objects(src_srv)
+    objects = basic.l1_objects(src_srv)
     progress(f"{is_.id}: computing a fresh {n}-token prefix ({need // chunk} chunks to pull)")
     cold = complete(src_url, model, prompt, max_tokens, timeout=_left(deadline))
     if not cold.ok or cold.cached_tokens:
         why = cold.error or f"it reported {cold.cached_tokens} cached tokens for a fresh prompt"
         return [Pair(is_.id, t[1].id, need=need, error=f"source {is_.id} could not compute the prefix cold: {why}")
                 for t in targets]
-    _wait_objects(src_srv, objects + need // chunk, min(deadline, time.monotonic() + SERVER_L1_OBJECTS_WAIT_S))
+    until = min(deadline, time.monotonic() + basic.L1_OBJECTS_WAIT_S)
+    basic.wait_l1_objects(src_srv, objects + need // chunk, until)
     out = []
     for nt, it in targets:
         if time.monotonic() > deadline:
@@ -172,13 +170,12 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
     after = (metrics_api.scrape(t_srv), metrics_api.scrape(t_url))
 
     def delta(which: int, name: str, **labels: str) -> float:
-        return metrics_api.metric_sum(after[which], name, **labels) - metrics_api.metric_sum(before[which], name,
-                                                                                            **labels)
+        return basic.grew(before[which], after[which], name, **labels)
 
-    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=delta(0, P2P_LOADS, l2_name="p2p"),
-                identical=r.ok and bool(cold.text) and r.text == cold.text, kv_bytes=delta(1, LOADED_BYTES),
-                mismatch_tokens=delta(1, MISMATCH), ttft_ms=r.ttft_s * 1000 if r.ttft_s else None,
-                error=r.error)
+    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need,
+                p2p_loads=delta(0, basic.P2P_LOADS, l2_name="p2p"), kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
+                identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, MISMATCH),
+                ttft_ms=r.ttft_s * 1000 if r.ttft_s else None, error=r.error)
     engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
     if engine_pull > 0:
         pair.pull_ms, pair.pull_measure = engine_pull * 1000, "engine lookup + retrieve"
@@ -191,18 +188,6 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
 
 def _left(deadline: float) -> float:
     return max(5.0, min(120.0, deadline - time.monotonic()))
-
-
-def _l1_objects(server_url: str) -> int:
-    sm = lmcache_api.server_status(server_url).raw.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
-    return int(l1.get("total_object_count") or 0)
-
-
-def _wait_objects(server_url: str, wanted: int, until: float) -> None:
-    """The engine stores its chunks as part of the request; a peer asked before they land would miss."""
-    while time.monotonic() < until and _l1_objects(server_url) < wanted:
-        time.sleep(0.1)
 
 
 def write_result(out_dir: Path, result: MatrixResult) -> None:

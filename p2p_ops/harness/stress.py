@@ -7,7 +7,6 @@ so cross-node pulls happen under load. Every request is recorded; every loop is 
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import threading
 import time
@@ -17,11 +16,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.diagnose import explain
-from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
-from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
+from p2p_ops.harness.basic import explain_request, snapshot, write_prompts
 from p2p_ops.harness.load import Job, Load, jobs_of
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord, write_csv
@@ -203,23 +200,6 @@ class _Run:
         self.stages.append(StageInfo("sustained", o.sustained_concurrency, wall, n))
 
 
-def snapshot(ctx: FleetContext) -> dict:
-    """/status of every server and the metrics of every server and engine, for before/after evidence."""
-    out = {}
-    for node, inst in ctx.fleet.instances():
-        st = lmcache_api.server_status(ctx.server_url(node, inst))
-        out[inst.id] = {
-            "status": st.raw if st.reachable else None,
-            "server_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
-                               for n, lab, v in metrics_api.scrape(ctx.server_url(node, inst))
-                               if n.startswith("lmcache_mp_")},
-            "engine_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
-                               for n, lab, v in metrics_api.scrape(ctx.engine_url(node, inst))
-                               if n.startswith(("vllm:", "p2p_engine_"))},
-        }
-    return out
-
-
 # explain is read-only but not free (LMCache's hasher on every node, the directory): a few misses tell the story.
 EXPLAIN_AT_MOST = 3
 
@@ -243,17 +223,10 @@ def explain_misses(ctx: FleetContext, out_dir: Path, rows: list[dict], progress:
     out = []
     for row in list(picked.values())[:EXPLAIN_AT_MOST]:
         progress(f"explain request {row['request']} ({row['stage']} on {row['instance']})", 0, None)
-        spec = explain.PromptSpec(f"request {row['request']} of {out_dir.name}", text=row["prompt"],
-                                  computed_on=row["computed_on"], run=str(out_dir))
-        try:
-            ex = explain.run(ctx, spec, [row["instance"]])
-        except Exception as exc:  # noqa: BLE001 - the stress figures must survive a failing explanation
-            out.append({"request": row["request"], "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        n = ex.nodes[0] if ex.nodes else None
-        out.append({"request": row["request"], "stage": row["stage"], "instance": row["instance"],
-                    "strip": n.strip if n else "", "verdict": n.verdict if n else "",
-                    "reasons": n.reasons if n else [], "explanation": ex.to_dict()})
+        found, ex = explain_request(ctx, out_dir, row["request"], row["prompt"], row["computed_on"],
+                                    row["instance"])
+        out.append({"request": row["request"], **found} if ex is None else
+                   {"request": row["request"], "stage": row["stage"], **found, "explanation": ex.to_dict()})
     if out:
         files.write_json(out_dir / "explain.json", out)
     return [{k: v for k, v in e.items() if k != "explanation"} for e in out]
@@ -275,7 +248,7 @@ def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: 
     files.write_json(out_dir / "status_after.json", after)
     write_csv(out_dir / "requests.csv", run.records)
     rows = saved_prompts(run.records, run.prompts)
-    files.write_text(out_dir / PROMPTS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    write_prompts(out_dir, rows)
     meta = {"options": asdict(opts), "stages": [asdict(s) for s in run.stages],
             "wall_s": time.monotonic() - run.t0, "engines": [i.id for _, i, _ in run.engines],
             "explain": explain_misses(ctx, out_dir, rows, progress)}

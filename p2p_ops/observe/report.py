@@ -52,13 +52,13 @@ def stats(key: str, recs: list[RequestRecord], wall_s: Optional[float] = None) -
 
 
 @dataclass
-class CheckLine:
+class Check:
     name: str
     ok: bool
     detail: str
 
 
-def stage_checks(records: list[RequestRecord]) -> list[CheckLine]:
+def stage_checks(records: list[RequestRecord]) -> list[Check]:
     """A stage passes when nothing failed and, where prefixes crossed nodes, the other node got cache hits."""
     checks = []
     stages = []
@@ -72,19 +72,30 @@ def stage_checks(records: list[RequestRecord]) -> list[CheckLine]:
         by_node: dict[str, int] = {}
         for r in failed:
             by_node[r.instance] = by_node.get(r.instance, 0) + 1
-        checks.append(CheckLine(f"{st}: no failed requests", not failed,
+        checks.append(Check(f"{st}: no failed requests", not failed,
                                 f"{len(failed)} of {len(recs)} failed"
                                 + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(by_node.items()))})" if failed else "")))
         cross = [r for r in recs if r.ok and r.cross_node]
         if cross:
             hit = [r for r in cross if r.cached_tokens > 0]
-            checks.append(CheckLine(f"{st}: P2P hits on the node that did not warm the prefix", bool(hit),
+            checks.append(Check(f"{st}: P2P hits on the node that did not warm the prefix", bool(hit),
                                     f"{len(hit)} of {len(cross)} cross-node requests served from cache, "
                                     f"{sum(r.cached_tokens for r in cross)} tokens"))
         served = sorted({r.instance for r in recs if r.ok})
-        checks.append(CheckLine(f"{st}: requests served on every engine", len(served) >= 2 or len(
+        checks.append(Check(f"{st}: requests served on every engine", len(served) >= 2 or len(
             {r.instance for r in recs}) < 2, f"served by {', '.join(served) or 'none'}"))
     return checks
+
+
+def check_table(checks: list[Check]) -> list[str]:
+    """The Markdown table of checks every summary (report, proof, soak) opens with."""
+    return ["| check | result | detail |", "|---|---|---|",
+            *(f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks)]
+
+
+def figure_table(numbers: dict) -> list[str]:
+    return ["| figure | value |", "|---|---|",
+            *(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in numbers.items())]
 
 
 def _fmt(v: Optional[float], scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
@@ -150,28 +161,25 @@ def _node_bytes(before: dict, after: dict) -> dict[str, dict[str, float]]:
     } for inst in after}
 
 
-def _basic(run_dir: Path) -> tuple[list[CheckLine], list[str]]:
+def _basic(run_dir: Path) -> tuple[list[Check], list[str]]:
     basic = _json(run_dir, "basic/result.json")
     if basic is None:
         return [], []
 
-    def read() -> tuple[list[CheckLine], list[str]]:
-        checks = [CheckLine(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in basic["checks"]]
-        lines = ["", "## Cross-node proof", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                  for k, v in basic["numbers"].items()]
-        return checks, lines
+    def read() -> tuple[list[Check], list[str]]:
+        checks = [Check(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in basic["checks"]]
+        return checks, ["", "## Cross-node proof", "", *figure_table(basic["numbers"])]
 
     return _shaped(run_dir / "basic" / "result.json", read)
 
 
-def _bench(run_dir: Path) -> tuple[list[CheckLine], list[str]]:
+def _bench(run_dir: Path) -> tuple[list[Check], list[str]]:
     b = _json(run_dir, "lmcache-bench/result.json")
     if b is None:
         return [], []
 
-    def read() -> tuple[list[CheckLine], list[str]]:
-        check = CheckLine("lmcache bench engine long-doc-qa: no failed requests",
+    def read() -> tuple[list[Check], list[str]]:
+        check = Check("lmcache bench engine long-doc-qa: no failed requests",
                           b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
                           f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed")
         return [check], ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(b, indent=2)[:3000], "```"]
@@ -219,12 +227,12 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
     return lines
 
 
-def _interrupted(run_dir: Path) -> list[CheckLine]:
+def _interrupted(run_dir: Path) -> list[Check]:
     # harness.rundir writes this when a run is cut (down, Ctrl-C, an error): what is here is all it got to
     run = _json(run_dir, "run.json") or {}
     if not isinstance(run, dict) or run.get("state") != "interrupted":
         return []
-    return [CheckLine("run ran to its end (not interrupted)", False, str(run.get("reason", "")))]
+    return [Check("run ran to its end (not interrupted)", False, str(run.get("reason", "")))]
 
 
 @dataclass
@@ -233,7 +241,7 @@ class Report:
 
     summary: Path
     passed: bool
-    checks: list[CheckLine]
+    checks: list[Check]
 
 
 def build_report(run_dir: Path) -> Report:
@@ -251,8 +259,7 @@ def build_report(run_dir: Path) -> Report:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)
     lines = [f"# Fleet test report — {run_dir.name}", "", f"**Overall: {'PASS' if passed else 'FAIL'}**", "",
-             "| check | result | detail |", "|---|---|---|"]
-    lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
+             *check_table(checks)]
     lines += (basic_lines + (_request_sections(run_dir, records) if records else []) + _explained(run_dir)
               + bench_lines)
     lines += ["", "## Evidence", ""]

@@ -18,6 +18,7 @@ from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.cache_map import l1_manager
 
 FIELDS = ("active_p2p_lookup_jobs", "active_prefetch_jobs", "read_locked_count")
 
@@ -26,11 +27,9 @@ def inflight(status: dict) -> Optional[dict[str, int]]:
     """The in-flight counts of one server's /status body (None when it did not answer)."""
     if not isinstance(status, dict) or not status:
         return None
-    sm = status.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
     return {"active_p2p_lookup_jobs": int(status.get("active_p2p_lookup_jobs") or 0),
             "active_prefetch_jobs": int(status.get("active_prefetch_jobs") or 0),
-            "read_locked_count": int(l1.get("read_locked_count") or 0)}
+            "read_locked_count": int(l1_manager(status).get("read_locked_count") or 0)}
 
 
 def snapshot(ctx: FleetContext) -> dict[str, Optional[dict[str, int]]]:

@@ -3,17 +3,9 @@ sustained leak in any process, and no stale P2P work piling up in LMCache."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from p2p_ops.harness.soak.runner import Soaked
 from p2p_ops.harness.soak.verdict import Trend, trends
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
+from p2p_ops.observe.report import Check
 
 
 def _requests(s: Soaked) -> Check:

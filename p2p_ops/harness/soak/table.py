@@ -14,6 +14,7 @@ from p2p_ops.harness.soak.sampler import FIELDS, Row
 from p2p_ops.harness.soak.verdict import Trend, cpu_percent, per_minute
 from p2p_ops.observe import soak_plots
 from p2p_ops.observe.records import write_csv
+from p2p_ops.observe.report import check_table
 
 
 def _n(v: Optional[float], fmt: str = "{:g}") -> str:
@@ -46,9 +47,7 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
              f"{o.sessions} multi-turn sessions, fresh prompts; a sample every {o.sample_every_s:g} s, a cross-node "
              f"proof every {o.proof_every_s:g} s. Slopes from {o.warmup_s:g} s on (warm-up left out); a leak is a "
              "rise through three equal windows in a row (harness/soak/verdict.py).", "",
-             f"**Overall: {'PASS' if passed(checks) else 'FAIL'}**", "",
-             "| check | result | detail |", "|---|---|---|"]
-    lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
+             f"**Overall: {'PASS' if passed(checks) else 'FAIL'}**", "", *check_table(checks)]
     lines += ["", "## Per process (after warm-up: first → last sample, least-squares slope)", "", *trend_rows(s, ts)]
     f = s.filler
     if f is not None:
