@@ -7,7 +7,10 @@ peer that can serve it, and pair S -> T passes when T served every full chunk fr
 P2P load, T answered exactly as S did, and T's engine found no byte of the loaded KV out of place.
 
 One mis-advertised URL or one blocked port breaks some pairs while the rest pass: failing pairs get a likely
-cause (`matrix_causes`). The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
+cause. What the pair's own requests showed comes first (the request failed, the answer differed, a hit on the
+target's own L1); everything about the fleet (registration, advertised URLs, peer lists, reachability, must-agree
+settings) is the one judge's (`diagnose.judge`), read once for all failing pairs and narrowed to the pair's two
+instances and nodes. The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
 never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/s), a heatmap and JSON.
 """
 
@@ -19,9 +22,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import files
+from p2p_ops.diagnose import judge
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
-from p2p_ops.harness import basic, matrix_causes, prompts
+from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
@@ -120,7 +124,7 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
     failing = [p for p in pairs if not p.ok and not p.skipped]
     if failing:
         progress(f"{len(failing)} pair(s) failed: gathering likely causes")
-        matrix_causes.explain(ctx, failing)
+        explain_failing(ctx, failing)
     result = MatrixResult(not any(not p.ok for p in pairs), [i.id for _, i in insts], pairs, chunk, chunks,
                           time.monotonic() - started, max_seconds,
                           profile=ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else "")
@@ -198,3 +202,41 @@ def write_result(out_dir: Path, result: MatrixResult) -> None:
     except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
         result.notes.append(f"heatmap failed: {exc!r}")
         files.write_json(out_dir / "result.json", result.to_dict())
+
+
+def explain_failing(ctx: FleetContext, failing: list[Pair]) -> None:
+    """Fill `cause` of every failing pair (in place)."""
+    verdict: Optional[judge.Judgement] = None
+    for pair in failing:
+        pair.cause = request_cause(pair)
+        if pair.cause:
+            continue
+        if verdict is None:
+            verdict = judge.judge(ctx)
+        about = {pair.source, pair.target} | {ctx.fleet.instance(i)[0].name for i in (pair.source, pair.target)}
+        pair.cause = pair_cause(verdict, about)
+
+
+def request_cause(p: Pair) -> str:
+    """What the pair's requests themselves prove ("" when they prove nothing about why)."""
+    if p.error.startswith("source "):
+        return p.error
+    if p.error:
+        return (f"the request to {p.target} failed ({p.error[:120]}): check its engine (`p2pctl status`, "
+                "engine.log)")
+    if p.mismatch_tokens:
+        return (f"{p.target} loaded {p.mismatch_tokens:g} token(s) whose KV bytes disagree: a corrupted or "
+                "mis-laid transfer, or the peers' engine.profile differs")
+    if p.cached_tokens >= p.need and p.p2p_loads > 0 and not p.identical:
+        return (f"{p.target} used {p.source}'s KV but answered differently: the engines disagree on the model "
+                "(engine.model_seed, layers, profile)")
+    if p.cached_tokens >= p.need and p.p2p_loads == 0:
+        return f"{p.target} hit its own L1: the prompt was seen there before (rerun with a new --seed)"
+    return ""
+
+
+def pair_cause(verdict: judge.Judgement, about: set[str]) -> str:
+    if verdict.top(about) is not None:
+        return verdict.cause(about)
+    return (verdict.cause(about) + "; look for P2P lookup/load timeouts in the target's server.log "
+            "(`p2pctl diagnose 'zero cached tokens'`)")
