@@ -20,6 +20,7 @@ from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.matrix_plot import cell_text
 from p2p_ops.observe.report import Report, build_report
+from p2p_ops.observe.stats import fmt
 
 LMCACHE_BENCH = "also run the real `lmcache bench engine --workload long-doc-qa`"
 
@@ -167,10 +168,6 @@ def print_matrix(result: MatrixResult) -> None:
         console.print(f"note: {note}", soft_wrap=True)
 
 
-def _fmt_s(v) -> str:
-    return f"{v * 1000:.0f} ms" if isinstance(v, (int, float)) else "-"
-
-
 def print_basic(result: BasicResult) -> None:
     t = table(f"cross-node proof {result.a} -> {result.b}", "check", "result")
     t.add_column("detail", overflow="fold")
@@ -180,7 +177,7 @@ def print_basic(result: BasicResult) -> None:
     n = result.numbers
     nums = table("numbers", "TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
                  "cached tokens on B", "P2P loads on B", "KV bytes pulled")
-    nums.add_row(_fmt_s(n["ttft_cold_a_s"]), _fmt_s(n["ttft_peer_b_s"]), _fmt_s(n["ttft_control_b_s"]),
+    nums.add_row(*(fmt(n[k], "{:.0f} ms", 1000) for k in ("ttft_cold_a_s", "ttft_peer_b_s", "ttft_control_b_s")),
                  str(n["prompt_tokens"]), str(n["cached_tokens_b"]), f"{n['p2p_loads_b']:g}",
                  f"{n['kv_bytes_pulled_b']:,.0f}")
     show(nums)

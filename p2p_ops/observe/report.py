@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, TypeVar
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.observe.records import RequestRecord, read_csv
-from p2p_ops.observe.stats import percentile
+from p2p_ops.observe.stats import fmt, percentile
 
 T = TypeVar("T")
 
@@ -98,17 +98,14 @@ def figure_table(numbers: dict) -> list[str]:
             *(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in numbers.items())]
 
 
-def _fmt(v: Optional[float], scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
-    return "-" if v is None else f"{v * scale:.{digits}f}{suffix}"
-
-
 def _table(rows: list[GroupStats], first: str) -> list[str]:
     out = [f"| {first} | requests | failures | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | req/s | tokens/s | "
            "hit ratio | cross-node req | tokens from peers |", "|" + "---|" * 11]
     for g in rows:
-        out.append(f"| {g.key} | {g.requests} | {g.failures} | {_fmt(g.ttft_p50, 1000)} | {_fmt(g.ttft_p90, 1000)} | "
-                   f"{_fmt(g.ttft_p99, 1000)} | {_fmt(g.req_per_s, 1, 2)} | {_fmt(g.tokens_per_s, 1, 0)} | "
-                   f"{_fmt(g.hit_ratio, 100, 0, '%')} | {g.cross_node_requests} | {g.tokens_from_peers} |")
+        ms = [fmt(v, "{:.0f}", 1000) for v in (g.ttft_p50, g.ttft_p90, g.ttft_p99)]
+        out.append(f"| {g.key} | {g.requests} | {g.failures} | {' | '.join(ms)} | {fmt(g.req_per_s, '{:.2f}')} | "
+                   f"{fmt(g.tokens_per_s, '{:.0f}')} | {fmt(g.hit_ratio, '{:.0f}%', 100)} | "
+                   f"{g.cross_node_requests} | {g.tokens_from_peers} |")
     return out
 
 
@@ -216,8 +213,8 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
     if nb:
         lines += ["", "| instance | KV bytes loaded from LMCache (MiB) | prompt tokens via the KV connector | "
                   "P2P loads by its server |", "|---|---|---|---|"]
-        lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
-                  f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
+        lines += [f"| {k} | {fmt(v['kv_bytes_loaded'], '{:.2f}', 1 / 2**20)} | "
+                  f"{fmt(v['external_tokens'], '{:.0f}')} | {v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
     # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
     from p2p_ops.observe import run_plots as plotting
 

@@ -15,6 +15,7 @@ from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
 
 Progress = Callable[[str], None]
+PHASES = ("before", "during", "after")
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, fl
     fig.sent = len(samples)
     fig.failed = sum(not s.ok for s in samples)
     fig.retried_resets = sum(bool(s.retried) for s in samples)
-    for ph in ("before", "during", "after"):
+    for ph in PHASES:
         in_phase = [s for s in samples if phase_of(s, marks) == ph]
         fig.sent_by_phase[ph] = len(in_phase)
         fig.failed_by_phase[ph] = sum(not s.ok for s in in_phase)

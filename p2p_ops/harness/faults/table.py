@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 from p2p_ops import files
-from p2p_ops.harness.faults.core import FaultOptions, Figures
-
-
-def _s(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.3f}"
+from p2p_ops.harness.faults.core import PHASES, FaultOptions, Figures
+from p2p_ops.observe.stats import fmt
 
 
 def _drained(f: Figures) -> str:
@@ -41,13 +37,13 @@ def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
         if f.skipped:
             lines.append(f"| {f.scenario} | - | - | - | - | - | - | - | - | - | - | - | skipped: {f.skipped} |")
             continue
-        fb = f.failed_by_phase
+        failed = "/".join(str(f.failed_by_phase.get(ph, 0)) for ph in PHASES)
+        seconds = [f.p99_ttft_s.get(ph) for ph in PHASES] + [f.recovered_after_fault_s,
+                                                             f.reregistered_after_restart_s]
         lines.append(
-            f"| {f.scenario} | {f.part} | {f.sent} | {f.failed} ({fb.get('before', 0)}/{fb.get('during', 0)}/"
-            f"{fb.get('after', 0)}) | {_s(f.p99_ttft_s.get('before'))} | {_s(f.p99_ttft_s.get('during'))} | "
-            f"{_s(f.p99_ttft_s.get('after'))} | {_s(f.recovered_after_fault_s)} | "
-            f"{_s(f.reregistered_after_restart_s)} | {'yes' if f.recovered else 'NO'} | {_drained(f)} | "
-            f"{_extra(f)} | {f.note} |")
+            f"| {f.scenario} | {f.part} | {f.sent} | {f.failed} ({failed}) | "
+            f"{' | '.join(fmt(v, '{:.3f}') for v in seconds)} | {'yes' if f.recovered else 'NO'} | "
+            f"{_drained(f)} | {_extra(f)} | {f.note} |")
     return "\n".join(lines) + "\n"
 
 

@@ -15,16 +15,13 @@ from p2p_ops.harness.soak.verdict import Trend, cpu_percent, per_minute
 from p2p_ops.observe import soak_plots
 from p2p_ops.observe.records import write_csv
 from p2p_ops.observe.report import check_table
-
-
-def _n(v: Optional[float], fmt: str = "{:g}") -> str:
-    return "-" if v is None else fmt.format(v)
+from p2p_ops.observe.stats import fmt
 
 
 def _trend_cell(t: Optional[Trend]) -> str:
     if t is None or t.start is None:
         return "-"
-    return f"{t.start:g} → {t.end:g} ({_n(t.slope_per_h, '{:+.1f}')}/h){' **LEAK**' if t.leak else ''}"
+    return f"{t.start:g} → {t.end:g} ({fmt(t.slope_per_h, '{:+.1f}')}/h){' **LEAK**' if t.leak else ''}"
 
 
 def trend_rows(s: Soaked, ts: list[Trend]) -> list[str]:
@@ -34,9 +31,9 @@ def trend_rows(s: Soaked, ts: list[Trend]) -> list[str]:
     for u in s.sampler.units:
         rss = by.get((u.name, "rss_mib"))
         lines.append(f"| {u.name} | {_trend_cell(by.get((u.name, 'anon_mib')))} | "
-                     f"{_n(rss.end if rss else None)} | {_trend_cell(by.get((u.name, 'fds')))} | "
+                     f"{fmt(rss.end if rss else None)} | {_trend_cell(by.get((u.name, 'fds')))} | "
                      f"{_trend_cell(by.get((u.name, 'threads')))} | "
-                     f"{_n(cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s))} |")
+                     f"{fmt(cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s))} |")
     return lines
 
 
@@ -58,8 +55,8 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
     lines += ["", f"Stale P2P work (lookup jobs + L1 read locks, all servers): {_trend_cell(stale)}, window floors "
               f"{stale.windows if stale else '-'}.", "", "## Per minute", "",
               "| minute | requests | failed | p50 TTFT ms | p99 TTFT ms | cached share |", "|---|---|---|---|---|---|"]
-    lines += [f"| {m.minute} | {m.requests} | {m.failed} | {_n(m.ttft_p50_s and m.ttft_p50_s * 1000, '{:.0f}')} | "
-              f"{_n(m.ttft_p99_s and m.ttft_p99_s * 1000, '{:.0f}')} | {_n(m.cached_share)} |"
+    lines += [f"| {m.minute} | {m.requests} | {m.failed} | {fmt(m.ttft_p50_s, '{:.0f}', 1000)} | "
+              f"{fmt(m.ttft_p99_s, '{:.0f}', 1000)} | {fmt(m.cached_share)} |"
               for m in per_minute(s.load.snapshot())]
     return "\n".join(lines) + "\n"
 
