@@ -77,6 +77,12 @@ class Sampler:
                 pass
 
 
+def lookup_timeout_s(ctx: FleetContext) -> float:
+    """A lookup or pull cut off mid-way ends by LMCache's own timeouts at the latest: the longest of them."""
+    return max(max(st.p2p_lookup_timeout, st.p2p_load_timeout)
+               for st in (ctx.fleet.effective_settings(i) for _, i in ctx.fleet.instances()))
+
+
 def wait_drained(ctx: FleetContext, max_seen: int, timeout_s: float = 15.0, baseline: int = 0) -> DrainFigures:
     """After the load stopped: seconds until every server reports no more in flight than at rest before."""
     start = time.monotonic()

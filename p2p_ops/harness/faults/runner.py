@@ -77,10 +77,8 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
         sampler.stop()
         fault.cleanup()
     figures.part = fault.part
-    # A lookup or pull cut off by the fault ends by LMCache's own timeouts at the latest: wait that long.
-    worst = max(max(st.p2p_lookup_timeout, st.p2p_load_timeout)
-                for st in (ctx.fleet.effective_settings(i) for _, i in ctx.fleet.instances()))
-    d = drain.wait_drained(ctx, sampler.max_seen, max(opts.drain_timeout_s, worst + 5), baseline)
+    timeout = max(opts.drain_timeout_s, drain.lookup_timeout_s(ctx) + 5)
+    d = drain.wait_drained(ctx, sampler.max_seen, timeout, baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
     samples = sorted(load.samples, key=lambda s: s.t_start_s)
