@@ -136,6 +136,13 @@ class _Run:
         # The byte-level engine tokenizer makes characters ~ tokens; vLLM tokenizers give fewer tokens.
         return prompts.document(self.opts.seed, zlib.crc32(key.encode()), tokens)
 
+    def warm(self, stage: str, level: int, docs: list[tuple[str, str]], label: str) -> list[int]:
+        """Each (prefix id, document) computed first on an engine in turn; returns the engine of each."""
+        warmers = [next(self.rr) % len(self.engines) for _ in docs]
+        self.run_batch(label, [self.job(f"{stage}-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
+                               for d, w in zip(docs, warmers)], level)
+        return warmers
+
     # ---- stages --------------------------------------------------------------------------------------
     def ladder(self) -> None:
         for level in self.opts.ladder:
@@ -145,10 +152,7 @@ class _Run:
             n_docs = max(1, (n + 1) // 2)
             docs = [(f"L{level}-d{d}", self.doc(f"ladder-{self.opts.seed}-{level}-{d}", self.opts.doc_tokens))
                     for d in range(n_docs)]
-            warmers = [next(self.rr) % len(self.engines) for _ in docs]
-            warm_jobs = [self.job("ladder-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
-                         for d, w in zip(docs, warmers)]
-            self.run_batch(f"ladder c={level}: warm {n_docs} prefixes", warm_jobs, level)
+            warmers = self.warm("ladder", level, docs, f"ladder c={level}: warm {n_docs} prefixes")
             jobs = []
             for k in range(n):
                 d, w = docs[k % n_docs], warmers[k % n_docs]
@@ -159,10 +163,8 @@ class _Run:
     def longdoc(self) -> None:
         o = self.opts
         docs = [(f"D{d}", self.doc(f"longdoc-{o.seed}-{d}", o.longdoc_tokens)) for d in range(o.longdoc_docs)]
-        warmers = [next(self.rr) % len(self.engines) for _ in docs]
-        self.run_batch(f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens",
-                       [self.job("longdoc-warm", o.longdoc_inflight, w, d[1] + prompts.question(0, 0), None, d[0])
-                        for d, w in zip(docs, warmers)], o.longdoc_inflight)
+        warmers = self.warm("longdoc", o.longdoc_inflight, docs,
+                            f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens")
         # Queries interleave documents (like long-doc-qa's "tile" order) so in-flight requests hit several.
         jobs = [self.job("longdoc", o.longdoc_inflight, self.pick(w), d[1] + prompts.question(2, q), w, d[0])
                 for q in range(o.longdoc_queries) for d, w in zip(docs, warmers)]
@@ -172,10 +174,7 @@ class _Run:
     def sustained(self) -> None:
         o = self.opts
         pool = [(f"S{d}", self.doc(f"sustained-{o.seed}-{d}", o.doc_tokens)) for d in range(4)]
-        warmers = [next(self.rr) % len(self.engines) for _ in pool]
-        self.run_batch("sustained: warm 4 shared prefixes",
-                       [self.job("sustained-warm", o.sustained_concurrency, w, d[1] + prompts.question(0, 0), None,
-                                 d[0]) for d, w in zip(pool, warmers)], o.sustained_concurrency)
+        warmers = self.warm("sustained", o.sustained_concurrency, pool, "sustained: warm 4 shared prefixes")
         end = min(time.monotonic() + o.sustained_s, self.deadline)
         counter = itertools.count()
         rng_lock = threading.Lock()
