@@ -32,13 +32,12 @@ from p2p_ops.harness.openai_client import Completion, complete, count_tokens
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.cache_map import l1_manager
+from p2p_ops.observe.monitor import L1_USED, P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import Check, check_table, figure_table
 
-P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
 ENGINE_LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
-SERVER_L1_BYTES = "lmcache_mp_l1_memory_usage_bytes"
 L1_OBJECTS_WAIT_S = 15.0
 
 
@@ -128,7 +127,7 @@ def explain_request(ctx: FleetContext, out_dir: Path, request, prompt: str, comp
 
 def _kv_bytes_per_token(before: list, after: list, objects_before: int, objects_after: int, chunk: int) -> float:
     stored = (objects_after - objects_before) * chunk
-    grown = grew(before, after, SERVER_L1_BYTES)
+    grown = grew(before, after, L1_USED)
     return grown / stored if stored > 0 and grown > 0 else 0.0
 
 

@@ -1,5 +1,7 @@
-"""The load and the figures every fault scenario shares: closed-loop clients that record each request, the
-three phases (before / during / after the fault) and what counts as a failure recompute could have served."""
+"""What every fault scenario shares: what a fault is (`Fault`: inject, hold, restore, cleanup) and the simplest
+one (`Kill`: SIGKILL to a unit's process group, started again on restore), closed-loop clients that record each
+request, the three phases (before / during / after the fault) and what counts as a failure recompute could have
+served."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
+from p2p_ops.errors import BadInput
 from p2p_ops.harness import load, prompts
-from p2p_ops.lifecycle import status
+from p2p_ops.lifecycle import procs, status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
@@ -119,6 +122,47 @@ class Load:
     def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
         """Send one request now (from the caller's thread) and record it."""
         return self.runner.send(load.Job(url, prompt, max_tokens=max_tokens))
+
+
+@dataclass
+class Fault:
+    part: str
+    unreachable_url: str = ""        # an engine no request can reach while the part is broken
+    why_unreachable: str = ""
+    restarted: bool = False          # restore() started a process again (re-registration time is a figure)
+    extra: dict = field(default_factory=dict)
+
+    def inject(self, load: Load, progress: Progress) -> None: ...
+
+    def hold(self, load: Load, opts: FaultOptions, progress: Progress) -> None:
+        time.sleep(opts.hold_s)
+
+    def restore(self, progress: Progress) -> None: ...
+
+    def cleanup(self) -> None:
+        """Whatever happens (also an exception): leave nothing broken."""
+
+    def finish(self, marks: dict[str, float], samples: list[RequestRecord]) -> None:
+        """After the run: the scenario's own figures into `extra` (marks: fault, restart, recovered times)."""
+
+
+class Kill(Fault):
+    def __init__(self, ctx: FleetContext, node, proc: procs.Proc, dead_engine: str = "") -> None:
+        super().__init__(proc.name, dead_engine, "its engine was dead" if dead_engine else "", restarted=True)
+        self.ctx, self.node, self.proc = ctx, node, proc
+
+    def inject(self, load, progress) -> None:
+        [st] = procs.states(self.ctx.conn(self.node), [self.proc])
+        if not st.running or st.pid is None:
+            raise BadInput(f"{self.proc.name} is {st.state}, not running: start the fleet (`p2pctl up`) "
+                           "before a fault test")
+        progress(f"killing {self.proc.name}")
+        self.ctx.conn(self.node).run(f"kill -KILL -- -{int(st.pid)} 2>/dev/null || kill -KILL {int(st.pid)}",
+                                     timeout=15)
+
+    def restore(self, progress) -> None:
+        progress(f"starting {self.proc.name} again")
+        procs.start(self.ctx.conn(self.node), self.proc)
 
 
 def wait_ready(ctx: FleetContext, timeout_s: float) -> Optional[float]:

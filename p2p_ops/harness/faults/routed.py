@@ -20,9 +20,8 @@ import time
 from typing import Optional
 
 from p2p_ops.endpoints import metrics_api
-from p2p_ops.harness.faults.core import Load
+from p2p_ops.harness.faults.core import Kill, Load
 from p2p_ops.observe.records import RequestRecord
-from p2p_ops.harness.faults.fault import Kill
 from p2p_ops.lifecycle.context import FleetContext
 
 SENT = "vllm_router_processed_requests_total"

@@ -26,13 +26,20 @@ from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.faults import netfault
-from p2p_ops.harness.faults.core import FaultOptions, Load
-from p2p_ops.harness.faults.fault import Fault, Kill
-from p2p_ops.harness.faults.fault import inst_a as _a
-from p2p_ops.harness.faults.fault import inst_b as _b
+from p2p_ops.harness.faults.core import Fault, FaultOptions, Kill, Load
 from p2p_ops.harness.faults.routed import RoutedKill
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
+
+
+def _a(ctx: FleetContext):
+    """(node, instance) of the fleet's first instance: A, which warms the shared documents."""
+    return ctx.fleet.instances()[0]
+
+
+def _b(ctx: FleetContext):
+    """(node, instance) of the second instance: B, the one the node faults hit."""
+    return ctx.fleet.instances()[1]
 
 
 class LinkCut(Fault):
