@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 from p2p_ops import files
-from p2p_ops.harness.soak.checks import Check, passed
 from p2p_ops.harness.soak.runner import Soaked
 from p2p_ops.harness.soak.sampler import FIELDS, Row
-from p2p_ops.harness.soak.verdict import Trend, cpu_percent, per_minute
+from p2p_ops.harness.soak.verdict import Check, Trend, cpu_percent, passed, per_minute
 from p2p_ops.observe import soak_plots
 from p2p_ops.observe.records import write_csv
 from p2p_ops.observe.report import check_table
