@@ -28,7 +28,7 @@ from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import Completion, complete, count_tokens
+from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.cache_map import l1_manager
@@ -137,7 +137,7 @@ def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: in
     tried when one is held); `prompt_text` is used as it is (a replay)."""
     model = ctx.fleet.model
     if prompt_text is not None:
-        return prompt_text, count_tokens(url, model, prompt_text)
+        return prompt_text, prompts.count_tokens(url, model, prompt_text)
     for k in range(8):
         text, n = prompts.sized_document(url, model, seed, index + 2 * k, target)
         tokens, _ = engine_api.tokenize(url, model, text)
