@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from p2p_ops import files
+from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
 from p2p_ops.errors import BadInput
+from p2p_ops.observe.monitor import P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, read_csv
 from p2p_ops.observe.stats import fmt, percentile
 
@@ -131,16 +133,6 @@ def _shaped(path: Path, read: Callable[[], T]) -> T:
 
 def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     """Per instance: KV bytes the engine loaded from LMCache and loads its server pulled from peers."""
-    try:
-        before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
-        if not isinstance(before, dict) or not isinstance(after, dict):
-            return {}
-        return _node_bytes(before, after)
-    except (BadInput, *_SHAPE_ERRORS):
-        return {}  # optional evidence: the report stands without it
-
-
-def _node_bytes(before: dict, after: dict) -> dict[str, dict[str, float]]:
     def total(snap: dict, section: str, prefix: str, must: str = "") -> float:
         return sum(v for k, v in (snap.get(section) or {}).items() if k.startswith(prefix) and must in k)
 
@@ -150,12 +142,17 @@ def _node_bytes(before: dict, after: dict) -> dict[str, dict[str, float]]:
             return None  # this engine does not export it (vLLM counts tokens, not bytes)
         return total(a, section, prefix, must) - total(b, section, prefix, must)
 
-    return {inst: {
-        "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-        "external_tokens": delta(inst, "engine_metrics", "vllm:prompt_tokens_by_source_total",
-                                 '"external_kv_transfer"'),
-        "p2p_loads": delta(inst, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"') or 0.0,
-    } for inst in after}
+    try:
+        before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            return {}
+        return {inst: {
+            "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
+            "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
+            "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0,
+        } for inst in after}
+    except (BadInput, *_SHAPE_ERRORS):
+        return {}  # optional evidence: the report stands without it
 
 
 def _basic(run_dir: Path) -> tuple[list[Check], list[str]]:
