@@ -30,6 +30,7 @@ from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe import matrix_plot
+from p2p_ops.observe.monitor import P2P_LOADS
 
 MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
 OP_SECONDS = "p2p_engine_lmcache_op_seconds_sum"
@@ -177,7 +178,7 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
         return basic.grew(before[which], after[which], name, **labels)
 
     pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need,
-                p2p_loads=delta(0, basic.P2P_LOADS, l2_name="p2p"), kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
+                p2p_loads=delta(0, P2P_LOADS, l2_name="p2p"), kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
                 identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, MISMATCH),
                 ttft_ms=r.ttft_s * 1000 if r.ttft_s else None, error=r.error)
     engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
