@@ -84,7 +84,7 @@ class Load:
         self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens,
                                           retry_resets=True, pause_after_failure_s=0.2)
         self._lock = threading.Lock()
-        self._next = 0
+        self.taken = 0
         self._workers: Optional[load.Workers] = None
 
     @property
@@ -104,19 +104,15 @@ class Load:
             self._workers.join()
 
     @property
-    def taken(self) -> int:
-        return self._next
-
-    @property
     def done(self) -> bool:
         return self._workers is None or self._workers.done
 
     def _take(self, _: int) -> Optional[load.Job]:
         with self._lock:
-            if self._next >= self.max_requests or (not self.cycle and self._next >= len(self.jobs)):
+            if self.taken >= self.max_requests or (not self.cycle and self.taken >= len(self.jobs)):
                 return None
-            url, prompt = self.jobs[self._next % len(self.jobs)]
-            self._next += 1
+            url, prompt = self.jobs[self.taken % len(self.jobs)]
+            self.taken += 1
             return load.Job(url, prompt)
 
     def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
@@ -201,7 +197,8 @@ def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, fl
         in_phase = [s for s in samples if phase_of(s, marks) == ph]
         fig.sent_by_phase[ph] = len(in_phase)
         fig.failed_by_phase[ph] = sum(not s.ok for s in in_phase)
-        fig.p99_ttft_s[ph] = rounded(percentile([s.ttft_s for s in in_phase if s.ok and s.ttft_s is not None], 99))
+        p99 = percentile([s.ttft_s for s in in_phase if s.ok], 99)
+        fig.p99_ttft_s[ph] = None if p99 is None else round(p99, 3)
     for s in samples:
         if not s.ok:
             fig.failed_urls[s.url] = fig.failed_urls.get(s.url, 0) + 1
@@ -226,7 +223,3 @@ def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, fl
     if fig.lookups_drained is False:
         notes.append(f"LMCache P2P lookups did not drain: {fig.lookups_inflight_end} still in flight")
     fig.note = "; ".join(notes) or "no failed request"
-
-
-def rounded(v: Optional[float]) -> Optional[float]:
-    return None if v is None else round(v, 3)

@@ -86,14 +86,10 @@ def write_plots(s: Soaked, out_dir: Path) -> list[Path]:
     return [p for p in made if p is not None]
 
 
-def _csv(path: Path, header: tuple[str, ...], lines: list[str]) -> None:
-    files.write_text(path, ",".join(header) + "\n" + "".join(line + "\n" for line in lines))
-
-
 def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Path, fleet: str) -> Path:
     reqs = s.load.snapshot()
     write_csv(out_dir / "requests.csv", reqs)
-    _csv(out_dir / "samples.csv", FIELDS, [r.to_csv() for r in s.sampler.rows])
+    write_csv(out_dir / "samples.csv", s.sampler.rows, FIELDS)
     plots = write_plots(s, out_dir)
     md = soak_markdown(s, checks, ts, fleet) + "".join(f"\n![{p.stem}]({p.name})\n" for p in plots)
     files.write_text(out_dir / "soak.md", md)
