@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from p2p_ops.cli import output
 from p2p_ops.cli.common import done, given, ints, names, running_context, seed, verb, verdict
 from p2p_ops.cli.output import console, heading, progress, say, show, table
+from p2p_ops.diagnose.explain.prompt import from_file
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
@@ -126,14 +127,9 @@ def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int
 def cmd_basic(args: argparse.Namespace) -> int:
     with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
-                           seed=args.seed, progress=progress, prompt_text=_read_prompt(args.prompt_file))
+                           seed=args.seed, progress=progress,
+                           prompt_text=None if args.prompt_file is None else from_file(args.prompt_file).text)
     return done(args, result.to_dict(), lambda: print_basic(result), result.passed)
-
-
-def _read_prompt(path):
-    from p2p_ops.diagnose.explain.prompt import from_file
-
-    return None if path is None else from_file(path).text
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
