@@ -73,11 +73,8 @@ class SlowPeer(Fault):
     def inject(self, load, progress) -> None:
         limit_s = self.opts.docs * 2 * (self.opts.request_timeout_s + 5) + 30  # the node's own undo, a backstop
         self.limit = netfault.rate_limit(self.ctx, self.node, limit_s, self.opts.slow_rate_kbit)
-        self.part = f"{self.node.name}:{self.cut_name()} {self.opts.slow_rate_kbit} kbit/s"
+        self.part = f"{self.node.name}:{self.limit.iface} {self.opts.slow_rate_kbit} kbit/s"
         progress(f"{self.node.name}: {self.limit.what}")
-
-    def cut_name(self) -> str:
-        return self.limit.iface if self.limit else "?"
 
     def hold(self, load, opts, progress) -> None:
         """Fresh documents, computed on A only: B's pull of each crawls through A's limited egress."""
@@ -101,8 +98,6 @@ class SlowPeer(Fault):
     def cleanup(self) -> None:
         if self.limit:
             self.limit.undo()
-
-
 
 
 def eviction_watermark(extra_args: list[str]) -> float:
@@ -191,12 +186,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("peer_server_killed_via_router", lambda ctx, o, seed: _routed(ctx, "server"), via_router=True),
 )}
 
-# What runs without --scenarios: everything this fleet allows (the network faults need SSH nodes).
-DEFAULT = list(SCENARIOS)
-
-
 def parse_scenarios(text: Optional[str]) -> list[str]:
-    names = [s.strip() for s in (text or "").split(",") if s.strip()] or list(DEFAULT)
+    """Without --scenarios: every scenario (the runner skips those this fleet does not allow)."""
+    names = [s.strip() for s in (text or "").split(",") if s.strip()] or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise BadInput(f"--scenarios {','.join(unknown)}: unknown; use any of {', '.join(SCENARIOS)}")
