@@ -140,7 +140,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def print_matrix(result: MatrixResult) -> None:
-    doc = result.to_dict()
     t = table(f"pair matrix ({result.chunks} chunks of {result.chunk_size} tokens"
               + (f", profile {result.profile}" if result.profile else "") + "): rows computed, columns pulled",
               "source \\ target")
@@ -157,7 +156,7 @@ def print_matrix(result: MatrixResult) -> None:
     for p in result.pairs:
         if not p.ok and not p.skipped:
             console.print(f"[red]{p.source} -> {p.target}:[/red] {p.cause or p.error}", soft_wrap=True)
-    c = doc["counts"]
+    c = result.counts
     console.print(f"{verdict(result.passed)} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap "
                   f"and table in {result.run_dir}", soft_wrap=True)
     for note in result.notes:

@@ -23,6 +23,6 @@ def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
-def fmt(v: Optional[float], spec: str = "{:g}", scale: float = 1.0) -> str:
-    """A figure in a table cell, `scale`d: "-" when there is none."""
-    return "-" if v is None else spec.format(v * scale)
+def fmt(v: Optional[float], spec: str = "{:g}", scale: float = 1.0, none: str = "-") -> str:
+    """A figure in a table cell, `scale`d: `none` when there is none."""
+    return none if v is None else spec.format(v * scale)
