@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
@@ -63,17 +64,10 @@ class Check:
 def stage_checks(records: list[RequestRecord]) -> list[Check]:
     """A stage passes when nothing failed and, where prefixes crossed nodes, the other node got cache hits."""
     checks = []
-    stages = []
-    for r in records:
-        base = r.stage.removesuffix("-warm")
-        if base not in stages:
-            stages.append(base)
-    for st in stages:
+    for st in dict.fromkeys(r.stage.removesuffix("-warm") for r in records):
         recs = [r for r in records if r.stage.removesuffix("-warm") == st]
         failed = [r for r in recs if not r.ok]
-        by_node: dict[str, int] = {}
-        for r in failed:
-            by_node[r.instance] = by_node.get(r.instance, 0) + 1
+        by_node = Counter(r.instance for r in failed)
         checks.append(Check(f"{st}: no failed requests", not failed,
                                 f"{len(failed)} of {len(recs)} failed"
                                 + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(by_node.items()))})" if failed else "")))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
@@ -199,9 +200,7 @@ def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, fl
         fig.failed_by_phase[ph] = sum(not s.ok for s in in_phase)
         p99 = percentile([s.ttft_s for s in in_phase if s.ok], 99)
         fig.p99_ttft_s[ph] = None if p99 is None else round(p99, 3)
-    for s in samples:
-        if not s.ok:
-            fig.failed_urls[s.url] = fig.failed_urls.get(s.url, 0) + 1
+    fig.failed_urls = dict(Counter(s.url for s in samples if not s.ok))
     # Only while the part was broken: afterwards that engine is back and every request must succeed.
     excused = [s for s in samples if not s.ok and unreachable_url and s.url == unreachable_url
                and phase_of(s, marks) == "during"]
