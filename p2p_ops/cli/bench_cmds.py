@@ -113,20 +113,13 @@ def register_peers(bsub: argparse._SubParsersAction) -> None:
                                                 "--running <run>/tests/<UTC time>-peers)")
 
 
-def peers_options(args: argparse.Namespace):
-    from p2p_ops.bench.peers import PeersOptions
-
-    sizes = tuple(ints(args.nodes, "--nodes", "give fleet sizes, e.g. 2,4,8"))
-    opts = PeersOptions(repeats=args.repeats, chunks=args.chunks, seed=args.seed, sizes=sizes)
-    opts.validate()
-    return opts
-
-
 def cmd_peers(args: argparse.Namespace) -> int:
     from p2p_ops.bench import peers
     from p2p_ops.observe.peers_plot import fleet_line
 
-    opts = peers_options(args)
+    sizes = tuple(ints(args.nodes, "--nodes", "give fleet sizes, e.g. 2,4,8"))
+    opts = peers.PeersOptions(repeats=args.repeats, chunks=args.chunks, seed=args.seed, sizes=sizes)
+    opts.validate()
     if args.running:
         _only_with(args, "--port-offset", "without --running", "a running fleet's ports are in its fleet.yaml")
         with context(args) as ctx:

@@ -33,6 +33,7 @@ from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.crossover import CrossoverRow, measure
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.free_ports import choose
+from p2p_ops.observe.stats import fmt
 from p2p_ops.spec.starter import local_fleet
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
@@ -94,17 +95,13 @@ def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: 
     return 0 if result.passed else 1
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
-
-
 def _summary(result: BasicResult, row: CrossoverRow | None, stamps: dict[str, float], total: float) -> None:
     n = result.numbers
     t = table(f"demo summary: TTFT on node B, median of {REPEATS}, after one warm-up pull", "prompt tokens",
               "pulled from A", "recomputed on B", "speed-up", "cached tokens on B", "KV bytes pulled", "P2P loads",
               "result")
-    pulled = _ms(row.ttft_pulled_b_s) if row else "-"
-    recompute = _ms(row.ttft_recompute_b_s) if row else "-"
+    pulled = fmt(row and row.ttft_pulled_b_s, "{:.0f} ms", 1000)
+    recompute = fmt(row and row.ttft_recompute_b_s, "{:.0f} ms", 1000)
     speed = f"{row.speedup:.1f}x" if row and row.ttft_pulled_b_s else "-"
     t.add_row(str(n["prompt_tokens"]), pulled, recompute, speed, f"{n['cached_tokens_b']} / {n['prompt_tokens']}",
               f"{n['kv_bytes_pulled_b'] / 2**20:.2f} MiB", f"{n['p2p_loads_b']:g}",

@@ -110,7 +110,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     off = args.port_offset
     base = default_base(off)
     vllm = vllm_paths(out, args.model_path, args.vllm_venv)
-    budget = _memory_budget(args)
+    if args.memory_budget is not None and args.memory_budget <= 0:
+        raise BadInput(f"--memory-budget {args.memory_budget}: give the GiB the fleet may use, e.g. 8")
+    budget = args.memory_budget if args.memory_budget is not None else box_budget_gib()
     data = local_fleet(args.local, name=args.name, base=base, runtime=args.runtime, vllm=vllm,
                        cpu_count=os.cpu_count() or 1, profile=args.profile, memory_budget_gib=budget)
     check_local_base(base, args.local, off)
@@ -123,12 +125,6 @@ def cmd_init(args: argparse.Namespace) -> int:
                        "notes": missing},
                 [f"wrote {out}: fleet {args.name!r}, {args.local} node(s), runtime {args.runtime}", sized,
                  *(f"note: {note}" for note in missing)])
-
-
-def _memory_budget(args: argparse.Namespace):
-    if args.memory_budget is not None and args.memory_budget <= 0:
-        raise BadInput(f"--memory-budget {args.memory_budget}: give the GiB the fleet may use, e.g. 8")
-    return args.memory_budget if args.memory_budget is not None else box_budget_gib()
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -20,17 +20,6 @@ PIPE_WIDTH = 100_000
 _opts = {"no_color": False, "quiet": False}
 
 
-def _make(stderr: bool) -> Console:
-    stream = sys.stderr if stderr else sys.stdout
-    plain = _opts["no_color"] or "NO_COLOR" in os.environ
-    kwargs = {}
-    if not stream.isatty():
-        kwargs["width"] = PIPE_WIDTH
-    if plain:
-        kwargs["color_system"] = None
-    return Console(stderr=stderr, highlight=False, **kwargs)
-
-
 class _Lazy:
     """A Console built at first use, after `configure()` read the global flags."""
 
@@ -40,7 +29,10 @@ class _Lazy:
 
     def get(self) -> Console:
         if self._console is None:
-            self._console = _make(self._stderr)
+            kwargs = {} if (sys.stderr if self._stderr else sys.stdout).isatty() else {"width": PIPE_WIDTH}
+            if _opts["no_color"] or "NO_COLOR" in os.environ:
+                kwargs["color_system"] = None
+            self._console = Console(stderr=self._stderr, highlight=False, **kwargs)
         return self._console
 
     def __getattr__(self, name):

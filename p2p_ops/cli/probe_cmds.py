@@ -51,8 +51,8 @@ def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str
     for n in todo.values():
         progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv + pip; this takes minutes)")
     results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in todo else None) if todo else {}
-    outcome = {name: results.get(name) for name in todo}
-    return {name: f"error: {res}" if isinstance(res, Exception) else str(res) for name, res in outcome.items()}
+    return {name: f"error: {res}" if isinstance(res, Exception) else str(res)
+            for name, res in ((name, results.get(name)) for name in todo)}
 
 
 def _fmt_bytes(n: int | None) -> str:

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from p2p_ops.cli import output
 from p2p_ops.cli.common import done, given, ints, names, running_context, seed, verb, verdict
 from p2p_ops.cli.output import console, heading, progress, say, show, table
+from p2p_ops.diagnose.explain.prompt import from_file
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
@@ -20,6 +21,7 @@ from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.matrix_plot import cell_text
 from p2p_ops.observe.report import Report, build_report
+from p2p_ops.observe.stats import fmt
 
 LMCACHE_BENCH = "also run the real `lmcache bench engine --workload long-doc-qa`"
 
@@ -125,14 +127,9 @@ def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int
 def cmd_basic(args: argparse.Namespace) -> int:
     with running_context(args) as ctx:
         result = run_basic(ctx, a=args.a, b=args.b, chunks=args.chunks, max_tokens=args.max_tokens,
-                           seed=args.seed, progress=progress, prompt_text=_read_prompt(args.prompt_file))
+                           seed=args.seed, progress=progress,
+                           prompt_text=None if args.prompt_file is None else from_file(args.prompt_file).text)
     return done(args, result.to_dict(), lambda: print_basic(result), result.passed)
-
-
-def _read_prompt(path):
-    from p2p_ops.diagnose.explain.prompt import from_file
-
-    return None if path is None else from_file(path).text
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -143,7 +140,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def print_matrix(result: MatrixResult) -> None:
-    doc = result.to_dict()
     t = table(f"pair matrix ({result.chunks} chunks of {result.chunk_size} tokens"
               + (f", profile {result.profile}" if result.profile else "") + "): rows computed, columns pulled",
               "source \\ target")
@@ -160,15 +156,11 @@ def print_matrix(result: MatrixResult) -> None:
     for p in result.pairs:
         if not p.ok and not p.skipped:
             console.print(f"[red]{p.source} -> {p.target}:[/red] {p.cause or p.error}", soft_wrap=True)
-    c = doc["counts"]
+    c = result.counts
     console.print(f"{verdict(result.passed)} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap "
                   f"and table in {result.run_dir}", soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {note}", soft_wrap=True)
-
-
-def _fmt_s(v) -> str:
-    return f"{v * 1000:.0f} ms" if isinstance(v, (int, float)) else "-"
 
 
 def print_basic(result: BasicResult) -> None:
@@ -180,7 +172,7 @@ def print_basic(result: BasicResult) -> None:
     n = result.numbers
     nums = table("numbers", "TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
                  "cached tokens on B", "P2P loads on B", "KV bytes pulled")
-    nums.add_row(_fmt_s(n["ttft_cold_a_s"]), _fmt_s(n["ttft_peer_b_s"]), _fmt_s(n["ttft_control_b_s"]),
+    nums.add_row(*(fmt(n[k], "{:.0f} ms", 1000) for k in ("ttft_cold_a_s", "ttft_peer_b_s", "ttft_control_b_s")),
                  str(n["prompt_tokens"]), str(n["cached_tokens_b"]), f"{n['p2p_loads_b']:g}",
                  f"{n['kv_bytes_pulled_b']:,.0f}")
     show(nums)

@@ -25,27 +25,20 @@ from p2p_ops import files
 from p2p_ops.diagnose import explain, judge
 from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import Completion, complete, count_tokens
+from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
-from p2p_ops.harness.stress import snapshot
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.cache_map import l1_manager
+from p2p_ops.observe.monitor import L1_USED, P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, write_csv
+from p2p_ops.observe.report import Check, check_table, figure_table
 
-P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
 ENGINE_LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
-SERVER_L1_BYTES = "lmcache_mp_l1_memory_usage_bytes"
-# vLLM's own account of where prompt tokens came from; "external_kv_transfer" = through its KV connector.
-VLLM_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
+L1_OBJECTS_WAIT_S = 15.0
 
 
 @dataclass
@@ -83,27 +76,59 @@ def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
     return (na, ia), (nb, ib)
 
 
-def _l1_objects(status: lmcache_api.ServerStatus) -> int:
-    sm = status.raw.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
-    return int(l1.get("total_object_count") or 0)
+def l1_objects(server_url: str) -> int:
+    return int(l1_manager(lmcache_api.server_status(server_url).raw).get("total_object_count") or 0)
+
+
+def wait_l1_objects(server_url: str, wanted: int, until: float) -> None:
+    """The engine stores its chunks as part of the request; a peer asked before they land would miss."""
+    while time.monotonic() < until and l1_objects(server_url) < wanted:
+        time.sleep(0.1)
+
+
+def grew(before: list, after: list, name: str, **labels: str) -> float:
+    """How much a metric rose between two scrapes."""
+    return metrics_api.metric_sum(after, name, **labels) - metrics_api.metric_sum(before, name, **labels)
+
+
+def snapshot(ctx: FleetContext) -> dict:
+    """/status of every server and the metrics of every server and engine, for before/after evidence."""
+    def metrics(url: str, prefixes: tuple[str, ...]) -> dict:
+        return {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v for n, lab, v in metrics_api.scrape(url)
+                if n.startswith(prefixes)}
+
+    out = {}
+    for node, inst in ctx.fleet.instances():
+        st = lmcache_api.server_status(ctx.server_url(node, inst))
+        out[inst.id] = {"status": st.raw if st.reachable else None,
+                        "server_metrics": metrics(ctx.server_url(node, inst), ("lmcache_mp_",)),
+                        "engine_metrics": metrics(ctx.engine_url(node, inst), ("vllm:", "p2p_engine_"))}
+    return out
+
+
+def write_prompts(out_dir: Path, rows: list[dict]) -> None:
+    """prompts.jsonl: what `p2pctl explain --run` and a replay read."""
+    files.write_text(out_dir / PROMPTS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def explain_request(ctx: FleetContext, out_dir: Path, request, prompt: str, computed_on: str,
+                    instance: str) -> tuple[dict, Optional[explain.Explanation]]:
+    """explain's verdict on `instance` for a request of this run that was not served from cache."""
+    spec = explain.PromptSpec(f"request {request} of {out_dir.name}", text=prompt, computed_on=computed_on,
+                              run=str(out_dir))
+    try:
+        ex = explain.run(ctx, spec, [instance])
+    except Exception as exc:  # noqa: BLE001 - the run's own verdict must survive a failing explanation
+        return {"error": f"{type(exc).__name__}: {exc}"}, None
+    n = ex.nodes[0] if ex.nodes else None
+    return {"instance": instance, "strip": n.strip if n else "", "verdict": n.verdict if n else "",
+            "reasons": n.reasons if n else []}, ex
 
 
 def _kv_bytes_per_token(before: list, after: list, objects_before: int, objects_after: int, chunk: int) -> float:
     stored = (objects_after - objects_before) * chunk
-    grown = metrics_api.metric_sum(after, SERVER_L1_BYTES) - metrics_api.metric_sum(before, SERVER_L1_BYTES)
+    grown = grew(before, after, L1_USED)
     return grown / stored if stored > 0 and grown > 0 else 0.0
-
-
-def _build_prompt(engine_url: str, model: str, seed: int, index: int, target_tokens: int) -> tuple[str, int]:
-    chars = target_tokens
-    for _ in range(6):
-        text = prompts.document(seed, index, chars)
-        n = count_tokens(engine_url, model, text)
-        if n >= target_tokens:
-            return text, n
-        chars = int(chars * target_tokens / max(n, 1)) + 64
-    raise RuntimeError(f"could not build a prompt of {target_tokens} tokens")
 
 
 def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: int,
@@ -112,9 +137,9 @@ def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: in
     tried when one is held); `prompt_text` is used as it is (a replay)."""
     model = ctx.fleet.model
     if prompt_text is not None:
-        return prompt_text, count_tokens(url, model, prompt_text)
+        return prompt_text, prompts.count_tokens(url, model, prompt_text)
     for k in range(8):
-        text, n = _build_prompt(url, model, seed, index + 2 * k, target)
+        text, n = prompts.sized_document(url, model, seed, index + 2 * k, target)
         tokens, _ = engine_api.tokenize(url, model, text)
         held = lmcache_api.directory_held_chunks(ctx.fleet.coordinator_url, model, tokens) if tokens else None
         if not held:
@@ -152,15 +177,12 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     files.write_json(out_dir / "status_before.json", snapshot(ctx))
     before = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
     t0 = time.monotonic()
-    a_objects_before = _l1_objects(st_a)
+    a_objects_before = l1_objects(a_srv)
 
     progress(f"request 1: prompt to {ia.id} (cold)")
     starts = [time.monotonic() - t0]
     r_a = complete(a_url, model, prompt, max_tokens)
-    # The engine stores its new chunks as part of the request; wait until A's L1 shows them (bounded).
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _l1_objects(lmcache_api.server_status(a_srv)) < a_objects_before + chunks:
-        time.sleep(0.2)
+    wait_l1_objects(a_srv, a_objects_before + chunks, time.monotonic() + L1_OBJECTS_WAIT_S)
     progress(f"request 2: same prompt to {ib.id} (its cache never saw it)")
     starts.append(time.monotonic() - t0)
     r_b = complete(b_url, model, prompt, max_tokens)
@@ -173,15 +195,15 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     after = {"a": metrics_api.scrape(a_srv), "b": metrics_api.scrape(b_srv), "b_engine": metrics_api.scrape(b_url)}
 
     def delta(which: str, name: str, **labels: str) -> float:
-        return metrics_api.metric_sum(after[which], name, **labels) - metrics_api.metric_sum(before[which], name, **labels)
+        return grew(before[which], after[which], name, **labels)
 
     p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
     vllm = ctx.fleet.runtime == "vllm"
     # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
     # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
-    kv_bytes = (peer_hit_tokens * _kv_bytes_per_token(before["a"], after["a"], a_objects_before,
-                                                      _l1_objects(lmcache_api.server_status(a_srv)), chunk)
+    kv_bytes = (peer_hit_tokens * _kv_bytes_per_token(before["a"], after["a"], a_objects_before, l1_objects(a_srv),
+                                                      chunk)
                 if vllm else delta("b_engine", ENGINE_LOADED_BYTES))
     need = (chunks - 1) * chunk
 
@@ -199,11 +221,11 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         Check(f"control prompt computed cold on {ib.id}", r_c.ok and r_c.cached_tokens == 0,
               f"cached_tokens={r_c.cached_tokens}"),
     ]
-    external = delta("b_engine", VLLM_TOKENS_BY_SOURCE, source="external_kv_transfer") if vllm else None
+    external = delta("b_engine", TOKENS_BY_SOURCE, source="external_kv_transfer") if vllm else None
     if vllm:
         # cached_tokens also counts vLLM's own prefix cache; this proves the tokens came through LMCache.
         checks.insert(3, Check(f"{ib.id}'s vLLM took the prefix through its KV connector", external >= need,
-                               f'{VLLM_TOKENS_BY_SOURCE}{{source="external_kv_transfer"}} rose by {external:g}'))
+                               f'{TOKENS_BY_SOURCE}{{source="external_kv_transfer"}} rose by {external:g}'))
     passed = all(c.ok for c in checks)
     numbers = {
         "prompt_tokens": r_b.prompt_tokens or n_prompt,
@@ -250,22 +272,18 @@ def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_sou
         records.append(RequestRecord("basic", 1, inst.id, node.name, warmer, rid, round(t, 4), c.prompt_tokens,
                                      c.cached_tokens, c.completion_tokens, c.ttft_s if c.ok else None, c.e2e_s,
                                      c.ok, c.error[:200]))
-    files.write_text(out_dir / PROMPTS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    write_prompts(out_dir, rows)
     write_csv(out_dir / "requests.csv", records)
 
 
 def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str, target: str) -> dict:
-    """explain's verdict for one request that was not served from cache, saved next to the run's results."""
-    spec = explain.PromptSpec(f"request b of {out_dir.name}", text=prompt, computed_on=computed_on, run=str(out_dir))
-    try:
-        ex = explain.run(ctx, spec, [target])
-    except Exception as exc:  # noqa: BLE001 - the proof's own verdict must survive a failing explanation
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    files.write_json(out_dir / "explain.json", ex.to_dict())
-    files.write_text(out_dir / "explain.txt", "\n".join(explain.render_text(ex)) + "\n")
-    node = ex.nodes[0] if ex.nodes else None
-    return {"instance": target, "strip": node.strip if node else "", "verdict": node.verdict if node else "",
-            "reasons": node.reasons if node else [], "differences": ex.differences}
+    """explain's verdict for B, saved next to the proof's results."""
+    found, ex = explain_request(ctx, out_dir, "b", prompt, computed_on, target)
+    if ex is not None:
+        files.write_json(out_dir / "explain.json", ex.to_dict())
+        files.write_text(out_dir / "explain.txt", "\n".join(explain.render_text(ex)) + "\n")
+        found["differences"] = ex.differences
+    return found
 
 
 def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
@@ -282,13 +300,9 @@ def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Comple
 
 def write_result(out_dir: Path, result: BasicResult) -> None:
     files.write_json(out_dir / "result.json", result.to_dict())
-    n = result.numbers
     lines = [f"# Cross-node proof: {'PASS' if result.passed else 'FAIL'}", "",
-             f"A = `{result.a}`, B = `{result.b}`, {result.chunks} chunks of {result.chunk_size} tokens", ""]
-    lines += ["| check | result | detail |", "|---|---|---|"]
-    lines += [f"| {c.name} | {'PASS' if c.ok else 'FAIL'} | {c.detail} |" for c in result.checks]
-    lines += ["", "| figure | value |", "|---|---|"]
-    lines += [f"| {k} | {v if not isinstance(v, float) else f'{v:.4g}'} |" for k, v in n.items()]
+             f"A = `{result.a}`, B = `{result.b}`, {result.chunks} chunks of {result.chunk_size} tokens", "",
+             *check_table(result.checks), "", *figure_table(result.numbers)]
     if result.likely_cause:
         lines += ["", f"**Likely cause:** {result.likely_cause}"]
     if result.explain.get("strip"):

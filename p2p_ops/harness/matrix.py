@@ -7,7 +7,10 @@ peer that can serve it, and pair S -> T passes when T served every full chunk fr
 P2P load, T answered exactly as S did, and T's engine found no byte of the loaded KV out of place.
 
 One mis-advertised URL or one blocked port breaks some pairs while the rest pass: failing pairs get a likely
-cause (`matrix_causes`). The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
+cause. What the pair's own requests showed comes first (the request failed, the answer differed, a hit on the
+target's own L1); everything about the fleet (registration, advertised URLs, peer lists, reachability, must-agree
+settings) is the one judge's (`diagnose.judge`), read once for all failing pairs and narrowed to the pair's two
+instances and nodes. The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
 never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/s), a heatmap and JSON.
 """
 
@@ -19,19 +22,18 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import files
+from p2p_ops.diagnose import judge
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
-from p2p_ops.harness import matrix_causes, prompts
+from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe import matrix_plot
+from p2p_ops.observe.monitor import P2P_LOADS
 
-P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
-LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
 MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
 OP_SECONDS = "p2p_engine_lmcache_op_seconds_sum"
-SERVER_L1_OBJECTS_WAIT_S = 15.0
 
 
 @dataclass
@@ -123,7 +125,7 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
     failing = [p for p in pairs if not p.ok and not p.skipped]
     if failing:
         progress(f"{len(failing)} pair(s) failed: gathering likely causes")
-        matrix_causes.explain(ctx, failing)
+        explain_failing(ctx, failing)
     result = MatrixResult(not any(not p.ok for p in pairs), [i.id for _, i in insts], pairs, chunk, chunks,
                           time.monotonic() - started, max_seconds,
                           profile=ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else "")
@@ -143,14 +145,15 @@ def _from_source(ctx: FleetContext, src, targets, chunk: int, chunks: int, max_t
     src_url, src_srv = ctx.engine_url(ns, is_), ctx.server_url(ns, is_)
     prompt, n = prompts.sized_document(src_url, model, seed, index, chunks * chunk + chunk // 2)
     need = (n - 1) // chunk * chunk
-    objects = _l1_objects(src_srv)
+    objects = basic.l1_objects(src_srv)
     progress(f"{is_.id}: computing a fresh {n}-token prefix ({need // chunk} chunks to pull)")
     cold = complete(src_url, model, prompt, max_tokens, timeout=_left(deadline))
     if not cold.ok or cold.cached_tokens:
         why = cold.error or f"it reported {cold.cached_tokens} cached tokens for a fresh prompt"
         return [Pair(is_.id, t[1].id, need=need, error=f"source {is_.id} could not compute the prefix cold: {why}")
                 for t in targets]
-    _wait_objects(src_srv, objects + need // chunk, min(deadline, time.monotonic() + SERVER_L1_OBJECTS_WAIT_S))
+    until = min(deadline, time.monotonic() + basic.L1_OBJECTS_WAIT_S)
+    basic.wait_l1_objects(src_srv, objects + need // chunk, until)
     out = []
     for nt, it in targets:
         if time.monotonic() > deadline:
@@ -172,13 +175,12 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
     after = (metrics_api.scrape(t_srv), metrics_api.scrape(t_url))
 
     def delta(which: int, name: str, **labels: str) -> float:
-        return metrics_api.metric_sum(after[which], name, **labels) - metrics_api.metric_sum(before[which], name,
-                                                                                            **labels)
+        return basic.grew(before[which], after[which], name, **labels)
 
-    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=delta(0, P2P_LOADS, l2_name="p2p"),
-                identical=r.ok and bool(cold.text) and r.text == cold.text, kv_bytes=delta(1, LOADED_BYTES),
-                mismatch_tokens=delta(1, MISMATCH), ttft_ms=r.ttft_s * 1000 if r.ttft_s else None,
-                error=r.error)
+    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need,
+                p2p_loads=delta(0, P2P_LOADS, l2_name="p2p"), kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
+                identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, MISMATCH),
+                ttft_ms=r.ttft_s * 1000 if r.ttft_s else None, error=r.error)
     engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
     if engine_pull > 0:
         pair.pull_ms, pair.pull_measure = engine_pull * 1000, "engine lookup + retrieve"
@@ -193,18 +195,6 @@ def _left(deadline: float) -> float:
     return max(5.0, min(120.0, deadline - time.monotonic()))
 
 
-def _l1_objects(server_url: str) -> int:
-    sm = lmcache_api.server_status(server_url).raw.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
-    return int(l1.get("total_object_count") or 0)
-
-
-def _wait_objects(server_url: str, wanted: int, until: float) -> None:
-    """The engine stores its chunks as part of the request; a peer asked before they land would miss."""
-    while time.monotonic() < until and _l1_objects(server_url) < wanted:
-        time.sleep(0.1)
-
-
 def write_result(out_dir: Path, result: MatrixResult) -> None:
     files.write_json(out_dir / "result.json", result.to_dict())
     files.write_text(out_dir / "summary.md", matrix_plot.markdown(result.to_dict()))
@@ -213,3 +203,41 @@ def write_result(out_dir: Path, result: MatrixResult) -> None:
     except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
         result.notes.append(f"heatmap failed: {exc!r}")
         files.write_json(out_dir / "result.json", result.to_dict())
+
+
+def explain_failing(ctx: FleetContext, failing: list[Pair]) -> None:
+    """Fill `cause` of every failing pair (in place)."""
+    verdict: Optional[judge.Judgement] = None
+    for pair in failing:
+        pair.cause = request_cause(pair)
+        if pair.cause:
+            continue
+        if verdict is None:
+            verdict = judge.judge(ctx)
+        about = {pair.source, pair.target} | {ctx.fleet.instance(i)[0].name for i in (pair.source, pair.target)}
+        pair.cause = pair_cause(verdict, about)
+
+
+def request_cause(p: Pair) -> str:
+    """What the pair's requests themselves prove ("" when they prove nothing about why)."""
+    if p.error.startswith("source "):
+        return p.error
+    if p.error:
+        return (f"the request to {p.target} failed ({p.error[:120]}): check its engine (`p2pctl status`, "
+                "engine.log)")
+    if p.mismatch_tokens:
+        return (f"{p.target} loaded {p.mismatch_tokens:g} token(s) whose KV bytes disagree: a corrupted or "
+                "mis-laid transfer, or the peers' engine.profile differs")
+    if p.cached_tokens >= p.need and p.p2p_loads > 0 and not p.identical:
+        return (f"{p.target} used {p.source}'s KV but answered differently: the engines disagree on the model "
+                "(engine.model_seed, layers, profile)")
+    if p.cached_tokens >= p.need and p.p2p_loads == 0:
+        return f"{p.target} hit its own L1: the prompt was seen there before (rerun with a new --seed)"
+    return ""
+
+
+def pair_cause(verdict: judge.Judgement, about: set[str]) -> str:
+    if verdict.top(about) is not None:
+        return verdict.cause(about)
+    return (verdict.cause(about) + "; look for P2P lookup/load timeouts in the target's server.log "
+            "(`p2pctl diagnose 'zero cached tokens'`)")

@@ -16,8 +16,6 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 from urllib.parse import urlsplit
 
-import requests
-
 from p2p_ops.endpoints import auth
 
 _local = threading.local()
@@ -117,11 +115,3 @@ def _streamed(url: str, resp: http.client.HTTPResponse, start: float) -> Complet
 def _usage(usage: dict) -> dict:
     return {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0),
             "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0}
-
-
-def count_tokens(engine_url: str, model: str, text: str) -> int:
-    resp = requests.post(engine_url.rstrip("/") + "/tokenize", json={"model": model, "prompt": text}, timeout=30,
-                         headers=auth.headers(engine_url))
-    resp.raise_for_status()
-    data = resp.json()
-    return int(data.get("count", len(data.get("tokens", []))))

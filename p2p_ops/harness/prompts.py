@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from p2p_ops.harness.openai_client import count_tokens
+from p2p_ops.endpoints import engine_api
 
 _WORDS = ("cache prefix node peer chunk token layer head attention transfer fleet server engine router "
           "memory latency bandwidth replica shard batch queue kernel tensor vector matrix model weight "
@@ -29,6 +29,13 @@ def document(seed: int, index: int, approx_chars: int) -> str:
 def question(seed: int, index: int) -> str:
     rng = random.Random(f"q:{seed}:{index}")
     return f"\nQuestion {index}: which {rng.choice(_WORDS)} comes after the {rng.choice(_WORDS)}? Answer:"
+
+
+def count_tokens(engine_url: str, model: str, text: str) -> int:
+    tokens, why = engine_api.tokenize(engine_url, model, text)
+    if tokens is None:
+        raise RuntimeError(why)
+    return len(tokens)
 
 
 def sized_document(engine_url: str, model: str, seed: int, index: int, target_tokens: int) -> tuple[str, int]:

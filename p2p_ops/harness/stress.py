@@ -7,7 +7,6 @@ so cross-node pulls happen under load. Every request is recorded; every loop is 
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import threading
 import time
@@ -17,11 +16,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.diagnose import explain
-from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
-from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
+from p2p_ops.harness.basic import explain_request, snapshot, write_prompts
 from p2p_ops.harness.load import Job, Load, jobs_of
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord, write_csv
@@ -139,6 +136,13 @@ class _Run:
         # The byte-level engine tokenizer makes characters ~ tokens; vLLM tokenizers give fewer tokens.
         return prompts.document(self.opts.seed, zlib.crc32(key.encode()), tokens)
 
+    def warm(self, stage: str, level: int, docs: list[tuple[str, str]], label: str) -> list[int]:
+        """Each (prefix id, document) computed first on an engine in turn; returns the engine of each."""
+        warmers = [next(self.rr) % len(self.engines) for _ in docs]
+        self.run_batch(label, [self.job(f"{stage}-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
+                               for d, w in zip(docs, warmers)], level)
+        return warmers
+
     # ---- stages --------------------------------------------------------------------------------------
     def ladder(self) -> None:
         for level in self.opts.ladder:
@@ -148,10 +152,7 @@ class _Run:
             n_docs = max(1, (n + 1) // 2)
             docs = [(f"L{level}-d{d}", self.doc(f"ladder-{self.opts.seed}-{level}-{d}", self.opts.doc_tokens))
                     for d in range(n_docs)]
-            warmers = [next(self.rr) % len(self.engines) for _ in docs]
-            warm_jobs = [self.job("ladder-warm", level, w, d[1] + prompts.question(0, 0), None, d[0])
-                         for d, w in zip(docs, warmers)]
-            self.run_batch(f"ladder c={level}: warm {n_docs} prefixes", warm_jobs, level)
+            warmers = self.warm("ladder", level, docs, f"ladder c={level}: warm {n_docs} prefixes")
             jobs = []
             for k in range(n):
                 d, w = docs[k % n_docs], warmers[k % n_docs]
@@ -162,10 +163,8 @@ class _Run:
     def longdoc(self) -> None:
         o = self.opts
         docs = [(f"D{d}", self.doc(f"longdoc-{o.seed}-{d}", o.longdoc_tokens)) for d in range(o.longdoc_docs)]
-        warmers = [next(self.rr) % len(self.engines) for _ in docs]
-        self.run_batch(f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens",
-                       [self.job("longdoc-warm", o.longdoc_inflight, w, d[1] + prompts.question(0, 0), None, d[0])
-                        for d, w in zip(docs, warmers)], o.longdoc_inflight)
+        warmers = self.warm("longdoc", o.longdoc_inflight, docs,
+                            f"longdoc: warm {len(docs)} docs of ~{o.longdoc_tokens} tokens")
         # Queries interleave documents (like long-doc-qa's "tile" order) so in-flight requests hit several.
         jobs = [self.job("longdoc", o.longdoc_inflight, self.pick(w), d[1] + prompts.question(2, q), w, d[0])
                 for q in range(o.longdoc_queries) for d, w in zip(docs, warmers)]
@@ -175,10 +174,7 @@ class _Run:
     def sustained(self) -> None:
         o = self.opts
         pool = [(f"S{d}", self.doc(f"sustained-{o.seed}-{d}", o.doc_tokens)) for d in range(4)]
-        warmers = [next(self.rr) % len(self.engines) for _ in pool]
-        self.run_batch("sustained: warm 4 shared prefixes",
-                       [self.job("sustained-warm", o.sustained_concurrency, w, d[1] + prompts.question(0, 0), None,
-                                 d[0]) for d, w in zip(pool, warmers)], o.sustained_concurrency)
+        warmers = self.warm("sustained", o.sustained_concurrency, pool, "sustained: warm 4 shared prefixes")
         end = min(time.monotonic() + o.sustained_s, self.deadline)
         counter = itertools.count()
         rng_lock = threading.Lock()
@@ -201,23 +197,6 @@ class _Run:
         wall = self.load.run(next_job, o.sustained_concurrency, "stress-sustained")
         n = sum(1 for r in self.records if r.stage == "sustained")
         self.stages.append(StageInfo("sustained", o.sustained_concurrency, wall, n))
-
-
-def snapshot(ctx: FleetContext) -> dict:
-    """/status of every server and the metrics of every server and engine, for before/after evidence."""
-    out = {}
-    for node, inst in ctx.fleet.instances():
-        st = lmcache_api.server_status(ctx.server_url(node, inst))
-        out[inst.id] = {
-            "status": st.raw if st.reachable else None,
-            "server_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
-                               for n, lab, v in metrics_api.scrape(ctx.server_url(node, inst))
-                               if n.startswith("lmcache_mp_")},
-            "engine_metrics": {f"{n}{json.dumps(lab, sort_keys=True) if lab else ''}": v
-                               for n, lab, v in metrics_api.scrape(ctx.engine_url(node, inst))
-                               if n.startswith(("vllm:", "p2p_engine_"))},
-        }
-    return out
 
 
 # explain is read-only but not free (LMCache's hasher on every node, the directory): a few misses tell the story.
@@ -243,17 +222,10 @@ def explain_misses(ctx: FleetContext, out_dir: Path, rows: list[dict], progress:
     out = []
     for row in list(picked.values())[:EXPLAIN_AT_MOST]:
         progress(f"explain request {row['request']} ({row['stage']} on {row['instance']})", 0, None)
-        spec = explain.PromptSpec(f"request {row['request']} of {out_dir.name}", text=row["prompt"],
-                                  computed_on=row["computed_on"], run=str(out_dir))
-        try:
-            ex = explain.run(ctx, spec, [row["instance"]])
-        except Exception as exc:  # noqa: BLE001 - the stress figures must survive a failing explanation
-            out.append({"request": row["request"], "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        n = ex.nodes[0] if ex.nodes else None
-        out.append({"request": row["request"], "stage": row["stage"], "instance": row["instance"],
-                    "strip": n.strip if n else "", "verdict": n.verdict if n else "",
-                    "reasons": n.reasons if n else [], "explanation": ex.to_dict()})
+        found, ex = explain_request(ctx, out_dir, row["request"], row["prompt"], row["computed_on"],
+                                    row["instance"])
+        out.append({"request": row["request"], **found} if ex is None else
+                   {"request": row["request"], "stage": row["stage"], **found, "explanation": ex.to_dict()})
     if out:
         files.write_json(out_dir / "explain.json", out)
     return [{k: v for k, v in e.items() if k != "explanation"} for e in out]
@@ -275,7 +247,7 @@ def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: 
     files.write_json(out_dir / "status_after.json", after)
     write_csv(out_dir / "requests.csv", run.records)
     rows = saved_prompts(run.records, run.prompts)
-    files.write_text(out_dir / PROMPTS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    write_prompts(out_dir, rows)
     meta = {"options": asdict(opts), "stages": [asdict(s) for s in run.stages],
             "wall_s": time.monotonic() - run.t0, "engines": [i.id for _, i, _ in run.engines],
             "explain": explain_misses(ctx, out_dir, rows, progress)}

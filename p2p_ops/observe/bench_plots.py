@@ -7,10 +7,6 @@ from pathlib import Path
 from p2p_ops.observe import charts
 
 
-def _save(fig, out: Path) -> str:
-    return charts.save(fig, out).name
-
-
 def placement(out_dir: Path, arms: list) -> list[str]:
     """Served req/s, TTFT p50/p90 and token sources per policy, P2P on next to off."""
     arms = [a for a in arms if not a.error]
@@ -31,11 +27,11 @@ def placement(out_dir: Path, arms: list) -> list[str]:
 
     fig, ax = charts.figure((7, 4))
     bars(ax, lambda a: a.req_per_s, "served requests/s", "Throughput by placement")
-    written.append(_save(fig, out_dir / "placement_throughput.png"))
+    written.append(charts.save(fig, out_dir / "placement_throughput.png").name)
     fig, axes = charts.figure((10, 4), ncols=2)
     bars(axes[0], lambda a: a.ttft_p50_ms, "TTFT p50 (ms)", "TTFT p50 by placement")
     bars(axes[1], lambda a: a.ttft_p90_ms, "TTFT p90 (ms)", "TTFT p90 by placement")
-    written.append(_save(fig, out_dir / "placement_ttft.png"))
+    written.append(charts.save(fig, out_dir / "placement_ttft.png").name)
     fig, ax = charts.figure((8, 4))
     labels, local, peer, recomputed = [], [], [], []
     for p in policies:
@@ -52,7 +48,7 @@ def placement(out_dir: Path, arms: list) -> list[str]:
     ax.set_title("Where prompt tokens came from")
     ax.tick_params(axis="x", labelsize=7)
     ax.legend()
-    written.append(_save(fig, out_dir / "placement_tokens.png"))
+    written.append(charts.save(fig, out_dir / "placement_tokens.png").name)
     return written
 
 
@@ -63,7 +59,7 @@ def crossover(out: Path, rows: list) -> str:
     ax.plot(xs, [r.ttft_recompute_b_s * 1000 for r in rows], "s-", label="recomputed")
     charts.log2_ticks(ax, xs)
     charts.label(ax, "shared prefix length (tokens)", "TTFT median (ms)", "Pull vs recompute")
-    return _save(fig, out)
+    return charts.save(fig, out).name
 
 
 def transfer_series(rows: list[dict]) -> dict[str, list]:
@@ -101,4 +97,4 @@ def transfer(out: Path, doc: dict) -> str:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         charts.label(ax, "transfer size (MiB)", ylabel, f"{title}: {doc['source']} -> {doc['reader']}")
-    return _save(fig, out)
+    return charts.save(fig, out).name

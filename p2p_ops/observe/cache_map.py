@@ -53,6 +53,12 @@ class CacheMap:
         return asdict(self)
 
 
+def l1_manager(status: dict) -> dict:
+    """The L1 section of an lmcache server's /status body ({} when it has none)."""
+    sm = status.get("storage_manager") or {}
+    return sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+
+
 def _saved_prompts(tests_dir: Path) -> list[tuple[str, str]]:
     """(label, prompt) of one prompt per prefix of the newest runs (a stress prefix's requests share it)."""
     out: list[tuple[str, str]] = []
@@ -108,9 +114,7 @@ def cache_map(ctx: FleetContext) -> CacheMap:
     for n, i in ctx.fleet.instances():
         st = lmcache_api.server_status(ctx.server_url(n, i))
         if st.reachable:
-            sm = st.raw.get("storage_manager") or {}
-            l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
-            nodes[i.id].status_objects = int(l1.get("total_object_count") or 0)
+            nodes[i.id].status_objects = int(l1_manager(st.raw).get("total_object_count") or 0)
             nodes[i.id].l1_used, nodes[i.id].l1_total = st.l1_used, st.l1_total
         if engine is None and engine_api.engine_healthy(ctx.engine_url(n, i)):
             engine = ctx.engine_url(n, i)

@@ -15,6 +15,7 @@ from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.stats import fmt
 
 Samples = list[tuple[str, dict[str, str], float]]
 
@@ -160,21 +161,15 @@ def frame_prometheus(prom_url: str, ctx: FleetContext, window: str = "1m") -> li
 def render_table(frames: list[NodeFrame], source: str):
     from rich.table import Table
 
-    def share(v: Optional[float]) -> str:
-        return "-" if v is None else f"{v * 100:.0f}%"
-
-    def ms(v: Optional[float]) -> str:
-        return "-" if v is None else f"{v * 1000:.0f}"
-
     table = Table(title=f"fleet monitor ({source}) — {time.strftime('%H:%M:%S')}")
     for col in ("instance", "node", "up", "P2P loads/s", "P2P loads total", "hit ratio", "L1 used MiB", "L1 use",
                 "running", "waiting", "TTFT p50 ms", "TTFT p99 ms"):
         table.add_column(col, justify="right" if col not in ("instance", "node") else "left")
     for f in frames:
         table.add_row(f.instance, f.node, "yes" if f.up else "[red]no[/red]", f"{f.p2p_loads_per_s:.2f}",
-                      f"{f.p2p_loads_total:g}", share(f.hit_ratio), f"{f.l1_used_bytes / 2**20:.1f}",
-                      share(f.l1_usage_ratio), f"{f.running:g}", f"{f.waiting:g}", ms(f.ttft_p50_s),
-                      ms(f.ttft_p99_s))
+                      f"{f.p2p_loads_total:g}", fmt(f.hit_ratio, "{:.0f}%", 100), f"{f.l1_used_bytes / 2**20:.1f}",
+                      fmt(f.l1_usage_ratio, "{:.0f}%", 100), f"{f.running:g}", f"{f.waiting:g}",
+                      fmt(f.ttft_p50_s, "{:.0f}", 1000), fmt(f.ttft_p99_s, "{:.0f}", 1000))
     return table
 
 

@@ -6,28 +6,25 @@ Both take the run's JSON document (p2p_ops.bench.peers.document), so a saved pee
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from p2p_ops.observe import charts
+from p2p_ops.observe.stats import fmt
 
 COLUMNS = ("N", "scenario", "serving peer", "cached tokens", "P2P loads", "lookup ms p50", "lookup ms p99",
            "pull ms p50", "result")
+MS_KEYS = ("lookup_ms_p50", "lookup_ms_p99", "pull_ms_p50")
 
 
 def scenario_text(row: dict[str, Any]) -> str:
     return row["scenario"] + (f" ({row['where']} in lookup order)" if row.get("where") else "")
 
 
-def _ms(v: Optional[float]) -> str:
-    return "—" if v is None else f"{v:.1f}"
-
-
 def cells(row: dict[str, Any]) -> list[str]:
     """The row's cells in COLUMNS order."""
     result = "PASS" if row["passed"] == row["samples"] else f"FAIL {row['samples'] - row['passed']}/{row['samples']}"
     return [str(row["nodes"]), scenario_text(row), row["serving_peer"], f"{row['cached_tokens']:g} / {row['need']}",
-            f"{row['load_tasks']:g}", _ms(row["lookup_ms_p50"]), _ms(row["lookup_ms_p99"]), _ms(row["pull_ms_p50"]),
-            result]
+            f"{row['load_tasks']:g}", *(fmt(row[k], "{:.1f}", none="—") for k in MS_KEYS), result]
 
 
 def markdown(doc: dict[str, Any]) -> str:

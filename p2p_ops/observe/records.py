@@ -7,7 +7,7 @@ import csv
 import io
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from p2p_ops import files
 
@@ -43,11 +43,12 @@ class RequestRecord:
 FIELDS = [f.name for f in fields(RequestRecord)]
 
 
-def write_csv(path: Path, records: list[RequestRecord]) -> None:
+def write_csv(path: Path, rows: list, fields: Sequence[str] = FIELDS) -> None:
+    """`rows` (requests by default; any dataclass with these `fields`) as CSV, a header first."""
     out = io.StringIO(newline="")
-    w = csv.DictWriter(out, fieldnames=FIELDS)
+    w = csv.DictWriter(out, fieldnames=fields)
     w.writeheader()
-    w.writerows(asdict(r) for r in records)
+    w.writerows(asdict(r) for r in rows)
     files.write_text(path, out.getvalue())
 
 

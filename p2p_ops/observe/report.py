@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from p2p_ops import files
+from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
 from p2p_ops.errors import BadInput
+from p2p_ops.observe.monitor import P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, read_csv
-from p2p_ops.observe.stats import percentile
+from p2p_ops.observe.stats import fmt, percentile
 
 T = TypeVar("T")
 
@@ -52,52 +55,53 @@ def stats(key: str, recs: list[RequestRecord], wall_s: Optional[float] = None) -
 
 
 @dataclass
-class CheckLine:
+class Check:
     name: str
     ok: bool
     detail: str
 
 
-def stage_checks(records: list[RequestRecord]) -> list[CheckLine]:
+def stage_checks(records: list[RequestRecord]) -> list[Check]:
     """A stage passes when nothing failed and, where prefixes crossed nodes, the other node got cache hits."""
     checks = []
-    stages = []
-    for r in records:
-        base = r.stage.removesuffix("-warm")
-        if base not in stages:
-            stages.append(base)
-    for st in stages:
+    for st in dict.fromkeys(r.stage.removesuffix("-warm") for r in records):
         recs = [r for r in records if r.stage.removesuffix("-warm") == st]
         failed = [r for r in recs if not r.ok]
-        by_node: dict[str, int] = {}
-        for r in failed:
-            by_node[r.instance] = by_node.get(r.instance, 0) + 1
-        checks.append(CheckLine(f"{st}: no failed requests", not failed,
+        by_node = Counter(r.instance for r in failed)
+        checks.append(Check(f"{st}: no failed requests", not failed,
                                 f"{len(failed)} of {len(recs)} failed"
                                 + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(by_node.items()))})" if failed else "")))
         cross = [r for r in recs if r.ok and r.cross_node]
         if cross:
             hit = [r for r in cross if r.cached_tokens > 0]
-            checks.append(CheckLine(f"{st}: P2P hits on the node that did not warm the prefix", bool(hit),
+            checks.append(Check(f"{st}: P2P hits on the node that did not warm the prefix", bool(hit),
                                     f"{len(hit)} of {len(cross)} cross-node requests served from cache, "
                                     f"{sum(r.cached_tokens for r in cross)} tokens"))
         served = sorted({r.instance for r in recs if r.ok})
-        checks.append(CheckLine(f"{st}: requests served on every engine", len(served) >= 2 or len(
+        checks.append(Check(f"{st}: requests served on every engine", len(served) >= 2 or len(
             {r.instance for r in recs}) < 2, f"served by {', '.join(served) or 'none'}"))
     return checks
 
 
-def _fmt(v: Optional[float], scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
-    return "-" if v is None else f"{v * scale:.{digits}f}{suffix}"
+def check_table(checks: list[Check]) -> list[str]:
+    """The Markdown table of checks every summary (report, proof, soak) opens with."""
+    return ["| check | result | detail |", "|---|---|---|",
+            *(f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks)]
+
+
+def figure_table(numbers: dict) -> list[str]:
+    return ["| figure | value |", "|---|---|",
+            *(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in numbers.items())]
 
 
 def _table(rows: list[GroupStats], first: str) -> list[str]:
     out = [f"| {first} | requests | failures | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | req/s | tokens/s | "
            "hit ratio | cross-node req | tokens from peers |", "|" + "---|" * 11]
     for g in rows:
-        out.append(f"| {g.key} | {g.requests} | {g.failures} | {_fmt(g.ttft_p50, 1000)} | {_fmt(g.ttft_p90, 1000)} | "
-                   f"{_fmt(g.ttft_p99, 1000)} | {_fmt(g.req_per_s, 1, 2)} | {_fmt(g.tokens_per_s, 1, 0)} | "
-                   f"{_fmt(g.hit_ratio, 100, 0, '%')} | {g.cross_node_requests} | {g.tokens_from_peers} |")
+        ms = [fmt(v, "{:.0f}", 1000) for v in (g.ttft_p50, g.ttft_p90, g.ttft_p99)]
+        out.append(f"| {g.key} | {g.requests} | {g.failures} | {' | '.join(ms)} | {fmt(g.req_per_s, '{:.2f}')} | "
+                   f"{fmt(g.tokens_per_s, '{:.0f}')} | {fmt(g.hit_ratio, '{:.0f}%', 100)} | "
+                   f"{g.cross_node_requests} | {g.tokens_from_peers} |")
     return out
 
 
@@ -123,16 +127,6 @@ def _shaped(path: Path, read: Callable[[], T]) -> T:
 
 def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     """Per instance: KV bytes the engine loaded from LMCache and loads its server pulled from peers."""
-    try:
-        before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
-        if not isinstance(before, dict) or not isinstance(after, dict):
-            return {}
-        return _node_bytes(before, after)
-    except (BadInput, *_SHAPE_ERRORS):
-        return {}  # optional evidence: the report stands without it
-
-
-def _node_bytes(before: dict, after: dict) -> dict[str, dict[str, float]]:
     def total(snap: dict, section: str, prefix: str, must: str = "") -> float:
         return sum(v for k, v in (snap.get(section) or {}).items() if k.startswith(prefix) and must in k)
 
@@ -142,36 +136,38 @@ def _node_bytes(before: dict, after: dict) -> dict[str, dict[str, float]]:
             return None  # this engine does not export it (vLLM counts tokens, not bytes)
         return total(a, section, prefix, must) - total(b, section, prefix, must)
 
-    return {inst: {
-        "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-        "external_tokens": delta(inst, "engine_metrics", "vllm:prompt_tokens_by_source_total",
-                                 '"external_kv_transfer"'),
-        "p2p_loads": delta(inst, "server_metrics", "lmcache_mp_l2_load_completed_requests_total", '"p2p"') or 0.0,
-    } for inst in after}
+    try:
+        before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            return {}
+        return {inst: {
+            "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
+            "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
+            "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0,
+        } for inst in after}
+    except (BadInput, *_SHAPE_ERRORS):
+        return {}  # optional evidence: the report stands without it
 
 
-def _basic(run_dir: Path) -> tuple[list[CheckLine], list[str]]:
+def _basic(run_dir: Path) -> tuple[list[Check], list[str]]:
     basic = _json(run_dir, "basic/result.json")
     if basic is None:
         return [], []
 
-    def read() -> tuple[list[CheckLine], list[str]]:
-        checks = [CheckLine(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in basic["checks"]]
-        lines = ["", "## Cross-node proof", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                  for k, v in basic["numbers"].items()]
-        return checks, lines
+    def read() -> tuple[list[Check], list[str]]:
+        checks = [Check(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in basic["checks"]]
+        return checks, ["", "## Cross-node proof", "", *figure_table(basic["numbers"])]
 
     return _shaped(run_dir / "basic" / "result.json", read)
 
 
-def _bench(run_dir: Path) -> tuple[list[CheckLine], list[str]]:
+def _bench(run_dir: Path) -> tuple[list[Check], list[str]]:
     b = _json(run_dir, "lmcache-bench/result.json")
     if b is None:
         return [], []
 
-    def read() -> tuple[list[CheckLine], list[str]]:
-        check = CheckLine("lmcache bench engine long-doc-qa: no failed requests",
+    def read() -> tuple[list[Check], list[str]]:
+        check = Check("lmcache bench engine long-doc-qa: no failed requests",
                           b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
                           f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed")
         return [check], ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(b, indent=2)[:3000], "```"]
@@ -208,8 +204,8 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
     if nb:
         lines += ["", "| instance | KV bytes loaded from LMCache (MiB) | prompt tokens via the KV connector | "
                   "P2P loads by its server |", "|---|---|---|---|"]
-        lines += [f"| {k} | {_fmt(v['kv_bytes_loaded'], 1 / 2**20, 2)} | {_fmt(v['external_tokens'], 1, 0)} | "
-                  f"{v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
+        lines += [f"| {k} | {fmt(v['kv_bytes_loaded'], '{:.2f}', 1 / 2**20)} | "
+                  f"{fmt(v['external_tokens'], '{:.0f}')} | {v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
     # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
     from p2p_ops.observe import run_plots as plotting
 
@@ -219,12 +215,12 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
     return lines
 
 
-def _interrupted(run_dir: Path) -> list[CheckLine]:
+def _interrupted(run_dir: Path) -> list[Check]:
     # harness.rundir writes this when a run is cut (down, Ctrl-C, an error): what is here is all it got to
     run = _json(run_dir, "run.json") or {}
     if not isinstance(run, dict) or run.get("state") != "interrupted":
         return []
-    return [CheckLine("run ran to its end (not interrupted)", False, str(run.get("reason", "")))]
+    return [Check("run ran to its end (not interrupted)", False, str(run.get("reason", "")))]
 
 
 @dataclass
@@ -233,7 +229,7 @@ class Report:
 
     summary: Path
     passed: bool
-    checks: list[CheckLine]
+    checks: list[Check]
 
 
 def build_report(run_dir: Path) -> Report:
@@ -251,8 +247,7 @@ def build_report(run_dir: Path) -> Report:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)
     lines = [f"# Fleet test report — {run_dir.name}", "", f"**Overall: {'PASS' if passed else 'FAIL'}**", "",
-             "| check | result | detail |", "|---|---|---|"]
-    lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
+             *check_table(checks)]
     lines += (basic_lines + (_request_sections(run_dir, records) if records else []) + _explained(run_dir)
               + bench_lines)
     lines += ["", "## Evidence", ""]

@@ -21,3 +21,8 @@ def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
     lo = int(pos)
     hi = min(lo + 1, len(vals) - 1)
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def fmt(v: Optional[float], spec: str = "{:g}", scale: float = 1.0, none: str = "-") -> str:
+    """A figure in a table cell, `scale`d: `none` when there is none."""
+    return none if v is None else spec.format(v * scale)

@@ -10,7 +10,7 @@ import pytest
 from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor import FleetFacts
 from p2p_ops.diagnose.findings import Report
-from p2p_ops.harness import matrix_causes
+from p2p_ops.harness import matrix
 from p2p_ops.harness.matrix import MatrixResult, Pair, default_max_seconds
 from p2p_ops.observe import matrix_plot
 
@@ -65,8 +65,8 @@ def failing(**kw) -> Pair:
     (failing(cached_tokens=1024), "hit its own L1"),
 ])
 def test_what_the_pairs_requests_prove_comes_first(pair, words):
-    assert words in matrix_causes.request_cause(pair)
-    assert matrix_causes.request_cause(failing()) == ""
+    assert words in matrix.request_cause(pair)
+    assert matrix.request_cause(failing()) == ""
 
 
 def _verdict(*findings) -> judge.Judgement:
@@ -91,15 +91,15 @@ ABOUT = {"a-0", "b-0", "a", "b"}
       ("warn", "peer_count", "b-0", "b-0 sees 0 peer(s)")], "b-0 sees 0 peer(s)"),
 ])
 def test_a_failing_pair_names_the_judges_cause_for_its_instances(findings, words):
-    got = matrix_causes.pair_cause(_verdict(*findings), ABOUT)
+    got = matrix.pair_cause(_verdict(*findings), ABOUT)
     assert words in got and "fix " in got, got
 
 
 def test_findings_about_other_peers_do_not_blame_this_pair():
-    got = matrix_causes.pair_cause(_verdict(("error", "agree:chunk_size", "c-0, d-0", "chunk_size differs")), ABOUT)
+    got = matrix.pair_cause(_verdict(("error", "agree:chunk_size", "c-0, d-0", "chunk_size differs")), ABOUT)
     assert got.startswith("no cause confirmed") and "timeouts" in got
     # a name inside a longer one is not that instance (b-0 is not b-0-extra's)
-    got = matrix_causes.pair_cause(_verdict(("error", "process", "b-0-extra/server", "dead")), ABOUT)
+    got = matrix.pair_cause(_verdict(("error", "process", "b-0-extra/server", "dead")), ABOUT)
     assert got.startswith("no cause confirmed")
 
 

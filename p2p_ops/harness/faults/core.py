@@ -1,20 +1,25 @@
-"""The load and the figures every fault scenario shares: closed-loop clients that record each request, the
-three phases (before / during / after the fault) and what counts as a failure recompute could have served."""
+"""What every fault scenario shares: what a fault is (`Fault`: inject, hold, restore, cleanup) and the simplest
+one (`Kill`: SIGKILL to a unit's process group, started again on restore), closed-loop clients that record each
+request, the three phases (before / during / after the fault) and what counts as a failure recompute could have
+served."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
+from p2p_ops.errors import BadInput
 from p2p_ops.harness import load, prompts
-from p2p_ops.lifecycle import status
+from p2p_ops.lifecycle import procs, status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
 
 Progress = Callable[[str], None]
+PHASES = ("before", "during", "after")
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class Load:
         self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens,
                                           retry_resets=True, pause_after_failure_s=0.2)
         self._lock = threading.Lock()
-        self._next = 0
+        self.taken = 0
         self._workers: Optional[load.Workers] = None
 
     @property
@@ -100,24 +105,61 @@ class Load:
             self._workers.join()
 
     @property
-    def taken(self) -> int:
-        return self._next
-
-    @property
     def done(self) -> bool:
         return self._workers is None or self._workers.done
 
     def _take(self, _: int) -> Optional[load.Job]:
         with self._lock:
-            if self._next >= self.max_requests or (not self.cycle and self._next >= len(self.jobs)):
+            if self.taken >= self.max_requests or (not self.cycle and self.taken >= len(self.jobs)):
                 return None
-            url, prompt = self.jobs[self._next % len(self.jobs)]
-            self._next += 1
+            url, prompt = self.jobs[self.taken % len(self.jobs)]
+            self.taken += 1
             return load.Job(url, prompt)
 
     def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
         """Send one request now (from the caller's thread) and record it."""
         return self.runner.send(load.Job(url, prompt, max_tokens=max_tokens))
+
+
+@dataclass
+class Fault:
+    part: str
+    unreachable_url: str = ""        # an engine no request can reach while the part is broken
+    why_unreachable: str = ""
+    restarted: bool = False          # restore() started a process again (re-registration time is a figure)
+    extra: dict = field(default_factory=dict)
+
+    def inject(self, load: Load, progress: Progress) -> None: ...
+
+    def hold(self, load: Load, opts: FaultOptions, progress: Progress) -> None:
+        time.sleep(opts.hold_s)
+
+    def restore(self, progress: Progress) -> None: ...
+
+    def cleanup(self) -> None:
+        """Whatever happens (also an exception): leave nothing broken."""
+
+    def finish(self, marks: dict[str, float], samples: list[RequestRecord]) -> None:
+        """After the run: the scenario's own figures into `extra` (marks: fault, restart, recovered times)."""
+
+
+class Kill(Fault):
+    def __init__(self, ctx: FleetContext, node, proc: procs.Proc, dead_engine: str = "") -> None:
+        super().__init__(proc.name, dead_engine, "its engine was dead" if dead_engine else "", restarted=True)
+        self.ctx, self.node, self.proc = ctx, node, proc
+
+    def inject(self, load, progress) -> None:
+        [st] = procs.states(self.ctx.conn(self.node), [self.proc])
+        if not st.running or st.pid is None:
+            raise BadInput(f"{self.proc.name} is {st.state}, not running: start the fleet (`p2pctl up`) "
+                           "before a fault test")
+        progress(f"killing {self.proc.name}")
+        self.ctx.conn(self.node).run(f"kill -KILL -- -{int(st.pid)} 2>/dev/null || kill -KILL {int(st.pid)}",
+                                     timeout=15)
+
+    def restore(self, progress) -> None:
+        progress(f"starting {self.proc.name} again")
+        procs.start(self.ctx.conn(self.node), self.proc)
 
 
 def wait_ready(ctx: FleetContext, timeout_s: float) -> Optional[float]:
@@ -152,14 +194,13 @@ def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, fl
     fig.sent = len(samples)
     fig.failed = sum(not s.ok for s in samples)
     fig.retried_resets = sum(bool(s.retried) for s in samples)
-    for ph in ("before", "during", "after"):
+    for ph in PHASES:
         in_phase = [s for s in samples if phase_of(s, marks) == ph]
         fig.sent_by_phase[ph] = len(in_phase)
         fig.failed_by_phase[ph] = sum(not s.ok for s in in_phase)
-        fig.p99_ttft_s[ph] = rounded(percentile([s.ttft_s for s in in_phase if s.ok and s.ttft_s is not None], 99))
-    for s in samples:
-        if not s.ok:
-            fig.failed_urls[s.url] = fig.failed_urls.get(s.url, 0) + 1
+        p99 = percentile([s.ttft_s for s in in_phase if s.ok], 99)
+        fig.p99_ttft_s[ph] = None if p99 is None else round(p99, 3)
+    fig.failed_urls = dict(Counter(s.url for s in samples if not s.ok))
     # Only while the part was broken: afterwards that engine is back and every request must succeed.
     excused = [s for s in samples if not s.ok and unreachable_url and s.url == unreachable_url
                and phase_of(s, marks) == "during"]
@@ -181,7 +222,3 @@ def fill_figures(fig: Figures, samples: list[RequestRecord], marks: dict[str, fl
     if fig.lookups_drained is False:
         notes.append(f"LMCache P2P lookups did not drain: {fig.lookups_inflight_end} still in flight")
     fig.note = "; ".join(notes) or "no failed request"
-
-
-def rounded(v: Optional[float]) -> Optional[float]:
-    return None if v is None else round(v, 3)

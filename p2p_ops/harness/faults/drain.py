@@ -18,6 +18,7 @@ from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.observe.cache_map import l1_manager
 
 FIELDS = ("active_p2p_lookup_jobs", "active_prefetch_jobs", "read_locked_count")
 
@@ -26,11 +27,9 @@ def inflight(status: dict) -> Optional[dict[str, int]]:
     """The in-flight counts of one server's /status body (None when it did not answer)."""
     if not isinstance(status, dict) or not status:
         return None
-    sm = status.get("storage_manager") or {}
-    l1 = sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
     return {"active_p2p_lookup_jobs": int(status.get("active_p2p_lookup_jobs") or 0),
             "active_prefetch_jobs": int(status.get("active_prefetch_jobs") or 0),
-            "read_locked_count": int(l1.get("read_locked_count") or 0)}
+            "read_locked_count": int(l1_manager(status).get("read_locked_count") or 0)}
 
 
 def snapshot(ctx: FleetContext) -> dict[str, Optional[dict[str, int]]]:
@@ -76,6 +75,12 @@ class Sampler:
                 self.max_seen = max(self.max_seen, total(snapshot(self.ctx)))
             except Exception:  # noqa: BLE001 - a server down is what a fault does; keep sampling
                 pass
+
+
+def lookup_timeout_s(ctx: FleetContext) -> float:
+    """A lookup or pull cut off mid-way ends by LMCache's own timeouts at the latest: the longest of them."""
+    return max(max(st.p2p_lookup_timeout, st.p2p_load_timeout)
+               for st in (ctx.fleet.effective_settings(i) for _, i in ctx.fleet.instances()))
 
 
 def wait_drained(ctx: FleetContext, max_seen: int, timeout_s: float = 15.0, baseline: int = 0) -> DrainFigures:

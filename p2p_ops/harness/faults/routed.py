@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Optional
 
 from p2p_ops.endpoints import metrics_api
-from p2p_ops.harness.faults.core import Load
+from p2p_ops.harness.faults.core import Kill, Load
 from p2p_ops.observe.records import RequestRecord
-from p2p_ops.harness.faults.fault import Kill
 from p2p_ops.lifecycle.context import FleetContext
 
 SENT = "vllm_router_processed_requests_total"
@@ -94,12 +94,7 @@ def failover_figures(rows: list[tuple[float, Optional[float], Optional[float], O
 
 def client_saw(samples: list[RequestRecord]) -> dict[str, int]:
     """What failed clients got, by kind (the first words of the error: an HTTP status, a refused connection)."""
-    out: dict[str, int] = {}
-    for s in samples:
-        if not s.ok:
-            kind = " ".join(s.error.split()[:4])[:60] or "error"
-            out[kind] = out.get(kind, 0) + 1
-    return out
+    return dict(Counter(" ".join(s.error.split()[:4])[:60] or "error" for s in samples if not s.ok))
 
 
 class RoutedKill(Kill):

@@ -26,13 +26,20 @@ from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.faults import netfault
-from p2p_ops.harness.faults.core import FaultOptions, Load
-from p2p_ops.harness.faults.fault import Fault, Kill
-from p2p_ops.harness.faults.fault import inst_a as _a
-from p2p_ops.harness.faults.fault import inst_b as _b
+from p2p_ops.harness.faults.core import Fault, FaultOptions, Kill, Load
 from p2p_ops.harness.faults.routed import RoutedKill
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
+
+
+def _a(ctx: FleetContext):
+    """(node, instance) of the fleet's first instance: A, which warms the shared documents."""
+    return ctx.fleet.instances()[0]
+
+
+def _b(ctx: FleetContext):
+    """(node, instance) of the second instance: B, the one the node faults hit."""
+    return ctx.fleet.instances()[1]
 
 
 class LinkCut(Fault):
@@ -66,11 +73,8 @@ class SlowPeer(Fault):
     def inject(self, load, progress) -> None:
         limit_s = self.opts.docs * 2 * (self.opts.request_timeout_s + 5) + 30  # the node's own undo, a backstop
         self.limit = netfault.rate_limit(self.ctx, self.node, limit_s, self.opts.slow_rate_kbit)
-        self.part = f"{self.node.name}:{self.cut_name()} {self.opts.slow_rate_kbit} kbit/s"
+        self.part = f"{self.node.name}:{self.limit.iface} {self.opts.slow_rate_kbit} kbit/s"
         progress(f"{self.node.name}: {self.limit.what}")
-
-    def cut_name(self) -> str:
-        return self.limit.iface if self.limit else "?"
 
     def hold(self, load, opts, progress) -> None:
         """Fresh documents, computed on A only: B's pull of each crawls through A's limited egress."""
@@ -94,8 +98,6 @@ class SlowPeer(Fault):
     def cleanup(self) -> None:
         if self.limit:
             self.limit.undo()
-
-
 
 
 def eviction_watermark(extra_args: list[str]) -> float:
@@ -184,12 +186,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("peer_server_killed_via_router", lambda ctx, o, seed: _routed(ctx, "server"), via_router=True),
 )}
 
-# What runs without --scenarios: everything this fleet allows (the network faults need SSH nodes).
-DEFAULT = list(SCENARIOS)
-
-
 def parse_scenarios(text: Optional[str]) -> list[str]:
-    names = [s.strip() for s in (text or "").split(",") if s.strip()] or list(DEFAULT)
+    """Without --scenarios: every scenario (the runner skips those this fleet does not allow)."""
+    names = [s.strip() for s in (text or "").split(",") if s.strip()] or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise BadInput(f"--scenarios {','.join(unknown)}: unknown; use any of {', '.join(SCENARIOS)}")

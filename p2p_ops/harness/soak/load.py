@@ -46,7 +46,7 @@ class MixedLoad:
     def warm(self) -> None:
         """Every shared document computed once on the first engine: the others pull it over P2P."""
         for doc in self.docs:
-            self.send("warm", self.urls[0], doc, max_tokens=1)
+            self.runner.send(self.job_for("warm", self.urls[0], doc, max_tokens=1))
 
     def start(self) -> "MixedLoad":
         self._workers = self.runner.start(lambda _: self.job_for(*self.job(next(self._count))),
@@ -56,9 +56,6 @@ class MixedLoad:
     def stop(self) -> None:
         if self._workers:
             self._workers.stop()
-
-    def send(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
-        return self.runner.send(self.job_for(kind, url, prompt, max_tokens))
 
     def job_for(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> load.Job:
         """The request as sent: through the router when the soak goes through one."""

@@ -1,6 +1,6 @@
 """Run a soak on a healthy fleet: a steady mixed load for `duration_s`, samples of every process meanwhile, a
 cross-node proof every `proof_every_s`; then the load stops, LMCache's in-flight P2P work must drain, and the
-checks are made (checks.py). `stop()` is asked once a second: a `down` of the fleet ends the run early."""
+checks are made (verdict.py). `stop()` is asked once a second: a `down` of the fleet ends the run early."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import run_basic
 from p2p_ops.harness.faults import drain
-from p2p_ops.harness.faults.core import wait_ready
+from p2p_ops.harness.faults.core import Progress, wait_ready
 from p2p_ops.harness.soak.fill import L1Filler
 from p2p_ops.harness.soak.load import MixedLoad
 from p2p_ops.harness.soak.options import SoakOptions
@@ -20,7 +20,6 @@ from p2p_ops.harness.soak.sampler import Sampler
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.stats import percentile
 
-Progress = Callable[[str], None]
 NOTE_EVERY_S = 60.0
 
 
@@ -33,7 +32,7 @@ class Proof:
 
 @dataclass
 class Soaked:
-    """What the run recorded; checks.py judges it, table.py and the plots show it."""
+    """What the run recorded; verdict.py judges it, table.py and the plots show it."""
 
     opts: SoakOptions
     load: MixedLoad
@@ -116,9 +115,6 @@ def run_soak(ctx: FleetContext, opts: SoakOptions, out_dir: Path, progress: Prog
         load.stop()
         s.wall_s = round(time.monotonic() - t0, 1)
     if not s.stopped_early:
-        # Lookups cut off mid-way end by LMCache's own timeouts at the latest: wait that long for them.
-        worst = max(max(st.p2p_lookup_timeout, st.p2p_load_timeout)
-                    for st in (ctx.fleet.effective_settings(i) for _, i in ctx.fleet.instances()))
-        s.drained = drain.wait_drained(ctx, 0, worst + 5, s.inflight_at_rest_before)
+        s.drained = drain.wait_drained(ctx, 0, drain.lookup_timeout_s(ctx) + 5, s.inflight_at_rest_before)
         s.sampler.take()
     return s

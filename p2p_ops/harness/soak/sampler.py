@@ -5,7 +5,7 @@ has in flight (P2P lookup jobs, prefetch jobs, L1 read locks: `faults.drain.infl
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
@@ -37,9 +37,6 @@ class Row:
     lookup_jobs: Optional[int] = None
     prefetch_jobs: Optional[int] = None
     read_locks: Optional[int] = None
-
-    def to_csv(self) -> str:
-        return ",".join("" if v is None else str(v) for v in asdict(self).values())
 
 
 def soak_units(ctx: FleetContext) -> list[Unit]:

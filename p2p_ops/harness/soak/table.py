@@ -8,22 +8,19 @@ from pathlib import Path
 from typing import Optional
 
 from p2p_ops import files
-from p2p_ops.harness.soak.checks import Check, passed
 from p2p_ops.harness.soak.runner import Soaked
 from p2p_ops.harness.soak.sampler import FIELDS, Row
-from p2p_ops.harness.soak.verdict import Trend, cpu_percent, per_minute
+from p2p_ops.harness.soak.verdict import Check, Trend, cpu_percent, passed, per_minute
 from p2p_ops.observe import soak_plots
 from p2p_ops.observe.records import write_csv
-
-
-def _n(v: Optional[float], fmt: str = "{:g}") -> str:
-    return "-" if v is None else fmt.format(v)
+from p2p_ops.observe.report import check_table
+from p2p_ops.observe.stats import fmt
 
 
 def _trend_cell(t: Optional[Trend]) -> str:
     if t is None or t.start is None:
         return "-"
-    return f"{t.start:g} → {t.end:g} ({_n(t.slope_per_h, '{:+.1f}')}/h){' **LEAK**' if t.leak else ''}"
+    return f"{t.start:g} → {t.end:g} ({fmt(t.slope_per_h, '{:+.1f}')}/h){' **LEAK**' if t.leak else ''}"
 
 
 def trend_rows(s: Soaked, ts: list[Trend]) -> list[str]:
@@ -33,9 +30,9 @@ def trend_rows(s: Soaked, ts: list[Trend]) -> list[str]:
     for u in s.sampler.units:
         rss = by.get((u.name, "rss_mib"))
         lines.append(f"| {u.name} | {_trend_cell(by.get((u.name, 'anon_mib')))} | "
-                     f"{_n(rss.end if rss else None)} | {_trend_cell(by.get((u.name, 'fds')))} | "
+                     f"{fmt(rss.end if rss else None)} | {_trend_cell(by.get((u.name, 'fds')))} | "
                      f"{_trend_cell(by.get((u.name, 'threads')))} | "
-                     f"{_n(cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s))} |")
+                     f"{fmt(cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s))} |")
     return lines
 
 
@@ -46,9 +43,7 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
              f"{o.sessions} multi-turn sessions, fresh prompts; a sample every {o.sample_every_s:g} s, a cross-node "
              f"proof every {o.proof_every_s:g} s. Slopes from {o.warmup_s:g} s on (warm-up left out); a leak is a "
              "rise through three equal windows in a row (harness/soak/verdict.py).", "",
-             f"**Overall: {'PASS' if passed(checks) else 'FAIL'}**", "",
-             "| check | result | detail |", "|---|---|---|"]
-    lines += [f"| {c.name} | {'PASS' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks]
+             f"**Overall: {'PASS' if passed(checks) else 'FAIL'}**", "", *check_table(checks)]
     lines += ["", "## Per process (after warm-up: first → last sample, least-squares slope)", "", *trend_rows(s, ts)]
     f = s.filler
     if f is not None:
@@ -59,8 +54,8 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
     lines += ["", f"Stale P2P work (lookup jobs + L1 read locks, all servers): {_trend_cell(stale)}, window floors "
               f"{stale.windows if stale else '-'}.", "", "## Per minute", "",
               "| minute | requests | failed | p50 TTFT ms | p99 TTFT ms | cached share |", "|---|---|---|---|---|---|"]
-    lines += [f"| {m.minute} | {m.requests} | {m.failed} | {_n(m.ttft_p50_s and m.ttft_p50_s * 1000, '{:.0f}')} | "
-              f"{_n(m.ttft_p99_s and m.ttft_p99_s * 1000, '{:.0f}')} | {_n(m.cached_share)} |"
+    lines += [f"| {m.minute} | {m.requests} | {m.failed} | {fmt(m.ttft_p50_s, '{:.0f}', 1000)} | "
+              f"{fmt(m.ttft_p99_s, '{:.0f}', 1000)} | {fmt(m.cached_share)} |"
               for m in per_minute(s.load.snapshot())]
     return "\n".join(lines) + "\n"
 
@@ -91,14 +86,10 @@ def write_plots(s: Soaked, out_dir: Path) -> list[Path]:
     return [p for p in made if p is not None]
 
 
-def _csv(path: Path, header: tuple[str, ...], lines: list[str]) -> None:
-    files.write_text(path, ",".join(header) + "\n" + "".join(line + "\n" for line in lines))
-
-
 def write_evidence(s: Soaked, checks: list[Check], ts: list[Trend], out_dir: Path, fleet: str) -> Path:
     reqs = s.load.snapshot()
     write_csv(out_dir / "requests.csv", reqs)
-    _csv(out_dir / "samples.csv", FIELDS, [r.to_csv() for r in s.sampler.rows])
+    write_csv(out_dir / "samples.csv", s.sampler.rows, FIELDS)
     plots = write_plots(s, out_dir)
     md = soak_markdown(s, checks, ts, fleet) + "".join(f"\n![{p.stem}]({p.name})\n" for p in plots)
     files.write_text(out_dir / "soak.md", md)
