@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 from p2p_ops.cli.output import emit_json, progress, say
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput, CheckFailed, CouldNotRun, P2POpsError
 
 JSON_HELP = "print one JSON document on stdout (nothing else there)"
 
@@ -55,8 +55,28 @@ def running_context(args: argparse.Namespace):
     from p2p_ops.lifecycle.status import require_ready
 
     with context(args) as ctx:
-        require_ready(ctx)
+        with judged(ctx):
+            require_ready(ctx)
         yield ctx
+
+
+@contextmanager
+def judged(ctx):
+    """A refusal of a fleet that is not ready, with the judge's cause for the instances it names: the readiness
+    check says *what* is wrong (an engine degraded), the one judge *why* (its server's chunk size differs)."""
+    try:
+        yield
+    except (CouldNotRun, CheckFailed) as err:
+        from p2p_ops.diagnose.judge import judge
+
+        about = [i.id for _, i in ctx.fleet.instances() if i.id in str(err)]
+        try:
+            found = judge(ctx) if about else None
+        except P2POpsError:
+            found = None    # the judge could not read the fleet: the refusal stands as it is
+        if found is None or found.top(about) is None:
+            raise
+        raise type(err)(f"{err}\nlikely cause: {found.cause(about)}") from err
 
 
 def done(args: argparse.Namespace, doc, show: Callable[[], object] | list[str], code: int | bool = EXIT_OK) -> int:

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from p2p_ops.cli.common import context, done, verb
+from p2p_ops.cli.common import context, done, judged, verb
 from p2p_ops.cli.output import console, err_console, progress, show, table
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle import launch
@@ -169,7 +169,7 @@ def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    with context(args) as ctx:
+    with context(args) as ctx, judged(ctx):
         rep = launch.wait(ctx, timeout=args.timeout, progress=progress)
 
     def show() -> None:
