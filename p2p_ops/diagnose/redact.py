@@ -1,25 +1,19 @@
 """Secret redaction for anything that leaves the host (debug bundles, reports, pasted logs).
 
-`redact_text(text, where)` returns the redacted text and a list of `Redaction(kind, where, line, name)` for the
-bundle manifest; `redact_structure` does the same for a YAML/JSON document from its parsed structure (no layout
-hides a value), and `scrub_known` removes secret values already known (from the spec, from another file) wherever
-they stand. A finding says *what* was removed and *where*, never the secret itself (not even a hash: short
-passwords would be guessable from one).
+`redact_text` returns the redacted text and a `Redaction(kind, where, line, name)` per secret for the bundle
+manifest; `redact_structure` redacts a YAML/JSON document from its parsed structure (no layout hides a value);
+`scrub_known` removes secret values already known wherever they stand. A finding never holds the secret, not
+even a hash (short passwords would be guessable from one).
 
-A rule finds where a secret *starts*; a scanner then follows the value to its real end the way the consumer of
-that text would read it (a shell word with its quotes and escapes, a JSON/Python string with its escapes, a
-YAML/header value to the end of the line or of its block scalar, a URL query value to the next `&`, an environ
-record to its NUL). Cutting a value at the first quote, `#` or `,` is how tails of secrets used to leak. Spans
-found by several rules are merged, never dropped, so the widest reading wins.
+A rule (`RULES`, and `.netrc` entries) finds where a secret *starts*; a scanner follows the value to its real end
+as the text's consumer reads it (a shell word with quotes and escapes, a JSON/Python string, a YAML/header value
+to the end of its line or block scalar, a URL query value to `&`, an environ record to its NUL): cutting at the
+first quote, `#` or `,` is how tails of secrets used to leak. Overlapping spans merge, so the widest reading
+wins. Diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not shown)") are left
+alone; only the value is replaced (one quoted string keeps its quotes), so files stay readable.
 
-What is detected is `RULES` (PEM blocks, token prefixes, JWTs, auth headers and cookies, URL secrets, webhook
-paths, assignments and flags whose name says secret, the password flags of common clients) and `.netrc` entries.
-The toolkit's own diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not
-shown)") are left alone. Only the value is replaced (a value that is exactly one quoted string keeps its
-quotes), so files stay readable.
-
-Every rule runs in linear time: each regex is anchored or bounded, a match inside a span its rule already
-found is not scanned again, and line ends and PEM END markers are looked up in indexes built once per text.
+Linear time: each regex is anchored or bounded, a match inside a span its rule already found is not scanned
+again, and line ends and PEM END markers are looked up in indexes built once per text.
 """
 
 from __future__ import annotations
@@ -55,8 +49,6 @@ class RedactionResult:
     values: dict[str, str] = field(default_factory=dict)  # each secret removed -> its name; never written out
 
 
-# ------------------------------------------------------------------------------------------------ indexes
-
 @lru_cache(maxsize=16)
 def _index(text: str, pattern: str) -> list[int]:
     """Where `pattern` matches in `text`, in order: built once per text, then searched with bisect."""
@@ -75,7 +67,6 @@ def _line_start(text: str, i: int) -> int:
     return nl[k - 1] + 1 if k else 0
 
 
-# ------------------------------------------------------------------------------------------------- scanners
 # A scanner gets the text and the index where the value starts and returns where the value ends.
 
 _MAX_QUOTED = 64 * 1024  # a quote that never closes within this is treated as cut off at the line's end
@@ -132,25 +123,21 @@ def shell_word_end(text: str, i: int) -> int:
     return _trim_closers(text, i, min(j, n))
 
 
+_OPENER = {")": "(", "}": "{", "]": "["}
+
+
 def _trim_closers(text: str, i: int, j: int) -> int:
-    """Drop `,)}]` from a value's end where they close something opened before the value on its line."""
-    opened: dict[str, bool] = {}
+    """Drop `,)}]` from a value's end where they close a bracket opened before the value on its line (a `,`
+    always ends it); each kind is looked up once."""
+    opened = {",": True}
     while j > i and text[j - 1] in _TRAIL:
-        closer = text[j - 1]
-        if closer not in opened:
-            opened[closer] = _opens_before(text, i, closer)
-        if not opened[closer]:
+        c = text[j - 1]
+        if c not in opened:
+            opened[c] = text.find(_OPENER[c], max(_line_start(text, i), i - 4096), i) >= 0
+        if not opened[c]:
             break
         j -= 1
     return j
-
-
-def _opens_before(text: str, i: int, closer: str) -> bool:
-    """True when `closer` at a value's end belongs to a bracket opened earlier on the line, not to the value."""
-    if closer == ",":
-        return True
-    opener = {")": "(", "}": "{", "]": "["}[closer]
-    return text.find(opener, max(_line_start(text, i), i - 4096), i) >= 0
 
 
 def line_value_end(text: str, i: int) -> int:
@@ -205,8 +192,6 @@ def _record_end(text: str, i: int) -> int:
     k = bisect.bisect_left(nul, i)
     return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
 
-
-# ----------------------------------------------------------------------------------------------------- rules
 
 @dataclass(frozen=True)
 class Rule:
@@ -324,8 +309,7 @@ def _pem_end(text: str, i: int) -> int | None:
     return ends[k] if k < len(ends) and ends[k] - i <= _PEM_WINDOW else None
 
 
-# ---- .netrc: `machine HOST login USER password SECRET` over one line or several ----------------------------
-
+# .netrc: `machine HOST login USER password SECRET` over one line or several.
 _NETRC_ENTRY = re.compile(r"(?m)^[ \t]*(?:machine[ \t]+\S|default\b)")
 _NETRC_TOKEN = re.compile(r"\S+")
 
@@ -342,8 +326,6 @@ def _netrc(text: str) -> Iterator[tuple[int, int, str]]:
                 yield tok.start(), tok.end(), previous
             previous = word if previous not in ("password", "passwd", "account") else ""
 
-
-# -------------------------------------------------------------------------------------------------- finding
 
 def _value_span(text: str, rule: Rule, m: re.Match) -> tuple[int, int] | None:
     start = m.start("s")
@@ -380,26 +362,12 @@ def _inside_string_end(text: str, name_start: int, start: int, end: int) -> int:
     return end
 
 
-def _applies(rule: Rule, text: str, lower: Callable[[], str]) -> bool:
-    if not rule.needles:
-        return True
-    if not any(c.isalpha() for n in rule.needles for c in n):
-        return any(n in text for n in rule.needles)
-    return any(n in lower() for n in rule.needles)
-
-
 def _candidates(text: str) -> list[tuple[int, int, int, str]]:
     """(start, end, rule index, name) of every secret any rule finds."""
     found: list[tuple[int, int, int, str]] = []
-    lowered: list[str] = []
-
-    def lower() -> str:
-        if not lowered:
-            lowered.append(text.lower())
-        return lowered[0]
-
+    lower = text.lower()
     for idx, rule in enumerate(RULES):
-        if not _applies(rule, text, lower):
+        if rule.needles and not any(n in lower for n in rule.needles):
             continue
         covered = -1  # a match starting inside a span this rule already found adds nothing: not scanned again
         for m in rule.pattern.finditer(text):
@@ -425,23 +393,16 @@ def _keep(text: str, span: tuple[int, int], name: str) -> tuple[int, int] | None
     return start, end
 
 
-def _kind(idx: int) -> str:
-    return RULES[idx].kind if idx < len(RULES) else "netrc_password"
-
-
 def _spans(text: str) -> list[tuple[int, int, str, str]]:
     """Merged (start, end, kind, name): overlapping findings become one span; the earliest rule names its kind."""
     merged: list[list] = []
     for start, end, idx, name in sorted(_candidates(text)):
         if merged and start < merged[-1][1]:
             last = merged[-1]
-            last[1] = max(last[1], end)
-            if idx < last[2]:
-                last[2] = idx
-            last[3] = last[3] or name
+            last[1:] = max(last[1], end), min(last[2], idx), last[3] or name
         else:
             merged.append([start, end, idx, name])
-    return [(s, e, _kind(i), n) for s, e, i, n in merged]
+    return [(s, e, RULES[i].kind if i < len(RULES) else "netrc_password", n) for s, e, i, n in merged]
 
 
 def _assigned_to(before: str) -> str:
@@ -460,12 +421,8 @@ def _assigned_to(before: str) -> str:
 def _mask(secret: str) -> str:
     """The secret's place: each of its lines keeps its indentation and trailing blanks (so line numbers and
     a YAML block's shape survive), its text becomes MASK."""
-    out = []
-    for line in secret.split("\n"):
-        stripped = line.strip()
-        out.append(line if not stripped else line[: len(line) - len(line.lstrip())] + MASK
-                   + line[len(line.rstrip()):])
-    return "\n".join(out)
+    return "\n".join(line[:len(line) - len(line.lstrip())] + MASK + line[len(line.rstrip()):] if line.strip()
+                     else line for line in secret.split("\n"))
 
 
 def redact_text(text: str, where: str = "<text>") -> RedactionResult:
@@ -483,8 +440,6 @@ def redact_text(text: str, where: str = "<text>") -> RedactionResult:
     out.append(text[pos:])
     return RedactionResult("".join(out), found, values)
 
-
-# ---- secrets known by value: removed wherever they appear, under any name or none ---------------------------
 
 # Shorter values would mask half of any log: below 8 characters a value goes only where it stands as a word,
 # and one of digits only not at all (it would mask ports, PIDs and counts; such a password protects nothing).
@@ -523,8 +478,6 @@ def _known_pattern(known: tuple[tuple[str, str], ...]) -> tuple[re.Pattern | Non
     parts = long + ([rf"(?<![\w-])(?:{'|'.join(short)})(?![\w-])"] if short else [])
     return (re.compile("|".join(parts)) if parts else None), names
 
-
-# ---- a structured document (fleet.yaml) is redacted from what a YAML reader sees, not from its lines --------
 
 _STR = "tag:yaml.org,2002:str"
 
