@@ -209,7 +209,7 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
         v = views.get(t)
         missing = [i for i, h in enumerate(v.hashes() if v and v.tokens else []) if not facts.placements.get(h)]
         if missing and not facts.directory_error:
-            near = near_first_chunk(fleet.coordinator_url, v, views) if missing[0] == 0 else None
+            near = near_first_chunk(fleet.coordinator_url, v) if missing[0] == 0 else None
             if near is None:
                 node, inst = fleet.instance(t)
                 near = near_saved_prompt(fleet.coordinator_url, fleet.model, ctx.engine_url(node, inst),
