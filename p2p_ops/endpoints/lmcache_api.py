@@ -31,7 +31,11 @@ def l1_manager(status: dict) -> dict:
     return sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
 
 
-def parse_server_status(body: Optional[dict]) -> ServerStatus:
+def server_status(http_url: str) -> ServerStatus:
+    """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both."""
+    for path in ("/status", "/api/status"):
+        if (body := get_json(http_url.rstrip("/") + path)) is not None:
+            break
     if not isinstance(body, dict):
         return ServerStatus(reachable=False)
     sm = body.get("storage_manager") or {}
@@ -52,15 +56,6 @@ def parse_server_status(body: Optional[dict]) -> ServerStatus:
         p2p_adapters=len(adapters),
         raw=body,
     )
-
-
-def server_status(http_url: str) -> ServerStatus:
-    """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both."""
-    for path in ("/status", "/api/status"):
-        body = get_json(http_url.rstrip("/") + path)
-        if body is not None:
-            return parse_server_status(body)
-    return ServerStatus(reachable=False)
 
 
 def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:

@@ -110,8 +110,8 @@ def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str)
 @_per_server("metric:load_throughput")
 def _metric_load_throughput(ev: Evidence, iid: str, url: str) -> Observation:
     buckets = sorted(((float(lab.get("le", "inf")), v) for n, lab, v in ev.metrics(url)
-                      if n == "lmcache_mp_l2_load_throughput_GB_per_second_bucket" and lab.get("l2_name") == "p2p"),
-                     key=lambda b: b[0])
+                      if n == "lmcache_mp_l2_load_throughput_GB_per_second_bucket"
+                      and lab.get("l2_name") == "p2p"), key=lambda b: b[0])
     total = buckets[-1][1] if buckets else 0
     if not total:
         return Observation("metric:load_throughput", "unknown", iid, "no peer loads measured yet")
