@@ -253,11 +253,9 @@ def _add_python(w: BundleWriter, base: str, node, label: str, res: Result, fact:
 def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) -> None:
     """One command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
     cmd, src = fact.shell, f"{node.name}: {fact.shell}"
-    if res.exit_code == -1:
-        w.missing(f"fact {fact.name} on {node.name}", src, res.stderr or "cut short")
-        return
-    if res.not_found or "command not found" in res.output[-200:]:
-        w.missing(f"fact {fact.name} on {node.name}", src, "not installed")
+    if res.exit_code == -1 or res.not_found or "command not found" in res.output[-200:]:
+        why = (res.stderr or "cut short") if res.exit_code == -1 else "not installed"
+        w.missing(f"fact {fact.name} on {node.name}", src, why)
         return
     w.add_text(f"{base}/tools/{fact.name}.txt", res.output, f"output of `{cmd}`", src)
     if res.exit_code:
