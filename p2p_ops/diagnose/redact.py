@@ -120,10 +120,15 @@ def _index(text: str, pattern: str) -> list[int]:
     return [m.start() for m in re.finditer(pattern, text)]
 
 
+def _next(text: str, pattern: str, i: int) -> int:
+    """Where `pattern` next matches at or after i (`len(text)`: nowhere)."""
+    found = _index(text, pattern)
+    k = bisect.bisect_left(found, i)
+    return found[k] if k < len(found) else len(text)
+
+
 def _eol(text: str, i: int) -> int:
-    nl = _index(text, "\n")
-    k = bisect.bisect_left(nl, i)
-    return nl[k] if k < len(nl) else len(text)
+    return _next(text, "\n", i)
 
 
 def _line_start(text: str, i: int) -> int:
@@ -161,9 +166,7 @@ def _backslash_escapes_single(text: str, i: int) -> bool:
     # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
     if i > 0 and text[i - 1] == "$":
         return True
-    escaped = _index(text, r"\\'")
-    k = bisect.bisect_left(escaped, i)
-    return k < len(escaped) and escaped[k] < min(_eol(text, i), i + _MAX_QUOTED)
+    return _next(text, r"\\'", i) < min(_eol(text, i), i + _MAX_QUOTED)
 
 
 _WORD_STOP = set(" \t\r\n;&|<>`\0")
@@ -253,9 +256,7 @@ _query_end = _until("&#\"'<>`|;\0")
 
 def _record_end(text: str, i: int) -> int:
     """An environ record's value: to the next NUL (or the line's end): spaces and quotes are part of it."""
-    nul = _index(text, "\0")
-    k = bisect.bisect_left(nul, i)
-    return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
+    return min(_next(text, "\0", i), _eol(text, i))
 
 
 @dataclass(frozen=True)
@@ -369,9 +370,8 @@ _PEM_WINDOW = 1 << 20
 
 def _pem_end(text: str, i: int) -> int | None:
     """Where the block whose body starts at i ends (its END line), when that is near enough to be one."""
-    ends = _index(text, _PEM_END)
-    k = bisect.bisect_left(ends, i)
-    return ends[k] if k < len(ends) and ends[k] - i <= _PEM_WINDOW else None
+    end = _next(text, _PEM_END, i)
+    return end if end < len(text) and end - i <= _PEM_WINDOW else None
 
 
 # .netrc: `machine HOST login USER password SECRET` over one line or several.
