@@ -17,6 +17,7 @@ a different first chunk cannot be told apart (not_confirmed, naming both); nobod
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from typing import Optional
 
 from p2p_ops.diagnose.explain.model import (
@@ -96,32 +97,22 @@ def input_differences(views: list[InstanceView]) -> list[str]:
 
 def first_difference(a: list[int], b: list[int], end: int) -> Optional[tuple[int, object, object]]:
     """(position, a's token, b's token) of the first difference within [0, end), or None."""
-    for i in range(min(end, max(len(a), len(b)))):
-        ta = a[i] if i < len(a) else "(end)"
-        tb = b[i] if i < len(b) else "(end)"
-        if ta != tb:
-            return i, ta, tb
-    return None
-
+    pairs = zip_longest(a[:end], b[:end], fillvalue="(end)")
+    return next(((i, ta, tb) for i, (ta, tb) in enumerate(pairs) if ta != tb), None)
 
 
 def _label(facts: ExplainFacts, instance: str) -> str:
     """A peer's name as people say it: its node, when that node runs only this instance."""
     view = facts.view(instance)
-    if view is None:
-        return instance
-    return view.node if sum(1 for v in facts.instances if v.node == view.node) == 1 else instance
+    alone = view is not None and sum(v.node == view.node for v in facts.instances) == 1
+    return view.node if alone else instance
 
 
 def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
     """(the tier the target holds the key in, or "", the other instances holding it)."""
-    here, others = "", []
-    for p in facts.placements.get(key, []):
-        if p.instance_id == me:
-            here = here or p.tier
-        elif p.instance_id not in others:
-            others.append(p.instance_id)
-    return here, others
+    placed = facts.placements.get(key, [])
+    return (next((p.tier for p in placed if p.instance_id == me and p.tier), ""),
+            list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
 
 
 def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
