@@ -135,26 +135,24 @@ def _keys(ctx: FleetContext, views: dict[str, InstanceView]) -> None:
         if v.inputs is None or not v.tokens or v.server_state != "running":
             continue
         machine = "local" if node.connection == "local" else node.address
-        if (coordinator == (v.inputs.chunk_size, v.inputs.hash_algorithm, bin_dir_for(node))
-                and v.inputs.hash_algorithm == "blake3" and machine == cmachine and not v.hash_fallback):
-            groups.setdefault(("coordinator", "", v.inputs, tuple(v.tokens)), []).append(inst.id)
-            continue
-        groups.setdefault((machine, bin_dir_for(node), v.inputs, tuple(v.tokens)), []).append(inst.id)
+        by_coordinator = (coordinator == (v.inputs.chunk_size, v.inputs.hash_algorithm, bin_dir_for(node))
+                          and v.inputs.hash_algorithm == "blake3" and machine == cmachine and not v.hash_fallback)
+        where = ("coordinator", "") if by_coordinator else (machine, bin_dir_for(node))
+        groups.setdefault((*where, v.inputs, tuple(v.tokens)), []).append(inst.id)
 
     def one(key: tuple, members: list[str]) -> None:
         node = ctx.fleet.instance(members[0])[0]
         got = _from_coordinator(ctx, key[2], list(key[3])) if key[0] == "coordinator" else None
-        if got is not None:
-            for iid in members:
-                views[iid].keys, views[iid].keys_from = got, "the running coordinator's hasher"
-            return
-        fact = chunk_keys_fact(f"{bin_dir_for(node)}/python", key[2], list(key[3]))
-        try:
-            got = fact.parse(read_node(ctx.conn(node), {"keys": fact}, timeout=120)["keys"].output)
-        except Exception as exc:  # noqa: BLE001 - a node that cannot run the hasher is a fact, not a crash
-            got = ChunkKeys(error=f"node {node.name}: {exc}")
+        who = "the running coordinator's hasher"
+        if got is None:
+            who = f"LMCache's hasher run on {node.name}"
+            fact = chunk_keys_fact(f"{bin_dir_for(node)}/python", key[2], list(key[3]))
+            try:
+                got = fact.parse(read_node(ctx.conn(node), {"keys": fact}, timeout=120)["keys"].output)
+            except Exception as exc:  # noqa: BLE001 - a node that cannot run the hasher is a fact, not a crash
+                got = ChunkKeys(error=f"node {node.name}: {exc}")
         for iid in members:
-            views[iid].keys, views[iid].keys_from = got, f"LMCache's hasher run on {node.name}"
+            views[iid].keys, views[iid].keys_from = got, who
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(groups)))) as pool:
         for f in [pool.submit(one, k, m) for k, m in groups.items()]:
