@@ -238,18 +238,6 @@ def bundle_batch(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
                       f"{bin_dir_for(node)}/python", vllm_python=vllm_python(ctx.fleet, node) if vllm else "")
 
 
-def _add_python(w: BundleWriter, base: str, node, label: str, res: Result, fact: CommandFact) -> None:
-    vllm = label == "vllm_python"
-    whose = "vLLM's interpreter" if vllm else "the node's interpreter (servers)"
-    env = fact.parse(res.output)
-    python = env.executable
-    if env.present:
-        w.add_json(f"{base}/{'vllm_packages' if vllm else 'packages'}.json", env.to_json(),
-                   f"python and package versions (lmcache, nixl, torch, vllm) of {whose}", f"{node.name}: {python}")
-    else:
-        w.missing(f"package versions of {whose}", f"{node.name}: {python}", env.error)
-
-
 def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) -> None:
     """One command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
     cmd, src = fact.shell, f"{node.name}: {fact.shell}"
@@ -279,7 +267,14 @@ def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, 
     for label, fact in batch.items():
         res = read[label]
         if label.endswith("python"):
-            _add_python(w, base, node, label, res, fact)
+            whose = "vLLM's interpreter" if label == "vllm_python" else "the node's interpreter (servers)"
+            env = fact.parse(res.output)
+            if env.present:  # packages.json, vllm_packages.json
+                w.add_json(f"{base}/{label.replace('python', 'packages')}.json", env.to_json(),
+                           f"python and package versions (lmcache, nixl, torch, vllm) of {whose}",
+                           f"{node.name}: {env.executable}")
+            else:
+                w.missing(f"package versions of {whose}", f"{node.name}: {env.executable}", env.error)
         elif label == "host_txt":
             w.add_text(f"{base}/host.txt", res.output, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
         else:
@@ -320,23 +315,18 @@ def _add_unit(w: BundleWriter, ctx: FleetContext, unit: Unit, states: dict[str, 
     if read_fact(conn, paths_fact({previous: "file"}), timeout=10)[previous]:
         _add_remote(w, conn, node, previous, f"{d}/{unit.role}.log.1", what("log") + " (previous run)", root)
     state = states.get(unit.name, "unknown")
-    if unit.role == "router":
-        _add_router_http(w, ctx, unit)
+    if unit.role == "router":  # its worker list, and its own metrics on its Prometheus port (not /metrics)
+        st = fleet_router.status(ctx)
+        w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
+        if st.healthy:
+            _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
+            prom = f"http://{hostport(unit.node.address, ctx.fleet.router.prometheus_port)}/metrics"
+            _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
     elif _HTTP.get(unit.role) and state != "running":
         w.missing(what(", ".join(path for path, *_ in _HTTP[unit.role])), unit.url, f"{unit.role} process {state}")
     else:
         for path, name, thing, as_json in _HTTP.get(unit.role, ()):
             _add_http(w, unit.url + path, f"{d}/{name}", what(thing), as_json)
-
-
-def _add_router_http(w: BundleWriter, ctx: FleetContext, unit: Unit) -> None:
-    """The router's worker list and its own metrics (on its Prometheus port, not /metrics)."""
-    st = fleet_router.status(ctx)
-    w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
-    if st.healthy:
-        _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
-        prom = f"http://{hostport(unit.node.address, ctx.fleet.router.prometheus_port)}/metrics"
-        _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
 def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
