@@ -48,13 +48,10 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
-    out = []
-    for label, lines in logs:
-        hits = [ln for ln in lines if sig.regex.search(ln)]
-        if hits:
-            last = redact_text(hits[-1].strip(), label).text[:300]
-            out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(hits)} line(s), last: {last}",
-                                   sig.meaning))
+    hits = [(label, found) for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
+    out = [Observation(f"log:{sig_id}", "problem", label, f"{len(found)} line(s), last: "
+                       f"{redact_text(found[-1].strip(), label).text[:300]}", sig.meaning)
+           for label, found in hits]
     return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
 
 
@@ -141,11 +138,9 @@ def _explain_last_failed(ev: Evidence) -> list[Observation]:
     spec = explain.from_run(str(folder), None)
     target = spec.recorded.get("instance")
     ex = explain.run(ev.ctx, spec, [target] if target else None)
-    out = []
-    for n in ex.nodes:
-        status = "problem" if n.count("recompute") else "ok"
-        out.append(Observation("explain:last_failed", status, n.instance, f"[{n.strip}] {n.verdict}",
-                               f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"))
+    fix = f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"
+    out = [Observation("explain:last_failed", "problem" if n.count("recompute") else "ok", n.instance,
+                       f"[{n.strip}] {n.verdict}", fix) for n in ex.nodes]
     return out or [Observation("explain:last_failed", "unknown", str(folder), "nothing to explain")]
 
 
