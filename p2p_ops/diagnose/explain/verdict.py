@@ -294,8 +294,7 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
                                             f"{x.instance}'s server did not answer /status")
         return out
     hashes = x.hashes()
-    for i, key in enumerate(hashes):
-        out.chunks.append(ChunkVerdict(i, i * cs, (i + 1) * cs, key))
+    out.chunks = [ChunkVerdict(i, i * cs, (i + 1) * cs, key) for i, key in enumerate(hashes)]
     broken: Optional[int] = None
     for c in out.chunks:
         _chunk(facts, x, c)
