@@ -9,12 +9,9 @@ folders, specs, reports. Every layer uses it; a refusal is one line naming the p
   it: a link at the target is replaced, its target never touched. The mode is set explicitly (0600 unless
   asked), whatever the umask.
 - `make_dirs` creates missing folders 0700 whatever the umask, leaving existing ones be (`-o` paths). Run
-  folders are trusted only when they are ours: `private_dir` also tightens the last one to 0700 and refuses a
-  link, or a folder another user owns; `check_trusted` also refuses one others can write.
-- `parse_json`/`read_json` read JSON the toolkit did not write in this call: nested at most `JSON_DEPTH` levels
-  (every walker after it recurses), so a crafted document is one line, never a RecursionError.
-- `check_tree(root)` vets a snapshot tree before anything reads it: no link out of it (symbolic, or a hard link
-  whose other names are not all in the tree), no FIFO or device, no loop, bounded in size and depth.
+  folders are trusted only when they are ours (`private_dir`, `check_trusted`).
+- `parse_json`/`read_json` read JSON nested at most `JSON_DEPTH` levels (every walker after it recurses), so a
+  crafted document is one line, never a RecursionError; `check_tree` vets a snapshot tree before it is read.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import errno
 import json
 import os
 import stat
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +174,7 @@ def check_trusted(path: str | Path, st: os.stat_result | None = None, uid: int |
 
 def make_dirs(path: str | Path) -> Path:
     path = Path(os.path.abspath(path))
-    missing = []
-    probe = path
-    while not os.path.lexists(probe) and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
+    for folder in reversed(list(takewhile(lambda p: not os.path.lexists(p), (path, *path.parents)))):
         try:
             os.mkdir(folder, 0o700)
             _tighten(folder)  # a umask like 0777 would leave it 0000, and its children uncreatable

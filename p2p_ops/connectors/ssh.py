@@ -84,14 +84,10 @@ class SSHConnector:
     def __init__(self, host: str, address: str, user: str = "", port: Optional[int] = None, key: str = "",
                  ssh_config: str = "", insecure_host_keys: bool = False,
                  connect_timeout: float = CONNECT_TIMEOUT):
-        self.host = host
-        self.address = address
-        self.user = user
-        self.port = port
+        self.host, self.address, self.user, self.port = host, address, user, port
         self.key = os.path.expanduser(key) if key else ""
         self.ssh_config = os.path.expanduser(ssh_config) if ssh_config else ""
-        self.insecure_host_keys = insecure_host_keys
-        self.connect_timeout = connect_timeout
+        self.insecure_host_keys, self.connect_timeout = insecure_host_keys, connect_timeout
         self._conn = None
         self._lock = threading.RLock()
         self._dirs: dict[str, str] = {}   # folder -> the same, checked, links above it resolved
@@ -180,52 +176,51 @@ class SSHConnector:
     def _explain(self, exc: BaseException) -> CouldNotRun:
         import paramiko
 
-        target = self.target
+        if isinstance(exc, CouldNotRun):
+            return exc
         port = self._conn.port if self._conn is not None else (self.port or 22)
         addr = self._conn.host if self._conn is not None else self.address
         name = addr if port == 22 else f"[{addr}]:{port}"
         files = ", ".join(self.known_hosts) or "(none)"
         if isinstance(exc, _UnknownHostKey):
-            return SSHConnectError(
-                self.host, target, "unknown host key",
+            what, detail, fix = (
+                "unknown host key",
                 f"{name} offered {_fingerprint(exc.key)}, which is in none of the known_hosts files ({files})",
                 f"verify that fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub) and add it: "
                 f"ssh-keyscan -p {port} {addr} >> ~/.ssh/known_hosts (or the node's UserKnownHostsFile); "
                 f"only throwaway test hosts may set ssh_insecure_host_keys: true")
-        if isinstance(exc, paramiko.BadHostKeyException):
-            return SSHConnectError(
-                self.host, target, "host key CHANGED",
+        elif isinstance(exc, paramiko.BadHostKeyException):
+            what, detail, fix = (
+                "host key CHANGED",
                 f"{name} offered {_fingerprint(exc.key)} but known_hosts ({files}) has "
                 f"{_fingerprint(exc.expected_key)}; this is a reinstalled host or a man-in-the-middle",
                 f"confirm the new key out of band, then drop the old one: ssh-keygen -R {shlex.quote(name)} "
                 f"[-f KNOWN_HOSTS] and add the new one")
-        if isinstance(exc, paramiko.AuthenticationException):
+        elif isinstance(exc, paramiko.AuthenticationException):
             how = f"key {self.key}" if self.key else "the agent / default keys"
-            return SSHConnectError(
-                self.host, target, "authentication failed", f"the server refused {how} ({exc})",
+            what, detail, fix = (
+                "authentication failed", f"the server refused {how} ({exc})",
                 "check ssh_user and ssh_key in fleet.yaml, and that the public key is in the node's "
                 "~/.ssh/authorized_keys")
-        if isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError)):
-            return SSHConnectError(
-                self.host, target, "unreachable", f"connection refused ({exc})",
-                "check the node's address and ssh_port, and that sshd runs there")
-        if isinstance(exc, (socket.timeout, TimeoutError)):
-            return SSHConnectError(
-                self.host, target, "unreachable", f"no answer within {self.connect_timeout:g} s",
-                "check the address, routing and firewalls (is the host up?)")
-        if isinstance(exc, socket.gaierror):
-            return SSHConnectError(self.host, target, "unreachable", f"cannot resolve {addr!r} ({exc})",
-                                   "fix the node's address (or its HostName in ssh_config)")
-        if isinstance(exc, OSError):
-            return SSHConnectError(self.host, target, "unreachable", str(exc) or type(exc).__name__,
-                                   "check the address, ssh_port and that sshd runs there")
-        if isinstance(exc, paramiko.SSHException):
-            return SSHConnectError(self.host, target, "SSH handshake failed", str(exc) or type(exc).__name__,
-                                   "check that the port speaks SSH and the server accepts this client")
-        if isinstance(exc, CouldNotRun):
-            return exc
-        return SSHConnectError(self.host, target, "SSH failed", f"{type(exc).__name__}: {exc}",
-                               "rerun with -v logging of paramiko, or try `ssh` by hand")
+        elif isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError)):
+            what, detail, fix = ("unreachable", f"connection refused ({exc})",
+                                 "check the node's address and ssh_port, and that sshd runs there")
+        elif isinstance(exc, (socket.timeout, TimeoutError)):
+            what, detail, fix = ("unreachable", f"no answer within {self.connect_timeout:g} s",
+                                 "check the address, routing and firewalls (is the host up?)")
+        elif isinstance(exc, socket.gaierror):
+            what, detail, fix = ("unreachable", f"cannot resolve {addr!r} ({exc})",
+                                 "fix the node's address (or its HostName in ssh_config)")
+        elif isinstance(exc, OSError):
+            what, detail, fix = ("unreachable", str(exc) or type(exc).__name__,
+                                 "check the address, ssh_port and that sshd runs there")
+        elif isinstance(exc, paramiko.SSHException):
+            what, detail, fix = ("SSH handshake failed", str(exc) or type(exc).__name__,
+                                 "check that the port speaks SSH and the server accepts this client")
+        else:
+            what, detail, fix = ("SSH failed", f"{type(exc).__name__}: {exc}",
+                                 "rerun with -v logging of paramiko, or try `ssh` by hand")
+        return SSHConnectError(self.host, self.target, what, detail, fix)
 
     def run(self, command: str, timeout: float = 60, check: bool = False) -> Result:
         from invoke.exceptions import CommandTimedOut
@@ -244,7 +239,7 @@ class SSHConnector:
             out = exc.result.stdout if exc.result is not None else ""
             result = Result(self.host, command, 124, out, f"timed out after {timeout:.0f} s")
         except Exception as exc:  # noqa: BLE001 - a session that dies mid-command is a host problem
-            self._drop()
+            self.close()
             raise SSHConnectError(self.host, self.target, "connection lost", f"{type(exc).__name__}: {exc}",
                                   "check the host (rebooted? sshd restarted?) and rerun") from None
         if check and not result.ok:
@@ -274,7 +269,7 @@ class SSHConnector:
             raise CouldNotRun(f"{self.host} ({self.target}): {exc.path}: {exc.reason}; use a folder of this user's "
                               f"that only it can write (the node's run_dir)") from None
         except (socket.timeout, TimeoutError):
-            self._drop()  # the SFTP channel is stuck mid-operation: never reuse it
+            self.close()  # the SFTP channel is stuck mid-operation: never reuse it
             raise CouldNotRun(f"{self.host} ({self.target}): writing {remote} over SFTP did not finish within "
                               f"{SFTP_TIMEOUT:g} s; check the host (disk full? stalled filesystem?)") from None
         except OSError as exc:
@@ -317,13 +312,10 @@ class SSHConnector:
         self._dirs[path] = current
         return current
 
-    def _drop(self) -> None:
+    def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 try:
                     self._conn.close()
                 except Exception:  # noqa: BLE001 - closing a dead session
                     pass
-
-    def close(self) -> None:
-        self._drop()

@@ -46,7 +46,7 @@ from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
 from p2p_ops.facts import TOOL_LABELS, node_facts
 from p2p_ops.facts.base import CommandFact
-from p2p_ops.facts.logs import FileCopy, file_copy_fact
+from p2p_ops.facts.logs import file_copy_fact
 from p2p_ops.facts.paths import paths_fact
 from p2p_ops.facts.sections import read_fact, read_node
 from p2p_ops.lifecycle import procs
@@ -65,39 +65,16 @@ Progress = Callable[[str], None]
 
 
 @dataclass
-class FileEntry:
-    path: str
-    what: str
-    source: str
-    bytes: int
-    redactions: int = 0
-    truncated: bool = False
-
-
-@dataclass
-class Unreachable:
-    what: str
-    source: str
-    error: str
-
-
-@dataclass
-class Refusal:
-    what: str
-    source: str
-    reason: str
-
-
-@dataclass
 class BundleWriter:
-    """Collects redacted files in memory; `write` makes the tar.gz (nothing unredacted ever touches disk)."""
+    """Collects redacted files in memory; `write` makes the tar.gz (nothing unredacted ever touches disk).
+    `entries`, `unreachable` and `refused` are the manifest's rows as they are written."""
 
     root: str
     files: dict[str, bytes] = field(default_factory=dict)
-    entries: list[FileEntry] = field(default_factory=list)
+    entries: list[dict] = field(default_factory=list)
     redactions: list[Redaction] = field(default_factory=list)
-    unreachable: list[Unreachable] = field(default_factory=list)
-    refused: list[Refusal] = field(default_factory=list)
+    unreachable: list[dict] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
     # Secret values the tool knows (the spec's, and each one masked in any file) -> their name: `write` removes
     # them from every file, where a log prints one bare (`used key Zq8x...`).
     known: dict[str, str] = field(default_factory=dict)
@@ -121,19 +98,18 @@ class BundleWriter:
         self.files[path] = data
         self.redactions += result.redactions
         self.known.update(result.values)
-        self.entries.append(FileEntry(path, what, source, len(data), len(result.redactions), truncated))
+        self.entries.append({"path": path, "what": what, "source": source, "bytes": len(data),
+                             "redactions": len(result.redactions), "truncated": truncated})
 
     def add_json(self, path: str, obj: Any, what: str, source: str) -> None:
         self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
 
     def merge(self, part: BundleWriter) -> None:
         """Take in what another writer (one node's, collected in parallel) holds."""
-        self.files.update(part.files)
-        self.entries += part.entries
-        self.redactions += part.redactions
-        self.unreachable += part.unreachable
-        self.refused += part.refused
-        self.known.update(part.known)
+        for name in ("files", "known"):
+            getattr(self, name).update(getattr(part, name))
+        for name in ("entries", "redactions", "unreachable", "refused"):
+            getattr(self, name).extend(getattr(part, name))
 
     def scrub_known(self) -> None:
         """Remove every known secret value from every file, wherever it was learnt (files before env.sh too)."""
@@ -145,29 +121,29 @@ class BundleWriter:
                 self.redactions += result.redactions
                 counts[path] = len(result.redactions)
         for entry in self.entries:
-            entry.redactions += counts.get(entry.path, 0)
-            entry.bytes = len(self.files.get(entry.path, b""))
-        for item in self.unreachable:
-            item.error = scrub_known(item.error, self.known, "manifest").text
-        for item in self.refused:
-            item.reason = scrub_known(item.reason, self.known, "manifest").text
+            entry["redactions"] += counts.get(entry["path"], 0)
+            entry["bytes"] = len(self.files.get(entry["path"], b""))
+        for item in self.unreachable + self.refused:
+            why = "error" if "error" in item else "reason"
+            item[why] = scrub_known(item[why], self.known, "manifest").text
 
     def refuse(self, what: str, source: str, reason: str) -> None:
-        self.refused.append(Refusal(what, source, redact_text(reason, "manifest").text[:500]))
+        self.refused.append({"what": what, "source": source, "reason": redact_text(reason, "manifest").text[:500]})
 
     def missing(self, what: str, source: str, error: str) -> None:
-        self.unreachable.append(Unreachable(what, source, redact_text(str(error), "manifest").text[:500]))
+        self.unreachable.append({"what": what, "source": source,
+                                 "error": redact_text(str(error), "manifest").text[:500]})
 
     def manifest(self, extra: dict) -> dict:
         by_kind = dict(Counter(r.kind for r in self.redactions))
         return {
             "format": FORMAT, **extra,
-            "files": [asdict(e) for e in self.entries],
+            "files": self.entries,
             "redactions": manifest_entries(self.redactions),
             "redaction_summary": {"total": len(self.redactions), "by_kind": by_kind,
                                   "files": sorted({r.where for r in self.redactions})},
-            "unreachable": [asdict(u) for u in self.unreachable],
-            "refused": [asdict(r) for r in self.refused],
+            "unreachable": self.unreachable,
+            "refused": self.refused,
         }
 
     def write(self, out: Path, extra: dict, force: bool = False) -> dict:
@@ -207,40 +183,33 @@ def trim_partial_head(text: str) -> str:
     return "\n".join(lines)
 
 
-def _copy(conn, path: str, cap: int, within: Optional[str]) -> tuple[Optional[FileCopy], str]:
-    try:
-        return read_fact(conn, file_copy_fact(path, cap, within), timeout=60), ""
-    except Exception as exc:  # noqa: BLE001 - an unreachable node is a manifest entry, not a failure
-        return None, str(exc)
-
-
-def _text(copy: FileCopy, cap: int) -> str:
-    return trim_partial_head(copy.text) if copy.truncated(cap) else copy.text
+_REFUSED = "not read: "
 
 
 def read_remote(conn, path: str, cap: int = LOG_CAP_BYTES, within: Optional[str] = None
                 ) -> tuple[Optional[str], int, str]:
     """(text or None, size in bytes, error): at most `cap` bytes from the end (`facts.logs.file_copy_fact`);
-    a file it refuses (a link, a FIFO, outside `within`) gives None and the reason."""
-    copy, err = _copy(conn, path, cap, within)
-    if copy is None:
-        return None, 0, err
+    a file it refuses (a link, a FIFO, outside `within`) gives None and `not read: <why>`."""
+    try:
+        copy = read_fact(conn, file_copy_fact(path, cap, within), timeout=60)
+    except Exception as exc:  # noqa: BLE001 - an unreachable node is a manifest entry, not a failure
+        return None, 0, str(exc)
     if not copy.exists:
         return None, 0, "no such file"
     if copy.refused:
-        return None, 0, f"not read: {copy.refused}"
-    return _text(copy, cap), copy.size, ""
+        return None, 0, _REFUSED + copy.refused
+    return (trim_partial_head(copy.text) if copy.truncated(cap) else copy.text), copy.size, ""
 
 
 def _add_remote(w: BundleWriter, conn, node: str, path: str, dest: str, what: str, within: str) -> None:
-    copy, err = _copy(conn, path, LOG_CAP_BYTES, within)
+    text, size, err = read_remote(conn, path, within=within)
     source = f"{node}:{path}"
-    if copy is not None and copy.refused:
-        w.refuse(what, source, copy.refused)
-    elif copy is None or not copy.exists:
+    if err.startswith(_REFUSED):
+        w.refuse(what, source, err.removeprefix(_REFUSED))
+    elif text is None:
         w.missing(what, source, err or "no such file")
     else:
-        w.add_text(dest, _text(copy, LOG_CAP_BYTES), what, source, truncated=copy.size > LOG_CAP_BYTES)
+        w.add_text(dest, text, what, source, truncated=size > LOG_CAP_BYTES)
 
 
 def _add_http(w: BundleWriter, url: str, dest: str, what: str, as_json: bool) -> None:
@@ -269,26 +238,12 @@ def bundle_batch(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
                       f"{bin_dir_for(node)}/python", vllm_python=vllm_python(ctx.fleet, node) if vllm else "")
 
 
-def _add_python(w: BundleWriter, base: str, node, label: str, res: Result, fact: CommandFact) -> None:
-    vllm = label == "vllm_python"
-    whose = "vLLM's interpreter" if vllm else "the node's interpreter (servers)"
-    env = fact.parse(res.output)
-    python = env.executable
-    if env.present:
-        w.add_json(f"{base}/{'vllm_packages' if vllm else 'packages'}.json", env.to_json(),
-                   f"python and package versions (lmcache, nixl, torch, vllm) of {whose}", f"{node.name}: {python}")
-    else:
-        w.missing(f"package versions of {whose}", f"{node.name}: {python}", env.error)
-
-
 def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) -> None:
     """One command fact (ibverbs, rdma link, topology, ucx_info, ulimit, lsmod), raw and parsed."""
     cmd, src = fact.shell, f"{node.name}: {fact.shell}"
-    if res.exit_code == -1:
-        w.missing(f"fact {fact.name} on {node.name}", src, res.stderr or "cut short")
-        return
-    if res.not_found or "command not found" in res.output[-200:]:
-        w.missing(f"fact {fact.name} on {node.name}", src, "not installed")
+    if res.exit_code == -1 or res.not_found or "command not found" in res.output[-200:]:
+        why = (res.stderr or "cut short") if res.exit_code == -1 else "not installed"
+        w.missing(f"fact {fact.name} on {node.name}", src, why)
         return
     w.add_text(f"{base}/tools/{fact.name}.txt", res.output, f"output of `{cmd}`", src)
     if res.exit_code:
@@ -312,7 +267,14 @@ def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, 
     for label, fact in batch.items():
         res = read[label]
         if label.endswith("python"):
-            _add_python(w, base, node, label, res, fact)
+            whose = "vLLM's interpreter" if label == "vllm_python" else "the node's interpreter (servers)"
+            env = fact.parse(res.output)
+            if env.present:  # packages.json, vllm_packages.json
+                w.add_json(f"{base}/{label.replace('python', 'packages')}.json", env.to_json(),
+                           f"python and package versions (lmcache, nixl, torch, vllm) of {whose}",
+                           f"{node.name}: {env.executable}")
+            else:
+                w.missing(f"package versions of {whose}", f"{node.name}: {env.executable}", env.error)
         elif label == "host_txt":
             w.add_text(f"{base}/host.txt", res.output, "uname -a, hostname, CPUs, ulimit -l", f"{node.name}: uname")
         else:
@@ -333,17 +295,12 @@ _HTTP = {
 }
 
 
-def _bundle_dir(unit: Unit) -> str:
-    if unit.instance is not None and unit.node is not None:
-        return f"nodes/{unit.node.name}/{unit.instance.id}"
-    return unit.folder
-
-
 def _add_unit(w: BundleWriter, ctx: FleetContext, unit: Unit, states: dict[str, str]) -> None:
     """One unit's env.sh (once per folder), start wrapper, log (and the previous run's), and what it serves."""
     conn, lay, proc = ctx.conn(unit.node), ctx.node_layout(unit.node), ctx.proc(unit)
     node = unit.node.name if unit.node is not None else "local"
-    d, iid = _bundle_dir(unit), unit.instance.id if unit.instance is not None else ""
+    iid = unit.instance.id if unit.instance is not None else ""
+    d = f"nodes/{node}/{iid}" if iid and unit.node is not None else unit.folder
 
     def what(thing: str) -> str:
         return f"{unit.role} {thing} of {iid}" if iid else f"{unit.role} {thing}"
@@ -358,23 +315,18 @@ def _add_unit(w: BundleWriter, ctx: FleetContext, unit: Unit, states: dict[str, 
     if read_fact(conn, paths_fact({previous: "file"}), timeout=10)[previous]:
         _add_remote(w, conn, node, previous, f"{d}/{unit.role}.log.1", what("log") + " (previous run)", root)
     state = states.get(unit.name, "unknown")
-    if unit.role == "router":
-        _add_router_http(w, ctx, unit)
+    if unit.role == "router":  # its worker list, and its own metrics on its Prometheus port (not /metrics)
+        st = fleet_router.status(ctx)
+        w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
+        if st.healthy:
+            _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
+            prom = f"http://{hostport(unit.node.address, ctx.fleet.router.prometheus_port)}/metrics"
+            _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
     elif _HTTP.get(unit.role) and state != "running":
         w.missing(what(", ".join(path for path, *_ in _HTTP[unit.role])), unit.url, f"{unit.role} process {state}")
     else:
         for path, name, thing, as_json in _HTTP.get(unit.role, ()):
             _add_http(w, unit.url + path, f"{d}/{name}", what(thing), as_json)
-
-
-def _add_router_http(w: BundleWriter, ctx: FleetContext, unit: Unit) -> None:
-    """The router's worker list and its own metrics (on its Prometheus port, not /metrics)."""
-    st = fleet_router.status(ctx)
-    w.add_json("router/status.json", st.to_json(), "router health and worker list", st.url)
-    if st.healthy:
-        _add_http(w, st.url + "/workers", "router/workers.json", "router /workers", True)
-        prom = f"http://{hostport(unit.node.address, ctx.fleet.router.prometheus_port)}/metrics"
-        _add_http(w, prom, "router/metrics.txt", "router metrics (vllm_router_*)", False)
 
 
 def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
@@ -384,10 +336,6 @@ def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
     for name, what in (("prometheus.yml", "Prometheus config"), ("prometheus.log", "Prometheus log")):
         if (pdir / name).exists() or (pdir / name).is_symlink():
             _add_remote(w, ctx.conn(None), "local", str(pdir / name), f"prometheus/{name}", what, str(ctx.layout.root))
-
-
-def default_path(ctx: FleetContext, stamp: str) -> Path:
-    return ctx.layout.root / BUNDLES / f"p2p-bundle-{ctx.fleet.name}-{stamp}.tar.gz"
 
 
 def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None:
@@ -416,8 +364,8 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
             force: bool = False) -> dict:
     """Build the bundle; returns the manifest (plus `path`). Works on a stopped fleet."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(out) if out else default_path(ctx, stamp)
     w = BundleWriter(f"p2p-bundle-{ctx.fleet.name}-{stamp}")
+    out = Path(out) if out else ctx.layout.root / BUNDLES / f"{w.root}.tar.gz"
     if ctx.fleet.api_key:
         w.known[ctx.fleet.api_key] = "api_key"
     w.add_spec("fleet.yaml", files.read_text(ctx.fleet_file, 4 << 20), str(ctx.fleet_file))

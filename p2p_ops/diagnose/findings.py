@@ -63,11 +63,10 @@ class Report:
         return data
 
     def render(self) -> str:
-        order = {s: i for i, s in enumerate(SEVERITIES)}
         lines = [self.title]
         if self.could_not_check:
             lines.append(f"could not check: {self.could_not_check}")
-        lines += [f.line() for f in sorted(self.findings, key=lambda f: order[f.severity])]
+        lines += [f.line() for f in sorted(self.findings, key=lambda f: SEVERITIES.index(f.severity))]
         verdict = {0: "healthy", 1: f"{len(self.problems)} problem(s)", 2: "not checked"}[self.exit_code]
         lines.append(f"result: {verdict}")
         return "\n".join(lines)

@@ -16,28 +16,23 @@ from p2p_ops.diagnose.doctor import FleetFacts, run
 from p2p_ops.diagnose.findings import Finding, Report
 from p2p_ops.lifecycle.context import FleetContext
 
-# How specific a check's evidence is about *why*: 0 a consequence of another finding, 1 a state that many causes
-# produce (a process down, a Traceback, no RDMA device), 2 the symptom's own signature or a pressure gauge, 3
-# (every other check) a setting or fact checked against what it must be, or a log line that names the reason. Check ids are the tree's
-# (`doctor:<check>` for the doctor's findings).
-_STATE_CHECKS = {"doctor:process", "doctor:server_http", "doctor:port_listening", "doctor:peer_count",
-                 "engines:health", "log:traceback", "node:rdma"}
-_SYMPTOM_CHECKS = {"log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
-                   "log:endpoint_timeout", "metric:l1_usage", "metric:active_lookup_jobs", "status:locks"}
+# How specific a check's evidence is about *why* (check ids are the tree's, `doctor:<check>` for the doctor's
+# findings): 0 a consequence of another finding that says so, ranked below everything so the cause comes first
+# (an engine degraded because its server is down or disagrees with its peers); 1 a state that many causes
+# produce (a process down, a Traceback, no RDMA device); 2 the symptom's own signature or a pressure gauge; 3
+# (every other check) a setting or fact checked against what it must be, or a log line that names the reason.
+_SPECIFICITY = {"doctor:engine_degraded": 0, **dict.fromkeys((
+    "doctor:process", "doctor:server_http", "doctor:port_listening", "doctor:peer_count", "engines:health",
+    "log:traceback", "node:rdma"), 1), **dict.fromkeys((
+        "log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
+        "log:endpoint_timeout", "metric:l1_usage", "metric:active_lookup_jobs", "status:locks"), 2)}
 # Doctor findings that are true but explain no missed pull: a listener wider than loopback, the router's KV
 # events, a missing env.sh the doctor rendered in its place.
 _NOT_A_MISS = {"bind:wide", "kv_events", "env_file"}
 
 
-# Findings that are another finding's consequence and say so ("fix the server it cannot use"): an engine degraded
-# because its server is down or disagrees with its peers. They rank below everything, so the cause comes first.
-_CONSEQUENCE_CHECKS = {"doctor:engine_degraded"}
-
-
 def specificity(check: str) -> int:
-    if check in _CONSEQUENCE_CHECKS:
-        return 0
-    return 1 if check in _STATE_CHECKS else 2 if check in _SYMPTOM_CHECKS else 3
+    return _SPECIFICITY.get(check, 3)
 
 
 def _names(subject: str, about: Collection[str]) -> bool:

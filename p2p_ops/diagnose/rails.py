@@ -126,7 +126,6 @@ def _fmt(n: int) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
 
 
 def assess(usage: list[RailUsage], expected: list[str] | None = None, min_bytes: int = 1 << 20,

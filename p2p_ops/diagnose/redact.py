@@ -1,25 +1,19 @@
 """Secret redaction for anything that leaves the host (debug bundles, reports, pasted logs).
 
-`redact_text(text, where)` returns the redacted text and a list of `Redaction(kind, where, line, name)` for the
-bundle manifest; `redact_structure` does the same for a YAML/JSON document from its parsed structure (no layout
-hides a value), and `scrub_known` removes secret values already known (from the spec, from another file) wherever
-they stand. A finding says *what* was removed and *where*, never the secret itself (not even a hash: short
-passwords would be guessable from one).
+`redact_text` returns the redacted text and a `Redaction(kind, where, line, name)` per secret for the bundle
+manifest; `redact_structure` redacts a YAML/JSON document from its parsed structure (no layout hides a value);
+`scrub_known` removes secret values already known wherever they stand. A finding never holds the secret, not
+even a hash (short passwords would be guessable from one).
 
-A rule finds where a secret *starts*; a scanner then follows the value to its real end the way the consumer of
-that text would read it (a shell word with its quotes and escapes, a JSON/Python string with its escapes, a
-YAML/header value to the end of the line or of its block scalar, a URL query value to the next `&`, an environ
-record to its NUL). Cutting a value at the first quote, `#` or `,` is how tails of secrets used to leak. Spans
-found by several rules are merged, never dropped, so the widest reading wins.
+A rule (`RULES`, and `.netrc` entries) finds where a secret *starts*; a scanner follows the value to its real end
+as the text's consumer reads it (a shell word with quotes and escapes, a JSON/Python string, a YAML/header value
+to the end of its line or block scalar, a URL query value to `&`, an environ record to its NUL): cutting at the
+first quote, `#` or `,` is how tails of secrets used to leak. Overlapping spans merge, so the widest reading
+wins. Diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not shown)") are left
+alone; only the value is replaced (one quoted string keeps its quotes), so files stay readable.
 
-What is detected is `RULES` (PEM blocks, token prefixes, JWTs, auth headers and cookies, URL secrets, webhook
-paths, assignments and flags whose name says secret, the password flags of common clients) and `.netrc` entries.
-The toolkit's own diagnostic names and values (cache and chunk keys, hashes, GIDs, auth modes, "set (not
-shown)") are left alone. Only the value is replaced (a value that is exactly one quoted string keeps its
-quotes), so files stay readable.
-
-Every rule runs in linear time: each regex is anchored or bounded, a match inside a span its rule already
-found is not scanned again, and line ends and PEM END markers are looked up in indexes built once per text.
+Linear time: each regex is anchored or bounded, a match inside a span its rule already found is not scanned
+again, and line ends and PEM END markers are looked up in indexes built once per text.
 """
 
 from __future__ import annotations
@@ -32,12 +26,77 @@ from typing import Callable, Iterator
 
 import yaml
 
-from p2p_ops.diagnose.redact_names import harmless, is_secret_name
-
 __all__ = ["MASK", "Redaction", "RedactionResult", "is_secret_name", "manifest_entries", "redact_structure",
            "redact_text", "scrub_known"]
 
 MASK = "<redacted>"
+
+# Which names hold secrets: `is_secret_name("DB_PASSWORD")`, also glued to a prefix without a separator as some
+# database clients spell theirs (`PGPASSWORD`, `MYSQLPASSWORD`). A bundle exists to show cache and chunk keys,
+# hashes, GIDs, auth modes and the toolkit's "set (not shown)": those names (`DIAGNOSTIC_KEYS`) and values
+# (`AUTH_MODES`, `harmless`) survive redaction unchanged.
+_LAST_WORDS = {"password", "passwd", "passphrase", "pass", "secret", "secrets", "token", "credential",
+               "credentials", "apikey", "accesskey", "accountkey", "privatekey", "auth", "authorization",
+               "cookie", "pwd", "key", "json", "sig", "signature"}
+# Bare `PWD` is the shell's working directory and a bare `key`/`json`/`sig` is usually a cache key or a
+# config blob: these words count only after a prefix (MYSQL_PWD, API_KEY, GOOGLE_CREDENTIALS_JSON).
+_NEEDS_PREFIX = {"pwd", "key", "json", "sig", "signature"}
+_ANYWHERE = {"secret", "password", "passwd", "passphrase"}
+# Long enough not to end an ordinary word: `PGPASSWORD` is a secret, `bypass` and `compass` are not.
+_GLUED = re.compile(r".(?:password|passwd|passphrase|secret|apikey|accesstoken|authtoken|privatekey)$")
+# Tokenizer settings (`eos_token: "</s>"`) and per-token rates (`prefill_us_per_token`) are not credentials.
+_NOT_SECRET_BEFORE_TOKEN = {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "per", "max", "num", "first",
+                            "last", "next", "end", "start", "special", "prompt", "cached", "hit"}
+# What a name about a secret is, when it is not the secret itself: `password_policy`, `secret_sharing_mode`.
+_ABOUT_A_SECRET = {"policy", "file", "path", "length", "min", "max", "rules", "prompt", "mode", "enabled",
+                   "disabled", "type", "kind", "count", "size", "dir", "name", "names", "format", "version", "ttl"}
+# The toolkit's diagnostic keys: `<word>_key` names that identify data, never unlock anything (LMCache's
+# cache and chunk keys, object and prefix keys, routing keys, `--block-hash-key`, a GID table's key).
+DIAGNOSTIC_KEYS = {"cache", "chunk", "object", "prefix", "routing", "hash", "gid", "lookup", "partition", "shard",
+                   "sort", "primary", "foreign", "index", "block", "kv", "event", "metric", "label", "group",
+                   "dict", "map", "dedup", "bucket", "row", "column"}
+# Values of an `*_auth` name that say how one authenticates, not with what.
+AUTH_MODES = {"publickey", "password", "keyboard-interactive", "none", "hostbased", "gssapi-with-mic", "basic",
+              "bearer", "digest", "token", "kerberos", "negotiate", "ntlm", "oauth", "oauth2", "mtls", "tls",
+              "off", "on", "true", "false", "disabled", "enabled", "anonymous", "sasl", "scram-sha-256", "md5",
+              "trust", "peer", "ident", "required", "optional"}
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Values that are already placeholders, references or empty are left alone: redacting them hides nothing.
+_HARMLESS = re.compile(r"^[\"']?(?:|<redacted>|\*+|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]{0,200}>|null|none|None|"
+                       r"true|false|True|False|\[\]|\{\}|set \(not shown\))[\"']?$")
+
+
+def name_parts(name: str) -> list[str]:
+    return [p for p in re.split(r"[_.\-\s]+", _CAMEL.sub("_", name.strip("-_.")).lower()) if p]
+
+
+@lru_cache(maxsize=8192)
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, key or flag of this name holds a secret (cached: a log repeats its names)."""
+    parts = name_parts(name[:200])
+    if not parts:
+        return False
+    last = parts[-1]
+    if last == "id" and len(parts) >= 3 and parts[-2] == "key":  # private_key_id, AWS_ACCESS_KEY_ID
+        return True
+    if last in {"token", "tokens"} and len(parts) >= 2 and parts[-2] in _NOT_SECRET_BEFORE_TOKEN:
+        return False
+    if last == "key" and len(parts) >= 2 and parts[-2] in DIAGNOSTIC_KEYS:
+        return False
+    if last in _LAST_WORDS:
+        return len(parts) > 1 or last not in _NEEDS_PREFIX
+    if _GLUED.search(last):
+        return True
+    return any(p in _ANYWHERE for p in parts[:-1]) and last not in _ABOUT_A_SECRET
+
+
+def harmless(name: str, value: str) -> bool:
+    """A value that hides nothing: empty, a placeholder or reference, or an auth mode under an `*_auth` name."""
+    if _HARMLESS.match(value[:300]):
+        return True
+    parts = name_parts(name) if name else []
+    return bool(parts) and parts[-1] == "auth" and value.strip("\"'").lower() in AUTH_MODES
+
 
 
 @dataclass(frozen=True)
@@ -55,18 +114,21 @@ class RedactionResult:
     values: dict[str, str] = field(default_factory=dict)  # each secret removed -> its name; never written out
 
 
-# ------------------------------------------------------------------------------------------------ indexes
-
 @lru_cache(maxsize=16)
 def _index(text: str, pattern: str) -> list[int]:
     """Where `pattern` matches in `text`, in order: built once per text, then searched with bisect."""
     return [m.start() for m in re.finditer(pattern, text)]
 
 
+def _next(text: str, pattern: str, i: int) -> int:
+    """Where `pattern` next matches at or after i (`len(text)`: nowhere)."""
+    found = _index(text, pattern)
+    k = bisect.bisect_left(found, i)
+    return found[k] if k < len(found) else len(text)
+
+
 def _eol(text: str, i: int) -> int:
-    nl = _index(text, "\n")
-    k = bisect.bisect_left(nl, i)
-    return nl[k] if k < len(nl) else len(text)
+    return _next(text, "\n", i)
 
 
 def _line_start(text: str, i: int) -> int:
@@ -75,7 +137,6 @@ def _line_start(text: str, i: int) -> int:
     return nl[k - 1] + 1 if k else 0
 
 
-# ------------------------------------------------------------------------------------------------- scanners
 # A scanner gets the text and the index where the value starts and returns where the value ends.
 
 _MAX_QUOTED = 64 * 1024  # a quote that never closes within this is treated as cut off at the line's end
@@ -105,9 +166,7 @@ def _backslash_escapes_single(text: str, i: int) -> bool:
     # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
     if i > 0 and text[i - 1] == "$":
         return True
-    escaped = _index(text, r"\\'")
-    k = bisect.bisect_left(escaped, i)
-    return k < len(escaped) and escaped[k] < min(_eol(text, i), i + _MAX_QUOTED)
+    return _next(text, r"\\'", i) < min(_eol(text, i), i + _MAX_QUOTED)
 
 
 _WORD_STOP = set(" \t\r\n;&|<>`\0")
@@ -132,25 +191,21 @@ def shell_word_end(text: str, i: int) -> int:
     return _trim_closers(text, i, min(j, n))
 
 
+_OPENER = {")": "(", "}": "{", "]": "["}
+
+
 def _trim_closers(text: str, i: int, j: int) -> int:
-    """Drop `,)}]` from a value's end where they close something opened before the value on its line."""
-    opened: dict[str, bool] = {}
+    """Drop `,)}]` from a value's end where they close a bracket opened before the value on its line (a `,`
+    always ends it); each kind is looked up once."""
+    opened = {",": True}
     while j > i and text[j - 1] in _TRAIL:
-        closer = text[j - 1]
-        if closer not in opened:
-            opened[closer] = _opens_before(text, i, closer)
-        if not opened[closer]:
+        c = text[j - 1]
+        if c not in opened:
+            opened[c] = text.find(_OPENER[c], max(_line_start(text, i), i - 4096), i) >= 0
+        if not opened[c]:
             break
         j -= 1
     return j
-
-
-def _opens_before(text: str, i: int, closer: str) -> bool:
-    """True when `closer` at a value's end belongs to a bracket opened earlier on the line, not to the value."""
-    if closer == ",":
-        return True
-    opener = {")": "(", "}": "{", "]": "["}[closer]
-    return text.find(opener, max(_line_start(text, i), i - 4096), i) >= 0
 
 
 def line_value_end(text: str, i: int) -> int:
@@ -201,12 +256,8 @@ _query_end = _until("&#\"'<>`|;\0")
 
 def _record_end(text: str, i: int) -> int:
     """An environ record's value: to the next NUL (or the line's end): spaces and quotes are part of it."""
-    nul = _index(text, "\0")
-    k = bisect.bisect_left(nul, i)
-    return min(nul[k] if k < len(nul) else len(text), _eol(text, i))
+    return min(_next(text, "\0", i), _eol(text, i))
 
-
-# ----------------------------------------------------------------------------------------------------- rules
 
 @dataclass(frozen=True)
 class Rule:
@@ -319,13 +370,11 @@ _PEM_WINDOW = 1 << 20
 
 def _pem_end(text: str, i: int) -> int | None:
     """Where the block whose body starts at i ends (its END line), when that is near enough to be one."""
-    ends = _index(text, _PEM_END)
-    k = bisect.bisect_left(ends, i)
-    return ends[k] if k < len(ends) and ends[k] - i <= _PEM_WINDOW else None
+    end = _next(text, _PEM_END, i)
+    return end if end < len(text) and end - i <= _PEM_WINDOW else None
 
 
-# ---- .netrc: `machine HOST login USER password SECRET` over one line or several ----------------------------
-
+# .netrc: `machine HOST login USER password SECRET` over one line or several.
 _NETRC_ENTRY = re.compile(r"(?m)^[ \t]*(?:machine[ \t]+\S|default\b)")
 _NETRC_TOKEN = re.compile(r"\S+")
 
@@ -342,8 +391,6 @@ def _netrc(text: str) -> Iterator[tuple[int, int, str]]:
                 yield tok.start(), tok.end(), previous
             previous = word if previous not in ("password", "passwd", "account") else ""
 
-
-# -------------------------------------------------------------------------------------------------- finding
 
 def _value_span(text: str, rule: Rule, m: re.Match) -> tuple[int, int] | None:
     start = m.start("s")
@@ -380,26 +427,12 @@ def _inside_string_end(text: str, name_start: int, start: int, end: int) -> int:
     return end
 
 
-def _applies(rule: Rule, text: str, lower: Callable[[], str]) -> bool:
-    if not rule.needles:
-        return True
-    if not any(c.isalpha() for n in rule.needles for c in n):
-        return any(n in text for n in rule.needles)
-    return any(n in lower() for n in rule.needles)
-
-
 def _candidates(text: str) -> list[tuple[int, int, int, str]]:
     """(start, end, rule index, name) of every secret any rule finds."""
     found: list[tuple[int, int, int, str]] = []
-    lowered: list[str] = []
-
-    def lower() -> str:
-        if not lowered:
-            lowered.append(text.lower())
-        return lowered[0]
-
+    lower = text.lower()
     for idx, rule in enumerate(RULES):
-        if not _applies(rule, text, lower):
+        if rule.needles and not any(n in lower for n in rule.needles):
             continue
         covered = -1  # a match starting inside a span this rule already found adds nothing: not scanned again
         for m in rule.pattern.finditer(text):
@@ -425,23 +458,16 @@ def _keep(text: str, span: tuple[int, int], name: str) -> tuple[int, int] | None
     return start, end
 
 
-def _kind(idx: int) -> str:
-    return RULES[idx].kind if idx < len(RULES) else "netrc_password"
-
-
 def _spans(text: str) -> list[tuple[int, int, str, str]]:
     """Merged (start, end, kind, name): overlapping findings become one span; the earliest rule names its kind."""
     merged: list[list] = []
     for start, end, idx, name in sorted(_candidates(text)):
         if merged and start < merged[-1][1]:
             last = merged[-1]
-            last[1] = max(last[1], end)
-            if idx < last[2]:
-                last[2] = idx
-            last[3] = last[3] or name
+            last[1:] = max(last[1], end), min(last[2], idx), last[3] or name
         else:
             merged.append([start, end, idx, name])
-    return [(s, e, _kind(i), n) for s, e, i, n in merged]
+    return [(s, e, RULES[i].kind if i < len(RULES) else "netrc_password", n) for s, e, i, n in merged]
 
 
 def _assigned_to(before: str) -> str:
@@ -460,12 +486,8 @@ def _assigned_to(before: str) -> str:
 def _mask(secret: str) -> str:
     """The secret's place: each of its lines keeps its indentation and trailing blanks (so line numbers and
     a YAML block's shape survive), its text becomes MASK."""
-    out = []
-    for line in secret.split("\n"):
-        stripped = line.strip()
-        out.append(line if not stripped else line[: len(line) - len(line.lstrip())] + MASK
-                   + line[len(line.rstrip()):])
-    return "\n".join(out)
+    return "\n".join(line[:len(line) - len(line.lstrip())] + MASK + line[len(line.rstrip()):] if line.strip()
+                     else line for line in secret.split("\n"))
 
 
 def redact_text(text: str, where: str = "<text>") -> RedactionResult:
@@ -483,8 +505,6 @@ def redact_text(text: str, where: str = "<text>") -> RedactionResult:
     out.append(text[pos:])
     return RedactionResult("".join(out), found, values)
 
-
-# ---- secrets known by value: removed wherever they appear, under any name or none ---------------------------
 
 # Shorter values would mask half of any log: below 8 characters a value goes only where it stands as a word,
 # and one of digits only not at all (it would mask ports, PIDs and counts; such a password protects nothing).
@@ -523,8 +543,6 @@ def _known_pattern(known: tuple[tuple[str, str], ...]) -> tuple[re.Pattern | Non
     parts = long + ([rf"(?<![\w-])(?:{'|'.join(short)})(?![\w-])"] if short else [])
     return (re.compile("|".join(parts)) if parts else None), names
 
-
-# ---- a structured document (fleet.yaml) is redacted from what a YAML reader sees, not from its lines --------
 
 _STR = "tag:yaml.org,2002:str"
 

@@ -20,7 +20,13 @@ def trace_report(summary: TraceSummary, expect_rdma: bool = False) -> Report:
     report.facts.update(
         ucx_versions=summary.ucx_versions, ucx_env=summary.ucx_env, nixl_ucx_config=summary.nixl_ucx_config,
         nixl_agents=summary.nixl_agents, transports=summary.transports, exceptions=summary.exceptions,
-        endpoints=[_endpoint_fact(ep) for ep in summary.endpoints],
+        endpoints=[{
+            "process": f"{ep.host}:{ep.pid}", "name": ep.name, "kinds": ep.kinds, "transports": ep.transports,
+            "payload_class": ep.payload_class, "payload_lanes": ep.payload_lanes, "emulated": ep.emulated,
+            "payload_source": ep.payload_source,
+            "protocols": [{"operation": t.operation, "rows": [
+                f"{r.range} | {'(?) ' if r.estimated else ''}{r.protocol} | {' and '.join(r.lanes)}"
+                for r in t.rows]} for t in ep.tables]} for ep in summary.endpoints],
         errors=[asdict(g) for g in summary.errors],
         lines={"read": summary.lines_read, "understood": summary.lines_understood},
     )
@@ -49,17 +55,6 @@ def trace_report(summary: TraceSummary, expect_rdma: bool = False) -> Report:
             report.add("info", "payload_path", subject, ep.payload_source or "no data protocol logged",
                        f"payload {kind}{ep.payload_class or '?'}: {lanes}")
     return report
-
-
-def _endpoint_fact(ep) -> dict:
-    return {
-        "process": f"{ep.host}:{ep.pid}", "name": ep.name, "kinds": ep.kinds, "transports": ep.transports,
-        "payload_class": ep.payload_class, "payload_lanes": ep.payload_lanes, "emulated": ep.emulated,
-        "payload_source": ep.payload_source,
-        "protocols": [{"operation": t.operation,
-                       "rows": [f"{r.range} | {'(?) ' if r.estimated else ''}{r.protocol} | {' and '.join(r.lanes)}"
-                                for r in t.rows]} for t in ep.tables],
-    }
 
 
 _SHOWN_OPS = ("ucp_get", "ucp_put", "rendezvous", "tag_send")

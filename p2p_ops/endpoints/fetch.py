@@ -5,13 +5,21 @@ Requests to an engine carry the fleet's API key (`auth`); nothing else ever sees
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import requests
 
 from p2p_ops.endpoints import auth
 
 TIMEOUT = 3.0
+
+
+def _request(send: Callable[..., requests.Response], url: str, timeout: float, **kw: Any
+             ) -> Optional[requests.Response]:
+    try:
+        return send(url, timeout=timeout, headers=auth.headers(url), **kw)
+    except requests.RequestException:
+        return None
 
 
 def _answer(resp: Optional[requests.Response]) -> tuple[int, Optional[Any]]:
@@ -23,17 +31,10 @@ def _answer(resp: Optional[requests.Response]) -> tuple[int, Optional[Any]]:
         return resp.status_code, None
 
 
-def _get(url: str, timeout: float) -> Optional[requests.Response]:
-    try:
-        return requests.get(url, timeout=timeout, headers=auth.headers(url))
-    except requests.RequestException:
-        return None
-
-
 def get_answer(url: str, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
     """GET; (status code, decoded JSON body or None), so a caller can say why a route refused (4xx/5xx).
     Status 0: nothing answered."""
-    return _answer(_get(url, timeout))
+    return _answer(_request(requests.get, url, timeout))
 
 
 def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
@@ -44,18 +45,15 @@ def get_json(url: str, timeout: float = TIMEOUT) -> Optional[Any]:
 def post_json(url: str, body: Any, timeout: float = TIMEOUT) -> tuple[int, Optional[Any]]:
     """POST JSON, answered as `get_answer`. For read-only routes only (the coordinator's /directory/lookup, an
     engine's /tokenize): the toolkit never changes a fleet over HTTP."""
-    try:
-        return _answer(requests.post(url, json=body, timeout=timeout, headers=auth.headers(url)))
-    except requests.RequestException:
-        return 0, None
+    return _answer(_request(requests.post, url, timeout, json=body))
 
 
 def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
-    resp = _get(url, timeout)
+    resp = _request(requests.get, url, timeout)
     return resp.text if resp is not None and resp.status_code == 200 else None
 
 
 def answers(url: str, timeout: float = TIMEOUT) -> bool:
     """GET answers 200 (a health or readiness route)."""
-    resp = _get(url, timeout)
+    resp = _request(requests.get, url, timeout)
     return resp is not None and resp.status_code == 200

@@ -31,7 +31,11 @@ def l1_manager(status: dict) -> dict:
     return sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
 
 
-def parse_server_status(body: Optional[dict]) -> ServerStatus:
+def server_status(http_url: str) -> ServerStatus:
+    """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both."""
+    for path in ("/status", "/api/status"):
+        if (body := get_json(http_url.rstrip("/") + path)) is not None:
+            break
     if not isinstance(body, dict):
         return ServerStatus(reachable=False)
     sm = body.get("storage_manager") or {}
@@ -52,15 +56,6 @@ def parse_server_status(body: Optional[dict]) -> ServerStatus:
         p2p_adapters=len(adapters),
         raw=body,
     )
-
-
-def server_status(http_url: str) -> ServerStatus:
-    """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both."""
-    for path in ("/status", "/api/status"):
-        body = get_json(http_url.rstrip("/") + path)
-        if body is not None:
-            return parse_server_status(body)
-    return ServerStatus(reachable=False)
 
 
 def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:
@@ -172,14 +167,10 @@ def cache_objects(http_url: str, tier: str, max_pages: int = 20) -> ObjectListin
 def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
     """(peer host, peer mq port, the adapter's entry) of each P2P adapter in a server's /status, in adapter
     order (the order a lookup is planned in); the entry has `in_flight_lookups` and `in_flight_loads`."""
-    out = []
-    for a in (status.get("storage_manager") or {}).get("l2_adapters") or []:
-        if not isinstance(a, dict) or a.get("type") != "P2PL2Adapter":
-            continue
-        host, _, port = str(a.get("peer_mq_server_url", "")).rpartition("://")[2].rpartition(":")
-        if port.isdecimal():
-            out.append((host, int(port), a))
-    return out
+    urls = [(str(a.get("peer_mq_server_url", "")).rpartition("://")[2].rpartition(":"), a)
+            for a in (status.get("storage_manager") or {}).get("l2_adapters") or []
+            if isinstance(a, dict) and a.get("type") == "P2PL2Adapter"]
+    return [(host, int(port), a) for (host, _, port), a in urls if port.isdecimal()]
 
 
 def directory_lookup_tokens(coordinator_url: str, model: str, token_ids: list[int],

@@ -102,7 +102,7 @@ def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
     d = walk.diagnose(TREE, model.find_symptom(TREE, "NIXL_ERR_BACKEND"), evidence.Evidence(None, TREE, (log,)))
     steps = {s.id: s for s in d.steps}
     assert steps["transport-signature"].verdict == "problem"
-    assert d.first_problem.id == "transport-signature" and d.exit_code == 1
+    assert d.likely()[0].id == "transport-signature" and d.exit_code == 1
     hits = [o for o in steps["transport-signature"].observations if o.status == "problem"]
     assert {o.check for o in hits} == {"log:nixl_err_backend", "log:ucx_transport_unavailable"}
     assert all(o.subject == str(log) for o in hits)
@@ -116,7 +116,7 @@ def test_logs_only_clean_log_finds_nothing(tmp_path):
     log = tmp_path / "server.log"
     log.write_text("[2026-11-30 01:00:00,000] LMCache INFO: Registered with coordinator as node-a-0\n")
     d = walk.diagnose(TREE, model.find_symptom(TREE, "peers not registered"), evidence.Evidence(None, TREE, (log,)))
-    assert d.exit_code == 0 and d.first_problem is None
+    assert d.exit_code == 0 and d.likely() is None
     text = "\n".join(render.render_text(d))
     assert "no cause confirmed; evidence seen: " in text and "log:registration_failed logs: " in text
     assert d.to_dict()["likely_cause"] is None and d.to_dict()["no_cause_confirmed"]["evidence_seen"]

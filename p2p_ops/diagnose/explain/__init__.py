@@ -4,7 +4,7 @@ why a node would miss it.
 Modules, one concept each: `prompt` (what to explain: text, a file, chat messages, a test run's request),
 `gather` (the reading: processes, /status, metrics, logs, the engines' /tokenize, LMCache's hasher run on
 each node through `facts.chunk_keys`, the coordinator's key directory), `near` (a held chunk that nearly
-matches the first one), `keys_diff` (which key inputs differ), `verdict` (the judgement, pure), `render`
+matches the first one), `verdict` (the judgement, pure, and which key inputs differ), `render`
 (tables and the per-chunk strip), `model` (the types).
 
 Explaining never changes the fleet: no prefetch, no pull, no lock (see `gather.NOT_USED`). Exit codes: 0 every

@@ -47,11 +47,6 @@ def _states(ctx: FleetContext) -> dict[str, str]:
     return states
 
 
-def _adapter_order(status: dict, by_mq: dict[tuple[str, int], str]) -> list[str]:
-    """Peer instance ids in the order of the server's P2P adapters (the order a lookup is planned in)."""
-    return [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(status) if (h, p) in by_mq]
-
-
 def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, prompt: PromptSpec,
           by_mq: dict, salt: str) -> None:
     """The instance's HTTP reads: /status, server and engine metrics, /tokenize."""
@@ -64,7 +59,7 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
                                     str(metas[0].get("model_name") or fleet.model) if metas else fleet.model,
                                     int(metas[0].get("world_size") or 1) if metas else 1, salt)
             view.p2p_state, view.peers, view.l1_used, view.l1_total = st.p2p_state, st.peers, st.l1_used, st.l1_total
-            view.adapter_order = _adapter_order(st.raw, by_mq)
+            view.adapter_order = [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(st.raw) if (h, p) in by_mq]
         samples = metrics_api.scrape(surl)
         view.evicted_keys = metrics_api.metric_sum(samples, EVICTED)
         view.eviction_runs = metrics_api.metric_sum(samples, EVICTION_RUNS)
@@ -80,25 +75,22 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
 
 def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -> None:
     """Per node, one round trip: the servers' seed, NONE_HASH and recent lookup timeouts."""
-    batch = {}
+    batch = {}  # "<view field> <instance>" -> its fact
     for inst in node.instances:
         if views[inst.id].server_state == "running":
-            sproc = ctx.proc("server", inst)
-            batch[f"env {inst.id}"] = process_env_fact(sproc.pidfile, ("PYTHONHASHSEED",))
-            batch[f"nonehash {inst.id}"] = none_hash_fact(sproc.log)
-            batch[f"fallback {inst.id}"] = hash_fallback_fact(sproc.log)
-            batch[f"timeouts {inst.id}"] = recent_grep_fact(sproc.log, [LOOKUP_TIMEOUT], RECENT_LINES, 20)
+            pidfile, log = ctx.proc("server", inst).pidfile, ctx.proc("server", inst).log
+            batch |= {f"env {inst.id}": process_env_fact(pidfile, ("PYTHONHASHSEED",)),
+                      f"logged_none_hash {inst.id}": none_hash_fact(log),
+                      f"hash_fallback {inst.id}": hash_fallback_fact(log),
+                      f"lookup_timeouts {inst.id}": recent_grep_fact(log, [LOOKUP_TIMEOUT], RECENT_LINES, 20)}
     read = read_node(ctx.conn(node), batch, timeout=30)
-    for inst in node.instances:
-        v = views[inst.id]
-        if f"env {inst.id}" not in batch:
-            continue
-        seed = batch[f"env {inst.id}"].parse(read[f"env {inst.id}"].output).get("PYTHONHASHSEED")
-        v.logged_none_hash = batch[f"nonehash {inst.id}"].parse(read[f"nonehash {inst.id}"].output)
-        v.hash_fallback = batch[f"fallback {inst.id}"].parse(read[f"fallback {inst.id}"].output)
-        v.lookup_timeouts = batch[f"timeouts {inst.id}"].parse(read[f"timeouts {inst.id}"].output)
-        if v.inputs is not None:
-            v.inputs = KeyInputs(**{**v.inputs.__dict__, "python_hash_seed": seed})
+    for label, fact in batch.items():
+        field, iid = label.split(" ", 1)
+        got, v = fact.parse(read[label].output), views[iid]
+        if field != "env":
+            setattr(v, field, got)
+        elif v.inputs is not None:
+            v.inputs = KeyInputs(**{**v.inputs.__dict__, "python_hash_seed": got.get("PYTHONHASHSEED")})
 
 
 # The coordinator's own token hasher (its chunk size and algorithm, from its process environment).
@@ -143,26 +135,24 @@ def _keys(ctx: FleetContext, views: dict[str, InstanceView]) -> None:
         if v.inputs is None or not v.tokens or v.server_state != "running":
             continue
         machine = "local" if node.connection == "local" else node.address
-        if (coordinator == (v.inputs.chunk_size, v.inputs.hash_algorithm, bin_dir_for(node))
-                and v.inputs.hash_algorithm == "blake3" and machine == cmachine and not v.hash_fallback):
-            groups.setdefault(("coordinator", "", v.inputs, tuple(v.tokens)), []).append(inst.id)
-            continue
-        groups.setdefault((machine, bin_dir_for(node), v.inputs, tuple(v.tokens)), []).append(inst.id)
+        by_coordinator = (coordinator == (v.inputs.chunk_size, v.inputs.hash_algorithm, bin_dir_for(node))
+                          and v.inputs.hash_algorithm == "blake3" and machine == cmachine and not v.hash_fallback)
+        where = ("coordinator", "") if by_coordinator else (machine, bin_dir_for(node))
+        groups.setdefault((*where, v.inputs, tuple(v.tokens)), []).append(inst.id)
 
     def one(key: tuple, members: list[str]) -> None:
         node = ctx.fleet.instance(members[0])[0]
         got = _from_coordinator(ctx, key[2], list(key[3])) if key[0] == "coordinator" else None
-        if got is not None:
-            for iid in members:
-                views[iid].keys, views[iid].keys_from = got, "the running coordinator's hasher"
-            return
-        fact = chunk_keys_fact(f"{bin_dir_for(node)}/python", key[2], list(key[3]))
-        try:
-            got = fact.parse(read_node(ctx.conn(node), {"keys": fact}, timeout=120)["keys"].output)
-        except Exception as exc:  # noqa: BLE001 - a node that cannot run the hasher is a fact, not a crash
-            got = ChunkKeys(error=f"node {node.name}: {exc}")
+        who = "the running coordinator's hasher"
+        if got is None:
+            who = f"LMCache's hasher run on {node.name}"
+            fact = chunk_keys_fact(f"{bin_dir_for(node)}/python", key[2], list(key[3]))
+            try:
+                got = fact.parse(read_node(ctx.conn(node), {"keys": fact}, timeout=120)["keys"].output)
+            except Exception as exc:  # noqa: BLE001 - a node that cannot run the hasher is a fact, not a crash
+                got = ChunkKeys(error=f"node {node.name}: {exc}")
         for iid in members:
-            views[iid].keys, views[iid].keys_from = got, f"LMCache's hasher run on {node.name}"
+            views[iid].keys, views[iid].keys_from = got, who
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(groups)))) as pool:
         for f in [pool.submit(one, k, m) for k, m in groups.items()]:
@@ -170,15 +160,9 @@ def _keys(ctx: FleetContext, views: dict[str, InstanceView]) -> None:
 
 
 def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
-    wanted, seen = [], set()
-    for v in facts.instances:
-        for ranks in (v.keys.keys if v.keys and not v.keys.error else []):
-            for k in ranks:
-                ident = tuple(sorted(k.items()))
-                if ident not in seen:
-                    seen.add(ident)
-                    wanted.append(k)
-    entries, facts.directory_error = lmcache_api.directory_lookup(ctx.fleet.coordinator_url, wanted)
+    wanted = {tuple(sorted(k.items())): k for v in facts.instances
+              for ranks in (v.keys.keys if v.keys and not v.keys.error else []) for k in ranks}
+    entries, facts.directory_error = lmcache_api.directory_lookup(ctx.fleet.coordinator_url, list(wanted.values()))
     for e in entries or []:
         facts.placements.setdefault(str(e.key.get("chunk_hash_hex")), []).extend(e.placements)
 
@@ -186,23 +170,29 @@ def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
 def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
            progress: Callable[[str], None] = lambda _: None) -> ExplainFacts:
     fleet = ctx.fleet
-    clock = _Clock()
+    timings: dict[str, float] = {}
+    marks = [time.monotonic()]
+
+    def lap(name: str) -> None:  # seconds per phase: what `explain` says its time went to
+        marks.append(time.monotonic())
+        timings[name] = round(marks[-1] - marks[-2], 2)
+
     states = _states(ctx)
-    clock.lap("process states")
+    lap("process states")
     by_mq = {(n.address, i.ports.mp): i.id for n, i in fleet.instances()}
     views = {i.id: InstanceView(i.id, n.name, states.get(ctx.proc("server", i).name, "none"),
                                 states.get(ctx.proc("engine", i).name, "none")) for n, i in fleet.instances()}
     progress("reading /status, metrics and /tokenize of every instance")
     ctx.for_each_node(lambda n: [_http(ctx, n, i, views[i.id], prompt, by_mq, salt) for i in n.instances])
-    clock.lap("/status, metrics, /tokenize")
+    lap("/status, metrics, /tokenize")
     for name, res in ctx.for_each_node(lambda n: _node_reads(ctx, n, views)).items():
         if isinstance(res, Exception):
             for inst in next(n for n in fleet.nodes if n.name == name).instances:
                 views[inst.id].tokenize_error = views[inst.id].tokenize_error or f"node {name}: {res}"
-    clock.lap("server environment and logs")
+    lap("server environment and logs")
     progress("computing chunk keys with LMCache's hasher (once per machine and distinct settings)")
     _keys(ctx, views)
-    clock.lap("LMCache's hasher")
+    lap("LMCache's hasher")
     listed = {str(e.get("instance_id")) for e in lmcache_api.coordinator_instances(fleet.coordinator_url) or []}
     for v in views.values():
         v.registered = v.instance in listed
@@ -212,34 +202,21 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
     progress("looking the keys up in the coordinator's key directory")
     _placements(ctx, facts)
     _sources(ctx, facts)
-    clock.lap("key directory")
+    lap("key directory")
     for t in facts.targets:
         v = views.get(t)
         missing = [i for i, h in enumerate(v.hashes() if v and v.tokens else []) if not facts.placements.get(h)]
         if missing and not facts.directory_error:
-            near = near_first_chunk(fleet.coordinator_url, v, views) if missing[0] == 0 else None
+            near = near_first_chunk(fleet.coordinator_url, v) if missing[0] == 0 else None
             if near is None:
                 node, inst = fleet.instance(t)
                 near = near_saved_prompt(fleet.coordinator_url, fleet.model, ctx.engine_url(node, inst),
                                          ctx.layout.tests, v.tokens, v.inputs.chunk_size)
             if near and near["chunk"] == missing[0]:
                 facts.near[t] = near
-    clock.lap("near-miss search")
-    facts.timings = clock.laps
+    lap("near-miss search")
+    facts.timings = timings
     return facts
-
-
-class _Clock:
-    """Seconds per phase of the gather (what `explain` says its time went to)."""
-
-    def __init__(self) -> None:
-        self.laps: dict[str, float] = {}
-        self._t = time.monotonic()
-
-    def lap(self, name: str) -> None:
-        now = time.monotonic()
-        self.laps[name] = round(now - self._t, 2)
-        self._t = now
 
 
 def _sources(ctx: FleetContext, facts: ExplainFacts) -> None:

@@ -90,13 +90,9 @@ class ChunkVerdict:
     detail: str = ""                    # the reason in words, with its evidence
 
     def describe(self) -> str:
-        if self.action == HIT:
-            return f"local hit ({self.here.upper()})"
-        if self.action == PULL:
-            return f"pull from {self.source}"
-        if self.action == PARTIAL:
-            return "never cached (partial chunk)"
-        return "recompute" + (f": {self.reason}" if self.reason else "")
+        recompute = "recompute" + (f": {self.reason}" if self.reason else "")
+        return {HIT: f"local hit ({self.here.upper()})", PULL: f"pull from {self.source}",
+                PARTIAL: "never cached (partial chunk)"}.get(self.action, recompute)
 
 
 @dataclass

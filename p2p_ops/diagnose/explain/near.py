@@ -10,9 +10,8 @@ with this one, whose chunk k the directory places somewhere while this prompt's 
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pathlib import Path
+from typing import Optional
 
 from p2p_ops.diagnose.explain.model import InstanceView
 from p2p_ops.diagnose.explain.prompt import saved_requests
@@ -32,16 +31,11 @@ def closest(first: list[int], held: list[lmcache_api.DirectoryEntry]) -> Optiona
     """The held chunk of the same length that differs from `first` at the fewest positions (at most 1 in 4, a
     changed first sentence of the same length; at least one: an exact match is another key for the same tokens,
     not a different prompt)."""
-    best: Optional[tuple[list[int], lmcache_api.DirectoryEntry]] = None
-    for entry in held:
-        if len(entry.token_ids) != len(first):
-            continue
-        diff = mismatches(first, entry.token_ids)
-        if 0 < len(diff) <= max(1, len(first) // 4) and (best is None or len(diff) < len(best[0])):
-            best = diff, entry
-    if best is None:
+    near = [(len(diff), entry) for entry in held if len(entry.token_ids) == len(first)
+            and 0 < len(diff := mismatches(first, entry.token_ids)) <= max(1, len(first) // 4)]
+    if not near:
         return None
-    diff, entry = best
+    entry = min(near, key=lambda n: n[0])[1]  # the first of the fewest
     return _near(0, 0, first, entry.token_ids, entry)
 
 
@@ -54,7 +48,7 @@ def _near(chunk: int, start: int, mine: list[int], theirs: list[int], entry: lmc
             "key": entry.key.get("chunk_hash_hex", "")}
 
 
-def near_first_chunk(coordinator_url: str, target: InstanceView, views: dict[str, InstanceView]) -> Optional[dict]:
+def near_first_chunk(coordinator_url: str, target: InstanceView) -> Optional[dict]:
     cs = target.inputs.chunk_size if target.inputs else 0
     if not cs or not target.tokens or len(target.tokens) < cs:
         return None

@@ -17,9 +17,9 @@ a different first chunk cannot be told apart (not_confirmed, naming both); nobod
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from typing import Optional
 
-from p2p_ops.diagnose.explain.keys_diff import differing_inputs, first_difference, input_differences
 from p2p_ops.diagnose.explain.model import (
     HIT,
     PARTIAL,
@@ -31,6 +31,7 @@ from p2p_ops.diagnose.explain.model import (
     InstanceView,
     NodeExplanation,
 )
+from p2p_ops.spec.agreement import split
 
 
 # Why one differing chunk makes every later one miss (LMCache's chunk key hashes the parent key with the tokens).
@@ -40,24 +41,78 @@ CHAIN = "; each later chunk's key chains on this one's, so they miss even where 
 STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file names a gone process)",
                "stale": "stale (its pid file names another process)"}
 
+# Why two instances' chunk keys differ. A chunk key is LMCache's hash chain over the tokens, started from
+# NONE_HASH, in chunks of the server's chunk size, tagged with the model name, the world size (kv_rank) and the
+# cache salt. Any of these differing makes every key differ; PYTHONHASHSEED only through NONE_HASH (blake3 does
+# not use it).
+_FIELDS = ("chunk_size", "hash_algorithm", "model_name", "world_size", "cache_salt")
+
+
+def key_inputs(v: InstanceView) -> dict[str, str]:
+    """What this instance's keys depend on, by name (only what is known)."""
+    if v.inputs is None:
+        return {}
+    out = {f: str(getattr(v.inputs, f)) for f in _FIELDS}
+    out["PYTHONHASHSEED"] = v.inputs.python_hash_seed if v.inputs.python_hash_seed is not None else "(unset)"
+    nh = v.logged_none_hash or (v.keys.none_hash if v.keys else None)  # its server's log, else the hasher's
+    if nh is not None:
+        out["NONE_HASH"] = nh if len(nh) <= 24 else nh[:21] + "..."
+    if v.hash_fallback:
+        out["hash_fallback"] = f"builtin (could not load {v.hash_fallback} from vLLM)"
+    return out
+
+
+def differing_inputs(x: InstanceView, p: InstanceView) -> list[str]:
+    """`name: x=value, p=value` for each key input the two differ in (the seed only where NONE_HASH differs,
+    since that is the only way it enters a key)."""
+    a, b = key_inputs(x), key_inputs(p)
+    out = [f"{name}: {x.instance}={a.get(name, '-')}, {p.instance}={b.get(name, '-')}"
+           for name in (*_FIELDS, "NONE_HASH", "PYTHONHASHSEED", "hash_fallback") if a.get(name) != b.get(name)
+           and not (name == "PYTHONHASHSEED" and a.get("NONE_HASH") == b.get("NONE_HASH"))]
+    if x.keys and x.keys.builtin_hash:
+        out.append(f"{x.instance}'s server hashes with Python's builtin hash(), whose NONE_HASH differs per "
+                   "process: no other process can have its keys")
+    return out
+
+
+def input_differences(views: list[InstanceView]) -> list[str]:
+    """Fleet-wide: each key input on which the serving instances split, naming the odd one out and whether
+    the difference reaches the keys."""
+    serving = [v for v in views if v.serving]
+    table = {v.instance: key_inputs(v) for v in serving}
+    out = []
+    for name in (*_FIELDS, "PYTHONHASHSEED", "NONE_HASH", "hash_fallback"):
+        values = {inst: vals[name] for inst, vals in table.items() if name in vals}
+        if name == "hash_fallback":
+            values = {inst: table[inst].get(name, "no") for inst in table}
+        if len(set(values.values())) <= 1:
+            continue
+        line = f"{name}: {split(values).describe(name)}"
+        if name == "PYTHONHASHSEED" and len({table[i].get('NONE_HASH') for i in values}) == 1:
+            line += ("; harmless here: NONE_HASH is identical on every server (blake3 and LMCache's own "
+                     "NONE_HASH do not use the seed), so the keys agree")
+        out.append(line)
+    return out
+
+
+def first_difference(a: list[int], b: list[int], end: int) -> Optional[tuple[int, object, object]]:
+    """(position, a's token, b's token) of the first difference within [0, end), or None."""
+    pairs = zip_longest(a[:end], b[:end], fillvalue="(end)")
+    return next(((i, ta, tb) for i, (ta, tb) in enumerate(pairs) if ta != tb), None)
+
 
 def _label(facts: ExplainFacts, instance: str) -> str:
     """A peer's name as people say it: its node, when that node runs only this instance."""
     view = facts.view(instance)
-    if view is None:
-        return instance
-    return view.node if sum(1 for v in facts.instances if v.node == view.node) == 1 else instance
+    alone = view is not None and sum(v.node == view.node for v in facts.instances) == 1
+    return view.node if alone else instance
 
 
 def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
     """(the tier the target holds the key in, or "", the other instances holding it)."""
-    here, others = "", []
-    for p in facts.placements.get(key, []):
-        if p.instance_id == me:
-            here = here or p.tier
-        elif p.instance_id not in others:
-            others.append(p.instance_id)
-    return here, others
+    placed = facts.placements.get(key, [])
+    return (next((p.tier for p in placed if p.instance_id == me and p.tier), ""),
+            list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
 
 
 def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
@@ -239,8 +294,7 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
                                             f"{x.instance}'s server did not answer /status")
         return out
     hashes = x.hashes()
-    for i, key in enumerate(hashes):
-        out.chunks.append(ChunkVerdict(i, i * cs, (i + 1) * cs, key))
+    out.chunks = [ChunkVerdict(i, i * cs, (i + 1) * cs, key) for i, key in enumerate(hashes)]
     broken: Optional[int] = None
     for c in out.chunks:
         _chunk(facts, x, c)

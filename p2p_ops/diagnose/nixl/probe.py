@@ -132,21 +132,6 @@ def explain_failure(states: dict[str, dict], trace: TraceSummary) -> Failure:
                    diagnosis.cause, diagnosis.fix, diagnosis.rule, evidence)
 
 
-def _fill_transports(result: ProbeResult, trace: TraceSummary) -> None:
-    result.ucx_version = trace.ucx_versions[0] if trace.ucx_versions else ""
-    result.transports = trace.transports
-    result.endpoints = [{"process": f"{ep.host}:{ep.pid}", "name": ep.name, "kinds": ep.kinds,
-                         "payload": ep.payload_class, "payload_lanes": ep.payload_lanes,
-                         "emulated": ep.emulated} for ep in trace.endpoints]
-    # The READ path is the initiator's peer endpoint (not its `self` one) that logged a ucp_get table.
-    peers = [ep for ep in trace.endpoints if "self" not in ep.name.split()]
-    reads = [ep for ep in peers if any("ucp_get" in t.operation for t in ep.tables)] or peers
-    if reads:
-        ep = reads[0]
-        result.read_path = {"endpoint": ep.name, "class": ep.payload_class, "lanes": ep.payload_lanes,
-                            "emulated": ep.emulated, "source": ep.payload_source}
-
-
 def run_probe(options: ProbeOptions) -> ProbeResult:
     started = time.monotonic()
     rdv = Path(tempfile.mkdtemp(prefix="p2p-nixl-probe-"))
@@ -161,7 +146,17 @@ def run_probe(options: ProbeOptions) -> ProbeResult:
                   "initiator": _side_state(rdv, "initiator", initiator)}
         trace = parse_traces([(f"{role}.log", (rdv / f"{role}.log").read_text(errors="replace"))
                               for role in ("initiator", "target")])
-        _fill_transports(result, trace)
+        result.ucx_version = trace.ucx_versions[0] if trace.ucx_versions else ""
+        result.transports = trace.transports
+        result.endpoints = [{"process": f"{ep.host}:{ep.pid}", "name": ep.name, "kinds": ep.kinds,
+                             "payload": ep.payload_class, "payload_lanes": ep.payload_lanes,
+                             "emulated": ep.emulated} for ep in trace.endpoints]
+        # The READ path is the initiator's peer endpoint (not its `self` one) that logged a ucp_get table.
+        peers = [ep for ep in trace.endpoints if "self" not in ep.name.split()]
+        reads = [ep for ep in peers if any("ucp_get" in t.operation for t in ep.tables)] or peers
+        for ep in reads[:1]:
+            result.read_path = {"endpoint": ep.name, "class": ep.payload_class, "lanes": ep.payload_lanes,
+                                "emulated": ep.emulated, "source": ep.payload_source}
         init = states["initiator"]
         result.bytes_checked = int(init.get("bytes_checked", 0))
         result.seconds = [round(s, 6) for s in init.get("seconds", [])]

@@ -95,16 +95,6 @@ def gather_rdma(host: HostView, pid: int | str = "self",
     return inputs
 
 
-def _port_row(dev: IbDevice, port: IbPort) -> dict:
-    v4 = port.roce_v2_ipv4_gids()
-    netdev = next((g.ndev for g in port.gids if g.ndev), ",".join(dev.netdevs))
-    return {
-        "device": dev.name, "port": port.port, "state": port.state, "phys_state": port.phys_state,
-        "link_layer": port.link_layer, "rate": port.rate, "numa_node": dev.numa_node, "netdev": netdev,
-        "roce_v2_ipv4_gid": f"{v4[0].index} ({gid_ipv4(v4[0].gid)})" if v4 else "",
-    }
-
-
 def _check_state(report: Report, subject: str, port: IbPort) -> None:
     value = f"state {port.state or '?'}, phys_state {port.phys_state or '?'}, rate {port.rate or '?'}"
     if port.state == "INIT" and port.link_layer != "Ethernet":
@@ -144,7 +134,11 @@ def check_ports(report: Report, inputs: RdmaInputs) -> None:
                        FIXES["port_down"])
         for port in dev.ports:
             subject = f"{dev.name}/{port.port}"
-            rows.append(_port_row(dev, port))
+            v4 = port.roce_v2_ipv4_gids()
+            rows.append({"device": dev.name, "port": port.port, "state": port.state, "phys_state": port.phys_state,
+                         "link_layer": port.link_layer, "rate": port.rate, "numa_node": dev.numa_node,
+                         "netdev": next((g.ndev for g in port.gids if g.ndev), ",".join(dev.netdevs)),
+                         "roce_v2_ipv4_gid": f"{v4[0].index} ({gid_ipv4(v4[0].gid)})" if v4 else ""})
             if not port.active:
                 _check_state(report, subject, port)
             elif port.link_layer == "Ethernet":

@@ -5,7 +5,7 @@ Add a check: an entry in `CHECKS` (or a `log:` signature in tree.yaml), then nam
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
@@ -48,28 +48,29 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
-    out = []
-    for label, lines in logs:
-        hits = [ln for ln in lines if sig.regex.search(ln)]
-        if hits:
-            last = redact_text(hits[-1].strip(), label).text[:300]
-            out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(hits)} line(s), last: {last}",
-                                   sig.meaning))
+    hits = [(label, found) for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
+    out = [Observation(f"log:{sig_id}", "problem", label, f"{len(found)} line(s), last: "
+                       f"{redact_text(found[-1].strip(), label).text[:300]}", sig.meaning)
+           for label, found in hits]
     return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
 
 
-def _per_server(ev: Evidence, check: str, fn: Callable[[str, str], Optional[Observation]]) -> list[Observation]:
-    servers = ev.running_servers()
-    if not servers:
-        return [Observation(check, "unknown", "fleet", "no server is running")]
-    return [o for _, inst, url in servers if (o := fn(inst.id, url)) is not None]
+def _per_server(check: str):
+    """A check of one running server (evidence, instance id, server url) run on each of them."""
+    def wrap(one: Callable[[Evidence, str, str], Observation]) -> Callable[[Evidence], list[Observation]]:
+        def run(ev: Evidence) -> list[Observation]:
+            servers = ev.running_servers()
+            if not servers:
+                return [Observation(check, "unknown", "fleet", "no server is running")]
+            return [one(ev, inst.id, url) for _, inst, url in servers]
+        return run
+    return wrap
 
 
-def _metric_p2p_loads(ev: Evidence) -> list[Observation]:
-    def one(iid: str, url: str) -> Observation:
-        n = metrics_api.metric_sum(ev.metrics(url), "lmcache_mp_l2_load_completed_requests_total", l2_name="p2p")
-        return Observation("metric:p2p_loads", "info", iid, f"{n:g} completed loads from peers")
-    return _per_server(ev, "metric:p2p_loads", one)
+@_per_server("metric:p2p_loads")
+def _metric_p2p_loads(ev: Evidence, iid: str, url: str) -> Observation:
+    n = metrics_api.metric_sum(ev.metrics(url), "lmcache_mp_l2_load_completed_requests_total", l2_name="p2p")
+    return Observation("metric:p2p_loads", "info", iid, f"{n:g} completed loads from peers")
 
 
 _FAILURE_FIX = {
@@ -79,57 +80,53 @@ _FAILURE_FIX = {
 }
 
 
-def _metric_prefetch_failure(ev: Evidence) -> list[Observation]:
-    def one(iid: str, url: str) -> Observation:
-        by_reason: dict[str, float] = {}
-        for name, labels, value in ev.metrics(url):
-            if name.startswith("lmcache_mp_l2_prefetch_failure") and not name.endswith(("_created", "_bucket")):
-                by_reason[labels.get("reason", "?")] = by_reason.get(labels.get("reason", "?"), 0) + value
-        bad = {r: v for r, v in by_reason.items() if v > 0}
-        if not bad:
-            return Observation("metric:prefetch_failure", "ok", iid, "no l2_prefetch_failure")
-        return Observation("metric:prefetch_failure", "problem", iid,
-                           "l2_prefetch_failure " + ", ".join(f"{r}={v:g}" for r, v in sorted(bad.items())),
-                           "; ".join(_FAILURE_FIX.get(r, r) for r in sorted(bad)))
-    return _per_server(ev, "metric:prefetch_failure", one)
+@_per_server("metric:prefetch_failure")
+def _metric_prefetch_failure(ev: Evidence, iid: str, url: str) -> Observation:
+    bad: dict[str, float] = {}
+    for name, labels, value in ev.metrics(url):
+        if name.startswith("lmcache_mp_l2_prefetch_failure") and not name.endswith(("_created", "_bucket")):
+            bad[labels.get("reason", "?")] = bad.get(labels.get("reason", "?"), 0) + value
+    bad = {r: v for r, v in bad.items() if v > 0}
+    if not bad:
+        return Observation("metric:prefetch_failure", "ok", iid, "no l2_prefetch_failure")
+    return Observation("metric:prefetch_failure", "problem", iid,
+                       "l2_prefetch_failure " + ", ".join(f"{r}={v:g}" for r, v in sorted(bad.items())),
+                       "; ".join(_FAILURE_FIX.get(r, r) for r in sorted(bad)))
 
 
 def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str):
-    def run(ev: Evidence) -> list[Observation]:
-        def one(iid: str, url: str) -> Observation:
-            v = metrics_api.metric_sum(ev.metrics(url), metric)
-            if v >= limit:
-                return Observation(check, "problem", iid, f"{metric}={v:g}: {message}", fix)
-            return Observation(check, "ok", iid, f"{metric}={v:g}")
-        return _per_server(ev, check, one)
-    return run
+    @_per_server(check)
+    def one(ev: Evidence, iid: str, url: str) -> Observation:
+        v = metrics_api.metric_sum(ev.metrics(url), metric)
+        if v >= limit:
+            return Observation(check, "problem", iid, f"{metric}={v:g}: {message}", fix)
+        return Observation(check, "ok", iid, f"{metric}={v:g}")
+    return one
 
 
-def _metric_load_throughput(ev: Evidence) -> list[Observation]:
-    def one(iid: str, url: str) -> Observation:
-        buckets = sorted(((float(lab.get("le", "inf")), v) for n, lab, v in ev.metrics(url)
-                          if n == "lmcache_mp_l2_load_throughput_GB_per_second_bucket" and lab.get("l2_name") == "p2p"),
-                         key=lambda b: b[0])
-        total = buckets[-1][1] if buckets else 0
-        if not total:
-            return Observation("metric:load_throughput", "unknown", iid, "no peer loads measured yet")
-        median = next(le for le, cum in buckets if cum >= total / 2)
-        return Observation("metric:load_throughput", "info", iid, f"{total:g} peer loads, median <= {median:g} GB/s")
-    return _per_server(ev, "metric:load_throughput", one)
+@_per_server("metric:load_throughput")
+def _metric_load_throughput(ev: Evidence, iid: str, url: str) -> Observation:
+    buckets = sorted(((float(lab.get("le", "inf")), v) for n, lab, v in ev.metrics(url)
+                      if n == "lmcache_mp_l2_load_throughput_GB_per_second_bucket"
+                      and lab.get("l2_name") == "p2p"), key=lambda b: b[0])
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return Observation("metric:load_throughput", "unknown", iid, "no peer loads measured yet")
+    median = next(le for le, cum in buckets if cum >= total / 2)
+    return Observation("metric:load_throughput", "info", iid, f"{total:g} peer loads, median <= {median:g} GB/s")
 
 
-def _status_locks(ev: Evidence) -> list[Observation]:
-    def one(iid: str, url: str) -> Observation:
-        st = lmcache_api.server_status(url).raw
-        l1 = lmcache_api.l1_manager(st)
-        read_locked, jobs = int(l1.get("read_locked_count") or 0), int(st.get("active_p2p_lookup_jobs") or 0)
-        detail = f"read_locked_count={read_locked}, active_p2p_lookup_jobs={jobs}"
-        if read_locked or jobs:
-            return Observation("status:locks", "problem", iid, detail + " (both should be 0 when idle)",
-                               "if they never drain at idle, restart this server; abandoned lookups hold read "
-                               "locks until the 300 s read TTL")
-        return Observation("status:locks", "ok", iid, detail)
-    return _per_server(ev, "status:locks", one)
+@_per_server("status:locks")
+def _status_locks(ev: Evidence, iid: str, url: str) -> Observation:
+    st = lmcache_api.server_status(url).raw
+    l1 = lmcache_api.l1_manager(st)
+    read_locked, jobs = int(l1.get("read_locked_count") or 0), int(st.get("active_p2p_lookup_jobs") or 0)
+    detail = f"read_locked_count={read_locked}, active_p2p_lookup_jobs={jobs}"
+    if read_locked or jobs:
+        return Observation("status:locks", "problem", iid, detail + " (both should be 0 when idle)",
+                           "if they never drain at idle, restart this server; abandoned lookups hold read "
+                           "locks until the 300 s read TTL")
+    return Observation("status:locks", "ok", iid, detail)
 
 
 def _explain_last_failed(ev: Evidence) -> list[Observation]:
@@ -141,11 +138,9 @@ def _explain_last_failed(ev: Evidence) -> list[Observation]:
     spec = explain.from_run(str(folder), None)
     target = spec.recorded.get("instance")
     ex = explain.run(ev.ctx, spec, [target] if target else None)
-    out = []
-    for n in ex.nodes:
-        status = "problem" if n.count("recompute") else "ok"
-        out.append(Observation("explain:last_failed", status, n.instance, f"[{n.strip}] {n.verdict}",
-                               f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"))
+    fix = f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"
+    out = [Observation("explain:last_failed", "problem" if n.count("recompute") else "ok", n.instance,
+                       f"[{n.strip}] {n.verdict}", fix) for n in ex.nodes]
     return out or [Observation("explain:last_failed", "unknown", str(folder), "nothing to explain")]
 
 

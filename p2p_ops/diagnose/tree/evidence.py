@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from p2p_ops.connectors import Connector, LocalConnector
+from p2p_ops.connectors import LocalConnector
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.facts.logs import log_grep_fact
@@ -63,17 +63,11 @@ class Evidence:
         """(label, role, matching lines) per log: one grep per log for the union of all signatures."""
         if self._logs is None:
             patterns = [s.pattern for s in self.tree.signatures.values()]
+            # Every unit's log, then the --log files (read on this machine).
+            units = self.ctx.units(roles=LAUNCHED_ROLES) if self.ctx is not None else []
+            where = [(f"{u.folder}/{u.role}.log", u.role, self.ctx.conn(u.node), self.ctx.proc(u).log)
+                     for u in units]
+            where += [(str(p), "any", LocalConnector(), str(p)) for p in self.extra_logs]
             self._logs = [(label, role, read_fact(conn, log_grep_fact(path, patterns, LOG_MATCH_LIMIT), timeout=30))
-                          for label, role, conn, path in self._log_files()]
+                          for label, role, conn, path in where]
         return self._logs
-
-    def _log_files(self) -> list[tuple[str, str, Connector, str]]:
-        """(label, role, connector, path) of every unit's log, then the --log files (read on this machine)."""
-        out = []
-        if self.ctx is not None:
-            for unit in self.ctx.units(roles=LAUNCHED_ROLES):
-                out.append((f"{unit.folder}/{unit.role}.log", unit.role, self.ctx.conn(unit.node),
-                            self.ctx.proc(unit).log))
-        local = LocalConnector()
-        out += [(str(p), "any", local, str(p)) for p in self.extra_logs]
-        return out

@@ -71,12 +71,8 @@ def find_symptom(tree: Tree, text: str) -> Symptom:
         if want in {_norm(s.id), _norm(s.title), *map(_norm, s.aliases)}:
             return s
     words = set(want.split())
-    scored = []
-    for s in tree.symptoms:
-        names = [s.id, s.title, *s.aliases]
-        score = max(len(words & set(_norm(n).split())) / max(1, len(set(_norm(n).split()))) for n in names)
-        scored.append((score, s))
-    score, best = max(scored, key=lambda x: x[0])
+    score, best = max(((max(len(words & set(_norm(n).split())) / max(1, len(set(_norm(n).split())))
+                            for n in (s.id, s.title, *s.aliases)), s) for s in tree.symptoms), key=lambda x: x[0])
     if score >= 0.5:
         return best
     raise BadInput(f"no symptom matches {text!r}; known: " + "; ".join(f"'{s.title}'" for s in tree.symptoms)

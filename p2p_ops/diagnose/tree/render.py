@@ -32,13 +32,6 @@ def render_text(d: Diagnosis) -> list[str]:
     return lines
 
 
-def _describe_check(tree: Tree, check: str) -> str:
-    kind, _, name = check.partition(":")
-    if kind == "log":
-        return f"`{check}` (log line `{tree.signatures[name].pattern}`)"
-    return f"`{check}`"
-
-
 def render_markdown(tree: Tree) -> str:
     """references/decision-tree.md, generated: `p2pctl diagnose --markdown > <that file>`."""
     out = ["# Decision tree: symptom -> checks -> cause -> fix", "",
@@ -53,7 +46,9 @@ def render_markdown(tree: Tree) -> str:
         for n, st in enumerate(s.steps, 1):
             out.append(f"{n}. **{st.ask}**")
             if st.checks:
-                out.append("   - checks: " + ", ".join(_describe_check(tree, c) for c in st.checks))
+                out.append("   - checks: " + ", ".join(
+                    f"`{c}` (log line `{tree.signatures[c[4:]].pattern}`)" if c.startswith("log:") else f"`{c}`"
+                    for c in st.checks))
             for m in st.manual:
                 out.append(f"   - run: `{m}`")
             out += [f"   - cause: {st.cause}", f"   - fix: {st.fix}"]

@@ -46,13 +46,8 @@ class Diagnosis:
         return step, obs
 
     @property
-    def first_problem(self) -> Optional[StepResult]:
-        got = self.likely()
-        return got[0] if got else None
-
-    @property
     def exit_code(self) -> int:
-        return 1 if self.first_problem else 0
+        return 1 if self.likely() else 0
 
     def seen(self) -> list[str]:
         """What the checks observed, for an answer that confirms no cause."""
@@ -82,14 +77,9 @@ def diagnose(tree: Tree, symptom: Symptom, ev: Evidence) -> Diagnosis:
         for o in (o for check in step.checks for o in run_check(ev, check)):
             if not any((o.status, o.subject, o.detail) == (x.status, x.subject, x.detail) for x in obs):
                 obs.append(o)
-        if any(o.status == "problem" for o in obs):
-            verdict = "problem"
-        elif any(o.status in ("ok", "info") for o in obs):
-            verdict = "ok"
-        elif obs and all(o.status == "n/a" for o in obs):
-            verdict = "n/a"
-        else:
-            verdict = "unknown"
+        statuses = {o.status for o in obs}
+        verdict = ("problem" if "problem" in statuses else "ok" if statuses & {"ok", "info"} else
+                   "n/a" if statuses == {"n/a"} else "unknown")
         steps.append(StepResult(step.id, step.ask, verdict, obs, step.cause, step.fix, list(step.manual)))
     fleet = ev.ctx.fleet.name if ev.ctx is not None else "(logs only)"
     notes = []
