@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from p2p_ops.facts.ucx_log import split_lane
 
@@ -73,34 +74,26 @@ def _cells(row: str) -> list[str]:
     return [c.strip() for c in row.strip().strip("|").split("|")]
 
 
-class ProtoTableBuilder:
-    def __init__(self, host: str = "", pid: int = 0):
-        self.host, self.pid = host, pid
-        self.current: ProtoTable | None = None
-        self.done: list[ProtoTable] = []
+def table_endpoint(row: str) -> str | None:
+    """The endpoint a table's first row names (`| B self cfg#0 |`, `| ep_cfg[0] | <operation> |`), else None."""
+    cells = _cells(row)
+    return cells[0] if not row.startswith("+") and len(cells) <= 2 and _ENDPOINT.search(cells[0]) else None
 
-    def _start(self, endpoint: str, operation: str = "") -> None:
-        self.finish()
-        self.current = ProtoTable(endpoint, operation, host=self.host, pid=self.pid)
 
-    def finish(self) -> None:
-        if self.current is not None and self.current.rows:
-            self.done.append(self.current)
-        self.current = None
-
-    def feed(self, row: str) -> None:
-        if row.startswith("+"):
-            return
+def parse_proto_tables(rows: Iterable[str], host: str = "", pid: int = 0) -> list[ProtoTable]:
+    """The tables among one stream's `|`-rows, in order; a table with no row of ranges is left out."""
+    tables: list[ProtoTable] = []
+    for row in rows:
         cells = _cells(row)
-        if len(cells) == 1 and _ENDPOINT.search(cells[0]):
-            self._start(cells[0])
-        elif len(cells) == 1 and self.current is not None and not self.current.operation:
-            self.current.operation = cells[0]
-        elif len(cells) == 2 and _ENDPOINT.search(cells[0]):
-            self._start(cells[0], cells[1])
-        elif len(cells) == 3 and cells != _TITLE and self.current is not None:
-            protocol = cells[1]
-            estimated = protocol.startswith("(?)")
+        current = tables[-1] if tables else None
+        if table_endpoint(row):
+            tables.append(ProtoTable(cells[0], cells[1] if len(cells) == 2 else "", host=host, pid=pid))
+        elif row.startswith("+") or current is None:
+            continue
+        elif len(cells) == 1 and not current.operation:
+            current.operation = cells[0]
+        elif len(cells) == 3 and cells != _TITLE:
             lanes, shares = parse_lanes(cells[2])
-            self.current.rows.append(ProtoRow(cells[0], protocol.removeprefix("(?)").strip(), lanes,
-                                              shares, estimated))
+            current.rows.append(ProtoRow(cells[0], cells[1].removeprefix("(?)").strip(), lanes, shares,
+                                         cells[1].startswith("(?)")))
+    return [t for t in tables if t.rows]
