@@ -64,8 +64,7 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
             if f.node == node.name:
                 conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name), mode=file_mode(f.executable))
 
-    errors = [f"- {name}: {res}" for name, res in ctx.for_each_node(copy, only).items() if isinstance(res, Exception)]
-    if errors:
+    if errors := _failed(ctx.for_each_node(copy, only)):
         raise CouldNotRun("could not copy env.sh and wrappers to every node:\n" + "\n".join(errors))
     return files
 
@@ -73,13 +72,15 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
 Started = tuple[Unit, Proc]
 
 
+def _failed(results: dict[str, object]) -> list[str]:
+    return [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
+
+
 def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progress: Progress, what: str) -> None:
-    pending = list(items)
+    pending, dead = list(items), []
     start = time.monotonic()
-    deadline = start + timeout
     next_note = start + NOTE_EVERY_S
-    dead: list[Started] = []
-    while pending and time.monotonic() < deadline:
+    while pending and not dead and time.monotonic() < start + timeout:
         if time.monotonic() >= next_note:
             # vLLM takes a minute or more to load; say what each slow process is doing meanwhile.
             next_note += NOTE_EVERY_S
@@ -91,16 +92,12 @@ def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progr
         for unit, proc in pending:
             if unit.ready():
                 progress(f"{proc.name} is up")
-                continue
-            st = procs.states(ctx.conn(unit.node), [proc])[0]
-            if not st.running:
-                dead.append((unit, proc))
-            else:
+            elif procs.states(ctx.conn(unit.node), [proc])[0].running:
                 still.append((unit, proc))
+            else:
+                dead.append((unit, proc))
         pending = still
-        if dead:
-            break
-        if pending:
+        if pending and not dead:
             time.sleep(0.5)
     problems = [describe_failure(ctx, unit, proc, "exited during start") for unit, proc in dead]
     problems += [describe_failure(ctx, unit, proc, f"did not answer within {timeout:.0f} s") for unit, proc in pending]
@@ -140,12 +137,6 @@ def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str
             and (only is None or (u.node is not None and u.node.name == only))]
 
 
-def _started(proc: Proc, unit: Unit, state: procs.ProcState) -> str:
-    if state.kept:
-        return f"kept {proc.name} on {_where(unit)} (already running, pid {state.pid}; `down` it to restart)"
-    return f"started {proc.name} on {_where(unit)}"
-
-
 # Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
 # hosts cannot keep `up` busy for the sum of all of them.
 UP_DEADLINE_S = 1800.0
@@ -158,38 +149,33 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included). Holds the
     fleet's lock, waiting up to lock_wait_s for another `up`/`down` of it."""
     with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
-        _up(ctx, progress, start_timeout, only, rerender, roles, deadline_s)
+        until = time.monotonic() + deadline_s
 
+        def left(wanted: float) -> float:
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
+                                  "`p2pctl status` shows what runs, `p2pctl down` stops it")
+            return min(wanted, remaining)
 
-def _up(ctx: FleetContext, progress: Progress, start_timeout: float, only: Optional[str], rerender: bool,
-        roles: tuple[str, ...], deadline_s: float) -> None:
-    until = time.monotonic() + deadline_s
-
-    def left(wanted: float) -> float:
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
-                              "`p2pctl status` shows what runs, `p2pctl down` stops it")
-        return min(wanted, remaining)
-
-    fleet = ctx.fleet
-    check_node(ctx, only)
-    preflight(ctx, only)
-    if fleet.router.enabled and (why := fleet_router.missing_binary(ctx)):
-        raise BadInput(why)
-    if rerender or not ctx.layout.env(COORDINATOR).is_file():
-        render(ctx, only)
-        progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
-    else:
-        check_on_disk(render_fleet(fleet, ctx.node_layout), ctx.layout)
-        progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
-    units = launched_units(ctx, roles, only)
-    for phase in sorted({u.phase for u in units}):
-        left(0)
-        batch = [u for u in units if u.phase == phase]
-        started = _start_units(ctx, batch, progress)
-        timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
-        _wait_started(ctx, started, left(timeout), progress, _what(batch))
+        fleet = ctx.fleet
+        check_node(ctx, only)
+        preflight(ctx, only)
+        if fleet.router.enabled and (why := fleet_router.missing_binary(ctx)):
+            raise BadInput(why)
+        if rerender or not ctx.layout.env(COORDINATOR).is_file():
+            render(ctx, only)
+            progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+        else:
+            check_on_disk(render_fleet(fleet, ctx.node_layout), ctx.layout)
+            progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
+        units = launched_units(ctx, roles, only)
+        for phase in sorted({u.phase for u in units}):
+            left(0)
+            batch = [u for u in units if u.phase == phase]
+            started = _start_units(ctx, batch, progress)
+            timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
+            _wait_started(ctx, started, left(timeout), progress, _what(batch))
 
 
 def _what(units: list[Unit]) -> str:
@@ -214,13 +200,14 @@ def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> li
         out = []
         for unit in mine:
             proc = ctx.proc(unit)
-            progress(_started(proc, unit, procs.start(ctx.conn(node), proc)))
+            state = procs.start(ctx.conn(node), proc)
+            progress(f"kept {proc.name} on {_where(unit)} (already running, pid {state.pid}; `down` it to restart)"
+                     if state.kept else f"started {proc.name} on {_where(unit)}")
             out.append((unit, proc))
         return out
 
     results = _on_nodes(ctx, units, on_node)
-    errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
-    if errors:
+    if errors := _failed(results):
         raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
     order = {u.name: i for i, u in enumerate(units)}
@@ -235,14 +222,14 @@ def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) 
         rep = report(ctx)
         if rep.ready:
             return rep
-        dead = [i for i in rep.instances if i.server_proc in ("dead", "none") or i.engine_proc in ("dead", "none")]
+        dead = any({i.server_proc, i.engine_proc} & {"dead", "none"} for i in rep.instances)
         summary = ", ".join(f"{i.instance}: {i.problem(rep.expected_peers)}" for i in rep.instances
                             if not i.ready(rep.expected_peers))
         if summary != last_summary:
             progress(f"waiting: {summary or 'coordinator not healthy'}")
             last_summary = summary
         if dead or time.monotonic() >= deadline:
-            raise CheckFailed(_not_ready_message(ctx, rep, timeout, bool(dead)))
+            raise CheckFailed(_not_ready_message(ctx, rep, timeout, dead))
         time.sleep(1.0)
 
 
@@ -286,21 +273,17 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
         what = "the fleet" if only is None and roles == ROLES else \
             f"{', '.join(roles)}{' on ' + only if only else ''}"
         record_down(ctx.layout.root, what)
-        return _down(ctx, progress, only, roles)
-
-
-def _down(ctx: FleetContext, progress: Progress, only: Optional[str], roles: tuple[str, ...]) -> dict[str, str]:
-    outcome: dict[str, str] = {}
-    units = launched_units(ctx, roles, only)
-    for role in reversed(LAUNCHED_ROLES):
-        batch = [u for u in units if u.role == role]
-        if batch:
-            outcome.update(_stop_units(ctx, batch, role))
-            if role == "server":
-                _remove_shm(ctx, only)
-    for name, what in outcome.items():
-        progress(f"{name}: {what}")
-    return outcome
+        outcome: dict[str, str] = {}
+        units = launched_units(ctx, roles, only)
+        for role in reversed(LAUNCHED_ROLES):
+            batch = [u for u in units if u.role == role]
+            if batch:
+                outcome.update(_stop_units(ctx, batch, role))
+                if role == "server":
+                    _remove_shm(ctx, only)
+        for name, done in outcome.items():
+            progress(f"{name}: {done}")
+        return outcome
 
 
 def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
@@ -309,10 +292,7 @@ def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, st
 
     out: dict[str, str] = {}
     for name, res in _on_nodes(ctx, units, stop).items():
-        if isinstance(res, Exception):
-            out[f"{name}/{role}s"] = f"error: {res}"
-        else:
-            out.update(res)  # type: ignore[arg-type]
+        out.update({f"{name}/{role}s": f"error: {res}"} if isinstance(res, Exception) else res)  # type: ignore
     return out
 
 

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -63,20 +63,25 @@ def me(command: Optional[str] = None) -> Holder:
     return Holder(os.getpid(), socket.gethostname(), command or command_line(), time.time())
 
 
-def read_holder(path: Path) -> Optional[Holder]:
-    """None when it is empty or unreadable: the holder has not written yet."""
+def _read(path: Path) -> tuple[Optional[Holder], dict]:
+    """The holder a file names and all it holds; (None, {}) when it is empty or unreadable: the holder has not
+    written yet."""
     try:
         data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
-        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]))
+        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"])), data
     except (files.Refused, ValueError, TypeError, KeyError):
-        return None
+        return None, {}
 
 
+def read_holder(path: Path) -> Optional[Holder]:
+    return _read(path)[0]
+
+
+@dataclass
 class _Held:
-    def __init__(self) -> None:
-        self.turn = threading.RLock()
-        self.depth = 0
-        self.fd: Optional[int] = None
+    turn: threading.RLock = field(default_factory=threading.RLock)
+    depth: int = 0
+    fd: Optional[int] = None
 
 
 _held: dict[str, _Held] = {}
@@ -102,11 +107,6 @@ def _try_flock(path: Path) -> Optional[int]:
     return fd
 
 
-def _write_holder(fd: int, holder: Holder) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(holder.__dict__).encode(), 0)
-
-
 @contextmanager
 def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callable[[str], None] = lambda _: None,
                command: Optional[str] = None) -> Iterator[Holder]:
@@ -120,7 +120,8 @@ def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callabl
     try:
         if st.depth == 0:
             st.fd = _acquire(path, fleet, deadline, wait_s, progress)
-            _write_holder(st.fd, me(command))
+            os.ftruncate(st.fd, 0)
+            os.pwrite(st.fd, json.dumps(me(command).__dict__).encode(), 0)
         st.depth += 1
         try:
             yield read_holder(path) or me(command)
@@ -161,11 +162,5 @@ def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
 
 
 def last_down(root: Path) -> Optional[tuple[Holder, str]]:
-    path = root / LAST_DOWN
-    holder = read_holder(path)
-    if holder is None:
-        return None
-    try:
-        return holder, str(json.loads(files.read_text(path, 1 << 16, follow=False)).get("what", "the fleet"))
-    except (files.Refused, ValueError, AttributeError):
-        return holder, "the fleet"
+    holder, data = _read(root / LAST_DOWN)
+    return None if holder is None else (holder, str(data.get("what", "the fleet")))
