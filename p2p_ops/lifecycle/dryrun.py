@@ -95,7 +95,4 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
 
 
 def format_plan(steps: dict[str, list[str]]) -> str:
-    blocks = []
-    for node, lines in steps.items():
-        blocks.append(f"# {node}\n" + "\n".join(lines))
-    return "\n\n".join(blocks) + "\n"
+    return "\n\n".join(f"# {node}\n" + "\n".join(lines) for node, lines in steps.items()) + "\n"
