@@ -67,12 +67,8 @@ def read_memlock(proc_root: Path = Path("/proc"), pid: int | str = "self") -> Me
 
 def parse_modules(text: str) -> list[str]:
     """Module names from `lsmod` (skips its `Module Size Used by` header) or `/proc/modules`."""
-    names = []
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] != "Module" and re.fullmatch(r"[\w-]+", parts[0]):
-            names.append(parts[0])
-    return sorted(set(names))
+    firsts = (line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip())
+    return sorted({name for name in firsts if name != "Module" and re.fullmatch(r"[\w-]+", name)})
 
 
 def read_modules(proc_root: Path = Path("/proc")) -> list[str] | None:

@@ -67,12 +67,8 @@ def parse_listeners(text: str) -> list[Listener]:
 
 def parse_sessions(text: str) -> dict[int, int]:
     """`ps -eo pid=,sid=` -> {pid: sid}."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].isdecimal() and parts[1].isdecimal():
-            out[int(parts[0])] = int(parts[1])
-    return out
+    rows = (line.split() for line in text.splitlines())
+    return {int(p[0]): int(p[1]) for p in rows if len(p) == 2 and p[0].isdecimal() and p[1].isdecimal()}
 
 
 LISTENERS = CommandFact("listeners", ("sh", "-c", "ss -Htlnp 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"),

@@ -30,13 +30,9 @@ class RdmaLinks:
     error: str | None = None
 
 
-def _from_json(items: list[dict]) -> RdmaLinks:
-    links = []
-    for item in items:
-        attrs = {k: str(v) for k, v in item.items()}
-        links.append(RdmaLink(str(item.get("ifname", "")), int(item.get("port", 0)), attrs.get("state", ""),
-                              attrs.get("physical_state", ""), attrs.get("netdev", ""), attrs))
-    return RdmaLinks(links)
+def _link(device: str, port: int, attrs: dict[str, str]) -> RdmaLink:
+    return RdmaLink(device, port, attrs.get("state", ""), attrs.get("physical_state", ""), attrs.get("netdev", ""),
+                    attrs)
 
 
 def _from_line(line: str) -> RdmaLink | None:
@@ -45,16 +41,16 @@ def _from_line(line: str) -> RdmaLink | None:
         return None
     device, _, port = words[1].rpartition("/")
     # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
-    attrs = dict(zip(words[2::2], words[3::2], strict=False))
-    return RdmaLink(device, int(port) if port.isdecimal() else 0, attrs.get("state", ""),
-                    attrs.get("physical_state", ""), attrs.get("netdev", ""), attrs)
+    return _link(device, int(port) if port.isdecimal() else 0, dict(zip(words[2::2], words[3::2], strict=False)))
 
 
 def parse_rdma_link(text: str) -> RdmaLinks:
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            return _from_json(files.parse_json(stripped, "rdma link -j"))
+            return RdmaLinks([_link(str(item.get("ifname", "")), int(item.get("port", 0)),
+                                    {k: str(v) for k, v in item.items()})
+                              for item in files.parse_json(stripped, "rdma link -j")])
         except (BadInput, TypeError):
             pass
     out = RdmaLinks()

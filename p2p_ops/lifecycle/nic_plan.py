@@ -15,6 +15,7 @@ no plan (`devices == []`): UCX picks, and render keeps its own default.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -23,12 +24,8 @@ from p2p_ops.facts import node_facts
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.facts.topo import LINK_RANK, NVIDIA_SMI_TOPO, Topology
+from p2p_ops.facts.topo import NVIDIA_SMI_TOPO, Topology
 from p2p_ops.spec.model import Fleet, Node
-
-# A NIC across the socket interconnect is never "nearest": it is the slow path the plan exists to avoid.
-FAR = LINK_RANK["SYS"]
-
 
 @dataclass(frozen=True)
 class Rail:
@@ -81,16 +78,14 @@ def _gpu_numa(topo: Optional[Topology], gpu: int) -> Optional[int]:
     return int(value) if value.isdecimal() else None
 
 
-def _nearest(topo: Optional[Topology], gpu: int, active: list[Rail]) -> tuple[str, list[Rail]]:
-    """The active rails with the best topo link from the GPU (SYS is never near); ("", []) without topo."""
+def _nearest(topo: Optional[Topology], gpu: int, rails: list[Rail]) -> tuple[str, list[Rail]]:
+    """The rails with the best topo link from the GPU; ("", []) without topo."""
     row = topo.rows.get(f"GPU{gpu}", {}) if topo else {}
-    ranked = [(LINK_RANK.get(row.get(col, ""), 9), topo.nic_name(col)) for col in (topo.nics if topo else [])]
-    ranked = [(rank, name) for rank, name in ranked if rank < FAR]
-    for rank in sorted({r for r, _ in ranked}):
-        names = {name for r, name in ranked if r == rank}
-        picked = [r for r in active if r.device in names]
-        if picked:
-            return next(k for k, v in LINK_RANK.items() if v == rank), picked
+    # A NIC across the socket interconnect (SYS) is never "nearest": it is the slow path the plan exists to avoid.
+    for link in ("PIX", "PXB", "PHB", "NODE"):
+        names = {topo.nic_name(col) for col in topo.nics if row.get(col) == link} if topo else set()
+        if picked := [r for r in rails if r.device in names]:
+            return link, picked
     return "", []
 
 
@@ -130,14 +125,9 @@ def _cpu_plan(instance: str, gpu: Optional[int], order: int, rails: list[Rail]) 
 def plan_node(instances: Sequence[tuple[str, Optional[int]]], devices: Sequence[IbDevice],
               topo: Optional[Topology] = None) -> list[InstancePlan]:
     rails = rails_of(devices)
-    plans, cpu_order = [], 0
-    for inst, gpu in instances:
-        if gpu is not None:
-            plans.append(_gpu_plan(inst, gpu, topo, rails))
-        else:
-            plans.append(_cpu_plan(inst, None, cpu_order, rails))
-            cpu_order += 1
-    return plans
+    cpu_order = itertools.count()  # CPU instances spread over the NUMA nodes in turn
+    return [_gpu_plan(inst, gpu, topo, rails) if gpu is not None else _cpu_plan(inst, None, next(cpu_order), rails)
+            for inst, gpu in instances]
 
 
 def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list[str]:
