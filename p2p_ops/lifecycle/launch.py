@@ -109,13 +109,7 @@ def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progr
 def describe_failure(ctx: FleetContext, unit: Unit, proc: Proc, why: str) -> str:
     excerpt = read_fact(ctx.conn(unit.node), log_excerpt_fact(proc.log, 10), timeout=15)
     indented = "\n".join("    " + line for line in excerpt.splitlines())
-    return f"- {proc.name} on {_where(unit, address=True)} {why}; from {proc.log}:\n{indented}"
-
-
-def _where(unit: Unit, address: bool = False) -> str:
-    if unit.node is None:
-        return "this machine"
-    return f"{unit.node.name} ({unit.node.address})" if address else unit.node.name
+    return f"- {proc.name} on {unit.node.name} ({unit.node.address}) {why}; from {proc.log}:\n{indented}"
 
 
 def check_node(ctx: FleetContext, only: Optional[str]) -> None:
@@ -134,7 +128,7 @@ def _with_router(roles: tuple[str, ...]) -> tuple[str, ...]:
 
 def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str]) -> list[Unit]:
     return [u for u in ctx.units(roles=_with_router(roles)) if u.phase is not None
-            and (only is None or (u.node is not None and u.node.name == only))]
+            and (only is None or u.node.name == only)]
 
 
 # Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
@@ -185,34 +179,27 @@ def _what(units: list[Unit]) -> str:
     return " and ".join(f"the {r}s" if r in INSTANCE_ROLES else f"the {r}" for r in roles)
 
 
-def _on_nodes(ctx: FleetContext, units: list[Unit], act: Callable[[Node, list[Unit]], object]) -> dict:
-    """act(node, its units) on every node that runs one of `units`, side by side: {node: result or exception}."""
-    names = {u.node.name for u in units if u.node is not None}
+def _each_unit(ctx: FleetContext, units: list[Unit], act: Callable[[Unit], object]) -> dict:
+    """act(unit) on every unit, in order on each node, nodes side by side: {node: {unit: result} or exception}."""
+    names = {u.node.name for u in units}
 
-    def on_node(node: Node) -> object:
-        return act(node, [u for u in units if u.node is not None and u.node.name == node.name])
+    def on_node(node: Node) -> dict[str, object]:
+        return {u.name: act(u) for u in units if u.node.name == node.name}
 
     return {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
 
 
 def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:
-    def on_node(node: Node, mine: list[Unit]) -> list[Started]:
-        out = []
-        for unit in mine:
-            proc = ctx.proc(unit)
-            state = procs.start(ctx.conn(node), proc)
-            progress(f"kept {proc.name} on {_where(unit)} (already running, pid {state.pid}; `down` it to restart)"
-                     if state.kept else f"started {proc.name} on {_where(unit)}")
-            out.append((unit, proc))
-        return out
+    def start(unit: Unit) -> None:
+        proc = ctx.proc(unit)
+        state = procs.start(ctx.conn(unit.node), proc)
+        progress(f"kept {proc.name} on {unit.node.name} (already running, pid {state.pid}; `down` it to restart)"
+                 if state.kept else f"started {proc.name} on {unit.node.name}")
 
-    results = _on_nodes(ctx, units, on_node)
-    if errors := _failed(results):
+    if errors := _failed(_each_unit(ctx, units, start)):
         raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
-    order = {u.name: i for i, u in enumerate(units)}
-    started = [item for res in results.values() for item in res]  # type: ignore[union-attr]
-    return sorted(started, key=lambda item: order[item[0].name])
+    return [(u, ctx.proc(u)) for u in units]
 
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
@@ -287,12 +274,9 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
 
 
 def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
-    def stop(node: Node, mine: list[Unit]) -> dict[str, str]:
-        return {u.name: procs.stop(ctx.conn(node), ctx.proc(u)) for u in mine}
-
     out: dict[str, str] = {}
-    for name, res in _on_nodes(ctx, units, stop).items():
-        out.update({f"{name}/{role}s": f"error: {res}"} if isinstance(res, Exception) else res)  # type: ignore
+    for name, res in _each_unit(ctx, units, lambda u: procs.stop(ctx.conn(u.node), ctx.proc(u))).items():
+        out.update({f"{name}/{role}s": f"error: {res}"} if isinstance(res, Exception) else res)
     return out
 
 
