@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 _SEVERITY = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "FATAL", "WARNING": "WARN", "CRITICAL": "FATAL"}
 _GLOG = re.compile(
-    r"^(?P<sev>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)\s+(?P<tid>\d+) (?P<file>[\w.+-]+):(?P<line>\d+)\]"
+    r"^(?P<level>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)\s+(?P<tid>\d+) (?P<file>[\w.+-]+):(?P<line>\d+)\]"
     r" (?P<msg>.*)$"
 )
-_GLOG_SHORT = re.compile(r"^(?P<sev>[IWEF]) \[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$")
+_GLOG_SHORT = re.compile(r"^(?P<level>[IWEF]) \[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$")
 _PYTHON = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? NIXL (?P<level>[A-Z]+)\s+(?P<file>[\w.+-]+):(?P<line>\d+)"
     r" (?P<msg>.*)$"
@@ -51,25 +51,12 @@ class NixlLine:
         return (m["key"], m["value"]) if m else None
 
 
-def _level(value: str) -> str:
-    return _SEVERITY.get(value, value)
-
-
 def parse_nixl_line(text: str) -> NixlLine | None:
     text = text.rstrip("\n")
-    m = _GLOG.match(text)
-    if m:
-        return NixlLine("core", _level(m["sev"]), m["msg"], m["file"], int(m["line"]), int(m["tid"]))
-    m = _GLOG_SHORT.match(text)
-    if m:
-        return NixlLine("core", _level(m["sev"]), m["msg"], m["file"], int(m["line"]))
-    m = _PYTHON.match(text)
-    if m:
-        return NixlLine("python", _level(m["level"]), m["msg"], m["file"], int(m["line"]))
-    m = _VLLM.match(text)
-    if m and ("nixl" in m["file"].lower() or "nixl" in m["msg"].lower()):
-        return NixlLine("vllm", _level(m["level"]), m["msg"], m["file"], int(m["line"]))
-    m = _EXCEPTION.search(text)
-    if m:
-        return NixlLine("exception", "ERROR", text.strip())
-    return None
+    for source, pattern in (("core", _GLOG), ("core", _GLOG_SHORT), ("python", _PYTHON), ("vllm", _VLLM)):
+        m = pattern.match(text)
+        # vLLM's format is every vLLM line's: only those that name NIXL are NIXL lines.
+        if m and (source != "vllm" or "nixl" in m["file"].lower() or "nixl" in m["msg"].lower()):
+            return NixlLine(source, _SEVERITY.get(m["level"], m["level"]), m["msg"], m["file"], int(m["line"]),
+                            int(m.groupdict().get("tid") or 0))
+    return NixlLine("exception", "ERROR", text.strip()) if _EXCEPTION.search(text) else None

@@ -86,25 +86,16 @@ class EpConfig:
 
     @property
     def lanes(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for lanes in self.kinds.values():
-            seen.update(dict.fromkeys(lanes))
-        return list(seen)
+        return list(dict.fromkeys(lane for lanes in self.kinds.values() for lane in lanes))
 
 
 def parse_ep_config(message: str) -> EpConfig | None:
-    message = message.strip()
-    m = _EP_NEW.match(message)
-    if m:
-        ep = EpConfig(cfg=m["cfg"], context=m["ctx"], locality=m["loc"])
-    else:
-        m = _EP_OLD.match(message)
-        if not m:
-            return None
-        ep = EpConfig(cfg=m["cfg"])
-    for kind in _KIND.finditer(m["rest"]):
-        ep.kinds[kind["kind"]] = kind["lanes"].split()
-    return ep if ep.kinds else None
+    m = _EP_NEW.match(message.strip()) or _EP_OLD.match(message.strip())
+    if not m:
+        return None
+    g = m.groupdict()
+    kinds = {k["kind"]: k["lanes"].split() for k in _KIND.finditer(g["rest"])}
+    return EpConfig(g["cfg"], g.get("ctx", ""), g.get("loc", ""), kinds) if kinds else None
 
 
 def split_lane(lane: str) -> tuple[str, str]:

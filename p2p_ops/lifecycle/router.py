@@ -4,7 +4,7 @@ state (process, health, what it says about its workers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -40,9 +40,7 @@ class RouterStatus:
         return "ok"
 
     def to_json(self) -> dict:
-        return {"url": self.url, "process": self.process, "healthy": self.healthy, "workers": self.workers,
-                "unhealthy": self.unhealthy, "missing": self.missing, "ready": self.ready,
-                "problem": self.problem()}
+        return {**asdict(self), "ready": self.ready, "problem": self.problem()}
 
 
 def missing_binary(ctx: FleetContext) -> Optional[str]:
