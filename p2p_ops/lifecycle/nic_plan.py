@@ -24,7 +24,7 @@ from p2p_ops.facts import node_facts
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.facts.topo import NVIDIA_SMI_TOPO, Topology
+from p2p_ops.facts.topo import LINKS, NVIDIA_SMI_TOPO, Topology
 from p2p_ops.spec.model import Fleet, Node
 
 @dataclass(frozen=True)
@@ -80,10 +80,9 @@ def _gpu_numa(topo: Optional[Topology], gpu: int) -> Optional[int]:
 
 def _nearest(topo: Optional[Topology], gpu: int, rails: list[Rail]) -> tuple[str, list[Rail]]:
     """The rails with the best topo link from the GPU; ("", []) without topo."""
-    row = topo.rows.get(f"GPU{gpu}", {}) if topo else {}
     # A NIC across the socket interconnect (SYS) is never "nearest": it is the slow path the plan exists to avoid.
-    for link in ("PIX", "PXB", "PHB", "NODE"):
-        names = {topo.nic_name(col) for col in topo.nics if row.get(col) == link} if topo else set()
+    for link in LINKS[:-1]:
+        names = topo.nics_at(f"GPU{gpu}", link) if topo else []
         if picked := [r for r in rails if r.device in names]:
             return link, picked
     return "", []
