@@ -1,10 +1,8 @@
 """Facts: read-only probes of a host, each a command (or file reads) plus a pure, fixture-tested parser.
 
-Diagnose reads facts and never shells out itself. Every runner returns the connectors' `Result`; a node's facts
-are read in one round trip through its connector with `p2p_ops.facts.sections.read_node`; `node_facts` is the one
-table of what is read of a node as a whole. Command facts are listed in `COMMAND_FACTS` (a bundle can run
-them all and keep the raw outputs under `<name>.txt`, which `RecordedRunner` replays); file facts take the
-directory standing in for `/sys`, `/dev` or `/proc` so tests point them at fixture trees.
+Diagnose reads facts and never shells out itself. `node_facts` is the one table of what is read of a node as a
+whole; a bundle runs every one of `COMMAND_FACTS` and keeps its raw output as `<name>.txt`, which
+`RecordedRunner` replays. File facts take the directory standing in for `/sys`, `/dev` or `/proc`.
 """
 
 from __future__ import annotations

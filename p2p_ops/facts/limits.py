@@ -16,7 +16,6 @@ from pathlib import Path
 
 from p2p_ops.facts.base import CommandFact, read_sysfs
 
-UNLIMITED = None
 _LIMIT_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+(\S+)\s+(\S+)")
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
@@ -24,7 +23,6 @@ PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 @dataclass
 class Memlock:
     """Bytes; None means unlimited. `error` says why nothing was read."""
-
     soft: int | None = None
     hard: int | None = None
     source: str = ""
@@ -32,7 +30,7 @@ class Memlock:
 
     @property
     def unlimited(self) -> bool:
-        return self.error is None and self.soft is UNLIMITED
+        return self.error is None and self.soft is None
 
 
 def _bytes(value: str, unit_bytes: int) -> int | None:
@@ -45,8 +43,7 @@ def parse_ulimit_l(text: str) -> Memlock:
     parts = line.split()
     if len(parts) not in (1, 2) or not all(p == "unlimited" or p.isdecimal() for p in parts):
         return Memlock(source="ulimit -l", error=f"unexpected `ulimit -l` output: {line!r}")
-    soft = _bytes(parts[0], 1024)
-    return Memlock(soft, _bytes(parts[-1], 1024), "ulimit -l")
+    return Memlock(_bytes(parts[0], 1024), _bytes(parts[-1], 1024), "ulimit -l")
 
 
 def parse_proc_limits(text: str, source: str = "/proc/self/limits") -> Memlock:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from p2p_ops.facts.nixl_log import parse_nixl_line
 from p2p_ops.facts.ucx_info import RDMA_TRANSPORTS
-from p2p_ops.facts.ucx_log import EpConfig, parse_ep_config, parse_log_line, split_lane
-from p2p_ops.facts.ucx_proto import ProtoTable, parse_proto_tables, table_endpoint
+from p2p_ops.facts.ucx_log import (
+    EpConfig, ProtoTable, parse_ep_config, parse_log_line, parse_proto_tables, split_lane, table_endpoint,
+)
 
 _SHM = ("cma", "sysv", "posix", "knem", "xpmem", "mm", "self")
 _GPU = ("cuda", "gdr", "rocm", "ze")

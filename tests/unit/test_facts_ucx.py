@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops.facts.ucx_info import parse_ucx_devices, parse_ucx_version
-from p2p_ops.facts.ucx_log import parse_ep_config, parse_log_line, split_lane
-from p2p_ops.facts.ucx_proto import parse_lanes, parse_proto_tables
+from p2p_ops.facts.ucx_log import parse_ep_config, parse_lanes, parse_log_line, parse_proto_tables, split_lane
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 

@@ -87,7 +87,7 @@ def _parsers():
     from p2p_ops.facts.logs import parse_excerpt, parse_file_copy
     from p2p_ops.facts.sections import parse_sections
     from p2p_ops.facts.sysfs_ib import parse_sysfs_ib_grep
-    from p2p_ops.facts.ucx_proto import parse_proto_tables
+    from p2p_ops.facts.ucx_log import parse_proto_tables
     from p2p_ops.facts.ucx_trace import parse_trace
     from p2p_ops.files import parse_json
 
