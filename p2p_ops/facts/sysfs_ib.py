@@ -76,26 +76,18 @@ _NETDEV_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/device/net/([^/\s]+)$
 def parse_sysfs_ib_grep(text: str) -> list[IbDevice]:
     devices: dict[str, IbDevice] = {}
     for line in text.splitlines():
-        line = line.strip()
-        m = _NETDEV_LINE.match(line)
-        if m:
+        if m := _NETDEV_LINE.match(line.strip()):
             devices.setdefault(m[1], IbDevice(m[1])).netdevs.append(m[2])
-            continue
-        m = _GREP_LINE.match(line)
-        if not m:
-            continue
-        dev = devices.setdefault(m[1], IbDevice(m[1]))
-        attr, value = m[2], m[3].strip()
-        if attr == "device/numa_node":
-            dev.numa_node = int(value) if value.lstrip("-").isdecimal() else None
-            continue
-        pm = re.fullmatch(r"ports/(\d+)/(state|link_layer|rate)", attr)
-        if pm:
-            port = dev.port(int(pm[1]))
-            if pm[2] == "state":
-                port.state_code, port.state = split_prefixed(value)
-            else:
-                setattr(port, pm[2], value)
+        elif m := _GREP_LINE.match(line.strip()):
+            dev, attr, value = devices.setdefault(m[1], IbDevice(m[1])), m[2], m[3].strip()
+            if attr == "device/numa_node":
+                dev.numa_node = int(value) if value.lstrip("-").isdecimal() else None
+            elif pm := re.fullmatch(r"ports/(\d+)/(state|link_layer|rate)", attr):
+                port = dev.port(int(pm[1]))
+                if pm[2] == "state":
+                    port.state_code, port.state = split_prefixed(value)
+                else:
+                    setattr(port, pm[2], value)
     return [devices[k] for k in sorted(devices)]
 
 

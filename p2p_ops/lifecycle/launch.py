@@ -2,9 +2,8 @@
 
 What starts, in which order and how each unit is known to be ready is the units table (`spec.units`): units
 start phase by phase (coordinator, servers and embedded engines together; vLLM engines after their servers;
-the router after the engines) and stop in reverse role order. Each node's processes are handled by its
-connector; nodes are handled in parallel. What the fleet looks like meanwhile (`report()`) is in `status`.
-`up` and `down` hold the fleet's lock (`lock.py`): a second one on the same fleet waits, saying who holds it.
+the router after the engines), nodes side by side, and stop in reverse role order. `up` and `down` hold the
+fleet's lock (`lock.py`): a second one on the same fleet waits, saying who holds it.
 """
 
 from __future__ import annotations

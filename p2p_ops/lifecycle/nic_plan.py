@@ -6,9 +6,8 @@ its GPU (`nvidia-smi topo -m`: PIX before PXB before PHB before NODE; never SYS)
 active NIC of one NUMA node, instances spread over the nodes that have active NICs, in instance order (like
 Mooncake's transfer engine, which prefers the NICs of the buffer's NUMA node).
 
-Inputs are what the probe already reads: `facts.sysfs_ib` devices (NUMA node, port state, link layer, rate,
-netdevs) and `facts.topo` (GPU to NIC links, GPU NUMA affinity). A bonded device (`mlx5_bond_0`, its netdev a
-`bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never picked;
+Inputs are what the probe already reads (`facts.sysfs_ib`, `facts.topo`). A bonded device (`mlx5_bond_0`, its
+netdev a `bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never picked;
 a down nearest NIC falls back to the other active NICs of that NUMA node, and the plan says so. No active port:
 no plan (`devices == []`): UCX picks, and render keeps its own default.
 """
