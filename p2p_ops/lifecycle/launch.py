@@ -30,7 +30,7 @@ from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.starter import dump_yaml
-from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Proc, Unit
+from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Unit
 
 Progress = Callable[[str], None]
 # How often a slow start reports what it is waiting for.
@@ -68,44 +68,42 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
     return files
 
 
-Started = tuple[Unit, Proc]
-
-
 def _failed(results: dict[str, object]) -> list[str]:
     return [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
 
 
-def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progress: Progress, what: str) -> None:
-    pending, dead = list(items), []
+def _wait_started(ctx: FleetContext, units: list[Unit], timeout: float, progress: Progress, what: str) -> None:
+    pending, dead = list(units), []
     start = time.monotonic()
     next_note = start + NOTE_EVERY_S
     while pending and not dead and time.monotonic() < start + timeout:
         if time.monotonic() >= next_note:
             # vLLM takes a minute or more to load; say what each slow process is doing meanwhile.
             next_note += NOTE_EVERY_S
-            for unit, proc in pending:
-                last = read_fact(ctx.conn(unit.node), log_tail_fact(proc.log, 1), timeout=15)
-                progress(f"waiting for {proc.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
+            for unit in pending:
+                last = read_fact(ctx.conn(unit.node), log_tail_fact(ctx.proc(unit).log, 1), timeout=15)
+                progress(f"waiting for {unit.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
                          f"{(last[0] if last else '(log is empty)')[:160]}")
         still = []
-        for unit, proc in pending:
+        for unit in pending:
             if unit.ready():
-                progress(f"{proc.name} is up")
-            elif procs.states(ctx.conn(unit.node), [proc])[0].running:
-                still.append((unit, proc))
+                progress(f"{unit.name} is up")
+            elif procs.states(ctx.conn(unit.node), [ctx.proc(unit)])[0].running:
+                still.append(unit)
             else:
-                dead.append((unit, proc))
+                dead.append(unit)
         pending = still
         if pending and not dead:
             time.sleep(0.5)
-    problems = [describe_failure(ctx, unit, proc, "exited during start") for unit, proc in dead]
-    problems += [describe_failure(ctx, unit, proc, f"did not answer within {timeout:.0f} s") for unit, proc in pending]
+    problems = [describe_failure(ctx, unit, "exited during start") for unit in dead]
+    problems += [describe_failure(ctx, unit, f"did not answer within {timeout:.0f} s") for unit in pending]
     if problems:
         raise CouldNotRun(f"{what} failed to start:\n" + "\n".join(problems)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
 
 
-def describe_failure(ctx: FleetContext, unit: Unit, proc: Proc, why: str) -> str:
+def describe_failure(ctx: FleetContext, unit: Unit, why: str) -> str:
+    proc = ctx.proc(unit)
     excerpt = read_fact(ctx.conn(unit.node), log_excerpt_fact(proc.log, 10), timeout=15)
     indented = "\n".join("    " + line for line in excerpt.splitlines())
     return f"- {proc.name} on {unit.node.name} ({unit.node.address}) {why}; from {proc.log}:\n{indented}"
@@ -166,9 +164,9 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         for phase in sorted({u.phase for u in units}):
             left(0)
             batch = [u for u in units if u.phase == phase]
-            started = _start_units(ctx, batch, progress)
+            _start_units(ctx, batch, progress)
             timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
-            _wait_started(ctx, started, left(timeout), progress, _what(batch))
+            _wait_started(ctx, batch, left(timeout), progress, _what(batch))
 
 
 def _what(units: list[Unit]) -> str:
@@ -188,7 +186,7 @@ def _each_unit(ctx: FleetContext, units: list[Unit], act: Callable[[Unit], objec
     return {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
 
 
-def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:
+def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> None:
     def start(unit: Unit) -> None:
         proc = ctx.proc(unit)
         state = procs.start(ctx.conn(unit.node), proc)
@@ -198,7 +196,6 @@ def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> li
     if errors := _failed(_each_unit(ctx, units, start)):
         raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
-    return [(u, ctx.proc(u)) for u in units]
 
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
@@ -231,10 +228,10 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
         engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
             i.server.peer_count == rep.expected_peers
         unit = ctx.unit("engine" if engine_side else "server", i.instance)
-        lines.append(describe_failure(ctx, unit, ctx.proc(unit), i.problem(rep.expected_peers)))
+        lines.append(describe_failure(ctx, unit, i.problem(rep.expected_peers)))
     if rep.router is not None and not rep.router.ready:
         unit = ctx.unit("router")
-        lines.append(describe_failure(ctx, unit, ctx.proc(unit), rep.router.problem()))
+        lines.append(describe_failure(ctx, unit, rep.router.problem()))
     return "\n".join(lines)
 
 
