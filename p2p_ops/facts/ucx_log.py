@@ -31,13 +31,13 @@ from typing import Iterable
 
 _PREFIX = r"^\[(?P<ts>\d+\.\d+)\]\s+\[(?P<host>[^:\]]+):(?P<pid>\d+)\s*:(?P<thr>\w+)\]\s+"
 _NORMAL = re.compile(_PREFIX + r"(?P<file>[\w.+-]+):(?P<line>\d+)\s+UCX\s+(?P<level>[A-Z]+)\s+(?P<msg>.*)$")
-_ROW = re.compile(_PREFIX + r"(?P<row>[|+].*)$")
+_ROW = re.compile(_PREFIX + r"(?P<msg>[|+].*)$")
 _FATAL = re.compile(
     r"^\[(?P<host>[^:\]]+):(?P<pid>\d+)\s*:(?P<thr>\d+):(?P<tid>\d+)\]\s+(?P<file>[\w.+-]+):(?P<line>\d+)\s+"
     r"(?P<msg>.*)$"
 )
 # A table row inside `ucx_info -e` output, which re-prints the tables behind `# `.
-_COMMENT_ROW = re.compile(r"^#\s(?P<row>[|+].*)$")
+_COMMENT_ROW = re.compile(r"^#\s(?P<msg>[|+].*)$")
 _EP_NEW = re.compile(r"^(?P<ctx>\S+)\s+(?P<loc>self|intra-node|inter-node|loopback)\s+(?P<cfg>cfg#\d+)\s+(?P<rest>.*)$")
 _EP_OLD = re.compile(r"^(?P<cfg>ep_cfg\[\d+\]):\s*(?P<rest>.*)$")
 # Lanes never hold parentheses: `[^()]` keeps an unclosed `a(a(a(...` line linear (`[^)]*` rescanned it to the
@@ -64,20 +64,12 @@ class LogLine:
 
 def parse_log_line(text: str) -> LogLine | None:
     text = text.rstrip("\n")
-    m = _NORMAL.match(text)
-    if m:
-        return LogLine("log", m["host"], int(m["pid"]), float(m["ts"]), m["file"], int(m["line"]),
-                       m["level"], m["msg"].strip())
-    m = _ROW.match(text)
-    if m:
-        return LogLine("row", m["host"], int(m["pid"]), float(m["ts"]), message=m["row"].strip())
-    m = _FATAL.match(text)
-    if m:
-        return LogLine("fatal", m["host"], int(m["pid"]), None, m["file"], int(m["line"]), "FATAL",
-                       m["msg"].strip())
-    m = _COMMENT_ROW.match(text)
-    if m:
-        return LogLine("row", message=m["row"].strip())
+    for kind, pattern in (("log", _NORMAL), ("row", _ROW), ("fatal", _FATAL), ("row", _COMMENT_ROW)):
+        if m := pattern.match(text):
+            g = {"host": "", "pid": "0", "ts": "", "file": "", "line": "0",
+                 "level": "FATAL" if kind == "fatal" else "", **m.groupdict()}
+            return LogLine(kind, g["host"], int(g["pid"]), float(g["ts"]) if g["ts"] else None, g["file"],
+                           int(g["line"]), g["level"], g["msg"].strip())
     return None
 
 
