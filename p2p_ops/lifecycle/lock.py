@@ -88,11 +88,6 @@ _held: dict[str, _Held] = {}
 _held_guard = threading.Lock()
 
 
-def _state(path: Path) -> _Held:
-    with _held_guard:
-        return _held.setdefault(str(path), _Held())
-
-
 def _try_flock(path: Path) -> Optional[int]:
     files.private_dir(path.parent)
     try:  # the holder is written into it: a link planted here would have us truncate its target
@@ -113,7 +108,8 @@ def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callabl
     """Hold fleet `fleet`'s lock (in run folder `root`) for the block; FleetBusy, naming who holds it, when
     another holder keeps it longer than `wait_s` (0: do not wait)."""
     path = root / LOCK_NAME
-    st = _state(path)
+    with _held_guard:
+        st = _held.setdefault(str(path), _Held())
     deadline = time.monotonic() + wait_s
     if not st.turn.acquire(timeout=max(0.0, wait_s)):
         raise FleetBusy(f"fleet {fleet} is busy: another thread of this process holds its lock ({path})")

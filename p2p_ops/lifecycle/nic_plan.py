@@ -72,11 +72,6 @@ def rails_of(devices: Sequence[IbDevice]) -> list[Rail]:
     return out
 
 
-def _gpu_numa(topo: Optional[Topology], gpu: int) -> Optional[int]:
-    value = (topo.numa_affinity.get(f"GPU{gpu}", "") if topo else "").strip()
-    return int(value) if value.isdecimal() else None
-
-
 def _nearest(topo: Optional[Topology], gpu: int, rails: list[Rail]) -> tuple[str, list[Rail]]:
     """The rails with the best topo link from the GPU; ("", []) without topo."""
     # A NIC across the socket interconnect (SYS) is never "nearest": it is the slow path the plan exists to avoid.
@@ -93,7 +88,8 @@ def _plan(instance: str, gpu: Optional[int], numa: Optional[int], picked: list[R
 
 def _gpu_plan(instance: str, gpu: int, topo: Optional[Topology], rails: list[Rail]) -> InstancePlan:
     active = [r for r in rails if r.active]
-    numa = _gpu_numa(topo, gpu)
+    affinity = (topo.numa_affinity.get(f"GPU{gpu}", "") if topo else "").strip()
+    numa = int(affinity) if affinity.isdecimal() else None
     link, picked = _nearest(topo, gpu, active)
     # A switch can reach a NIC of the other socket (PXB on paper): the L1 still sits on the GPU's node.
     picked = [r for r in picked if numa is None or r.numa in (numa, None)]
@@ -102,8 +98,7 @@ def _gpu_plan(instance: str, gpu: int, topo: Optional[Topology], rails: list[Rai
     if picked:
         numa = picked[0].numa if numa is None else numa
         return _plan(instance, gpu, numa, picked, f"nearest GPU{gpu} ({link}){note}")
-    local = [r for r in active if numa is not None and r.numa == numa]
-    if local:
+    if local := [r for r in active if numa is not None and r.numa == numa]:
         return _plan(instance, gpu, numa, local, f"GPU{gpu}'s NUMA node {numa}{note}")
     return _cpu_plan(instance, gpu, 0, rails)
 
@@ -155,14 +150,9 @@ def plan_from_reads(instances: Sequence[tuple[str, Optional[int]]], reads: Mappi
     return plan_node(instances, devices, None if topo is None or topo.error else topo)
 
 
-def needs_plan(fleet: Fleet, node: Node) -> bool:
-    """Only nodes off loopback, with an instance whose spec leaves UCX_NET_DEVICES to us, are read."""
-    return not fleet.all_loopback and any(
-        not fleet.effective_settings(inst).ucx_net_devices for n, inst in fleet.instances() if n.name == node.name)
-
-
 def read_plans(conn: Connector, fleet: Fleet, node: Node) -> dict[str, InstancePlan]:
-    if not needs_plan(fleet, node):
+    # Only nodes off loopback, with an instance whose spec leaves UCX_NET_DEVICES to us, are read.
+    if fleet.all_loopback or all(fleet.effective_settings(inst).ucx_net_devices for inst in node.instances):
         return {}
     plans = plan_from_reads([(i.id, i.gpu) for i in node.instances], read_node(conn, PLAN_FACTS, timeout=60))
     return {p.instance: p for p in plans}
