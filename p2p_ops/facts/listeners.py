@@ -47,7 +47,7 @@ def parse_listeners(text: str) -> list[Listener]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 5 and parts[0] == "LISTEN":
-            host, _, port = parts[3].rpartition(":")
+            host, _, port = parts[3].rpartition(":")  # the host may be 127.0.0.1%lo
             try:
                 port_number = int(port)
             except ValueError:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from p2p_ops.facts.nixl_log import parse_nixl_line
 from p2p_ops.facts.ucx_info import RDMA_TRANSPORTS
 from p2p_ops.facts.ucx_log import (
-    EpConfig, ProtoTable, parse_ep_config, parse_log_line, parse_proto_tables, split_lane, table_endpoint,
+    EpConfig, ProtoTable, parse_ep_config, parse_log_line, parse_nixl_line, parse_proto_tables, split_lane,
+    table_endpoint,
 )
 
 _SHM = ("cma", "sysv", "posix", "knem", "xpmem", "mm", "self")
