@@ -44,32 +44,22 @@ def _port_field(port: IbPort, key: str, value: str) -> None:
 
 
 def parse_ibv_devinfo(text: str) -> IbvDevinfo:
-    # Old and new GID line forms.
     info = IbvDevinfo()
     device: IbDevice | None = None
     port: IbPort | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
+    for line in (raw.strip() for raw in text.splitlines()):
+        key, sep, value = (part.strip() for part in line.partition(":"))
         if line.startswith("hca_id:"):
-            device = IbDevice(name=line.split(":", 1)[1].strip())
+            device, port = IbDevice(name=value), None
             info.devices.append(device)
-            port = None
-            continue
-        if device is None:
+        elif device is None:
             if any(hint in line for hint in _ERROR_HINTS):
                 info.error = line
-            continue
-        gid = _GID.match(line)
-        if gid and port is not None:
+        elif port is not None and (gid := _GID.match(line)):  # old and new GID line forms
             port.gids.append(Gid(int(gid["idx"]), gid["gid"], (gid["type"] or "").strip()))
+        elif not sep:
             continue
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip(), value.strip()
-        if key == "port" and value.isdecimal():
+        elif key == "port" and value.isdecimal():
             port = IbPort(port=int(value))
             device.ports.append(port)
         elif port is not None:
