@@ -29,7 +29,7 @@ class RouterStatus:
         return self.healthy and not self.missing and not self.unhealthy
 
     def problem(self) -> str:
-        if self.process not in ("running", "n/a"):
+        if self.process != "running":
             return f"router process is {self.process}"
         if not self.healthy:
             return f"router at {self.url} does not answer /health"
@@ -53,19 +53,13 @@ def missing_binary(ctx: FleetContext) -> Optional[str]:
     return None
 
 
-def status(ctx: FleetContext, process: Optional[str] = None, timeout: float = 3.0) -> RouterStatus:
-    fleet = ctx.fleet
-    url = fleet.router_url
-    if process is None:
-        states = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])
-        process = states[0].state if states else "none"
+def status(ctx: FleetContext) -> RouterStatus:
+    fleet, url = ctx.fleet, ctx.fleet.router_url
+    process = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])[0].state
     engines = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
-    st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=timeout))
-    listed = router_api.workers(url, timeout=timeout)
-    if listed is None:
-        st.missing = engines
-        return st
-    st.workers = sorted(listed)
-    st.missing = [e for e in engines if e not in listed]
-    st.unhealthy = [e for e in engines if e in listed and not listed[e]]
+    st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=3.0))
+    listed = router_api.workers(url, timeout=3.0)
+    st.workers = sorted(listed or {})
+    st.missing = [e for e in engines if listed is None or e not in listed]
+    st.unhealthy = [e for e in engines if listed and e in listed and not listed[e]]
     return st
