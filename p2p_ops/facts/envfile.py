@@ -34,8 +34,7 @@ class EnvSh:
 def read_env_sh(text: str) -> EnvSh:
     out, pos, line = EnvSh(), 0, 1
     while pos < len(text):
-        m = _EXPORT.match(text, pos)
-        if m:
+        if m := _EXPORT.match(text, pos):
             raw = m.group(2)
             out.env[m.group(1)] = raw[1:-1].replace("'\"'\"'", "'") if raw.startswith("'") else raw
             end = m.end()

@@ -26,8 +26,7 @@ class IbvDevinfo:
 
 def split_enum(value: str) -> tuple[str, int | None]:
     """`PORT_ACTIVE (4)` -> (`PORT_ACTIVE`, 4); values without a code come back unchanged."""
-    m = _ENUM.match(value.strip())
-    return (m["name"], int(m["code"])) if m else (value.strip(), None)
+    return (m["name"], int(m["code"])) if (m := _ENUM.match(value.strip())) else (value.strip(), None)
 
 
 def _port_field(port: IbPort, key: str, value: str) -> None:

@@ -48,16 +48,14 @@ def parse_ulimit_l(text: str) -> Memlock:
 
 def parse_proc_limits(text: str, source: str = "/proc/self/limits") -> Memlock:
     for line in text.splitlines():
-        m = _LIMIT_LINE.match(line)
-        if m:
+        if m := _LIMIT_LINE.match(line):
             return Memlock(_bytes(m[1], 1), _bytes(m[2], 1), source)
     return Memlock(source=source, error=f"no 'Max locked memory' line in {source}")
 
 
 def read_memlock(proc_root: Path = Path("/proc"), pid: int | str = "self") -> Memlock:
     path = Path(proc_root) / str(pid) / "limits"
-    text = read_sysfs(path)
-    if text is None:
+    if (text := read_sysfs(path)) is None:
         return Memlock(source=str(path), error=f"cannot read {path}")
     return parse_proc_limits(text, f"/proc/{pid}/limits")
 
@@ -70,8 +68,7 @@ def parse_modules(text: str) -> list[str]:
 
 def read_modules(proc_root: Path = Path("/proc")) -> list[str] | None:
     """None when `/proc/modules` is not readable (some containers)."""
-    text = read_sysfs(Path(proc_root) / "modules")
-    return None if text is None else parse_modules(text)
+    return None if (text := read_sysfs(Path(proc_root) / "modules")) is None else parse_modules(text)
 
 
 def proc_limits_fact(pid: int) -> CommandFact[Memlock]:

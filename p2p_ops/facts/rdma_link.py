@@ -55,8 +55,7 @@ def parse_rdma_link(text: str) -> RdmaLinks:
             pass
     out = RdmaLinks()
     for line in stripped.splitlines():
-        link = _from_line(line.strip())
-        if link:
+        if link := _from_line(line.strip()):
             out.links.append(link)
         elif line.strip().startswith(("Failed", "Error", "error")):
             out.error = line.strip()

@@ -71,8 +71,7 @@ def parse_topo(text: str) -> Topology:
             topo.cpu_affinity[name] = extra[0]
             topo.numa_affinity[name] = extra[1] if len(extra) > 1 else ""
     for line in lines:
-        m = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
-        if m:
+        if m := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line):
             topo.nic_names[m[1]] = m[2]
     return topo
 

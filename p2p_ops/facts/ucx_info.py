@@ -26,8 +26,7 @@ class UcxVersion:
 def parse_ucx_version(text: str) -> UcxVersion:
     out = UcxVersion()
     for line in text.splitlines():
-        m = _VERSION.match(line)
-        if m:
+        if m := _VERSION.match(line):
             out.version = m[1]
         elif line.startswith("# Configured with:"):
             out.configured_with = line.split(":", 1)[1].split()
@@ -77,12 +76,10 @@ def parse_ucx_devices(text: str) -> UcxDevices:
     md: UcxMemoryDomain | None = None
     tl: UcxTransport | None = None
     for line in text.splitlines():
-        failed = _FAILED.match(line)
-        if failed:
+        if failed := _FAILED.match(line):
             out.failed.append(failed[1])
             continue
-        m = _KEYVAL.match(line)
-        if not m:
+        if not (m := _KEYVAL.match(line)):
             continue
         key, value = m[1].strip(), m[2].strip()
         if key == "Memory domain":

@@ -227,13 +227,11 @@ class NixlLine:
 
     @property
     def exception(self) -> tuple[str, str] | None:
-        m = _EXCEPTION.search(self.message)
-        return (m["cls"], m["code"]) if m else None
+        return (m["cls"], m["code"]) if (m := _EXCEPTION.search(self.message)) else None
 
     @property
     def modified_ucx_config(self) -> tuple[str, str] | None:
-        m = _MODIFIED.search(self.message)
-        return (m["key"], m["value"]) if m else None
+        return (m["key"], m["value"]) if (m := _MODIFIED.search(self.message)) else None
 
 
 def parse_nixl_line(text: str) -> NixlLine | None:

@@ -140,8 +140,7 @@ class _Collector:
 
     def error(self, source: str, level: str, message: str, where: str) -> None:
         key = (source, level, normalise_message(message))
-        group = self.errors.setdefault(key, ErrorGroup(source, level, key[2], 0, where))
-        group.count += 1
+        self.errors.setdefault(key, ErrorGroup(source, level, key[2], 0, where)).count += 1
 
     def endpoint(self, host: str, pid: int, name: str) -> EndpointSummary:
         return self.eps.setdefault((host, pid, name), EndpointSummary(name, host, pid))
@@ -183,8 +182,7 @@ class _Collector:
             self.summary.exceptions.append(line.exception[1])
         if line.modified_ucx_config:
             self.summary.nixl_ucx_config.__setitem__(*line.modified_ucx_config)
-        agent = _AGENT.search(line.message)
-        if agent and agent[1] not in self.summary.nixl_agents:
+        if (agent := _AGENT.search(line.message)) and agent[1] not in self.summary.nixl_agents:
             self.summary.nixl_agents.append(agent[1])
 
     def finish(self) -> TraceSummary:

@@ -44,8 +44,8 @@ class Holder:
     command: str
     since: float  # wall clock (for people), seconds since the epoch
 
-    def describe(self, now: Optional[float] = None) -> str:
-        held = max(0.0, (now or time.time()) - self.since)
+    def describe(self) -> str:
+        held = max(0.0, time.time() - self.since)
         stamp = time.strftime("%H:%M:%S UTC", time.gmtime(self.since))
         return f"`{self.command}` (pid {self.pid} on {self.host}) since {stamp} ({held:.0f} s)"
 
@@ -133,8 +133,7 @@ def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callabl
 def _acquire(path: Path, fleet: str, deadline: float, wait_s: float, progress: Callable[[str], None]) -> int:
     next_note = 0.0
     while True:
-        fd = _try_flock(path)
-        if fd is not None:
+        if (fd := _try_flock(path)) is not None:
             return fd
         holder = read_holder(path)
         who = holder.describe() if holder else "another p2pctl (it has not said who yet)"

@@ -7,9 +7,9 @@ active NIC of one NUMA node, instances spread over the nodes that have active NI
 Mooncake's transfer engine, which prefers the NICs of the buffer's NUMA node).
 
 Inputs are what the probe already reads (`facts.sysfs_ib`, `facts.topo`). A bonded device (`mlx5_bond_0`, its
-netdev a `bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never picked;
-a down nearest NIC falls back to the other active NICs of that NUMA node, and the plan says so. No active port:
-no plan (`devices == []`): UCX picks, and render keeps its own default.
+netdev a `bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never
+picked; a down nearest NIC falls back to the other active NICs of that NUMA node, and the plan says so. No active
+port: no plan (`devices == []`): UCX picks, and render keeps its own default.
 """
 
 from __future__ import annotations
@@ -129,8 +129,7 @@ def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list
     rails = {r.ucx: r for r in rails_of(devices)} | {r.device: r for r in rails_of(devices)}
     problems = []
     for name in [p.strip() for p in pin.split(",") if p.strip() and p.strip() != "all"]:
-        rail = rails.get(name)
-        if rail is None:
+        if (rail := rails.get(name)) is None:
             continue  # a TCP interface (eth0, lo) is not an RDMA rail: nothing to judge here
         if not rail.active:
             problems.append(f"{name} is {rail.state or 'not active'}")
