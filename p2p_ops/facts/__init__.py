@@ -13,12 +13,11 @@ from typing import Iterable, Optional
 from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, run_local
 from p2p_ops.facts.gpus import GPUS
 from p2p_ops.facts.host import HOST, HOST_TXT
-from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO
+from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO, RDMA_LINK
 from p2p_ops.facts.limits import LSMOD, ULIMIT_L
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.python_env import python_env_fact
-from p2p_ops.facts.rdma_link import RDMA_LINK
 from p2p_ops.facts.storage import disk_fact, model_cache_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
