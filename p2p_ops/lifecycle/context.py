@@ -97,13 +97,9 @@ class FleetContext:
 
     def for_each_node(self, fn: Callable[[Node], T], only: Optional[str] = None) -> dict[str, T | Exception]:
         nodes = [n for n in self.fleet.nodes if only is None or n.name == only]
-        results: dict[str, T | Exception] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
             futures = {n.name: pool.submit(fn, n) for n in nodes}
-            for name, fut in futures.items():
-                try:
-                    results[name] = fut.result()
-                except Exception as exc:  # noqa: BLE001 - collected and reported per host
-                    results[name] = exc
-        return results
+        # An Exception is collected and reported per host; anything else (KeyboardInterrupt) is raised.
+        return {name: exc if isinstance(exc := fut.exception(), Exception) else fut.result()
+                for name, fut in futures.items()}
 

@@ -30,8 +30,7 @@ SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THR
 
 
 def _exec_line(run: FolderRun, role: str) -> str:
-    env = run.env
-    shown = [f"{k}={shlex.quote(env[k])}" for k in SHOWN_ENV if env.get(k)] if role != "coordinator" else []
+    shown = [f"{k}={shlex.quote(run.env[k])}" for k in SHOWN_ENV if run.env.get(k) and role != "coordinator"]
     return " ".join(shown + [shlex.join(run.command(role))])
 
 

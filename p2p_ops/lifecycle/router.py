@@ -12,7 +12,6 @@ from p2p_ops.endpoints import fetch, router_api
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import router_bin
-from p2p_ops.spec.model import hostport
 
 
 @dataclass
@@ -56,7 +55,7 @@ def missing_binary(ctx: FleetContext) -> Optional[str]:
 def status(ctx: FleetContext) -> RouterStatus:
     fleet, url = ctx.fleet, ctx.fleet.router_url
     process = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])[0].state
-    engines = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
+    engines = [ctx.engine_url(n, i) for n, i in fleet.instances()]
     st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=3.0))
     listed = router_api.workers(url, timeout=3.0)
     st.workers = sorted(listed or {})
