@@ -61,10 +61,7 @@ def results(output: str, host: str, facts: Mapping[str, CommandFact]) -> dict[st
 def read_node(conn, facts: Mapping[str, CommandFact], timeout: float = 90) -> dict[str, Result]:
     """Run every fact on the connector's node in one round trip. Connection failures raise (the caller turns
     them into that node's error); a failing command is just its section's exit code."""
-    if not facts:
-        return {}
-    res = conn.run(script(facts), timeout=timeout)
-    return results(res.stdout, conn.host, facts)
+    return results(conn.run(script(facts), timeout=timeout).stdout, conn.host, facts) if facts else {}
 
 
 def read_fact(conn, fact: CommandFact[T], timeout: float = 30, check: bool = False) -> T:

@@ -70,9 +70,7 @@ def parse_topo(text: str) -> Topology:
         if name.startswith("GPU") and extra:
             topo.cpu_affinity[name] = extra[0]
             topo.numa_affinity[name] = extra[1] if len(extra) > 1 else ""
-    for line in lines:
-        if m := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line):
-            topo.nic_names[m[1]] = m[2]
+    topo.nic_names = {m[1]: m[2] for line in lines if (m := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line))}
     return topo
 
 

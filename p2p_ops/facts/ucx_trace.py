@@ -76,9 +76,8 @@ class EndpointSummary:
 
     @property
     def transports(self) -> list[str]:
-        lanes = [lane for ls in self.kinds.values() for lane in ls]
-        lanes += [lane for t in self.tables for r in t.rows for lane in r.lanes]
-        return sorted({split_lane(lane)[0] for lane in lanes})
+        table_lanes = [lane for t in self.tables for r in t.rows for lane in r.lanes]
+        return sorted({split_lane(lane)[0] for lane in self.lanes + table_lanes})
 
 
 @dataclass
