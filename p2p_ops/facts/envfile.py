@@ -39,8 +39,7 @@ def read_env_sh(text: str) -> EnvSh:
             out.env[m.group(1)] = raw[1:-1].replace("'\"'\"'", "'") if raw.startswith("'") else raw
             end = m.end()
         else:
-            end = text.find("\n", pos)
-            end = len(text) if end < 0 else end + 1
+            end = text.find("\n", pos) + 1 or len(text)
             stripped = text[pos:end].strip(" \t\n")
             if stripped and not stripped.startswith("#"):
                 out.foreign.append((line, text[pos:end].rstrip("\n")))
