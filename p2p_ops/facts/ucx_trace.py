@@ -136,6 +136,7 @@ class _Collector:
         self.errors: dict[tuple[str, str, str], ErrorGroup] = {}
         self.stream = ("", 0)
         self.last_endpoint: dict[tuple[str, int], str] = {}
+        self.table: dict[tuple[str, int], str] = {}  # the endpoint of each stream's current PROTO_INFO table
 
     def error(self, source: str, level: str, message: str, where: str) -> None:
         key = (source, level, normalise_message(message))
@@ -146,11 +147,12 @@ class _Collector:
 
     def ucx(self, line, where: str) -> None:
         if line.kind == "row":
-            stream = line.stream if line.host else self.stream
-            self.stream = stream
+            self.stream = stream = line.stream if line.host else self.stream
             self.rows.setdefault(stream, []).append(line.message)
             if endpoint := table_endpoint(line.message):
-                self.last_endpoint[stream] = ProtoTable(endpoint).endpoint_id
+                self.table[stream] = ProtoTable(endpoint).endpoint_id
+            if stream in self.table:  # a row of the stream's current table: its endpoint again
+                self.last_endpoint[stream] = self.table[stream]
             return
         self.stream = line.stream
         msg = line.message
