@@ -222,16 +222,13 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
     if not rep.coordinator_healthy:
         lines.append(f"- coordinator at {rep.coordinator_url} is not healthy (process {rep.coordinator_proc}); "
                      f"log: {ctx.proc('coordinator').log}")
-    for i in rep.instances:
-        if i.ready(rep.expected_peers):
-            continue
+    for i in (i for i in rep.instances if not i.ready(rep.expected_peers)):
         engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
             i.server.peer_count == rep.expected_peers
         unit = ctx.unit("engine" if engine_side else "server", i.instance)
         lines.append(describe_failure(ctx, unit, i.problem(rep.expected_peers)))
     if rep.router is not None and not rep.router.ready:
-        unit = ctx.unit("router")
-        lines.append(describe_failure(ctx, unit, rep.router.problem()))
+        lines.append(describe_failure(ctx, ctx.unit("router"), rep.router.problem()))
     return "\n".join(lines)
 
 
