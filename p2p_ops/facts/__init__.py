@@ -1,10 +1,8 @@
 """Facts: read-only probes of a host, each a command (or file reads) plus a pure, fixture-tested parser.
 
-Diagnose reads facts and never shells out itself. Every runner returns the connectors' `Result`; a node's facts
-are read in one round trip through its connector with `p2p_ops.facts.sections.read_node`; `node_facts` is the one
-table of what is read of a node as a whole. Command facts are listed in `COMMAND_FACTS` (a bundle can run
-them all and keep the raw outputs under `<name>.txt`, which `RecordedRunner` replays); file facts take the
-directory standing in for `/sys`, `/dev` or `/proc` so tests point them at fixture trees.
+Diagnose reads facts and never shells out itself. `node_facts` is the one table of what is read of a node as a
+whole; a bundle runs every one of `COMMAND_FACTS` and keeps its raw output as `<name>.txt`, which
+`RecordedRunner` replays. File facts take the directory standing in for `/sys`, `/dev` or `/proc`.
 """
 
 from __future__ import annotations
@@ -15,12 +13,11 @@ from typing import Iterable, Optional
 from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, run_local
 from p2p_ops.facts.gpus import GPUS
 from p2p_ops.facts.host import HOST, HOST_TXT
-from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO
+from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO, RDMA_LINK
 from p2p_ops.facts.limits import LSMOD, ULIMIT_L
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.python_env import python_env_fact
-from p2p_ops.facts.rdma_link import RDMA_LINK
 from p2p_ops.facts.storage import disk_fact, model_cache_fact
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.facts.topo import NVIDIA_SMI_TOPO

@@ -6,7 +6,6 @@ node's connector (`facts.sections.read_node` runs many facts in one round trip).
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -30,21 +29,12 @@ ABSENT = "@@absent"
 Runner = Callable[[Sequence[str]], Result]
 
 
-def run_local(
-    argv: Sequence[str], timeout_s: float = 20.0, env: Mapping[str, str] | None = None
-) -> Result:
+def run_local(argv: Sequence[str], timeout_s: float = 20.0) -> Result:
     """A missing binary gives exit code 127 and a timeout 124, like a shell would."""
     command = shlex.join(argv)
     try:
-        proc = subprocess.run(
-            list(argv),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            env=None if env is None else {**os.environ, **env},
-            check=False,
-        )
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
     except FileNotFoundError:
         return Result(LOCALHOST, command, EXIT_NOT_FOUND, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
@@ -99,9 +89,14 @@ def read_sysfs(path: Path) -> str | None:
         return None
 
 
+def entries(directory: Path) -> list[Path]:
+    """A directory's entries by name; none when it is absent (no RDMA stack, not mapped into a container)."""
+    return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
 def read_int(path: Path) -> int | None:
     value = read_sysfs(path)
     try:
-        return int(value, 0) if value is not None else None
-    except ValueError:
+        return int(value, 0)
+    except (TypeError, ValueError):
         return None

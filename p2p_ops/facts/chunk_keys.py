@@ -16,7 +16,7 @@ import base64
 import json
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from p2p_ops import files
@@ -86,9 +86,7 @@ def parse_chunk_keys(text: str) -> ChunkKeys:
 
 
 def chunk_keys_fact(python: str, inputs: KeyInputs, token_ids: list[int]) -> CommandFact[ChunkKeys]:
-    args = json.dumps({"chunk_size": inputs.chunk_size, "hash_algorithm": inputs.hash_algorithm,
-                       "model_name": inputs.model_name, "world_size": inputs.world_size,
-                       "cache_salt": inputs.cache_salt})
+    args = json.dumps({k: v for k, v in asdict(inputs).items() if k != "python_hash_seed"})
     seed = (("-u", "PYTHONHASHSEED") if inputs.python_hash_seed is None
             else (f"PYTHONHASHSEED={inputs.python_hash_seed}",))
     argv = ("env", *seed, "LMCACHE_LOG_LEVEL=WARNING", "LMCACHE_TRACK_USAGE=false", "DO_NOT_TRACK=1",

@@ -34,14 +34,12 @@ class EnvSh:
 def read_env_sh(text: str) -> EnvSh:
     out, pos, line = EnvSh(), 0, 1
     while pos < len(text):
-        m = _EXPORT.match(text, pos)
-        if m:
+        if m := _EXPORT.match(text, pos):
             raw = m.group(2)
             out.env[m.group(1)] = raw[1:-1].replace("'\"'\"'", "'") if raw.startswith("'") else raw
             end = m.end()
         else:
-            end = text.find("\n", pos)
-            end = len(text) if end < 0 else end + 1
+            end = text.find("\n", pos) + 1 or len(text)
             stripped = text[pos:end].strip(" \t\n")
             if stripped and not stripped.startswith("#"):
                 out.foreign.append((line, text[pos:end].rstrip("\n")))

@@ -82,8 +82,7 @@ def split_prefixed(value: str | None) -> tuple[int | None, str]:
 def gid_ipv4(gid: str) -> str | None:
     """The IPv4 address inside an IPv4-mapped GID (8-group or `::ffff:a.b.c.d` form), else None."""
     try:
-        addr = ipaddress.IPv6Address(gid)
+        mapped = ipaddress.IPv6Address(gid).ipv4_mapped
     except ValueError:
         return None
-    mapped = addr.ipv4_mapped
     return str(mapped) if mapped else None

@@ -1,8 +1,13 @@
-"""ibverbs tool facts: `ibv_devinfo [-v]` and `ibv_devices` (rdma-core, Debian package `ibverbs-utils`).
+"""RDMA tool facts: `ibv_devinfo [-v]` and `ibv_devices` (rdma-core, Debian package `ibverbs-utils`), and
+`rdma link show` (iproute2), text or JSON (`rdma -j link show`).
 
 `ibv_devinfo` prints `key:<tabs>value` lines: device fields at one tab, `port:` at two, port fields at three;
 enumerations print as `NAME (n)`. A host without RDMA prints one error line instead (`No IB devices found`, or
 `Failed to get IB devices list: Function not implemented` without RDMA netlink); that line lands in `error`.
+
+`rdma link` text lines are `link <dev>/<port> [subnet_prefix .. lid .. sm_lid .. lmc ..] state S physical_state P
+[netdev N]`; every key is optional. Without RDMA netlink support it prints `Failed to open NETLINK_RDMA socket`;
+that goes to `error`.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.ib_model import Gid, IbDevice, IbPort
 
@@ -26,8 +33,7 @@ class IbvDevinfo:
 
 def split_enum(value: str) -> tuple[str, int | None]:
     """`PORT_ACTIVE (4)` -> (`PORT_ACTIVE`, 4); values without a code come back unchanged."""
-    m = _ENUM.match(value.strip())
-    return (m["name"], int(m["code"])) if m else (value.strip(), None)
+    return (m["name"], int(m["code"])) if (m := _ENUM.match(value.strip())) else (value.strip(), None)
 
 
 def _port_field(port: IbPort, key: str, value: str) -> None:
@@ -44,32 +50,22 @@ def _port_field(port: IbPort, key: str, value: str) -> None:
 
 
 def parse_ibv_devinfo(text: str) -> IbvDevinfo:
-    # Old and new GID line forms.
     info = IbvDevinfo()
     device: IbDevice | None = None
     port: IbPort | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
+    for line in (raw.strip() for raw in text.splitlines()):
+        key, sep, value = (part.strip() for part in line.partition(":"))
         if line.startswith("hca_id:"):
-            device = IbDevice(name=line.split(":", 1)[1].strip())
+            device, port = IbDevice(name=value), None
             info.devices.append(device)
-            port = None
-            continue
-        if device is None:
+        elif device is None:
             if any(hint in line for hint in _ERROR_HINTS):
                 info.error = line
-            continue
-        gid = _GID.match(line)
-        if gid and port is not None:
+        elif port is not None and (gid := _GID.match(line)):  # old and new GID line forms
             port.gids.append(Gid(int(gid["idx"]), gid["gid"], (gid["type"] or "").strip()))
+        elif not sep:
             continue
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key, value = key.strip(), value.strip()
-        if key == "port" and value.isdecimal():
+        elif key == "port" and value.isdecimal():
             port = IbPort(port=int(value))
             device.ports.append(port)
         elif port is not None:
@@ -106,3 +102,54 @@ def parse_ibv_devices(text: str) -> IbvDevices:
 
 IBV_DEVINFO = CommandFact("ibv_devinfo", ("ibv_devinfo", "-v"), parse_ibv_devinfo)
 IBV_DEVICES = CommandFact("ibv_devices", ("ibv_devices",), parse_ibv_devices)
+
+
+@dataclass
+class RdmaLink:
+    device: str
+    port: int
+    state: str = ""
+    physical_state: str = ""
+    netdev: str = ""
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RdmaLinks:
+    links: list[RdmaLink] = field(default_factory=list)
+    error: str | None = None
+
+
+def _link(device: str, port: int, attrs: dict[str, str]) -> RdmaLink:
+    return RdmaLink(device, port, attrs.get("state", ""), attrs.get("physical_state", ""), attrs.get("netdev", ""),
+                    attrs)
+
+
+def _from_line(line: str) -> RdmaLink | None:
+    words = line.split()
+    if len(words) < 2 or words[0] != "link" or "/" not in words[1]:
+        return None
+    device, _, port = words[1].rpartition("/")
+    # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
+    return _link(device, int(port) if port.isdecimal() else 0, dict(zip(words[2::2], words[3::2], strict=False)))
+
+
+def parse_rdma_link(text: str) -> RdmaLinks:
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            return RdmaLinks([_link(str(item.get("ifname", "")), int(item.get("port", 0)),
+                                    {k: str(v) for k, v in item.items()})
+                              for item in files.parse_json(stripped, "rdma link -j")])
+        except (BadInput, TypeError):
+            pass
+    out = RdmaLinks()
+    for line in stripped.splitlines():
+        if link := _from_line(line.strip()):
+            out.links.append(link)
+        elif line.strip().startswith(("Failed", "Error", "error")):
+            out.error = line.strip()
+    return out
+
+
+RDMA_LINK = CommandFact("rdma_link", ("rdma", "link", "show"), parse_rdma_link)

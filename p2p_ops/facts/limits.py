@@ -16,7 +16,6 @@ from pathlib import Path
 
 from p2p_ops.facts.base import CommandFact, read_sysfs
 
-UNLIMITED = None
 _LIMIT_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+(\S+)\s+(\S+)")
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
@@ -24,7 +23,6 @@ PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 @dataclass
 class Memlock:
     """Bytes; None means unlimited. `error` says why nothing was read."""
-
     soft: int | None = None
     hard: int | None = None
     source: str = ""
@@ -32,7 +30,7 @@ class Memlock:
 
     @property
     def unlimited(self) -> bool:
-        return self.error is None and self.soft is UNLIMITED
+        return self.error is None and self.soft is None
 
 
 def _bytes(value: str, unit_bytes: int) -> int | None:
@@ -45,40 +43,32 @@ def parse_ulimit_l(text: str) -> Memlock:
     parts = line.split()
     if len(parts) not in (1, 2) or not all(p == "unlimited" or p.isdecimal() for p in parts):
         return Memlock(source="ulimit -l", error=f"unexpected `ulimit -l` output: {line!r}")
-    soft = _bytes(parts[0], 1024)
-    return Memlock(soft, _bytes(parts[-1], 1024), "ulimit -l")
+    return Memlock(_bytes(parts[0], 1024), _bytes(parts[-1], 1024), "ulimit -l")
 
 
 def parse_proc_limits(text: str, source: str = "/proc/self/limits") -> Memlock:
     for line in text.splitlines():
-        m = _LIMIT_LINE.match(line)
-        if m:
+        if m := _LIMIT_LINE.match(line):
             return Memlock(_bytes(m[1], 1), _bytes(m[2], 1), source)
     return Memlock(source=source, error=f"no 'Max locked memory' line in {source}")
 
 
 def read_memlock(proc_root: Path = Path("/proc"), pid: int | str = "self") -> Memlock:
     path = Path(proc_root) / str(pid) / "limits"
-    text = read_sysfs(path)
-    if text is None:
+    if (text := read_sysfs(path)) is None:
         return Memlock(source=str(path), error=f"cannot read {path}")
     return parse_proc_limits(text, f"/proc/{pid}/limits")
 
 
 def parse_modules(text: str) -> list[str]:
     """Module names from `lsmod` (skips its `Module Size Used by` header) or `/proc/modules`."""
-    names = []
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] != "Module" and re.fullmatch(r"[\w-]+", parts[0]):
-            names.append(parts[0])
-    return sorted(set(names))
+    firsts = (line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip())
+    return sorted({name for name in firsts if name != "Module" and re.fullmatch(r"[\w-]+", name)})
 
 
 def read_modules(proc_root: Path = Path("/proc")) -> list[str] | None:
     """None when `/proc/modules` is not readable (some containers)."""
-    text = read_sysfs(Path(proc_root) / "modules")
-    return None if text is None else parse_modules(text)
+    return None if (text := read_sysfs(Path(proc_root) / "modules")) is None else parse_modules(text)
 
 
 def proc_limits_fact(pid: int) -> CommandFact[Memlock]:

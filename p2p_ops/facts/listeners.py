@@ -29,12 +29,6 @@ class Listener:
 _SS_USERS = re.compile(r'users:\(\("([^"]*)",pid=(\d+)')
 
 
-def _split_hostport(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    host = host.split("%", 1)[0]  # 127.0.0.1%lo
-    return host, int(port)
-
-
 def _hex_addr(hexaddr: str) -> str:
     """/proc/net/tcp little-endian hex address -> dotted (IPv4) or bracketed IPv6."""
     if len(hexaddr) == 8:
@@ -53,12 +47,13 @@ def parse_listeners(text: str) -> list[Listener]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 5 and parts[0] == "LISTEN":
+            host, _, port = parts[3].rpartition(":")  # the host may be 127.0.0.1%lo
             try:
-                host, port = _split_hostport(parts[3])
+                port_number = int(port)
             except ValueError:
                 continue
             m = _SS_USERS.search(line)
-            out.append(Listener(host, port, m[1] if m else "", int(m[2]) if m else None))
+            out.append(Listener(host.split("%", 1)[0], port_number, m[1] if m else "", int(m[2]) if m else None))
         elif len(parts) >= 4 and parts[0].endswith(":") and parts[3] == "0A":  # /proc/net/tcp LISTEN
             hexaddr, _, hexport = parts[1].partition(":")
             out.append(Listener(_hex_addr(hexaddr), int(hexport, 16)))
@@ -67,12 +62,8 @@ def parse_listeners(text: str) -> list[Listener]:
 
 def parse_sessions(text: str) -> dict[int, int]:
     """`ps -eo pid=,sid=` -> {pid: sid}."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].isdecimal() and parts[1].isdecimal():
-            out[int(parts[0])] = int(parts[1])
-    return out
+    rows = (line.split() for line in text.splitlines())
+    return {int(p[0]): int(p[1]) for p in rows if len(p) == 2 and p[0].isdecimal() and p[1].isdecimal()}
 
 
 LISTENERS = CommandFact("listeners", ("sh", "-c", "ss -Htlnp 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"),

@@ -59,9 +59,7 @@ def read_cmd(path: str, cap: int | None = None) -> str:
 
 
 def refusal(text: str) -> str | None:
-    if text.startswith(REFUSED):
-        return text[len(REFUSED):].split("\n", 1)[0].strip()
-    return None
+    return text[len(REFUSED):].split("\n", 1)[0].strip() if text.startswith(REFUSED) else None
 
 
 def strip_ansi(text: str) -> str:

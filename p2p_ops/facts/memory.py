@@ -24,9 +24,7 @@ def parse_meminfo(text: str) -> Optional[Memory]:
         parts = rest.split()
         if name in ("MemTotal", "MemAvailable") and parts and parts[0].isdecimal():
             kib[name] = int(parts[0])
-    if len(kib) < 2:
-        return None
-    return Memory(kib["MemTotal"] * 1024, kib["MemAvailable"] * 1024)
+    return Memory(kib["MemTotal"] * 1024, kib["MemAvailable"] * 1024) if len(kib) == 2 else None
 
 
 MEMINFO: CommandFact[Optional[Memory]] = CommandFact("meminfo", ("cat", "/proc/meminfo"), parse_meminfo)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2p_ops.facts.base import CommandFact, read_int, read_sysfs
+from p2p_ops.facts.base import CommandFact, entries, read_int, read_sysfs
 
 
 @dataclass
@@ -39,12 +39,8 @@ def read_netdev(if_dir: Path) -> NetDev:
     )
 
 
-def read_netdevs(sysfs_root: Path = Path("/sys"), names: list[str] | None = None) -> list[NetDev]:
-    class_dir = Path(sysfs_root) / "class" / "net"
-    if not class_dir.is_dir():
-        return []
-    dirs = [d for d in sorted(class_dir.iterdir()) if names is None or d.name in names]
-    return [read_netdev(d) for d in dirs]
+def read_netdevs(sysfs_root: Path = Path("/sys")) -> list[NetDev]:
+    return [read_netdev(d) for d in entries(Path(sysfs_root) / "class" / "net")]
 
 
 def parse_ipv4_interfaces(text: str) -> dict[str, str]:

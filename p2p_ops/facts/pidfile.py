@@ -58,11 +58,10 @@ def parse_pid_states(text: str, count: int) -> list[PidState]:
 
 def pid_states_fact(watched: Sequence[Watched]) -> CommandFact[list[PidState]]:
     q = shlex.quote
-    lines = [SH_LIB]
-    for w in watched:
-        lines.append(f"""pf={q(w.pidfile)}; m={q(w.marker)}; w={q(w.wrapper)}; sf={q(startfile(w.pidfile))}
+    checks = [f"""pf={q(w.pidfile)}; m={q(w.marker)}; w={q(w.wrapper)}; sf={q(startfile(w.pidfile))}
 if [ ! -f "$pf" ]; then echo none -
 else pid=$(cat "$pf"); if alive "$pid"; then if owns "$pid" "$m" "$w" "$sf"; then echo running "$pid"; else echo stale "$pid"; fi
-else echo dead "$pid"; fi; fi""")
+else echo dead "$pid"; fi; fi""" for w in watched]
     n = len(watched)
-    return CommandFact("pid_states", ("bash", "-c", "\n".join(lines)), lambda text: parse_pid_states(text, n))
+    return CommandFact("pid_states", ("bash", "-c", "\n".join([SH_LIB, *checks])),
+                       lambda text: parse_pid_states(text, n))

@@ -50,9 +50,8 @@ def parse_usage(text: str) -> dict[int, Usage]:
             tck, page = int(parts[1]) or 100, int(parts[3]) or 4096
         elif len(parts) == 10 and parts[0] == "proc" and all(p.isdecimal() for p in parts[1:]):
             sid, _pid, ut, st, threads, rss, fds, anon, shmem = (int(p) for p in parts[1:])
-            a = acc.setdefault(sid, [0] * 7)
-            for i, v in enumerate((1, rss * page, anon * 1024, shmem * 1024, fds, threads, ut + st)):
-                a[i] += v
+            add = (1, rss * page, anon * 1024, shmem * 1024, fds, threads, ut + st)
+            acc[sid] = [total + v for total, v in zip(acc.get(sid, [0] * 7), add)]
     return {sid: Usage(a[0], a[1], a[2], a[3], a[4], a[5], round(a[6] / tck, 2)) for sid, a in acc.items()}
 
 

@@ -39,8 +39,7 @@ def _netdev_line(line: str) -> RailBytes | None:
 def parse_rail_counters(text: str) -> dict[str, RailBytes]:
     out: dict[str, RailBytes] = {}
     for line in text.splitlines():
-        m = _IB_LINE.match(line.strip())
-        if m:
+        if m := _IB_LINE.match(line.strip()):
             rail = out.setdefault(f"{m[1]}:{m[2]}", RailBytes(f"{m[1]}:{m[2]}", "rdma"))
             setattr(rail, "tx_bytes" if m[3] == "xmit" else "rx_bytes", int(m[4]) * IB_WORD_BYTES)
         elif (rail := _netdev_line(line)) is not None:

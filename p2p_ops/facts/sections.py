@@ -27,11 +27,8 @@ T = TypeVar("T")
 
 
 def script(facts: Mapping[str, CommandFact]) -> str:
-    parts = []
-    for label, fact in facts.items():
-        parts.append(f"printf '\\n{SECTION} %s\\n' {shlex.quote(label)}\n{{\n{fact.shell}\n}} 2>&1\n"
-                     f"printf '\\n{RC} %s\\n' \"$?\"")
-    return "\n".join(parts) + "\n"
+    return "".join(f"printf '\\n{SECTION} %s\\n' {shlex.quote(label)}\n{{\n{fact.shell}\n}} 2>&1\n"
+                   f"printf '\\n{RC} %s\\n' \"$?\"\n" for label, fact in facts.items())
 
 
 def parse_sections(output: str) -> dict[str, tuple[int, str]]:
@@ -39,39 +36,32 @@ def parse_sections(output: str) -> dict[str, tuple[int, str]]:
     found: dict[str, tuple[int, str]] = {}
     label: str | None = None
     lines: list[str] = []
-    # Only `\n` separates lines: a fact's output may hold U+2028 or a form feed that is part of a value.
-    for line in output.split("\n"):
-        if line.startswith(SECTION + " "):
-            if label is not None:
-                found[label] = (CUT_SHORT, "\n".join(lines).strip("\n"))
-            label, lines = line[len(SECTION) + 1:].rstrip("\r"), []
-        elif line.startswith(RC + " ") and label is not None:
-            rc = line[len(RC) + 1:].strip()
+    # Only `\n` separates lines: a fact's output may hold U+2028 or a form feed that is part of a value. The
+    # last line added closes a section cut short (and opens one that never ends).
+    for line in output.split("\n") + [SECTION + " "]:
+        ends = line.startswith(RC + " ")
+        if label is not None and (ends or line.startswith(SECTION + " ")):
+            rc = line[len(RC) + 1:].strip() if ends else ""
             found[label] = (int(rc) if rc.lstrip("-").isdecimal() else CUT_SHORT, "\n".join(lines).strip("\n"))
-            label, lines = None, []
+            label = None
+        if line.startswith(SECTION + " "):
+            label, lines = line[len(SECTION) + 1:].rstrip("\r"), []
         elif label is not None:
             lines.append(line)
-    if label is not None:
-        found[label] = (CUT_SHORT, "\n".join(lines).strip("\n"))
     return found
 
 
 def results(output: str, host: str, facts: Mapping[str, CommandFact]) -> dict[str, Result]:
     found = parse_sections(output)
-    out = {}
-    for label, fact in facts.items():
-        rc, text = found.get(label, (CUT_SHORT, ""))
-        out[label] = Result(host, fact.shell, rc, text, "" if label in found else "the node read stopped before this")
-    return out
+    return {label: Result(host, fact.shell, *found.get(label, (CUT_SHORT, "")),
+                          "" if label in found else "the node read stopped before this")
+            for label, fact in facts.items()}
 
 
 def read_node(conn, facts: Mapping[str, CommandFact], timeout: float = 90) -> dict[str, Result]:
     """Run every fact on the connector's node in one round trip. Connection failures raise (the caller turns
     them into that node's error); a failing command is just its section's exit code."""
-    if not facts:
-        return {}
-    res = conn.run(script(facts), timeout=timeout)
-    return results(res.stdout, conn.host, facts)
+    return results(conn.run(script(facts), timeout=timeout).stdout, conn.host, facts) if facts else {}
 
 
 def read_fact(conn, fact: CommandFact[T], timeout: float = 30, check: bool = False) -> T:

@@ -19,13 +19,11 @@ _FALLBACK = re.compile(r"Could not load '([^']*)' from vLLM")
 
 
 def parse_none_hash(text: str) -> Optional[str]:
-    m = _NONE_HASH.search(text)
-    return m[1] if m else None
+    return m[1] if (m := _NONE_HASH.search(text)) else None
 
 
 def parse_hash_fallback(text: str) -> Optional[str]:
-    m = _FALLBACK.search(text)
-    return m[1] if m else None
+    return m[1] if (m := _FALLBACK.search(text)) else None
 
 
 def none_hash_fact(log: str) -> CommandFact[Optional[str]]:

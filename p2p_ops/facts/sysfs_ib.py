@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from p2p_ops.facts.base import CommandFact, read_int, read_sysfs
+from p2p_ops.facts.base import CommandFact, entries, read_int, read_sysfs
 from p2p_ops.facts.ib_model import Gid, IbDevice, IbPort, split_prefixed
 
 # Counters worth a snapshot: the data counters for rail accounting plus the error counters that explain them.
@@ -20,85 +20,48 @@ PORT_COUNTERS = (
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
+def _numbered(directory: Path) -> list[Path]:
+    return sorted((p for p in entries(directory) if p.name.isdecimal()), key=lambda p: int(p.name))
+
+
 def _read_gids(port_dir: Path) -> list[Gid]:
-    gids = []
-    gid_dir = port_dir / "gids"
-    if not gid_dir.is_dir():
-        return gids
-    for entry in sorted(gid_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdecimal() else 1 << 30):
-        value = read_sysfs(entry)
-        if not entry.name.isdecimal() or not value or value == _ZERO_GID:
-            continue
-        attrs = port_dir / "gid_attrs"
-        gids.append(Gid(int(entry.name), value, read_sysfs(attrs / "types" / entry.name) or "",
-                        read_sysfs(attrs / "ndevs" / entry.name) or ""))
-    return gids
+    attrs = port_dir / "gid_attrs"
+    return [Gid(int(e.name), value, read_sysfs(attrs / "types" / e.name) or "",
+                read_sysfs(attrs / "ndevs" / e.name) or "")
+            for e in _numbered(port_dir / "gids") if (value := read_sysfs(e)) and value != _ZERO_GID]
 
 
 def read_ib_port(port_dir: Path) -> IbPort:
     code, state = split_prefixed(read_sysfs(port_dir / "state"))
-    port = IbPort(
-        port=int(port_dir.name),
-        state=state,
-        state_code=code,
-        phys_state=split_prefixed(read_sysfs(port_dir / "phys_state"))[1],
-        link_layer=read_sysfs(port_dir / "link_layer") or "",
-        rate=read_sysfs(port_dir / "rate") or "",
-        lid=read_sysfs(port_dir / "lid") or "",
-        sm_lid=read_sysfs(port_dir / "sm_lid") or "",
-        gids=_read_gids(port_dir),
-    )
-    for name in PORT_COUNTERS:
-        value = read_int(port_dir / "counters" / name)
-        if value is not None:
-            port.counters[name] = value
-    return port
+    text = {name: read_sysfs(port_dir / name) or "" for name in ("link_layer", "rate", "lid", "sm_lid")}
+    counters = {name: value for name in PORT_COUNTERS
+                if (value := read_int(port_dir / "counters" / name)) is not None}
+    return IbPort(int(port_dir.name), state, code, split_prefixed(read_sysfs(port_dir / "phys_state"))[1],
+                  gids=_read_gids(port_dir), counters=counters, **text)
 
 
 def read_ib_device(dev_dir: Path) -> IbDevice:
-    device = IbDevice(
-        name=dev_dir.name,
-        numa_node=read_int(dev_dir / "device" / "numa_node"),
-        node_guid=read_sysfs(dev_dir / "node_guid") or "",
-        fw_ver=read_sysfs(dev_dir / "fw_ver") or "",
-    )
-    if (dev_dir / "device").is_symlink():
-        device.pci_path = str((dev_dir / "device").resolve())
-    net_dir = dev_dir / "device" / "net"
-    if net_dir.is_dir():
-        device.netdevs = sorted(p.name for p in net_dir.iterdir())
-    ports_dir = dev_dir / "ports"
-    if ports_dir.is_dir():
-        port_dirs = sorted((p for p in ports_dir.iterdir() if p.name.isdecimal()), key=lambda p: int(p.name))
-        device.ports = [read_ib_port(p) for p in port_dirs]
-    return device
+    pci = dev_dir / "device"
+    return IbDevice(dev_dir.name, read_int(pci / "numa_node"), read_sysfs(dev_dir / "node_guid") or "",
+                    read_sysfs(dev_dir / "fw_ver") or "", str(pci.resolve()) if pci.is_symlink() else "",
+                    netdevs=[p.name for p in entries(pci / "net")],
+                    ports=[read_ib_port(p) for p in _numbered(dev_dir / "ports")])
 
 
 def read_ib_devices(sysfs_root: Path = Path("/sys")) -> list[IbDevice]:
     # An absent class directory means no RDMA stack.
-    class_dir = Path(sysfs_root) / "class" / "infiniband"
-    if not class_dir.is_dir():
-        return []
-    return [read_ib_device(d) for d in sorted(class_dir.iterdir()) if d.is_dir()]
+    return [read_ib_device(d) for d in entries(Path(sysfs_root) / "class" / "infiniband") if d.is_dir()]
 
 
 def read_uverbs(sysfs_root: Path = Path("/sys")) -> dict[str, str]:
     """uverbs character device -> ibdev, from `/sys/class/infiniband_verbs/uverbsN/ibdev`."""
-    class_dir = Path(sysfs_root) / "class" / "infiniband_verbs"
-    if not class_dir.is_dir():
-        return {}
-    out = {}
-    for entry in sorted(class_dir.iterdir()):
-        ibdev = read_sysfs(entry / "ibdev")
-        if entry.name.startswith("uverbs") and ibdev:
-            out[entry.name] = ibdev
-    return out
+    ibdevs = {e.name: read_sysfs(e / "ibdev") for e in entries(Path(sysfs_root) / "class" / "infiniband_verbs")}
+    return {name: ibdev for name, ibdev in ibdevs.items() if name.startswith("uverbs") and ibdev}
 
 
 def list_dev_infiniband(dev_root: Path = Path("/dev")) -> list[str]:
     """Names under `/dev/infiniband` (uverbsN, rdma_cm, umadN); empty when it is not mapped in."""
-    directory = Path(dev_root) / "infiniband"
-    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    return [p.name for p in entries(Path(dev_root) / "infiniband")]
 
 
 # The same sysfs attributes read in one command, for the batched node read (`p2pctl probe`, `doctor`): a remote
@@ -113,26 +76,18 @@ _NETDEV_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/device/net/([^/\s]+)$
 def parse_sysfs_ib_grep(text: str) -> list[IbDevice]:
     devices: dict[str, IbDevice] = {}
     for line in text.splitlines():
-        line = line.strip()
-        m = _NETDEV_LINE.match(line)
-        if m:
+        if m := _NETDEV_LINE.match(line.strip()):
             devices.setdefault(m[1], IbDevice(m[1])).netdevs.append(m[2])
-            continue
-        m = _GREP_LINE.match(line)
-        if not m:
-            continue
-        dev = devices.setdefault(m[1], IbDevice(m[1]))
-        attr, value = m[2], m[3].strip()
-        if attr == "device/numa_node":
-            dev.numa_node = int(value) if value.lstrip("-").isdecimal() else None
-            continue
-        pm = re.fullmatch(r"ports/(\d+)/(state|link_layer|rate)", attr)
-        if pm:
-            port = dev.port(int(pm[1]))
-            if pm[2] == "state":
-                port.state_code, port.state = split_prefixed(value)
-            else:
-                setattr(port, pm[2], value)
+        elif m := _GREP_LINE.match(line.strip()):
+            dev, attr, value = devices.setdefault(m[1], IbDevice(m[1])), m[2], m[3].strip()
+            if attr == "device/numa_node":
+                dev.numa_node = int(value) if value.lstrip("-").isdecimal() else None
+            elif pm := re.fullmatch(r"ports/(\d+)/(state|link_layer|rate)", attr):
+                port = dev.port(int(pm[1]))
+                if pm[2] == "state":
+                    port.state_code, port.state = split_prefixed(value)
+                else:
+                    setattr(port, pm[2], value)
     return [devices[k] for k in sorted(devices)]
 
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from p2p_ops.facts.base import CommandFact
 
-# Best first: a NIC behind the same PCIe switch as the GPU beats one across the CPU interconnect.
-LINK_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4}
+# Best first: a NIC behind the same PCIe switch as the GPU beats one across the CPU interconnect. SOC is the
+# old name of SYS.
+LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+LINK_RANK = {**{link: rank for rank, link in enumerate(LINKS)}, "SOC": 4}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
@@ -37,14 +39,12 @@ class Topology:
     def nic_name(self, column: str) -> str:
         return self.nic_names.get(column, column)
 
+    def nics_at(self, gpu: str, link: str) -> list[str]:
+        row = self.rows.get(gpu, {})
+        return [self.nic_name(nic) for nic in self.nics if LINK_RANK.get(row.get(nic, "")) == LINK_RANK[link]]
+
     def closest_nics(self, gpu: str) -> tuple[str, list[str]]:
-        links = {nic: self.rows.get(gpu, {}).get(nic, "") for nic in self.nics}
-        ranked = [(LINK_RANK.get(link, 9), nic) for nic, link in links.items() if link in LINK_RANK]
-        if not ranked:
-            return "", []
-        best = min(rank for rank, _ in ranked)
-        names = [self.nic_name(nic) for rank, nic in ranked if rank == best]
-        return next(k for k, v in LINK_RANK.items() if v == best), names
+        return next(((link, names) for link in LINKS if (names := self.nics_at(gpu, link))), ("", []))
 
 
 def _cells(line: str) -> list[str]:
@@ -70,10 +70,7 @@ def parse_topo(text: str) -> Topology:
         if name.startswith("GPU") and extra:
             topo.cpu_affinity[name] = extra[0]
             topo.numa_affinity[name] = extra[1] if len(extra) > 1 else ""
-    for line in lines:
-        m = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
-        if m:
-            topo.nic_names[m[1]] = m[2]
+    topo.nic_names = {m[1]: m[2] for line in lines if (m := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line))}
     return topo
 
 

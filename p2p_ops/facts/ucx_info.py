@@ -12,6 +12,8 @@ from p2p_ops.facts.base import CommandFact
 _VERSION = re.compile(r"^#\s*(?:Library )?[Vv]ersion:?\s+(\d+\.\d+\.\d+)")
 _KEYVAL = re.compile(r"^#\s*([A-Za-z][A-Za-z ]*?):\s*(.*)$")
 _FAILED = re.compile(r"^#\s*<\s*failed to open (.+?)\s*>")
+_DOMAIN_KEYS = {"Component": "component", "memory types": "memory_types"}
+_TRANSPORT_KEYS = {"Device": "device", "Type": "type", "System device": "sysdev"}
 # Transports that move the payload with RDMA verbs; anything else on a network device is TCP-class.
 RDMA_TRANSPORTS = ("rc_mlx5", "rc_verbs", "dc_mlx5", "ud_mlx5", "ud_verbs", "srd", "rc", "dc", "ud", "ib")
 
@@ -26,8 +28,7 @@ class UcxVersion:
 def parse_ucx_version(text: str) -> UcxVersion:
     out = UcxVersion()
     for line in text.splitlines():
-        m = _VERSION.match(line)
-        if m:
+        if m := _VERSION.match(line):
             out.version = m[1]
         elif line.startswith("# Configured with:"):
             out.configured_with = line.split(":", 1)[1].split()
@@ -77,15 +78,10 @@ def parse_ucx_devices(text: str) -> UcxDevices:
     md: UcxMemoryDomain | None = None
     tl: UcxTransport | None = None
     for line in text.splitlines():
-        failed = _FAILED.match(line)
-        if failed:
+        key, value = (m[1].strip(), m[2].strip()) if (m := _KEYVAL.match(line)) else ("", "")
+        if failed := _FAILED.match(line):
             out.failed.append(failed[1])
-            continue
-        m = _KEYVAL.match(line)
-        if not m:
-            continue
-        key, value = m[1].strip(), m[2].strip()
-        if key == "Memory domain":
+        elif key == "Memory domain":
             md, tl = UcxMemoryDomain(value), None
             out.memory_domains.append(md)
         elif key == "Connection manager":
@@ -93,15 +89,13 @@ def parse_ucx_devices(text: str) -> UcxDevices:
             md = tl = None
         elif md is None:
             continue
-        elif key == "Component":
-            md.component = value
-        elif key == "memory types":
-            md.memory_types = value
+        elif key in _DOMAIN_KEYS:
+            setattr(md, _DOMAIN_KEYS[key], value)
         elif key == "Transport":
             tl = UcxTransport(value)
             md.transports.append(tl)
-        elif tl is not None and key in ("Device", "Type", "System device"):
-            setattr(tl, {"Device": "device", "Type": "type", "System device": "sysdev"}[key], value)
+        elif tl is not None and key in _TRANSPORT_KEYS:
+            setattr(tl, _TRANSPORT_KEYS[key], value)
     if not out.memory_domains:
         out.error = text.strip().splitlines()[0] if text.strip() else "no memory domains in output"
     return out

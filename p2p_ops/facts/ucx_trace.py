@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from p2p_ops.facts.nixl_log import parse_nixl_line
 from p2p_ops.facts.ucx_info import RDMA_TRANSPORTS
-from p2p_ops.facts.ucx_log import EpConfig, parse_ep_config, parse_log_line, split_lane
-from p2p_ops.facts.ucx_proto import ProtoTable, ProtoTableBuilder
+from p2p_ops.facts.ucx_log import (
+    EpConfig, ProtoTable, parse_ep_config, parse_log_line, parse_nixl_line, parse_proto_tables, split_lane,
+    table_endpoint,
+)
 
 _SHM = ("cma", "sysv", "posix", "knem", "xpmem", "mm", "self")
 _GPU = ("cuda", "gdr", "rocm", "ze")
@@ -75,9 +76,8 @@ class EndpointSummary:
 
     @property
     def transports(self) -> list[str]:
-        lanes = [lane for ls in self.kinds.values() for lane in ls]
-        lanes += [lane for t in self.tables for r in t.rows for lane in r.lanes]
-        return sorted({split_lane(lane)[0] for lane in lanes})
+        table_lanes = [lane for t in self.tables for r in t.rows for lane in r.lanes]
+        return sorted({split_lane(lane)[0] for lane in self.lanes + table_lanes})
 
 
 @dataclass
@@ -103,55 +103,56 @@ def normalise_message(message: str) -> str:
     return re.sub(r"\s+", " ", message).strip()
 
 
+def _from_table(ep: EndpointSummary, table: ProtoTable) -> None:
+    row = table.rows[-1]  # the largest messages
+    ep.payload_lanes, ep.emulated = row.lanes, row.emulated
+    ep.payload_source = f"PROTO_INFO: {table.operation} | {row.range} | {row.protocol}"
+
+
 def _payload(ep: EndpointSummary) -> None:
-    data_tables = [t for t in ep.tables if any(op in t.operation for op in _DATA_OPS)]
     # READ is what a P2P pull uses; fall back to WRITE, then to any data table.
-    data_tables.sort(key=lambda t: ("ucp_get" not in t.operation, "ucp_put" not in t.operation))
-    if data_tables and data_tables[0].rows:
-        row = data_tables[0].rows[-1]
-        ep.payload_lanes, ep.emulated = row.lanes, row.emulated
-        ep.payload_source = f"PROTO_INFO: {data_tables[0].operation} | {row.range} | {row.protocol}"
-    elif "rma" in ep.kinds or "rma_bw" in ep.kinds:
-        kind = "rma" if "rma" in ep.kinds else "rma_bw"
-        ep.payload_lanes, ep.payload_source = ep.kinds[kind], f"ep config {kind}(...)"
+    data_tables = sorted((t for t in ep.tables if any(op in t.operation for op in _DATA_OPS)),
+                         key=lambda t: ("ucp_get" not in t.operation, "ucp_put" not in t.operation))
+    rma = next((kind for kind in ("rma", "rma_bw") if kind in ep.kinds), None)
+    if data_tables:
+        _from_table(ep, data_tables[0])
+    elif rma:
+        ep.payload_lanes, ep.payload_source = ep.kinds[rma], f"ep config {rma}(...)"
     elif "rma_am" in ep.kinds:
         ep.payload_lanes, ep.emulated = ep.kinds.get("am", ep.kinds["rma_am"]), True
         ep.payload_source = "ep config rma_am(...): RMA emulated over active messages"
-    elif ep.tables and ep.tables[0].rows:
-        row = ep.tables[0].rows[-1]
-        ep.payload_lanes, ep.emulated = row.lanes, row.emulated
-        ep.payload_source = f"PROTO_INFO: {ep.tables[0].operation} | {row.range} | {row.protocol}"
+    elif ep.tables:
+        _from_table(ep, ep.tables[0])
     elif "tag" in ep.kinds:
         ep.payload_lanes, ep.payload_source = ep.kinds["tag"], "ep config tag(...)"
-    classes = sorted({lane_class(lane) for lane in ep.payload_lanes})
-    ep.payload_class = "+".join(classes)
+    ep.payload_class = "+".join(sorted({lane_class(lane) for lane in ep.payload_lanes}))
 
 
 class _Collector:
     def __init__(self) -> None:
         self.summary = TraceSummary()
         self.eps: dict[tuple, EndpointSummary] = {}
-        self.builders: dict[tuple[str, int], ProtoTableBuilder] = {}
+        self.rows: dict[tuple[str, int], list[str]] = {}
         self.errors: dict[tuple[str, str, str], ErrorGroup] = {}
         self.stream = ("", 0)
         self.last_endpoint: dict[tuple[str, int], str] = {}
+        self.table: dict[tuple[str, int], str] = {}  # the endpoint of each stream's current PROTO_INFO table
 
     def error(self, source: str, level: str, message: str, where: str) -> None:
         key = (source, level, normalise_message(message))
-        group = self.errors.setdefault(key, ErrorGroup(source, level, key[2], 0, where))
-        group.count += 1
+        self.errors.setdefault(key, ErrorGroup(source, level, key[2], 0, where)).count += 1
 
     def endpoint(self, host: str, pid: int, name: str) -> EndpointSummary:
         return self.eps.setdefault((host, pid, name), EndpointSummary(name, host, pid))
 
     def ucx(self, line, where: str) -> None:
         if line.kind == "row":
-            stream = line.stream if line.host else self.stream
-            self.stream = stream
-            builder = self.builders.setdefault(stream, ProtoTableBuilder(*stream))
-            builder.feed(line.message)
-            if builder.current is not None:
-                self.last_endpoint[stream] = builder.current.endpoint_id
+            self.stream = stream = line.stream if line.host else self.stream
+            self.rows.setdefault(stream, []).append(line.message)
+            if endpoint := table_endpoint(line.message):
+                self.table[stream] = ProtoTable(endpoint).endpoint_id
+            if stream in self.table:  # a row of the stream's current table: its endpoint again
+                self.last_endpoint[stream] = self.table[stream]
             return
         self.stream = line.stream
         msg = line.message
@@ -182,15 +183,13 @@ class _Collector:
             self.summary.exceptions.append(line.exception[1])
         if line.modified_ucx_config:
             self.summary.nixl_ucx_config.__setitem__(*line.modified_ucx_config)
-        agent = _AGENT.search(line.message)
-        if agent and agent[1] not in self.summary.nixl_agents:
+        if (agent := _AGENT.search(line.message)) and agent[1] not in self.summary.nixl_agents:
             self.summary.nixl_agents.append(agent[1])
 
     def finish(self) -> TraceSummary:
         seen = set()
-        for builder in self.builders.values():
-            builder.finish()
-            for table in builder.done:
+        for stream, rows in self.rows.items():
+            for table in parse_proto_tables(rows, *stream):
                 if table.key() in seen:
                     continue  # perftest and `ucx_info -e` print the same table more than once
                 seen.add(table.key())
@@ -203,26 +202,24 @@ class _Collector:
         return self.summary
 
 
-def parse_trace(text: str, source: str = "<input>", collector: _Collector | None = None) -> TraceSummary:
-    """Summarise one log text. Pass the same `collector` to merge several files (see `parse_traces`)."""
-    col = collector or _Collector()
-    for number, raw in enumerate(text.splitlines(), 1):
-        col.summary.lines_read += 1
-        where = f"{source}:{number}"
-        if (ucx := parse_log_line(raw)) is not None:
-            col.ucx(ucx, where)
-        elif (nixl := parse_nixl_line(raw)) is not None:
-            col.nixl(nixl, where)
-        elif dump := dump_lane(raw):
-            col.dump_lane(*dump)
-        else:
-            continue
-        col.summary.lines_understood += 1
-    return col.finish() if collector is None else col.summary
+def parse_trace(text: str, source: str = "<input>") -> TraceSummary:
+    return parse_traces([(source, text)])
 
 
 def parse_traces(named_texts: list[tuple[str, str]]) -> TraceSummary:
+    """Summarise several log texts as one (a stream is a host:pid, whichever file its lines are in)."""
     col = _Collector()
     for source, text in named_texts:
-        parse_trace(text, source, col)
+        for number, raw in enumerate(text.splitlines(), 1):
+            col.summary.lines_read += 1
+            where = f"{source}:{number}"
+            if (ucx := parse_log_line(raw)) is not None:
+                col.ucx(ucx, where)
+            elif (nixl := parse_nixl_line(raw)) is not None:
+                col.nixl(nixl, where)
+            elif dump := dump_lane(raw):
+                col.dump_lane(*dump)
+            else:
+                continue
+            col.summary.lines_understood += 1
     return col.finish()

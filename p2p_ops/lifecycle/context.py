@@ -11,7 +11,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Callable, Optional, TypeVar
 
 from p2p_ops.connectors import Connector, LocalConnector, connector_for
@@ -46,19 +45,14 @@ class FleetContext:
         path = Path(fleet_file)
         fleet = load_fleet(path)
         ctx = cls(fleet, path, RunLayout.for_fleet(path, fleet.name, run_dir), connect)
-        ctx._register_api_key()
+        for node, inst in fleet.instances() if fleet.api_key else ():
+            auth.register(ctx.engine_url(node, inst), fleet.api_key)
         return ctx
-
-    def _register_api_key(self) -> None:
-        if self.fleet.api_key:
-            for node, inst in self.fleet.instances():
-                auth.register(self.engine_url(node, inst), self.fleet.api_key)
 
     def __enter__(self) -> FleetContext:
         return self
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def node_layout(self, node: Optional[Node]) -> RunLayout:
@@ -103,13 +97,9 @@ class FleetContext:
 
     def for_each_node(self, fn: Callable[[Node], T], only: Optional[str] = None) -> dict[str, T | Exception]:
         nodes = [n for n in self.fleet.nodes if only is None or n.name == only]
-        results: dict[str, T | Exception] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
             futures = {n.name: pool.submit(fn, n) for n in nodes}
-            for name, fut in futures.items():
-                try:
-                    results[name] = fut.result()
-                except Exception as exc:  # noqa: BLE001 - collected and reported per host
-                    results[name] = exc
-        return results
+        # An Exception is collected and reported per host; anything else (KeyboardInterrupt) is raised.
+        return {name: exc if isinstance(exc := fut.exception(), Exception) else fut.result()
+                for name, fut in futures.items()}
 

@@ -30,8 +30,7 @@ SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THR
 
 
 def _exec_line(run: FolderRun, role: str) -> str:
-    env = run.env
-    shown = [f"{k}={shlex.quote(env[k])}" for k in SHOWN_ENV if env.get(k)] if role != "coordinator" else []
+    shown = [f"{k}={shlex.quote(run.env[k])}" for k in SHOWN_ENV if run.env.get(k) and role != "coordinator"]
     return " ".join(shown + [shlex.join(run.command(role))])
 
 
@@ -95,7 +94,4 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
 
 
 def format_plan(steps: dict[str, list[str]]) -> str:
-    blocks = []
-    for node, lines in steps.items():
-        blocks.append(f"# {node}\n" + "\n".join(lines))
-    return "\n\n".join(blocks) + "\n"
+    return "\n\n".join(f"# {node}\n" + "\n".join(lines) for node, lines in steps.items()) + "\n"

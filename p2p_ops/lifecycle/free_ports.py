@@ -21,10 +21,8 @@ from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.units import port_plan
 
 LOOPBACK = ("127.0.0.1",)
-# The router's defaults (spec.settings.RouterSettings), shifted with the rest of the plan by an offset.
-DEFAULT_ROUTER = {"router": RouterSettings.model_fields["port"].default,
-                  "router_prometheus": RouterSettings.model_fields["prometheus_port"].default,
-                  "kv_events": RouterSettings.model_fields["kv_events_port_base"].default}
+# The router's ports in a base -> its settings (spec.settings.RouterSettings), whose defaults an offset shifts.
+_ROUTER_KEYS = {"router": "port", "router_prometheus": "prometheus_port", "kv_events": "kv_events_port_base"}
 # Offsets the verbs try, 0 first: the highest keeps the whole plan below the ephemeral range (32768+).
 OFFSET_STEP, OFFSET_LIMIT = 1000, 20000
 
@@ -52,8 +50,7 @@ def free_port(addresses: Sequence[str] = LOOPBACK, attempts: int = 200) -> int:
 
 
 def router_ports(base: dict[str, int]) -> dict[str, int]:
-    return {"port": base["router"], "prometheus_port": base["router_prometheus"],
-            "kv_events_port_base": base["kv_events"]}
+    return {setting: base[kind] for kind, setting in _ROUTER_KEYS.items()}
 
 
 def planned_ports(base: dict[str, int], n: int) -> list[int]:
@@ -68,7 +65,8 @@ def offset_base(offset: int, router: bool = False) -> dict[str, int]:
     """The default plan (the router's too, with router) shifted by offset, as `p2pctl init --port-offset` does."""
     base = default_base(offset)
     if router:
-        base |= {kind: port + offset for kind, port in DEFAULT_ROUTER.items()}
+        base |= {kind: RouterSettings.model_fields[setting].default + offset
+                 for kind, setting in _ROUTER_KEYS.items()}
     return base
 
 
@@ -103,11 +101,9 @@ def choose(n: int, offset: Optional[int] = None, router: bool = False,
             ports = []
         if not ports or not all(1 <= p <= 65535 for p in ports):
             raise BadInput(f"--port-offset {offset}: puts ports out of range; choose a smaller offset")
-        for port in ports:
-            taken = [a for a in addresses if not port_free(port, a)]
-            if taken:
-                raise BadInput(f"--port-offset {offset}: port {port} is in use on {taken[0]}; choose another "
-                               "offset, or leave --port-offset out to pick free ports")
+        if taken := next(((p, a) for p in ports for a in addresses if not port_free(p, a)), None):
+            raise BadInput(f"--port-offset {offset}: port {taken[0]} is in use on {taken[1]}; choose another "
+                           "offset, or leave --port-offset out to pick free ports")
         return PortChoice(base, offset, picked=False)
     for off in range(0, OFFSET_LIMIT, OFFSET_STEP):
         base = offset_base(off, router)

@@ -2,9 +2,8 @@
 
 What starts, in which order and how each unit is known to be ready is the units table (`spec.units`): units
 start phase by phase (coordinator, servers and embedded engines together; vLLM engines after their servers;
-the router after the engines) and stop in reverse role order. Each node's processes are handled by its
-connector; nodes are handled in parallel. What the fleet looks like meanwhile (`report()`) is in `status`.
-`up` and `down` hold the fleet's lock (`lock.py`): a second one on the same fleet waits, saying who holds it.
+the router after the engines), nodes side by side, and stop in reverse role order. `up` and `down` hold the
+fleet's lock (`lock.py`): a second one on the same fleet waits, saying who holds it.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.starter import dump_yaml
-from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Proc, Unit
+from p2p_ops.spec.units import INSTANCE_ROLES, LAUNCHED_ROLES, Unit
 
 Progress = Callable[[str], None]
 # How often a slow start reports what it is waiting for.
@@ -64,61 +63,50 @@ def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
             if f.node == node.name:
                 conn.put(ctx.layout.dir(f.unit) / f.name, str(lay.dir(f.unit) / f.name), mode=file_mode(f.executable))
 
-    errors = [f"- {name}: {res}" for name, res in ctx.for_each_node(copy, only).items() if isinstance(res, Exception)]
-    if errors:
+    if errors := _failed(ctx.for_each_node(copy, only)):
         raise CouldNotRun("could not copy env.sh and wrappers to every node:\n" + "\n".join(errors))
     return files
 
 
-Started = tuple[Unit, Proc]
+def _failed(results: dict[str, object]) -> list[str]:
+    return [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
 
 
-def _wait_started(ctx: FleetContext, items: list[Started], timeout: float, progress: Progress, what: str) -> None:
-    pending = list(items)
+def _wait_started(ctx: FleetContext, units: list[Unit], timeout: float, progress: Progress, what: str) -> None:
+    pending, dead = list(units), []
     start = time.monotonic()
-    deadline = start + timeout
     next_note = start + NOTE_EVERY_S
-    dead: list[Started] = []
-    while pending and time.monotonic() < deadline:
+    while pending and not dead and time.monotonic() < start + timeout:
         if time.monotonic() >= next_note:
             # vLLM takes a minute or more to load; say what each slow process is doing meanwhile.
             next_note += NOTE_EVERY_S
-            for unit, proc in pending:
-                last = read_fact(ctx.conn(unit.node), log_tail_fact(proc.log, 1), timeout=15)
-                progress(f"waiting for {proc.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
+            for unit in pending:
+                last = read_fact(ctx.conn(unit.node), log_tail_fact(ctx.proc(unit).log, 1), timeout=15)
+                progress(f"waiting for {unit.name} ({time.monotonic() - start:.0f} s of {timeout:.0f}): "
                          f"{(last[0] if last else '(log is empty)')[:160]}")
         still = []
-        for unit, proc in pending:
+        for unit in pending:
             if unit.ready():
-                progress(f"{proc.name} is up")
-                continue
-            st = procs.states(ctx.conn(unit.node), [proc])[0]
-            if not st.running:
-                dead.append((unit, proc))
+                progress(f"{unit.name} is up")
+            elif procs.states(ctx.conn(unit.node), [ctx.proc(unit)])[0].running:
+                still.append(unit)
             else:
-                still.append((unit, proc))
+                dead.append(unit)
         pending = still
-        if dead:
-            break
-        if pending:
+        if pending and not dead:
             time.sleep(0.5)
-    problems = [describe_failure(ctx, unit, proc, "exited during start") for unit, proc in dead]
-    problems += [describe_failure(ctx, unit, proc, f"did not answer within {timeout:.0f} s") for unit, proc in pending]
+    problems = [describe_failure(ctx, unit, "exited during start") for unit in dead]
+    problems += [describe_failure(ctx, unit, f"did not answer within {timeout:.0f} s") for unit in pending]
     if problems:
         raise CouldNotRun(f"{what} failed to start:\n" + "\n".join(problems)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
 
 
-def describe_failure(ctx: FleetContext, unit: Unit, proc: Proc, why: str) -> str:
+def describe_failure(ctx: FleetContext, unit: Unit, why: str) -> str:
+    proc = ctx.proc(unit)
     excerpt = read_fact(ctx.conn(unit.node), log_excerpt_fact(proc.log, 10), timeout=15)
     indented = "\n".join("    " + line for line in excerpt.splitlines())
-    return f"- {proc.name} on {_where(unit, address=True)} {why}; from {proc.log}:\n{indented}"
-
-
-def _where(unit: Unit, address: bool = False) -> str:
-    if unit.node is None:
-        return "this machine"
-    return f"{unit.node.name} ({unit.node.address})" if address else unit.node.name
+    return f"- {proc.name} on {unit.node.name} ({unit.node.address}) {why}; from {proc.log}:\n{indented}"
 
 
 def check_node(ctx: FleetContext, only: Optional[str]) -> None:
@@ -137,13 +125,7 @@ def _with_router(roles: tuple[str, ...]) -> tuple[str, ...]:
 
 def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str]) -> list[Unit]:
     return [u for u in ctx.units(roles=_with_router(roles)) if u.phase is not None
-            and (only is None or (u.node is not None and u.node.name == only))]
-
-
-def _started(proc: Proc, unit: Unit, state: procs.ProcState) -> str:
-    if state.kept:
-        return f"kept {proc.name} on {_where(unit)} (already running, pid {state.pid}; `down` it to restart)"
-    return f"started {proc.name} on {_where(unit)}"
+            and (only is None or u.node.name == only)]
 
 
 # Every remote step has its own timeout (commands, SFTP, connects); this bounds their sum, so a fleet of slow
@@ -158,38 +140,33 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included). Holds the
     fleet's lock, waiting up to lock_wait_s for another `up`/`down` of it."""
     with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
-        _up(ctx, progress, start_timeout, only, rerender, roles, deadline_s)
+        until = time.monotonic() + deadline_s
 
+        def left(wanted: float) -> float:
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
+                                  "`p2pctl status` shows what runs, `p2pctl down` stops it")
+            return min(wanted, remaining)
 
-def _up(ctx: FleetContext, progress: Progress, start_timeout: float, only: Optional[str], rerender: bool,
-        roles: tuple[str, ...], deadline_s: float) -> None:
-    until = time.monotonic() + deadline_s
-
-    def left(wanted: float) -> float:
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
-                              "`p2pctl status` shows what runs, `p2pctl down` stops it")
-        return min(wanted, remaining)
-
-    fleet = ctx.fleet
-    check_node(ctx, only)
-    preflight(ctx, only)
-    if fleet.router.enabled and (why := fleet_router.missing_binary(ctx)):
-        raise BadInput(why)
-    if rerender or not ctx.layout.env(COORDINATOR).is_file():
-        render(ctx, only)
-        progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
-    else:
-        check_on_disk(render_fleet(fleet, ctx.node_layout), ctx.layout)
-        progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
-    units = launched_units(ctx, roles, only)
-    for phase in sorted({u.phase for u in units}):
-        left(0)
-        batch = [u for u in units if u.phase == phase]
-        started = _start_units(ctx, batch, progress)
-        timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
-        _wait_started(ctx, started, left(timeout), progress, _what(batch))
+        fleet = ctx.fleet
+        check_node(ctx, only)
+        preflight(ctx, only)
+        if fleet.router.enabled and (why := fleet_router.missing_binary(ctx)):
+            raise BadInput(why)
+        if rerender or not ctx.layout.env(COORDINATOR).is_file():
+            render(ctx, only)
+            progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+        else:
+            check_on_disk(render_fleet(fleet, ctx.node_layout), ctx.layout)
+            progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")
+        units = launched_units(ctx, roles, only)
+        for phase in sorted({u.phase for u in units}):
+            left(0)
+            batch = [u for u in units if u.phase == phase]
+            _start_units(ctx, batch, progress)
+            timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
+            _wait_started(ctx, batch, left(timeout), progress, _what(batch))
 
 
 def _what(units: list[Unit]) -> str:
@@ -199,33 +176,26 @@ def _what(units: list[Unit]) -> str:
     return " and ".join(f"the {r}s" if r in INSTANCE_ROLES else f"the {r}" for r in roles)
 
 
-def _on_nodes(ctx: FleetContext, units: list[Unit], act: Callable[[Node, list[Unit]], object]) -> dict:
-    """act(node, its units) on every node that runs one of `units`, side by side: {node: result or exception}."""
-    names = {u.node.name for u in units if u.node is not None}
+def _each_unit(ctx: FleetContext, units: list[Unit], act: Callable[[Unit], object]) -> dict:
+    """act(unit) on every unit, in order on each node, nodes side by side: {node: {unit: result} or exception}."""
+    names = {u.node.name for u in units}
 
-    def on_node(node: Node) -> object:
-        return act(node, [u for u in units if u.node is not None and u.node.name == node.name])
+    def on_node(node: Node) -> dict[str, object]:
+        return {u.name: act(u) for u in units if u.node.name == node.name}
 
     return {name: res for name, res in ctx.for_each_node(on_node).items() if name in names}
 
 
-def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> list[Started]:
-    def on_node(node: Node, mine: list[Unit]) -> list[Started]:
-        out = []
-        for unit in mine:
-            proc = ctx.proc(unit)
-            progress(_started(proc, unit, procs.start(ctx.conn(node), proc)))
-            out.append((unit, proc))
-        return out
+def _start_units(ctx: FleetContext, units: list[Unit], progress: Progress) -> None:
+    def start(unit: Unit) -> None:
+        proc = ctx.proc(unit)
+        state = procs.start(ctx.conn(unit.node), proc)
+        progress(f"kept {proc.name} on {unit.node.name} (already running, pid {state.pid}; `down` it to restart)"
+                 if state.kept else f"started {proc.name} on {unit.node.name}")
 
-    results = _on_nodes(ctx, units, on_node)
-    errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
-    if errors:
+    if errors := _failed(_each_unit(ctx, units, start)):
         raise CouldNotRun(f"could not start every unit of {_what(units)}:\n" + "\n".join(errors)
                           + "\nOther processes are left running; `p2pctl down` stops them all.")
-    order = {u.name: i for i, u in enumerate(units)}
-    started = [item for res in results.values() for item in res]  # type: ignore[union-attr]
-    return sorted(started, key=lambda item: order[item[0].name])
 
 
 def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) -> FleetReport:
@@ -235,14 +205,14 @@ def wait(ctx: FleetContext, timeout: float = 60.0, progress: Progress = _quiet) 
         rep = report(ctx)
         if rep.ready:
             return rep
-        dead = [i for i in rep.instances if i.server_proc in ("dead", "none") or i.engine_proc in ("dead", "none")]
+        dead = any({i.server_proc, i.engine_proc} & {"dead", "none"} for i in rep.instances)
         summary = ", ".join(f"{i.instance}: {i.problem(rep.expected_peers)}" for i in rep.instances
                             if not i.ready(rep.expected_peers))
         if summary != last_summary:
             progress(f"waiting: {summary or 'coordinator not healthy'}")
             last_summary = summary
         if dead or time.monotonic() >= deadline:
-            raise CheckFailed(_not_ready_message(ctx, rep, timeout, bool(dead)))
+            raise CheckFailed(_not_ready_message(ctx, rep, timeout, dead))
         time.sleep(1.0)
 
 
@@ -252,16 +222,13 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
     if not rep.coordinator_healthy:
         lines.append(f"- coordinator at {rep.coordinator_url} is not healthy (process {rep.coordinator_proc}); "
                      f"log: {ctx.proc('coordinator').log}")
-    for i in rep.instances:
-        if i.ready(rep.expected_peers):
-            continue
+    for i in (i for i in rep.instances if not i.ready(rep.expected_peers)):
         engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
             i.server.peer_count == rep.expected_peers
         unit = ctx.unit("engine" if engine_side else "server", i.instance)
-        lines.append(describe_failure(ctx, unit, ctx.proc(unit), i.problem(rep.expected_peers)))
+        lines.append(describe_failure(ctx, unit, i.problem(rep.expected_peers)))
     if rep.router is not None and not rep.router.ready:
-        unit = ctx.unit("router")
-        lines.append(describe_failure(ctx, unit, ctx.proc(unit), rep.router.problem()))
+        lines.append(describe_failure(ctx, ctx.unit("router"), rep.router.problem()))
     return "\n".join(lines)
 
 
@@ -286,33 +253,23 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
         what = "the fleet" if only is None and roles == ROLES else \
             f"{', '.join(roles)}{' on ' + only if only else ''}"
         record_down(ctx.layout.root, what)
-        return _down(ctx, progress, only, roles)
-
-
-def _down(ctx: FleetContext, progress: Progress, only: Optional[str], roles: tuple[str, ...]) -> dict[str, str]:
-    outcome: dict[str, str] = {}
-    units = launched_units(ctx, roles, only)
-    for role in reversed(LAUNCHED_ROLES):
-        batch = [u for u in units if u.role == role]
-        if batch:
-            outcome.update(_stop_units(ctx, batch, role))
-            if role == "server":
-                _remove_shm(ctx, only)
-    for name, what in outcome.items():
-        progress(f"{name}: {what}")
-    return outcome
+        outcome: dict[str, str] = {}
+        units = launched_units(ctx, roles, only)
+        for role in reversed(LAUNCHED_ROLES):
+            batch = [u for u in units if u.role == role]
+            if batch:
+                outcome.update(_stop_units(ctx, batch, role))
+                if role == "server":
+                    _remove_shm(ctx, only)
+        for name, done in outcome.items():
+            progress(f"{name}: {done}")
+        return outcome
 
 
 def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
-    def stop(node: Node, mine: list[Unit]) -> dict[str, str]:
-        return {u.name: procs.stop(ctx.conn(node), ctx.proc(u)) for u in mine}
-
     out: dict[str, str] = {}
-    for name, res in _on_nodes(ctx, units, stop).items():
-        if isinstance(res, Exception):
-            out[f"{name}/{role}s"] = f"error: {res}"
-        else:
-            out.update(res)  # type: ignore[arg-type]
+    for name, res in _each_unit(ctx, units, lambda u: procs.stop(ctx.conn(u.node), ctx.proc(u))).items():
+        out.update({f"{name}/{role}s": f"error: {res}"} if isinstance(res, Exception) else res)
     return out
 
 

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -44,8 +44,8 @@ class Holder:
     command: str
     since: float  # wall clock (for people), seconds since the epoch
 
-    def describe(self, now: Optional[float] = None) -> str:
-        held = max(0.0, (now or time.time()) - self.since)
+    def describe(self) -> str:
+        held = max(0.0, time.time() - self.since)
         stamp = time.strftime("%H:%M:%S UTC", time.gmtime(self.since))
         return f"`{self.command}` (pid {self.pid} on {self.host}) since {stamp} ({held:.0f} s)"
 
@@ -63,29 +63,29 @@ def me(command: Optional[str] = None) -> Holder:
     return Holder(os.getpid(), socket.gethostname(), command or command_line(), time.time())
 
 
-def read_holder(path: Path) -> Optional[Holder]:
-    """None when it is empty or unreadable: the holder has not written yet."""
+def _read(path: Path) -> tuple[Optional[Holder], dict]:
+    """The holder a file names and all it holds; (None, {}) when it is empty or unreadable: the holder has not
+    written yet."""
     try:
         data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
-        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]))
+        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"])), data
     except (files.Refused, ValueError, TypeError, KeyError):
-        return None
+        return None, {}
 
 
+def read_holder(path: Path) -> Optional[Holder]:
+    return _read(path)[0]
+
+
+@dataclass
 class _Held:
-    def __init__(self) -> None:
-        self.turn = threading.RLock()
-        self.depth = 0
-        self.fd: Optional[int] = None
+    turn: threading.RLock = field(default_factory=threading.RLock)
+    depth: int = 0
+    fd: Optional[int] = None
 
 
 _held: dict[str, _Held] = {}
 _held_guard = threading.Lock()
-
-
-def _state(path: Path) -> _Held:
-    with _held_guard:
-        return _held.setdefault(str(path), _Held())
 
 
 def _try_flock(path: Path) -> Optional[int]:
@@ -102,25 +102,22 @@ def _try_flock(path: Path) -> Optional[int]:
     return fd
 
 
-def _write_holder(fd: int, holder: Holder) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(holder.__dict__).encode(), 0)
-
-
 @contextmanager
 def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callable[[str], None] = lambda _: None,
                command: Optional[str] = None) -> Iterator[Holder]:
     """Hold fleet `fleet`'s lock (in run folder `root`) for the block; FleetBusy, naming who holds it, when
     another holder keeps it longer than `wait_s` (0: do not wait)."""
     path = root / LOCK_NAME
-    st = _state(path)
+    with _held_guard:
+        st = _held.setdefault(str(path), _Held())
     deadline = time.monotonic() + wait_s
     if not st.turn.acquire(timeout=max(0.0, wait_s)):
         raise FleetBusy(f"fleet {fleet} is busy: another thread of this process holds its lock ({path})")
     try:
         if st.depth == 0:
             st.fd = _acquire(path, fleet, deadline, wait_s, progress)
-            _write_holder(st.fd, me(command))
+            os.ftruncate(st.fd, 0)
+            os.pwrite(st.fd, json.dumps(me(command).__dict__).encode(), 0)
         st.depth += 1
         try:
             yield read_holder(path) or me(command)
@@ -136,8 +133,7 @@ def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callabl
 def _acquire(path: Path, fleet: str, deadline: float, wait_s: float, progress: Callable[[str], None]) -> int:
     next_note = 0.0
     while True:
-        fd = _try_flock(path)
-        if fd is not None:
+        if (fd := _try_flock(path)) is not None:
             return fd
         holder = read_holder(path)
         who = holder.describe() if holder else "another p2pctl (it has not said who yet)"
@@ -161,11 +157,5 @@ def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
 
 
 def last_down(root: Path) -> Optional[tuple[Holder, str]]:
-    path = root / LAST_DOWN
-    holder = read_holder(path)
-    if holder is None:
-        return None
-    try:
-        return holder, str(json.loads(files.read_text(path, 1 << 16, follow=False)).get("what", "the fleet"))
-    except (files.Refused, ValueError, AttributeError):
-        return holder, "the fleet"
+    holder, data = _read(root / LAST_DOWN)
+    return None if holder is None else (holder, str(data.get("what", "the fleet")))

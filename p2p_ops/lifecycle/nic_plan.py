@@ -6,15 +6,15 @@ its GPU (`nvidia-smi topo -m`: PIX before PXB before PHB before NODE; never SYS)
 active NIC of one NUMA node, instances spread over the nodes that have active NICs, in instance order (like
 Mooncake's transfer engine, which prefers the NICs of the buffer's NUMA node).
 
-Inputs are what the probe already reads: `facts.sysfs_ib` devices (NUMA node, port state, link layer, rate,
-netdevs) and `facts.topo` (GPU to NIC links, GPU NUMA affinity). A bonded device (`mlx5_bond_0`, its netdev a
-`bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never picked;
-a down nearest NIC falls back to the other active NICs of that NUMA node, and the plan says so. No active port:
-no plan (`devices == []`): UCX picks, and render keeps its own default.
+Inputs are what the probe already reads (`facts.sysfs_ib`, `facts.topo`). A bonded device (`mlx5_bond_0`, its
+netdev a `bond*`) is one UCX device carrying two links: it counts as one rail. Ports that are not ACTIVE are never
+picked; a down nearest NIC falls back to the other active NICs of that NUMA node, and the plan says so. No active
+port: no plan (`devices == []`): UCX picks, and render keeps its own default.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -23,12 +23,8 @@ from p2p_ops.facts import node_facts
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.sysfs_ib import SYSFS_IB
-from p2p_ops.facts.topo import LINK_RANK, NVIDIA_SMI_TOPO, Topology
+from p2p_ops.facts.topo import LINKS, NVIDIA_SMI_TOPO, Topology
 from p2p_ops.spec.model import Fleet, Node
-
-# A NIC across the socket interconnect is never "nearest": it is the slow path the plan exists to avoid.
-FAR = LINK_RANK["SYS"]
-
 
 @dataclass(frozen=True)
 class Rail:
@@ -76,21 +72,13 @@ def rails_of(devices: Sequence[IbDevice]) -> list[Rail]:
     return out
 
 
-def _gpu_numa(topo: Optional[Topology], gpu: int) -> Optional[int]:
-    value = (topo.numa_affinity.get(f"GPU{gpu}", "") if topo else "").strip()
-    return int(value) if value.isdecimal() else None
-
-
-def _nearest(topo: Optional[Topology], gpu: int, active: list[Rail]) -> tuple[str, list[Rail]]:
-    """The active rails with the best topo link from the GPU (SYS is never near); ("", []) without topo."""
-    row = topo.rows.get(f"GPU{gpu}", {}) if topo else {}
-    ranked = [(LINK_RANK.get(row.get(col, ""), 9), topo.nic_name(col)) for col in (topo.nics if topo else [])]
-    ranked = [(rank, name) for rank, name in ranked if rank < FAR]
-    for rank in sorted({r for r, _ in ranked}):
-        names = {name for r, name in ranked if r == rank}
-        picked = [r for r in active if r.device in names]
-        if picked:
-            return next(k for k, v in LINK_RANK.items() if v == rank), picked
+def _nearest(topo: Optional[Topology], gpu: int, rails: list[Rail]) -> tuple[str, list[Rail]]:
+    """The rails with the best topo link from the GPU; ("", []) without topo."""
+    # A NIC across the socket interconnect (SYS) is never "nearest": it is the slow path the plan exists to avoid.
+    for link in LINKS[:-1]:
+        names = topo.nics_at(f"GPU{gpu}", link) if topo else []
+        if picked := [r for r in rails if r.device in names]:
+            return link, picked
     return "", []
 
 
@@ -100,7 +88,8 @@ def _plan(instance: str, gpu: Optional[int], numa: Optional[int], picked: list[R
 
 def _gpu_plan(instance: str, gpu: int, topo: Optional[Topology], rails: list[Rail]) -> InstancePlan:
     active = [r for r in rails if r.active]
-    numa = _gpu_numa(topo, gpu)
+    affinity = (topo.numa_affinity.get(f"GPU{gpu}", "") if topo else "").strip()
+    numa = int(affinity) if affinity.isdecimal() else None
     link, picked = _nearest(topo, gpu, active)
     # A switch can reach a NIC of the other socket (PXB on paper): the L1 still sits on the GPU's node.
     picked = [r for r in picked if numa is None or r.numa in (numa, None)]
@@ -109,8 +98,7 @@ def _gpu_plan(instance: str, gpu: int, topo: Optional[Topology], rails: list[Rai
     if picked:
         numa = picked[0].numa if numa is None else numa
         return _plan(instance, gpu, numa, picked, f"nearest GPU{gpu} ({link}){note}")
-    local = [r for r in active if numa is not None and r.numa == numa]
-    if local:
+    if local := [r for r in active if numa is not None and r.numa == numa]:
         return _plan(instance, gpu, numa, local, f"GPU{gpu}'s NUMA node {numa}{note}")
     return _cpu_plan(instance, gpu, 0, rails)
 
@@ -130,14 +118,9 @@ def _cpu_plan(instance: str, gpu: Optional[int], order: int, rails: list[Rail]) 
 def plan_node(instances: Sequence[tuple[str, Optional[int]]], devices: Sequence[IbDevice],
               topo: Optional[Topology] = None) -> list[InstancePlan]:
     rails = rails_of(devices)
-    plans, cpu_order = [], 0
-    for inst, gpu in instances:
-        if gpu is not None:
-            plans.append(_gpu_plan(inst, gpu, topo, rails))
-        else:
-            plans.append(_cpu_plan(inst, None, cpu_order, rails))
-            cpu_order += 1
-    return plans
+    cpu_order = itertools.count()  # CPU instances spread over the NUMA nodes in turn
+    return [_gpu_plan(inst, gpu, topo, rails) if gpu is not None else _cpu_plan(inst, None, next(cpu_order), rails)
+            for inst, gpu in instances]
 
 
 def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list[str]:
@@ -146,8 +129,7 @@ def check_pin(pin: str, plan: InstancePlan, devices: Sequence[IbDevice]) -> list
     rails = {r.ucx: r for r in rails_of(devices)} | {r.device: r for r in rails_of(devices)}
     problems = []
     for name in [p.strip() for p in pin.split(",") if p.strip() and p.strip() != "all"]:
-        rail = rails.get(name)
-        if rail is None:
+        if (rail := rails.get(name)) is None:
             continue  # a TCP interface (eth0, lo) is not an RDMA rail: nothing to judge here
         if not rail.active:
             problems.append(f"{name} is {rail.state or 'not active'}")
@@ -167,14 +149,9 @@ def plan_from_reads(instances: Sequence[tuple[str, Optional[int]]], reads: Mappi
     return plan_node(instances, devices, None if topo is None or topo.error else topo)
 
 
-def needs_plan(fleet: Fleet, node: Node) -> bool:
-    """Only nodes off loopback, with an instance whose spec leaves UCX_NET_DEVICES to us, are read."""
-    return not fleet.all_loopback and any(
-        not fleet.effective_settings(inst).ucx_net_devices for n, inst in fleet.instances() if n.name == node.name)
-
-
 def read_plans(conn: Connector, fleet: Fleet, node: Node) -> dict[str, InstancePlan]:
-    if not needs_plan(fleet, node):
+    # Only nodes off loopback, with an instance whose spec leaves UCX_NET_DEVICES to us, are read.
+    if fleet.all_loopback or all(fleet.effective_settings(inst).ucx_net_devices for inst in node.instances):
         return {}
     plans = plan_from_reads([(i.id, i.gpu) for i in node.instances], read_node(conn, PLAN_FACTS, timeout=60))
     return {p.instance: p for p in plans}

@@ -1,10 +1,8 @@
 """Detached processes with pidfiles, driven by shell snippets so the same code works locally and over SSH.
 
-A process is started in its own session (setsid), stdin from /dev/null, output to a log file, and its pid
-written to a pidfile, its kernel start time (/proc/PID/stat field 22) next to it in `<pidfile>.start`. Before
-signalling we check that the pid still is the process we started: same start time (a recycled pid never has
-it) and a marker in its command line, so a recycled pid is never killed. Stopping signals the whole process group:
-SIGINT (LMCache shuts down cleanly on it), then TERM, then KILL.
+A process is started in its own session (setsid), stdin from /dev/null, output to a log file, its pid and start
+time next to it (`facts.pidfile`, which also decides whether a pid is still ours, so a recycled pid is never
+killed). Stopping signals the whole process group: SIGINT (LMCache shuts down cleanly on it), then TERM, then KILL.
 
 Every process starts with SIGINT and SIGQUIT at their defaults, whoever started `up`: a signal ignored at exec
 stays ignored in the child (and `set -m` does not undo it), so under `nohup ... &`, a background job of a

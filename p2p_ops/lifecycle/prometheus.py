@@ -67,8 +67,7 @@ def write_files(ctx: FleetContext, binary: str) -> None:
 
 def up(ctx: FleetContext, timeout: float = 60.0) -> str:
     """Start (or find running) Prometheus for this fleet; its URL once /-/ready answers."""
-    binary = shutil.which("prometheus")
-    if not binary:
+    if not (binary := shutil.which("prometheus")):
         raise CouldNotRun("the `prometheus` binary is not installed; install the Debian package: "
                           "apt-get install prometheus")
     write_files(ctx, binary)

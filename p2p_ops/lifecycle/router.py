@@ -4,7 +4,7 @@ state (process, health, what it says about its workers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +12,6 @@ from p2p_ops.endpoints import fetch, router_api
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import router_bin
-from p2p_ops.spec.model import hostport
 
 
 @dataclass
@@ -29,7 +28,7 @@ class RouterStatus:
         return self.healthy and not self.missing and not self.unhealthy
 
     def problem(self) -> str:
-        if self.process not in ("running", "n/a"):
+        if self.process != "running":
             return f"router process is {self.process}"
         if not self.healthy:
             return f"router at {self.url} does not answer /health"
@@ -40,9 +39,7 @@ class RouterStatus:
         return "ok"
 
     def to_json(self) -> dict:
-        return {"url": self.url, "process": self.process, "healthy": self.healthy, "workers": self.workers,
-                "unhealthy": self.unhealthy, "missing": self.missing, "ready": self.ready,
-                "problem": self.problem()}
+        return {**asdict(self), "ready": self.ready, "problem": self.problem()}
 
 
 def missing_binary(ctx: FleetContext) -> Optional[str]:
@@ -55,19 +52,13 @@ def missing_binary(ctx: FleetContext) -> Optional[str]:
     return None
 
 
-def status(ctx: FleetContext, process: Optional[str] = None, timeout: float = 3.0) -> RouterStatus:
-    fleet = ctx.fleet
-    url = fleet.router_url
-    if process is None:
-        states = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])
-        process = states[0].state if states else "none"
-    engines = [f"http://{hostport(n.address, i.ports.engine)}" for n, i in fleet.instances()]
-    st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=timeout))
-    listed = router_api.workers(url, timeout=timeout)
-    if listed is None:
-        st.missing = engines
-        return st
-    st.workers = sorted(listed)
-    st.missing = [e for e in engines if e not in listed]
-    st.unhealthy = [e for e in engines if e in listed and not listed[e]]
+def status(ctx: FleetContext) -> RouterStatus:
+    fleet, url = ctx.fleet, ctx.fleet.router_url
+    process = procs.states(ctx.conn(fleet.router_node()), [ctx.proc("router")])[0].state
+    engines = [ctx.engine_url(n, i) for n, i in fleet.instances()]
+    st = RouterStatus(url, process, fetch.answers(f"{url}/health", timeout=3.0))
+    listed = router_api.workers(url, timeout=3.0)
+    st.workers = sorted(listed or {})
+    st.missing = [e for e in engines if listed is None or e not in listed]
+    st.unhealthy = [e for e in engines if listed and e in listed and not listed[e]]
     return st

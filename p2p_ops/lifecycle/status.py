@@ -108,20 +108,13 @@ class FleetReport:
 
 def report(ctx: FleetContext) -> FleetReport:
     fleet = ctx.fleet
+    read = ctx.for_each_node(lambda n: {st.name: st.state for st in procs.states(ctx.conn(n), ctx.procs(n))})
+    errors = {name: str(res) for name, res in read.items() if isinstance(res, Exception)}
     states: dict[str, str] = {}
-
-    def node_states(node: Node) -> None:
-        for st in procs.states(ctx.conn(node), ctx.procs(node)):
-            states[st.name] = st.state
-
-    errors: dict[str, str] = {}
-    for name, res in ctx.for_each_node(node_states).items():
-        if isinstance(res, Exception):
-            # One unreachable host must not hide the others: its processes read "unreachable".
-            errors[name] = str(res)
-            node = next(n for n in fleet.nodes if n.name == name)
-            for proc in ctx.procs(node):
-                states[proc.name] = "unreachable"
+    for node in fleet.nodes:
+        # One unreachable host must not hide the others: its processes read "unreachable".
+        res = read[node.name]
+        states |= {p.name: "unreachable" for p in ctx.procs(node)} if isinstance(res, Exception) else res
 
     def instance(node: Node, inst: Instance) -> InstanceReport:
         surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
@@ -133,12 +126,10 @@ def report(ctx: FleetContext) -> FleetReport:
 
     # Three HTTP probes per instance: on a large fleet, one node after another would add up (bench/suite/fleet_scale).
     per_node = ctx.for_each_node(lambda n: [instance(n, inst) for inst in n.instances])
-    items = []
-    for node in fleet.nodes:
-        res = per_node[node.name]
+    for res in per_node.values():
         if isinstance(res, Exception):
             raise res
-        items += res
+    items = [item for res in per_node.values() for item in res]  # type: ignore[union-attr]
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(ctx.unit("coordinator").name, "none"),
                        lmcache_api.coordinator_healthy(fleet.coordinator_url),
                        lmcache_api.coordinator_instances(fleet.coordinator_url),

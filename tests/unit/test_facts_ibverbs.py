@@ -6,8 +6,7 @@ import shlex
 from pathlib import Path
 
 from p2p_ops.connectors.base import Result
-from p2p_ops.facts.ibverbs import IBV_DEVINFO, parse_ibv_devices, parse_ibv_devinfo, split_enum
-from p2p_ops.facts.rdma_link import parse_rdma_link
+from p2p_ops.facts.ibverbs import IBV_DEVINFO, parse_ibv_devices, parse_ibv_devinfo, parse_rdma_link, split_enum
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 

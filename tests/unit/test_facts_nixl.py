@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.facts.nixl_log import parse_nixl_line
+from p2p_ops.facts.ucx_log import parse_nixl_line
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "nixl"
 

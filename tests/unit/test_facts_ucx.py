@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from p2p_ops.facts.ucx_info import parse_ucx_devices, parse_ucx_version
-from p2p_ops.facts.ucx_log import parse_ep_config, parse_log_line, split_lane
-from p2p_ops.facts.ucx_proto import ProtoTableBuilder, parse_lanes
+from p2p_ops.facts.ucx_log import parse_ep_config, parse_lanes, parse_log_line, parse_proto_tables, split_lane
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 
@@ -18,16 +17,12 @@ def read(*parts: str) -> str:
 
 
 def tables(text: str):
-    builders = {}
+    streams = {}
     for raw in text.splitlines():
         line = parse_log_line(raw)
         if line and line.kind == "row":
-            builders.setdefault(line.stream, ProtoTableBuilder(*line.stream)).feed(line.message)
-    out = []
-    for b in builders.values():
-        b.finish()
-        out += b.done
-    return out
+            streams.setdefault(line.stream, []).append(line.message)
+    return [t for stream, rows in streams.items() for t in parse_proto_tables(rows, *stream)]
 
 
 def test_ucx_info_version_debian_build():

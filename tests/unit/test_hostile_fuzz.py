@@ -87,15 +87,12 @@ def _parsers():
     from p2p_ops.facts.logs import parse_excerpt, parse_file_copy
     from p2p_ops.facts.sections import parse_sections
     from p2p_ops.facts.sysfs_ib import parse_sysfs_ib_grep
-    from p2p_ops.facts.ucx_proto import ProtoTableBuilder
+    from p2p_ops.facts.ucx_log import parse_proto_tables
     from p2p_ops.facts.ucx_trace import parse_trace
     from p2p_ops.files import parse_json
 
     def proto(text: str) -> None:
-        builder = ProtoTableBuilder()
-        for line in text.split("\n"):
-            builder.feed(line)
-        builder.finish()
+        parse_proto_tables(text.split("\n"))
 
     def json_reader(text: str) -> None:
         try:

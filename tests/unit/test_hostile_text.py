@@ -18,9 +18,8 @@ import pytest
 
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.facts.envfile import parse_environ, read_env_sh
-from p2p_ops.facts.nixl_log import parse_nixl_line
 from p2p_ops.facts.sections import parse_sections
-from p2p_ops.facts.ucx_log import parse_ep_config, parse_log_line
+from p2p_ops.facts.ucx_log import parse_ep_config, parse_log_line, parse_nixl_line
 from p2p_ops.facts.ucx_trace import parse_trace
 from tests.conftest import REPO
 
