@@ -33,6 +33,7 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
         if fleet.settings.transfer_engine == "nixl" and not py.version_of("nixl"):
             problems.append(f"nixl is not installed in {py.executable}, and transfer_engine is nixl: "
                             "install nixl-cu12, then nixl with --no-deps (`make setup`)")
+        problems += [m for m in [mooncake_problem(fleet, py)] if m]
         # A vLLM venv of its own is checked by `up`'s preflight, which knows where it is.
         if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not py.version_of("vllm"):
             problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm "
@@ -55,6 +56,19 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
     if mc is not None and not mc.present:
         warnings.append(f"model {fleet.model} is not in the cache ({mc.path}): vLLM will download it at start "
                         "(needs network and maybe HF_TOKEN); pre-fetch with `huggingface-cli download`")
+
+
+def mooncake_problem(fleet: Fleet, py) -> str:
+    """Why a mooncake_te fleet's servers cannot start from this interpreter (`PythonEnv`), with the fix; "" when
+    they can or the fleet is on another engine."""
+    if fleet.settings.transfer_engine != "mooncake_te" or py is None or not py.present or py.mooncake == "ok":
+        return ""
+    fix = "run `make setup-mooncake` there (or `p2pctl probe --bootstrap`), or use transfer_engine: nixl"
+    if not py.mooncake:
+        return f"transfer_engine is mooncake_te but no Mooncake wheel is installed in {py.executable}: {fix}"
+    return (f"transfer_engine is mooncake_te but Mooncake does not import in {py.executable} ({py.mooncake}); "
+            f"every lmcache server there exits at start: {fix} (it installs the build matching the node and the "
+            "Debian libibverbs1 libnuma1 libcurl4 it needs: scripts/test_deps.sh)")
 
 
 def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
