@@ -10,7 +10,7 @@ from p2p_ops.facts.paths import NODE_ANSWERS, paths_fact
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.preflight.verdict import mooncake_problem
+from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX, mooncake_problem
 from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.model import Node
 
@@ -33,7 +33,8 @@ def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
 
 def mooncake_missing(ctx: FleetContext, node: Node) -> str:
     py = read_fact(ctx.conn(node), python_env_fact(f"{bin_dir_for(node)}/python"), timeout=60)
-    return mooncake_problem(ctx.fleet, py)
+    problem = mooncake_problem(ctx.fleet.settings.transfer_engine, py)
+    return f"{problem}; {MOONCAKE_FIX}" if problem else ""
 
 
 def vllm_missing(ctx: FleetContext, node: Node) -> str:
