@@ -25,7 +25,7 @@ from p2p_ops.lifecycle.nic_plan import InstancePlan
 from p2p_ops.resources import CHECKOUT, template_text
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.spec.model import Fleet, Instance, Node, hostport
-from p2p_ops.spec.settings import Settings
+from p2p_ops.spec.settings import MOONCAKE_PORTS, Settings
 
 
 def template_env() -> jinja2.Environment:
@@ -285,7 +285,8 @@ def _instance_env(run: FolderRun, fleet: Fleet, node: Node, inst: Instance, s: S
 
 def _mooncake_env(run: FolderRun, node: Node, inst: Instance, s: Settings, plan: Optional[InstancePlan]) -> None:
     run.set("--- Mooncake's transfer engine (settings.mooncake_*): LMCache passes these two to it. It listens on\n"
-            "0.0.0.0 and [::] (ports 15000-17000) whatever the bind: settings.mooncake_listen_any.",
+            f"0.0.0.0 and [::] (ports {MOONCAKE_PORTS.start}-{MOONCAKE_PORTS.stop - 1}) whatever the bind: "
+            "settings.mooncake_listen_any.",
             MC_TE_PROTOCOL=s.mooncake_protocol)
     if s.mooncake_protocol == "rdma":
         hcas = dict.fromkeys(d.split(":")[0] for d in (plan.devices if plan else []))

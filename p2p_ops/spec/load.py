@@ -23,7 +23,7 @@ from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
 from p2p_ops.spec.flags import p2p_refused_l1
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
-from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
+from p2p_ops.spec.settings import CPU_BLOCK_SIZE, MOONCAKE_PORTS, SECRET_FIELDS
 from p2p_ops.spec.units import ROLES, PlannedPort, port_plan
 
 # A fleet file is a few KiB; anything past this is not one.
@@ -206,10 +206,11 @@ def _mooncake_checks(fleet: Fleet) -> None:
     if s.transfer_engine != "mooncake_te":
         return
     if not s.mooncake_listen_any:
+        ports = f"{MOONCAKE_PORTS.start}-{MOONCAKE_PORTS.stop - 1}"
         raise BadInput(
             "settings.transfer_engine: mooncake_te opens two listeners per lmcache server on every interface, "
             "whatever nodes[].bind says: Mooncake's handshake RPC on 0.0.0.0 and its TCP transport on [::], each on "
-            "a random port in 15000-17000 (hard-coded wildcard binds in Mooncake 0.3.13, no setting moves them); "
+            f"a random port in {ports} (hard-coded wildcard binds in Mooncake 0.3.13, no setting moves them); "
             "set settings.mooncake_listen_any: true to accept that (firewall those ports), or use "
             "transfer_engine: nixl, which stays on the bind address")
     # Loopback fleets have no NIC plan to take the HCAs from.

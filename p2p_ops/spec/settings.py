@@ -106,6 +106,10 @@ class _LMCacheChecks(StrictModel):
         return v if v is None or not float(v).is_integer() else int(v)
 
 
+# Where Mooncake draws its listeners' ports (its MC_MIN_RPC_PORT..MC_MAX_RPC_PORT defaults).
+MOONCAKE_PORTS = range(15000, 17001)
+
+
 class Settings(_LMCacheChecks):
     chunk_size: int = Field(256, ge=16, le=65536)
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
