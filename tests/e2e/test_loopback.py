@@ -83,4 +83,4 @@ def test_a_mooncake_fleet_listens_on_loopback_but_for_mooncakes_two_per_server_a
             assert mine == [("*", True), ("0.0.0.0", True)], (server, wide)
         assert {o for o, _, _ in wide} == set(servers), wide
         code, out, err = p2pctl("doctor", "-f", str(ctx.fleet_file), "--json")
-        assert not [f for f in json.loads(out)["findings"] if f["check"] in ("bind:wide", "mooncake:import")], out
+        assert not [f for f in json.loads(out)["findings"] if f["check"] in ("bind:wide", "mooncake")], out

@@ -214,7 +214,7 @@ def test_doctor_names_a_node_whose_mooncake_does_not_import():
     bad = "transfer_engine is mooncake_te but Mooncake does not import in /v/bin/python (ImportError: x)"
     facts = fleet([inst("node-a-0"), inst("node-b-0")], transfer_engine="mooncake_te",
                   nodes=[node("node-a"), node("node-b", mooncake=bad, packages={NON_CUDA: MOONCAKE_PIN})])
-    [f] = problems(D.check(facts), "mooncake:import")
+    [f] = problems(D.check(facts), "mooncake")
     assert (f.subject, f.value, f.message) == ("node-b", MOONCAKE_PIN, bad) and "make setup-mooncake" in f.fix
 
 

@@ -49,7 +49,7 @@ def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
 def _check_mooncake(report: Report, facts: FleetFacts) -> None:
     for n in facts.nodes:
         if n.mooncake and not n.error:
-            report.add("error", "mooncake:import", n.node, version_of(n.packages, "mooncake") or "not installed",
+            report.add("error", "mooncake", n.node, version_of(n.packages, "mooncake") or "not installed",
                        n.mooncake, MOONCAKE_FIX)
 
 
