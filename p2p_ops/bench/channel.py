@@ -177,7 +177,8 @@ def server_args(server: Side, opts: Options, ports: Ports) -> list[str]:
     serve_s = SERVER_START_S + opts.timeout_s * (len(opts.counts) + 1)
     return ["--role", "server", "--url", _url(server.address, ports.transfer),
             "--control-url", _url(server.address, ports.control), "--nixl-backend", opts.nixl_backend,
-            "--transfer-channel-type", opts.channel_type, "--buffer-size", str(buffer), "--page-size", str(opts.page_size),
+            "--transfer-channel-type", opts.channel_type,
+            "--buffer-size", str(buffer), "--page-size", str(opts.page_size),
             # The tool checks its sources against --num-objects (default 100) on the server side too.
             "--object-size", str(opts.object_size), "--num-source-objects", str(sources),
             "--num-objects", str(sources),

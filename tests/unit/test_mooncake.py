@@ -264,3 +264,28 @@ def test_a_bundle_carries_the_mooncake_environment_and_log_lines(tmp_path, p2pct
     pkgs = json.loads((root / "nodes/node-a/packages.json").read_text())
     assert NON_CUDA in pkgs["packages"]
 
+
+
+def test_up_refuses_to_start_a_mooncake_fleet_whose_venv_cannot_import_it(tmp_path):
+    """`up`'s preflight reads each node's interpreter (here a fake venv answering like a CPU node holding the
+    CUDA 12 build) and stops before anything starts, naming the node, the import error and the fix."""
+    from p2p_ops.errors import CouldNotRun
+    from p2p_ops.lifecycle.context import FleetContext
+    from p2p_ops.lifecycle.preflight.reach import preflight
+    import yaml
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    answer = json.dumps({"python": "3.11.7", "executable": f"{venv}/bin/python", "packages": {
+        MOONCAKE_WHEELS["cuda12"]: MOONCAKE_PIN}, "mooncake": "ImportError: libcudart.so.12: cannot open shared "
+                                                              "object file: No such file or directory"})
+    (venv / "bin" / "python").write_text(f"#!/bin/bash\ncat >/dev/null\necho '{answer}'\n")
+    (venv / "bin" / "python").chmod(0o755)
+    data = mooncake_data()
+    data["nodes"][1]["venv"] = str(venv)
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(data))
+    with FleetContext.load(tmp_path / "fleet.yaml") as ctx, pytest.raises(CouldNotRun) as exc:
+        preflight(ctx)
+    msg = str(exc.value)
+    assert msg.startswith("Mooncake cannot start on every node, so nothing was started:\n- node-b: ")
+    assert "ImportError: libcudart.so.12" in msg and "make setup-mooncake" in msg and "node-a" not in msg
