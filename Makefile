@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
+.PHONY: setup setup-vllm setup-router setup-mooncake demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
 
 setup: $(STAMP)
 
@@ -31,6 +31,14 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e '.[node]'
 	$(PY) -m pip install -q -e '.[node,plots,dev]'
 	touch $(STAMP)
+
+# Mooncake's transfer engine for fleets on settings.transfer_engine: mooncake_te: the build matching this host
+# (non-CUDA without GPUs), checked to import and uninstalled again if it does not (a Mooncake that does not import
+# stops every lmcache server, nixl ones too). The wheels and the pin live in p2p_ops/facts/python_env.py; `p2pctl
+# probe --bootstrap` runs the same script on nodes. Not a `$(PIP) install` line: bootstrap replays those on every
+# node, and nixl fleets do not need it. Needs Debian libibverbs1 libnuma1 libcurl4 (scripts/test_deps.sh).
+setup-mooncake: setup
+	set -o pipefail; $(PY) -m p2p_ops.lifecycle.preflight.bootstrap $(VENV) | bash
 
 setup-vllm: setup
 	bash scripts/setup_vllm.sh $(VLLM_VENV)

@@ -47,6 +47,30 @@ def skip_tier_without(venv: Path, stamp: str, require_var: str, make_target: str
             item.add_marker(skip)
 
 
+def require_mooncake() -> None:
+    """Skip a mooncake_te test when this venv's Mooncake does not import (naming the make target), or fail it when
+    P2P_REQUIRE_MOONCAKE=1 (CI), where a missing engine must not pass as a skip."""
+    import subprocess
+
+    from p2p_ops.facts.python_env import python_env_fact
+
+    fact = python_env_fact(sys.executable)
+    got = fact.parse(subprocess.run(fact.shell, shell=True, capture_output=True, text=True, timeout=120).stdout)
+    if got.mooncake == "ok":
+        return
+    why = f"Mooncake does not import in {sys.executable} ({got.mooncake or 'not installed'}): run `make setup-mooncake`"
+    if os.environ.get("P2P_REQUIRE_MOONCAKE") == "1":
+        pytest.fail(f"P2P_REQUIRE_MOONCAKE=1 but {why}")
+    pytest.skip(why)
+
+
+def mooncake_settings(**more) -> dict:
+    """The starter fleet's settings on Mooncake's transfer engine, its wildcard listeners accepted."""
+    from p2p_ops.spec.starter import local_fleet
+
+    return local_fleet(1)["settings"] | {"transfer_engine": "mooncake_te", "mooncake_listen_any": True, **more}
+
+
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
     from p2p_ops.lifecycle.free_ports import choose
     from p2p_ops.spec.starter import local_fleet

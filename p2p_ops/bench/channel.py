@@ -66,6 +66,7 @@ class Options:
     warmup: int = 1
     verify: bool = True
     nixl_backend: str = "UCX"
+    channel_type: str = "nixl"      # the transfer engine (settings.transfer_engine): nixl | mooncake_te
     timeout_s: float = 180.0
 
     def check(self) -> None:
@@ -176,6 +177,7 @@ def server_args(server: Side, opts: Options, ports: Ports) -> list[str]:
     serve_s = SERVER_START_S + opts.timeout_s * (len(opts.counts) + 1)
     return ["--role", "server", "--url", _url(server.address, ports.transfer),
             "--control-url", _url(server.address, ports.control), "--nixl-backend", opts.nixl_backend,
+            "--transfer-channel-type", opts.channel_type,
             "--buffer-size", str(buffer), "--page-size", str(opts.page_size),
             # The tool checks its sources against --num-objects (default 100) on the server side too.
             "--object-size", str(opts.object_size), "--num-source-objects", str(sources),
@@ -187,6 +189,7 @@ def client_args(server: Side, client: Side, opts: Options, ports: Ports, count: 
     args = ["--role", "client", "--url", _url(server.address, ports.transfer),
             "--control-url", _url(server.address, ports.control),
             "--listen-url", _url(client.address, ports.listen), "--nixl-backend", opts.nixl_backend,
+            "--transfer-channel-type", opts.channel_type,
             "--page-size", str(opts.page_size), "--object-size", str(opts.object_size),
             "--num-objects", str(count), "--iters", str(opts.iters), "--warmup", str(opts.warmup),
             # The client waits this long for the catalog (its default is 30 minutes): a missing server fails

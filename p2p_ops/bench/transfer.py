@@ -11,8 +11,9 @@ that moved its bytes (`transfer_rails`). The verdict compares the whole prefix's
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from p2p_ops import files
 from p2p_ops.bench import channel, transfer_patterns, transfer_rails
@@ -83,17 +84,41 @@ def verdict(rows: list[dict], need_ms: float, what: str = "the prefix") -> tuple
 
 
 def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int, iters: int = 5,
-                 need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None) -> dict:
+                 need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None,
+                 engines: Sequence[str] = ()) -> dict:
+    """One sweep per transfer engine (default: the fleet's, nixl for `tcp`), rows tagged with it."""
+    s = ctx.fleet.settings
+    engines = engines or ("mooncake_te" if s.transfer_engine == "mooncake_te" else "nixl",)
     src, dst = _node(ctx, source), _node(ctx, reader)
     plan = fleet_size_plan(ctx.fleet, prompt_tokens)
     need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
+    # Mooncake's protocol and device as the fleet's env.sh hands them (the NIC plan's HCAs aside).
+    mc = {"MC_TE_PROTOCOL": s.mooncake_protocol, **({"MC_TE_DEVICE": s.mooncake_device} if s.mooncake_device else {})}
     server, client = side(ctx, src), side(ctx, dst)
+    memcpy: dict[int, Optional[float]] = {}
+    rows = []
+    for engine in engines:
+        if engine == "mooncake_te":
+            server, client = (replace(x, env={**x.env, **mc}) for x in (server, client))
+        rows += [{**r, "engine": engine} for r in _sweep(
+            server, client, source, reader, plan, channel.Options(plan.chunk_bytes, plan.counts, s.l1_align_bytes,
+                                                                   iters=iters, channel_type=engine),
+            memcpy, progress)]
+    ok, line = verdict(rows, need)
+    sides = {"source": [(source, server.conn)], "reader": [(reader, client.conn)]}
+    shm = transfer_rails.one_host(sides) and not any(r["rails"] for r in rows)
+    return {"rails_note": transfer_rails.ONE_HOST_NOTE if shm else "", "pattern": "pairwise", "source": source,
+            "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env), "source_env": dict(server.env),
+            "rows": rows, "ok": ok, "verdict": line, "need_ms": need, "need_why": need_why, "engines": list(engines)}
+
+
+def _sweep(server: channel.Side, client: channel.Side, source: str, reader: str, plan, opts: channel.Options,
+           memcpy: dict[int, Optional[float]], progress: Callable[[str], None]) -> list[dict]:
     # Free here; on a remote node a port the kernel hands out here is very rarely taken there (the server's
     # bind would then fail with its log shown).
     ports = channel.Ports(free_port(), free_port(), free_port())
-    opts = channel.Options(plan.chunk_bytes, plan.counts, ctx.fleet.settings.l1_align_bytes, iters=iters)
-    progress(f"transfer sweep {source} -> {reader}: {len(plan.counts)} sizes, {plan.chunk_bytes} B chunks, "
-             f"UCX_NET_DEVICES {server.env.get('UCX_NET_DEVICES', '(unset)')} -> "
+    progress(f"transfer sweep {source} -> {reader} on {opts.channel_type}: {len(plan.counts)} sizes, "
+             f"{plan.chunk_bytes} B chunks, UCX_NET_DEVICES {server.env.get('UCX_NET_DEVICES', '(unset)')} -> "
              f"{client.env.get('UCX_NET_DEVICES', '(unset)')}, ports {ports.transfer}/{ports.control}/{ports.listen}")
     sides = {"source": [(source, server.conn)], "reader": [(reader, client.conn)]}
     rails: dict[int, list[dict]] = {}
@@ -104,14 +129,13 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
         progress(f"  {count} chunk(s): {result.median_gbps or 0:.2f} GB/s, {'ok' if result.ok else result.error}")
         return result
 
-    rows = [{**run.to_dict(), "rails": rails.get(run.num_objects, []),
-             "memcpy_gbps": memcpy_gbps(client, run.payload_bytes)}
-            for run in channel.run_channel(server, client, opts, ports, around)]
-    ok, line = verdict(rows, need)
-    shm = transfer_rails.one_host(sides) and not any(r["rails"] for r in rows)
-    return {"rails_note": transfer_rails.ONE_HOST_NOTE if shm else "", "pattern": "pairwise", "source": source,
-            "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env), "source_env": dict(server.env),
-            "rows": rows, "ok": ok, "verdict": line, "need_ms": need, "need_why": need_why}
+    out = []
+    for run in channel.run_channel(server, client, opts, ports, around):
+        if run.payload_bytes not in memcpy:
+            memcpy[run.payload_bytes] = memcpy_gbps(client, run.payload_bytes)
+        out.append({**run.to_dict(), "rails": rails.get(run.num_objects, []),
+                    "memcpy_gbps": memcpy[run.payload_bytes]})
+    return out
 
 
 def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters: int = 5,

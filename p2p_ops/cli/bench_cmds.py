@@ -156,6 +156,8 @@ def register_transfer(bsub: argparse._SubParsersAction) -> None:
     t.add_argument("--pattern", choices=("pairwise", "many-to-one", "one-to-many"), default="pairwise",
                    help="pairwise (--source to --reader), many-to-one (every other node serves, --reader reads "
                         "from all at once) or one-to-many (--source serves, every other node reads at once)")
+    t.add_argument("--engine", default=None, help="transfer engine(s) to time, comma-separated, side by side "
+                   "(nixl,mooncake_te; default: the fleet's settings.transfer_engine, nixl for tcp); pairwise only")
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
     t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: "
@@ -171,8 +173,12 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         nodes = [n.name for n in ctx.fleet.nodes]
         source = args.source or nodes[0]
         reader = args.reader or (nodes[1] if len(nodes) > 1 else nodes[0])
+        engines = names(args.engine) if args.engine else []
+        if [e for e in engines if e not in ("nixl", "mooncake_te")] or engines and args.pattern != "pairwise":
+            raise BadInput(f"--engine {args.engine}: give nixl and/or mooncake_te, with --pattern pairwise")
         if args.pattern == "pairwise":
-            doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters, args.need_ms, progress)
+            doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters, args.need_ms, progress,
+                                        engines)
         else:
             hub = (args.reader if args.pattern == "many-to-one" else args.source) or nodes[0]
             doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, progress)
@@ -185,6 +191,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
 def transfer_table(doc: dict) -> str:
     from p2p_ops.bench.transfer_rails import label
 
+    if len(doc.get("engines", [])) > 1:
+        return engines_table(doc)
     lines = ["size (MiB)  chunks  GB/s (median)  p50 ms  p99 ms  memcpy GB/s  verified  rails (moved the bytes)"]
     notes = []
     for r in doc["rows"]:
@@ -199,6 +207,21 @@ def transfer_table(doc: dict) -> str:
         lines += [f"note: {n}" for n in dict.fromkeys(notes)]
     if doc.get("need_why"):
         lines.append(f"need: {doc['need_ms']:g} ms, {doc['need_why']}")
+    return "\n".join(lines)
+
+
+def engines_table(doc: dict) -> str:
+    """One line per size: each engine's median GB/s and p50 ms side by side, then memcpy."""
+    engines = doc["engines"]
+    by = {(r["engine"], r["num_objects"]): r for r in doc["rows"]}
+    lines = ["size (MiB)  chunks  " + "  ".join(f"{e + ' GB/s':>16}  {'p50 ms':>7}" for e in engines) + "  memcpy GB/s"]
+    for count in dict.fromkeys(r["num_objects"] for r in doc["rows"]):
+        rows = [by.get((e, count)) for e in engines]
+        first = next(r for r in rows if r)
+        lines.append(f"{first['payload_bytes'] / 2**20:>10.2f}  {count:>6}  " + "  ".join(
+            f"{r['median_gbps'] or 0:>16.2f}  {r['p50_ms'] or 0:>7.2f}" if r and r["ok"] else
+            f"{'FAIL ' + (r['error'][:20] if r else 'not run'):>25}" for r in rows)
+            + f"  {first['memcpy_gbps'] or 0:>11.2f}")
     return "\n".join(lines)
 
 

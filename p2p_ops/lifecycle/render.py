@@ -20,11 +20,12 @@ from typing import Callable, Mapping, Optional, Union
 import jinja2
 
 from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.nic_plan import InstancePlan
 from p2p_ops.resources import CHECKOUT, template_text
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.spec.model import Fleet, Instance, Node, hostport
-from p2p_ops.spec.settings import Settings
+from p2p_ops.spec.settings import MOONCAKE_PORTS, Settings
 
 
 def template_env() -> jinja2.Environment:
@@ -282,11 +283,28 @@ def _instance_env(run: FolderRun, fleet: Fleet, node: Node, inst: Instance, s: S
         run.set(CUDA_VISIBLE_DEVICES=inst.gpu)
 
 
+def _mooncake_env(run: FolderRun, node: Node, inst: Instance, s: Settings, plan: Optional[InstancePlan]) -> None:
+    run.set("--- Mooncake's transfer engine (settings.mooncake_*): LMCache passes these two to it. It listens on\n"
+            f"0.0.0.0 and [::] (ports {MOONCAKE_PORTS.start}-{MOONCAKE_PORTS.stop - 1}) whatever the bind: "
+            "settings.mooncake_listen_any.",
+            MC_TE_PROTOCOL=s.mooncake_protocol)
+    if s.mooncake_protocol == "rdma":
+        hcas = dict.fromkeys(d.split(":")[0] for d in (plan.devices if plan else []))
+        device = s.mooncake_device or ",".join(hcas)
+        if not device:
+            raise BadInput(f"settings.mooncake_protocol: rdma, but instance {inst.id} on node {node.name} has no "
+                           "RDMA device: the NIC plan found no active port (`p2pctl probe`); set "
+                           "settings.mooncake_device or use mooncake_protocol: tcp")
+        run.set("The HCAs Mooncake may use (settings.mooncake_device, else the NIC plan's).", MC_TE_DEVICE=device)
+
+
 def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[InstancePlan],
                   layout_for: Callable[[Node], RunLayout]) -> FolderRun:
-    s, plan = _planned(fleet, inst, plan)
+    s, ucx_plan = _planned(fleet, inst, plan)
     run = FolderRun(node.name, inst.id, f"instance {inst.id} on node {node.name} of fleet {fleet.name}")
-    _instance_env(run, fleet, node, inst, s, plan, layout_for(node).dir(inst.id))
+    _instance_env(run, fleet, node, inst, s, ucx_plan, layout_for(node).dir(inst.id))
+    if s.transfer_engine == "mooncake_te":
+        _mooncake_env(run, node, inst, s, plan)
     e = run.env
     p2p = ["--p2p-advertise-url", Ref("LMCACHE_P2P_ADVERTISE_URL"),
            "--p2p-listen-url", Ref("LMCACHE_P2P_LISTEN_URL")] if s.p2p else []

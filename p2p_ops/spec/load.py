@@ -23,7 +23,7 @@ from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
 from p2p_ops.spec.flags import p2p_refused_l1
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
-from p2p_ops.spec.settings import CPU_BLOCK_SIZE, SECRET_FIELDS
+from p2p_ops.spec.settings import CPU_BLOCK_SIZE, MOONCAKE_PORTS, SECRET_FIELDS
 from p2p_ops.spec.units import ROLES, PlannedPort, port_plan
 
 # A fleet file is a few KiB; anything past this is not one.
@@ -99,6 +99,7 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(problem)
     _vllm_checks(fleet)
     _engine_checks(fleet)
+    _mooncake_checks(fleet)
     _p2p_l1_checks(fleet)
     seen_ids: dict[str, str] = {}
     for ni, node in enumerate(fleet.nodes):
@@ -198,6 +199,26 @@ def _engine_checks(fleet: Fleet) -> None:
         near = block * max(1, round(chunk / block))
         raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of engine.block_size {block}; the engine "
                        f"stores whole blocks per chunk, so use a multiple such as {near}")
+
+
+def _mooncake_checks(fleet: Fleet) -> None:
+    s = fleet.settings
+    if s.transfer_engine != "mooncake_te":
+        return
+    if not s.mooncake_listen_any:
+        ports = f"{MOONCAKE_PORTS.start}-{MOONCAKE_PORTS.stop - 1}"
+        raise BadInput(
+            "settings.transfer_engine: mooncake_te opens two listeners per lmcache server on every interface, "
+            "whatever nodes[].bind says: Mooncake's handshake RPC on 0.0.0.0 and its TCP transport on [::], each on "
+            f"a random port in {ports} (hard-coded wildcard binds in Mooncake 0.3.13, no setting moves them); "
+            "set settings.mooncake_listen_any: true to accept that (firewall those ports), or use "
+            "transfer_engine: nixl, which stays on the bind address")
+    # Loopback fleets have no NIC plan to take the HCAs from.
+    if s.mooncake_protocol == "rdma" and fleet.all_loopback and not all(
+            fleet.effective_settings(inst).mooncake_device for _, inst in fleet.instances()):
+        raise BadInput("settings.mooncake_protocol: rdma needs the RDMA devices (HCAs) to use and this loopback "
+                       "fleet has no NIC plan to take them from; set settings.mooncake_device (e.g. mlx5_0) or "
+                       "use mooncake_protocol: tcp")
 
 
 CPUS_PATTERN = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")

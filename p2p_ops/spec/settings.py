@@ -106,6 +106,10 @@ class _LMCacheChecks(StrictModel):
         return v if v is None or not float(v).is_integer() else int(v)
 
 
+# Where Mooncake draws its listeners' ports (its MC_MIN_RPC_PORT..MC_MAX_RPC_PORT defaults).
+MOONCAKE_PORTS = range(15000, 17001)
+
+
 class Settings(_LMCacheChecks):
     chunk_size: int = Field(256, ge=16, le=65536)
     hash_algorithm: Literal["blake3", "sha256_cbor", "builtin"] = "blake3"
@@ -117,6 +121,13 @@ class Settings(_LMCacheChecks):
     p2p: bool = True
     eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
     transfer_engine: Literal["nixl", "tcp", "mooncake_te"] = "nixl"
+    # mooncake_te only: what LMCache hands Mooncake (MC_TE_PROTOCOL, MC_TE_DEVICE). rdma needs HCA names (else the
+    # instance's NIC plan's); without an RNIC, Mooncake falls back to TCP without a word.
+    mooncake_protocol: Literal["tcp", "rdma"] = "tcp"
+    mooncake_device: str = ""
+    # Mooncake 0.3.13 opens two listeners per server on every interface, whatever nodes[].bind says (`validate`
+    # explains): a mooncake_te fleet must accept that here.
+    mooncake_listen_any: bool = False
     python_hash_seed: int = Field(0, ge=0, le=4294967295)
     heartbeat_interval: float = Field(2.0, gt=0, le=60)
     # Servers report their cache events (stores, evictions, the chunks' tokens) to the coordinator's key
@@ -153,7 +164,7 @@ class Settings(_LMCacheChecks):
 # optional (None = the fleet-wide value), with the same limits.
 INSTANCE_KEYS = ("l1_size_gb", "eviction_policy", "heartbeat_interval", "p2p_lookup_timeout", "p2p_load_timeout",
                  "max_workers", "log_level", "server_nice", "ucx_tls", "ucx_net_devices", "server_extra_args",
-                 "shm_transport")
+                 "shm_transport", "mooncake_device")
 InstanceSettings = create_model(
     "InstanceSettings", __base__=_LMCacheChecks, __module__=__name__,
     **{k: (Optional[Settings.model_fields[k].annotation],

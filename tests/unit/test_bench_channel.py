@@ -109,6 +109,15 @@ def test_sweep_one_server_one_client_per_count(fakes, tmp_path):
     sent = client.conn.commands[0]
     assert "export UCX_NET_DEVICES=veth-b" in sent and "--listen-url 198.18.0.3:17601" in sent
     assert "--verify" in sent and "--url 198.18.0.2:17600" in sent
+    assert "--transfer-channel-type nixl" in text and "--transfer-channel-type nixl" in sent
+
+
+def test_the_channel_type_reaches_both_roles():
+    server, client = (channel.Side(None, a) for a in ("127.0.0.1", "127.0.0.2"))
+    opts = channel.Options(MIB, (1,), channel_type="mooncake_te")
+    ports = channel.Ports(1, 2, 3)
+    for args in (channel.server_args(server, opts, ports), channel.client_args(server, client, opts, ports, 1)):
+        assert args[args.index("--transfer-channel-type") + 1] == "mooncake_te"
 
 
 def test_a_server_that_dies_is_reported_with_its_log_and_stopped(fakes, tmp_path):
@@ -160,6 +169,17 @@ def test_transfer_table_has_a_row_per_size_and_memcpy_beside_it():
     lines = transfer_table({"rows": [_row(1, 1.0), _row(16, 4.0, ok=False)]}).splitlines()
     assert "memcpy GB/s" in lines[0] and len(lines) == 3
     assert lines[1].split()[:2] == ["1.00", "1"] and "5.00" in lines[1] and lines[2].split()[-1] != "yes"
+
+
+def test_two_engines_share_one_table_a_line_per_size_side_by_side_with_memcpy():
+    from p2p_ops.cli.bench_cmds import transfer_table
+
+    rows = [{**_row(n, p50), "engine": e} for e, p50 in (("nixl", 2.0), ("mooncake_te", 3.0)) for n in (1, 16)]
+    rows[-1] = {**_row(16, 3.0, ok=False), "engine": "mooncake_te"}
+    lines = transfer_table({"rows": rows, "engines": ["nixl", "mooncake_te"]}).splitlines()
+    assert len(lines) == 3 and "nixl GB/s" in lines[0] and "mooncake_te GB/s" in lines[0]
+    assert lines[1].split() == ["1.00", "1", "1.00", "2.00", "1.00", "3.00", "5.00"]
+    assert lines[2].split()[:4] == ["16.00", "16", "1.00", "2.00"] and "FAIL" in lines[2]
 
 
 @pytest.mark.parametrize("count", [1, 16])

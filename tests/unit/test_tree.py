@@ -19,7 +19,8 @@ REQUIRED = {"peers-not-registered", "nixl-err-backend", "zero-cached-tokens", "l
 # The doctor's checks a tree step may name as "doctor:<check>" (the doctor's Finding.check values).
 DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
                  "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
-                 "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin"}
+                 "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin",
+                 "mooncake"}
 
 
 def known_check(check: str) -> bool:

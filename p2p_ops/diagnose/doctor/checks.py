@@ -19,6 +19,7 @@ from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.rdma.check import FIXES
 from p2p_ops.facts.python_env import version_of
+from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
 
@@ -43,6 +44,13 @@ def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
                    "they share nothing",
                    "set settings.hash_algorithm: blake3 (only runtime: vllm may use builtin/sha256_cbor), "
                    "re-render and restart")
+
+
+def _check_mooncake(report: Report, facts: FleetFacts) -> None:
+    for n in facts.nodes:
+        if n.mooncake and not n.error:
+            report.add("error", "mooncake", n.node, version_of(n.packages, "mooncake") or "not installed",
+                       n.mooncake, MOONCAKE_FIX)
 
 
 def _check_coordinator(report: Report, facts: FleetFacts) -> None:
@@ -349,6 +357,7 @@ def check(facts: FleetFacts) -> Report:
                        "`p2pctl render` (or `p2pctl up`) writes it")
     check_agreement(report, facts)
     _check_hash_fallback(report, facts)
+    _check_mooncake(report, facts)
     _check_ports(report, facts)
     _check_binds(report, facts)
     _check_ucx_tls(report, facts)

@@ -29,6 +29,7 @@ from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
+from p2p_ops.lifecycle.preflight.verdict import mooncake_problem
 from p2p_ops.lifecycle.render import SSH_UCX_LOOKUP, bin_dir_for, fleet_runs
 from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV, vllm_values
 from p2p_ops.spec.layout import COORDINATOR
@@ -192,6 +193,7 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
         return batch[label].parse(read[label].output)
 
     nf.packages = value("python").packages
+    nf.mooncake = mooncake_problem(facts.transfer_engine, value("python"))
     nf.rdma = value("rdma")
     nf.rdma_devices = len(nf.rdma)
     nf.topo_text = read["topo"].output if "topo" in read and read["topo"].ok else ""
@@ -259,6 +261,7 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
     # Four HTTP reads per running server: nodes side by side, not one after another (bench/suite/fleet_scale).
     ctx.for_each_node(node_http)
     facts.lookup_timeout_s = fleet.settings.p2p_lookup_timeout
+    facts.transfer_engine = fleet.settings.transfer_engine
     facts.kv_events_expected = fleet.kv_events_on
     sample_inflight(ctx, facts, leak_samples)
 
@@ -271,6 +274,9 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
         nf.bind_ok = bind_ok(fleet, node)
         # Prometheus listens where the spec's prometheus.host says: the operator's choice, not a leak.
         nf.proc_binds = {ctx.unit("prometheus").name: (fleet.prometheus.host,)}
+        if fleet.settings.transfer_engine == "mooncake_te" and fleet.settings.mooncake_listen_any:
+            # Mooncake's two wildcard listeners per server, accepted in the spec (settings.mooncake_listen_any).
+            nf.proc_binds |= {ctx.proc("server", i).name: ("0.0.0.0", "*", "::") for i in node.instances}
         return nf
 
     for name, res in ctx.for_each_node(per_node).items():

@@ -55,6 +55,7 @@ class NodeFacts:
     address: str
     error: Optional[str] = None
     packages: dict[str, Optional[str]] = field(default_factory=dict)
+    mooncake: str = ""                  # why its servers cannot start on mooncake_te ("" when they can)
     rdma_devices: Optional[int] = None
     rdma: list[IbDevice] = field(default_factory=list)
     topo_text: str = ""                            # `nvidia-smi topo -m` as read ("" without nvidia-smi)
@@ -86,6 +87,7 @@ class FleetFacts:
     proc_states: dict[str, str] = field(default_factory=dict)
     kv_events_expected: bool = False    # a router reads the engines' KV events (router.enabled and kv_events)
     lookup_timeout_s: float = 30.0      # the requesters' --p2p-lookup-timeout (the spec's setting)
+    transfer_engine: str = "nixl"       # settings.transfer_engine
 
     @property
     def multi_host(self) -> bool:

@@ -7,9 +7,11 @@ from typing import Optional
 
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.facts.paths import NODE_ANSWERS, paths_fact
+from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.render import vllm_python
+from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX, mooncake_problem
+from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.model import Node
 
 
@@ -19,12 +21,20 @@ def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
     errors = [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]
     if errors:
         raise CouldNotRun("cannot reach every node, so nothing was started:\n" + "\n".join(errors))
-    if ctx.fleet.runtime == "vllm":
-        missing = {name: res for name, res in ctx.for_each_node(lambda n: vllm_missing(ctx, n), only).items()
-                   if res}
+    for what, missing_on in (("vLLM", vllm_missing if ctx.fleet.runtime == "vllm" else None),
+                             ("Mooncake", mooncake_missing if ctx.fleet.settings.transfer_engine == "mooncake_te"
+                              else None)):
+        missing = {name: res for name, res in ctx.for_each_node(lambda n: missing_on(ctx, n), only).items()
+                   if res} if missing_on else {}
         if missing:
-            raise CouldNotRun("vLLM cannot start on every node, so nothing was started:\n"
+            raise CouldNotRun(f"{what} cannot start on every node, so nothing was started:\n"
                               + "\n".join(f"- {name}: {res}" for name, res in missing.items()))
+
+
+def mooncake_missing(ctx: FleetContext, node: Node) -> str:
+    py = read_fact(ctx.conn(node), python_env_fact(f"{bin_dir_for(node)}/python"), timeout=60)
+    problem = mooncake_problem(ctx.fleet.settings.transfer_engine, py)
+    return f"{problem}; {MOONCAKE_FIX}" if problem else ""
 
 
 def vllm_missing(ctx: FleetContext, node: Node) -> str:

@@ -33,6 +33,7 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
         if fleet.settings.transfer_engine == "nixl" and not py.version_of("nixl"):
             problems.append(f"nixl is not installed in {py.executable}, and transfer_engine is nixl: "
                             "install nixl-cu12, then nixl with --no-deps (`make setup`)")
+        problems += [f"{m}; {MOONCAKE_FIX}" for m in [mooncake_problem(fleet.settings.transfer_engine, py)] if m]
         # A vLLM venv of its own is checked by `up`'s preflight, which knows where it is.
         if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not py.version_of("vllm"):
             problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm "
@@ -55,6 +56,22 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
     if mc is not None and not mc.present:
         warnings.append(f"model {fleet.model} is not in the cache ({mc.path}): vLLM will download it at start "
                         "(needs network and maybe HF_TOKEN); pre-fetch with `huggingface-cli download`")
+
+
+MOONCAKE_FIX = ("run `make setup-mooncake` on that node, or `p2pctl probe --bootstrap` (the build matching the "
+                "node; Debian libibverbs1 libnuma1 libcurl4 first: scripts/test_deps.sh), or use transfer_engine: nixl")
+
+
+def mooncake_problem(engine: str, py) -> str:
+    """Why a mooncake_te fleet's servers cannot start from this interpreter (`PythonEnv`); "" when they can or
+    the fleet is on another engine."""
+    if engine != "mooncake_te" or py is None or not py.present or py.mooncake == "ok":
+        return ""
+    if not py.mooncake:
+        return f"transfer_engine is mooncake_te but no Mooncake wheel is installed in {py.executable}"
+    return (f"transfer_engine is mooncake_te but Mooncake does not import in {py.executable} ({py.mooncake}): "
+            "every lmcache server there exits at start, saying it \"requires the full lmcache installation with "
+            "CUDA extensions\"")
 
 
 def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
