@@ -53,9 +53,11 @@ demo: setup
 demo-vllm: setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.cli.demo --runtime vllm
 
-# Every tier, the real-vLLM one included (it needs the vLLM environment, so it is set up first).
+# Every tier, the real-vLLM and Mooncake ones included (their environments are set up first; Mooncake after the
+# Debian packages its import needs).
 test: setup setup-vllm setup-router
 	scripts/test_deps.sh
+	$(MAKE) setup-mooncake
 	P2P_VLLM_VENV=$(VLLM_VENV) P2P_ROUTER_VENV=$(ROUTER_VENV) $(PY) -m pytest -q -rs --durations=15
 
 test-vllm: setup-vllm
