@@ -15,7 +15,6 @@ from typing import Any
 
 from p2p_runtime.profiles import PROFILE_NAMES, KVProfile
 from p2p_runtime.profiles import resolve as resolve_profile
-from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
 
 DEFAULT_CHUNK_SIZE = 256
@@ -160,6 +159,12 @@ class EngineConfig:
                 f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
                 f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}"
             )
+        for name in ("prefill_us_per_token", "decode_ms_per_token", "load_us_per_token"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        # Like llm-d-sim's std-dev limits: jitter beyond this stops looking like one GPU.
+        if not 0 <= self.timing_jitter <= 0.7:
+            raise ConfigError(f"--timing-jitter must be within [0, 0.7], got {self.timing_jitter}")
         if self.lmcache_timeout <= 0 or self.lmcache_reconnect_interval <= 0:
             raise ConfigError("--lmcache-timeout and --lmcache-reconnect-interval must be > 0")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
@@ -167,7 +172,6 @@ class EngineConfig:
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"--log-format must be text or json, got {self.log_format}")
         try:
-            self.timing
             self.kv_events
             self.kv_profile
         except ValueError as exc:
@@ -179,16 +183,6 @@ class EngineConfig:
                 f"chunk size {chunk_size} must be a positive multiple of --block-size "
                 f"{self.block_size} (LMCache moves whole blocks)"
             )
-
-    @property
-    def timing(self) -> TimingConfig:
-        return TimingConfig(
-            prefill_us_per_token=self.prefill_us_per_token,
-            decode_ms_per_token=self.decode_ms_per_token,
-            load_us_per_token=self.load_us_per_token,
-            jitter=self.timing_jitter,
-            seed=self.timing_seed,
-        )
 
     @property
     def kv_profile(self) -> KVProfile:

@@ -16,7 +16,7 @@ from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
 from p2p_runtime.runner import ModelRunner
 from p2p_runtime.scheduler import Scheduler
-from p2p_runtime.timing import TimingEmulator
+from p2p_runtime.timing_profiles import TimingEmulator
 from p2p_runtime.tokenizer import ByteTokenizer
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class EngineCore:
         self.kv_publisher = ZmqEventPublisher(events) if events.active else None
         self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name, config.block_size)
         self.runner = ModelRunner(self.model, self.cache, self.allocator, self.metrics,
-                                  TimingEmulator(config.timing), self.adapter, self.kv_events)
+                                  TimingEmulator(config), self.adapter, self.kv_events)
         self.scheduler = Scheduler(self.runner, self.tokenizer, self.metrics, config.max_num_seqs)
         self._started = self._stopped = False
 

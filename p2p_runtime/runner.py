@@ -18,7 +18,7 @@ from p2p_runtime.lmcache_adapter import LMCacheAdapter, LMCacheError
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import TinyTransformer
 from p2p_runtime.request import Request
-from p2p_runtime.timing import TimingEmulator
+from p2p_runtime.timing_profiles import TimingEmulator
 
 logger = logging.getLogger(__name__)
 
