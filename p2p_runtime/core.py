@@ -57,7 +57,7 @@ class EngineCore:
             return
         self._started = True
         if self.adapter is not None:
-            self.adapter.on_state_change = self.metrics.set_connected
+            self.adapter.on_state_change = self.metrics.lmcache_connected.set
             if not self.adapter.start(self.chunk_size):
                 logger.warning("LMCache server %s not reachable yet; serving without cache and "
                                "retrying every %.1fs", self.config.lmcache_url,

@@ -30,15 +30,15 @@ class ModelRunner:
     """Used by one worker thread."""
 
     def __init__(self, model: TinyTransformer, cache: PagedKVCache, allocator: BlockAllocator,
-                 metrics: EngineMetrics, timing: TimingEmulator, adapter: LMCacheAdapter | None = None,
-                 kv_events: KVEventRecorder | None = None) -> None:
+                 metrics: EngineMetrics, timing: TimingEmulator, adapter: LMCacheAdapter | None,
+                 kv_events: KVEventRecorder) -> None:
         self.model = model
         self.cache = cache
         self.allocator = allocator
         self.metrics = metrics
         self.timing = timing
         self.adapter = adapter
-        self.kv_events = kv_events or KVEventRecorder(None, "", cache.spec.block_size)
+        self.kv_events = kv_events
         self.chunk_size = model.config.chunk_size
         self.block_size = cache.spec.block_size
         self.blocks_per_chunk = self.chunk_size // self.block_size
@@ -52,7 +52,7 @@ class ModelRunner:
         """Load what LMCache has, compute the rest: the first token."""
         started = time.monotonic()
         table = self.allocator.allocate(req.request_id, self.blocks_needed(req))
-        self.metrics.set_kv_usage(self.allocator.usage)
+        self.metrics.kv_usage.set(self.allocator.usage)
         loaded = self._load_prefix(req, table)
         computed = req.num_prompt_tokens - loaded
         logits = self.model.prefill(req.prompt_ids, loaded, self.cache, table)
@@ -60,23 +60,22 @@ class ModelRunner:
         self.kv_events.prefilled(req.request_id, req.prompt_ids)
         self.kv_events.in_lmcache(req.request_id, loaded)
         self.metrics.computed_tokens.inc(computed)
-        self.metrics.prompt_sources(computed, loaded)
+        self.metrics.tokens_by_source["local_compute"].inc(computed)
+        self.metrics.tokens_by_source["external_kv_transfer"].inc(loaded)
         self._pad(started, self.timing.prefill_target_s(computed, loaded))
         return self.model.greedy(logits)
 
     def store(self, req: Request) -> None:
         """Store the prompt's full chunks that were computed here (not the loaded ones)."""
-        if self.adapter is None:
-            return
-        first = req.cached_tokens // self.chunk_size
-        last = req.num_prompt_tokens // self.chunk_size
-        if last <= first:
+        first, last = req.cached_tokens // self.chunk_size, req.num_prompt_tokens // self.chunk_size
+        if self.adapter is None or last <= first:
             return
         blocks = self.allocator.table(req.request_id)[first * self.blocks_per_chunk : last * self.blocks_per_chunk]
         req.lmcache_session_used = True
-        ok, _ = self._try("store", req, self.adapter.store, req.request_id, req.prompt_ids, first,
-                          last, blocks)
-        if not ok:
+        try:
+            self._timed("store", self.adapter.store, req.request_id, req.prompt_ids, first, last, blocks)
+        except LMCacheError as exc:
+            self._fallback(req, exc)
             return
         tokens = (last - first) * self.chunk_size
         self.kv_events.in_lmcache(req.request_id, last * self.chunk_size)
@@ -86,8 +85,7 @@ class ModelRunner:
     def decode(self, req: Request) -> int:
         position = req.num_prompt_tokens + len(req.output_ids) - 1
         table = self.allocator.table(req.request_id)
-        logits = self.model.decode(req.output_ids[-1], position, self.cache, table)
-        return self.model.greedy(logits)
+        return self.model.greedy(self.model.decode(req.output_ids[-1], position, self.cache, table))
 
     def pad_decode_step(self, started: float) -> None:
         self._pad(started, self.timing.decode_target_s())
@@ -95,7 +93,7 @@ class ModelRunner:
     def release(self, req: Request) -> None:
         self.allocator.free(req.request_id)
         self.kv_events.freed(req.request_id)
-        self.metrics.set_kv_usage(self.allocator.usage)
+        self.metrics.kv_usage.set(self.allocator.usage)
         if req.lmcache_session_used and self.adapter is not None:
             req.lmcache_session_used = False
             self.adapter.end_session(req.request_id)
@@ -112,15 +110,18 @@ class ModelRunner:
         if max_chunks == 0:
             return 0
         req.lmcache_session_used = True
-        ok, hits = self._try("lookup", req, self.adapter.lookup, req.request_id, req.prompt_ids,
-                             max_chunks)
-        if not ok or not hits:
+        loaded = 0
+        try:
+            hits = self._timed("lookup", self.adapter.lookup, req.request_id, req.prompt_ids, max_chunks)
+            loaded = hits * self.chunk_size
+            if hits:
+                self._timed("retrieve", self.adapter.retrieve, req.request_id, req.prompt_ids, hits,
+                            table[: hits * self.blocks_per_chunk])
+        except LMCacheError as exc:
+            self._fallback(req, exc)
+            self.metrics.recomputed_tokens.inc(loaded)  # 0 unless the lookup hit and the retrieve failed
             return 0
-        ok, _ = self._try("retrieve", req, self.adapter.retrieve, req.request_id, req.prompt_ids,
-                          hits, table[: hits * self.blocks_per_chunk])
-        loaded = hits * self.chunk_size
-        if not ok:
-            self.metrics.recomputed_tokens.inc(loaded)
+        if not loaded:
             return 0
         mismatched = self.cache.check_loaded(table, loaded)
         if mismatched:
@@ -134,25 +135,21 @@ class ModelRunner:
         logger.debug("%s: loaded %d/%d prompt tokens from LMCache", req.request_id, loaded, n)
         return loaded
 
-    def _try(self, op: str, req: Request, fn, *args) -> tuple[bool, object]:
-        """On failure the fallback is counted: (False, None)."""
+    def _timed(self, op: str, fn, *args):
         started = time.monotonic()
-        try:
-            result = fn(*args)
-        except LMCacheError as exc:
-            self._fallback(req, exc)
-            return False, None
+        result = fn(*args)
         self.metrics.observe_op(op, time.monotonic() - started)
-        return True, result
+        return result
 
     def _fallback(self, req: Request, exc: LMCacheError) -> None:
+        """Count the failure; warn (at most once per interval while LMCache is unavailable)."""
         self.metrics.fallback(exc.op, exc.reason)
-        action = "skipping the store" if exc.op == "store" else "recomputing the prompt"
         if exc.reason == "unavailable":
             now = time.monotonic()
             if now - self._last_unavailable_warning < _UNAVAILABLE_WARN_INTERVAL_S:
                 return
             self._last_unavailable_warning = now
+        action = "skipping the store" if exc.op == "store" else "recomputing the prompt"
         logger.warning("%s: %s; %s", req.request_id, exc, action)
 
     def _pad(self, started: float, target_s: float) -> None:

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 # How long the idle worker sleeps before re-checking for shutdown.
 _IDLE_WAIT_S = 0.1
+_STOP_WAIT_S = 10.0
 
 
 class EngineStopped(RuntimeError):
@@ -49,15 +50,15 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name="engine-worker", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self) -> None:
         """Finish the current step, fail everything still queued or running, join the worker."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
+            self._thread.join(timeout=_STOP_WAIT_S)
             if self._thread.is_alive():
-                logger.error("engine worker did not stop within %.0fs", timeout_s)
+                logger.error("engine worker did not stop within %.0fs", _STOP_WAIT_S)
 
     @property
     def alive(self) -> bool:
@@ -84,25 +85,22 @@ class Scheduler:
 
     def _loop(self) -> None:
         try:
-            self._serve()
+            while True:
+                with self._cond:
+                    if self._stopping:
+                        break
+                    if not self._waiting and not self._running:
+                        self._cond.wait(timeout=_IDLE_WAIT_S)
+                        continue
+                    req = self._next_admissible()
+                if req is not None:
+                    self._admit(req)
+                if self._running:
+                    self._decode_step()
         except Exception:
             logger.exception("engine worker crashed")
             self._fail_all("engine worker crashed")
             raise
-
-    def _serve(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopping:
-                    break
-                if not self._waiting and not self._running:
-                    self._cond.wait(timeout=_IDLE_WAIT_S)
-                    continue
-                req = self._next_admissible()
-            if req is not None:
-                self._admit(req)
-            if self._running:
-                self._decode_step()
         self._fail_all("engine is shutting down")
 
     def _next_admissible(self) -> Request | None:
@@ -183,27 +181,25 @@ class Scheduler:
             req.sent_chars = upto
 
     def _complete(self, req: Request, reason: str | None = None, emit: bool = True) -> None:
+        """Release resources and report, outside the lock (release may do RPCs)."""
         self._stop_running(req)
-        self._finish(req, reason or req.finish_reason, emit)
-
-    def _stop_running(self, req: Request) -> None:
-        with self._cond:
-            if req in self._running:
-                self._running.remove(req)
-            self._publish_queue()
-
-    def _finish(self, req: Request, reason: str, emit: bool) -> None:
-        """Release resources and report; never called with the lock held (release may do RPCs)."""
-        req.finish_reason = reason
+        req.finish_reason = reason = reason or req.finish_reason
         self.runner.release(req)
         self.metrics.request_finished(reason)
-        self.metrics.request_tokens(req.num_prompt_tokens, len(req.output_ids))
+        self.metrics.request_prompt_tokens.observe(req.num_prompt_tokens)
+        self.metrics.request_generation_tokens.observe(len(req.output_ids))
         now = time.monotonic()
         self.metrics.e2e.observe(now - req.arrival)
         if req.first_token_at is not None:
             self.metrics.decode_time.observe(now - req.first_token_at)
         if emit:
             req.on_event(Event("finish", finish_reason=reason))
+
+    def _stop_running(self, req: Request) -> None:
+        with self._cond:
+            if req in self._running:
+                self._running.remove(req)
+            self._publish_queue()
 
     def _crash(self, req: Request, exc: Exception) -> None:
         logger.exception("%s failed: %s", req.request_id, exc)
@@ -225,7 +221,8 @@ class Scheduler:
         req.on_event(Event("error", error=message))
 
     def _publish_queue(self) -> None:
-        self.metrics.set_queue(len(self._running), len(self._waiting))
+        self.metrics.running.set(len(self._running))
+        self.metrics.waiting.set(len(self._waiting))
 
 
 def _truncate_at_stop(req: Request) -> bool:
