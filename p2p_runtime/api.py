@@ -25,12 +25,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from p2p_runtime import protocol as p
-from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
 from p2p_runtime.core import EngineCore
 from p2p_runtime.limits import RequestLimits
 from p2p_runtime.metrics import CONTENT_TYPE
 from p2p_runtime.request import Event, Request
 from p2p_runtime.scheduler import EngineStopped
+from p2p_runtime.tokenizer import ChatTemplateError, message_text, render_chat
 
 logger = logging.getLogger(__name__)
 
@@ -215,8 +215,8 @@ class _Handlers:
         if body.logprobs is not None:
             raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
         ids = self._completion_ids(body.prompt)
-        return await self._respond(self._make_request(f"cmpl-{uuid.uuid4().hex}", ids, body.max_tokens, body), body,
-                                   chat=False)
+        req = self._make_request(f"cmpl-{uuid.uuid4().hex}", ids, body.max_tokens, body)
+        return await self._respond(req, body, chat=False)
 
     async def chat_completions(self, body: p.ChatCompletionRequest) -> Response:
         self._check_common(body)
@@ -225,8 +225,8 @@ class _Handlers:
         ids = self._chat_ids(body.messages, body.add_generation_prompt)
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
             else body.max_tokens
-        return await self._respond(self._make_request(f"chatcmpl-{uuid.uuid4().hex}", ids, max_tokens, body), body,
-                                   chat=True)
+        req = self._make_request(f"chatcmpl-{uuid.uuid4().hex}", ids, max_tokens, body)
+        return await self._respond(req, body, chat=True)
 
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -307,7 +307,8 @@ class _Handlers:
         bridge = self._submit(req)
         if body.stream:
             opts = body.stream_options or p.StreamOptions()
-            return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage), media_type="text/event-stream")
+            return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage),
+                                     media_type="text/event-stream")
         parts: list[str] = []
         try:
             while (event := await bridge.next()).kind == "delta":
@@ -327,6 +328,7 @@ class _Handlers:
     async def _sse(self, req: Request, bridge: _EventBridge, chat: bool,
                    include_usage: bool) -> AsyncIterator[str]:
         created, obj = int(time.time()), "chat.completion.chunk" if chat else "text_completion"
+        rid, name = req.request_id, self.model_name
 
         def chunk(text: str | None, finish: str | None, first: bool = False) -> str:
             if chat:
@@ -335,7 +337,7 @@ class _Handlers:
             else:
                 choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
                           "stop_reason": None}
-            data = _envelope(req.request_id, obj, created, self.model_name, [choice])
+            data = _envelope(rid, obj, created, name, [choice])
             return _sse({**data, "usage": None} if include_usage else data)
 
         try:
@@ -346,7 +348,7 @@ class _Handlers:
             if event.kind == "finish":
                 yield chunk(None, event.finish_reason)
                 if include_usage:  # the last chunk: no choices, just usage
-                    yield _sse({**_envelope(req.request_id, obj, created, self.model_name, []), "usage": _usage(req)})
+                    yield _sse({**_envelope(rid, obj, created, name, []), "usage": _usage(req)})
             else:
                 yield _sse(p.error_body(500, event.error or "generation failed"))
             yield "data: [DONE]\n\n"

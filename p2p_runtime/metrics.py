@@ -61,7 +61,8 @@ class EngineMetrics:
         labelled(Counter, "vllm:prefix_cache_hits", "Prompt tokens hit in the local prefix cache.")
         self.external_queries = labelled(Counter, "vllm:external_prefix_cache_queries",
                                          "Prompt tokens queried in LMCache.")
-        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits", "Prompt tokens loaded from LMCache.")
+        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits",
+                                      "Prompt tokens loaded from LMCache.")
         self.prompt_tokens = labelled(Counter, "vllm:prompt_tokens", "Prompt tokens processed.")
         self.generation_tokens = labelled(Counter, "vllm:generation_tokens", "Tokens generated.")
         self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"),

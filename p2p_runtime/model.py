@@ -93,7 +93,7 @@ class TinyTransformer:
 
     def kv_spec(self, num_blocks: int, block_size: int, profile: KVProfile | None = None) -> KVCacheSpec:
         """The paged-cache geometry this model writes: its own, or a real model's (``profile``, see
-        ``kv_layout``) that its KV is expanded into."""
+        ``kv_cache``) that its KV is expanded into."""
         c = self.config
         if profile is None or profile.name == TINY:
             return KVCacheSpec(c.num_layers, num_blocks, block_size, c.num_heads, c.head_size)

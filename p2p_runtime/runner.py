@@ -125,7 +125,7 @@ class ModelRunner:
             return 0
         mismatched = self.cache.check_loaded(table, loaded)
         if mismatched:
-            # The answer will differ (kv_layout folds the disagreement in); say where it came from.
+            # The answer will differ (check_loaded folds the disagreement in); say where it came from.
             self.metrics.kv_mismatch_tokens.inc(mismatched)
             logger.warning("%s: %d of %d loaded tokens carry KV bytes that disagree with their own primary "
                            "values (a corrupted or mis-laid transfer)", req.request_id, mismatched, loaded)

@@ -1,10 +1,10 @@
 """GPU timing: the emulator that pads the engine's steps, and its named profiles fitted to llm-d's H200 figures.
 
 The CPU model is far slower per FLOP than a GPU but far smaller, so its raw timings say nothing about a real
-deployment. When enabled (in the spirit of llm-d-inference-sim's latency flags), each step is padded with a sleep up
-to the time a GPU would have taken: prefill costs ``prefill_us_per_token`` per computed token plus
-``load_us_per_token`` per token loaded from LMCache, each decode step ``decode_ms_per_token``, every target with
-seeded multiplicative jitter. Real work is never shortened: if the CPU was already slower, no sleep happens.
+deployment. When enabled (like llm-d-inference-sim's latency flags), each step is padded with a sleep up to the
+time a GPU would have taken: prefill costs ``prefill_us_per_token`` per computed token plus ``load_us_per_token``
+per token loaded from LMCache, each decode step ``decode_ms_per_token``, every target with seeded multiplicative
+jitter. Real work is never shortened: if the CPU was already slower, no sleep happens.
 
 The profiles are fitted reproducibly from llm-d's pull-vs-recompute calibration of gpt-oss-120b on H200 (reference
 llmd-p2p.md section 10: the RDMA table and the later TCP report), so every report can name the profile and figures:
@@ -133,7 +133,7 @@ TIMING_NAMES = tuple(TIMING_PROFILES)
 
 
 def match(settings: dict) -> str | None:
-    """The profile a fleet's engine settings run (the keys engine_settings writes; absent ones are 0), else None."""
+    """The profile a fleet's engine settings run (the keys engine_settings writes; absent: 0), else None."""
     keys = ("prefill_us_per_token", "decode_ms_per_token", "load_us_per_token")
     for p in TIMING_PROFILES.values():
         want = p.engine_settings()
@@ -154,7 +154,8 @@ class TimingEmulator:
 
     def prefill_target_s(self, computed_tokens: int, loaded_tokens: int) -> float:
         c = self.config
-        return self._jittered((computed_tokens * c.prefill_us_per_token + loaded_tokens * c.load_us_per_token) / 1e6)
+        return self._jittered((computed_tokens * c.prefill_us_per_token + loaded_tokens * c.load_us_per_token)
+                              / 1e6)
 
     def decode_target_s(self) -> float:
         return self._jittered(self.config.decode_ms_per_token / 1e3)

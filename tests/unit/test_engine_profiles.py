@@ -1,6 +1,6 @@
 """Real-model KV profiles: real byte sizes and layout, bitwise-stable loads, every loaded byte checked.
 
-The model computes with its tiny geometry; the paged cache holds the profile's (kv_layout). A load that copies
+The model computes with its tiny geometry; the paged cache holds the profile's (kv_cache). A load that copies
 a prefix's blocks into another cache must give bitwise the same answer as computing it, and one flipped, zeroed
 or swapped value in any layer of any loaded chunk must change the answer (and be counted).
 """
