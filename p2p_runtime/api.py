@@ -28,8 +28,7 @@ from p2p_runtime import protocol as p
 from p2p_runtime.core import EngineCore
 from p2p_runtime.limits import RequestLimits
 from p2p_runtime.metrics import CONTENT_TYPE
-from p2p_runtime.request import Event, Request
-from p2p_runtime.scheduler import EngineStopped
+from p2p_runtime.scheduler import EngineStopped, Event, Request
 from p2p_runtime.tokenizer import ChatTemplateError, message_text, render_chat
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,7 @@ from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
 from p2p_runtime.kv_events import KVEventRecorder, ZmqEventPublisher
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
-from p2p_runtime.runner import ModelRunner
-from p2p_runtime.scheduler import Scheduler
+from p2p_runtime.scheduler import ModelRunner, Scheduler
 from p2p_runtime.timing_profiles import TimingEmulator
 from p2p_runtime.tokenizer import ByteTokenizer
 
