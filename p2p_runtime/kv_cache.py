@@ -29,7 +29,6 @@ while one flipped, zeroed or swapped value in any layer of any loaded chunk chan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -95,7 +94,7 @@ class OutOfBlocksError(RuntimeError):
 @dataclass(frozen=True)
 class KVCacheSpec:
     """Geometry of the paged KV cache: what is stored (and registered with LMCache), and what the model
-    computes (``compute``: layers, heads, head size; None = the stored geometry, in float32)."""
+    computes (``compute``: layers, heads, head size, expanded into the storage; None = the stored geometry)."""
 
     num_layers: int
     num_blocks: int
@@ -103,17 +102,12 @@ class KVCacheSpec:
     num_heads: int
     head_size: int
     dtype: torch.dtype = torch.float32
-    compute: Optional[tuple[int, int, int]] = None
+    compute: tuple[int, int, int] | None = None
 
     @property
     def bytes_per_token(self) -> int:
         elem = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.num_layers * self.num_heads * self.head_size * elem
-
-    @property
-    def expanded(self) -> bool:
-        storage = (self.num_layers, self.num_heads, self.head_size)
-        return self.compute is not None and (self.compute != storage or self.dtype != torch.float32)
 
 
 class PagedKVCache:
@@ -124,10 +118,8 @@ class PagedKVCache:
         self.tensors: dict[str, torch.Tensor] = {
             f"layer.{i}": torch.zeros(shape, dtype=spec.dtype) for i in range(spec.num_layers)
         }
-        self.expansion: Optional[KVExpansion] = None
-        if spec.expanded:
-            self.expansion = KVExpansion(spec.compute, (spec.num_layers, spec.num_heads, spec.head_size),
-                                         spec.dtype)
+        storage = (spec.num_layers, spec.num_heads, spec.head_size)
+        self.expansion = KVExpansion(spec.compute, storage, spec.dtype) if spec.compute else None
 
     @property
     def nbytes(self) -> int:
@@ -139,14 +131,11 @@ class PagedKVCache:
     def write(self, layer: int, block_table: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Compute layer ``layer``'s K/V rows for positions ``[start, start + len(k))``."""
         slots = self._slots(block_table, start, k.shape[0])
-        if self.expansion is not None:
-            for storage, rows in self.expansion.encode(layer, k, v).items():
-                self._rows(storage)[:, slots] = rows
+        if self.expansion is None:
+            self.layer(layer).view(2, -1, self.spec.num_heads, self.spec.head_size)[:, slots] = torch.stack((k, v))
             return
-        kv = self.layer(layer)
-        flat = kv.view(2, -1, self.spec.num_heads, self.spec.head_size)
-        flat[0, slots] = k
-        flat[1, slots] = v
+        for storage, rows in self.expansion.encode(layer, k, v).items():
+            self._rows(storage)[:, slots] = rows
 
     def gather(self, layer: int, block_table: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Compute layer ``layer``'s K and V for positions ``[0, length)``, shape ``(length, h, d)``."""
@@ -156,20 +145,16 @@ class PagedKVCache:
             raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has "
                              f"{len(block_table)}")
         ids = torch.tensor(block_table[:nblocks], dtype=torch.long)
-        if self.expansion is not None:
-            _, heads, size = self.spec.compute
-            src = self.expansion.src
-            rows = self.layer(layer).view(2, self.spec.num_blocks, bs, -1)[..., :src].index_select(1, ids)
-            kv = rows.reshape(2, nblocks * bs, heads, size).float()
-            return kv[0, :length], kv[1, :length]
-        kv = self.layer(layer).index_select(1, ids)
-        kv = kv.reshape(2, nblocks * bs, self.spec.num_heads, self.spec.head_size)
+        # The compute geometry's values are the first h * d of each stored row (all of it without expansion).
+        _, heads, size = self.spec.compute or (self.spec.num_layers, self.spec.num_heads, self.spec.head_size)
+        rows = self.layer(layer).view(2, self.spec.num_blocks, bs, -1)[..., : heads * size].index_select(1, ids)
+        kv = rows.reshape(2, nblocks * bs, heads, size).float()
         return kv[0, :length], kv[1, :length]
 
     def check_loaded(self, block_table: list[int], length: int) -> int:
         """Check every stored value of positions ``[0, length)`` (whole blocks, as loaded from LMCache) against
         the primary values they were loaded with; fold an offset into each disagreeing token's primary K/V
-        (module docstring) and return how many tokens disagreed. A cache without expansion has nothing to check."""
+        (module docstring) and return how many tokens disagreed. Without expansion there is nothing to check."""
         if self.expansion is None or length <= 0:
             return 0
         bad = 0
@@ -184,7 +169,7 @@ class PagedKVCache:
                 bad += int(wrong.numel())
         return bad
 
-    def _slot_runs(self, block_table: list[int], length: int) -> list[tuple[int, int]]:
+    def _slot_runs(self, block_table: list[int], length: int) -> list[list[int]]:
         """[first, last) slot ranges covering positions [0, length), one per run of consecutive block ids."""
         bs, runs = self.spec.block_size, []
         for i, block in enumerate(block_table[: -(-length // bs)]):
@@ -193,14 +178,14 @@ class PagedKVCache:
                 runs[-1][1] = end
             else:
                 runs.append([block * bs, end])
-        return [(a, b) for a, b in runs]
+        return runs
 
     def _rows(self, storage_layer: int) -> torch.Tensor:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
         t = self.layer(storage_layer)
         return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
-    def copy_blocks(self, src: list[int], dst: list[int], other: "PagedKVCache | None" = None) -> None:
+    def copy_blocks(self, src: list[int], dst: list[int], other: PagedKVCache | None = None) -> None:
         source = other or self
         s = torch.tensor(src, dtype=torch.long)
         d = torch.tensor(dst, dtype=torch.long)

@@ -163,5 +163,5 @@ def _llama(model) -> Setup:
 
 def test_tiny_profile_keeps_todays_cache_exactly(model):
     spec = model.kv_spec(8, BS, resolve("tiny", 2, 4, 32))
-    assert not spec.expanded and spec.dtype == torch.float32 and spec.bytes_per_token == 2048
+    assert spec.compute is None and spec.dtype == torch.float32 and spec.bytes_per_token == 2048
     assert PagedKVCache(spec).check_loaded(list(range(8)), 64) == 0
