@@ -86,8 +86,7 @@ def create_app(core: EngineCore) -> FastAPI:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(p.ApiError)
     async def api_error(_: HttpRequest, exc: p.ApiError) -> JSONResponse:
-        return JSONResponse(p.error_body(exc.status, exc.message, exc.param), status_code=exc.status,
-                            headers=exc.headers)
+        return _error(exc.status, exc.message, exc.param, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
@@ -117,8 +116,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(500, f"internal error: {type(exc).__name__}")
 
 
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(p.error_body(status, message, param), status_code=status)
+def _error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+           ) -> JSONResponse:
+    return JSONResponse(p.error_body(status, message, param), status_code=status, headers=headers)
 
 
 def _field_path(loc: tuple) -> list[str]:

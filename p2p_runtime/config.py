@@ -45,8 +45,7 @@ class KVEventsConfig:
         publisher = self.publisher or ("zmq" if self.enable_kv_cache_events else "null")
         object.__setattr__(self, "publisher", publisher)
         if publisher not in ("zmq", "null"):
-            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got "
-                                      f"{publisher!r}")
+            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got {publisher!r}")
         for name in ("buffer_steps", "hwm", "max_queue_size"):
             if int(getattr(self, name)) <= 0:
                 raise KVEventsConfigError(f"kv-events-config {name} must be > 0")
@@ -70,27 +69,21 @@ class KVEventsConfig:
         if not isinstance(data, dict):
             raise KVEventsConfigError("--kv-events-config must be a JSON object")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: "
-                                      f"{sorted(known)}")
+        if unknown := sorted(set(data) - known):
+            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: {sorted(known)}")
         return cls(**data)
 
 
-def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
+def check_bind_endpoint(key: str, endpoint: str) -> None:
     """Wildcard addresses are refused: name the address to bind."""
     if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
-        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got "
-                                  f"{endpoint!r}")
+        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got {endpoint!r}")
     host, _, port = endpoint[6:].rpartition(":")
-    host = host.strip("[]")
-    if host in ("*", "0.0.0.0", "::", ""):
+    if host.strip("[]") in ("*", "0.0.0.0", "::", ""):
         raise KVEventsConfigError(f"kv-events-config {key} {endpoint!r} binds every interface; "
                                   f"name the address to bind (127.0.0.1 or the node address)")
     if not port.isdecimal() or not 0 < int(port) < 65536:
-        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got "
-                                  f"{endpoint!r}")
-    return host, int(port)
+        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got {endpoint!r}")
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:

@@ -42,7 +42,17 @@ class EngineCore:
                     str(spec.dtype).replace("torch.", ""), spec.bytes_per_token / 1024, spec.num_blocks,
                     spec.block_size, self.cache.nbytes / 2**30)
         self.allocator = BlockAllocator(config.num_blocks)
-        self.adapter = self._make_adapter() if config.lmcache_url else None
+        self.adapter = None
+        if config.lmcache_url:
+            from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter
+
+            # The server keys registered KV caches by an int; derive a stable one from the label and
+            # pid so two engines on one server never collide.
+            worker_id = zlib.crc32(f"{config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
+            registration = KVRegistration(config.served_model_name, self.cache.tensors, spec.num_layers,
+                                          config.block_size, worker_id)
+            self.adapter = LMCacheAdapter(config.lmcache_url, registration, config.lmcache_timeout,
+                                          config.lmcache_reconnect_interval)
         events = config.kv_events
         self.kv_publisher = ZmqEventPublisher(events) if events.active else None
         self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name, config.block_size)
@@ -99,14 +109,3 @@ class EngineCore:
                               f"{server}; drop --chunk-size or use {server}")
         self.config.check_chunk_size(server)
         return server
-
-    def _make_adapter(self):
-        from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter
-
-        # The server keys registered KV caches by an int; derive a stable one from the label and
-        # pid so two engines on one server never collide.
-        worker_id = zlib.crc32(f"{self.config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
-        registration = KVRegistration(self.config.served_model_name, self.cache.tensors,
-                                      self.cache.spec.num_layers, self.config.block_size, worker_id)
-        return LMCacheAdapter(self.config.lmcache_url, registration, self.config.lmcache_timeout,
-                              self.config.lmcache_reconnect_interval)

@@ -223,13 +223,7 @@ class LMCacheAdapter:
     def _transfer(self, conn: _Connection, op: str, submit) -> bool:
         # The engine-driven context turns RPC timeouts into ``False``; time it to tell them apart.
         started = time.monotonic()
-        try:
-            ok = bool(submit().result(timeout=self.timeout_s))
-        except TimeoutError:
-            ok = False
-        except Exception as exc:
-            self._retire(conn, f"failed a {op} ({exc!r})")
-            raise LMCacheError(op, "error", repr(exc)) from exc
+        ok = bool(self._call(conn, op, submit))
         if not ok and time.monotonic() - started >= self.timeout_s:
             self._retire(conn, "stopped answering")
             raise LMCacheError(op, "timeout", f"no answer within {self.timeout_s:.1f}s")

@@ -107,7 +107,6 @@ class TinyTransformer:
         cs, n = self.config.chunk_size, len(token_ids)
         if start % cs or not 0 <= start < n:
             raise ValueError(f"prefill start {start} must be a multiple of {cs} and < {n}")
-        hidden = None
         for chunk_start in range(start, n, cs):
             valid = min(cs, n - chunk_start)
             ids = token_ids[chunk_start : chunk_start + valid] + [0] * (cs - valid)

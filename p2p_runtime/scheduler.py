@@ -32,7 +32,7 @@ from p2p_runtime.lmcache_adapter import LMCacheAdapter, LMCacheError
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import TinyTransformer
 from p2p_runtime.timing_profiles import TimingEmulator
-from p2p_runtime.tokenizer import ByteTokenizer
+from p2p_runtime.tokenizer import EOS_ID, ByteTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ class Scheduler:
         req.last_token_at = now
         req.output_ids.append(token)
         self.metrics.generation_tokens.inc()
-        if token == self.tokenizer.eos_id and not req.ignore_eos:
+        if token == EOS_ID and not req.ignore_eos:
             req.finish_reason = "stop"
         else:
             req.text += self.tokenizer.decode([token])

@@ -37,9 +37,6 @@ class ByteTokenizer:
             raise ValueError(f"vocab_size must be >= {FIRST_UNUSED_ID} (256 bytes + BOS/EOS/PAD), "
                              f"got {self.vocab_size}")
 
-    bos_id = BOS_ID
-    eos_id = EOS_ID
-
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))
         return [BOS_ID, *ids] if add_bos else ids
