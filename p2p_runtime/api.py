@@ -214,8 +214,7 @@ class _Handlers:
         if body.logprobs is not None:
             raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
         ids = self._completion_ids(body.prompt)
-        req = self._make_request(f"cmpl-{uuid.uuid4().hex}", ids, body.max_tokens, body)
-        return await self._respond(req, body, chat=False)
+        return await self._respond(self._make_request("cmpl", ids, body.max_tokens, body), body, chat=False)
 
     async def chat_completions(self, body: p.ChatCompletionRequest) -> Response:
         self._check_common(body)
@@ -224,8 +223,7 @@ class _Handlers:
         ids = self._chat_ids(body.messages, body.add_generation_prompt)
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
             else body.max_tokens
-        req = self._make_request(f"chatcmpl-{uuid.uuid4().hex}", ids, max_tokens, body)
-        return await self._respond(req, body, chat=True)
+        return await self._respond(self._make_request("chatcmpl", ids, max_tokens, body), body, chat=True)
 
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -275,7 +273,7 @@ class _Handlers:
         return p.ApiError(400, f"This model's maximum context length is {self.cfg.max_model_len} tokens. However, "
                           f"{however}. Please reduce the length of the {reduce}.", param)
 
-    def _make_request(self, rid: str, ids: list[int], max_tokens: int | None,
+    def _make_request(self, id_prefix: str, ids: list[int], max_tokens: int | None,
                       body: p.SamplingFields) -> Request:
         if max_tokens is None:
             max_tokens = self.cfg.max_model_len - len(ids)
@@ -287,7 +285,7 @@ class _Handlers:
             raise self._too_long(f"you requested {len(ids) + max_tokens} tokens ({len(ids)} in the messages, "
                                  f"{max_tokens} in the completion)", "messages or completion", "max_tokens")
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-        return Request(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
+        return Request(request_id=f"{id_prefix}-{uuid.uuid4().hex}", prompt_ids=ids, max_tokens=max_tokens,
                        ignore_eos=body.ignore_eos, stop=tuple(s for s in stop if s))
 
     def _submit(self, req: Request) -> _EventBridge:

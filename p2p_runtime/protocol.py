@@ -15,10 +15,7 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.headers = headers
+        self.status, self.message, self.param, self.headers = status, message, param, headers
 
 
 _ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",

@@ -418,7 +418,6 @@ def _truncate_at_stop(req: Request) -> bool:
     # Only text that could contain a new match is searched: everything already sent is final.
     window_start = max(0, req.sent_chars - max(len(s) for s in req.stop) + 1)
     found = [i for s in req.stop if (i := req.text.find(s, window_start)) >= 0]
-    if not found:
-        return False
-    req.text = req.text[: min(found)]
-    return True
+    if found:
+        req.text = req.text[: min(found)]
+    return bool(found)
