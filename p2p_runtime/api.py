@@ -315,12 +315,11 @@ class _Handlers:
                 self.core.scheduler.abort(req)
         if event.kind != "finish":
             raise p.ApiError(500, event.error or "generation failed")
-        text, reason = "".join(parts), req.finish_reason
-        choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-        return JSONResponse({**_envelope(req.request_id, "chat.completion" if chat else "text_completion",
-                                         int(time.time()), self.model_name, [
-            {"index": 0, **choice, "logprobs": None, "finish_reason": reason, "stop_reason": None}]),
-            "usage": _usage(req)})
+        text, obj = "".join(parts), "chat.completion" if chat else "text_completion"
+        content = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        choice = {"index": 0, **content, "logprobs": None, "finish_reason": req.finish_reason, "stop_reason": None}
+        return JSONResponse({**_envelope(req.request_id, obj, int(time.time()), self.model_name, [choice]),
+                             "usage": _usage(req)})
 
     async def _sse(self, req: Request, bridge: _EventBridge, chat: bool,
                    include_usage: bool) -> AsyncIterator[str]:
