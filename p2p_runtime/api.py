@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from typing import Any
+import uuid
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
@@ -24,12 +25,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from p2p_runtime import protocol as p
-from p2p_runtime.chat_template import ChatTemplateError, message_text, render_chat
 from p2p_runtime.core import EngineCore
 from p2p_runtime.limits import RequestLimits
 from p2p_runtime.metrics import CONTENT_TYPE
-from p2p_runtime.request import Event, Request
-from p2p_runtime.scheduler import EngineStopped
+from p2p_runtime.scheduler import EngineStopped, Event, Request
+from p2p_runtime.tokenizer import ChatTemplateError, message_text, render_chat
 
 logger = logging.getLogger(__name__)
 
@@ -64,62 +64,29 @@ def create_app(core: EngineCore) -> FastAPI:
     app.get("/health")(handler.health)
     app.get("/version")(lambda: {"version": VERSION})
     app.get("/metrics")(handler.metrics)
-    _add_vllm_ops_routes(app, handler)
+    # vLLM's ops routes for load balancers and benchmarks (tools call them on either engine). /ping is /health
+    # under another name (SageMaker-style probes); this engine keeps no local prefix cache (every reuse goes
+    # through LMCache), so /reset_prefix_cache has nothing to drop but answers as vLLM does.
+    app.get("/ping")(handler.health)
+    app.post("/ping")(handler.health)
+    app.post("/reset_prefix_cache")(lambda: Response(status_code=200))
     app.get("/v1/models")(handler.models)
     app.post("/tokenize")(handler.tokenize)
     app.post("/detokenize")(handler.detokenize)
     app.post("/v1/completions")(handler.completions)
     app.post("/v1/chat/completions")(handler.chat_completions)
-    _add_kv_event_routes(app, core)
+    # vllm-router's kv_aware policy, given no static --kv-event-source, asks every worker for /get_server_info
+    # (what its block keys depend on) and /kv_event_sources (the publisher of each data-parallel rank, keyed as
+    # vLLM's get_kv_event_sources()). Without events both are 404, as in vLLM.
+    app.get("/get_server_info")(handler.server_info)
+    app.get("/kv_event_sources")(handler.kv_event_sources)
     return app
-
-
-def _add_vllm_ops_routes(app: FastAPI, handler: "_Handlers") -> None:
-    """Routes vLLM serves for load balancers and benchmarks; tools call them on either engine."""
-
-    @app.get("/ping")
-    @app.post("/ping")
-    async def ping() -> Response:
-        # vLLM's /ping is /health under another name (SageMaker-style probes).
-        return await handler.health()
-
-    @app.post("/reset_prefix_cache")
-    async def reset_prefix_cache() -> Response:
-        # This engine keeps no local prefix cache (every reuse goes through LMCache), so there is
-        # nothing to drop; answer as vLLM does so benchmark scripts that reset between runs work.
-        return Response(status_code=200)
-
-
-def _add_kv_event_routes(app: FastAPI, core: EngineCore) -> None:
-    """vllm-router's ``kv_aware`` policy, given no static ``--kv-event-source``, asks every worker for
-    ``/get_server_info`` (what its block keys depend on) and ``/kv_event_sources`` (the publisher of each
-    data-parallel rank, keyed as vLLM's ``get_kv_event_sources()``). Without events both are 404, as in vLLM."""
-    events = core.config.kv_events
-
-    def not_enabled() -> JSONResponse:
-        return JSONResponse({"object": "error", "type": "NotFoundError", "code": 404,
-                             "message": "KV events are off; start the engine with "
-                                        "--kv-events-config"}, status_code=404)
-
-    @app.get("/get_server_info")
-    async def get_server_info() -> JSONResponse:
-        if not events.active:
-            return not_enabled()
-        return JSONResponse({"model_id": core.config.served_model_name,
-                             "instance_id": core.config.label,
-                             "kv_block_size": core.config.block_size})
-
-    @app.get("/kv_event_sources")
-    async def kv_event_sources() -> JSONResponse:
-        if not events.active:
-            return not_enabled()
-        return JSONResponse({"0": asdict(events)})
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(p.ApiError)
     async def api_error(_: HttpRequest, exc: p.ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return _error(exc.status, exc.message, exc.param, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
@@ -149,8 +116,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(500, f"internal error: {type(exc).__name__}")
 
 
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(p.error_body(status, message, param), status_code=status)
+def _error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+           ) -> JSONResponse:
+    return JSONResponse(p.error_body(status, message, param), status_code=status, headers=headers)
 
 
 def _field_path(loc: tuple) -> list[str]:
@@ -202,6 +170,20 @@ class _Handlers:
     async def metrics(self) -> Response:
         return Response(self.core.metrics.render(), media_type=CONTENT_TYPE)
 
+    async def server_info(self) -> JSONResponse:
+        return self._kv_events_off() or JSONResponse({
+            "model_id": self.model_name, "instance_id": self.cfg.label, "kv_block_size": self.cfg.block_size})
+
+    async def kv_event_sources(self) -> JSONResponse:
+        return self._kv_events_off() or JSONResponse({"0": asdict(self.cfg.kv_events)})
+
+    def _kv_events_off(self) -> JSONResponse | None:
+        if not self.cfg.kv_events.active:
+            return JSONResponse({"object": "error", "type": "NotFoundError", "code": 404,
+                                 "message": "KV events are off; start the engine with --kv-events-config"},
+                                status_code=404)
+        return None
+
     async def models(self) -> dict[str, Any]:
         card = {"id": self.model_name, "object": "model", "created": int(time.time()),
                 "owned_by": "p2p-runtime", "root": self.model_name, "parent": None,
@@ -232,7 +214,7 @@ class _Handlers:
         if body.logprobs is not None:
             raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
         ids = self._completion_ids(body.prompt)
-        return await self._respond(self._make_request(p.new_id("cmpl"), ids, body.max_tokens, body), body, chat=False)
+        return await self._respond(self._make_request("cmpl", ids, body.max_tokens, body), body, chat=False)
 
     async def chat_completions(self, body: p.ChatCompletionRequest) -> Response:
         self._check_common(body)
@@ -241,7 +223,7 @@ class _Handlers:
         ids = self._chat_ids(body.messages, body.add_generation_prompt)
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
             else body.max_tokens
-        return await self._respond(self._make_request(p.new_id("chatcmpl"), ids, max_tokens, body), body, chat=True)
+        return await self._respond(self._make_request("chatcmpl", ids, max_tokens, body), body, chat=True)
 
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -291,7 +273,7 @@ class _Handlers:
         return p.ApiError(400, f"This model's maximum context length is {self.cfg.max_model_len} tokens. However, "
                           f"{however}. Please reduce the length of the {reduce}.", param)
 
-    def _make_request(self, rid: str, ids: list[int], max_tokens: int | None,
+    def _make_request(self, id_prefix: str, ids: list[int], max_tokens: int | None,
                       body: p.SamplingFields) -> Request:
         if max_tokens is None:
             max_tokens = self.cfg.max_model_len - len(ids)
@@ -303,7 +285,7 @@ class _Handlers:
             raise self._too_long(f"you requested {len(ids) + max_tokens} tokens ({len(ids)} in the messages, "
                                  f"{max_tokens} in the completion)", "messages or completion", "max_tokens")
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-        return Request(request_id=rid, prompt_ids=ids, max_tokens=max_tokens,
+        return Request(request_id=f"{id_prefix}-{uuid.uuid4().hex}", prompt_ids=ids, max_tokens=max_tokens,
                        ignore_eos=body.ignore_eos, stop=tuple(s for s in stop if s))
 
     def _submit(self, req: Request) -> _EventBridge:
@@ -318,67 +300,62 @@ class _Handlers:
             raise p.ApiError(503, str(exc)) from None
         return bridge
 
-    async def _collect(self, req: Request) -> str:
+    async def _respond(self, req: Request, body: p.SamplingFields, chat: bool) -> Response:
         bridge = self._submit(req)
+        if body.stream:
+            opts = body.stream_options or p.StreamOptions()
+            return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage),
+                                     media_type="text/event-stream")
         parts: list[str] = []
         try:
-            while True:
-                event = await bridge.next()
-                if event.kind == "delta":
-                    parts.append(event.text)
-                elif event.kind == "finish":
-                    return "".join(parts)
-                else:
-                    raise p.ApiError(500, event.error or "generation failed")
+            while (event := await bridge.next()).kind == "delta":
+                parts.append(event.text)
         finally:
             if not req.finished:
                 self.core.scheduler.abort(req)
-
-    async def _respond(self, req: Request, body: p.SamplingFields, chat: bool) -> Response:
-        if body.stream:
-            opts = body.stream_options or p.StreamOptions()
-            return StreamingResponse(self._sse(req, self._submit(req), chat, opts.include_usage),
-                                     media_type="text/event-stream")
-        text = await self._collect(req)
-        build = p.chat_response if chat else p.completion_response
-        return JSONResponse(build(req.request_id, self.model_name, text, req.finish_reason, _usage(req)))
+        if event.kind != "finish":
+            raise p.ApiError(500, event.error or "generation failed")
+        text, obj = "".join(parts), "chat.completion" if chat else "text_completion"
+        content = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        choice = {"index": 0, **content, "logprobs": None, "finish_reason": req.finish_reason, "stop_reason": None}
+        return JSONResponse({**_envelope(req.request_id, obj, int(time.time()), self.model_name, [choice]),
+                             "usage": _usage(req)})
 
     async def _sse(self, req: Request, bridge: _EventBridge, chat: bool,
                    include_usage: bool) -> AsyncIterator[str]:
-        created, name, rid = int(time.time()), self.model_name, req.request_id
+        created, obj = int(time.time()), "chat.completion.chunk" if chat else "text_completion"
+        rid, name = req.request_id, self.model_name
 
         def chunk(text: str | None, finish: str | None, first: bool = False) -> str:
             if chat:
-                delta = {"role": "assistant", "content": ""} if first else \
-                    ({"content": text} if text else {})
-                data = p.chat_chunk(rid, name, created, delta, finish)
+                delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             else:
-                data = p.completion_chunk(rid, name, created, text or "", finish)
-            if include_usage:
-                data["usage"] = None
-            return _sse(data)
+                choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
+                          "stop_reason": None}
+            data = _envelope(rid, obj, created, name, [choice])
+            return _sse({**data, "usage": None} if include_usage else data)
 
         try:
             if chat:
                 yield chunk(None, None, first=True)
-            while True:
-                event = await bridge.next()
-                if event.kind == "delta":
-                    yield chunk(event.text, None)
-                    continue
-                if event.kind == "finish":
-                    yield chunk(None, event.finish_reason)
-                    if include_usage:
-                        obj = "chat.completion.chunk" if chat else "text_completion"
-                        yield _sse(p.usage_chunk(rid, name, created, obj, _usage(req)))
-                else:
-                    yield _sse(p.error_body(500, event.error or "generation failed"))
-                yield "data: [DONE]\n\n"
-                return
+            while (event := await bridge.next()).kind == "delta":
+                yield chunk(event.text, None)
+            if event.kind == "finish":
+                yield chunk(None, event.finish_reason)
+                if include_usage:  # the last chunk: no choices, just usage
+                    yield _sse({**_envelope(rid, obj, created, name, []), "usage": _usage(req)})
+            else:
+                yield _sse(p.error_body(500, event.error or "generation failed"))
+            yield "data: [DONE]\n\n"
         finally:
             # Reached early when the client disconnects: free the request's KV blocks.
             if not req.finished:
                 self.core.scheduler.abort(req)
+
+
+def _envelope(rid: str, obj: str, created: int, model: str, choices: list[dict]) -> dict[str, Any]:
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
 
 
 def _sse(data: dict) -> str:
@@ -386,4 +363,6 @@ def _sse(data: dict) -> str:
 
 
 def _usage(req: Request) -> dict[str, Any]:
-    return p.usage(req.num_prompt_tokens, len(req.output_ids), req.cached_tokens)
+    prompt, completion = req.num_prompt_tokens, len(req.output_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}

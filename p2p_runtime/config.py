@@ -15,7 +15,6 @@ from typing import Any
 
 from p2p_runtime.profiles import PROFILE_NAMES, KVProfile
 from p2p_runtime.profiles import resolve as resolve_profile
-from p2p_runtime.timing import TimingConfig
 from p2p_runtime.tokenizer import FIRST_UNUSED_ID
 
 DEFAULT_CHUNK_SIZE = 256
@@ -46,8 +45,7 @@ class KVEventsConfig:
         publisher = self.publisher or ("zmq" if self.enable_kv_cache_events else "null")
         object.__setattr__(self, "publisher", publisher)
         if publisher not in ("zmq", "null"):
-            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got "
-                                      f"{publisher!r}")
+            raise KVEventsConfigError(f"kv-events-config publisher must be zmq or null, got {publisher!r}")
         for name in ("buffer_steps", "hwm", "max_queue_size"):
             if int(getattr(self, name)) <= 0:
                 raise KVEventsConfigError(f"kv-events-config {name} must be > 0")
@@ -71,27 +69,21 @@ class KVEventsConfig:
         if not isinstance(data, dict):
             raise KVEventsConfigError("--kv-events-config must be a JSON object")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: "
-                                      f"{sorted(known)}")
+        if unknown := sorted(set(data) - known):
+            raise KVEventsConfigError(f"--kv-events-config has unknown keys {unknown}; known: {sorted(known)}")
         return cls(**data)
 
 
-def check_bind_endpoint(key: str, endpoint: str) -> tuple[str, int]:
+def check_bind_endpoint(key: str, endpoint: str) -> None:
     """Wildcard addresses are refused: name the address to bind."""
     if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
-        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got "
-                                  f"{endpoint!r}")
+        raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got {endpoint!r}")
     host, _, port = endpoint[6:].rpartition(":")
-    host = host.strip("[]")
-    if host in ("*", "0.0.0.0", "::", ""):
+    if host.strip("[]") in ("*", "0.0.0.0", "::", ""):
         raise KVEventsConfigError(f"kv-events-config {key} {endpoint!r} binds every interface; "
                                   f"name the address to bind (127.0.0.1 or the node address)")
     if not port.isdecimal() or not 0 < int(port) < 65536:
-        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got "
-                                  f"{endpoint!r}")
-    return host, int(port)
+        raise KVEventsConfigError(f"kv-events-config {key} needs a port in 1..65535, got {endpoint!r}")
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
@@ -160,6 +152,12 @@ class EngineConfig:
                 f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
                 f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}"
             )
+        for name in ("prefill_us_per_token", "decode_ms_per_token", "load_us_per_token"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        # Like llm-d-sim's std-dev limits: jitter beyond this stops looking like one GPU.
+        if not 0 <= self.timing_jitter <= 0.7:
+            raise ConfigError(f"--timing-jitter must be within [0, 0.7], got {self.timing_jitter}")
         if self.lmcache_timeout <= 0 or self.lmcache_reconnect_interval <= 0:
             raise ConfigError("--lmcache-timeout and --lmcache-reconnect-interval must be > 0")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
@@ -167,7 +165,6 @@ class EngineConfig:
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"--log-format must be text or json, got {self.log_format}")
         try:
-            self.timing
             self.kv_events
             self.kv_profile
         except ValueError as exc:
@@ -179,16 +176,6 @@ class EngineConfig:
                 f"chunk size {chunk_size} must be a positive multiple of --block-size "
                 f"{self.block_size} (LMCache moves whole blocks)"
             )
-
-    @property
-    def timing(self) -> TimingConfig:
-        return TimingConfig(
-            prefill_us_per_token=self.prefill_us_per_token,
-            decode_ms_per_token=self.decode_ms_per_token,
-            load_us_per_token=self.load_us_per_token,
-            jitter=self.timing_jitter,
-            seed=self.timing_seed,
-        )
 
     @property
     def kv_profile(self) -> KVProfile:

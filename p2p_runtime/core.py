@@ -14,9 +14,8 @@ from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
 from p2p_runtime.kv_events import KVEventRecorder, ZmqEventPublisher
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
-from p2p_runtime.runner import ModelRunner
-from p2p_runtime.scheduler import Scheduler
-from p2p_runtime.timing import TimingEmulator
+from p2p_runtime.scheduler import ModelRunner, Scheduler
+from p2p_runtime.timing_profiles import TimingEmulator
 from p2p_runtime.tokenizer import ByteTokenizer
 
 logger = logging.getLogger(__name__)
@@ -43,12 +42,22 @@ class EngineCore:
                     str(spec.dtype).replace("torch.", ""), spec.bytes_per_token / 1024, spec.num_blocks,
                     spec.block_size, self.cache.nbytes / 2**30)
         self.allocator = BlockAllocator(config.num_blocks)
-        self.adapter = self._make_adapter() if config.lmcache_url else None
+        self.adapter = None
+        if config.lmcache_url:
+            from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter
+
+            # The server keys registered KV caches by an int; derive a stable one from the label and
+            # pid so two engines on one server never collide.
+            worker_id = zlib.crc32(f"{config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
+            registration = KVRegistration(config.served_model_name, self.cache.tensors, spec.num_layers,
+                                          config.block_size, worker_id)
+            self.adapter = LMCacheAdapter(config.lmcache_url, registration, config.lmcache_timeout,
+                                          config.lmcache_reconnect_interval)
         events = config.kv_events
         self.kv_publisher = ZmqEventPublisher(events) if events.active else None
         self.kv_events = KVEventRecorder(self.kv_publisher, config.served_model_name, config.block_size)
         self.runner = ModelRunner(self.model, self.cache, self.allocator, self.metrics,
-                                  TimingEmulator(config.timing), self.adapter, self.kv_events)
+                                  TimingEmulator(config), self.adapter, self.kv_events)
         self.scheduler = Scheduler(self.runner, self.tokenizer, self.metrics, config.max_num_seqs)
         self._started = self._stopped = False
 
@@ -57,7 +66,7 @@ class EngineCore:
             return
         self._started = True
         if self.adapter is not None:
-            self.adapter.on_state_change = self.metrics.set_connected
+            self.adapter.on_state_change = self.metrics.lmcache_connected.set
             if not self.adapter.start(self.chunk_size):
                 logger.warning("LMCache server %s not reachable yet; serving without cache and "
                                "retrying every %.1fs", self.config.lmcache_url,
@@ -100,14 +109,3 @@ class EngineCore:
                               f"{server}; drop --chunk-size or use {server}")
         self.config.check_chunk_size(server)
         return server
-
-    def _make_adapter(self):
-        from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter
-
-        # The server keys registered KV caches by an int; derive a stable one from the label and
-        # pid so two engines on one server never collide.
-        worker_id = zlib.crc32(f"{self.config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
-        registration = KVRegistration(self.config.served_model_name, self.cache.tensors,
-                                      self.cache.spec.num_layers, self.config.block_size, worker_id)
-        return LMCacheAdapter(self.config.lmcache_url, registration, self.config.lmcache_timeout,
-                              self.config.lmcache_reconnect_interval)

@@ -5,19 +5,86 @@ the NHD layout vLLM registers with LMCache), keyed ``"layer.<i>"``. LMCache read
 tensors directly by block id, so the model must address KV only through block tables: a request's
 token at position ``p`` lives in block ``table[p // block_size]`` at offset ``p % block_size``.
 
-The tensors have the storage geometry (a model profile's layers, KV heads, head size and dtype); the
-model reads and writes its own, smaller compute geometry through ``write`` and ``gather``. When the two
-differ, ``kv_layout.KVExpansion`` fills the rest and ``check_loaded`` checks every loaded byte.
+The tensors have a model profile's storage geometry (``L`` layers of ``H x D`` in bf16/fp16), while the model
+reads and writes its own small compute geometry (``C`` layers of ``h x d``) through ``write`` and ``gather``:
+computing a real-size model on a CPU is far too slow (32 layers of hidden size 1024 took a minute per 1k-token
+prefill on a 2-core box), yet what LMCache stores, pulls and loads must be real-sized. When the two differ,
+:class:`KVExpansion` fills the storage per token, and ``check_loaded`` checks every loaded byte:
+
+* Primary slots: storage layer ``c < C`` keeps compute layer ``c``'s K (and V) in its first ``h * d`` values,
+  rounded to the storage dtype. Attention reads only these, always from the cache.
+* Every other stored value is a fixed function of a primary value: element ``j`` of storage layer ``l`` is
+  element ``j mod (h * d)`` of compute layer ``l mod C``, with its sign bit and 7 low mantissa bits XORed by a
+  seeded per-(layer, K/V, element) mask. XOR on the bit pattern is exact and leaves the exponent alone, so the
+  bytes are finite values of the model's own magnitude, and any swap of layers, heads, K/V or positions lands
+  a value under another mask.
+
+Writing costs one gather and ``L / C`` XORs per computed chunk; the model's FLOPs do not change. After a load,
+``KVExpansion.mismatches`` compares every loaded value of every layer with that function of the loaded primary
+values (integer compare, so NaN patterns count too), and ``fold`` adds a large fixed offset to the primary K and V
+of each token where anything differed. A correct load therefore leaves the answer bitwise as if computed here,
+while one flipped, zeroed or swapped value in any layer of any loaded chunk changes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
-from p2p_runtime.kv_layout import KVExpansion
+# Seeds the masks; every engine of a fleet must use the same (it is part of what the bytes mean).
+_MASK_SEED = 0x5EED
+# Added (times a fixed +-1 pattern) to the primary K and V of a token whose loaded bytes disagree: far outside
+# the model's value range, so the token's attention weight and value change visibly.
+POISON = 8.0
+_INT_VIEW = {2: torch.int16, 4: torch.int32}
+
+
+class KVExpansion:
+    def __init__(self, compute: tuple[int, int, int], storage: tuple[int, int, int], dtype: torch.dtype) -> None:
+        (self.c_layers, h, d), (self.s_layers, heads, size) = compute, storage
+        self.dtype, self.int = dtype, _INT_VIEW[dtype.itemsize]
+        self.src, self.width = h * d, heads * size
+        self.index = torch.arange(self.width) % self.src
+        self.layers_of = [list(range(c, self.s_layers, self.c_layers)) for c in range(self.c_layers)]
+        gen = torch.Generator().manual_seed(_MASK_SEED)
+        bits = torch.randint(0, 256, (self.s_layers, 2, self.width), generator=gen, dtype=torch.int32)
+        sign = torch.tensor(torch.iinfo(self.int).min, dtype=self.int)
+        self.mask = torch.where(bits >= 128, sign, torch.zeros((), dtype=self.int)) | (bits & 0x7F).to(self.int)
+        self.mask[: self.c_layers, :, : self.src] = 0
+        signs = torch.randint(0, 2, (2, self.src), generator=gen) * 2 - 1
+        self.poison = (signs * POISON).float()
+
+    def encode(self, c: int, k: torch.Tensor, v: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Storage layer -> its K/V rows (integer view, (2, t, width)) for compute layer c's k, v (t, h, d)."""
+        x = torch.stack((k, v)).reshape(2, k.shape[0], self.src).to(self.dtype).view(self.int)
+        tiled = self._tile(x)
+        return {s: tiled ^ self.mask[s, :, None, :] for s in self.layers_of[c]}
+
+    def mismatches(self, stored: list[torch.Tensor]) -> torch.Tensor:
+        """Per token, in how many (storage layer, K/V) rows a value differs from what its primary values imply.
+
+        Args:
+            stored: Each storage layer's integer view of the loaded tokens, shape (2, n, width).
+        """
+        wrong = torch.zeros(stored[0].shape[1], dtype=torch.int64)
+        tiled = [self._tile(stored[c][:, :, : self.src]) for c in range(self.c_layers)]
+        for s, rows in enumerate(stored):
+            unmasked = rows ^ self.mask[s, :, None, :]
+            # Whole-layer equality first: a correct load (the usual case) costs one pass per layer.
+            if not torch.equal(unmasked, tiled[s % self.c_layers]):
+                wrong += (unmasked != tiled[s % self.c_layers]).any(dim=2).sum(dim=0)
+        return wrong
+
+    def _tile(self, x: torch.Tensor) -> torch.Tensor:
+        """(2, t, src) -> (2, t, width): element j is x's element j mod src."""
+        if self.width % self.src == 0:
+            return x.repeat(1, 1, self.width // self.src)
+        return x[:, :, self.index]
+
+    def fold(self, primary: torch.Tensor) -> torch.Tensor:
+        values = primary.view(self.dtype).float() + self.poison[:, None, :]
+        return values.to(self.dtype).view(self.int)
 
 
 class OutOfBlocksError(RuntimeError):
@@ -27,7 +94,7 @@ class OutOfBlocksError(RuntimeError):
 @dataclass(frozen=True)
 class KVCacheSpec:
     """Geometry of the paged KV cache: what is stored (and registered with LMCache), and what the model
-    computes (``compute``: layers, heads, head size; None = the stored geometry, in float32)."""
+    computes (``compute``: layers, heads, head size, expanded into the storage; None = the stored geometry)."""
 
     num_layers: int
     num_blocks: int
@@ -35,17 +102,12 @@ class KVCacheSpec:
     num_heads: int
     head_size: int
     dtype: torch.dtype = torch.float32
-    compute: Optional[tuple[int, int, int]] = None
+    compute: tuple[int, int, int] | None = None
 
     @property
     def bytes_per_token(self) -> int:
         elem = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.num_layers * self.num_heads * self.head_size * elem
-
-    @property
-    def expanded(self) -> bool:
-        storage = (self.num_layers, self.num_heads, self.head_size)
-        return self.compute is not None and (self.compute != storage or self.dtype != torch.float32)
 
 
 class PagedKVCache:
@@ -56,10 +118,8 @@ class PagedKVCache:
         self.tensors: dict[str, torch.Tensor] = {
             f"layer.{i}": torch.zeros(shape, dtype=spec.dtype) for i in range(spec.num_layers)
         }
-        self.expansion: Optional[KVExpansion] = None
-        if spec.expanded:
-            self.expansion = KVExpansion(spec.compute, (spec.num_layers, spec.num_heads, spec.head_size),
-                                         spec.dtype)
+        storage = (spec.num_layers, spec.num_heads, spec.head_size)
+        self.expansion = KVExpansion(spec.compute, storage, spec.dtype) if spec.compute else None
 
     @property
     def nbytes(self) -> int:
@@ -71,14 +131,11 @@ class PagedKVCache:
     def write(self, layer: int, block_table: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Compute layer ``layer``'s K/V rows for positions ``[start, start + len(k))``."""
         slots = self._slots(block_table, start, k.shape[0])
-        if self.expansion is not None:
-            for storage, rows in self.expansion.encode(layer, k, v).items():
-                self._rows(storage)[:, slots] = rows
+        if self.expansion is None:
+            self.layer(layer).view(2, -1, self.spec.num_heads, self.spec.head_size)[:, slots] = torch.stack((k, v))
             return
-        kv = self.layer(layer)
-        flat = kv.view(2, -1, self.spec.num_heads, self.spec.head_size)
-        flat[0, slots] = k
-        flat[1, slots] = v
+        for storage, rows in self.expansion.encode(layer, k, v).items():
+            self._rows(storage)[:, slots] = rows
 
     def gather(self, layer: int, block_table: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Compute layer ``layer``'s K and V for positions ``[0, length)``, shape ``(length, h, d)``."""
@@ -88,20 +145,16 @@ class PagedKVCache:
             raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has "
                              f"{len(block_table)}")
         ids = torch.tensor(block_table[:nblocks], dtype=torch.long)
-        if self.expansion is not None:
-            _, heads, size = self.spec.compute
-            src = self.expansion.src
-            rows = self.layer(layer).view(2, self.spec.num_blocks, bs, -1)[..., :src].index_select(1, ids)
-            kv = rows.reshape(2, nblocks * bs, heads, size).float()
-            return kv[0, :length], kv[1, :length]
-        kv = self.layer(layer).index_select(1, ids)
-        kv = kv.reshape(2, nblocks * bs, self.spec.num_heads, self.spec.head_size)
+        # The compute geometry's values are the first h * d of each stored row (all of it without expansion).
+        _, heads, size = self.spec.compute or (self.spec.num_layers, self.spec.num_heads, self.spec.head_size)
+        rows = self.layer(layer).view(2, self.spec.num_blocks, bs, -1)[..., : heads * size].index_select(1, ids)
+        kv = rows.reshape(2, nblocks * bs, heads, size).float()
         return kv[0, :length], kv[1, :length]
 
     def check_loaded(self, block_table: list[int], length: int) -> int:
         """Check every stored value of positions ``[0, length)`` (whole blocks, as loaded from LMCache) against
         the primary values they were loaded with; fold an offset into each disagreeing token's primary K/V
-        (``kv_layout``) and return how many tokens disagreed. A cache without expansion has nothing to check."""
+        (module docstring) and return how many tokens disagreed. Without expansion there is nothing to check."""
         if self.expansion is None or length <= 0:
             return 0
         bad = 0
@@ -116,7 +169,7 @@ class PagedKVCache:
                 bad += int(wrong.numel())
         return bad
 
-    def _slot_runs(self, block_table: list[int], length: int) -> list[tuple[int, int]]:
+    def _slot_runs(self, block_table: list[int], length: int) -> list[list[int]]:
         """[first, last) slot ranges covering positions [0, length), one per run of consecutive block ids."""
         bs, runs = self.spec.block_size, []
         for i, block in enumerate(block_table[: -(-length // bs)]):
@@ -125,14 +178,14 @@ class PagedKVCache:
                 runs[-1][1] = end
             else:
                 runs.append([block * bs, end])
-        return [(a, b) for a, b in runs]
+        return runs
 
     def _rows(self, storage_layer: int) -> torch.Tensor:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
         t = self.layer(storage_layer)
         return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
-    def copy_blocks(self, src: list[int], dst: list[int], other: "PagedKVCache | None" = None) -> None:
+    def copy_blocks(self, src: list[int], dst: list[int], other: PagedKVCache | None = None) -> None:
         source = other or self
         s = torch.tensor(src, dtype=torch.long)
         d = torch.tensor(dst, dtype=torch.long)

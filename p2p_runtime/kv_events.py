@@ -34,7 +34,7 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 _MASK64 = (1 << 64) - 1
 
 
-# ---- wire structs: field names, order and tagging match vLLM's msgspec structs ------------------
+# Wire structs: field names, order and tagging match vLLM's msgspec structs.
 
 class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
@@ -205,44 +205,32 @@ class KVEventRecorder:
         self.publisher = publisher
         self.model = model
         self.block_size = block_size
-        self._live: dict[str, tuple[list[int], list[int], int]] = {}
+        # request id -> [prompt, its full blocks' hashes, leading prompt tokens this node's LMCache holds]
+        self._live: dict[str, list] = {}
         self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self.publisher is not None
 
     def prefilled(self, request_id: str, prompt_ids: list[int]) -> None:
         if self.publisher is None:
             return
         hashes = block_hashes(prompt_ids, self.block_size, self.model)
         with self._lock:
-            self._live[request_id] = (list(prompt_ids), hashes, 0)
+            self._live[request_id] = [list(prompt_ids), hashes, 0]
         if hashes:
             self.publisher.publish([self._stored(prompt_ids, hashes, MEDIUM_GPU)])
 
     def in_lmcache(self, request_id: str, num_tokens: int) -> None:
-        """The first ``num_tokens`` prompt tokens are (now) held by this node's LMCache server."""
         with self._lock:
-            live = self._live.get(request_id)
-            if live is not None and num_tokens > live[2]:
-                self._live[request_id] = (live[0], live[1], num_tokens)
+            if (live := self._live.get(request_id)) is not None:
+                live[2] = max(live[2], num_tokens)
 
     def freed(self, request_id: str) -> None:
-        if self.publisher is None:
-            return
-        with self._lock:
+        with self._lock:  # nothing is live without a publisher
             live = self._live.pop(request_id, None)
-        if live is None:
-            return
-        prompt, hashes, in_lmcache = live
-        events: list[KVCacheEvent] = []
-        if hashes:
-            events.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_GPU))
-        kept = hashes[:in_lmcache // self.block_size]
-        if kept:
-            events.append(self._stored(prompt, kept, MEDIUM_CPU))
-        self.publisher.publish(events)
+        if live and live[1]:
+            prompt, hashes, in_lmcache = live
+            kept = hashes[:in_lmcache // self.block_size]
+            self.publisher.publish([BlockRemoved(block_hashes=hashes, medium=MEDIUM_GPU),
+                                    *([self._stored(prompt, kept, MEDIUM_CPU)] if kept else [])])
 
     def cleared(self) -> None:
         if self.publisher is None:

@@ -63,14 +63,10 @@ class RequestLimits:
             await _reply(send, 400, "request holds a string that is not valid Unicode (a lone surrogate such as "
                                     "\\ud800); send UTF-8 text")
             return
-        replayed = False
+        pending = [{"type": "http.request", "body": bytes(body), "more_body": False}]
 
         async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
+            return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
 

@@ -75,14 +75,8 @@ class LMCacheAdapter:
     """The KV operations are meant for a single worker thread; connecting runs on a background thread, which
     only ever swaps a finished connection in."""
 
-    def __init__(
-        self,
-        url: str,
-        registration: KVRegistration,
-        timeout_s: float = 2.0,
-        reconnect_interval_s: float = 2.0,
-        lookup_wait: str = "poll",
-    ) -> None:
+    def __init__(self, url: str, registration: KVRegistration, timeout_s: float = 2.0,
+                 reconnect_interval_s: float = 2.0, lookup_wait: str = "poll") -> None:
         if lookup_wait not in LOOKUP_WAIT_MODES:
             raise ValueError(f"lookup_wait {lookup_wait!r}: use one of {', '.join(LOOKUP_WAIT_MODES)}")
         self.lookup_wait = lookup_wait
@@ -171,12 +165,12 @@ class LMCacheAdapter:
     def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
                  block_ids: list[int]) -> None:
         conn = self._require("retrieve")
-        end = num_chunks * conn.chunk_size
+        cs = conn.chunk_size
+        end = num_chunks * cs
         key = self._key(token_ids[:end], 0, end, session, 0)
         started = time.monotonic()
         ok = self._transfer(conn, "retrieve", lambda: conn.transfer_context.submit_retrieve(
-            session, key, self.reg.tensors, [block_ids], None, self._blocks_per_chunk(conn),
-            skip_first_n_tokens=0))
+            session, key, self.reg.tensors, [block_ids], None, cs // self.reg.block_size, skip_first_n_tokens=0))
         self.last_timings["retrieve"] = time.monotonic() - started
         logger.debug("%s: retrieved %d tokens in %.1f ms (%s)", session, end,
                      self.last_timings["retrieve"] * 1e3, conn.transport)
@@ -189,7 +183,7 @@ class LMCacheAdapter:
         cs = conn.chunk_size
         key = self._key(token_ids[: end_chunk * cs], start_chunk * cs, end_chunk * cs, session, 0)
         ok = self._transfer(conn, "store", lambda: conn.transfer_context.submit_store(
-            session, key, self.reg.tensors, [block_ids], None, self._blocks_per_chunk(conn)))
+            session, key, self.reg.tensors, [block_ids], None, cs // self.reg.block_size))
         if not ok:
             # Most likely a restarted server that no longer knows our registration.
             self._retire(conn, "refused a store; re-registering")
@@ -197,17 +191,18 @@ class LMCacheAdapter:
 
     def end_session(self, session: str) -> None:
         conn = self._conn
-        if conn is not None:
-            self._best_effort(conn, lambda: conn.request_client.end_session(session))
+        if conn is None:
+            return
+        try:
+            conn.request_client.end_session(session).result(timeout=_CLEANUP_TIMEOUT_S)
+        except Exception as exc:  # cleanup must never fail a request
+            logger.debug("LMCache end_session failed: %r", exc)
 
     def _key(self, token_ids: list[int], start: int, end: int, session: str,
              worker_id: int | None) -> Any:
         return self._lm.IPCCacheServerKey(
             model_name=self.reg.model_name, world_size=1, num_kv_readers=1, worker_id=worker_id,
             token_ids=tuple(token_ids), start=start, end=end, request_id=session)
-
-    def _blocks_per_chunk(self, conn: _Connection) -> int:
-        return conn.chunk_size // self.reg.block_size
 
     def _require(self, op: str) -> _Connection:
         conn = self._conn
@@ -228,23 +223,11 @@ class LMCacheAdapter:
     def _transfer(self, conn: _Connection, op: str, submit) -> bool:
         # The engine-driven context turns RPC timeouts into ``False``; time it to tell them apart.
         started = time.monotonic()
-        try:
-            ok = bool(submit().result(timeout=self.timeout_s))
-        except TimeoutError:
-            ok = False
-        except Exception as exc:
-            self._retire(conn, f"failed a {op} ({exc!r})")
-            raise LMCacheError(op, "error", repr(exc)) from exc
+        ok = bool(self._call(conn, op, submit))
         if not ok and time.monotonic() - started >= self.timeout_s:
             self._retire(conn, "stopped answering")
             raise LMCacheError(op, "timeout", f"no answer within {self.timeout_s:.1f}s")
         return ok
-
-    def _best_effort(self, conn: _Connection, rpc) -> None:
-        try:
-            rpc().result(timeout=_CLEANUP_TIMEOUT_S)
-        except Exception as exc:  # cleanup must never fail a request
-            logger.debug("LMCache cleanup RPC failed: %r", exc)
 
     def _retire(self, conn: _Connection, why: str) -> None:
         # The reconnect thread disposes of it and connects anew.
@@ -395,8 +378,8 @@ def _import_lmcache() -> SimpleNamespace:
                            f"{exc}") from exc
     logger.info("lmcache imported in %.1fs", time.monotonic() - started)
     return SimpleNamespace(zmq=zmq, EngineType=EngineType, IPCCacheServerKey=IPCCacheServerKey,
-                           EngineGroupInfo=EngineGroupInfo, EngineDrivenTransferContext=EngineDrivenTransferContext,
-                           RequestClientFactory=RequestClientFactory)
+                           EngineGroupInfo=EngineGroupInfo, RequestClientFactory=RequestClientFactory,
+                           EngineDrivenTransferContext=EngineDrivenTransferContext)
 
 
 def _zmq_context(lm: SimpleNamespace) -> Any:

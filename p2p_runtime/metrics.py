@@ -30,14 +30,8 @@ TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 
 def buckets_1_2_5(max_value: int) -> tuple[float, ...]:
     """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to max_value (token-count histograms)."""
-    out, exp = [], 0
-    while True:
-        for m in (1, 2, 5):
-            v = m * 10 ** exp
-            if v > max_value:
-                return tuple(float(x) for x in out)
-            out.append(v)
-        exp += 1
+    return tuple(float(v) for v in (m * 10 ** e for e in range(20) for m in (1, 2, 5)) if v <= max_value)
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -45,28 +39,30 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class EngineMetrics:
     def __init__(self, model_name: str, instance_id: str, max_model_len: int = 8192,
                  cache_info: dict[str, object] | None = None) -> None:
-        self.registry = CollectorRegistry()
-        r, labels = self.registry, ("model_name", "engine")
-        lv = {"model_name": model_name, "engine": "0"}
+        self.registry = r = CollectorRegistry()
+        labels, lv = ("model_name", "engine"), {"model_name": model_name, "engine": "0"}
+        self._lv = lv
 
-        def labelled(kind, name, doc):
-            return kind(name, doc, labels, registry=r).labels(**lv)
+        def labelled(kind, name, doc, **kw):
+            return kind(name, doc, labels, registry=r, **kw).labels(**lv)
 
         def total(name, doc):  # an engine-wide p2p_engine_* counter, no labels
             return Counter(name, doc, registry=r)
 
         def hist(name, doc, buckets):
-            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(**lv)
+            return labelled(Histogram, name, doc, buckets=buckets)
 
-        self._running = labelled(Gauge, "vllm:num_requests_running", "Requests being decoded.")
-        self._waiting = labelled(Gauge, "vllm:num_requests_waiting", "Requests waiting to start.")
-        self._kv_usage = labelled(Gauge, "vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).")
+        self.running = labelled(Gauge, "vllm:num_requests_running", "Requests being decoded.")
+        self.waiting = labelled(Gauge, "vllm:num_requests_waiting", "Requests waiting to start.")
+        self.kv_usage = labelled(Gauge, "vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).")
         self.prefix_queries = labelled(Counter, "vllm:prefix_cache_queries",
                                        "Prompt tokens queried in the local prefix cache.")
-        self.prefix_hits = labelled(Counter, "vllm:prefix_cache_hits", "Prompt tokens hit in the local prefix cache.")
+        # Never incremented: no local prefix cache here (every reuse is an LMCache hit).
+        labelled(Counter, "vllm:prefix_cache_hits", "Prompt tokens hit in the local prefix cache.")
         self.external_queries = labelled(Counter, "vllm:external_prefix_cache_queries",
                                          "Prompt tokens queried in LMCache.")
-        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits", "Prompt tokens loaded from LMCache.")
+        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits",
+                                      "Prompt tokens loaded from LMCache.")
         self.prompt_tokens = labelled(Counter, "vllm:prompt_tokens", "Prompt tokens processed.")
         self.generation_tokens = labelled(Counter, "vllm:generation_tokens", "Tokens generated.")
         self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"),
@@ -75,7 +71,7 @@ class EngineMetrics:
                             (*labels, "source"), registry=r)
         self.tokens_by_source = {src: by_source.labels(source=src, **lv) for src in TOKEN_SOURCES}
         # Never incremented: this scheduler waits for free blocks instead of preempting (exposed at 0 as vLLM).
-        self.preemptions = labelled(Counter, "vllm:num_preemptions", "Preempted requests.")
+        labelled(Counter, "vllm:num_preemptions", "Preempted requests.")
         token_buckets = buckets_1_2_5(max_model_len)
         self.request_prompt_tokens = hist("vllm:request_prompt_tokens", "Prompt tokens per finished request.",
                                           token_buckets)
@@ -84,7 +80,6 @@ class EngineMetrics:
         info = {k: str(v) for k, v in (cache_info or {}).items()}
         Gauge("vllm:cache_config_info", "Information of the KV cache configuration (value is always 1).",
               tuple(info), registry=r).labels(**info).set(1)
-        self._lv = lv
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
         self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", LATENCY_BUCKETS)
         self.itl = hist("vllm:inter_token_latency_seconds", "Time between generated tokens.", ITL_BUCKETS)
@@ -94,7 +89,7 @@ class EngineMetrics:
 
         Gauge("p2p_engine_info", "Static engine facts (value is always 1).",
               ("instance_id", "model_name"), registry=r).labels(instance_id, model_name).set(1)
-        self._connected = Gauge("p2p_engine_lmcache_connected",
+        self.lmcache_connected = Gauge("p2p_engine_lmcache_connected",
                                 "1 while registered with the LMCache server.", registry=r)
         self._fallbacks = Counter(
             "p2p_engine_lmcache_fallbacks", "LMCache operations that failed and were worked "
@@ -113,27 +108,8 @@ class EngineMetrics:
                                      buckets=LMCACHE_OP_BUCKETS, registry=r)
         self.emulated_sleep = total("p2p_engine_emulated_sleep_seconds", "Seconds slept to emulate GPU timing.")
 
-    def set_queue(self, running: int, waiting: int) -> None:
-        self._running.set(running)
-        self._waiting.set(waiting)
-
-    def set_kv_usage(self, fraction: float) -> None:
-        self._kv_usage.set(fraction)
-
-    def set_connected(self, connected: bool) -> None:
-        self._connected.set(1 if connected else 0)
-
     def request_finished(self, reason: str) -> None:
         self._success.labels(finished_reason=reason, **self._lv).inc()
-
-    def request_tokens(self, prompt_tokens: int, generation_tokens: int) -> None:
-        self.request_prompt_tokens.observe(prompt_tokens)
-        self.request_generation_tokens.observe(generation_tokens)
-
-    def prompt_sources(self, computed: int, loaded: int) -> None:
-        """No local prefix cache here: every reused token came over the KV connector (LMCache)."""
-        self.tokens_by_source["local_compute"].inc(computed)
-        self.tokens_by_source["external_kv_transfer"].inc(loaded)
 
     def fallback(self, op: str, reason: str) -> None:
         self._fallbacks.labels(op=op, reason=reason).inc()

@@ -63,18 +63,8 @@ def configure_threads(num_threads: int) -> None:
         pass
 
 
-@dataclass
-class _Layer:
-    norm1: torch.Tensor
-    wqkv: torch.Tensor
-    wo: torch.Tensor
-    norm2: torch.Tensor
-    w1: torch.Tensor
-    w2: torch.Tensor
-
-
 class TinyTransformer:
-    """Pre-norm (RMSNorm, rotary positions, SiLU MLP), greedy decoding."""
+    """Pre-norm (RMSNorm with unit weights, rotary positions, SiLU MLP), greedy decoding."""
 
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
@@ -86,18 +76,11 @@ class TinyTransformer:
 
         # Creation order is part of the model's identity: changing it changes every weight.
         self.embed = normal(vocab, d, std=1.0)
-        self.layers = [
-            _Layer(
-                norm1=torch.ones(d),
-                wqkv=normal(d, 3 * d, std=1 / math.sqrt(d)),
-                wo=normal(d, d, std=1 / math.sqrt(d)),
-                norm2=torch.ones(d),
-                w1=normal(d, config.mlp_ratio * d, std=1 / math.sqrt(d)),
-                w2=normal(config.mlp_ratio * d, d, std=1 / math.sqrt(config.mlp_ratio * d)),
-            )
-            for _ in range(config.num_layers)
-        ]
-        self.final_norm = torch.ones(d)
+        mlp = config.mlp_ratio * d
+        # Per layer: wqkv, wo, w1, w2.
+        self.layers = [(normal(d, 3 * d, std=1 / math.sqrt(d)), normal(d, d, std=1 / math.sqrt(d)),
+                        normal(d, mlp, std=1 / math.sqrt(d)), normal(mlp, d, std=1 / math.sqrt(mlp)))
+                       for _ in range(config.num_layers)]
         lm_head = normal(d, vocab, std=1 / math.sqrt(d))
         # Only printable ASCII and EOS can be generated (see tokenizer.PRINTABLE_IDS).
         self.output_ids = torch.tensor([*PRINTABLE_IDS, EOS_ID], dtype=torch.long)
@@ -110,7 +93,7 @@ class TinyTransformer:
 
     def kv_spec(self, num_blocks: int, block_size: int, profile: KVProfile | None = None) -> KVCacheSpec:
         """The paged-cache geometry this model writes: its own, or a real model's (``profile``, see
-        ``kv_layout``) that its KV is expanded into."""
+        ``kv_cache``) that its KV is expanded into."""
         c = self.config
         if profile is None or profile.name == TINY:
             return KVCacheSpec(c.num_layers, num_blocks, block_size, c.num_heads, c.head_size)
@@ -124,7 +107,6 @@ class TinyTransformer:
         cs, n = self.config.chunk_size, len(token_ids)
         if start % cs or not 0 <= start < n:
             raise ValueError(f"prefill start {start} must be a multiple of {cs} and < {n}")
-        hidden = None
         for chunk_start in range(start, n, cs):
             valid = min(cs, n - chunk_start)
             ids = token_ids[chunk_start : chunk_start + valid] + [0] * (cs - valid)
@@ -145,17 +127,17 @@ class TinyTransformer:
         t, h, hs, d = ids.shape[0], c.num_heads, c.head_size, c.hidden_size
         cos, sin = self._cos[start : start + t], self._sin[start : start + t]
         x = self.embed[ids]
-        for index, layer in enumerate(self.layers):
-            qkv = _rms_norm(x, layer.norm1) @ layer.wqkv
+        for index, (wqkv, wo, w1, w2) in enumerate(self.layers):
+            qkv = _rms_norm(x) @ wqkv
             q, k, v = (part.reshape(t, h, hs) for part in qkv.split(d, dim=1))
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             # Padding rows of the last prefill block are never written: the cache holds only
             # real tokens.
             cache.write(index, table, start, k[:valid], v[:valid])
             keys, values = cache.gather(index, table, start + valid)
-            x = x + self._attention(q, keys, values, start).reshape(t, d) @ layer.wo
-            x = x + torch.nn.functional.silu(_rms_norm(x, layer.norm2) @ layer.w1) @ layer.w2
-        return _rms_norm(x, self.final_norm)
+            x = x + self._attention(q, keys, values, start).reshape(t, d) @ wo
+            x = x + torch.nn.functional.silu(_rms_norm(x) @ w1) @ w2
+        return _rms_norm(x)
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         t, own = q.shape[0], keys.shape[0] - start
@@ -182,8 +164,8 @@ class TinyTransformer:
         return angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+def _rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

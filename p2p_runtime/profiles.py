@@ -3,7 +3,7 @@
 A profile fixes the layout of the KV the engine registers with LMCache, stores and loads: layers, KV heads, head
 size and dtype as the model's ``config.json`` gives them (vLLM's KV cache dtype ``auto`` follows the model's
 dtype), plus a GPU fleet's block and chunk sizes (vLLM's CUDA default of 16 tokens per block, LMCache's default
-chunk of 256 tokens). The compute stays the tiny model's (``kv_layout``). ``tiny`` is the engine's own geometry
+chunk of 256 tokens). The compute stays the tiny model's (``kv_cache``). ``tiny`` is the engine's own geometry
 (its ``--num-layers``, ``--num-heads``, ``--head-size``, float32). Pure: torch is imported only where tensors are
 made, since the fleet spec reads this module without it.
 """

@@ -1,4 +1,4 @@
-"""OpenAI/vLLM wire schemas: request models, response builders and the error body.
+"""OpenAI/vLLM wire schemas: request models and the error body.
 
 Field names follow vLLM's OpenAI-compatible server. Unknown request fields are accepted and
 ignored, as vLLM does, so clients that send extra sampling options keep working.
@@ -6,25 +6,16 @@ ignored, as vLLM does, so clients that send extra sampling options keep working.
 
 from __future__ import annotations
 
-import time
-from typing import Any, Literal
-import uuid
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None,
-                 err_type: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.err_type = err_type or _ERROR_TYPES.get(status, "BadRequestError")
-        self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.status, self.message, self.param, self.err_type)
+        self.status, self.message, self.param, self.headers = status, message, param, headers
 
 
 _ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
@@ -32,12 +23,12 @@ _ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFou
                 500: "InternalServerError", 503: "ServiceUnavailableError"}
 
 
-def error_body(status: int, message: str, param: str | None = None, err_type: str | None = None) -> dict[str, Any]:
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
     """vLLM's error shape: the HTTP status doubles as ``code``."""
     # An error may quote the client's text; a lone surrogate in it must not make the error itself fail.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"error": {"message": message, "type": err_type or _ERROR_TYPES.get(status, "Error"),
-                      "param": param, "code": status}}
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "Error"), "param": param,
+                      "code": status}}
 
 
 class _Lenient(BaseModel):
@@ -100,43 +91,3 @@ class TokenizeRequest(_Lenient):
 class DetokenizeRequest(_Lenient):
     model: str | None = None
     tokens: list[int]
-
-
-def new_id(prefix: Literal["cmpl", "chatcmpl"]) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
-
-
-def completion_response(rid: str, model: str, text: str, finish_reason: str | None,
-                        usage_: dict) -> dict[str, Any]:
-    return {**completion_chunk(rid, model, int(time.time()), text, finish_reason), "usage": usage_}
-
-
-def chat_response(rid: str, model: str, text: str, finish_reason: str | None, usage_: dict) -> dict[str, Any]:
-    choice = {"message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason,
-              "stop_reason": None}
-    return {**_envelope(rid, "chat.completion", int(time.time()), model, [{"index": 0, **choice}]), "usage": usage_}
-
-
-def completion_chunk(rid: str, model: str, created: int, text: str, finish_reason: str | None) -> dict[str, Any]:
-    return _envelope(rid, "text_completion", created, model, [
-        {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}])
-
-
-def chat_chunk(rid: str, model: str, created: int, delta: dict, finish_reason: str | None) -> dict[str, Any]:
-    return _envelope(rid, "chat.completion.chunk", created, model, [
-        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
-
-
-def usage_chunk(rid: str, model: str, created: int, obj: str, usage_: dict) -> dict[str, Any]:
-    """The last chunk when ``stream_options.include_usage`` is set: no choices, just usage."""
-    return {**_envelope(rid, obj, created, model, []), "usage": usage_}
-
-
-def _envelope(rid: str, obj: str, created: int, model: str, choices: list[dict]) -> dict[str, Any]:
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}

@@ -1,7 +1,13 @@
-"""Named GPU timing profiles for the embedded engine, fitted to llm-d's published H200 measurements.
+"""GPU timing: the emulator that pads the engine's steps, and its named profiles fitted to llm-d's H200 figures.
 
-Fitted reproducibly from llm-d's pull-vs-recompute calibration of gpt-oss-120b on H200 (reference llmd-p2p.md
-section 10: the RDMA table and the later TCP report), so every report can name the profile and its figures:
+The CPU model is far slower per FLOP than a GPU but far smaller, so its raw timings say nothing about a real
+deployment. When enabled (like llm-d-inference-sim's latency flags), each step is padded with a sleep up to the
+time a GPU would have taken: prefill costs ``prefill_us_per_token`` per computed token plus ``load_us_per_token``
+per token loaded from LMCache, each decode step ``decode_ms_per_token``, every target with seeded multiplicative
+jitter. Real work is never shortened: if the CPU was already slower, no sleep happens.
+
+The profiles are fitted reproducibly from llm-d's pull-vs-recompute calibration of gpt-oss-120b on H200 (reference
+llmd-p2p.md section 10: the RDMA table and the later TCP report), so every report can name the profile and figures:
 
 - prefill: us per computed token, least squares through the origin (prefill grows a little faster than linearly
   with attention; the worst relative error is kept as `prefill_fit_error`). On the TCP points it gives llm-d's own
@@ -16,8 +22,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+import random
+import threading
+import time
+from typing import TYPE_CHECKING
 
 from p2p_runtime.profiles import PROFILES
+
+if TYPE_CHECKING:
+    from p2p_runtime.config import EngineConfig
 
 DEFAULT = "h200-rdma"
 OFF = "off"
@@ -120,10 +133,44 @@ TIMING_NAMES = tuple(TIMING_PROFILES)
 
 
 def match(settings: dict) -> str | None:
-    """The profile a fleet's engine settings run (the keys engine_settings writes; absent ones are 0), else None."""
+    """The profile a fleet's engine settings run (the keys engine_settings writes; absent: 0), else None."""
     keys = ("prefill_us_per_token", "decode_ms_per_token", "load_us_per_token")
     for p in TIMING_PROFILES.values():
         want = p.engine_settings()
         if all(abs(float(settings.get(k) or 0.0) - want[k]) < 1e-6 for k in keys):
             return p.name
     return None
+
+
+class TimingEmulator:
+    """Emulates the costs an EngineConfig names (validated there); all zero, the default, sleeps never."""
+
+    def __init__(self, config: EngineConfig, sleep=time.sleep, clock=time.monotonic) -> None:
+        self.config = config
+        self._rng = random.Random(config.timing_seed)
+        self._lock = threading.Lock()
+        self._sleep = sleep
+        self._clock = clock
+
+    def prefill_target_s(self, computed_tokens: int, loaded_tokens: int) -> float:
+        c = self.config
+        return self._jittered((computed_tokens * c.prefill_us_per_token + loaded_tokens * c.load_us_per_token)
+                              / 1e6)
+
+    def decode_target_s(self) -> float:
+        return self._jittered(self.config.decode_ms_per_token / 1e3)
+
+    def pad(self, started: float, target_s: float) -> float:
+        """Sleep until ``started + target_s`` (monotonic clock); return the seconds slept."""
+        remaining = started + target_s - self._clock()
+        if remaining <= 0:
+            return 0.0
+        self._sleep(remaining)
+        return remaining
+
+    def _jittered(self, base: float) -> float:
+        jitter = self.config.timing_jitter
+        if base <= 0 or not jitter:
+            return base
+        with self._lock:
+            return base * (1.0 + self._rng.uniform(-jitter, jitter))

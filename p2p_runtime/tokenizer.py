@@ -6,10 +6,15 @@ hashes of token ids, so peers that disagree on tokenization share nothing.
 
 Ids from ``FIRST_UNUSED_ID`` up to ``vocab_size - 1`` exist in the embedding table (so the vocab
 size can mimic a real model's) but are never produced by ``encode`` or generation.
+
+The chat template is fixed for the same reason: every node must render a conversation to the same tokens. Each
+message becomes ``<|role|>\\n<content>\\n``; the generation prompt is ``<|assistant|>\\n``. A conversation that
+extends another one therefore extends its tokens too, which is what multi-turn prefix reuse relies on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 BOS_ID = 256
@@ -32,9 +37,6 @@ class ByteTokenizer:
             raise ValueError(f"vocab_size must be >= {FIRST_UNUSED_ID} (256 bytes + BOS/EOS/PAD), "
                              f"got {self.vocab_size}")
 
-    bos_id = BOS_ID
-    eos_id = EOS_ID
-
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))
         return [BOS_ID, *ids] if add_bos else ids
@@ -56,3 +58,29 @@ class ByteTokenizer:
             parts.append(SPECIAL_TOKENS.get(tid, f"<unused_{tid}>"))
         parts.append(out.decode("utf-8", errors="replace"))
         return "".join(parts)
+
+
+class ChatTemplateError(ValueError):
+    """A message cannot be rendered (e.g. an image part)."""
+
+
+def render_chat(messages: Iterable[tuple[str, str]], add_generation_prompt: bool = True) -> str:
+    text = "".join(f"<|{role}|>\n{content}\n" for role, content in messages)
+    return text + "<|assistant|>\n" if add_generation_prompt else text
+
+
+def message_text(content: str | list | None) -> str:
+    """OpenAI message content (a string or a list of text parts) as one string; a non-text part is a
+    ChatTemplateError (no vision input here)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise ChatTemplateError(f"unsupported content part type {part.type!r}; only text parts "
+                                    f"are accepted")
+        texts.append(part.text)
+    # vLLM joins text parts with newlines.
+    return "\n".join(texts)

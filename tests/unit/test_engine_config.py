@@ -27,7 +27,7 @@ def test_defaults_and_overrides():
     cfg = EngineConfig.from_argv(["--port", "0", "--chunk-size", "512", "--instance-id", "a-0",
                                   "--decode-ms-per-token", "20", "--timing-jitter", "0.1"])
     assert cfg.chunk_size == 512 and cfg.label == "a-0"
-    assert cfg.timing.enabled and cfg.timing.decode_ms_per_token == 20
+    assert cfg.decode_ms_per_token == 20 and cfg.timing_jitter == 0.1
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -43,8 +43,7 @@ def test_same_seed_same_weights_other_seed_different():
     a, b = TinyTransformer(ModelConfig(seed=3)), TinyTransformer(ModelConfig(seed=3))
     c = TinyTransformer(ModelConfig(seed=4))
     assert torch.equal(a.embed, b.embed) and torch.equal(a.lm_head, b.lm_head)
-    assert all(torch.equal(x.wqkv, y.wqkv) and torch.equal(x.w2, y.w2)
-               for x, y in zip(a.layers, b.layers))
+    assert all(torch.equal(x, y) for la, lb in zip(a.layers, b.layers) for x, y in zip(la, lb))
     assert not torch.equal(a.embed, c.embed)
 
 

@@ -1,6 +1,6 @@
 """Real-model KV profiles: real byte sizes and layout, bitwise-stable loads, every loaded byte checked.
 
-The model computes with its tiny geometry; the paged cache holds the profile's (kv_layout). A load that copies
+The model computes with its tiny geometry; the paged cache holds the profile's (kv_cache). A load that copies
 a prefix's blocks into another cache must give bitwise the same answer as computing it, and one flipped, zeroed
 or swapped value in any layer of any loaded chunk must change the answer (and be counted).
 """
@@ -163,5 +163,5 @@ def _llama(model) -> Setup:
 
 def test_tiny_profile_keeps_todays_cache_exactly(model):
     spec = model.kv_spec(8, BS, resolve("tiny", 2, 4, 32))
-    assert not spec.expanded and spec.dtype == torch.float32 and spec.bytes_per_token == 2048
+    assert spec.compute is None and spec.dtype == torch.float32 and spec.bytes_per_token == 2048
     assert PagedKVCache(spec).check_loaded(list(range(8)), 64) == 0

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from p2p_runtime.api import create_app
 from p2p_runtime.config import EngineConfig
 from p2p_runtime.core import EngineCore
-from p2p_runtime.request import Request
+from p2p_runtime.scheduler import Request
 from p2p_runtime.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
