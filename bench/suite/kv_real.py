@@ -104,8 +104,10 @@ def _fits(profile: KVProfile, n: int) -> float:
 def run(report) -> None:
     t = report.table("kv_real", "KV pull at real model sizes (ms and MB/s, medians; every pull checked bitwise)",
                      ["profile", "KiB/token", "tokens", "MiB", "lookup ms", "retrieve ms", "pull ms", "pull MB/s",
-                      "LMCache channel MB/s", "pull / channel", "memcpy MB/s", "miss lookup ms", "verified"],
-                     plot=("MiB", ["pull MB/s", "LMCache channel MB/s", "memcpy MB/s"], "MB/s", True))
+                      "LMCache channel MB/s", "pull / channel", "mooncake_te channel MB/s", "memcpy MB/s",
+                      "miss lookup ms", "verified"],
+                     plot=("MiB", ["pull MB/s", "LMCache channel MB/s", "mooncake_te channel MB/s", "memcpy MB/s"],
+                           "MB/s", True))
     budget = box_budget_gib()
     for name, lengths in PLAN[report.size]:
         profile = PROFILES[name]
@@ -141,12 +143,16 @@ def _measure(report, t, profile: KVProfile, lengths: list[int], repeats: int) ->
             reader.close()
         ucx = (ctx.fleet.settings.ucx_tls, ctx.fleet.settings.ucx_net_devices)
     chan = _channel_mbps(report, t, profile, lengths, ucx)
+    # The same objects through Mooncake's transfer engine (issue 29: both engines at the same sizes).
+    moon = _channel_mbps(report, t, profile, lengths, ucx, "mooncake_te")
     for n, rows in measured.items():
-        _row(report, t, profile, n, rows, chan.get(n))
+        _row(report, t, profile, n, rows, chan.get(n), moon.get(n))
 
 
-def _channel_mbps(report, t, profile: KVProfile, lengths: list[int], ucx: tuple[str, str]) -> dict[int, float]:
-    """tokens -> LMCache's transfer-channel MB/s (median) for that prefix's chunks; {} when it could not run."""
+def _channel_mbps(report, t, profile: KVProfile, lengths: list[int], ucx: tuple[str, str],
+                  engine: str = "nixl") -> dict[int, float]:
+    """tokens -> LMCache's transfer-channel MB/s (median) on `engine` for that prefix's chunks; {} when it could
+    not run (a note says why)."""
     import tempfile
 
     from p2p_ops.bench import channel
@@ -154,7 +160,8 @@ def _channel_mbps(report, t, profile: KVProfile, lengths: list[int], ucx: tuple[
     from p2p_ops.lifecycle.free_ports import free_port
 
     counts = [n // profile.chunk_size for n in lengths]  # pull_once pulls n // chunk of n + 1 tokens
-    opts = channel.Options(object_size=profile.chunk_bytes, counts=counts, page_size=profile.l1_align_bytes)
+    opts = channel.Options(object_size=profile.chunk_bytes, counts=counts, page_size=profile.l1_align_bytes,
+                           channel_type=engine)
     env = channel.transport_env(*ucx)
     try:
         with tempfile.TemporaryDirectory(prefix="chan-") as tmp:
@@ -162,18 +169,18 @@ def _channel_mbps(report, t, profile: KVProfile, lengths: list[int], ucx: tuple[
                      for r in ("server", "client")]
             runs = channel.run_channel(*sides, opts, channel.Ports(free_port(), free_port(), free_port()))
     except Exception as exc:  # noqa: BLE001 - the pull figures stand without the column
-        report.note(t, f"LMCache's transfer-channel benchmark did not run: {exc}")
+        report.note(t, f"LMCache's transfer-channel benchmark ({engine}) did not run: {exc}")
         return {}
     out = {}
     for n, run in zip(lengths, runs):
         if run.ok and run.median_gbps and run.verified is not False:
             out[n] = run.median_gbps * 1e3
         else:
-            report.note(t, f"channel at {run.num_objects} objects: {run.error or 'no figure'}")
+            report.note(t, f"{engine} channel at {run.num_objects} objects: {run.error or 'no figure'}")
     return out
 
 
-def _row(report, t, profile: KVProfile, n: int, rows: list[dict], chan: float | None) -> None:
+def _row(report, t, profile: KVProfile, n: int, rows: list[dict], chan: float | None, moon: float | None) -> None:
     med = {k: statistics.median(r[k] for r in rows) for k in ("lookup", "retrieve", "pull", "miss")}
     nbytes = rows[0]["bytes"]
     mbps = nbytes / med["pull"] / 1e6
@@ -181,7 +188,8 @@ def _row(report, t, profile: KVProfile, n: int, rows: list[dict], chan: float | 
     report.add_row(t, **{"profile": profile.name, "KiB/token": profile.bytes_per_token // 1024, "tokens": n,
                          "MiB": nbytes / 2**20, "lookup ms": med["lookup"] * 1e3, "retrieve ms": med["retrieve"] * 1e3,
                          "pull ms": med["pull"] * 1e3, "pull MB/s": mbps, "LMCache channel MB/s": chan,
-                         "pull / channel": mbps / chan if chan else None, "memcpy MB/s": mem,
+                         "pull / channel": mbps / chan if chan else None, "mooncake_te channel MB/s": moon,
+                         "memcpy MB/s": mem,
                          "miss lookup ms": med["miss"] * 1e3,
                          "verified": f"{sum(r['ok'] for r in rows)}/{len(rows)}"})
     report.facts.setdefault("real_pull", []).append({"profile": profile.name, "tokens": n, "MiB": nbytes / 2**20,
