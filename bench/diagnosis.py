@@ -36,11 +36,8 @@ from typing import Callable, Optional
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# LMCache never phones home from the fleets this starts, also when run without make (which exports it).
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("LMCACHE_DISABLE_BANNER", "1")
-os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 from p2p_ops.diagnose.judge import _NOT_A_MISS, specificity  # noqa: E402
 from p2p_ops.endpoints import engine_api, lmcache_api  # noqa: E402
