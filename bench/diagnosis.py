@@ -195,6 +195,10 @@ def refusal_words(text: str) -> str:
         text = json.loads(text).get("error", text)
     except (json.JSONDecodeError, AttributeError):
         pass
+    # The judge's cause appended to a refusal is its answer; its fix names commands, not causes.
+    cause = re.search(r"^likely cause: (.*?)(?:; fix: .*)?$", text, flags=re.M)
+    if cause:
+        return cause.group(1)
     lines = [line for line in text.splitlines() if not line.startswith("    ")]
     return re.sub(r"; from \S+:\s*$", "", "\n".join(lines), flags=re.M)
 

@@ -332,11 +332,12 @@ def _check_processes(report: Report, facts: FleetFacts) -> None:
     for inst in facts.instances:
         # "none": stopped cleanly (no pid file), yet the spec has it and its peers and engine go on without it.
         if inst.server_state in ("dead", "stale", "none"):
-            state = "stopped" if inst.server_state == "none" else inst.server_state
+            stopped = inst.server_state == "none"       # stopped on purpose: no crash to read about
+            start = f"start it again from fleet.yaml: {restart(facts, [inst.instance], 'server')}"
             report.add("error", "process", f"{inst.instance}/server", inst.server_state,
-                       f"{inst.instance}'s server is {state} while the fleet runs",
-                       f"read {inst.instance}/server.log (`p2pctl diagnose 'server exits with NIXL_ERR_BACKEND'`), "
-                       f"then start it again from fleet.yaml: {restart(facts, [inst.instance], 'server')}")
+                       f"{inst.instance}'s server is {'stopped' if stopped else inst.server_state} while the fleet runs",
+                       start if stopped else f"read {inst.instance}/server.log (`p2pctl diagnose 'server exits with "
+                                             f"NIXL_ERR_BACKEND'`), then {start}")
 
 
 def check(facts: FleetFacts) -> Report:
