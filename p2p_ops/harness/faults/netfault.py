@@ -22,7 +22,6 @@ from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle.context import FleetContext
 
 
-# The interface holding an IPv4 address, on the node ("" when none; a veth's "@ifN" suffix cut off).
 def eligible(ctx: FleetContext) -> str:
     """'' when network faults can be injected on every node of this fleet; else why not (one line)."""
     for node in ctx.fleet.nodes:

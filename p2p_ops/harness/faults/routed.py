@@ -15,12 +15,12 @@ Since every engine can serve every request behind a router, any failed request c
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from typing import Optional
 
 from p2p_ops.endpoints import metrics_api
+from p2p_ops.harness.faults import drain
 from p2p_ops.harness.faults.core import Kill, Load
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.lifecycle.context import FleetContext
@@ -37,36 +37,26 @@ def worker_value(samples: list[metrics_api.Sample], name: str, worker: str) -> O
     return sum(vals) if vals else None
 
 
-class RouterWatch:
+class RouterWatch(drain.Poller):
     """Samples the router's per-worker metrics for one worker: (t, sent, healthy, breaker), t since load.t0."""
 
     def __init__(self, metrics_url: str, worker: str, t0: float, period_s: float = 0.25) -> None:
-        self.url, self.worker, self.t0, self.period_s = metrics_url, worker, t0, period_s
+        super().__init__(period_s, "router-watch")
+        self.url, self.worker, self.t0 = metrics_url, worker, t0
         self.rows: list[tuple[float, Optional[float], Optional[float], Optional[float]]] = []
         self.retries: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="router-watch")
 
     def start(self) -> "RouterWatch":
-        self._sample()
-        self._thread.start()
-        return self
+        self.sample()
+        return super().start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         m = metrics_api.scrape(self.url)
         if not m:
             return  # the router did not answer this time: a gap, not a zero
         self.rows.append((time.monotonic() - self.t0, worker_value(m, SENT, self.worker),
                           worker_value(m, HEALTH, self.worker), worker_value(m, BREAKER, self.worker)))
         self.retries.append(metrics_api.metric_sum(m, RETRIES))
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self._sample()
 
     def figures(self, fault_t: float, restart_t: Optional[float]) -> dict:
         return failover_figures(self.rows, fault_t, restart_t) | {
@@ -106,7 +96,8 @@ class RoutedKill(Kill):
         r = ctx.fleet.router
         self.metrics_url = f"http://{ctx.fleet.router_node().address}:{r.prometheus_port}"
         self.watch: Optional[RouterWatch] = None
-        self.extra = {"policy": r.policy, "router_retries": r.retries, "cb_failure_threshold": r.cb_failure_threshold,
+        self.extra = {"policy": r.policy, "router_retries": r.retries,
+                      "cb_failure_threshold": r.cb_failure_threshold,
                       "health_check_interval_s": r.health_check_interval_s}
 
     def inject(self, load: Load, progress) -> None:

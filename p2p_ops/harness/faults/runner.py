@@ -20,16 +20,8 @@ from typing import Optional
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.faults import drain
-from p2p_ops.harness.faults.core import (
-    PHASES,
-    FaultOptions,
-    Figures,
-    Load,
-    Progress,
-    fill_figures,
-    shared_jobs,
-    wait_ready,
-)
+from p2p_ops.harness.faults.core import (PHASES, FaultOptions, Figures, Load, Progress, fill_figures, shared_jobs,
+                                         wait_ready)
 from p2p_ops.harness.faults.scenarios import SCENARIOS, why_not
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle.context import FleetContext
@@ -85,7 +77,7 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     d = drain.wait_drained(ctx, sampler.max_seen, timeout, baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
-    samples = sorted(load.samples, key=lambda s: s.t_start_s)
+    samples = sorted(load.runner.records, key=lambda s: s.t_start_s)
     fault.finish(marks, samples)
     figures.extra = dict(fault.extra, inflight_by_server=d.last)
     fill_figures(figures, samples, marks, fault.unreachable_url, fault.why_unreachable)

@@ -83,8 +83,7 @@ class SlowPeer(Fault):
         for i in range(opts.docs):
             doc = prompts.document(self.seed + 7919, i, opts.doc_chars)
             load.one(a_url, doc, max_tokens=1)
-            s = load.one(b_url, doc + "\n" + prompts.question(self.seed + 7919, i))
-            fresh.append(s)
+            fresh.append(load.one(b_url, doc + "\n" + prompts.question(self.seed + 7919, i)))
         ok = [s for s in fresh if s.ok]
         self.extra.update(fresh_docs=len(fresh), fresh_ok=len(ok),
                           fresh_from_cache=sum(s.cached_tokens > 0 for s in ok),
@@ -124,7 +123,8 @@ class L1Full(Fault):
 
     def _l1(self) -> tuple[int, int, float]:
         st = lmcache_api.server_status(self.server)
-        evicted = sum(v for n, _, v in metrics_api.scrape(self.server) if "l1_evicted" in n and not n.endswith("_created"))
+        evicted = sum(v for n, _, v in metrics_api.scrape(self.server)
+                      if "l1_evicted" in n and not n.endswith("_created"))
         return st.l1_used, st.l1_total, evicted
 
     def inject(self, load, progress) -> None:
@@ -185,6 +185,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("engine_killed_via_router", lambda ctx, o, seed: _routed(ctx, "engine"), via_router=True),
     Scenario("peer_server_killed_via_router", lambda ctx, o, seed: _routed(ctx, "server"), via_router=True),
 )}
+
 
 def parse_scenarios(text: Optional[str]) -> list[str]:
     """Without --scenarios: every scenario (the runner skips those this fleet does not allow)."""
