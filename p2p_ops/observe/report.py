@@ -207,9 +207,9 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
         lines += [f"| {k} | {fmt(v['kv_bytes_loaded'], '{:.2f}', 1 / 2**20)} | "
                   f"{fmt(v['external_tokens'], '{:.0f}')} | {v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
     # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
-    from p2p_ops.observe import run_plots as plotting
+    from p2p_ops.observe import charts
 
-    plots = plotting.make_all(run_dir, records, walls, nb)
+    plots = charts.make_all(run_dir, records, walls, nb)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return lines

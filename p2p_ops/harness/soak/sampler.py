@@ -5,7 +5,7 @@ has in flight (P2P lookup jobs, prefetch jobs, L1 read locks: `faults.drain.infl
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
@@ -15,10 +15,6 @@ from p2p_ops.harness.faults.drain import inflight
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.units import Unit
-
-FIELDS = ("t", "unit", "role", "pid", "state", "rss_mib", "anon_mib", "shmem_mib", "fds", "threads", "cpu_s",
-          "l1_used_mib", "lookup_jobs", "prefetch_jobs", "read_locks")
-
 
 @dataclass
 class Row:
@@ -37,6 +33,9 @@ class Row:
     lookup_jobs: Optional[int] = None
     prefetch_jobs: Optional[int] = None
     read_locks: Optional[int] = None
+
+
+FIELDS = [f.name for f in fields(Row)]
 
 
 def soak_units(ctx: FleetContext) -> list[Unit]:

@@ -11,7 +11,7 @@ from p2p_ops import files
 from p2p_ops.harness.soak.runner import Soaked
 from p2p_ops.harness.soak.sampler import FIELDS, Row
 from p2p_ops.harness.soak.verdict import Check, Trend, cpu_percent, passed, per_minute
-from p2p_ops.observe import soak_plots
+from p2p_ops.observe import charts
 from p2p_ops.observe.records import write_csv
 from p2p_ops.observe.report import check_table
 from p2p_ops.observe.stats import fmt
@@ -60,8 +60,8 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
     return "\n".join(lines) + "\n"
 
 
-def _series(rows: list[Row], metric: str, role: Optional[str] = None) -> soak_plots.Series:
-    out: soak_plots.Series = {}
+def _series(rows: list[Row], metric: str, role: Optional[str] = None) -> charts.Series:
+    out: charts.Series = {}
     for r in rows:
         v = getattr(r, metric)
         if v is not None and (role is None or r.role == role):
@@ -71,17 +71,17 @@ def _series(rows: list[Row], metric: str, role: Optional[str] = None) -> soak_pl
 
 def write_plots(s: Soaked, out_dir: Path) -> list[Path]:
     rows, w = s.sampler.rows, s.opts.warmup_s
-    made = [soak_plots.over_time(out_dir / "soak-anon-memory.png", _series(rows, "anon_mib"), "anonymous memory (MiB)",
+    made = [charts.over_time(out_dir / "soak-anon-memory.png", _series(rows, "anon_mib"), "anonymous memory (MiB)",
                                  "Anonymous memory per process (what a leak grows)", w),
-            soak_plots.over_time(out_dir / "soak-fds.png", _series(rows, "fds"), "open file descriptors",
+            charts.over_time(out_dir / "soak-fds.png", _series(rows, "fds"), "open file descriptors",
                                  "Open fds per process", w),
-            soak_plots.over_time(out_dir / "soak-threads.png", _series(rows, "threads"), "threads",
+            charts.over_time(out_dir / "soak-threads.png", _series(rows, "threads"), "threads",
                                  "Threads per process", w),
-            soak_plots.over_time(out_dir / "soak-p2p-inflight.png",
+            charts.over_time(out_dir / "soak-p2p-inflight.png",
                                  {f"{k} {m}": v for m in ("lookup_jobs", "read_locks")
                                   for k, v in _series(rows, m, "server").items()},
                                  "count", "P2P lookup jobs and L1 read locks per server", w),
-            soak_plots.ttft_per_minute(out_dir / "soak-ttft.png",
+            charts.ttft_per_minute(out_dir / "soak-ttft.png",
                                        [(m.minute, m.ttft_p50_s, m.ttft_p99_s) for m in per_minute(s.load.snapshot())])]
     return [p for p in made if p is not None]
 
