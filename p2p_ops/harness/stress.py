@@ -51,8 +51,7 @@ class StressOptions:
     def quick(cls, **kw) -> "StressOptions":
         base = dict(ladder=[1, 2, 4, 8], requests_per_level=0, doc_tokens=768, longdoc_tokens=4096,
                     longdoc_docs=1, longdoc_queries=2, sustained_s=15.0, sustained_concurrency=3)
-        base.update(kw)
-        return cls(**base)
+        return cls(**{**base, **kw})
 
     def validate(self, n_engines: int) -> None:
         if self.policy not in POLICIES:
@@ -94,7 +93,6 @@ class _Run:
         self.rr = itertools.count()
         self.rng = random.Random(opts.seed)
 
-    # ---- placement -----------------------------------------------------------------------------------
     def pick(self, warmer_idx: Optional[int]) -> int:
         n = len(self.engines)
         if warmer_idx is None or self.opts.policy == "round-robin":
@@ -107,7 +105,6 @@ class _Run:
     def budget_left(self) -> bool:
         return time.monotonic() < self.deadline and len(self.records) < self.opts.max_requests
 
-    # ---- one request ---------------------------------------------------------------------------------
     def job(self, stage: str, level: int, idx: int, prompt: str, warmer: Optional[int], prefix_id: str) -> Job:
         node, inst, url = self.engines[idx]
         instance, node_name = inst.id, node.name
@@ -143,7 +140,6 @@ class _Run:
                                for d, w in zip(docs, warmers)], level)
         return warmers
 
-    # ---- stages --------------------------------------------------------------------------------------
     def ladder(self) -> None:
         for level in self.opts.ladder:
             if not self.budget_left():
