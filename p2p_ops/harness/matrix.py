@@ -89,10 +89,7 @@ class MatrixResult:
                 "skipped": sum(p.skipped for p in self.pairs)}
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "instances": self.instances, "counts": self.counts,
-                "chunk_size": self.chunk_size, "chunks": self.chunks, "profile": self.profile,
-                "seconds": self.seconds, "max_seconds": self.max_seconds, "run_dir": self.run_dir,
-                "notes": self.notes, "pairs": [p.to_dict() for p in self.pairs]}
+        return asdict(self) | {"counts": self.counts, "pairs": [p.to_dict() for p in self.pairs]}
 
 
 def default_max_seconds(n: int) -> float:

@@ -211,12 +211,10 @@ def saved_prompts(records: list[RequestRecord], prompts: list[str]) -> list[dict
 def explain_misses(ctx: FleetContext, out_dir: Path, rows: list[dict], progress: Progress) -> list[dict]:
     """explain's verdict for the first missed request of each stage (at most EXPLAIN_AT_MOST), saved in
     explain.json; [] when every cross-node request was served from cache."""
-    picked: dict[str, dict] = {}
-    for row in rows:
-        if row["missed"] and row["instance"] != "router" and row["stage"] not in picked:
-            picked[row["stage"]] = row
+    missed = [r for r in rows if r["missed"] and r["instance"] != "router"]
+    first = [next(r for r in missed if r["stage"] == st) for st in dict.fromkeys(r["stage"] for r in missed)]
     out = []
-    for row in list(picked.values())[:EXPLAIN_AT_MOST]:
+    for row in first[:EXPLAIN_AT_MOST]:
         progress(f"explain request {row['request']} ({row['stage']} on {row['instance']})", 0, None)
         found, ex = explain_request(ctx, out_dir, row["request"], row["prompt"], row["computed_on"],
                                     row["instance"])

@@ -55,13 +55,13 @@ def heatmap(path: Path, doc: dict[str, Any]) -> None:
 
     names, pairs = doc["instances"], _pairs(doc)
     n = len(names)
-    grid = [[_state(pairs.get((s, t))) if s != t else 0 for t in names] for s in names]
+    grid = [[_look(pairs.get((s, t)))[0] if s != t else 0 for t in names] for s in names]
     fig, ax = charts.figure((1.2 + 0.9 * n, 1.0 + 0.8 * n))
     ax.imshow(grid, cmap=ListedColormap(["#ffffff", "#4caf50", "#e53935", "#bdbdbd"]), vmin=0, vmax=3)
     for i, s in enumerate(names):
         for j, t in enumerate(names):
             if s != t:
-                ax.text(j, i, _label(pairs.get((s, t))), ha="center", va="center", fontsize=7)
+                ax.text(j, i, _look(pairs.get((s, t)))[1], ha="center", va="center", fontsize=7)
     ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(n), names, fontsize=8)
     ax.set_xlabel("pulled by (target)")
@@ -72,15 +72,10 @@ def heatmap(path: Path, doc: dict[str, Any]) -> None:
     charts.save(fig, path)
 
 
-def _state(p: Optional[dict[str, Any]]) -> int:
+def _look(p: Optional[dict[str, Any]]) -> tuple[int, str]:
+    """A cell's colour index and its text."""
     if p is None or p["skipped"]:
-        return 3
-    return 1 if p["ok"] else 2
-
-
-def _label(p: Optional[dict[str, Any]]) -> str:
-    if p is None or p["skipped"]:
-        return "skip"
+        return 3, "skip"
     if not p["ok"]:
-        return "FAIL"
-    return f"{p['mbps']:.0f}\nMB/s" if p.get("mbps") else "ok"
+        return 2, "FAIL"
+    return 1, f"{p['mbps']:.0f}\nMB/s" if p.get("mbps") else "ok"
