@@ -15,11 +15,10 @@ from p2p_ops.diagnose.explain.prompt import from_file
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
-from p2p_ops.harness.matrix import MatrixResult, run_matrix
+from p2p_ops.harness.matrix import MatrixResult, cell_text, run_matrix
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.matrix_plot import cell_text
 from p2p_ops.observe.report import Report, build_report
 from p2p_ops.observe.stats import fmt
 
