@@ -1,6 +1,6 @@
 """`p2pctl test soak`: a fleet under a steady mixed load for minutes or hours, with leak figures.
 
-options.py (the run and the leak rule), load.py (the mixed load), fill.py (L1 to steady state), sampler.py
+options.py (the run and the leak rule), load.py (the mixed load, L1 to steady state), sampler.py
 (per-process samples), runner.py (the run), verdict.py (the checks, from slopes, the leak rule and TTFT per
 minute), table.py (the evidence)."""
 
