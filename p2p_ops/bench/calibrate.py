@@ -58,11 +58,6 @@ def advice(rows: list, doc_tokens: int, bytes_per_token: Optional[int] = None, c
     return out
 
 
-def fleet_advice(ctx: FleetContext, rows: list, doc_tokens: int) -> dict:
-    plan = fleet_size_plan(ctx.fleet, max(doc_tokens, ctx.fleet.settings.chunk_size))
-    return advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
-
-
 def prompt_limit(ctx: FleetContext) -> Optional[int]:
     """The longest prefix the engines take (prompt + one generated token); None when the model decides."""
     fleet = ctx.fleet
@@ -113,10 +108,12 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     rows, failures = [], []
     times = timing_doc(ctx, timing)
     progress(f"timing profile {times['describe']}")
+    doc_tokens = doc_tokens or max(lengths)
+    plan = fleet_size_plan(ctx.fleet, max(doc_tokens, ctx.fleet.settings.chunk_size))
 
     def record() -> dict[str, Any]:
-        doc = document(ctx, rows, failures, skipped, fleet_advice(ctx, rows, doc_tokens or max(lengths)), repeats,
-                       launched, times)
+        adv = advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
+        doc = document(ctx, rows, failures, skipped, adv, repeats, launched, times)
         _write(out_dir, doc, rows)
         return doc
 

@@ -109,7 +109,8 @@ def run_fleet(ctx: FleetContext, opts: PeersOptions, progress: Callable[[str], N
         raise BadInput("bench peers needs at least two instances in the fleet")
     node, inst = insts[0]
     order = lookup_order(ctx, node, inst)
-    run = _Run(ctx, (node, inst), order, _chunk_size(ctx, node, inst), opts,
+    chunk = lmcache_api.server_status(ctx.server_url(node, inst)).chunk_size or ctx.fleet.settings.chunk_size
+    run = _Run(ctx, (node, inst), order, chunk, opts,
                opts.seed if opts.seed is not None else int(time.time() * 1000) % 10**9)
     missing = sorted({i.id for _, i in insts[1:]} - set(order))
     if missing:
@@ -127,10 +128,6 @@ def run_fleet(ctx: FleetContext, opts: PeersOptions, progress: Callable[[str], N
         progress(f"N={len(insts)}: repetition {r + 1}/{opts.repeats}")
         samples += [judge(_one(run, scenario, where, holders)) for scenario, where, holders in plan(order)]
     return samples, run.notes
-
-
-def _chunk_size(ctx: FleetContext, node, inst) -> int:
-    return lmcache_api.server_status(ctx.server_url(node, inst)).chunk_size or ctx.fleet.settings.chunk_size
 
 
 def _one(run: _Run, scenario: str, where: str, holders: list[str]) -> Sample:

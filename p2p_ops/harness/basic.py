@@ -124,12 +124,6 @@ def explain_request(ctx: FleetContext, out_dir: Path, request, prompt: str, comp
             "reasons": n.reasons if n else []}, ex
 
 
-def _kv_bytes_per_token(before: list, after: list, objects_before: int, objects_after: int, chunk: int) -> float:
-    stored = (objects_after - objects_before) * chunk
-    grown = grew(before, after, L1_USED)
-    return grown / stored if stored > 0 and grown > 0 else 0.0
-
-
 def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: int,
                   notes: list[str], prompt_text: Optional[str] = None) -> tuple[str, int]:
     """A prompt of >= target tokens none of whose chunks the directory places anywhere (the next documents are
@@ -201,9 +195,11 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     vllm = ctx.fleet.runtime == "vllm"
     # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
     # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
-    kv_bytes = (peer_hit_tokens * _kv_bytes_per_token(before["a"], after["a"], a_objects_before, l1_objects(a_srv),
-                                                      chunk)
-                if vllm else delta("b_engine", ENGINE_LOADED_BYTES))
+    if vllm:
+        stored, grown = (l1_objects(a_srv) - a_objects_before) * chunk, delta("a", L1_USED)
+        kv_bytes = peer_hit_tokens * grown / stored if stored > 0 and grown > 0 else 0.0
+    else:
+        kv_bytes = delta("b_engine", ENGINE_LOADED_BYTES)
     need = (chunks - 1) * chunk
 
     checks = [

@@ -50,14 +50,10 @@ class NodeSize:
         return COORDINATOR_GIB + n * self.per_node_gib()
 
 
-def budget_gib(available_bytes: int, share: float = BUDGET_SHARE) -> float:
-    return available_bytes * share / GIB
-
-
 def box_budget_gib(runner: Runner = run_local) -> Optional[float]:
     """None when /proc/meminfo says nothing."""
     mem = MEMINFO.collect(runner)
-    return budget_gib(mem.available_bytes) if mem else None
+    return mem.available_bytes * BUDGET_SHARE / GIB if mem else None
 
 
 def describe_sizing(data: dict, budget: Optional[float]) -> str:

@@ -88,6 +88,10 @@ class Load:
         self.taken = 0
         self._workers: Optional[load.Workers] = None
 
+    @property
+    def samples(self) -> list[RequestRecord]:
+        return self.runner.records
+
     def start(self) -> "Load":
         self._workers = self.runner.start(self._take, self.concurrency, "fault-load")
         return self
@@ -95,6 +99,10 @@ class Load:
     def stop(self) -> None:
         if self._workers:
             self._workers.stop()
+
+    def join(self) -> None:
+        if self._workers:
+            self._workers.join()
 
     @property
     def done(self) -> bool:

@@ -77,7 +77,7 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     d = drain.wait_drained(ctx, sampler.max_seen, timeout, baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
-    samples = sorted(load.runner.records, key=lambda s: s.t_start_s)
+    samples = sorted(load.samples, key=lambda s: s.t_start_s)
     fault.finish(marks, samples)
     figures.extra = dict(fault.extra, inflight_by_server=d.last)
     fill_figures(figures, samples, marks, fault.unreachable_url, fault.why_unreachable)
