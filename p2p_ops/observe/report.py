@@ -176,20 +176,14 @@ def _records(run_dir: Path) -> list[RequestRecord]:
     return _shaped(path, lambda: read_csv(path, within=run_dir))
 
 
-def _stage_walls(run_dir: Path) -> dict:
-    meta = _json(run_dir, "stages.json") or {}
-    return _shaped(run_dir / "stages.json",
-                   lambda: {(s["name"], s["level"]): float(s["wall_s"]) for s in meta.get("stages", [])})
-
-
 def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
-    walls = _stage_walls(run_dir)
+    meta = _json(run_dir, "stages.json") or {}
+    walls = _shaped(run_dir / "stages.json",
+                    lambda: {(s["name"], s["level"]): float(s["wall_s"]) for s in meta.get("stages", [])})
     main = [r for r in records if not r.stage.endswith("-warm")]
-    stage_rows = []
-    for (name, level), wall in walls.items():
-        recs = [r for r in main if r.stage == name and r.level == level]
-        label = f"{name} c={level}" if name == "ladder" else name
-        stage_rows.append(stats(label, recs, wall))
+    stage_rows = [stats(f"{name} c={level}" if name == "ladder" else name,
+                        [r for r in main if r.stage == name and r.level == level], wall)
+                  for (name, level), wall in walls.items()]
     lines = ["", "## Per stage", "", *_table(stage_rows, "stage")]
     nodes = sorted({r.instance for r in records})
     lines += ["", "## Per node (all stages, warm-ups included)", "",

@@ -16,6 +16,7 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.units import Unit
 
+
 @dataclass
 class Row:
     t: float
@@ -63,19 +64,14 @@ def sample(ctx: FleetContext, units: list[Unit], t: float) -> list[Row]:
                     _mib(got.shmem_bytes)
                 row.fds, row.threads, row.cpu_s = got.fds, got.threads, got.cpu_s
             if u.role == "server" and st.running:
-                _server_fields(ctx, u, row)
+                server = lmcache_api.server_status(ctx.server_url(u.node, u.instance))
+                counts = inflight(server.raw) if server.reachable else None
+                if counts:
+                    row.l1_used_mib, row.read_locks = _mib(server.l1_used), counts["read_locked_count"]
+                    row.lookup_jobs = counts["active_p2p_lookup_jobs"]
+                    row.prefetch_jobs = counts["active_prefetch_jobs"]
             rows.append(row)
     return rows
-
-
-def _server_fields(ctx: FleetContext, unit: Unit, row: Row) -> None:
-    st = lmcache_api.server_status(ctx.server_url(unit.node, unit.instance))
-    counts = inflight(st.raw) if st.reachable else None
-    if counts is None:
-        return
-    row.l1_used_mib = _mib(st.l1_used)
-    row.lookup_jobs, row.prefetch_jobs = counts["active_p2p_lookup_jobs"], counts["active_prefetch_jobs"]
-    row.read_locks = counts["read_locked_count"]
 
 
 class Sampler:
