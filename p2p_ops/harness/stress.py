@@ -82,10 +82,9 @@ class _Run:
     def __init__(self, ctx: FleetContext, opts: StressOptions, progress: Progress):
         self.ctx, self.opts, self.progress = ctx, opts, progress
         self.engines = [(n, i, ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
-        self.model = ctx.fleet.model
         self.prompts: list[str] = []          # the prompt of each record, same index
         self.stages: list[StageInfo] = []
-        self.load = Load(self.model, max_tokens=opts.max_tokens, on_record=self._recorded)
+        self.load = Load(ctx.fleet.model, max_tokens=opts.max_tokens, on_record=self._recorded)
         self.batch: Optional[tuple[str, int, int]] = None   # (label, records before it, jobs in it)
         self.records = self.load.records
         self.t0 = self.load.t0
