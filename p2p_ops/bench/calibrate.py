@@ -5,11 +5,18 @@ Both legs run on the same node B: a fresh prompt computed on A and then served o
 prompt computed cold on B (recomputed); fresh prompts per length and repetition, medians per length. A length
 whose measurement fails is recorded and skipped; the rows before it are kept. Lengths over the engines' context
 are skipped and said so. One named timing profile (p2p_runtime.timing_profiles) answers the GPU question beside
-the measured one (`projection`).
+the measured one (`project`).
+
+On a CPU box the recompute leg is the CPU's (or the emulation's, when the engines run a profile); the pull leg is
+the real LMCache/NIXL path. A GPU operator asks "with this transport, from which prefix does a pull beat my GPU's
+prefill?", so the projection keeps the measured pull, replaces the recompute with the profile's prefill (fitted to
+llm-d's H200 figures), and also shows the profile's own published pull. Every figure says whether it was measured
+or emulated.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import asdict
@@ -17,7 +24,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.bench import projection
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import launch
@@ -28,7 +34,7 @@ from p2p_ops.observe import bench_plots
 from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, l1_shortfall, size_plan
 from p2p_runtime.profiles import TINY
-from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES, match
+from p2p_runtime.timing_profiles import DEFAULT, TIMING_PROFILES, TimingProfile, fit_line, match
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 6144)
 QUICK_LENGTHS = (256, 512, 1024, 2048, 4096)
@@ -42,7 +48,7 @@ def advice(rows: list, doc_tokens: int, bytes_per_token: Optional[int] = None, c
     fraction of a typical request such a prefix is); with the fleet's bytes per token, also what that prefix
     weighs on the wire (the sizes `bench transfer` sweeps)."""
     wins = [r.ttft_pulled_b_s < r.ttft_recompute_b_s and r.cached_tokens_b > 0 for r in rows]
-    crossover_tokens = projection.first_lasting_win([r.tokens for r in rows], wins)
+    crossover_tokens = first_lasting_win([r.tokens for r in rows], wins)
     out = {"min_pull_tokens": crossover_tokens, "doc_tokens": doc_tokens, "cache_threshold": None}
     if crossover_tokens is not None and doc_tokens:
         out["cache_threshold"] = round(min(1.0, crossover_tokens / doc_tokens), 2)
@@ -50,11 +56,6 @@ def advice(rows: list, doc_tokens: int, bytes_per_token: Optional[int] = None, c
         sizes = size_plan(bytes_per_token, chunk_tokens, crossover_tokens, page_size)
         out.update(chunk_bytes=sizes.chunk_bytes, min_pull_bytes=sizes.prefix_bytes)
     return out
-
-
-def fleet_advice(ctx: FleetContext, rows: list, doc_tokens: int) -> dict:
-    plan = fleet_size_plan(ctx.fleet, max(doc_tokens, ctx.fleet.settings.chunk_size))
-    return advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
 
 
 def prompt_limit(ctx: FleetContext) -> Optional[int]:
@@ -107,10 +108,12 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     rows, failures = [], []
     times = timing_doc(ctx, timing)
     progress(f"timing profile {times['describe']}")
+    doc_tokens = doc_tokens or max(lengths)
+    plan = fleet_size_plan(ctx.fleet, max(doc_tokens, ctx.fleet.settings.chunk_size))
 
     def record() -> dict[str, Any]:
-        doc = document(ctx, rows, failures, skipped, fleet_advice(ctx, rows, doc_tokens or max(lengths)), repeats,
-                       launched, times)
+        adv = advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
+        doc = document(ctx, rows, failures, skipped, adv, repeats, launched, times)
         _write(out_dir, doc, rows)
         return doc
 
@@ -148,7 +151,7 @@ def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], 
     doc = {"fleet": ctx.fleet.name, "runtime": ctx.fleet.runtime, "repeats": repeats, "kv_bytes_per_token": kv_bytes,
            "kv_profile": ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else None, "rows": table,
            "failures": failures, "skipped": skipped, "advice": adv, "launched": launched, "timing": timing,
-           "projection": projection.project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
+           "projection": project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
     doc["recommendation"] = recommendation(doc)
     return finite(doc)
 
@@ -183,7 +186,7 @@ def summary(doc: dict[str, Any]) -> str:
     adv = doc["advice"]
     timing = doc.get("timing")
     if timing and doc["rows"]:
-        lines += projection.markdown(doc["projection"], timing["describe"])
+        lines += projection_markdown(doc["projection"], timing["describe"])
     if timing:
         lines += [f"Engines ran timing profile: {timing['engines']}.", ""]
     if not doc["rows"]:
@@ -233,3 +236,91 @@ def recommendation(doc: dict[str, Any]) -> str:
         return (f"for ~{d}-token requests, pull: prefixes of {m} tokens or more pay (llm-d minCachedTokenDelta={m}, "
                 f"vllm-router --cache-threshold {round(min(1.0, m / d), 2)}); from {basis}.{tail}")
     return f"for ~{d}-token requests, do not pull on this transport ({basis}): {why}.{tail}"
+
+
+def first_lasting_win(lengths: list[int], wins: list[bool]) -> Optional[int]:
+    """None: the last one loses."""
+    for i, n in enumerate(lengths):
+        if all(wins[i:]):
+            return n
+    return None
+
+
+def pull_fit(rows: list[dict]) -> Optional[dict[str, float]]:
+    points = tuple((r["tokens"], r["ttft_pulled_b_s"] * 1000) for r in rows if r["cached_tokens_b"] > 0)
+    if len({n for n, _ in points}) < 2:
+        return None
+    fixed, per_token_ms = fit_line(points)
+    return {"fixed_ms": fixed, "us_per_token": per_token_ms * 1000}
+
+
+def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[int] = None) -> dict[str, Any]:
+    """Per length the measured pull against the profile's emulated prefill, the lasting crossover, the profile's
+    own (published) crossover, and the measured cause when the pull does not pay. With the fleet's KV bytes per
+    token, the published pull is scaled to them (the emulated prefill stays the profile's model)."""
+    weigh = {"bytes_per_token": bytes_per_token} if bytes_per_token else {}
+    table = [{"tokens": r["tokens"], "pull_measured_ms": r["ttft_pulled_b_s"] * 1000,
+              "prefill_emulated_ms": profile.prefill_ms(r["tokens"]),
+              "pull_published_ms": profile.pull_ms(r["tokens"], **weigh) if profile.has_pull else None,
+              "pulled": r["cached_tokens_b"] > 0, "fallbacks_b": r.get("fallbacks_b") or {},
+              "evictions_a": r.get("evictions_a") or 0} for r in rows]
+    wins = [t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] for t in table]
+    published = profile.crossover_tokens
+    fit = pull_fit(rows)
+    return {"profile": profile.name, "rows": table,
+            "min_pull_tokens": first_lasting_win([t["tokens"] for t in table], wins) if table else None,
+            "published_min_pull_tokens": None if published is None or math.isinf(published) else round(published),
+            "pull_fit": fit, "cause": cause(fit, profile, table, bytes_per_token)}
+
+
+def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[dict],
+          bytes_per_token: Optional[int] = None) -> str:
+    if not profile.emulated:
+        return "no GPU profile: the recompute leg is this box's CPU, so the crossover says nothing about a GPU"
+    if not table:
+        return "nothing measured"
+    if not all(t["pulled"] for t in table):
+        return missed_cause([t for t in table if not t["pulled"]])
+    if fit is None:
+        return "one length only: measure two or more to split the pull into round trips and bandwidth"
+    p, f, t = profile.prefill_us_per_token, fit["fixed_ms"], fit["us_per_token"]
+    rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
+            if bytes_per_token and t > 0 else "")
+    if t >= p:
+        return (f"per-token cost: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} "
+                f"us/token prefill, so the pull loses at every length; this box's pull path is the limit "
+                + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
+                   f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else ""))
+    breakeven = f * 1000 / (p - t) if f > 0 else 0
+    return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it pays from about "
+            f"{breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
+
+
+def missed_cause(missed: list[dict]) -> str:
+    lengths = [t["tokens"] for t in missed]
+    oom = {t["tokens"]: t["fallbacks_b"] for t in missed if t.get("fallbacks_b")}
+    if oom:
+        shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
+                          for n, f in oom.items())
+        return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
+                "l1_oom means its L1 could not hold the restore buffers: raise settings.l1_size_gb or measure "
+                "shorter prefixes")
+    evicted = {t["tokens"]: t["evictions_a"] for t in missed if t.get("evictions_a")}
+    if evicted:
+        return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
+                + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
+                + "): raise settings.l1_size_gb or measure shorter prefixes")
+    return (f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause not confirmed "
+            "(run `p2pctl test basic`, which explains a miss)")
+
+
+def projection_markdown(proj: dict[str, Any], describe: str) -> list[str]:
+    lines = [f"What a GPU fleet would see, timing profile {describe}:", "",
+             "| Prefix tokens | Pull, measured here (ms) | Prefill, emulated (ms) | The profile's own "
+             "pull at this fleet's KV bytes, published fit (ms) | Pull pays |", "|---|---|---|---|---|"]
+    for t in proj["rows"]:
+        own = f"{t['pull_published_ms']:.0f}" if t["pull_published_ms"] is not None else "n/a"
+        pays = "yes" if t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] else "no"
+        lines.append(f"| {t['tokens']} | {t['pull_measured_ms']:.0f} | {t['prefill_emulated_ms']:.0f} | {own} | "
+                     f"{pays} |")
+    return lines + ["", f"Measured cause: {proj['cause']}.", ""]

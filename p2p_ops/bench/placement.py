@@ -7,18 +7,25 @@ earlier one cached. Every finished arm is written out at once: a failure later k
 
 Ports: the default plan, the router's included, at the first offset where all are free, or exactly at
 `--port-offset K`; the choice is printed (one progress line) and kept in results.json.
+
+The answer (`recommend`, `explanations`) is pure functions over the arms and turns. A P2P margin below 1 has few
+measurable causes here: failed requests, no pull happened (the policy kept sessions on their owner; a P2P
+server's transfer channel still busy-polls a core), pulls replaced no recompute, the pulls' work slowed the
+shared cores (recomputed turns got slower too), or a pulled prefix cost more than the prefill it saved. Each is
+named with the run's own figures; what is left is run-to-run variation.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.bench import docqa, placement_verdict
+from p2p_ops.bench import docqa
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
@@ -35,11 +42,14 @@ from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import dump_yaml, local_fleet
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
-from p2p_runtime.timing_profiles import TIMING_PROFILES
+from p2p_runtime.timing_profiles import TIMING_PROFILES, TimingProfile
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 KV_HITS = "vllm_router_kv_placement_lookups_total"
 KV_INPUTS = "vllm_router_kv_routing_inputs_total"
+# Below this difference a margin is run-to-run variation on a shared box (bench/README.md: runs swing ~10 %).
+NOISE = 0.10
+SLOWER = 1.2
 
 
 @dataclass
@@ -104,11 +114,11 @@ def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float,
     cached = sum(t.cached_tokens for t in ok)
     peer = int(min(max(peer_tokens, 0), cached))
     return ArmResult(policy, p2p, len(turns), len(turns) - len(ok), wall_s, len(ok) / wall_s if wall_s else 0.0,
-                     _ms(ttft, 50), _ms(ttft, 90), prompt, cached - peer, peer, prompt - cached,
+                     _pct(ttft, 50), _pct(ttft, 90), prompt, cached - peer, peer, prompt - cached,
                      kv_hits, kv_inputs)
 
 
-def _ms(ttft: list[float], q: float) -> float:
+def _pct(ttft: list[float], q: float) -> float:
     return percentile(ttft, q) if ttft else float("nan")
 
 
@@ -204,8 +214,8 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
                    "timing": {"profile": profile.name, "describe": profile.describe(),
                               "settings": profile.engine_settings()},
                    "arms": [r.to_dict() for r in results], "margins": m,
-                   "recommendation": placement_verdict.recommend(results, m, opts.workload, profile),
-                   "below_one": placement_verdict.explanations(results, m, turns or [], profile)})
+                   "recommendation": recommend(results, m, opts.workload, profile),
+                   "below_one": explanations(results, m, turns or [], profile)})
 
 
 def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions,
@@ -253,10 +263,79 @@ def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[l
         for policy, v in m.items():
             lines.append(f"| {policy} | {v['throughput_x']:.2f}x | {v['ttft_p50_x']:.2f}x | "
                          f"{v['ttft_p90_x']:.2f}x |")
-    causes = placement_verdict.explanations(results, m, turns or [], profile)
-    lines += ["", f"**Recommendation**: {placement_verdict.recommend(results, m, w, profile)}."]
+    causes = explanations(results, m, turns or [], profile)
+    lines += ["", f"**Recommendation**: {recommend(results, m, w, profile)}."]
     lines += [f"- P2P margin below 1 under {policy}: {why}." for policy, why in causes.items()]
     lines += ["", "llm-d (8 pods, TCP, 48K-token documents): the pull added ~1.15x under token/cache-aware "
               "placement and ~1.55x under load-aware placement; cache-aware + P2P served 1.4x load-aware + P2P "
               "and 2.2x the affinity default.", ""]
     return "\n".join(lines)
+
+
+def _p50(turns: list[dict], hit: bool) -> Optional[float]:
+    ms = [t["ttft_s"] * 1000 for t in turns if t["ok"] and (t["cached_tokens"] > 0) == hit]
+    return statistics.median(ms) if ms else None
+
+
+def _ms(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:,.0f} ms"
+
+
+def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: TimingProfile) -> str:
+    hit_on, hit_off = _p50(on_turns, True), _p50(off_turns, True)
+    cold_on, cold_off = _p50(on_turns, False), _p50(off_turns, False)
+    saved = off.recomputed_tokens - on.recomputed_tokens
+    figures = (f"{on.peer_tokens:,} tokens pulled; recomputed {on.recomputed_tokens:,} vs "
+               f"{off.recomputed_tokens:,} tokens; TTFT p50 of cache hits {_ms(hit_on)} vs {_ms(hit_off)}, of "
+               f"recomputes {_ms(cold_on)} vs {_ms(cold_off)} (P2P on vs off)")
+    if on.failed > off.failed:
+        why = f"{on.failed} requests failed with P2P on ({off.failed} off)"
+    elif on.peer_tokens == 0:
+        why = "no pull happened: the policy kept each session where its document was, so P2P added only lookups"
+        if cold_on and cold_off and cold_on > SLOWER * cold_off:
+            why += (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
+                    "transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
+    elif saved <= 0:
+        why = ("the pulls replaced no recompute: every pulled document would have been a local hit or was "
+               "recomputed anyway")
+    elif cold_on and cold_off and cold_on > SLOWER * cold_off:
+        why = (f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x "
+               "longer, so the servers' transfer work competed with the engines' compute")
+    elif hit_on and hit_off and hit_on > SLOWER * hit_off:
+        why = (f"a pulled document cost more than a local hit ({_ms(hit_on)} vs {_ms(hit_off)} p50), more than "
+               f"the ~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved "
+               "tokens were worth")
+    else:
+        why = f"within run-to-run variation on this shared box (under {NOISE:.0%})"
+    return f"{why} ({figures})"
+
+
+def recommend(results: list, margins: dict[str, dict], workload: Any, profile: TimingProfile) -> str:
+    """The arm with the most served req/s among those without failures, and whether P2P pays under it."""
+    ok = [r for r in results if not r.error and not r.failed and r.turns]
+    if not ok:
+        return "none: no arm finished without failures"
+    best = max(ok, key=lambda r: (r.req_per_s, -r.ttft_p50_ms))
+    m = margins.get(best.policy)
+    p2p = "on" if best.p2p else "off"
+    line = (f"for document Q&A with {workload.doc_tokens}-token documents ({workload.sessions} sessions, "
+            f"{workload.inflight} in flight), timing profile {profile.name}: run {best.policy} with P2P {p2p} "
+            f"({best.req_per_s:.2f} req/s, TTFT p50 {best.ttft_p50_ms:,.0f} ms)")
+    if m and not best.p2p:
+        line += (f"; P2P does not pay under it here ({m['throughput_x']:.2f}x req/s): `p2pctl calibrate --timing "
+                 f"{profile.name}` gives the prefix length from which it would")
+    elif m:
+        line += f"; P2P adds {m['throughput_x']:.2f}x req/s under it"
+    return line
+
+
+def explanations(results: list, margins: dict[str, dict], turns: list[dict],
+                 profile: TimingProfile) -> dict[str, str]:
+    """Why P2P's margin fell below 1, per policy where it did (turns carry their arm's label)."""
+    out = {}
+    for policy in (p for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1):
+        on, off = (next(r for r in results if r.policy == policy and r.p2p == p and not r.error)
+                   for p in (True, False))
+        arm = {p: [t for t in turns if t.get("arm") == f"{policy}-p2p-{p}"] for p in ("on", "off")}
+        out[policy] = explain(on, off, arm["on"], arm["off"], profile)
+    return out

@@ -38,8 +38,6 @@ def _emit(args, report: Report, extra_lines: list[str] | None = None) -> int:
                 report.exit_code)
 
 
-# --- p2pctl rdma -------------------------------------------------------------------------------------------
-
 def _port_table(report: Report) -> list[str]:
     rows = report.facts.get("ports", [])
     head = (f"  {'port':<18} {'state':<8} {'phys':<10} {'layer':<11} {'rate':<22} {'numa':>4}  "
@@ -64,8 +62,6 @@ def cmd_rdma(args) -> int:
     report = check_rdma(gather_rdma(host, args.pid, nixl_lanes=nixl), require_rdma=args.require_rdma)
     return _emit(args, report, _port_table(report))
 
-
-# --- p2pctl probe-nixl -------------------------------------------------------------------------------------
 
 def _probe_env(args) -> dict[str, str]:
     env = {}
@@ -108,8 +104,6 @@ def cmd_probe_nixl(args) -> int:
                                                                   f"  wall time {result.wall_s}s"])),
                 result.exit_code)
 
-
-# --- p2pctl rails ------------------------------------------------------------------------------------------
 
 def _load_snapshot(path: str, flag: str):
     from p2p_ops.diagnose.rails import Snapshot
@@ -165,8 +159,6 @@ def _rails_table(report: Report) -> list[str]:
         + ("  (counter reset)" if r["reset"] else "") for r in sorted(rows, key=lambda r: -r["total"])]
 
 
-# --- p2pctl ucx-trace --------------------------------------------------------------------------------------
-
 def read_stdin(stream: BinaryIO, cap: int) -> str:
     """At most `cap` bytes of a pipe, as text: one that goes on (`yes | p2pctl ucx-trace -`) is refused there."""
     data = stream.read(cap + 1)
@@ -193,8 +185,6 @@ def cmd_ucx_trace(args) -> int:
     report = trace_report(parse_traces(texts), expect_rdma=args.expect_rdma)
     return _emit(args, report, render_endpoints(report))
 
-
-# --- wiring ------------------------------------------------------------------------------------------------
 
 REPORT = "machine-readable report"
 SYSFS_ROOT = dict(metavar="DIR", help="read this directory instead of /sys")

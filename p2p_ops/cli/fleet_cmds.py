@@ -18,14 +18,8 @@ from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.load import warnings as spec_warnings
 from p2p_ops.spec.sizing import BUDGET_SHARE, box_budget_gib, describe_sizing
 from p2p_ops.spec.ports import check_local_base, default_base
-from p2p_ops.spec.starter import (
-    DEFAULT_MODEL_DIR,
-    DEFAULT_VLLM_VENV,
-    local_fleet,
-    vllm_missing,
-    vllm_paths,
-    write_starter,
-)
+from p2p_ops.spec.starter import (DEFAULT_MODEL_DIR, DEFAULT_VLLM_VENV, local_fleet, vllm_missing, vllm_paths,
+                                  write_starter)
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
 

@@ -15,11 +15,10 @@ from p2p_ops.diagnose.explain.prompt import from_file
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
-from p2p_ops.harness.matrix import MatrixResult, run_matrix
+from p2p_ops.harness.matrix import MatrixResult, cell_text, run_matrix
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.matrix_plot import cell_text
 from p2p_ops.observe.report import Report, build_report
 from p2p_ops.observe.stats import fmt
 
@@ -115,13 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_kinds(args: argparse.Namespace, tsub: argparse._SubParsersAction) -> int:
     """`p2pctl test` without a kind: the kinds, and exit 2 (nothing was tested)."""
     kinds = {a.dest: a.help for a in tsub._choices_actions}
-
-    def show() -> None:
-        print("test kinds (p2pctl test KIND -h for options):")
-        for name, text in kinds.items():
-            print(f"  {name:<8} {text}")
-
-    return done(args, {"kinds": kinds}, show, 2)
+    lines = ["test kinds (p2pctl test KIND -h for options):", *(f"  {n:<8} {t}" for n, t in kinds.items())]
+    return done(args, {"kinds": kinds}, lambda: print("\n".join(lines)), 2)
 
 
 def cmd_basic(args: argparse.Namespace) -> int:
@@ -145,13 +139,12 @@ def print_matrix(result: MatrixResult) -> None:
               "source \\ target")
     for name in result.instances:
         t.add_column(name, overflow="fold")
+    def cell(p) -> str:
+        colour = "green" if p and p.ok else "red"
+        return f"[{colour}]{cell_text(p.to_dict())}[/{colour}]" if p else "·"
+
     for s in result.instances:
-        cells = []
-        for tgt in result.instances:
-            p = result.pair(s, tgt)
-            text = cell_text(p.to_dict()) if p else "·"
-            cells.append(f"[green]{text}[/green]" if p and p.ok else f"[red]{text}[/red]" if p else text)
-        t.add_row(s, *cells)
+        t.add_row(s, *(cell(result.pair(s, tgt)) for tgt in result.instances))
     show(t)
     for p in result.pairs:
         if not p.ok and not p.skipped:
@@ -198,23 +191,19 @@ def stress_options(args: argparse.Namespace) -> StressOptions:
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 
 
-class _Bars:
-    """One rich progress bar per stage label."""
-
-    def __init__(self, progress: Progress):
-        self.p, self.tasks = progress, {}
-
-    def __call__(self, label: str, done: int, total) -> None:
-        if label not in self.tasks:
-            self.tasks[label] = self.p.add_task(label, total=total)
-        self.p.update(self.tasks[label], completed=done, total=total)
-
-
 def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
-    # Bars go to stderr, so stdout holds only results (and only the JSON document with --json).
+    """One rich progress bar per stage label, on stderr: stdout holds only results (the JSON document with
+    --json)."""
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=output.err_console.get(), disable=output.quiet()) as bars:
-        return run_stress(ctx, opts, out_dir, _Bars(bars))
+        tasks: dict = {}
+
+        def bar(label: str, completed: int, total) -> None:
+            if label not in tasks:
+                tasks[label] = bars.add_task(label, total=total)
+            bars.update(tasks[label], completed=completed, total=total)
+
+        return run_stress(ctx, opts, out_dir, bar)
 
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:

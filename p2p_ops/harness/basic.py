@@ -87,7 +87,6 @@ def wait_l1_objects(server_url: str, wanted: int, until: float) -> None:
 
 
 def grew(before: list, after: list, name: str, **labels: str) -> float:
-    """How much a metric rose between two scrapes."""
     return metrics_api.metric_sum(after, name, **labels) - metrics_api.metric_sum(before, name, **labels)
 
 
@@ -123,12 +122,6 @@ def explain_request(ctx: FleetContext, out_dir: Path, request, prompt: str, comp
     n = ex.nodes[0] if ex.nodes else None
     return {"instance": instance, "strip": n.strip if n else "", "verdict": n.verdict if n else "",
             "reasons": n.reasons if n else []}, ex
-
-
-def _kv_bytes_per_token(before: list, after: list, objects_before: int, objects_after: int, chunk: int) -> float:
-    stored = (objects_after - objects_before) * chunk
-    grown = grew(before, after, L1_USED)
-    return grown / stored if stored > 0 and grown > 0 else 0.0
 
 
 def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: int,
@@ -202,9 +195,11 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     vllm = ctx.fleet.runtime == "vllm"
     # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
     # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
-    kv_bytes = (peer_hit_tokens * _kv_bytes_per_token(before["a"], after["a"], a_objects_before, l1_objects(a_srv),
-                                                      chunk)
-                if vllm else delta("b_engine", ENGINE_LOADED_BYTES))
+    if vllm:
+        stored, grown = (l1_objects(a_srv) - a_objects_before) * chunk, delta("a", L1_USED)
+        kv_bytes = peer_hit_tokens * grown / stored if stored > 0 and grown > 0 else 0.0
+    else:
+        kv_bytes = delta("b_engine", ENGINE_LOADED_BYTES)
     need = (chunks - 1) * chunk
 
     checks = [
@@ -227,22 +222,15 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         checks.insert(3, Check(f"{ib.id}'s vLLM took the prefix through its KV connector", external >= need,
                                f'{TOKENS_BY_SOURCE}{{source="external_kv_transfer"}} rose by {external:g}'))
     passed = all(c.ok for c in checks)
-    numbers = {
-        "prompt_tokens": r_b.prompt_tokens or n_prompt,
-        "ttft_cold_a_s": r_a.ttft_s,
-        "ttft_peer_b_s": r_b.ttft_s,
-        "ttft_control_b_s": r_c.ttft_s,
-        "speedup_ttft": (r_a.ttft_s / r_b.ttft_s) if r_a.ttft_s and r_b.ttft_s else None,
-        "cached_tokens_b": r_b.cached_tokens,
-        "p2p_loads_b": p2p_loads,
-        "peer_hit_tokens_b": peer_hit_tokens,
-        "kv_bytes_pulled_b": kv_bytes,
-    }
-    if vllm:
-        numbers["external_kv_tokens_b"] = external
+    numbers = {"prompt_tokens": r_b.prompt_tokens or n_prompt, "ttft_cold_a_s": r_a.ttft_s,
+               "ttft_peer_b_s": r_b.ttft_s, "ttft_control_b_s": r_c.ttft_s,
+               "speedup_ttft": (r_a.ttft_s / r_b.ttft_s) if r_a.ttft_s and r_b.ttft_s else None,
+               "cached_tokens_b": r_b.cached_tokens, "p2p_loads_b": p2p_loads,
+               "peer_hit_tokens_b": peer_hit_tokens, "kv_bytes_pulled_b": kv_bytes,
+               **({"external_kv_tokens_b": external} if vllm else {})}
     result = BasicResult(passed, ia.id, ib.id, chunk, chunks, checks, numbers,
-                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()}, notes=notes)
-    result.run_dir = str(out_dir)
+                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()},
+                         run_dir=str(out_dir), notes=notes)
     served = r_b.cached_tokens >= need
     sent = [("a", na, ia, prompt, r_a, "", False), ("b", nb, ib, prompt, r_b, ia.id, not served),
             ("control_b", nb, ib, control, r_c, "", False)]

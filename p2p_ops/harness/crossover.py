@@ -47,7 +47,7 @@ def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optio
     rows = []
     for n in lengths:
         before_a, before_b = _counters(a_srv), _counters(b_srv)
-        cold, pulled, recompute, cached = [], [], [], []
+        runs = []
         for r in range(repeats):
             progress(f"{n} tokens, repeat {r + 1}/{repeats}")
             shared = prompts.document(seed, n * 100 + r, n)
@@ -57,15 +57,12 @@ def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optio
             rc = complete(b, model, fresh, max_tokens=1)
             if not (ra.ok and rb.ok and rc.ok):
                 raise RuntimeError(f"request failed at {n} tokens: {ra.error or rb.error or rc.error}")
-            cold.append(ra.ttft_s)
-            pulled.append(rb.ttft_s)
-            recompute.append(rc.ttft_s)
-            cached.append(rb.cached_tokens)
+            runs.append((ra.ttft_s, rb.ttft_s, rc.ttft_s, rb.cached_tokens))
+        cold, pulled, recompute, cached = (statistics.median(x) for x in zip(*runs))
         after_a, after_b = _counters(a_srv), _counters(b_srv)
         fallbacks = {k[len(FALLBACK):]: v - before_b.get(k, 0.0) for k, v in after_b.items()
                      if k.startswith(FALLBACK) and v > before_b.get(k, 0.0)}
-        rows.append(CrossoverRow(n, statistics.median(cold), statistics.median(pulled), statistics.median(recompute),
-                                 int(statistics.median(cached)), fallbacks,
+        rows.append(CrossoverRow(n, cold, pulled, recompute, int(cached), fallbacks,
                                  after_a.get(EVICTION_RUNS, 0.0) - before_a.get(EVICTION_RUNS, 0.0)))
     return rows
 

@@ -61,17 +61,11 @@ def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, ins
     files.write_text(out_dir / "bench.log", res.stdout + "\n" + res.stderr)
     summary_file = out_dir / "bench_summary.json"
     results = json.loads(files.read_text(summary_file, within=out_dir))["results"] if summary_file.is_file() else {}
-    result = {
-        "command": cmd,
-        "exit_code": res.returncode,
-        "instance": inst.id,
-        "completed": results.get("successful_requests", 0),
-        "failed": results.get("failed_requests", 0 if results else None),
-        "p50_ttft_ms": results.get("p50_ttft_ms"),
-        "p99_ttft_ms": results.get("p99_ttft_ms"),
-        "input_throughput": results.get("input_throughput"),
-        "elapsed_s": results.get("elapsed_time"),
-    }
+    result = {"command": cmd, "exit_code": res.returncode, "instance": inst.id,
+              "completed": results.get("successful_requests", 0),
+              "failed": results.get("failed_requests", 0 if results else None),
+              **{k: results.get(k) for k in ("p50_ttft_ms", "p99_ttft_ms", "input_throughput")},
+              "elapsed_s": results.get("elapsed_time")}
     if res.returncode != 0 and result["failed"] is None:
         result["failed"] = -1
         result["error"] = (res.stderr or res.stdout)[-1500:]

@@ -38,10 +38,6 @@ class ModelSpec:
         return self.hidden_size // self.num_heads
 
 
-def _training_text(seed: int, docs: int = 64) -> list[str]:
-    return [prompts.document(seed, i, 4000) + prompts.question(seed, i) for i in range(docs)]
-
-
 def _tokenizer(spec: ModelSpec):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -51,7 +47,8 @@ def _tokenizer(spec: ModelSpec):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(_training_text(spec.seed), trainer=trainer)
+    tok.train_from_iterator([prompts.document(spec.seed, i, 4000) + prompts.question(spec.seed, i)
+                             for i in range(64)], trainer=trainer)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", bos)])

@@ -11,7 +11,9 @@ cause. What the pair's own requests showed comes first (the request failed, the 
 target's own L1); everything about the fleet (registration, advertised URLs, peer lists, reachability, must-agree
 settings) is the one judge's (`diagnose.judge`), read once for all failing pairs and narrowed to the pair's two
 instances and nodes. The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
-never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/s), a heatmap and JSON.
+never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/s), a heatmap and JSON; rows
+are the instance that computed the prefix (source), columns the one that pulled it (target), and both the table
+and the heatmap are drawn from the result's JSON document, so a saved result.json redraws the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.diagnose import judge
@@ -29,7 +31,7 @@ from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe import matrix_plot
+from p2p_ops.observe import charts
 from p2p_ops.observe.monitor import P2P_LOADS
 
 MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
@@ -89,10 +91,7 @@ class MatrixResult:
                 "skipped": sum(p.skipped for p in self.pairs)}
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "instances": self.instances, "counts": self.counts,
-                "chunk_size": self.chunk_size, "chunks": self.chunks, "profile": self.profile,
-                "seconds": self.seconds, "max_seconds": self.max_seconds, "run_dir": self.run_dir,
-                "notes": self.notes, "pairs": [p.to_dict() for p in self.pairs]}
+        return asdict(self) | {"counts": self.counts, "pairs": [p.to_dict() for p in self.pairs]}
 
 
 def default_max_seconds(n: int) -> float:
@@ -197,9 +196,9 @@ def _left(deadline: float) -> float:
 
 def write_result(out_dir: Path, result: MatrixResult) -> None:
     files.write_json(out_dir / "result.json", result.to_dict())
-    files.write_text(out_dir / "summary.md", matrix_plot.markdown(result.to_dict()))
+    files.write_text(out_dir / "summary.md", markdown(result.to_dict()))
     try:
-        matrix_plot.heatmap(out_dir / "heatmap.png", result.to_dict())
+        heatmap(out_dir / "heatmap.png", result.to_dict())
     except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the table
         result.notes.append(f"heatmap failed: {exc!r}")
         files.write_json(out_dir / "result.json", result.to_dict())
@@ -241,3 +240,72 @@ def pair_cause(verdict: judge.Judgement, about: set[str]) -> str:
         return verdict.cause(about)
     return (verdict.cause(about) + "; look for P2P lookup/load timeouts in the target's server.log "
             "(`p2pctl diagnose 'zero cached tokens'`)")
+
+
+def _pairs(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(p["source"], p["target"]): p for p in doc["pairs"]}
+
+
+def cell_text(p: Optional[dict[str, Any]]) -> str:
+    """One cell: verdict, cached/needed tokens, pull ms and MB/s."""
+    if p is None:
+        return "—"
+    if p["skipped"]:
+        return "skipped"
+    head = "PASS" if p["ok"] else "FAIL"
+    pull = f", {p['pull_ms']:.0f} ms" if p.get("pull_ms") else ""
+    rate = f", {p['mbps']:.0f} MB/s" if p.get("mbps") else ""
+    return f"{head} {p['cached_tokens']}/{p['need']}{pull}{rate}"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    names, pairs, c = doc["instances"], _pairs(doc), doc["counts"]
+    verdict = "PASS" if doc["passed"] else "FAIL"
+    lines = [f"# Pair matrix: {verdict} ({c['passed']}/{c['pairs']} pairs"
+             + (f", {c['skipped']} skipped" if c["skipped"] else "") + ")", "",
+             f"Rows computed a fresh prefix of {doc['chunks']} chunks of {doc['chunk_size']} tokens"
+             + (f" (KV profile {doc['profile']})" if doc.get("profile") else "")
+             + "; columns pulled it. Cell: cached / needed tokens, pull time (the puller's LMCache lookup + "
+             f"retrieve), KV MB/s. {doc['seconds']:.0f} s of a {doc['max_seconds']:.0f} s bound.", "",
+             "| source \\ target | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for s in names:
+        row = [cell_text(pairs.get((s, t))) if s != t else "·" for t in names]
+        lines.append(f"| {s} | " + " | ".join(row) + " |")
+    causes = [p for p in doc["pairs"] if not p["ok"] and not p["skipped"]]
+    if causes:
+        lines += ["", "| failing pair | likely cause |", "|---|---|"]
+        lines += [f"| {p['source']} -> {p['target']} | {p['cause'] or p['error']} |" for p in causes]
+    lines += [""] + [f"- {n}" for n in doc.get("notes") or []]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def heatmap(path: Path, doc: dict[str, Any]) -> None:
+    """Green/red cells (grey: skipped, white: the diagonal), annotated with MB/s or FAIL."""
+    from matplotlib.colors import ListedColormap
+
+    names, pairs = doc["instances"], _pairs(doc)
+    n = len(names)
+    grid = [[_look(pairs.get((s, t)))[0] if s != t else 0 for t in names] for s in names]
+    fig, ax = charts.figure((1.2 + 0.9 * n, 1.0 + 0.8 * n))
+    ax.imshow(grid, cmap=ListedColormap(["#ffffff", "#4caf50", "#e53935", "#bdbdbd"]), vmin=0, vmax=3)
+    for i, s in enumerate(names):
+        for j, t in enumerate(names):
+            if s != t:
+                ax.text(j, i, _look(pairs.get((s, t)))[1], ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(n), names, fontsize=8)
+    ax.set_xlabel("pulled by (target)")
+    ax.set_ylabel("computed on (source)")
+    c = doc["counts"]
+    profile = f" ({doc['profile']})" if doc.get("profile") else ""
+    ax.set_title(f"P2P pair matrix: {c['passed']}/{c['pairs']} pass{profile}", fontsize=9)
+    charts.save(fig, path)
+
+
+def _look(p: Optional[dict[str, Any]]) -> tuple[int, str]:
+    """A cell's colour index and its text."""
+    if p is None or p["skipped"]:
+        return 3, "skip"
+    if not p["ok"]:
+        return 2, "FAIL"
+    return 1, f"{p['mbps']:.0f}\nMB/s" if p.get("mbps") else "ok"

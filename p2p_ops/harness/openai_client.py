@@ -72,7 +72,12 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
         if resp.status != 200:
             return Completion(engine_url, False, e2e_s=time.monotonic() - start, status=resp.status,
                               error=resp.read().decode(errors="replace")[:300])
-        out = _non_streamed(engine_url, resp) if not stream else _streamed(engine_url, resp, start)
+        if stream:
+            out = _streamed(engine_url, resp, start)
+        else:
+            data = json.loads(resp.read())
+            out = Completion(engine_url, True, text=data["choices"][0]["text"], status=200,
+                             **_usage(data.get("usage") or {}))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         conn.close()  # a half-read answer leaves the connection unusable
         return Completion(engine_url, False, e2e_s=time.monotonic() - start, error=f"{type(exc).__name__}: {exc}")
@@ -80,12 +85,6 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
     if out.ttft_s is None:
         out.ttft_s = out.e2e_s
     return out
-
-
-def _non_streamed(url: str, resp: http.client.HTTPResponse) -> Completion:
-    data = json.loads(resp.read())
-    usage = data.get("usage") or {}
-    return Completion(url, True, text=data["choices"][0]["text"], status=200, **_usage(usage))
 
 
 def _streamed(url: str, resp: http.client.HTTPResponse, start: float) -> Completion:

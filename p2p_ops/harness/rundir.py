@@ -7,6 +7,7 @@ Its `run.json` says whether the run is still writing (`running`), finished (`com
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -29,11 +30,9 @@ def new_run_dir(layout: RunLayout, kind: str) -> Path:
     base = files.private_dir(layout.tests) / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{kind}"
     for n in itertools.count(1):
         path = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)  # exclusive: two runs started in the same second get a folder each
             break
-        except FileExistsError:
-            continue
     copy_env_files(layout, files.private_dir(path))
     return path
 

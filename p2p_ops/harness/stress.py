@@ -51,8 +51,7 @@ class StressOptions:
     def quick(cls, **kw) -> "StressOptions":
         base = dict(ladder=[1, 2, 4, 8], requests_per_level=0, doc_tokens=768, longdoc_tokens=4096,
                     longdoc_docs=1, longdoc_queries=2, sustained_s=15.0, sustained_concurrency=3)
-        base.update(kw)
-        return cls(**base)
+        return cls(**{**base, **kw})
 
     def validate(self, n_engines: int) -> None:
         if self.policy not in POLICIES:
@@ -83,10 +82,9 @@ class _Run:
     def __init__(self, ctx: FleetContext, opts: StressOptions, progress: Progress):
         self.ctx, self.opts, self.progress = ctx, opts, progress
         self.engines = [(n, i, ctx.engine_url(n, i)) for n, i in ctx.fleet.instances()]
-        self.model = ctx.fleet.model
         self.prompts: list[str] = []          # the prompt of each record, same index
         self.stages: list[StageInfo] = []
-        self.load = Load(self.model, max_tokens=opts.max_tokens, on_record=self._recorded)
+        self.load = Load(ctx.fleet.model, max_tokens=opts.max_tokens, on_record=self._recorded)
         self.batch: Optional[tuple[str, int, int]] = None   # (label, records before it, jobs in it)
         self.records = self.load.records
         self.t0 = self.load.t0
@@ -94,7 +92,6 @@ class _Run:
         self.rr = itertools.count()
         self.rng = random.Random(opts.seed)
 
-    # ---- placement -----------------------------------------------------------------------------------
     def pick(self, warmer_idx: Optional[int]) -> int:
         n = len(self.engines)
         if warmer_idx is None or self.opts.policy == "round-robin":
@@ -107,7 +104,6 @@ class _Run:
     def budget_left(self) -> bool:
         return time.monotonic() < self.deadline and len(self.records) < self.opts.max_requests
 
-    # ---- one request ---------------------------------------------------------------------------------
     def job(self, stage: str, level: int, idx: int, prompt: str, warmer: Optional[int], prefix_id: str) -> Job:
         node, inst, url = self.engines[idx]
         instance, node_name = inst.id, node.name
@@ -143,7 +139,6 @@ class _Run:
                                for d, w in zip(docs, warmers)], level)
         return warmers
 
-    # ---- stages --------------------------------------------------------------------------------------
     def ladder(self) -> None:
         for level in self.opts.ladder:
             if not self.budget_left():
@@ -215,12 +210,10 @@ def saved_prompts(records: list[RequestRecord], prompts: list[str]) -> list[dict
 def explain_misses(ctx: FleetContext, out_dir: Path, rows: list[dict], progress: Progress) -> list[dict]:
     """explain's verdict for the first missed request of each stage (at most EXPLAIN_AT_MOST), saved in
     explain.json; [] when every cross-node request was served from cache."""
-    picked: dict[str, dict] = {}
-    for row in rows:
-        if row["missed"] and row["instance"] != "router" and row["stage"] not in picked:
-            picked[row["stage"]] = row
+    missed = [r for r in rows if r["missed"] and r["instance"] != "router"]
+    first = [next(r for r in missed if r["stage"] == st) for st in dict.fromkeys(r["stage"] for r in missed)]
     out = []
-    for row in list(picked.values())[:EXPLAIN_AT_MOST]:
+    for row in first[:EXPLAIN_AT_MOST]:
         progress(f"explain request {row['request']} ({row['stage']} on {row['instance']})", 0, None)
         found, ex = explain_request(ctx, out_dir, row["request"], row["prompt"], row["computed_on"],
                                     row["instance"])

@@ -78,11 +78,6 @@ def histogram_quantile(q: float, cumulative: list[tuple[float, float]]) -> Optio
     return prev_le
 
 
-def _bucket_delta(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
-    b = dict(buckets(before, name))
-    return [(le, max(0.0, c - b.get(le, 0.0))) for le, c in buckets(after, name)]
-
-
 def frame_from_samples(instance: str, node: str, server_before: Samples, server_after: Samples,
                        engine_before: Samples, engine_after: Samples, dt: float) -> NodeFrame:
     """Pure: one node's frame from two scrapes of its server and engine, dt seconds apart."""
@@ -97,7 +92,8 @@ def frame_from_samples(instance: str, node: str, server_before: Samples, server_
     else:  # nothing in the window: the ratio since start is still worth showing
         req = s(server_after, REQ_TOKENS)
         hit_ratio = s(server_after, HIT_TOKENS) / req if req > 0 else None
-    ttft = _bucket_delta(engine_before, engine_after, TTFT)
+    earlier = dict(buckets(engine_before, TTFT))
+    ttft = [(le, max(0.0, c - earlier.get(le, 0.0))) for le, c in buckets(engine_after, TTFT)]
     if not ttft or ttft[-1][1] <= 0:
         ttft = buckets(engine_after, TTFT)
     ratio = [v for n, _, v in server_after if n == L1_RATIO]

@@ -57,26 +57,18 @@ def write_csv(path: Path, rows: list, fields: Sequence[str] = FIELDS) -> None:
 CSV_CAP = 64 << 20
 
 
+# How each column that is not text is read; text values are shared between records.
+_READ = {"level": int, "t_start_s": float, "prompt_tokens": int, "cached_tokens": int, "output_tokens": int,
+         "e2e_s": float, "ok": lambda v: v == "True",
+         "ttft_s": lambda v: float(v) if v not in ("", "None") else None}
+
+
 def read_csv(path: Path, within: Path | None = None) -> list[RequestRecord]:
-    """The records of a requests.csv (`files.read_text`: a regular file, inside `within` when given)."""
-    return parse_csv(files.read_text(path, CSV_CAP, within=within))
-
-
-def parse_csv(text: str) -> list[RequestRecord]:
-    """Records from CSV text; a row missing a column or holding a non-number raises KeyError/ValueError."""
-    out = []
-    same: dict[str, str] = {}
-    for row in csv.DictReader(io.StringIO(text, newline="")):
-        s = {k: same.setdefault(v, v) for k, v in row.items() if k in _SHARED}
-        out.append(RequestRecord(
-            stage=s["stage"], level=int(row["level"]), instance=s["instance"], node=s["node"],
-            warmer=s["warmer"], prefix_id=row["prefix_id"], t_start_s=float(row["t_start_s"]),
-            prompt_tokens=int(row["prompt_tokens"]), cached_tokens=int(row["cached_tokens"]),
-            output_tokens=int(row["output_tokens"]),
-            ttft_s=float(row["ttft_s"]) if row["ttft_s"] not in ("", "None") else None,
-            e2e_s=float(row["e2e_s"]), ok=row["ok"] == "True", error=s["error"], url=s.get("url") or "",
-            retried=s.get("retried") or ""))
+    """The records of a requests.csv (`files.read_text`: a regular file, inside `within` when given); a row missing
+    a column (but url and retried, which older runs lack) or holding a non-number raises KeyError/ValueError."""
+    out, same = [], {}
+    for row in csv.DictReader(io.StringIO(files.read_text(path, CSV_CAP, within=within), newline="")):
+        values = {k: (row.get(k) or "") if k in ("url", "retried") else row[k] for k in FIELDS}
+        out.append(RequestRecord(**{k: _READ[k](v) if k in _READ else same.setdefault(v, v)
+                                    for k, v in values.items()}))
     return out
-
-
-_SHARED = {"stage", "instance", "node", "warmer", "error", "url", "retried"}

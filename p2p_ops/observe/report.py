@@ -67,16 +67,15 @@ def stage_checks(records: list[RequestRecord]) -> list[Check]:
     for st in dict.fromkeys(r.stage.removesuffix("-warm") for r in records):
         recs = [r for r in records if r.stage.removesuffix("-warm") == st]
         failed = [r for r in recs if not r.ok]
-        by_node = Counter(r.instance for r in failed)
+        by_node = ", ".join(f"{k}: {v}" for k, v in sorted(Counter(r.instance for r in failed).items()))
         checks.append(Check(f"{st}: no failed requests", not failed,
-                                f"{len(failed)} of {len(recs)} failed"
-                                + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(by_node.items()))})" if failed else "")))
+                            f"{len(failed)} of {len(recs)} failed" + (f" ({by_node})" if failed else "")))
         cross = [r for r in recs if r.ok and r.cross_node]
         if cross:
             hit = [r for r in cross if r.cached_tokens > 0]
             checks.append(Check(f"{st}: P2P hits on the node that did not warm the prefix", bool(hit),
-                                    f"{len(hit)} of {len(cross)} cross-node requests served from cache, "
-                                    f"{sum(r.cached_tokens for r in cross)} tokens"))
+                                f"{len(hit)} of {len(cross)} cross-node requests served from cache, "
+                                f"{sum(r.cached_tokens for r in cross)} tokens"))
         served = sorted({r.instance for r in recs if r.ok})
         checks.append(Check(f"{st}: requests served on every engine", len(served) >= 2 or len(
             {r.instance for r in recs}) < 2, f"served by {', '.join(served) or 'none'}"))
@@ -149,30 +148,25 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
         return {}  # optional evidence: the report stands without it
 
 
+def _section(run_dir: Path, name: str, read: Callable[[Any], tuple[list[Check], list[str]]]
+             ) -> tuple[list[Check], list[str]]:
+    """The checks and report lines `read` makes of one JSON evidence file (none when it is absent)."""
+    doc = _json(run_dir, name)
+    return ([], []) if doc is None else _shaped(run_dir / name, lambda: read(doc))
+
+
 def _basic(run_dir: Path) -> tuple[list[Check], list[str]]:
-    basic = _json(run_dir, "basic/result.json")
-    if basic is None:
-        return [], []
-
-    def read() -> tuple[list[Check], list[str]]:
-        checks = [Check(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in basic["checks"]]
-        return checks, ["", "## Cross-node proof", "", *figure_table(basic["numbers"])]
-
-    return _shaped(run_dir / "basic" / "result.json", read)
+    return _section(run_dir, "basic/result.json", lambda b: (
+        [Check(f"basic: {c['name']}", bool(c["ok"]), str(c["detail"])) for c in b["checks"]],
+        ["", "## Cross-node proof", "", *figure_table(b["numbers"])]))
 
 
 def _bench(run_dir: Path) -> tuple[list[Check], list[str]]:
-    b = _json(run_dir, "lmcache-bench/result.json")
-    if b is None:
-        return [], []
-
-    def read() -> tuple[list[Check], list[str]]:
-        check = Check("lmcache bench engine long-doc-qa: no failed requests",
-                          b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
-                          f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed")
-        return [check], ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(b, indent=2)[:3000], "```"]
-
-    return _shaped(run_dir / "lmcache-bench" / "result.json", read)
+    return _section(run_dir, "lmcache-bench/result.json", lambda b: (
+        [Check("lmcache bench engine long-doc-qa: no failed requests",
+               b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
+               f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed")],
+        ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(b, indent=2)[:3000], "```"]))
 
 
 def _records(run_dir: Path) -> list[RequestRecord]:
@@ -182,20 +176,14 @@ def _records(run_dir: Path) -> list[RequestRecord]:
     return _shaped(path, lambda: read_csv(path, within=run_dir))
 
 
-def _stage_walls(run_dir: Path) -> dict:
-    meta = _json(run_dir, "stages.json") or {}
-    return _shaped(run_dir / "stages.json",
-                   lambda: {(s["name"], s["level"]): float(s["wall_s"]) for s in meta.get("stages", [])})
-
-
 def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
-    walls = _stage_walls(run_dir)
+    meta = _json(run_dir, "stages.json") or {}
+    walls = _shaped(run_dir / "stages.json",
+                    lambda: {(s["name"], s["level"]): float(s["wall_s"]) for s in meta.get("stages", [])})
     main = [r for r in records if not r.stage.endswith("-warm")]
-    stage_rows = []
-    for (name, level), wall in walls.items():
-        recs = [r for r in main if r.stage == name and r.level == level]
-        label = f"{name} c={level}" if name == "ladder" else name
-        stage_rows.append(stats(label, recs, wall))
+    stage_rows = [stats(f"{name} c={level}" if name == "ladder" else name,
+                        [r for r in main if r.stage == name and r.level == level], wall)
+                  for (name, level), wall in walls.items()]
     lines = ["", "## Per stage", "", *_table(stage_rows, "stage")]
     nodes = sorted({r.instance for r in records})
     lines += ["", "## Per node (all stages, warm-ups included)", "",
@@ -207,9 +195,9 @@ def _request_sections(run_dir: Path, records: list[RequestRecord]) -> list[str]:
         lines += [f"| {k} | {fmt(v['kv_bytes_loaded'], '{:.2f}', 1 / 2**20)} | "
                   f"{fmt(v['external_tokens'], '{:.0f}')} | {v['p2p_loads']:g} |" for k, v in sorted(nb.items())]
     # Here, not at the top: matplotlib adds ~0.5 s to every p2pctl start.
-    from p2p_ops.observe import run_plots as plotting
+    from p2p_ops.observe import charts
 
-    plots = plotting.make_all(run_dir, records, walls, nb)
+    plots = charts.make_all(run_dir, records, walls, nb)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return lines

@@ -127,8 +127,7 @@ def flag_values(argv: list[str]) -> dict[str, str]:
         flag, eq, inline = word.partition("=")
         for name, (flags, _) in VLLM_FLAGS.items():
             if flag in flags:
-                value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-                found[name] = value
+                found[name] = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
     return found
 
 

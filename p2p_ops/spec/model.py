@@ -14,18 +14,8 @@ from pydantic import Field, field_validator
 
 from p2p_ops.errors import BadInput
 from p2p_ops.spec.layout import RESERVED_FOLDERS
-from p2p_ops.spec.settings import (
-    EngineSettings,
-    InstanceSettings,
-    PrometheusSettings,
-    RouterSettings,
-    Settings,
-    StrictModel,
-    VllmSettings,
-    check_host,
-    checked,
-    hostport,
-)
+from p2p_ops.spec.settings import (EngineSettings, InstanceSettings, PrometheusSettings, RouterSettings, Settings,
+                                   StrictModel, VllmSettings, check_host, checked, hostport)
 
 # Ids become file names and command arguments: keep them boring. Matched in full (`$` would let a trailing
 # newline through), never `.`/`..` (a folder outside the run folder).

@@ -50,14 +50,10 @@ class NodeSize:
         return COORDINATOR_GIB + n * self.per_node_gib()
 
 
-def budget_gib(available_bytes: int, share: float = BUDGET_SHARE) -> float:
-    return available_bytes * share / GIB
-
-
 def box_budget_gib(runner: Runner = run_local) -> Optional[float]:
     """None when /proc/meminfo says nothing."""
     mem = MEMINFO.collect(runner)
-    return budget_gib(mem.available_bytes) if mem else None
+    return mem.available_bytes * BUDGET_SHARE / GIB if mem else None
 
 
 def describe_sizing(data: dict, budget: Optional[float]) -> str:
@@ -92,13 +88,10 @@ def ladder(profile: KVProfile) -> tuple[tuple[object, int], ...]:
 def size_nodes(n: int, profile: KVProfile, budget: Optional[float]) -> NodeSize:
     """The most generous step that fits `budget` GiB for n nodes (None: no limit). When even the leanest step
     does not, BadInput names what it needs and how many nodes would fit."""
-    first = default_size(profile)
-    if budget is None or first.fleet_gib(n) <= budget:
-        return first
     steps = [node_size(profile, l1, ctx) for l1, ctx in ladder(profile)]
-    for step in steps:
-        if step.fleet_gib(n) <= budget:
-            return step
+    fit = next((s for s in steps if budget is None or s.fleet_gib(n) <= budget), None)
+    if fit is not None:
+        return fit
     lean = steps[-1]
     fits = max(0, int((budget - COORDINATOR_GIB) // lean.per_node_gib()))
     advice = f"use --local {fits} or fewer" if fits >= 2 else "free memory first"

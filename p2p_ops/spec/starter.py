@@ -50,19 +50,15 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
     else:
         data["settings"], data["engine"] = profile_sections(n, profile, memory_budget_gib)
     data["nodes"] = nodes
-    prom = _prometheus_port(port_defaults.local_fleet_ports(b, n))
-    if prom != PrometheusSettings.model_fields["port"].default:
+    # Prometheus' default port, or the next one up that the fleet itself does not use (a port offset can move
+    # the coordinator onto the default).
+    default = prom = PrometheusSettings.model_fields["port"].default
+    taken = port_defaults.local_fleet_ports(b, n)
+    while prom in taken:
+        prom += 1
+    if prom != default:
         data["prometheus"] = {"port": prom}
     return data
-
-
-def _prometheus_port(taken: list[int]) -> int:
-    """Its default, or the next one up that the fleet itself does not use (a port offset can move the coordinator
-    onto the default)."""
-    port = PrometheusSettings.model_fields["port"].default
-    while port in taken:
-        port += 1
-    return port
 
 
 # A real profile's lookup waits for a pull of up to a whole context (hundreds of MiB): the tiny profile's 2 s would

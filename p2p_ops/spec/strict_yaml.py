@@ -38,10 +38,6 @@ class HugeInt:
         return f"an integer of {self.digits} digits"
 
 
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
 class _Loader(yaml.SafeLoader):
     def __init__(self, stream: str):
         super().__init__(stream)
@@ -65,7 +61,7 @@ class _Loader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
-                seen[key] = _line(key_node)
+                seen[key] = key_node.start_mark.line + 1
             except TypeError:
                 continue  # an unhashable key: SafeConstructor refuses it with its own message
             if first is not None:

@@ -44,13 +44,8 @@ def size_plan(bytes_per_token: int, chunk_tokens: int, prompt_tokens: int, page_
                        "nothing would be pulled; give a prompt of at least one chunk")
     chunk = -(-bytes_per_token * chunk_tokens // page_size) * page_size
     chunks = prompt_tokens // chunk_tokens
-    counts = []
-    n = 1
-    while n < chunks:
-        counts.append(n)
-        n *= 2
-    counts.append(chunks)
-    return SizePlan(bytes_per_token, chunk_tokens, prompt_tokens, chunk, chunks, chunks * chunk, tuple(counts))
+    counts = (*(2**k for k in range((chunks - 1).bit_length())), chunks)  # the powers of two below, then all
+    return SizePlan(bytes_per_token, chunk_tokens, prompt_tokens, chunk, chunks, chunks * chunk, counts)
 
 
 def need_ms(fleet: Fleet, plan: SizePlan) -> tuple[float, str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import peers_judge as judge
+from p2p_ops.bench import peers as judge
 from p2p_ops.bench.peers import PeersOptions, plan
 from p2p_ops.errors import BadInput
 from p2p_ops.observe import peers_plot

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from p2p_ops.observe.records import RequestRecord
-from p2p_ops.harness.faults.routed import client_saw, failover_figures, worker_value
-from p2p_ops.harness.faults.scenarios import SCENARIOS
+from p2p_ops.harness.faults.scenarios import SCENARIOS, client_saw, failover_figures, worker_value
 from p2p_ops.spec.settings import RouterSettings
 
 W = "http://127.0.0.1:8002"

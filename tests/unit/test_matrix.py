@@ -12,7 +12,6 @@ from p2p_ops.diagnose.doctor import FleetFacts
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.harness import matrix
 from p2p_ops.harness.matrix import MatrixResult, Pair, default_max_seconds
-from p2p_ops.observe import matrix_plot
 
 NAMES = ["a-0", "b-0", "c-0"]
 
@@ -29,7 +28,7 @@ def result(**overrides) -> MatrixResult:
 
 
 def test_markdown_is_an_n_by_n_table_with_causes():
-    text = matrix_plot.markdown(result().to_dict())
+    text = matrix.markdown(result().to_dict())
     rows = [ln for ln in text.splitlines() if ln.startswith("| a-0 |") or ln.startswith("| b-0 |")
             or ln.startswith("| c-0 |")]
     assert len(rows) == 3 and all(r.count("|") == 5 for r in rows)
@@ -40,7 +39,7 @@ def test_markdown_is_an_n_by_n_table_with_causes():
 
 
 def test_heatmap_is_written(tmp_path):
-    matrix_plot.heatmap(tmp_path / "h.png", result().to_dict())
+    matrix.heatmap(tmp_path / "h.png", result().to_dict())
     assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -3,7 +3,7 @@ cause for every policy whose P2P margin fell below 1."""
 
 from __future__ import annotations
 
-from p2p_ops.bench import docqa, placement, placement_verdict
+from p2p_ops.bench import docqa, placement
 from p2p_runtime.timing_profiles import TIMING_PROFILES
 
 RDMA = TIMING_PROFILES["h200-rdma"]
@@ -22,7 +22,7 @@ def turns(label: str, hit_ms: float, cold_ms: float) -> list[dict]:
 def test_the_recommendation_is_the_arm_serving_most_and_names_the_profile_and_the_workload():
     results = [arm("cache_aware", True, 3.0, peer=4096), arm("cache_aware", False, 2.5),
                arm("round_robin", True, 2.0, peer=9000), arm("round_robin", False, 1.0)]
-    line = placement_verdict.recommend(results, placement.margins(results), WORKLOAD, RDMA)
+    line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
     assert line.startswith("for document Q&A with 2048-token documents (8 sessions, 4 in flight), timing profile "
                            "h200-rdma: run cache_aware with P2P on (3.00 req/s")
     assert "P2P adds 1.20x req/s under it" in line
@@ -30,7 +30,7 @@ def test_the_recommendation_is_the_arm_serving_most_and_names_the_profile_and_th
 
 def test_an_arm_with_failures_is_never_recommended_and_a_winning_p2p_off_arm_points_to_calibrate():
     results = [arm("kv_aware", True, 9.0, failed=2), arm("kv_aware", False, 2.0)]
-    line = placement_verdict.recommend(results, placement.margins(results), WORKLOAD, RDMA)
+    line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
     assert "run kv_aware with P2P off" in line and "`p2pctl calibrate --timing h200-rdma`" in line
 
 
@@ -49,10 +49,10 @@ def test_each_margin_below_one_gets_its_measured_cause():
                                  100, 800, 100, 800),
     }
     for words, (on, off, hit_on, cold_on, hit_off, cold_off) in cases.items():
-        why = placement_verdict.explain(on, off, turns("a-p2p-on", hit_on, cold_on),
+        why = placement.explain(on, off, turns("a-p2p-on", hit_on, cold_on),
                                         turns("a-p2p-off", hit_off, cold_off), RDMA)
         assert words in why, (words, why)
-    failed = placement_verdict.explain(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
+    failed = placement.explain(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
     assert failed.startswith("3 requests failed with P2P on")
 
 

@@ -1,8 +1,8 @@
-"""The soak's warm-up fill: when is an L1 full (harness/soak/fill.py)."""
+"""The soak's warm-up fill: when is an L1 full (harness/soak/load.py)."""
 
 from __future__ import annotations
 
-from p2p_ops.harness.soak.fill import WATERMARK, fill_level
+from p2p_ops.harness.soak.load import WATERMARK, fill_level
 
 
 def test_the_least_filled_server_sets_the_level():

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from p2p_ops.bench import calibrate, projection
+from p2p_ops.bench import calibrate
 from p2p_ops.harness.crossover import CrossoverRow
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_runtime.config import EngineConfig
@@ -52,7 +52,7 @@ def rows(pull_ms: dict[int, float], cached: int = 256) -> list[dict]:
 
 def test_projection_finds_where_the_measured_pull_beats_the_emulated_prefill_and_says_why():
     # 100 ms fixed + 5 us/token here, against ~32.5 us/token: pays from ~3.6k tokens.
-    proj = projection.project(rows({n: 100 + n * 0.005 for n in (1024, 2048, 4096, 8192)}), RDMA)
+    proj = calibrate.project(rows({n: 100 + n * 0.005 for n in (1024, 2048, 4096, 8192)}), RDMA)
     assert proj["min_pull_tokens"] == 4096
     assert proj["pull_fit"] == pytest.approx({"fixed_ms": 100.0, "us_per_token": 5.0})
     assert proj["cause"].startswith("round trips: a pull costs 100 ms fixed + 5.0 us/token")
@@ -60,15 +60,15 @@ def test_projection_finds_where_the_measured_pull_beats_the_emulated_prefill_and
 
 
 def test_a_pull_slower_per_token_than_the_gpu_prefill_is_named_as_the_limit():
-    proj = projection.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA, bytes_per_token=2048)
+    proj = calibrate.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA, bytes_per_token=2048)
     assert proj["min_pull_tokens"] is None
     assert proj["cause"].startswith("per-token cost: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
     assert f"{60 / RDMA.pull_us_per_token:.1f}x the profile's RDMA" in proj["cause"]
 
 
 def test_without_a_gpu_profile_or_a_p2p_hit_the_projection_says_so():
-    assert "no GPU profile" in projection.project(rows({1024: 10.0, 2048: 20.0}), TIMING_PROFILES["off"])["cause"]
-    assert "no P2P hit at [1024]" in projection.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
+    assert "no GPU profile" in calibrate.project(rows({1024: 10.0, 2048: 20.0}), TIMING_PROFILES["off"])["cause"]
+    assert "no P2P hit at [1024]" in calibrate.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
     assert math.isinf(TIMING_PROFILES["h200-rdma"].crossover_tokens) is False
 
 
@@ -119,18 +119,18 @@ def test_a_fleet_at_cpu_speed_gets_the_gpu_answer_of_the_default_profile(tmp_pat
 
 def test_a_missed_pull_with_l1_oom_fallbacks_names_them_and_the_setting():
     missed = [dict(r, fallbacks_b={"l1_oom": 32.0}) for r in rows({4096: 10.0}, cached=0)]
-    cause = projection.project(missed, RDMA)["cause"]
+    cause = calibrate.project(missed, RDMA)["cause"]
     assert "l1_oom=32" in cause and "settings.l1_size_gb" in cause and "did not happen" not in cause
 
 
 def test_a_missed_pull_while_the_holder_evicted_names_the_eviction():
     missed = [dict(r, evictions_a=3.0) for r in rows({4096: 10.0}, cached=0)]
-    cause = projection.project(missed, RDMA)["cause"]
+    cause = calibrate.project(missed, RDMA)["cause"]
     assert "evicted during the measurement" in cause and "3 eviction pass(es)" in cause
 
 
 def test_a_missed_pull_without_evidence_is_not_confirmed():
-    assert "cause not confirmed" in projection.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
+    assert "cause not confirmed" in calibrate.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
 
 
 def test_lengths_whose_restore_buffers_cannot_fit_l1_are_named_with_the_setting(tmp_path):

@@ -1,7 +1,7 @@
 """Faults with figures (`p2pctl test faults`): break one part of a running fleet under load, mend it, and
 measure requests sent and failed, p99 TTFT before/during/after, the time until every peer is registered again,
 and whether LMCache's P2P lookups drained. runner.py runs them and writes their figures; scenarios.py holds the
-faults; netfault.py the node-side network faults; drain.py the in-flight counts."""
+faults (network faults on the node's own interface included); drain.py the in-flight counts."""
 
 from p2p_ops.harness.faults.core import FaultOptions, Figures
 from p2p_ops.harness.faults.runner import passed, run_faults, run_scenario, table_markdown, write_table

@@ -82,8 +82,8 @@ class Load:
         self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
         self.max_requests = max_requests or opts.max_requests
         self.concurrency = concurrency or opts.concurrency
-        self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens,
-                                          retry_resets=True, pause_after_failure_s=0.2)
+        self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s,
+                                          max_tokens=opts.max_tokens, retry_resets=True, pause_after_failure_s=0.2)
         self._lock = threading.Lock()
         self.taken = 0
         self._workers: Optional[load.Workers] = None

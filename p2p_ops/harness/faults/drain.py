@@ -27,9 +27,8 @@ def inflight(status: dict) -> Optional[dict[str, int]]:
     """The in-flight counts of one server's /status body (None when it did not answer)."""
     if not isinstance(status, dict) or not status:
         return None
-    return {"active_p2p_lookup_jobs": int(status.get("active_p2p_lookup_jobs") or 0),
-            "active_prefetch_jobs": int(status.get("active_prefetch_jobs") or 0),
-            "read_locked_count": int(l1_manager(status).get("read_locked_count") or 0)}
+    src = {**status, "read_locked_count": l1_manager(status).get("read_locked_count")}
+    return {k: int(src.get(k) or 0) for k in FIELDS}
 
 
 def snapshot(ctx: FleetContext) -> dict[str, Optional[dict[str, int]]]:
@@ -53,15 +52,14 @@ class DrainFigures:
     last: dict = field(default_factory=dict)
 
 
-class Sampler:
-    """Polls every server's /status once a second while the scenario runs, keeping the maximum in flight."""
+class Poller:
+    """`sample()` every `period_s` on a daemon thread, from `start()` until `stop()`."""
 
-    def __init__(self, ctx: FleetContext, period_s: float = 1.0) -> None:
-        self.ctx, self.period_s, self.max_seen = ctx, period_s, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="fault-drain-sampler")
+    def __init__(self, period_s: float, name: str) -> None:
+        self.period_s, self._stop = period_s, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
 
-    def start(self) -> "Sampler":
+    def start(self):
         self._thread.start()
         return self
 
@@ -71,10 +69,23 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
-            try:
-                self.max_seen = max(self.max_seen, total(snapshot(self.ctx)))
-            except Exception:  # noqa: BLE001 - a server down is what a fault does; keep sampling
-                pass
+            self.sample()
+
+    def sample(self) -> None: ...
+
+
+class Sampler(Poller):
+    """Polls every server's /status once a second while the scenario runs, keeping the maximum in flight."""
+
+    def __init__(self, ctx: FleetContext, period_s: float = 1.0) -> None:
+        super().__init__(period_s, "fault-drain-sampler")
+        self.ctx, self.max_seen = ctx, 0
+
+    def sample(self) -> None:
+        try:
+            self.max_seen = max(self.max_seen, total(snapshot(self.ctx)))
+        except Exception:  # noqa: BLE001 - a server down is what a fault does; keep sampling
+            pass
 
 
 def lookup_timeout_s(ctx: FleetContext) -> float:

@@ -20,16 +20,8 @@ from typing import Optional
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.faults import drain
-from p2p_ops.harness.faults.core import (
-    PHASES,
-    FaultOptions,
-    Figures,
-    Load,
-    Progress,
-    fill_figures,
-    shared_jobs,
-    wait_ready,
-)
+from p2p_ops.harness.faults.core import (PHASES, FaultOptions, Figures, Load, Progress, fill_figures, shared_jobs,
+                                         wait_ready)
 from p2p_ops.harness.faults.scenarios import SCENARIOS, why_not
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle.context import FleetContext

@@ -48,7 +48,7 @@ class SoakOptions:
     max_tokens: int = 8
     request_timeout_s: float = 60.0
     via_router: bool = False
-    fill_l1: bool = True             # warm-up also fills every L1 to its eviction watermark (fill.py)
+    fill_l1: bool = True             # warm-up also fills every L1 to its eviction watermark (load.L1Filler)
     seed: int = 0
     rss: LeakRule = LeakRule(min_per_hour=30.0, min_growth=16.0)     # MiB of anonymous memory
     fds: LeakRule = LeakRule(min_per_hour=30.0, min_growth=8.0)

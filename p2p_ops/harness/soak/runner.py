@@ -13,8 +13,7 @@ from p2p_ops.errors import BadInput
 from p2p_ops.harness.basic import run_basic
 from p2p_ops.harness.faults import drain
 from p2p_ops.harness.faults.core import Progress, wait_ready
-from p2p_ops.harness.soak.fill import L1Filler
-from p2p_ops.harness.soak.load import MixedLoad
+from p2p_ops.harness.soak.load import L1Filler, MixedLoad
 from p2p_ops.harness.soak.options import SoakOptions
 from p2p_ops.harness.soak.sampler import Sampler
 from p2p_ops.lifecycle.context import FleetContext

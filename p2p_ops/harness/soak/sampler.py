@@ -5,7 +5,7 @@ has in flight (P2P lookup jobs, prefetch jobs, L1 read locks: `faults.drain.infl
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
@@ -15,9 +15,6 @@ from p2p_ops.harness.faults.drain import inflight
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.spec.units import Unit
-
-FIELDS = ("t", "unit", "role", "pid", "state", "rss_mib", "anon_mib", "shmem_mib", "fds", "threads", "cpu_s",
-          "l1_used_mib", "lookup_jobs", "prefetch_jobs", "read_locks")
 
 
 @dataclass
@@ -37,6 +34,9 @@ class Row:
     lookup_jobs: Optional[int] = None
     prefetch_jobs: Optional[int] = None
     read_locks: Optional[int] = None
+
+
+FIELDS = [f.name for f in fields(Row)]
 
 
 def soak_units(ctx: FleetContext) -> list[Unit]:
@@ -64,19 +64,14 @@ def sample(ctx: FleetContext, units: list[Unit], t: float) -> list[Row]:
                     _mib(got.shmem_bytes)
                 row.fds, row.threads, row.cpu_s = got.fds, got.threads, got.cpu_s
             if u.role == "server" and st.running:
-                _server_fields(ctx, u, row)
+                server = lmcache_api.server_status(ctx.server_url(u.node, u.instance))
+                counts = inflight(server.raw) if server.reachable else None
+                if counts:
+                    row.l1_used_mib, row.read_locks = _mib(server.l1_used), counts["read_locked_count"]
+                    row.lookup_jobs = counts["active_p2p_lookup_jobs"]
+                    row.prefetch_jobs = counts["active_prefetch_jobs"]
             rows.append(row)
     return rows
-
-
-def _server_fields(ctx: FleetContext, unit: Unit, row: Row) -> None:
-    st = lmcache_api.server_status(ctx.server_url(unit.node, unit.instance))
-    counts = inflight(st.raw) if st.reachable else None
-    if counts is None:
-        return
-    row.l1_used_mib = _mib(st.l1_used)
-    row.lookup_jobs, row.prefetch_jobs = counts["active_p2p_lookup_jobs"], counts["active_prefetch_jobs"]
-    row.read_locks = counts["read_locked_count"]
 
 
 class Sampler:
