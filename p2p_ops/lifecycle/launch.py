@@ -24,7 +24,7 @@ from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.lock import WAIT_S, fleet_lock, record_down
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.nic_plan import InstancePlan, read_plans
-from p2p_ops.lifecycle.preflight.reach import preflight
+from p2p_ops.lifecycle.preflight.probe import preflight
 from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, render_fleet, write_rendered
 from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
