@@ -167,8 +167,7 @@ def router_args(fleet: Fleet) -> list[str]:
             worker = f"http://{hostport(node.address, inst.ports.engine)}"
             args += ["--kv-event-source", f"{worker}=tcp://{hostport(node.address, pub)}",
                      "--kv-event-replay-source", f"{worker}=tcp://{hostport(node.address, replay)}"]
-        block = fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
-        args += ["--kv-event-block-size", str(block), "--kv-event-model", fleet.model]
+        args += ["--kv-event-block-size", str(fleet.kv_block_size), "--kv-event-model", fleet.model]
     return args + list(r.args)
 
 

@@ -136,6 +136,11 @@ class Fleet(StrictModel):
     def instances(self) -> list[tuple[Node, Instance]]:
         return [(node, inst) for node in self.nodes for inst in node.instances]
 
+    def placed_instances(self) -> list[tuple[str, Node, Instance]]:
+        """(its field path, e.g. `nodes[1].instances[0]`, node, instance) for every instance."""
+        return [(f"nodes[{ni}].instances[{ii}]", node, inst) for ni, node in enumerate(self.nodes)
+                for ii, inst in enumerate(node.instances)]
+
     def instance(self, instance_id: str) -> tuple[Node, Instance]:
         for node, inst in self.instances():
             if inst.id == instance_id:
@@ -178,6 +183,11 @@ class Fleet(StrictModel):
     @property
     def router_url(self) -> str:
         return f"http://{hostport(self.router_node().address, self.router.port)}"
+
+    @property
+    def kv_block_size(self) -> int:
+        """The engines' KV block size (vLLM's or the embedded engine's)."""
+        return self.vllm.effective_block_size() if self.runtime == "vllm" else self.engine.block_size
 
     @property
     def kv_events_on(self) -> bool:
