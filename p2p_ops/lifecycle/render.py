@@ -88,9 +88,7 @@ class FolderRun:
 
 
 def bin_dir_for(node: Node) -> str:
-    if node.venv:
-        return str(Path(node.venv) / "bin")
-    return str(Path(sys.executable).parent)
+    return str(Path(node.venv) / "bin") if node.venv else str(Path(sys.executable).parent)
 
 
 def vllm_python(fleet: Fleet, node: Node) -> str:
@@ -188,7 +186,6 @@ unset P2P_UCX_DEV
 
 def _coordinator_run(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> FolderRun:
     node, s, c = fleet.coordinator_node(), fleet.settings, fleet.coordinator
-    # Must exceed the servers' heartbeat interval, or heartbeats fail with "Server disconnected".
     keep_alive = max(c.timeout_keep_alive, int(max(fleet.effective_settings(i).heartbeat_interval
                                                    for _, i in fleet.instances())) + 5)
     run = FolderRun(node.name, COORDINATOR, f"the coordinator of fleet {fleet.name} (on node {node.name})")

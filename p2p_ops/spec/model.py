@@ -1,8 +1,6 @@
 """The fleet spec's topology: nodes, their instances and ports, the coordinator, and the `Fleet` that holds them
-with its settings sections (`spec.settings`) and the views derived from them (who runs where, which URL).
-
-Loading a file and the checks that span fields live in fleet, the module callers import from.
-"""
+with its settings sections (`spec.settings`) and the views derived from them (who runs where, which URL). Loading
+a file and the checks that span fields are `spec.load`'s."""
 
 from __future__ import annotations
 
@@ -23,9 +21,6 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 # A hostname label's limit (RFC 1035), well inside a file name's 255 bytes: an instance's shm segment name
 # `p2p_<fleet>_<instance>_<port>` holds two of them.
 MAX_ID = 63
-# Folders the run layout itself uses next to the instances' folders: an instance of that name would overwrite
-# them (an instance `coordinator` would overwrite the coordinator's env.sh).
-RESERVED_IDS = RESERVED_FOLDERS
 
 
 def _check_id(value: str) -> str:
@@ -69,7 +64,9 @@ class Instance(StrictModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if v.lower() in RESERVED_IDS:
+        # Folders the run layout itself uses next to the instances' folders: an instance of that name would
+        # overwrite them (an instance `coordinator` would overwrite the coordinator's env.sh).
+        if v.lower() in RESERVED_FOLDERS:
             raise ValueError(f"{v!r} is reserved for the run folder's own {v.lower()}/ folder; pick another id")
         return _check_id(v)
 

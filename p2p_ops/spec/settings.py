@@ -1,9 +1,6 @@
 """The fleet spec's settings sections: LMCache settings (fleet-wide and per instance), the embedded engine,
 vLLM, Prometheus and the router. Strict models: an unknown key, a bad value or a control character is refused.
-
-The topology (nodes, instances, ports, the coordinator) is in `spec.model`; loading and the cross-field checks in
-fleet, the module callers import from.
-"""
+The topology (nodes, instances, ports, the coordinator) is `spec.model`'s, the cross-field checks `spec.load`'s."""
 
 from __future__ import annotations
 

@@ -25,11 +25,8 @@ PROJECT = CHECKOUT
 
 
 def pip_steps(makefile_text: str) -> list[list[str]]:
-    steps = []
-    for line in makefile_text.splitlines():
-        if line.strip().split()[:2] == ["$(PIP)", "install"]:
-            steps.append(shlex.split(line)[2:])
-    return steps
+    return [shlex.split(line)[2:] for line in makefile_text.splitlines()
+            if line.strip().split()[:2] == ["$(PIP)", "install"]]
 
 
 def bootstrap_script(venv: str, project: str, steps: list[list[str]]) -> str:
