@@ -60,7 +60,7 @@ class Unit:
     def proc(self, layout: RunLayout) -> Proc:
         return Proc(name=self.name, workdir=str(layout.dir(self.folder)),
                     wrapper=str(layout.wrapper(self.folder, self.role)), log=str(layout.log(self.folder, self.role)),
-                    pidfile=str(layout.pidfile(self.folder, self.role)), marker=self.marker, unit=self)
+                    pidfile=str(layout.pidfile(self.folder, self.role)), marker=self.marker)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,6 @@ class Proc:
     pidfile: str
     marker: str        # a string its command line contains once running, e.g. "--http-port 8081 "
     # Before the wrapper execs, the command line is `bash <wrapper>`: the wrapper path identifies it too.
-    unit: Optional[Unit] = field(default=None, compare=False, repr=False)
 
 
 # vLLM becomes healthy after 25-90 s on a 2-core box (model load, warm-up); more on a busy one.

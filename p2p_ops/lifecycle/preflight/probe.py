@@ -80,10 +80,7 @@ class NodeProbe:
         return "unreachable" if self.error else "ok" if self.ok else "problems"
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["ok"] = self.ok
-        data["verdict"] = self.verdict
-        return data
+        return {**asdict(self), "ok": self.ok, "verdict": self.verdict}
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
@@ -151,13 +148,9 @@ def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Resul
 
 def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, NodeProbe]:
     results = ctx.for_each_node(lambda n: probe_node(ctx, n), only)
-    probes = {}
-    for node in ctx.fleet.nodes:
-        if node.name not in results:
-            continue
-        res = results[node.name]
-        probes[node.name] = res if isinstance(res, NodeProbe) else \
-            NodeProbe(node.name, node.address, node.connection, error=str(res))
+    probes = {n.name: results[n.name] if isinstance(results[n.name], NodeProbe)
+              else NodeProbe(n.name, n.address, n.connection, error=str(results[n.name]))
+              for n in ctx.fleet.nodes if n.name in results}
     judge_fleet(ctx.fleet, probes)  # then compare them: versions must agree across peers
     return probes
 
