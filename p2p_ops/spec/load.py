@@ -225,12 +225,10 @@ def load_fleet(path: str | Path) -> Fleet:
 
 
 def _test_address(address: str) -> bool:
-    if address == "localhost":
-        return True
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
-        return False
+        return address == "localhost"
     return any(ip in net for net in TEST_NETWORKS if net.version == ip.version)
 
 

@@ -152,9 +152,7 @@ class Fleet(StrictModel):
     def shm_name(self, inst: Instance) -> str:
         """The --shm-name of the instance's server ("" = pickled tensors). The port keeps it unique among
         fleets on one host: a server unlinks any segment of its name at start."""
-        if not self.effective_settings(inst).shm_transport:
-            return ""
-        return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}"
+        return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}" if self.effective_settings(inst).shm_transport else ""
 
     def _named_node(self, field: str, name: str) -> Node:
         for node in self.nodes:
@@ -192,12 +190,10 @@ class Fleet(StrictModel):
 
 
 def is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
     try:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
-        return False
+        return address == "localhost"
 
 
 def host_key(address: str) -> str:
