@@ -135,12 +135,3 @@ def vllm_values(argv: list[str]) -> dict[str, str]:
             "vllm_parallel": f"tp={f['tensor_parallel']} pp={f['pipeline_parallel']}",
             "vllm_dtype": f["dtype"], "vllm_kv_cache_dtype": f["kv_cache_dtype"],
             "vllm_model": f"{f['model']}@{f['revision']}"}
-
-
-def vllm_spec_problem(router_enabled: bool, policy: str, kv_events: bool) -> Optional[str]:
-    """Why a router spec cannot give every engine the same KV meaning (None: it can); flags in vllm.args that
-    would are refused by spec.flags."""
-    if router_enabled and policy == "kv_aware" and not kv_events:
-        return ("router.kv_events: false with policy kv_aware: kv_aware routes on KV events from every engine; "
-                "set router.kv_events: true (or pick another router.policy)")
-    return None

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.spec import strict_yaml
-from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
+from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
 from p2p_ops.spec.flags import p2p_refused_l1
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
@@ -85,8 +85,9 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
                        "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
-    if problem := vllm_spec_problem(fleet.router.enabled, fleet.router.policy, fleet.router.kv_events):
-        raise BadInput(problem)
+    if fleet.router.enabled and fleet.router.policy == "kv_aware" and not fleet.router.kv_events:
+        raise BadInput("router.kv_events: false with policy kv_aware: kv_aware routes on KV events from every "
+                       "engine; set router.kv_events: true (or pick another router.policy)")
     chunk, block = fleet.settings.chunk_size, fleet.kv_block_size
     if chunk % block:
         whose = (f"vLLM's block size {block} (vllm.block_size, device {fleet.vllm.device}); LMCache"
