@@ -25,7 +25,6 @@ T = TypeVar("T")
 
 
 def connect_node(node: Optional[Node]) -> Connector:
-    # None is the machine p2pctl runs on.
     return LocalConnector() if node is None else connector_for(node)
 
 

@@ -41,10 +41,6 @@ def template_env() -> jinja2.Environment:
     return env
 
 
-def _bracketed(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
-
-
 @dataclass(frozen=True)
 class RenderedFile:
     node: str       # node that uses the file
@@ -100,11 +96,12 @@ def vllm_python(fleet: Fleet, node: Node) -> str:
 def kv_transfer_config(node: Node, inst: Instance) -> str:
     """vLLM's LMCacheMPConnector config: it talks only to the lmcache server of its own instance, at the
     address that server binds (LMCache's default `tcp://localhost` misses a server bound to a node address)."""
+    host = node.bind_host
     return json.dumps({
         "kv_connector": "LMCacheMPConnector",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{_bracketed(node.bind_host)}",
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://[{host}]" if ":" in host else f"tcp://{host}",
                                       "lmcache.mp.port": inst.ports.mp},
     }, separators=(",", ":"))
 

@@ -34,13 +34,8 @@ TEST_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/
 
 
 def _path_str(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
+    return path or "(top level)"
 
 
 def _pydantic_message(err: dict[str, Any]) -> str:
@@ -203,26 +198,21 @@ def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise BadInput(_pydantic_message(first)) from None
+        raise BadInput(_pydantic_message(exc.errors()[0])) from None
     _cross_checks(fleet)
     return fleet
 
 
-def read_spec(path: str | Path) -> str:
-    """A regular file (the one named, links followed: the user chose it) of UTF-8."""
+def load_fleet(path: str | Path) -> Fleet:
+    """From a regular file (the one named, links followed: the user chose it) of UTF-8."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
-    data = files.read_bytes(path, MAX_SPEC_BYTES)
     try:
-        return data.decode("utf-8")
+        text = files.read_bytes(path, MAX_SPEC_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-
-
-def load_fleet(path: str | Path) -> Fleet:
-    return parse_fleet(strict_yaml.load(read_spec(path), str(path)), str(path))
+    return parse_fleet(strict_yaml.load(text, str(path)), str(path))
 
 
 def _test_address(address: str) -> bool:
