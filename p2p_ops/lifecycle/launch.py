@@ -133,18 +133,19 @@ def launched_units(ctx: FleetContext, roles: tuple[str, ...], only: Optional[str
 UP_DEADLINE_S = 1800.0
 
 
-def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0, only: Optional[str] = None,
-       rerender: bool = True, roles: tuple[str, ...] = ROLES, lock_wait_s: float = WAIT_S) -> None:
+def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 120.0,
+       only: Optional[str] = None, rerender: bool = True, roles: tuple[str, ...] = ROLES,
+       deadline_s: float = UP_DEADLINE_S, lock_wait_s: float = WAIT_S) -> None:
     """Start the fleet, or with `only` one node's units (the coordinator and router too if they live there).
     rerender=False starts from the env.sh files as they are on disk (hand-edited ones included). Holds the
     fleet's lock, waiting up to lock_wait_s for another `up`/`down` of it."""
     with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
-        until = time.monotonic() + UP_DEADLINE_S
+        until = time.monotonic() + deadline_s
 
         def left(wanted: float) -> float:
             remaining = until - time.monotonic()
             if remaining <= 0:
-                raise CouldNotRun(f"`up` did not finish within its overall deadline of {UP_DEADLINE_S:.0f} s; "
+                raise CouldNotRun(f"`up` did not finish within its overall deadline of {deadline_s:.0f} s; "
                                   "`p2pctl status` shows what runs, `p2pctl down` stops it")
             return min(wanted, remaining)
 
@@ -249,9 +250,8 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
     records who stopped what (`lock.record_down`): a test run writing its folder meanwhile ends "interrupted"."""
     check_node(ctx, only)
     with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
-        what = "the fleet" if only is None and roles == ROLES else \
-            f"{', '.join(roles)}{' on ' + only if only else ''}"
-        record_down(ctx.layout.root, what)
+        record_down(ctx.layout.root, "the fleet" if only is None and roles == ROLES
+                    else f"{', '.join(roles)}{' on ' + only if only else ''}")
         outcome: dict[str, str] = {}
         units = launched_units(ctx, roles, only)
         for role in reversed(LAUNCHED_ROLES):
