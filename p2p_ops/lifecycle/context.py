@@ -19,13 +19,12 @@ from p2p_ops.errors import BadInput
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.model import Fleet, Instance, Node, hostport
-from p2p_ops.spec.units import LAUNCHED_ROLES, ROLES, Proc, Unit, fleet_units, unit_layout
+from p2p_ops.spec.units import LAUNCHED_ROLES, ROLES, Proc, Unit, fleet_units
 
 T = TypeVar("T")
 
 
 def connect_node(node: Optional[Node]) -> Connector:
-    # None is the machine p2pctl runs on.
     return LocalConnector() if node is None else connector_for(node)
 
 
@@ -56,7 +55,8 @@ class FleetContext:
         self.close()
 
     def node_layout(self, node: Optional[Node]) -> RunLayout:
-        return unit_layout(self.fleet, self.layout, node)
+        """The same path as here unless the node sets run_dir."""
+        return RunLayout(Path(node.run_dir) / self.fleet.name) if node is not None and node.run_dir else self.layout
 
     def conn(self, node: Optional[Node]) -> Connector:
         """One per node, opened on first use; None is the machine p2pctl runs on."""

@@ -71,8 +71,7 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
     rendered = render_fleet(fleet, ctx.node_layout)
     if not rerender:
         check_on_disk(rendered, ctx.layout)
-    nodes = [n for n in fleet.nodes if only is None or n.name == only]
-    out: dict[str, list[str]] = {n.name: [f"check    {_reach_line(n)}"] for n in nodes}
+    out = {n.name: [f"check    {_reach_line(n)}"] for n in fleet.nodes if only is None or n.name == only}
     for f in rendered:
         if f.node not in out:
             continue

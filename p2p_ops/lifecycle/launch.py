@@ -24,7 +24,7 @@ from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.lock import WAIT_S, fleet_lock, record_down
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.nic_plan import InstancePlan, read_plans
-from p2p_ops.lifecycle.preflight.reach import preflight
+from p2p_ops.lifecycle.preflight.probe import preflight
 from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, render_fleet, write_rendered
 from p2p_ops.lifecycle.status import FleetReport, report
 from p2p_ops.spec.layout import COORDINATOR
@@ -250,9 +250,8 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
     records who stopped what (`lock.record_down`): a test run writing its folder meanwhile ends "interrupted"."""
     check_node(ctx, only)
     with fleet_lock(ctx.layout.root, ctx.fleet.name, lock_wait_s, progress):
-        what = "the fleet" if only is None and roles == ROLES else \
-            f"{', '.join(roles)}{' on ' + only if only else ''}"
-        record_down(ctx.layout.root, what)
+        record_down(ctx.layout.root, "the fleet" if only is None and roles == ROLES
+                    else f"{', '.join(roles)}{' on ' + only if only else ''}")
         outcome: dict[str, str] = {}
         units = launched_units(ctx, roles, only)
         for role in reversed(LAUNCHED_ROLES):

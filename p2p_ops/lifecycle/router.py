@@ -44,9 +44,8 @@ class RouterStatus:
 
 def missing_binary(ctx: FleetContext) -> Optional[str]:
     """A one-line fix when the router binary is absent (checked on local nodes; SSH nodes fail at start)."""
-    node = ctx.fleet.router_node()
     binary = router_bin(ctx.fleet)
-    if node.connection == "local" and not Path(binary).is_file():
+    if ctx.fleet.router_node().connection == "local" and not Path(binary).is_file():
         return (f"router.venv: no vllm-router at {binary}; run `make setup-router` (or set router.venv to a venv "
                 "holding `pip install vllm-router==0.1.17`)")
     return None

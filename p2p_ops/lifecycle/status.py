@@ -126,9 +126,8 @@ def report(ctx: FleetContext) -> FleetReport:
 
     # Three HTTP probes per instance: on a large fleet, one node after another would add up (bench/suite/fleet_scale).
     per_node = ctx.for_each_node(lambda n: [instance(n, inst) for inst in n.instances])
-    for res in per_node.values():
-        if isinstance(res, Exception):
-            raise res
+    if failed := next((res for res in per_node.values() if isinstance(res, Exception)), None):
+        raise failed
     items = [item for res in per_node.values() for item in res]  # type: ignore[union-attr]
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(ctx.unit("coordinator").name, "none"),
                        lmcache_api.coordinator_healthy(fleet.coordinator_url),

@@ -91,9 +91,9 @@ class Split:
     tie: bool = False
 
     def describe(self, key: str) -> str:
-        if self.tie:
-            return ", ".join(f"{p}={v}" for p, v in sorted(self.odd.items())) + " (no majority)"
         odd = ", ".join(f"{p}={v}" for p, v in sorted(self.odd.items()))
+        if self.tie:
+            return odd + " (no majority)"
         return f"{odd} (the odd one out; {', '.join(sorted(self.majority))} use {key}={self.majority_value})"
 
 
@@ -120,31 +120,18 @@ VLLM_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def flag_values(argv: list[str]) -> dict[str, str]:
-    """The VLLM_FLAGS values of a vLLM command line (`--flag v` or `--flag=v`; the last one wins, as argparse)."""
-    found = {name: default for name, (_, default) in VLLM_FLAGS.items()}
+def vllm_values(argv: list[str]) -> dict[str, str]:
+    """The vllm_* values of a vLLM command line (`--flag v` or `--flag=v`; the last one wins, as argparse); {} for
+    another program's."""
+    if not any("vllm" in w for w in argv[:3]):
+        return {}
+    f = {name: default for name, (_, default) in VLLM_FLAGS.items()}
     for i, word in enumerate(argv):
         flag, eq, inline = word.partition("=")
         for name, (flags, _) in VLLM_FLAGS.items():
             if flag in flags:
-                found[name] = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-    return found
-
-
-def vllm_values(argv: list[str]) -> dict[str, str]:
-    if not any("vllm" in w for w in argv[:3]):
-        return {}
-    f = flag_values(argv)
+                f[name] = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
     return {"vllm_block_size": f["block_size"],
             "vllm_parallel": f"tp={f['tensor_parallel']} pp={f['pipeline_parallel']}",
             "vllm_dtype": f["dtype"], "vllm_kv_cache_dtype": f["kv_cache_dtype"],
             "vllm_model": f"{f['model']}@{f['revision']}"}
-
-
-def vllm_spec_problem(router_enabled: bool, policy: str, kv_events: bool) -> Optional[str]:
-    """Why a router spec cannot give every engine the same KV meaning (None: it can); flags in vllm.args that
-    would are refused by spec.flags."""
-    if router_enabled and policy == "kv_aware" and not kv_events:
-        return ("router.kv_events: false with policy kv_aware: kv_aware routes on KV events from every engine; "
-                "set router.kv_events: true (or pick another router.policy)")
-    return None

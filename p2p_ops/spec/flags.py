@@ -49,8 +49,7 @@ class Program:
         if "" in args:
             raise ValueError("empty string in the list; remove it")
         for word in args:
-            flag = self.flag_of(word)
-            if flag is not None:
+            if (flag := self.flag_of(word)) is not None:
                 how = "is" if word.split("=", 1)[0] == flag else "reads as"
                 raise ValueError(f"{word[:60]!r} {how} {self.name} {flag}, which {self.owned[flag]}; remove it")
         return args
@@ -116,8 +115,7 @@ P2P_REFUSED_L1 = {"--gds-l1-path": "a GDS L1", "--l1-devdax-path": "a Device-DAX
 
 def p2p_refused_l1(args: list[str]) -> Optional[str]:
     for word in args:
-        flag = LMCACHE_SERVER.flag_of(word, P2P_REFUSED_L1)
-        if flag:
+        if flag := LMCACHE_SERVER.flag_of(word, P2P_REFUSED_L1):
             return (f"{word[:60]!r} reads as lmcache server {flag}: {P2P_REFUSED_L1[flag]}, which LMCache refuses "
                     "with P2P (it registers one contiguous L1 for transfers); remove it, or set settings.p2p: false")
     return None

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.spec import strict_yaml
-from p2p_ops.spec.agreement import FLEET_WIDE_ONLY, vllm_spec_problem
+from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
 from p2p_ops.spec.flags import p2p_refused_l1
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
@@ -34,24 +34,8 @@ TEST_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/
 
 
 def _path_str(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def fleet_wide_only_message(loc: tuple[Any, ...]) -> Optional[str]:
-    """A setting peers must agree on (`spec.agreement`), put under an instance's settings, is refused with this
-    message (None when `loc`, the path of an unknown key, is not one)."""
-    key = loc[-1] if loc else "?"
-    if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
-        setting = "model" if key == "model" else f"settings.{key}"
-        return (f"{_path_str(loc)}: must be identical across peers and cannot be overridden per "
-                f"instance; set it once as {setting}")
-    return None
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
+    return path or "(top level)"
 
 
 def _pydantic_message(err: dict[str, Any]) -> str:
@@ -59,10 +43,12 @@ def _pydantic_message(err: dict[str, Any]) -> str:
     loc = err.get("loc", ())
     if kind == "extra_forbidden":
         key = loc[-1] if loc else "?"
-        parent = _path_str(loc[:-1])
-        if must_agree := fleet_wide_only_message(loc):
-            return must_agree
-        return f"{_path_str(loc)}: unknown key {key!r} in {parent}; remove it or check the spelling"
+        # A setting peers must agree on (`spec.agreement`), put under an instance's settings.
+        if key in FLEET_WIDE_ONLY and len(loc) >= 2 and loc[-2] == "settings" and "instances" in loc:
+            setting = "model" if key == "model" else f"settings.{key}"
+            return (f"{_path_str(loc)}: must be identical across peers and cannot be overridden per "
+                    f"instance; set it once as {setting}")
+        return f"{_path_str(loc)}: unknown key {key!r} in {_path_str(loc[:-1])}; remove it or check the spelling"
     if kind == "missing":
         return f"{_path_str(loc)}: required field is missing; add it"
     msg = err.get("msg", "invalid value")
@@ -94,21 +80,24 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(f"settings.hash_algorithm: {alg!r} needs runtime: vllm (without vLLM, LMCache falls back to "
                        "a per-process builtin hash and peers share nothing); use blake3")
     fleet.coordinator_node()  # raises on an unknown coordinator.node
-    problem = vllm_spec_problem(fleet.router.enabled, fleet.router.policy, fleet.router.kv_events)
-    if problem:
-        raise BadInput(problem)
+    if fleet.router.enabled and fleet.router.policy == "kv_aware" and not fleet.router.kv_events:
+        raise BadInput("router.kv_events: false with policy kv_aware: kv_aware routes on KV events from every "
+                       "engine; set router.kv_events: true (or pick another router.policy)")
+    chunk, block = fleet.settings.chunk_size, fleet.kv_block_size
+    if chunk % block:
+        whose = (f"vLLM's block size {block} (vllm.block_size, device {fleet.vllm.device}); LMCache"
+                 if fleet.runtime == "vllm" else f"engine.block_size {block}; the engine")
+        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of {whose} stores whole blocks per chunk, "
+                       f"so use a multiple such as {block * max(1, round(chunk / block))}")
     _vllm_checks(fleet)
-    _engine_checks(fleet)
     _mooncake_checks(fleet)
     _p2p_l1_checks(fleet)
     seen_ids: dict[str, str] = {}
-    for ni, node in enumerate(fleet.nodes):
-        for ii, inst in enumerate(node.instances):
-            where = f"nodes[{ni}].instances[{ii}]"
-            if inst.id in seen_ids:
-                raise BadInput(f"{where}.id: {inst.id!r} is already used by {seen_ids[inst.id]}; "
-                               "instance ids must be unique across the fleet")
-            seen_ids[inst.id] = where
+    for where, _, inst in fleet.placed_instances():
+        if inst.id in seen_ids:
+            raise BadInput(f"{where}.id: {inst.id!r} is already used by {seen_ids[inst.id]}; "
+                           "instance ids must be unique across the fleet")
+        seen_ids[inst.id] = where
     if fleet.router.enabled and fleet.router.venv and not fleet.router.venv.startswith("/"):
         raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
                        "in its own run folder)")
@@ -118,14 +107,11 @@ def _cross_checks(fleet: Fleet) -> None:
 def _p2p_l1_checks(fleet: Fleet) -> None:
     if not fleet.settings.p2p:
         return
-    why = p2p_refused_l1(fleet.settings.server_extra_args)
-    if why:
+    if why := p2p_refused_l1(fleet.settings.server_extra_args):
         raise BadInput(f"settings.server_extra_args: {why}")
-    for ni, node in enumerate(fleet.nodes):
-        for ii, inst in enumerate(node.instances):
-            why = p2p_refused_l1(inst.settings.server_extra_args or [])
-            if why:
-                raise BadInput(f"nodes[{ni}].instances[{ii}].settings.server_extra_args: {why}")
+    for where, _, inst in fleet.placed_instances():
+        if why := p2p_refused_l1(inst.settings.server_extra_args or []):
+            raise BadInput(f"{where}.settings.server_extra_args: {why}")
 
 
 def _port_clashes(fleet: Fleet) -> None:
@@ -152,23 +138,15 @@ def _owner(p: PlannedPort) -> str:
 def _vllm_checks(fleet: Fleet) -> None:
     if fleet.runtime != "vllm":
         return
-    v, chunk = fleet.vllm, fleet.settings.chunk_size
-    block = v.effective_block_size()
-    if chunk % block:
-        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of vLLM's block size {block} "
-                       f"(vllm.block_size, device {v.device}); LMCache stores whole blocks per chunk, so use a "
-                       f"multiple such as {block * max(1, round(chunk / block))}")
+    v = fleet.vllm
     if v.device == "cpu" and v.block_size not in (None, CPU_BLOCK_SIZE):
         raise BadInput(f"vllm.block_size: {v.block_size} is not supported by vLLM's CPU backend; use "
                        f"{CPU_BLOCK_SIZE} or leave it empty")
-    for ni, node in enumerate(fleet.nodes):
-        for ii, inst in enumerate(node.instances):
-            where = f"nodes[{ni}].instances[{ii}]"
-            if v.device == "cpu" and inst.gpu is not None:
-                raise BadInput(f"{where}.gpu: set on a vllm.device: cpu fleet; remove it (or use "
-                               "vllm.device: cuda)")
-            if inst.cpus and not CPUS_PATTERN.fullmatch(inst.cpus):
-                raise BadInput(f"{where}.cpus: {inst.cpus!r} is not a core list like '0-3' or '0,2,4'")
+    for where, _, inst in fleet.placed_instances():
+        if v.device == "cpu" and inst.gpu is not None:
+            raise BadInput(f"{where}.gpu: set on a vllm.device: cpu fleet; remove it (or use vllm.device: cuda)")
+        if inst.cpus and not CPUS_PATTERN.fullmatch(inst.cpus):
+            raise BadInput(f"{where}.cpus: {inst.cpus!r} is not a core list like '0-3' or '0,2,4'")
     # Engines start in their own run folders, so a relative path would point somewhere else there.
     paths = [("vllm.venv", v.venv), ("vllm.model_path", v.model_path)]
     paths += [(f"nodes[{ni}].vllm_venv", n.vllm_venv) for ni, n in enumerate(fleet.nodes)]
@@ -189,16 +167,6 @@ def _relative(where: str, value: str) -> bool:
     # (`models/tiny-llama`), which vLLM, started elsewhere, would look up on the hub.
     return (value.startswith(("./", "../", "~")) or value in (".", "..") or value.count("/") > 1
             or Path(value).exists())
-
-
-def _engine_checks(fleet: Fleet) -> None:
-    if fleet.runtime != "embedded":
-        return
-    chunk, block = fleet.settings.chunk_size, fleet.engine.block_size
-    if chunk % block:
-        near = block * max(1, round(chunk / block))
-        raise BadInput(f"settings.chunk_size: {chunk} is not a multiple of engine.block_size {block}; the engine "
-                       f"stores whole blocks per chunk, so use a multiple such as {near}")
 
 
 def _mooncake_checks(fleet: Fleet) -> None:
@@ -230,35 +198,28 @@ def parse_fleet(data: Any, source: str = "fleet.yaml") -> Fleet:
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise BadInput(_pydantic_message(first)) from None
+        raise BadInput(_pydantic_message(exc.errors()[0])) from None
     _cross_checks(fleet)
     return fleet
 
 
-def read_spec(path: str | Path) -> str:
-    """A regular file (the one named, links followed: the user chose it) of UTF-8."""
+def load_fleet(path: str | Path) -> Fleet:
+    """From a regular file (the one named, links followed: the user chose it) of UTF-8."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise BadInput(f"{path}: no fleet file; write one with `p2pctl init --local 2` or pass -f FILE")
-    data = files.read_bytes(path, MAX_SPEC_BYTES)
     try:
-        return data.decode("utf-8")
+        text = files.read_bytes(path, MAX_SPEC_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-
-
-def load_fleet(path: str | Path) -> Fleet:
-    return parse_fleet(strict_yaml.load(read_spec(path), str(path)), str(path))
+    return parse_fleet(strict_yaml.load(text, str(path)), str(path))
 
 
 def _test_address(address: str) -> bool:
-    if address == "localhost":
-        return True
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
-        return False
+        return address == "localhost"
     return any(ip in net for net in TEST_NETWORKS if net.version == ip.version)
 
 

@@ -1,8 +1,6 @@
 """The fleet spec's topology: nodes, their instances and ports, the coordinator, and the `Fleet` that holds them
-with its settings sections (`spec.settings`) and the views derived from them (who runs where, which URL).
-
-Loading a file and the checks that span fields live in fleet, the module callers import from.
-"""
+with its settings sections (`spec.settings`) and the views derived from them (who runs where, which URL). Loading
+a file and the checks that span fields are `spec.load`'s."""
 
 from __future__ import annotations
 
@@ -23,9 +21,6 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 # A hostname label's limit (RFC 1035), well inside a file name's 255 bytes: an instance's shm segment name
 # `p2p_<fleet>_<instance>_<port>` holds two of them.
 MAX_ID = 63
-# Folders the run layout itself uses next to the instances' folders: an instance of that name would overwrite
-# them (an instance `coordinator` would overwrite the coordinator's env.sh).
-RESERVED_IDS = RESERVED_FOLDERS
 
 
 def _check_id(value: str) -> str:
@@ -69,7 +64,9 @@ class Instance(StrictModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if v.lower() in RESERVED_IDS:
+        # Folders the run layout itself uses next to the instances' folders: an instance of that name would
+        # overwrite them (an instance `coordinator` would overwrite the coordinator's env.sh).
+        if v.lower() in RESERVED_FOLDERS:
             raise ValueError(f"{v!r} is reserved for the run folder's own {v.lower()}/ folder; pick another id")
         return _check_id(v)
 
@@ -136,6 +133,11 @@ class Fleet(StrictModel):
     def instances(self) -> list[tuple[Node, Instance]]:
         return [(node, inst) for node in self.nodes for inst in node.instances]
 
+    def placed_instances(self) -> list[tuple[str, Node, Instance]]:
+        """(its field path, e.g. `nodes[1].instances[0]`, node, instance) for every instance."""
+        return [(f"nodes[{ni}].instances[{ii}]", node, inst) for ni, node in enumerate(self.nodes)
+                for ii, inst in enumerate(node.instances)]
+
     def instance(self, instance_id: str) -> tuple[Node, Instance]:
         for node, inst in self.instances():
             if inst.id == instance_id:
@@ -150,9 +152,7 @@ class Fleet(StrictModel):
     def shm_name(self, inst: Instance) -> str:
         """The --shm-name of the instance's server ("" = pickled tensors). The port keeps it unique among
         fleets on one host: a server unlinks any segment of its name at start."""
-        if not self.effective_settings(inst).shm_transport:
-            return ""
-        return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}"
+        return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}" if self.effective_settings(inst).shm_transport else ""
 
     def _named_node(self, field: str, name: str) -> Node:
         for node in self.nodes:
@@ -180,17 +180,20 @@ class Fleet(StrictModel):
         return f"http://{hostport(self.router_node().address, self.router.port)}"
 
     @property
+    def kv_block_size(self) -> int:
+        """The engines' KV block size (vLLM's or the embedded engine's)."""
+        return self.vllm.effective_block_size() if self.runtime == "vllm" else self.engine.block_size
+
+    @property
     def kv_events_on(self) -> bool:
         return self.router.enabled and self.router.kv_events
 
 
 def is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
     try:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
-        return False
+        return address == "localhost"
 
 
 def host_key(address: str) -> str:

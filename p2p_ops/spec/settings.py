@@ -1,9 +1,6 @@
 """The fleet spec's settings sections: LMCache settings (fleet-wide and per instance), the embedded engine,
 vLLM, Prometheus and the router. Strict models: an unknown key, a bad value or a control character is refused.
-
-The topology (nodes, instances, ports, the coordinator) is in `spec.model`; loading and the cross-field checks in
-fleet, the module callers import from.
-"""
+The topology (nodes, instances, ports, the coordinator) is `spec.model`'s, the cross-field checks `spec.load`'s."""
 
 from __future__ import annotations
 
@@ -60,9 +57,7 @@ def hostport(address: str, port: int) -> str:
 
 
 def _takes_bool(annotation: Any) -> bool:
-    if annotation is bool:
-        return True
-    return any(_takes_bool(a) for a in get_args(annotation))
+    return annotation is bool or any(_takes_bool(a) for a in get_args(annotation))
 
 
 class StrictModel(BaseModel):
@@ -234,15 +229,12 @@ class EngineSection(StrictModel):
         return [("--" + k.replace("_", "-"), engine_env_name(k)) for k in type(self).model_fields]
 
 
-def _engine_field(f: Any) -> tuple[type, Any]:
-    return flag_type(f), Field(f.default, **_ENGINE_LIMITS.get(f.name, {}))
-
-
 EngineSettings = create_model(
     "EngineSettings", __base__=EngineSection, __module__=__name__,
     __doc__="The embedded CPU engine (runtime: embedded): EngineConfig's fields and defaults. Ignored by "
             "runtime: vllm.",
-    **{f.name: _engine_field(f) for f in fields(EngineConfig) if f.name not in ENGINE_FROM_FLEET})
+    **{f.name: (flag_type(f), Field(f.default, **_ENGINE_LIMITS.get(f.name, {}))) for f in fields(EngineConfig)
+       if f.name not in ENGINE_FROM_FLEET})
 
 
 class VllmSettings(StrictModel):

@@ -77,18 +77,10 @@ def node_size(profile: KVProfile, l1: object, context: int) -> NodeSize:
     return NodeSize(l1_gib, context, blocks, kv_gib)
 
 
-def default_size(profile: KVProfile) -> NodeSize:
-    return node_size(profile, *ladder(profile)[0])
-
-
-def ladder(profile: KVProfile) -> tuple[tuple[object, int], ...]:
-    return TINY_LADDER if profile.name == TINY else REAL_LADDER
-
-
 def size_nodes(n: int, profile: KVProfile, budget: Optional[float]) -> NodeSize:
     """The most generous step that fits `budget` GiB for n nodes (None: no limit). When even the leanest step
     does not, BadInput names what it needs and how many nodes would fit."""
-    steps = [node_size(profile, l1, ctx) for l1, ctx in ladder(profile)]
+    steps = [node_size(profile, l1, ctx) for l1, ctx in (TINY_LADDER if profile.name == TINY else REAL_LADDER)]
     fit = next((s for s in steps if budget is None or s.fleet_gib(n) <= budget), None)
     if fit is not None:
         return fit

@@ -36,9 +36,8 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
     nodes = []
     for i in range(n):
         letter = chr(ord("a") + i) if i < 26 else f"n{i}"
-        ports = port_defaults.local_instance_ports(b, i)
         nodes.append({"name": f"node-{letter}", "address": "127.0.0.1", "connection": "local",
-                      "instances": [{"id": f"node-{letter}-0", "ports": ports}]})
+                      "instances": [{"id": f"node-{letter}-0", "ports": port_defaults.local_instance_ports(b, i)}]})
     data: dict[str, Any] = {"name": name, "runtime": runtime, "model": "tiny-llm",
                             "coordinator": {"host": "127.0.0.1", "port": b["coordinator"]},
                             "settings": Settings(server_nice=10).model_dump()}

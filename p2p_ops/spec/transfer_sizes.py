@@ -77,8 +77,7 @@ def l1_shortfall(fleet: Fleet, prompt_tokens: int) -> Optional[str]:
     plan = fleet_size_plan(fleet, prompt_tokens)
     inst = min((i for _, i in fleet.instances()), key=lambda i: fleet.effective_settings(i).l1_size_gb)
     l1_gb = fleet.effective_settings(inst).l1_size_gb
-    room = EVICTION_WATERMARK * l1_gb * 2**30
-    if 2 * plan.prefix_bytes <= room:
+    if 2 * plan.prefix_bytes <= EVICTION_WATERMARK * l1_gb * 2**30:
         return None
     need_gb = 2 * plan.prefix_bytes / EVICTION_WATERMARK / 2**30
     return (f"{prompt_tokens} tokens need 2 x {plan.prefix_bytes / 2**20:,.0f} MiB of L1 below the "

@@ -8,7 +8,6 @@ recycled pid is never taken for it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Literal, Optional
 
 from p2p_ops.endpoints import engine_api, fetch, lmcache_api
@@ -61,7 +60,7 @@ class Unit:
     def proc(self, layout: RunLayout) -> Proc:
         return Proc(name=self.name, workdir=str(layout.dir(self.folder)),
                     wrapper=str(layout.wrapper(self.folder, self.role)), log=str(layout.log(self.folder, self.role)),
-                    pidfile=str(layout.pidfile(self.folder, self.role)), marker=self.marker, unit=self)
+                    pidfile=str(layout.pidfile(self.folder, self.role)), marker=self.marker)
 
 
 @dataclass(frozen=True)
@@ -73,15 +72,10 @@ class Proc:
     pidfile: str
     marker: str        # a string its command line contains once running, e.g. "--http-port 8081 "
     # Before the wrapper execs, the command line is `bash <wrapper>`: the wrapper path identifies it too.
-    unit: Optional[Unit] = field(default=None, compare=False, repr=False)
 
 
 # vLLM becomes healthy after 25-90 s on a 2-core box (model load, warm-up); more on a busy one.
 VLLM_START_TIMEOUT_S = 900.0
-
-
-def _where(ni: int, ii: int) -> str:
-    return f"nodes[{ni}].instances[{ii}].ports"
 
 
 def _coordinator(fleet: Fleet) -> list[Unit]:
@@ -94,13 +88,12 @@ def _coordinator(fleet: Fleet) -> list[Unit]:
 
 def _servers(fleet: Fleet) -> list[Unit]:
     out = []
-    for ni, node in enumerate(fleet.nodes):
-        for ii, inst in enumerate(node.instances):
-            url = f"http://{hostport(node.address, inst.ports.http)}"
-            ports = tuple(PlannedPort(node.name, getattr(inst.ports, k), f"{inst.id} {k}", node.bind_host, inst.id,
-                                      k, f"{inst.id}/server", f"{_where(ni, ii)}.{k}") for k in SERVER_KINDS)
-            out.append(Unit("server", node, inst, inst.id, url, f"--http-port {inst.ports.http} ", ports, 0,
-                            lambda u=url: lmcache_api.server_status(u).reachable, f"GET {url}/status answers"))
+    for where, node, inst in fleet.placed_instances():
+        url = f"http://{hostport(node.address, inst.ports.http)}"
+        ports = tuple(PlannedPort(node.name, getattr(inst.ports, k), f"{inst.id} {k}", node.bind_host, inst.id,
+                                  k, f"{inst.id}/server", f"{where}.ports.{k}") for k in SERVER_KINDS)
+        out.append(Unit("server", node, inst, inst.id, url, f"--http-port {inst.ports.http} ", ports, 0,
+                        lambda u=url: lmcache_api.server_status(u).reachable, f"GET {url}/status answers"))
     return out
 
 
@@ -109,12 +102,11 @@ def _engines(fleet: Fleet) -> list[Unit]:
     # start with the servers and the imports (seconds of CPU each) overlap instead of queueing.
     vllm = fleet.runtime == "vllm"
     out = []
-    for index, (ni, ii, node, inst) in enumerate(
-            (ni, ii, n, i) for ni, n in enumerate(fleet.nodes) for ii, i in enumerate(n.instances)):
+    for index, (where, node, inst) in enumerate(fleet.placed_instances()):
         url = f"http://{hostport(node.address, inst.ports.engine)}"
         name = f"{inst.id}/engine"
         ports = [PlannedPort(node.name, inst.ports.engine, f"{inst.id} engine", node.bind_host, inst.id, "engine",
-                             name, f"{_where(ni, ii)}.engine")]
+                             name, f"{where}.ports.engine")]
         if fleet.kv_events_on:
             pub, replay = fleet.router.kv_event_ports(index)
             ports += [PlannedPort(node.name, pub, f"{inst.id} kv-events", node.bind_host, inst.id, "kv_events", name,
@@ -163,10 +155,3 @@ def fleet_units(fleet: Fleet, roles: tuple[str, ...] = ROLES) -> list[Unit]:
 
 def port_plan(fleet: Fleet, roles: tuple[str, ...] = LAUNCHED_ROLES) -> list[PlannedPort]:
     return [p for u in fleet_units(fleet, roles) for p in u.ports]
-
-
-def unit_layout(fleet: Fleet, control: RunLayout, node: Optional[Node]) -> RunLayout:
-    """The same path as here unless the node sets run_dir."""
-    if node is not None and node.run_dir:
-        return RunLayout(Path(node.run_dir) / fleet.name)
-    return control

@@ -14,7 +14,9 @@ from p2p_ops.endpoints.lmcache_api import DirectoryEntry, Placement, p2p_adapter
 from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import run_local
 from p2p_ops.facts.chunk_keys import KeyInputs, chunk_keys_fact, pack_tokens, parse_chunk_keys
-from p2p_ops.spec.agreement import split, vllm_spec_problem, vllm_values
+from p2p_ops.spec.agreement import split, vllm_values
+from p2p_ops.spec.load import parse_fleet
+from p2p_ops.spec.starter import local_fleet
 
 
 def _keys(inputs: KeyInputs, tokens: list[int]):
@@ -116,5 +118,7 @@ def test_vllm_command_line_values_and_spec_refusals():
     assert got == {"vllm_block_size": "128", "vllm_parallel": "tp=2 pp=1", "vllm_dtype": "auto",
                    "vllm_kv_cache_dtype": "fp8", "vllm_model": "/m@main"}
     assert vllm_values(["/bin/p2p-engine", "--port", "1"]) == {}
-    assert "kv_aware routes on KV events" in vllm_spec_problem(True, "kv_aware", False)
-    assert vllm_spec_problem(True, "kv_aware", True) is None
+    router = {"enabled": True, "policy": "kv_aware", "kv_events": False}
+    with pytest.raises(BadInput, match="kv_aware routes on KV events"):
+        parse_fleet(local_fleet(2) | {"router": router})
+    assert parse_fleet(local_fleet(2) | {"router": router | {"kv_events": True}}).kv_events_on

@@ -271,7 +271,7 @@ def test_up_refuses_to_start_a_mooncake_fleet_whose_venv_cannot_import_it(tmp_pa
     CUDA 12 build) and stops before anything starts, naming the node, the import error and the fix."""
     from p2p_ops.errors import CouldNotRun
     from p2p_ops.lifecycle.context import FleetContext
-    from p2p_ops.lifecycle.preflight.reach import preflight
+    from p2p_ops.lifecycle.preflight.probe import preflight
     import yaml
 
     venv = tmp_path / "venv"

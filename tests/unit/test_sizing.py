@@ -10,8 +10,7 @@ import pytest
 from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import RecordedRunner
 from p2p_ops.spec.load import parse_fleet
-from p2p_ops.spec.sizing import (COORDINATOR_GIB, ENGINE_BASE_GIB, SERVER_BASE_GIB, box_budget_gib,
-                                 default_size, size_nodes)
+from p2p_ops.spec.sizing import COORDINATOR_GIB, ENGINE_BASE_GIB, SERVER_BASE_GIB, box_budget_gib, size_nodes
 from p2p_ops.spec.starter import local_fleet
 from p2p_runtime.profiles import PROFILES, resolve
 
@@ -73,7 +72,7 @@ def test_default_budget_reads_memavailable(tmp_path):
     runner = RecordedRunner(tmp_path, {("cat", "/proc/meminfo"): "meminfo"})
     assert box_budget_gib(runner) == pytest.approx(16 * 0.75)
     assert box_budget_gib(RecordedRunner(tmp_path, {})) is None
-    assert default_size(TINY).l1_size_gb == 1
+    assert size_nodes(2, TINY, None).l1_size_gb == 1  # no budget: the most generous step
 
 
 def _init(tmp_path, *args):

@@ -13,7 +13,6 @@ same script `make setup-mooncake` runs here), on a new venv and on one whose Moo
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 from p2p_ops.errors import BadInput
 from p2p_ops.facts.python_env import FAMILIES, MOONCAKE_IMPORT, MOONCAKE_PIN, MOONCAKE_WHEELS
@@ -25,11 +24,8 @@ PROJECT = CHECKOUT
 
 
 def pip_steps(makefile_text: str) -> list[list[str]]:
-    steps = []
-    for line in makefile_text.splitlines():
-        if line.strip().split()[:2] == ["$(PIP)", "install"]:
-            steps.append(shlex.split(line)[2:])
-    return steps
+    return [shlex.split(line)[2:] for line in makefile_text.splitlines()
+            if line.strip().split()[:2] == ["$(PIP)", "install"]]
 
 
 def bootstrap_script(venv: str, project: str, steps: list[list[str]]) -> str:
@@ -95,17 +91,16 @@ def needs_mooncake(fleet, probe) -> bool:
         py is None or not py.present or py.mooncake != "ok")
 
 
-def bootstrap_node(ctx: FleetContext, node: Node, probe, project: str | Path = PROJECT,
-                   timeout: float = 3600) -> str:
+def bootstrap_node(ctx: FleetContext, node: Node, probe) -> str:
     # A failure raises CommandFailed with the output tail.
     if not node.venv:
         raise BadInput(f"node {node.name} has no `venv` in fleet.yaml: set the path its virtualenv should have")
-    steps = pip_steps((Path(project) / "Makefile").read_text())
-    script = bootstrap_script(node.venv, str(project), steps) if needs_bootstrap(probe) else ""
+    steps = pip_steps((PROJECT / "Makefile").read_text())
+    script = bootstrap_script(node.venv, str(PROJECT), steps) if needs_bootstrap(probe) else ""
     if needs_mooncake(ctx.fleet, probe):
         script += mooncake_script(node.venv, mooncake_wheel(probe.gpus, probe.python and probe.python.packages.get(
             "torch")))
-    res = ctx.conn(node).run(script, timeout=timeout, check=True)
+    res = ctx.conn(node).run(script, timeout=3600, check=True)
     return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "bootstrapped"
 
 

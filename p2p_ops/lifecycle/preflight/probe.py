@@ -4,7 +4,9 @@ The facts (`p2p_ops.facts`: interpreter and packages, GPUs, RDMA devices, listen
 are read per node in one round trip through its connector (`facts.sections.read_node`, so over SSH for remote
 nodes); `verdict.py` turns facts plus the fleet's plan into problems (launch would fail or share nothing) and
 warnings (it would run, but check this). Probing never changes a node; `bootstrap.py` is the one acting part
-(`--bootstrap`).
+(`--bootstrap`). `preflight` is the part `up` checks itself: every node answers, and holds what its servers and
+engines start from (vLLM's interpreter and a local model folder, an importable Mooncake); a failure names every
+node while nothing runs anywhere.
 
 Add a probe: a fact in `p2p_ops.facts` with a captured-output test, a label in `facts.node_facts` and in
 `PROBE`, a field on `NodeProbe`, and a rule in `verdict.py`.
@@ -16,20 +18,22 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from p2p_ops.connectors.base import Result
-from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, CouldNotRun
 from p2p_ops.facts import node_facts
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.gpus import Gpu
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.limits import Memlock
 from p2p_ops.facts.listeners import Listener
-from p2p_ops.facts.python_env import PythonEnv
-from p2p_ops.facts.sections import read_node
+from p2p_ops.facts.paths import NODE_ANSWERS, paths_fact
+from p2p_ops.facts.python_env import PythonEnv, python_env_fact
+from p2p_ops.facts.sections import read_fact, read_node
 from p2p_ops.facts.storage import Disk, ModelCache
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.nic_plan import InstancePlan, plan_from_reads
-from p2p_ops.lifecycle.render import bin_dir_for
+from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX, judge_fleet, judge_node, mooncake_problem
+from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.model import Fleet, Node
 from p2p_ops.spec.units import port_plan
 
@@ -76,10 +80,7 @@ class NodeProbe:
         return "unreachable" if self.error else "ok" if self.ok else "problems"
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["ok"] = self.ok
-        data["verdict"] = self.verdict
-        return data
+        return {**asdict(self), "ok": self.ok, "verdict": self.verdict}
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
@@ -110,8 +111,6 @@ def node_python(node: Node) -> str:
 
 def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
     """Connection failures become `error`, never an exception."""
-    from p2p_ops.lifecycle.preflight.verdict import judge_node
-
     lay = ctx.node_layout(node)
     result = NodeProbe(node.name, node.address, node.connection, disk_path=str(lay.root))
     # A local model folder is checked by `up`'s preflight; a hub id must be in the node's HF cache.
@@ -148,18 +147,11 @@ def fill(result: NodeProbe, facts: dict[str, CommandFact], read: dict[str, Resul
 
 
 def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, NodeProbe]:
-    # Then compare them: versions must agree across peers.
-    from p2p_ops.lifecycle.preflight.verdict import judge_fleet
-
     results = ctx.for_each_node(lambda n: probe_node(ctx, n), only)
-    probes = {}
-    for node in ctx.fleet.nodes:
-        if node.name not in results:
-            continue
-        res = results[node.name]
-        probes[node.name] = res if isinstance(res, NodeProbe) else \
-            NodeProbe(node.name, node.address, node.connection, error=str(res))
-    judge_fleet(ctx.fleet, probes)
+    probes = {n.name: results[n.name] if isinstance(results[n.name], NodeProbe)
+              else NodeProbe(n.name, n.address, n.connection, error=str(results[n.name]))
+              for n in ctx.fleet.nodes if n.name in results}
+    judge_fleet(ctx.fleet, probes)  # then compare them: versions must agree across peers
     return probes
 
 
@@ -171,3 +163,38 @@ def fleet_exit_code(probes: dict[str, NodeProbe]) -> int:
     if any(p.error for p in probes.values()):
         return EXIT_BAD_INPUT
     return EXIT_OK if fleet_ok(probes) else EXIT_CHECK_FAILED
+
+
+def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
+    """An unreachable host, a refused key or a bad host key fails the launch with one line per host."""
+    results = ctx.for_each_node(lambda n: read_fact(ctx.conn(n), NODE_ANSWERS, timeout=30, check=True), only)
+    if errors := [f"- {name}: {res}" for name, res in results.items() if isinstance(res, Exception)]:
+        raise CouldNotRun("cannot reach every node, so nothing was started:\n" + "\n".join(errors))
+    fleet = ctx.fleet
+    for what, missing_on, wanted in (("vLLM", vllm_missing, fleet.runtime == "vllm"),
+                                     ("Mooncake", mooncake_missing, fleet.settings.transfer_engine == "mooncake_te")):
+        found = ctx.for_each_node(lambda n: missing_on(ctx, n), only) if wanted else {}
+        if missing := {name: res for name, res in found.items() if res}:
+            raise CouldNotRun(f"{what} cannot start on every node, so nothing was started:\n"
+                              + "\n".join(f"- {name}: {res}" for name, res in missing.items()))
+
+
+def mooncake_missing(ctx: FleetContext, node: Node) -> str:
+    py = read_fact(ctx.conn(node), python_env_fact(node_python(node)), timeout=60)
+    problem = mooncake_problem(ctx.fleet.settings.transfer_engine, py)
+    return f"{problem}; {MOONCAKE_FIX}" if problem else ""
+
+
+def vllm_missing(ctx: FleetContext, node: Node) -> str:
+    """With the fix; empty when nothing is missing."""
+    py = vllm_python(ctx.fleet, node)
+    model = ctx.fleet.vllm.model_path
+    wanted = {py: "executable"}
+    problems = {py: f"no vLLM interpreter at {py}; run `make setup-vllm` there or set vllm.venv / nodes[].vllm_venv"}
+    if model.startswith("/"):
+        config = model + "/config.json"
+        wanted[config] = "file"
+        problems[config] = (f"no model at {model} (no config.json); make one with `p2pctl make-model {model}` or "
+                            "fix vllm.model_path")
+    found = read_fact(ctx.conn(node), paths_fact(wanted), timeout=30)
+    return next((problems[p] for p in wanted if not found[p]), "")
