@@ -31,7 +31,6 @@ from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.cache_map import l1_manager
 from p2p_ops.observe.monitor import L1_USED, P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import Check, check_table, figure_table
@@ -77,7 +76,7 @@ def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
 
 
 def l1_objects(server_url: str) -> int:
-    return int(l1_manager(lmcache_api.server_status(server_url).raw).get("total_object_count") or 0)
+    return int(lmcache_api.l1_manager(lmcache_api.server_status(server_url).raw).get("total_object_count") or 0)
 
 
 def wait_l1_objects(server_url: str, wanted: int, until: float) -> None:
@@ -229,7 +228,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
                "peer_hit_tokens_b": peer_hit_tokens, "kv_bytes_pulled_b": kv_bytes,
                **({"external_kv_tokens_b": external} if vllm else {})}
     result = BasicResult(passed, ia.id, ib.id, chunk, chunks, checks, numbers,
-                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()},
+                         {"a": asdict(r_a), "b": asdict(r_b), "control_b": asdict(r_c)},
                          run_dir=str(out_dir), notes=notes)
     served = r_b.cached_tokens >= need
     sent = [("a", na, ia, prompt, r_a, "", False), ("b", nb, ib, prompt, r_b, ia.id, not served),

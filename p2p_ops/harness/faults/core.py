@@ -76,12 +76,9 @@ class Load:
     """Closed-loop clients over a fixed set of (url, prompt) jobs, recording every request (connection resets
     before any answer retried once: `harness.load.Load.send`)."""
 
-    def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float,
-                 concurrency: Optional[int] = None, max_requests: Optional[int] = None,
-                 cycle: bool = True, runner: Optional[load.Load] = None) -> None:
+    def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float, cycle: bool = True,
+                 runner: Optional[load.Load] = None) -> None:
         self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
-        self.max_requests = max_requests or opts.max_requests
-        self.concurrency = concurrency or opts.concurrency
         self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s,
                                           max_tokens=opts.max_tokens, retry_resets=True, pause_after_failure_s=0.2)
         self._lock = threading.Lock()
@@ -93,7 +90,7 @@ class Load:
         return self.runner.records
 
     def start(self) -> "Load":
-        self._workers = self.runner.start(self._take, self.concurrency, "fault-load")
+        self._workers = self.runner.start(self._take, self.opts.concurrency, "fault-load")
         return self
 
     def stop(self) -> None:
@@ -110,14 +107,13 @@ class Load:
 
     def _take(self, _: int) -> Optional[load.Job]:
         with self._lock:
-            if self.taken >= self.max_requests or (not self.cycle and self.taken >= len(self.jobs)):
+            if self.taken >= self.opts.max_requests or (not self.cycle and self.taken >= len(self.jobs)):
                 return None
             url, prompt = self.jobs[self.taken % len(self.jobs)]
             self.taken += 1
             return load.Job(url, prompt)
 
     def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
-        """Send one request now (from the caller's thread) and record it."""
         return self.runner.send(load.Job(url, prompt, max_tokens=max_tokens))
 
 

@@ -31,8 +31,7 @@ from p2p_ops.observe.stats import fmt
 
 def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,
                  seed: Optional[int] = None) -> tuple[Figures, list[RequestRecord]]:
-    why = why_not(ctx, name)
-    if why:
+    if why := why_not(ctx, name):
         raise BadInput(f"scenario {name} cannot run on fleet {ctx.fleet.name}: {why}")
     seed = seed if seed is not None else int(time.time() * 1000) % 10**6
     fault = SCENARIOS[name].make(ctx, opts, seed)

@@ -234,7 +234,7 @@ class L1Full(Fault):
         jobs = [(self.engine, prompts.document(self.seed + 104729, i, opts.fill_chars))
                 for i in range(opts.fill_max_requests)]
         # The same runner: the fill's requests are client requests too, in the one record.
-        fill = Load(jobs, load.model, opts, load.t0, concurrency=opts.concurrency, cycle=False, runner=load.runner)
+        fill = Load(jobs, load.model, opts, load.t0, cycle=False, runner=load.runner)
         fill.start()
         start, full = time.monotonic(), False
         while not fill.done and time.monotonic() - start < opts.fill_timeout_s:
