@@ -144,8 +144,8 @@ def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: in
     raise RuntimeError(f"every candidate prompt of seed {seed} is already held by the fleet; pass another --seed")
 
 
-def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
-              seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
+def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8,
+              max_tokens: int = 24, seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
               out_dir: Optional[Path] = None, prompt_text: Optional[str] = None) -> BasicResult:
     if chunks < 2:
         raise BadInput(f"--chunks {chunks}: use at least 2 so that a prefix spans several chunks")
@@ -154,8 +154,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     a_url, b_url = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
     a_srv, b_srv = ctx.server_url(na, ia), ctx.server_url(nb, ib)
     seed = int(time.time() * 1000) % 10**9 if seed is None else seed
-    st_a = lmcache_api.server_status(a_srv)
-    chunk = st_a.chunk_size or ctx.fleet.settings.chunk_size
+    chunk = lmcache_api.server_status(a_srv).chunk_size or ctx.fleet.settings.chunk_size
     target = chunks * chunk + chunk // 2
 
     out_dir = out_dir or new_run_dir(ctx.layout, "basic")
@@ -248,9 +247,8 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
 
 
 def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_source: dict) -> None:
-    """prompts.jsonl (what `p2pctl explain --run` and a replay read) and requests.csv (one row per request).
-    `by_source`: per request id, vLLM's prompt tokens by source for that request alone (vLLM's own prefix cache
-    vs LMCache), where it was measured."""
+    """prompts.jsonl and requests.csv. `by_source`: per request id, vLLM's prompt tokens by source for that
+    request alone (vLLM's own prefix cache vs LMCache), where it was measured."""
     rows, records = [], []
     for (rid, node, inst, text, c, warmer, missed), t in zip(sent, starts):
         rows.append({"request": rid, "instance": inst.id, "node": node.name, "computed_on": warmer,

@@ -143,12 +143,9 @@ def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Path:
-    path = out_dir / "faults.md"
-    files.write_text(path, table_markdown(results, opts))
-    files.write_json(out_dir / "faults.json",
-                     {"options": asdict(opts), "scenarios": [f.to_json() for f in results]})
-    return path
+def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> None:
+    files.write_text(out_dir / "faults.md", table_markdown(results, opts))
+    files.write_json(out_dir / "faults.json", {"options": asdict(opts), "scenarios": [f.to_json() for f in results]})
 
 
 def passed(results: list[Figures]) -> bool:

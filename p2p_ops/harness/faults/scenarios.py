@@ -335,8 +335,7 @@ class RoutedKill(Kill):
             self.watch.stop()
 
     def finish(self, marks: dict[str, float], samples: list[RequestRecord]) -> None:
-        if self.watch:
-            self.watch.stop()
+        if self.watch:  # stopped by cleanup(), which the runner calls first
             self.extra.update(self.watch.figures(marks.get("fault", 0.0), marks.get("restart")))
         self.extra["client_saw"] = client_saw(samples) or "no error"
 

@@ -5,8 +5,7 @@ options.py (the run and the leak rule), load.py (the mixed load, L1 to steady st
 minute, and the evidence)."""
 
 from p2p_ops.harness.soak.options import SoakOptions, parse_duration
-from p2p_ops.harness.soak.runner import Soaked, run_soak
-from p2p_ops.harness.soak.verdict import Check, passed, soak_checks, soak_markdown, write_evidence
+from p2p_ops.harness.soak.runner import run_soak
+from p2p_ops.harness.soak.verdict import passed, soak_checks, soak_markdown, write_evidence
 
-__all__ = ["Check", "SoakOptions", "Soaked", "parse_duration", "passed", "run_soak", "soak_checks",
-           "soak_markdown", "write_evidence"]
+__all__ = ["SoakOptions", "parse_duration", "passed", "run_soak", "soak_checks", "soak_markdown", "write_evidence"]
