@@ -164,8 +164,8 @@ class SlowPeer(Fault):
         node, _ = _a(ctx)
         super().__init__(f"{node.name}'s egress")
         self.ctx, self.node, self.opts, self.seed, self.limit = ctx, node, opts, seed, None
-        self.timeout = ctx.fleet.effective_settings(_b(ctx)[1]).p2p_load_timeout
-        self.extra = {"p2p_load_timeout_s": self.timeout, "rate_kbit": opts.slow_rate_kbit}
+        self.extra = {"p2p_load_timeout_s": ctx.fleet.effective_settings(_b(ctx)[1]).p2p_load_timeout,
+                      "rate_kbit": opts.slow_rate_kbit}
 
     def inject(self, load, progress) -> None:
         limit_s = self.opts.docs * 2 * (self.opts.request_timeout_s + 5) + 30  # the node's own undo, a backstop

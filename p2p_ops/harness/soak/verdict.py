@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import median
+from statistics import StatisticsError, linear_regression, median
 from typing import Callable, Optional
 
 from p2p_ops import files
@@ -40,13 +40,10 @@ MIN_SPAN_S = 600.0
 def slope_per_hour(points: list[Point]) -> Optional[float]:
     if len(points) < 3:
         return None
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var == 0:
+    try:
+        return linear_regression(*zip(*points)).slope * 3600.0
+    except StatisticsError:  # every sample at one time
         return None
-    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600.0
 
 
 def windows(points: list[Point], stat: Callable[[list[float]], float] = median) -> list[float]:
