@@ -31,7 +31,6 @@ from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.cache_map import l1_manager
 from p2p_ops.observe.monitor import L1_USED, P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import Check, check_table, figure_table
@@ -77,7 +76,7 @@ def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
 
 
 def l1_objects(server_url: str) -> int:
-    return int(l1_manager(lmcache_api.server_status(server_url).raw).get("total_object_count") or 0)
+    return int(lmcache_api.l1_manager(lmcache_api.server_status(server_url).raw).get("total_object_count") or 0)
 
 
 def wait_l1_objects(server_url: str, wanted: int, until: float) -> None:
@@ -145,8 +144,8 @@ def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: in
     raise RuntimeError(f"every candidate prompt of seed {seed} is already held by the fleet; pass another --seed")
 
 
-def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8, max_tokens: int = 24,
-              seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
+def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = None, chunks: int = 8,
+              max_tokens: int = 24, seed: Optional[int] = None, progress: Callable[[str], None] = lambda _: None,
               out_dir: Optional[Path] = None, prompt_text: Optional[str] = None) -> BasicResult:
     if chunks < 2:
         raise BadInput(f"--chunks {chunks}: use at least 2 so that a prefix spans several chunks")
@@ -155,8 +154,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     a_url, b_url = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
     a_srv, b_srv = ctx.server_url(na, ia), ctx.server_url(nb, ib)
     seed = int(time.time() * 1000) % 10**9 if seed is None else seed
-    st_a = lmcache_api.server_status(a_srv)
-    chunk = st_a.chunk_size or ctx.fleet.settings.chunk_size
+    chunk = lmcache_api.server_status(a_srv).chunk_size or ctx.fleet.settings.chunk_size
     target = chunks * chunk + chunk // 2
 
     out_dir = out_dir or new_run_dir(ctx.layout, "basic")
@@ -229,7 +227,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
                "peer_hit_tokens_b": peer_hit_tokens, "kv_bytes_pulled_b": kv_bytes,
                **({"external_kv_tokens_b": external} if vllm else {})}
     result = BasicResult(passed, ia.id, ib.id, chunk, chunks, checks, numbers,
-                         {"a": r_a.to_dict(), "b": r_b.to_dict(), "control_b": r_c.to_dict()},
+                         {"a": asdict(r_a), "b": asdict(r_b), "control_b": asdict(r_c)},
                          run_dir=str(out_dir), notes=notes)
     served = r_b.cached_tokens >= need
     sent = [("a", na, ia, prompt, r_a, "", False), ("b", nb, ib, prompt, r_b, ia.id, not served),
@@ -249,9 +247,8 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
 
 
 def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_source: dict) -> None:
-    """prompts.jsonl (what `p2pctl explain --run` and a replay read) and requests.csv (one row per request).
-    `by_source`: per request id, vLLM's prompt tokens by source for that request alone (vLLM's own prefix cache
-    vs LMCache), where it was measured."""
+    """prompts.jsonl and requests.csv. `by_source`: per request id, vLLM's prompt tokens by source for that
+    request alone (vLLM's own prefix cache vs LMCache), where it was measured."""
     rows, records = [], []
     for (rid, node, inst, text, c, warmer, missed), t in zip(sent, starts):
         rows.append({"request": rid, "instance": inst.id, "node": node.name, "computed_on": warmer,

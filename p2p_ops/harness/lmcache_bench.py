@@ -25,29 +25,20 @@ def tokens_per_gb(fleet) -> int:
     return max(1, (1 << 30) // bytes_per_token)
 
 
-def bench_command(ctx: FleetContext, engine_url: str, out_dir: Path, document_length: int, num_documents: int, queries: int,
-                  inflight: int, max_tokens: int) -> list[str]:
-    node = ctx.fleet.nodes[0]
-    tpg = tokens_per_gb(ctx.fleet)
-    volume = num_documents * document_length / tpg
-    return [str(Path(bin_dir_for(node)) / "lmcache"), "bench", "engine", "--engine-url", engine_url,
-            "--model", ctx.fleet.model, "--workload", "long-doc-qa",
-            "--tokens-per-gb-kvcache", str(tpg), "--kv-cache-volume", f"{volume:.9f}",
-            "--ldqa-document-length", str(document_length), "--ldqa-query-per-document", str(queries),
-            "--ldqa-num-inflight-requests", str(inflight), "--ldqa-max-output-length", str(max_tokens),
-            "--no-interactive", "--json", "--output-dir", str(out_dir), "-q"]
-
-
-def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, instance: Optional[str] = None,
-                      document_length: Optional[int] = None, num_documents: Optional[int] = None,
-                      queries: int = 2, inflight: int = 2, max_tokens: int = 8, timeout: float = 900.0,
-                      progress: Callable[[str], None] = lambda _: None) -> dict:
+def run_lmcache_bench(ctx: FleetContext, out_dir: Path, quick: bool = False, document_length: Optional[int] = None,
+                      num_documents: Optional[int] = None, queries: int = 2, inflight: int = 2, max_tokens: int = 8,
+                      timeout: float = 900.0, progress: Callable[[str], None] = lambda _: None) -> dict:
     files.make_dirs(out_dir)
-    node, inst = ctx.fleet.instance(instance) if instance else ctx.fleet.instances()[0]
-    url = ctx.engine_url(node, inst)
+    node, inst = ctx.fleet.instances()[0]
     document_length = document_length or (1024 if quick else 4096)
     num_documents = num_documents or (2 if quick else 4)
-    cmd = bench_command(ctx, url, out_dir, document_length, num_documents, queries, inflight, max_tokens)
+    tpg = tokens_per_gb(ctx.fleet)
+    cmd = [str(Path(bin_dir_for(ctx.fleet.nodes[0])) / "lmcache"), "bench", "engine",
+           "--engine-url", ctx.engine_url(node, inst), "--model", ctx.fleet.model, "--workload", "long-doc-qa",
+           "--tokens-per-gb-kvcache", str(tpg), "--kv-cache-volume", f"{num_documents * document_length / tpg:.9f}",
+           "--ldqa-document-length", str(document_length), "--ldqa-query-per-document", str(queries),
+           "--ldqa-num-inflight-requests", str(inflight), "--ldqa-max-output-length", str(max_tokens),
+           "--no-interactive", "--json", "--output-dir", str(out_dir), "-q"]
     progress(f"lmcache bench engine long-doc-qa against {inst.id}: {num_documents} documents of "
              f"{document_length} tokens, {queries} queries each, {inflight} in flight")
     env = dict(os.environ, LMCACHE_TRACK_USAGE="false", DO_NOT_TRACK="1", LMCACHE_DISABLE_BANNER="1",

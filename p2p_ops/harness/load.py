@@ -46,11 +46,6 @@ def jobs_of(jobs: Iterable[Job]) -> Source:
     return take
 
 
-def reset_before_answer(c: Completion) -> bool:
-    """The engine accepted the connection, then reset it before any status line (not a refusal, not a cut stream)."""
-    return not c.ok and c.status == 0 and "reset by peer" in c.error
-
-
 class Workers:
     """One started set of client threads, with the stop they all watch."""
 
@@ -111,7 +106,8 @@ class Load:
         start = time.monotonic()
         c = self._complete(job)
         retried = ""
-        if self.retry_resets and reset_before_answer(c):
+        # Reset after the engine accepted the connection, before any status line: not a refusal, not a cut stream.
+        if self.retry_resets and not c.ok and c.status == 0 and "reset by peer" in c.error:
             retried, c = c.error[:200], self._complete(job)
         rec = RequestRecord(stage=job.stage, level=job.level, instance=job.instance, node=job.node,
                             warmer=job.warmer, prefix_id=job.prefix_id, t_start_s=round(start - self.t0, 4),

@@ -33,10 +33,6 @@ class ModelSpec:
     num_heads: int = 4
     max_position_embeddings: int = 8192
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
 
 def _tokenizer(spec: ModelSpec):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -70,12 +66,12 @@ def make_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), force: bool =
     hf_logging.disable_progress_bar()
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(spec)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
-                      intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
-                      num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_heads,
-                      head_dim=spec.head_dim, max_position_embeddings=spec.max_position_embeddings,
-                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, torch_dtype="bfloat16")
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+                      num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+                      num_key_value_heads=spec.num_heads, head_dim=spec.hidden_size // spec.num_heads,
+                      max_position_embeddings=spec.max_position_embeddings, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                      tie_word_embeddings=False, torch_dtype="bfloat16")
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)

@@ -112,8 +112,7 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
     max_seconds = max_seconds or default_max_seconds(len(insts))
     deadline = started + max_seconds
     seed = int(time.time() * 1000) % 10**9 if seed is None else seed
-    first = insts[0]
-    chunk = lmcache_api.server_status(ctx.server_url(*first)).chunk_size or ctx.fleet.settings.chunk_size
+    chunk = lmcache_api.server_status(ctx.server_url(*insts[0])).chunk_size or ctx.fleet.settings.chunk_size
     pairs: list[Pair] = []
     for index, src in enumerate(insts):
         targets = [t for t in insts if t[1].id != src[1].id]
@@ -125,15 +124,14 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
     if failing:
         progress(f"{len(failing)} pair(s) failed: gathering likely causes")
         explain_failing(ctx, failing)
+    out_dir = out_dir or new_run_dir(ctx.layout, "matrix")
+    files.make_dirs(out_dir)
     result = MatrixResult(not any(not p.ok for p in pairs), [i.id for _, i in insts], pairs, chunk, chunks,
-                          time.monotonic() - started, max_seconds,
+                          time.monotonic() - started, max_seconds, run_dir=str(out_dir),
                           profile=ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else "")
     if any(p.skipped for p in pairs):
         result.notes.append(f"time bound of {max_seconds:.0f} s reached: skipped pairs are not proven "
                             "(raise --max-seconds)")
-    out_dir = out_dir or new_run_dir(ctx.layout, "matrix")
-    files.make_dirs(out_dir)
-    result.run_dir = str(out_dir)
     write_result(out_dir, result)
     return result
 
@@ -205,7 +203,6 @@ def write_result(out_dir: Path, result: MatrixResult) -> None:
 
 
 def explain_failing(ctx: FleetContext, failing: list[Pair]) -> None:
-    """Fill `cause` of every failing pair (in place)."""
     verdict: Optional[judge.Judgement] = None
     for pair in failing:
         pair.cause = request_cause(pair)

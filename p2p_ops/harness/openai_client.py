@@ -12,7 +12,7 @@ import json
 import select
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlsplit
 
@@ -33,9 +33,6 @@ class Completion:
     e2e_s: float = 0.0
     status: int = 0
     error: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -58,11 +55,10 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, s
 
 
 def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, timeout: float = 120.0,
-             stream: bool = True, headers: Optional[dict] = None) -> Completion:
-    """POST /v1/completions; streaming by default so time-to-first-token is measured client-side."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
-    if stream:
-        body["stream_options"] = {"include_usage": True}
+             headers: Optional[dict] = None) -> Completion:
+    """POST /v1/completions, streamed so time-to-first-token is measured client-side."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}}
     start = time.monotonic()
     conn, path = _connection(engine_url, timeout)
     try:
@@ -72,12 +68,7 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
         if resp.status != 200:
             return Completion(engine_url, False, e2e_s=time.monotonic() - start, status=resp.status,
                               error=resp.read().decode(errors="replace")[:300])
-        if stream:
-            out = _streamed(engine_url, resp, start)
-        else:
-            data = json.loads(resp.read())
-            out = Completion(engine_url, True, text=data["choices"][0]["text"], status=200,
-                             **_usage(data.get("usage") or {}))
+        out = _streamed(engine_url, resp, start)
     except (OSError, http.client.HTTPException, ValueError) as exc:
         conn.close()  # a half-read answer leaves the connection unusable
         return Completion(engine_url, False, e2e_s=time.monotonic() - start, error=f"{type(exc).__name__}: {exc}")
@@ -104,13 +95,9 @@ def _streamed(url: str, resp: http.client.HTTPResponse, start: float) -> Complet
                 if out.ttft_s is None:
                     out.ttft_s = time.monotonic() - start
                 out.text += choice["text"]
-        if chunk.get("usage"):
-            for k, v in _usage(chunk["usage"]).items():
-                setattr(out, k, v)
+        if usage := chunk.get("usage"):
+            out.prompt_tokens, out.completion_tokens = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+            out.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     resp.read()  # the end of the stream, so the connection can carry the next request
     return out
 
-
-def _usage(usage: dict) -> dict:
-    return {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0),
-            "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0}

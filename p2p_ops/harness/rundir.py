@@ -40,8 +40,6 @@ def new_run_dir(layout: RunLayout, kind: str) -> Path:
 def copy_env_files(layout: RunLayout, run: Path) -> None:
     """The env.sh files the fleet ran with, next to the results they produced (0600: they may hold an API key).
     One that is a link, or is linked out of the run folder, is skipped, its reason written in its place."""
-    if not layout.root.is_dir():
-        return
     for env in sorted(layout.root.glob("*/env.sh")):
         unit = env.parent.name
         if unit == TESTS:
@@ -77,15 +75,13 @@ class RunFolder:
         holder, what = found
         return f"{what} was stopped by {holder.describe()} while the test ran"
 
-    def finish(self, reason: str = "") -> str:
+    def finish(self, reason: str = "") -> None:
         """Write the final state: interrupted (by a `down` seen meanwhile, or `reason`) or complete. A `down` comes
         first: the error a test stopped on is then most likely its consequence."""
         down = self.interrupted()
         reason = (down + (f"; then {reason}" if reason else "")) if down else reason
-        state = dict(run_state(self.path), state="interrupted" if reason else "complete", ended=time.time(),
-                     reason=reason)
-        files.write_json(self.path / RUN_FILE, state)
-        return state["state"]
+        files.write_json(self.path / RUN_FILE, dict(run_state(self.path), state="interrupted" if reason else "complete",
+                                                    ended=time.time(), reason=reason))
 
 
 @contextmanager

@@ -148,10 +148,8 @@ class _Run:
             docs = [(f"L{level}-d{d}", self.doc(f"ladder-{self.opts.seed}-{level}-{d}", self.opts.doc_tokens))
                     for d in range(n_docs)]
             warmers = self.warm("ladder", level, docs, f"ladder c={level}: warm {n_docs} prefixes")
-            jobs = []
-            for k in range(n):
-                d, w = docs[k % n_docs], warmers[k % n_docs]
-                jobs.append(self.job("ladder", level, self.pick(w), d[1] + prompts.question(1, k), w, d[0]))
+            jobs = [self.job("ladder", level, self.pick(w), d[1] + prompts.question(1, k), w, d[0])
+                    for k, (d, w) in zip(range(n), itertools.cycle(zip(docs, warmers)))]
             wall = self.run_batch(f"ladder c={level}: {n} requests", jobs, level)
             self.stages.append(StageInfo("ladder", level, wall, n))
 
@@ -230,14 +228,12 @@ def run_stress(ctx: FleetContext, opts: StressOptions, out_dir: Path, progress: 
     opts.validate(len(run.engines))
     if opts.via_router and not ctx.fleet.router.enabled:
         raise BadInput("--via-router: the fleet has no router; set router.enabled: true in the fleet spec")
-    before = snapshot(ctx)
-    files.write_json(out_dir / "status_before.json", before)
+    files.write_json(out_dir / "status_before.json", snapshot(ctx))
     for stage in opts.stages:
         if not run.budget_left():
             break
         getattr(run, stage)()
-    after = snapshot(ctx)
-    files.write_json(out_dir / "status_after.json", after)
+    files.write_json(out_dir / "status_after.json", snapshot(ctx))
     write_csv(out_dir / "requests.csv", run.records)
     rows = saved_prompts(run.records, run.prompts)
     write_prompts(out_dir, rows)

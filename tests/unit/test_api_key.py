@@ -72,7 +72,7 @@ def test_every_client_sends_the_key_to_the_fleets_engines(keyed):
         assert fetch.get_json(url + "/v1/models") is None  # not registered: no key sent
         auth.register(url, KEY)
         assert engine_api.vllm_ready(url, "tiny-llm")
-        assert complete(url, "tiny-llm", "hi", stream=False).ok
+        assert complete(url, "tiny-llm", "hi").ok
         assert fetch.get_json(url + "/v1/models")["data"][0]["id"] == "tiny-llm"
     finally:
         server.shutdown()

@@ -5,11 +5,11 @@ served."""
 
 from __future__ import annotations
 
-import threading
+import itertools
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import load, prompts
@@ -76,15 +76,11 @@ class Load:
     """Closed-loop clients over a fixed set of (url, prompt) jobs, recording every request (connection resets
     before any answer retried once: `harness.load.Load.send`)."""
 
-    def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float,
-                 concurrency: Optional[int] = None, max_requests: Optional[int] = None,
-                 cycle: bool = True, runner: Optional[load.Load] = None) -> None:
+    def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float, cycle: bool = True,
+                 runner: Optional[load.Load] = None) -> None:
         self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
-        self.max_requests = max_requests or opts.max_requests
-        self.concurrency = concurrency or opts.concurrency
         self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s,
                                           max_tokens=opts.max_tokens, retry_resets=True, pause_after_failure_s=0.2)
-        self._lock = threading.Lock()
         self.taken = 0
         self._workers: Optional[load.Workers] = None
 
@@ -93,7 +89,7 @@ class Load:
         return self.runner.records
 
     def start(self) -> "Load":
-        self._workers = self.runner.start(self._take, self.concurrency, "fault-load")
+        self._workers = self.runner.start(load.jobs_of(self._jobs()), self.opts.concurrency, "fault-load")
         return self
 
     def stop(self) -> None:
@@ -108,16 +104,13 @@ class Load:
     def done(self) -> bool:
         return self._workers is None or self._workers.done
 
-    def _take(self, _: int) -> Optional[load.Job]:
-        with self._lock:
-            if self.taken >= self.max_requests or (not self.cycle and self.taken >= len(self.jobs)):
-                return None
-            url, prompt = self.jobs[self.taken % len(self.jobs)]
-            self.taken += 1
-            return load.Job(url, prompt)
+    def _jobs(self) -> Iterator[load.Job]:
+        for url, prompt in itertools.islice(itertools.cycle(self.jobs) if self.cycle else self.jobs,
+                                            self.opts.max_requests):
+            self.taken += 1  # under jobs_of's lock
+            yield load.Job(url, prompt)
 
     def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
-        """Send one request now (from the caller's thread) and record it."""
         return self.runner.send(load.Job(url, prompt, max_tokens=max_tokens))
 
 

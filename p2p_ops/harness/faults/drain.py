@@ -18,7 +18,6 @@ from typing import Optional
 
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.cache_map import l1_manager
 
 FIELDS = ("active_p2p_lookup_jobs", "active_prefetch_jobs", "read_locked_count")
 
@@ -27,16 +26,13 @@ def inflight(status: dict) -> Optional[dict[str, int]]:
     """The in-flight counts of one server's /status body (None when it did not answer)."""
     if not isinstance(status, dict) or not status:
         return None
-    src = {**status, "read_locked_count": l1_manager(status).get("read_locked_count")}
+    src = {**status, "read_locked_count": lmcache_api.l1_manager(status).get("read_locked_count")}
     return {k: int(src.get(k) or 0) for k in FIELDS}
 
 
 def snapshot(ctx: FleetContext) -> dict[str, Optional[dict[str, int]]]:
-    out = {}
-    for node, inst in ctx.fleet.instances():
-        st = lmcache_api.server_status(ctx.server_url(node, inst))
-        out[inst.id] = inflight(st.raw) if st.reachable else None
-    return out
+    return {inst.id: inflight(lmcache_api.server_status(ctx.server_url(node, inst)).raw)
+            for node, inst in ctx.fleet.instances()}
 
 
 def total(snap: dict[str, Optional[dict[str, int]]]) -> int:

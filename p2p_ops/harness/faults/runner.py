@@ -31,8 +31,7 @@ from p2p_ops.observe.stats import fmt
 
 def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,
                  seed: Optional[int] = None) -> tuple[Figures, list[RequestRecord]]:
-    why = why_not(ctx, name)
-    if why:
+    if why := why_not(ctx, name):
         raise BadInput(f"scenario {name} cannot run on fleet {ctx.fleet.name}: {why}")
     seed = seed if seed is not None else int(time.time() * 1000) % 10**6
     fault = SCENARIOS[name].make(ctx, opts, seed)
@@ -144,12 +143,9 @@ def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> Path:
-    path = out_dir / "faults.md"
-    files.write_text(path, table_markdown(results, opts))
-    files.write_json(out_dir / "faults.json",
-                     {"options": asdict(opts), "scenarios": [f.to_json() for f in results]})
-    return path
+def write_table(results: list[Figures], out_dir: Path, opts: FaultOptions) -> None:
+    files.write_text(out_dir / "faults.md", table_markdown(results, opts))
+    files.write_json(out_dir / "faults.json", {"options": asdict(opts), "scenarios": [f.to_json() for f in results]})
 
 
 def passed(results: list[Figures]) -> bool:

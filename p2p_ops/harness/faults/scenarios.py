@@ -164,8 +164,8 @@ class SlowPeer(Fault):
         node, _ = _a(ctx)
         super().__init__(f"{node.name}'s egress")
         self.ctx, self.node, self.opts, self.seed, self.limit = ctx, node, opts, seed, None
-        self.timeout = ctx.fleet.effective_settings(_b(ctx)[1]).p2p_load_timeout
-        self.extra = {"p2p_load_timeout_s": self.timeout, "rate_kbit": opts.slow_rate_kbit}
+        self.extra = {"p2p_load_timeout_s": ctx.fleet.effective_settings(_b(ctx)[1]).p2p_load_timeout,
+                      "rate_kbit": opts.slow_rate_kbit}
 
     def inject(self, load, progress) -> None:
         limit_s = self.opts.docs * 2 * (self.opts.request_timeout_s + 5) + 30  # the node's own undo, a backstop
@@ -234,7 +234,7 @@ class L1Full(Fault):
         jobs = [(self.engine, prompts.document(self.seed + 104729, i, opts.fill_chars))
                 for i in range(opts.fill_max_requests)]
         # The same runner: the fill's requests are client requests too, in the one record.
-        fill = Load(jobs, load.model, opts, load.t0, concurrency=opts.concurrency, cycle=False, runner=load.runner)
+        fill = Load(jobs, load.model, opts, load.t0, cycle=False, runner=load.runner)
         fill.start()
         start, full = time.monotonic(), False
         while not fill.done and time.monotonic() - start < opts.fill_timeout_s:
@@ -335,8 +335,7 @@ class RoutedKill(Kill):
             self.watch.stop()
 
     def finish(self, marks: dict[str, float], samples: list[RequestRecord]) -> None:
-        if self.watch:
-            self.watch.stop()
+        if self.watch:  # stopped by cleanup(), which the runner calls first
             self.extra.update(self.watch.figures(marks.get("fault", 0.0), marks.get("restart")))
         self.extra["client_saw"] = client_saw(samples) or "no error"
 

@@ -122,17 +122,15 @@ class L1Filler:
     in a warm-up), the first of them also watching the fill level."""
 
     def __init__(self, ctx: FleetContext, mixed: MixedLoad, budget_s: float) -> None:
-        self.ctx, self.mixed, self.budget_s = ctx, mixed, budget_s
+        self.ctx, self.mixed, self._until = ctx, mixed, time.monotonic() + budget_s
         self.filled_at: Optional[float] = None   # seconds since the soak's start when every L1 was full
         self.fill: Optional[float] = None
         self._peaks: dict[str, float] = {}
-        self._until = self._next_check = 0.0
-        self._full_seen = False
+        self._next_check = 0.0
         self._sent = [0] * len(mixed.urls)
         self._workers: Optional[load.Workers] = None
 
     def start(self) -> "L1Filler":
-        self._until = time.monotonic() + self.budget_s
         self._workers = self.mixed.runner.start(self._next, len(self.mixed.urls), "soak-l1-fill")
         return self
 
@@ -140,22 +138,16 @@ class L1Filler:
         if self._workers:
             self._workers.stop()
 
-    def _full(self) -> bool:
-        fracs = l1_fractions(self.ctx)
-        self.fill = None if fracs is None else fill_level(fracs, self._peaks)
-        if self.fill is not None and self.fill >= WATERMARK:
-            self.filled_at = round(time.monotonic() - self.mixed.t0, 1)
-            return True
-        return False
-
     def _next(self, i: int) -> Optional[load.Job]:
         """Sender i fills engine i with prompts nobody asked before; sender 0 also watches the fill level."""
-        if self._full_seen or time.monotonic() >= self._until:
+        if self.filled_at is not None or time.monotonic() >= self._until:
             return None
         if i == 0 and time.monotonic() >= self._next_check:
             self._next_check = time.monotonic() + 2.0
-            if self._full():
-                self._full_seen = True
+            fracs = l1_fractions(self.ctx)
+            self.fill = None if fracs is None else fill_level(fracs, self._peaks)
+            if self.fill is not None and self.fill >= WATERMARK:
+                self.filled_at = round(time.monotonic() - self.mixed.t0, 1)
                 return None
         k = i + self._sent[i] * len(self.mixed.urls)
         self._sent[i] += 1

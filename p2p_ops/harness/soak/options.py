@@ -23,9 +23,7 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True)
 class LeakRule:
-    """A metric leaks when, after warm-up, it grows through three equal windows in a row (each window's floor
-    above the one before, by `min_growth` in all, the last rise not levelling off) at `min_per_hour` or more: a
-    warm-up step (a cache filling, an allocator settling) rises and flattens, a leak keeps rising."""
+    """A leak's least growth, first window floor to last, and least slope (verdict.py tells a leak from warm-up)."""
 
     min_per_hour: float
     min_growth: float

@@ -31,7 +31,7 @@ class Proof:
 
 @dataclass
 class Soaked:
-    """What the run recorded; verdict.py judges it, table.py and the plots show it."""
+    """What the run recorded; verdict.py judges it and shows it (soak.md, soak.json, the plots)."""
 
     opts: SoakOptions
     load: MixedLoad
@@ -69,8 +69,7 @@ def _loop(ctx: FleetContext, s: Soaked, out_dir: Path, t0: float, progress: Prog
           stop: Callable[[], Optional[str]]) -> None:
     next_proof, next_note = s.opts.proof_every_s, NOTE_EVERY_S
     while (t := time.monotonic() - t0) < s.opts.duration_s:
-        why = stop()
-        if why:
+        if why := stop():
             s.stopped_early = why
             progress(f"soak stopped early: {why}")
             return

@@ -65,7 +65,7 @@ def sample(ctx: FleetContext, units: list[Unit], t: float) -> list[Row]:
                 row.fds, row.threads, row.cpu_s = got.fds, got.threads, got.cpu_s
             if u.role == "server" and st.running:
                 server = lmcache_api.server_status(ctx.server_url(u.node, u.instance))
-                counts = inflight(server.raw) if server.reachable else None
+                counts = inflight(server.raw)
                 if counts:
                     row.l1_used_mib, row.read_locks = _mib(server.l1_used), counts["read_locked_count"]
                     row.lookup_jobs = counts["active_p2p_lookup_jobs"]
@@ -87,9 +87,7 @@ class Sampler:
     def due(self) -> bool:
         return time.monotonic() - self.t0 >= self._next
 
-    def take(self) -> list[Row]:
+    def take(self) -> None:
         t = time.monotonic() - self.t0
         self._next = t + self.every_s
-        rows = sample(self.ctx, self.units, t)
-        self.rows.extend(rows)
-        return rows
+        self.rows.extend(sample(self.ctx, self.units, t))

@@ -11,16 +11,13 @@ and the allocator keeps its high-water mark, so peaks ratchet up for a while und
 the floor. Warm-up growth (a pool filling, an allocator settling) rises and levels off, so its floors stop
 climbing or slow down. The stale P2P work (lookup jobs + read locks summed over the servers) is judged the same
 way: under load they come and go, what stays at the floor is what leaks.
-
-The evidence goes into the run folder: soak.md (checks, slopes, minutes), soak.json, requests.csv, samples.csv
-and the plots.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import median
+from statistics import StatisticsError, linear_regression, median
 from typing import Callable, Optional
 
 from p2p_ops import files
@@ -43,13 +40,10 @@ MIN_SPAN_S = 600.0
 def slope_per_hour(points: list[Point]) -> Optional[float]:
     if len(points) < 3:
         return None
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var == 0:
+    try:
+        return linear_regression(*zip(*points)).slope * 3600.0
+    except StatisticsError:  # every sample at one time
         return None
-    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600.0
 
 
 def windows(points: list[Point], stat: Callable[[list[float]], float] = median) -> list[float]:
@@ -221,19 +215,6 @@ def _trend_cell(t: Optional[Trend]) -> str:
     return f"{t.start:g} → {t.end:g} ({fmt(t.slope_per_h, '{:+.1f}')}/h){' **LEAK**' if t.leak else ''}"
 
 
-def trend_rows(s: Soaked, ts: list[Trend]) -> list[str]:
-    lines = ["| process | anonymous MiB (slope) | RSS MiB | fds | threads | CPU % after warm-up |",
-             "|---|---|---|---|---|---|"]
-    by = {(t.unit, t.metric): t for t in ts}
-    for u in s.sampler.units:
-        rss = by.get((u.name, "rss_mib"))
-        lines.append(f"| {u.name} | {_trend_cell(by.get((u.name, 'anon_mib')))} | "
-                     f"{fmt(rss.end if rss else None)} | {_trend_cell(by.get((u.name, 'fds')))} | "
-                     f"{_trend_cell(by.get((u.name, 'threads')))} | "
-                     f"{fmt(cpu_percent(s.sampler.rows, u.name, s.opts.warmup_s))} |")
-    return lines
-
-
 def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -> str:
     o = s.opts
     lines = [f"# Soak of fleet {fleet}: {s.wall_s / 60:.1f} min", "",
@@ -243,7 +224,15 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
              "a leak is a rise through three equal windows in a row (harness/soak/verdict.py).", "",
              f"**Overall: {'PASS' if passed(checks) else 'FAIL'}**", "", *check_table(checks)]
     lines += ["", "## Per process (after warm-up: first → last sample, least-squares slope)", "",
-              *trend_rows(s, ts)]
+              "| process | anonymous MiB (slope) | RSS MiB | fds | threads | CPU % after warm-up |",
+              "|---|---|---|---|---|---|"]
+    by = {(t.unit, t.metric): t for t in ts}
+    for u in s.sampler.units:
+        rss = by.get((u.name, "rss_mib"))
+        lines.append(f"| {u.name} | {_trend_cell(by.get((u.name, 'anon_mib')))} | "
+                     f"{fmt(rss.end if rss else None)} | {_trend_cell(by.get((u.name, 'fds')))} | "
+                     f"{_trend_cell(by.get((u.name, 'threads')))} | "
+                     f"{fmt(cpu_percent(s.sampler.rows, u.name, o.warmup_s))} |")
     f = s.filler
     if f is not None:
         lines += ["", f"L1 fill in warm-up: every server's L1 at {f.fill or 0:.0%} of its size" +
