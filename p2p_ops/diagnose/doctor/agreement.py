@@ -54,8 +54,7 @@ def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
     if not rule.env:
         return None
     if inst == COORDINATOR:
-        env = facts.coordinator_spec_env or {}
-        return env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
+        return (facts.coordinator_spec_env or {}).get("LMCACHE_MP_COORDINATOR_" + key.upper())
     i = next((x for x in facts.instances if x.instance == inst), None)
     return (i.spec_env or {}).get(rule.env) if i else None
 
@@ -89,7 +88,7 @@ def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tup
                      "tokens, no error).")
 
 
-def check_agreement(report: Report, facts: FleetFacts) -> None:
+def check_agreement(report: Report, facts: FleetFacts) -> dict[str, dict[str, tuple[str, str]]]:
     per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
                 for i in facts.instances}
     agreed: dict[str, str] = {}
@@ -118,6 +117,7 @@ def check_agreement(report: Report, facts: FleetFacts) -> None:
     report.facts["agreed"] = agreed
     check_stale_env(report, facts)
     check_env_drift(report, facts)
+    return per_inst
 
 
 def check_stale_env(report: Report, facts: FleetFacts) -> None:

@@ -7,7 +7,7 @@ and memlock.
 
 from __future__ import annotations
 
-import ipaddress
+from itertools import takewhile
 from typing import Optional
 
 from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
@@ -23,10 +23,9 @@ from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
 
-_HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
-             "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
 _NET_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
             "dc_x", "dc_mlx5", "ib", "all"}
+_HOST_TLS = _NET_TLS | {"sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"}
 _RDMA_TLS = _NET_TLS - {"tcp", "all"}
 _CUDA_TLS = {"cuda", "cuda_copy", "cuda_ipc", "gdr_copy"}
 
@@ -55,18 +54,15 @@ def _check_mooncake(report: Report, facts: FleetFacts) -> None:
 
 def _check_coordinator(report: Report, facts: FleetFacts) -> None:
     running = [i for i in facts.instances if i.running]
-    if not facts.coordinator_healthy:
+    if not facts.coordinator_healthy and (facts.coordinator_state == "running" or running):
         if facts.coordinator_state == "running":
             msg = f"the coordinator process runs but {facts.coordinator_url}/healthz does not answer healthy"
-        elif running:
+        else:
             msg = (f"the coordinator is not running (process {facts.coordinator_state}): servers cannot register "
                    "or discover peers; each drops its peer adapters after 4 missed polls")
-        else:
-            msg = None
-        if msg:
-            report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
-                       f"{facts.coordinator_state}", msg, "read coordinator/coordinator.log, then start it again "
-                       f"from fleet.yaml: {restart(facts, [COORDINATOR], 'coordinator')}")
+        report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
+                   f"{facts.coordinator_state}", msg, "read coordinator/coordinator.log, then start it again "
+                   f"from fleet.yaml: {restart(facts, [COORDINATOR], 'coordinator')}")
     for inst in running:
         url = inst.process_env.get("LMCACHE_COORDINATOR_URL") or (inst.env_file or {}).get("LMCACHE_COORDINATOR_URL")
         if url and url.rstrip("/") != facts.coordinator_url.rstrip("/"):
@@ -151,13 +147,8 @@ def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
 
 
 def _bind_allowed(address: str, allowed: tuple[str, ...]) -> bool:
-    host = address.strip("[]").split("%", 1)[0]
-    if host in allowed:
-        return True
-    try:
-        return "loopback" in allowed and ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # "*" and names: every interface
+    host = address.strip("[]").split("%", 1)[0]  # "*" is every interface, never loopback
+    return host in allowed or ("loopback" in allowed and is_loopback(host))
 
 
 def _check_binds(report: Report, facts: FleetFacts) -> None:
@@ -229,12 +220,7 @@ _NIXL_CUDA_TLS_CHECK = (1, 5, 1)
 
 
 def _version(text: Optional[str]) -> Optional[tuple[int, ...]]:
-    parts = []
-    for p in (text or "").split("."):
-        if not p.isdecimal():
-            break
-        parts.append(int(p))
-    return tuple(parts) or None
+    return tuple(int(p) for p in takewhile(str.isdecimal, (text or "").split("."))) or None
 
 
 def _has_gpus(facts: FleetFacts, inst: InstanceFacts) -> bool:
@@ -356,7 +342,7 @@ def check(facts: FleetFacts) -> Report:
         if inst.env_file_rendered:
             report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
                        "`p2pctl render` (or `p2pctl up`) writes it")
-    check_agreement(report, facts)
+    per_inst = check_agreement(report, facts)
     _check_hash_fallback(report, facts)
     _check_mooncake(report, facts)
     _check_ports(report, facts)
@@ -372,7 +358,6 @@ def check(facts: FleetFacts) -> Report:
         check_kv_events(report, facts)
         check_lookup_leak(report, facts)
     report.facts["mode"] = mode
-    report.facts["instances"] = {i.instance: {k: v for k, (v, _) in observed(
-        i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages).items()} | {
+    report.facts["instances"] = {i.instance: {k: v for k, (v, _) in per_inst[i.instance].items()} | {
         "server": i.server_state, "p2p_state": (i.status or {}).get("p2p_state")} for i in facts.instances}
     return report
