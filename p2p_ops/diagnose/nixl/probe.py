@@ -40,7 +40,6 @@ class ProbeOptions:
     iterations: int = 3
     timeout_s: float = 60.0
     keep_logs: Path | None = None
-    python: str = sys.executable
 
 
 @dataclass
@@ -90,10 +89,9 @@ def candidate_env(options: ProbeOptions) -> dict[str, str]:
 
 
 def _spawn(options: ProbeOptions, role: str, rdv: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "UCX_LOG_FILE"}
-    env.update(candidate_env(options))
+    env = {k: v for k, v in os.environ.items() if k != "UCX_LOG_FILE"} | candidate_env(options)
     log = open(rdv / f"{role}.log", "wb")  # noqa: SIM115 - handed to the child, closed with it
-    cmd = [options.python, "-m", "p2p_ops.diagnose.nixl.peer", role, str(rdv), "--size",
+    cmd = [sys.executable, "-m", "p2p_ops.diagnose.nixl.peer", role, str(rdv), "--size",
            str(options.size_bytes), "--iterations", str(options.iterations), "--timeout", str(options.timeout_s)]
     try:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
