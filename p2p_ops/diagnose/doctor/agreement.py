@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.model import FleetFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.spec.agreement import BY_KEY, MUST_AGREE, split
@@ -134,24 +134,18 @@ def check_stale_env(report: Report, facts: FleetFacts) -> None:
                            " (re-renders env.sh from fleet.yaml; or revert the edit)")
 
 
-def _drift(inst: InstanceFacts) -> dict[str, tuple[Optional[str], Optional[str]]]:
-    """Variable -> (env.sh on disk, the spec's rendering) where they differ (only the variables the doctor reads;
-    values the shell computes at start are not in either)."""
-    disk, spec = inst.env_file or {}, inst.spec_env or {}
-    return {k: (disk.get(k), spec.get(k)) for k in sorted(set(disk) | set(spec)) if disk.get(k) != spec.get(k)}
-
-
 def check_env_drift(report: Report, facts: FleetFacts) -> None:
     """An env.sh that no longer matches fleet.yaml (hand-edited, or rendered from an older spec)."""
     for inst in facts.instances:
         if inst.env_file_rendered or inst.env_file is None or inst.spec_env is None:
             continue
-        drift = _drift(inst)
-        if drift or inst.env_foreign:
-            shown = ", ".join([f"{k}: env.sh {d or '(unset)'}, fleet.yaml renders {s or '(unset)'}"
-                               for k, (d, s) in drift.items()] + [f"not rendered by p2pctl: {line}"
-                                                                  for line in inst.env_foreign])
-            report.add("warn", "env_drift", inst.instance, shown,
+        disk, spec = inst.env_file, inst.spec_env
+        # Only the variables the doctor reads differ here: values the shell computes at start are in neither.
+        shown = [f"{k}: env.sh {disk.get(k) or '(unset)'}, fleet.yaml renders {spec.get(k) or '(unset)'}"
+                 for k in sorted(set(disk) | set(spec)) if disk.get(k) != spec.get(k)]
+        shown += [f"not rendered by p2pctl: {line}" for line in inst.env_foreign]
+        if shown:
+            report.add("warn", "env_drift", inst.instance, ", ".join(shown),
                        f"{inst.instance}'s env.sh (node {inst.node}) no longer matches what fleet.yaml renders: "
                        "it was edited by hand or rendered from an older spec (a line not in p2pctl's "
                        "`export KEY=value` format is shown, never read as harmless: bash would run it)",

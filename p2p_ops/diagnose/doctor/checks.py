@@ -1,9 +1,4 @@
-"""The doctor's judgement (pure): `check(facts)` turns `FleetFacts` into a `findings.Report`.
-
-Settings that must agree across peers, the hash fallback, ports (free before launch, listening after), binds
-wider than the node allows, UCX_TLS, and for a running fleet: processes, coordinator membership, reachability
-and memlock.
-"""
+"""The doctor's judgement (pure): `check(facts)` turns `FleetFacts` into a `findings.Report`."""
 
 from __future__ import annotations
 
@@ -219,16 +214,6 @@ def _tls_tokens(value: str) -> list[str]:
 _NIXL_CUDA_TLS_CHECK = (1, 5, 1)
 
 
-def _version(text: Optional[str]) -> Optional[tuple[int, ...]]:
-    return tuple(int(p) for p in takewhile(str.isdecimal, (text or "").split("."))) or None
-
-
-def _has_gpus(facts: FleetFacts, inst: InstanceFacts) -> bool:
-    """The spec gives the instance a GPU, or `nvidia-smi topo -m` on its node lists one."""
-    node = facts.node(inst.node)
-    return inst.gpu is not None or bool(node and "GPU0" in node.topo_text)
-
-
 def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, tokens: list[str], seen: str) -> bool:
     """On a GPU node: UCX_TLS must let NIXL see CUDA memory (True: a finding was made)."""
     if tokens[0].startswith("^"):
@@ -239,7 +224,7 @@ def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, token
         return False
     node = facts.node(inst.node)
     nixl = version_of(node.packages, "nixl") if node else None
-    known = (_version(nixl) or (0,)) >= _NIXL_CUDA_TLS_CHECK
+    known = tuple(int(p) for p in takewhile(str.isdecimal, (nixl or "").split("."))) >= _NIXL_CUDA_TLS_CHECK
     report.add("error" if known else "warn", "ucx_tls", inst.instance, f"{seen}, GPUs present, nixl {nixl or '?'}",
                f"{inst.instance}'s node has GPUs and UCX_TLS enables no CUDA transport: NIXL "
                f"{'refuses' if known else 'may refuse'} it at start ('Invalid UCX_TLS=... NVIDIA GPU(s) are present, "
@@ -256,7 +241,7 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
         if not tokens:
             continue
         node = facts.node(inst.node)
-        gpus = _has_gpus(facts, inst)
+        gpus = inst.gpu is not None or bool(node and "GPU0" in node.topo_text)  # the spec's, or nvidia-smi's
         subject, seen = inst.instance, f"UCX_TLS={value}"
         if any("^" in t for t in tokens[1:]) or "^" in tokens[0].lstrip("^") or tokens[0].startswith("^^"):
             report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "

@@ -118,9 +118,7 @@ def _side_state(rdv: Path, role: str, proc: subprocess.Popen) -> dict:
 
 def explain_failure(states: dict[str, dict], trace: TraceSummary) -> Failure:
     # A target that failed first is the root cause; the initiator then only times out waiting for it.
-    side = "initiator"
-    if not states["target"].get("ok") and states["target"].get("stage") != "serve":
-        side = "target"
+    side = "target" if not states["target"].get("ok") and states["target"].get("stage") != "serve" else "initiator"
     state = states[side] if not states[side].get("ok") else states["target"]
     problems = [g for g in trace.errors if g.level in ("FATAL", "ERROR", "WARN")]
     evidence = [f"{g.source} {g.level}: {g.message}" for g in problems][:6]
