@@ -163,10 +163,9 @@ def _check_binds(report: Report, facts: FleetFacts) -> None:
 
 
 def _check_ports(report: Report, facts: FleetFacts) -> None:
-    by_node = {n.node: n for n in facts.nodes}
     before = len(report.problems)
     for p in facts.ports:
-        node = by_node.get(p.node)
+        node = facts.node(p.node)
         if node is None or node.error:
             continue
         holders = [ln for ln in node.listeners if ln.port == p.port and
@@ -214,7 +213,7 @@ def _tls_tokens(value: str) -> list[str]:
 _NIXL_CUDA_TLS_CHECK = (1, 5, 1)
 
 
-def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, tokens: list[str], seen: str) -> bool:
+def _check_gpu_tls(report: Report, inst: InstanceFacts, node: NodeFacts | None, tokens: list[str], seen: str) -> bool:
     """On a GPU node: UCX_TLS must let NIXL see CUDA memory (True: a finding was made)."""
     if tokens[0].startswith("^"):
         enabled = not {tokens[0][1:].lower(), *(t.lower() for t in tokens[1:])} & {"cuda", "cuda_copy"}
@@ -222,7 +221,6 @@ def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, token
         enabled = bool({t.lower() for t in tokens} & {"cuda", "cuda_copy", "all"})
     if enabled:
         return False
-    node = facts.node(inst.node)
     nixl = version_of(node.packages, "nixl") if node else None
     known = tuple(int(p) for p in takewhile(str.isdecimal, (nixl or "").split("."))) >= _NIXL_CUDA_TLS_CHECK
     report.add("error" if known else "warn", "ucx_tls", inst.instance, f"{seen}, GPUs present, nixl {nixl or '?'}",
@@ -247,7 +245,7 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
             report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "
                        "UCX_TLS (NIXL refuses it: NIXL_ERR_BACKEND)", "write a deny-list as ^a,b or an allow-list")
             continue
-        if gpus and _check_gpu_tls(report, facts, inst, tokens, seen):
+        if gpus and _check_gpu_tls(report, inst, node, tokens, seen):
             continue
         if tokens[0].startswith("^"):
             denied = {tokens[0][1:], *tokens[1:]}
@@ -298,8 +296,6 @@ def _check_nic_pin(report: Report, facts: FleetFacts) -> None:
 
 
 def _check_processes(report: Report, facts: FleetFacts) -> None:
-    if not facts.any_running:
-        return
     for inst in facts.instances:
         # "none": stopped cleanly (no pid file), yet the spec has it and its peers and engine go on without it.
         if inst.server_state in ("dead", "stale", "none"):
@@ -315,12 +311,11 @@ def check(facts: FleetFacts) -> Report:
     """Judge gathered facts (pure). A stopped fleet gets the pre-launch subset."""
     mode = "running" if facts.any_running else "stopped (pre-launch checks)"
     report = Report(f"fleet doctor: {facts.fleet} ({mode})")
-    reachable = [n for n in facts.nodes if not n.error]
     for n in facts.nodes:
         if n.error:
             report.add("error", "node", n.node, n.address, f"cannot read node {n.node}: {n.error}",
                        "check the connection (`p2pctl probe`)")
-    if facts.nodes and not reachable:
+    if facts.nodes and all(n.error for n in facts.nodes):
         report.could_not_check = "no node could be read"
         return report
     for inst in facts.instances:

@@ -13,8 +13,6 @@ from p2p_ops.diagnose.findings import Report
 
 
 def check_engines(report: Report, facts: FleetFacts) -> None:
-    if not facts.any_running:
-        return
     for inst in facts.instances:
         subject = f"{inst.instance}/engine"
         if inst.engine_state in ("dead", "stale"):
