@@ -256,11 +256,10 @@ def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) 
 
 
 def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
-    conn = ctx.conn(node)
     base = f"nodes/{node.name}"
     batch = bundle_batch(ctx, node)
     try:
-        read = read_node(conn, batch, timeout=120)
+        read = read_node(ctx.conn(node), batch, timeout=120)
     except Exception as exc:  # noqa: BLE001
         w.missing(f"facts of node {node.name}", node.name, str(exc))
         return  # the node is unreachable: nothing else will work either

@@ -215,9 +215,10 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
 def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> FleetFacts:
     """Read everything the checks need. Never raises for one unreachable node or server: it becomes a fact."""
     fleet = ctx.fleet
-    cnode = fleet.coordinator_node()
-    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name,
-                       ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS])
+    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, fleet.coordinator_node().name,
+                       ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS],
+                       kv_events_expected=fleet.kv_events_on, lookup_timeout_s=fleet.settings.p2p_lookup_timeout,
+                       transfer_engine=fleet.settings.transfer_engine)
     node_errors: dict[str, str] = {}
     pids: dict[str, int] = {}
     for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), watched_procs(ctx, n))).items():
@@ -252,9 +253,6 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
 
     # Four HTTP reads per running server: nodes side by side, not one after another (bench/suite/fleet_scale).
     ctx.for_each_node(node_http)
-    facts.lookup_timeout_s = fleet.settings.p2p_lookup_timeout
-    facts.transfer_engine = fleet.settings.transfer_engine
-    facts.kv_events_expected = fleet.kv_events_on
     sample_inflight(ctx, facts, leak_samples)
 
     def per_node(node) -> NodeFacts:

@@ -181,7 +181,6 @@ def agent_lanes(env: dict[str, str] | None = None, timeout_s: float = 30.0) -> l
         proc = _spawn(ProbeOptions(env=env or {}, timeout_s=timeout_s), "solo", rdv)
         _wait(proc, timeout_s)
         trace = parse_traces([("solo.log", (rdv / "solo.log").read_text(errors="replace"))])
-        lanes = [lane for ep in trace.endpoints for lane in ep.lanes]
-        return sorted(set(lanes)) if lanes else None
+        return sorted({lane for ep in trace.endpoints for lane in ep.lanes}) or None
     finally:
         shutil.rmtree(rdv, ignore_errors=True)

@@ -49,10 +49,9 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
-    hits = [(label, found) for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
     out = [Observation(f"log:{sig_id}", "problem", label, f"{len(found)} line(s), last: "
                        f"{redact_text(found[-1].strip(), label).text[:300]}", sig.meaning)
-           for label, found in hits]
+           for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
     return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
 
 
