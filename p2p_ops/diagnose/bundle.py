@@ -105,7 +105,6 @@ class BundleWriter:
         self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
 
     def merge(self, part: BundleWriter) -> None:
-        """Take in what another writer (one node's, collected in parallel) holds."""
         for name in ("files", "known"):
             getattr(self, name).update(getattr(part, name))
         for name in ("entries", "redactions", "unreachable", "refused"):

@@ -25,8 +25,6 @@ _RDMA_TLS = _NET_TLS - {"tcp", "all"}
 _CUDA_TLS = {"cuda", "cuda_copy", "cuda_ipc", "gdr_copy"}
 
 
-# ---- checks ----------------------------------------------------------------------------------------------
-
 def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
     """LMCache's own log says it fell back to Python's hash(): on Python < 3.12 hash(None) is an address, so
     NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""

@@ -149,7 +149,6 @@ def check_ports(report: Report, inputs: RdmaInputs) -> None:
 
 
 def check_rdma(inputs: RdmaInputs, require_rdma: bool = False) -> Report:
-    """Pure: the readiness report for the gathered inputs."""
     report = Report("RDMA readiness")
     if not inputs.devices:
         check_tcp_path(report, inputs, require_rdma)
