@@ -6,7 +6,6 @@ from itertools import takewhile
 from typing import Optional
 
 from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
-from p2p_ops.diagnose.doctor.engines import check_engines, check_kv_events
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
@@ -305,6 +304,42 @@ def _check_processes(report: Report, facts: FleetFacts) -> None:
                                              f"NIXL_ERR_BACKEND'`), then {start}")
 
 
+def _check_engines(report: Report, facts: FleetFacts) -> None:
+    """Every engine the fleet runs belongs in the report, a degraded one too: an embedded engine whose lmcache
+    server refused it (a chunk size that differs, the server down) keeps serving as a plain engine. It answers
+    /health, shares nothing and logs why; `p2pctl wait` calls that "degraded", and so does the doctor, with the
+    engine's own log line as the evidence."""
+    for inst in facts.instances:
+        subject = f"{inst.instance}/engine"
+        if inst.engine_state in ("dead", "stale"):
+            report.add("error", "engine", subject, inst.engine_state,
+                       f"{inst.instance}'s engine is {inst.engine_state} while the fleet runs",
+                       f"read {inst.instance}/engine.log, then {restart(facts, [inst.instance], 'engine')}")
+        elif inst.engine_health == "no answer":
+            report.add("error", "engine", subject, "process runs, /health does not answer",
+                       f"{inst.instance}'s engine runs but does not answer (still loading, or wedged)",
+                       f"read {inst.instance}/engine.log; if it stays so, {restart(facts, [inst.instance], 'engine')}")
+        elif inst.engine_health == "degraded":
+            said = inst.engine_log[-1][:300] if inst.engine_log else "its log names no reason"
+            report.add("error", "engine_degraded", subject, said,
+                       f"{inst.instance}'s engine is degraded: it serves without its lmcache server, so it "
+                       "neither stores nor pulls anything (the fleet shares nothing through it)",
+                       "fix the server it cannot use (see the findings on "
+                       f"{inst.instance}); the engine relinks by itself once its server agrees")
+
+
+def _check_kv_events(report: Report, facts: FleetFacts) -> None:
+    """A router fleet needs KV events from every engine (what kv_aware routes on, and llm-d's P2P path seeds)."""
+    if not facts.kv_events_expected:
+        return
+    for inst in facts.instances:
+        if inst.engine_state == "running" and inst.engine_flags.get("kv_events") == "off":
+            report.add("error", "kv_events", f"{inst.instance}/engine", "no --kv-events-config with "
+                       "enable_kv_cache_events", f"{inst.instance}'s engine publishes no KV events, so the router "
+                       "cannot see what it holds", f"restart it from fleet.yaml (router.kv_events: true): "
+                       f"{restart(facts, [inst.instance], 'engine')}")
+
+
 def check(facts: FleetFacts) -> Report:
     """Judge gathered facts (pure). A stopped fleet gets the pre-launch subset."""
     mode = "running" if facts.any_running else "stopped (pre-launch checks)"
@@ -332,8 +367,8 @@ def check(facts: FleetFacts) -> Report:
         _check_coordinator(report, facts)
         _check_reach(report, facts)
         _check_memlock(report, facts)
-        check_engines(report, facts)
-        check_kv_events(report, facts)
+        _check_engines(report, facts)
+        _check_kv_events(report, facts)
         check_lookup_leak(report, facts)
     report.facts["mode"] = mode
     report.facts["instances"] = {i.instance: {k: v for k, (v, _) in per_inst[i.instance].items()} | {
