@@ -383,11 +383,9 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
 
     # Each node is about twenty reads over its connection: nodes side by side (bench/suite/fleet_scale measured the
     # serial walk at 33 of 45 s on 8 hosts), merged back in the spec's order so the bundle stays deterministic.
-    parts = ctx.for_each_node(node_part)
-    for node in ctx.fleet.nodes:
-        part = parts[node.name]
+    for name, part in ctx.for_each_node(node_part).items():
         if isinstance(part, Exception):
-            w.missing(f"node {node.name}", node.name, f"{type(part).__name__}: {part}")
+            w.missing(f"node {name}", name, f"{type(part).__name__}: {part}")
         else:
             w.merge(part)
     _add_prometheus(w, ctx)

@@ -135,8 +135,7 @@ def assess(usage: list[RailUsage], expected: list[str] | None = None, min_bytes:
         report.add("warn", "counter_reset", rail.name, "counter went backwards",
                    "counter reset or wrapped during the window; its bytes are unknown", "re-run the rail check")
     if expected:
-        missing = [e for e in expected if not any(_matches(u, e) for u in usage)]
-        for name in missing:
+        for name in [e for e in expected if not any(_matches(u, e) for u in usage)]:
             report.add("error", "expected_rail", name, "not present",
                        "expected interface has no counters on this host", "check the name against "
                        "`ls /sys/class/infiniband /sys/class/net` (RDMA ports as mlx5_0:1)")

@@ -132,15 +132,12 @@ def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
         if ln.pid is None:
             continue  # /proc/net/tcp fallback or another user's socket: cannot be attributed
         owner = node.fleet_pids.get(node.sessions.get(ln.pid, -1)) or node.fleet_pids.get(ln.pid)
-        if owner is None or _bind_allowed(ln.address, node.bind_ok + node.proc_binds.get(owner, ())):
+        allowed = node.bind_ok + node.proc_binds.get(owner, ())
+        host = ln.address.strip("[]").split("%", 1)[0]  # "*" is every interface, never loopback
+        if owner is None or host in allowed or ("loopback" in allowed and is_loopback(host)):
             continue
         out.append((owner, ln.address, ln.port, ln.pid))
     return out
-
-
-def _bind_allowed(address: str, allowed: tuple[str, ...]) -> bool:
-    host = address.strip("[]").split("%", 1)[0]  # "*" is every interface, never loopback
-    return host in allowed or ("loopback" in allowed and is_loopback(host))
 
 
 def _check_binds(report: Report, facts: FleetFacts) -> None:
