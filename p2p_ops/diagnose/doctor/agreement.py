@@ -40,13 +40,11 @@ def restart(facts: FleetFacts, who: list[str], role: str) -> str:
     """The commands that restart `role` on the nodes of these instances (the coordinator's own role for it),
     re-rendering their env.sh from fleet.yaml (`up --node` renders that node first)."""
     by_inst = {i.instance: i.node for i in facts.instances}
-    steps: list[str] = []
+    steps = []
     for w in sorted(who):
         node, r = (facts.coordinator_node, "coordinator") if w == COORDINATOR else (by_inst.get(w, w), role)
-        step = f"p2pctl down --node {node} --role {r} && p2pctl up --node {node} --role {r}"
-        if step not in steps:
-            steps.append(step)
-    return " && ".join(steps)
+        steps.append(f"p2pctl down --node {node} --role {r} && p2pctl up --node {node} --role {r}")
+    return " && ".join(dict.fromkeys(steps))  # each node and role once
 
 
 def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
@@ -94,13 +92,11 @@ def check_agreement(report: Report, facts: FleetFacts) -> dict[str, dict[str, tu
     agreed: dict[str, str] = {}
     for key in [m.key for m in MUST_AGREE if any(m.key in v for v in per_inst.values())]:
         values = {inst: obs[key][0] for inst, obs in per_inst.items() if key in obs}
-        if key in ("chunk_size", "hash_algorithm") and facts.coordinator_env:
-            cval = facts.coordinator_env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
-            if cval:
-                values[COORDINATOR] = cval
-        if len(set(values.values())) <= 1:
-            if values:
-                agreed[key] = next(iter(values.values()))
+        if key in ("chunk_size", "hash_algorithm") and (
+                cval := (facts.coordinator_env or {}).get("LMCACHE_MP_COORDINATOR_" + key.upper())):
+            values[COORDINATOR] = cval
+        if len(set(values.values())) <= 1:  # never empty: the key was read from at least one instance
+            agreed[key] = next(iter(values.values()))
             continue
         sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
         severity, note = BY_KEY[key].severity, ""
