@@ -185,8 +185,7 @@ def _check_memlock(report: Report, facts: FleetFacts) -> None:
         if not inst.running or not m or m.get("error") or m.get("soft") is None:
             continue
         node = facts.node(inst.node)
-        tls = set(_tls_tokens(observed(inst, {})["UCX_TLS"][0]))
-        rdma = bool(node and node.rdma_devices) or bool(tls & _RDMA_TLS)
+        rdma = bool(node and node.rdma_devices) or bool(set(_tls_tokens(observed(inst, {})["UCX_TLS"][0])) & _RDMA_TLS)
         soft = m["soft"]
         if rdma:
             report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",

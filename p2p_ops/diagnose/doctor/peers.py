@@ -41,8 +41,7 @@ def config_align_bytes(config: Optional[dict]) -> Optional[str]:
         return None
     sm = config.get("storage_manager") or {}
     cfgs = list(sm.get("l1_manager_configs") or []) + [sm.get("l1_manager_config") or {}]
-    mp = config.get("mp") or {}
-    cfgs += list(mp.get("l1_manager_configs") or [])
+    cfgs += list((config.get("mp") or {}).get("l1_manager_configs") or [])
     for c in cfgs:
         align = ((c or {}).get("memory_config") or {}).get("align_bytes")
         if align is not None:

@@ -120,8 +120,7 @@ def explain_failure(states: dict[str, dict], trace: TraceSummary) -> Failure:
     # A target that failed first is the root cause; the initiator then only times out waiting for it.
     side = "target" if not states["target"].get("ok") and states["target"].get("stage") != "serve" else "initiator"
     state = states[side] if not states[side].get("ok") else states["target"]
-    problems = [g for g in trace.errors if g.level in ("FATAL", "ERROR", "WARN")]
-    evidence = [f"{g.source} {g.level}: {g.message}" for g in problems][:6]
+    evidence = [f"{g.source} {g.level}: {g.message}" for g in trace.errors if g.level in ("FATAL", "ERROR", "WARN")][:6]
     text = f"{state.get('exc_class', '')}: {state.get('message', '')}\n" + "\n".join(evidence)
     diagnosis = classify(text)
     return Failure(side, state.get("stage", ""), state.get("exc_class", ""), state.get("message", ""),
