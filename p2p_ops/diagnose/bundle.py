@@ -105,7 +105,6 @@ class BundleWriter:
         self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
 
     def merge(self, part: BundleWriter) -> None:
-        """Take in what another writer (one node's, collected in parallel) holds."""
         for name in ("files", "known"):
             getattr(self, name).update(getattr(part, name))
         for name in ("entries", "redactions", "unreachable", "refused"):
@@ -256,11 +255,10 @@ def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) 
 
 
 def _add_node(w: BundleWriter, ctx: FleetContext, node: Node, states: dict[str, str]) -> None:
-    conn = ctx.conn(node)
     base = f"nodes/{node.name}"
     batch = bundle_batch(ctx, node)
     try:
-        read = read_node(conn, batch, timeout=120)
+        read = read_node(ctx.conn(node), batch, timeout=120)
     except Exception as exc:  # noqa: BLE001
         w.missing(f"facts of node {node.name}", node.name, str(exc))
         return  # the node is unreachable: nothing else will work either
@@ -385,11 +383,9 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
 
     # Each node is about twenty reads over its connection: nodes side by side (bench/suite/fleet_scale measured the
     # serial walk at 33 of 45 s on 8 hosts), merged back in the spec's order so the bundle stays deterministic.
-    parts = ctx.for_each_node(node_part)
-    for node in ctx.fleet.nodes:
-        part = parts[node.name]
+    for name, part in ctx.for_each_node(node_part).items():
         if isinstance(part, Exception):
-            w.missing(f"node {node.name}", node.name, f"{type(part).__name__}: {part}")
+            w.missing(f"node {name}", name, f"{type(part).__name__}: {part}")
         else:
             w.merge(part)
     _add_prometheus(w, ctx)

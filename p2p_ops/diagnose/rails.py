@@ -87,10 +87,9 @@ def snapshot(sysfs_root: Path = Path("/sys"), host: str | None = None) -> Snapsh
             tx, rx = port.counters.get("port_xmit_data"), port.counters.get("port_rcv_data")
             if tx is None or rx is None:
                 continue
-            netdev = next((g.ndev for g in port.gids if g.ndev), "")
             name = f"{dev.name}:{port.port}"
-            snap.counters[name] = RailUsage(name, "rdma", tx * IB_WORD_BYTES, rx * IB_WORD_BYTES, netdev,
-                                              port.link_layer)
+            snap.counters[name] = RailUsage(name, "rdma", tx * IB_WORD_BYTES, rx * IB_WORD_BYTES,
+                                            next((g.ndev for g in port.gids if g.ndev), ""), port.link_layer)
     for nd in read_netdevs(sysfs_root):
         if nd.tx_bytes is not None and nd.rx_bytes is not None:
             snap.counters[nd.name] = RailUsage(nd.name, "net", nd.tx_bytes, nd.rx_bytes)
@@ -136,8 +135,7 @@ def assess(usage: list[RailUsage], expected: list[str] | None = None, min_bytes:
         report.add("warn", "counter_reset", rail.name, "counter went backwards",
                    "counter reset or wrapped during the window; its bytes are unknown", "re-run the rail check")
     if expected:
-        missing = [e for e in expected if not any(_matches(u, e) for u in usage)]
-        for name in missing:
+        for name in [e for e in expected if not any(_matches(u, e) for u in usage)]:
             report.add("error", "expected_rail", name, "not present",
                        "expected interface has no counters on this host", "check the name against "
                        "`ls /sys/class/infiniband /sys/class/net` (RDMA ports as mlx5_0:1)")

@@ -98,7 +98,6 @@ def harmless(name: str, value: str) -> bool:
     return bool(parts) and parts[-1] == "auth" and value.strip("\"'").lower() in AUTH_MODES
 
 
-
 @dataclass(frozen=True)
 class Redaction:
     kind: str
@@ -164,9 +163,7 @@ def _quoted_end(text: str, i: int) -> int:
 
 def _backslash_escapes_single(text: str, i: int) -> bool:
     # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
-    if i > 0 and text[i - 1] == "$":
-        return True
-    return _next(text, r"\\'", i) < min(_eol(text, i), i + _MAX_QUOTED)
+    return (i > 0 and text[i - 1] == "$") or _next(text, r"\\'", i) < min(_eol(text, i), i + _MAX_QUOTED)
 
 
 _WORD_STOP = set(" \t\r\n;&|<>`\0")

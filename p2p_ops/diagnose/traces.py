@@ -68,8 +68,7 @@ def render_endpoints(report: Report) -> list[str]:
         kinds = "  ".join(f"{k}({' '.join(v)})" for k, v in ep["kinds"].items())
         lines.append(f"  {ep['process']} {ep['name']}: {kinds or '-'}")
         shown = [p for p in ep["protocols"] if any(op in p["operation"] for op in _SHOWN_OPS)]
-        for proto in shown:
-            lines.append(f"      {proto['operation']}: " + "; ".join(proto["rows"]))
+        lines += [f"      {proto['operation']}: " + "; ".join(proto["rows"]) for proto in shown]
         if len(ep["protocols"]) > len(shown):
             lines.append(f"      (+{len(ep['protocols']) - len(shown)} active-message tables in --json)")
     return lines

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
+from p2p_ops.diagnose.doctor.model import FleetFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.spec.agreement import BY_KEY, MUST_AGREE, split
@@ -40,13 +40,11 @@ def restart(facts: FleetFacts, who: list[str], role: str) -> str:
     """The commands that restart `role` on the nodes of these instances (the coordinator's own role for it),
     re-rendering their env.sh from fleet.yaml (`up --node` renders that node first)."""
     by_inst = {i.instance: i.node for i in facts.instances}
-    steps: list[str] = []
+    steps = []
     for w in sorted(who):
         node, r = (facts.coordinator_node, "coordinator") if w == COORDINATOR else (by_inst.get(w, w), role)
-        step = f"p2pctl down --node {node} --role {r} && p2pctl up --node {node} --role {r}"
-        if step not in steps:
-            steps.append(step)
-    return " && ".join(steps)
+        steps.append(f"p2pctl down --node {node} --role {r} && p2pctl up --node {node} --role {r}")
+    return " && ".join(dict.fromkeys(steps))  # each node and role once
 
 
 def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
@@ -54,8 +52,7 @@ def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
     if not rule.env:
         return None
     if inst == COORDINATOR:
-        env = facts.coordinator_spec_env or {}
-        return env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
+        return (facts.coordinator_spec_env or {}).get("LMCACHE_MP_COORDINATOR_" + key.upper())
     i = next((x for x in facts.instances if x.instance == inst), None)
     return (i.spec_env or {}).get(rule.env) if i else None
 
@@ -89,19 +86,17 @@ def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tup
                      "tokens, no error).")
 
 
-def check_agreement(report: Report, facts: FleetFacts) -> None:
+def check_agreement(report: Report, facts: FleetFacts) -> dict[str, dict[str, tuple[str, str]]]:
     per_inst = {i.instance: observed(i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages)
                 for i in facts.instances}
     agreed: dict[str, str] = {}
     for key in [m.key for m in MUST_AGREE if any(m.key in v for v in per_inst.values())]:
         values = {inst: obs[key][0] for inst, obs in per_inst.items() if key in obs}
-        if key in ("chunk_size", "hash_algorithm") and facts.coordinator_env:
-            cval = facts.coordinator_env.get("LMCACHE_MP_COORDINATOR_" + key.upper())
-            if cval:
-                values[COORDINATOR] = cval
-        if len(set(values.values())) <= 1:
-            if values:
-                agreed[key] = next(iter(values.values()))
+        if key in ("chunk_size", "hash_algorithm") and (
+                cval := (facts.coordinator_env or {}).get("LMCACHE_MP_COORDINATOR_" + key.upper())):
+            values[COORDINATOR] = cval
+        if len(set(values.values())) <= 1:  # never empty: the key was read from at least one instance
+            agreed[key] = next(iter(values.values()))
             continue
         sources = sorted({obs[key][1] for obs in per_inst.values() if key in obs})
         severity, note = BY_KEY[key].severity, ""
@@ -118,6 +113,7 @@ def check_agreement(report: Report, facts: FleetFacts) -> None:
     report.facts["agreed"] = agreed
     check_stale_env(report, facts)
     check_env_drift(report, facts)
+    return per_inst
 
 
 def check_stale_env(report: Report, facts: FleetFacts) -> None:
@@ -134,24 +130,18 @@ def check_stale_env(report: Report, facts: FleetFacts) -> None:
                            " (re-renders env.sh from fleet.yaml; or revert the edit)")
 
 
-def _drift(inst: InstanceFacts) -> dict[str, tuple[Optional[str], Optional[str]]]:
-    """Variable -> (env.sh on disk, the spec's rendering) where they differ (only the variables the doctor reads;
-    values the shell computes at start are not in either)."""
-    disk, spec = inst.env_file or {}, inst.spec_env or {}
-    return {k: (disk.get(k), spec.get(k)) for k in sorted(set(disk) | set(spec)) if disk.get(k) != spec.get(k)}
-
-
 def check_env_drift(report: Report, facts: FleetFacts) -> None:
     """An env.sh that no longer matches fleet.yaml (hand-edited, or rendered from an older spec)."""
     for inst in facts.instances:
         if inst.env_file_rendered or inst.env_file is None or inst.spec_env is None:
             continue
-        drift = _drift(inst)
-        if drift or inst.env_foreign:
-            shown = ", ".join([f"{k}: env.sh {d or '(unset)'}, fleet.yaml renders {s or '(unset)'}"
-                               for k, (d, s) in drift.items()] + [f"not rendered by p2pctl: {line}"
-                                                                  for line in inst.env_foreign])
-            report.add("warn", "env_drift", inst.instance, shown,
+        disk, spec = inst.env_file, inst.spec_env
+        # Only the variables the doctor reads differ here: values the shell computes at start are in neither.
+        shown = [f"{k}: env.sh {disk.get(k) or '(unset)'}, fleet.yaml renders {spec.get(k) or '(unset)'}"
+                 for k in sorted(set(disk) | set(spec)) if disk.get(k) != spec.get(k)]
+        shown += [f"not rendered by p2pctl: {line}" for line in inst.env_foreign]
+        if shown:
+            report.add("warn", "env_drift", inst.instance, ", ".join(shown),
                        f"{inst.instance}'s env.sh (node {inst.node}) no longer matches what fleet.yaml renders: "
                        "it was edited by hand or rendered from an older spec (a line not in p2pctl's "
                        "`export KEY=value` format is shown, never read as harmless: bash would run it)",

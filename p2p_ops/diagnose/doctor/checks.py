@@ -1,17 +1,11 @@
-"""The doctor's judgement (pure): `check(facts)` turns `FleetFacts` into a `findings.Report`.
-
-Settings that must agree across peers, the hash fallback, ports (free before launch, listening after), binds
-wider than the node allows, UCX_TLS, and for a running fleet: processes, coordinator membership, reachability
-and memlock.
-"""
+"""The doctor's judgement (pure): `check(facts)` turns `FleetFacts` into a `findings.Report`."""
 
 from __future__ import annotations
 
-import ipaddress
+from itertools import takewhile
 from typing import Optional
 
 from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
-from p2p_ops.diagnose.doctor.engines import check_engines, check_kv_events
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
@@ -23,15 +17,12 @@ from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
 
-_HOST_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
-             "dc_x", "dc_mlx5", "ib", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "all"}
 _NET_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
             "dc_x", "dc_mlx5", "ib", "all"}
+_HOST_TLS = _NET_TLS | {"sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"}
 _RDMA_TLS = _NET_TLS - {"tcp", "all"}
 _CUDA_TLS = {"cuda", "cuda_copy", "cuda_ipc", "gdr_copy"}
 
-
-# ---- checks ----------------------------------------------------------------------------------------------
 
 def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
     """LMCache's own log says it fell back to Python's hash(): on Python < 3.12 hash(None) is an address, so
@@ -55,18 +46,15 @@ def _check_mooncake(report: Report, facts: FleetFacts) -> None:
 
 def _check_coordinator(report: Report, facts: FleetFacts) -> None:
     running = [i for i in facts.instances if i.running]
-    if not facts.coordinator_healthy:
+    if not facts.coordinator_healthy and (facts.coordinator_state == "running" or running):
         if facts.coordinator_state == "running":
             msg = f"the coordinator process runs but {facts.coordinator_url}/healthz does not answer healthy"
-        elif running:
+        else:
             msg = (f"the coordinator is not running (process {facts.coordinator_state}): servers cannot register "
                    "or discover peers; each drops its peer adapters after 4 missed polls")
-        else:
-            msg = None
-        if msg:
-            report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
-                       f"{facts.coordinator_state}", msg, "read coordinator/coordinator.log, then start it again "
-                       f"from fleet.yaml: {restart(facts, [COORDINATOR], 'coordinator')}")
+        report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
+                   f"{facts.coordinator_state}", msg, "read coordinator/coordinator.log, then start it again "
+                   f"from fleet.yaml: {restart(facts, [COORDINATOR], 'coordinator')}")
     for inst in running:
         url = inst.process_env.get("LMCACHE_COORDINATOR_URL") or (inst.env_file or {}).get("LMCACHE_COORDINATOR_URL")
         if url and url.rstrip("/") != facts.coordinator_url.rstrip("/"):
@@ -144,20 +132,12 @@ def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
         if ln.pid is None:
             continue  # /proc/net/tcp fallback or another user's socket: cannot be attributed
         owner = node.fleet_pids.get(node.sessions.get(ln.pid, -1)) or node.fleet_pids.get(ln.pid)
-        if owner is None or _bind_allowed(ln.address, node.bind_ok + node.proc_binds.get(owner, ())):
+        allowed = node.bind_ok + node.proc_binds.get(owner, ())
+        host = ln.address.strip("[]").split("%", 1)[0]  # "*" is every interface, never loopback
+        if owner is None or host in allowed or ("loopback" in allowed and is_loopback(host)):
             continue
         out.append((owner, ln.address, ln.port, ln.pid))
     return out
-
-
-def _bind_allowed(address: str, allowed: tuple[str, ...]) -> bool:
-    host = address.strip("[]").split("%", 1)[0]
-    if host in allowed:
-        return True
-    try:
-        return "loopback" in allowed and ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # "*" and names: every interface
 
 
 def _check_binds(report: Report, facts: FleetFacts) -> None:
@@ -177,10 +157,9 @@ def _check_binds(report: Report, facts: FleetFacts) -> None:
 
 
 def _check_ports(report: Report, facts: FleetFacts) -> None:
-    by_node = {n.node: n for n in facts.nodes}
     before = len(report.problems)
     for p in facts.ports:
-        node = by_node.get(p.node)
+        node = facts.node(p.node)
         if node is None or node.error:
             continue
         holders = [ln for ln in node.listeners if ln.port == p.port and
@@ -206,8 +185,7 @@ def _check_memlock(report: Report, facts: FleetFacts) -> None:
         if not inst.running or not m or m.get("error") or m.get("soft") is None:
             continue
         node = facts.node(inst.node)
-        tls = set(_tls_tokens(observed(inst, {})["UCX_TLS"][0]))
-        rdma = bool(node and node.rdma_devices) or bool(tls & _RDMA_TLS)
+        rdma = bool(node and node.rdma_devices) or bool(set(_tls_tokens(observed(inst, {})["UCX_TLS"][0])) & _RDMA_TLS)
         soft = m["soft"]
         if rdma:
             report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
@@ -228,22 +206,7 @@ def _tls_tokens(value: str) -> list[str]:
 _NIXL_CUDA_TLS_CHECK = (1, 5, 1)
 
 
-def _version(text: Optional[str]) -> Optional[tuple[int, ...]]:
-    parts = []
-    for p in (text or "").split("."):
-        if not p.isdecimal():
-            break
-        parts.append(int(p))
-    return tuple(parts) or None
-
-
-def _has_gpus(facts: FleetFacts, inst: InstanceFacts) -> bool:
-    """The spec gives the instance a GPU, or `nvidia-smi topo -m` on its node lists one."""
-    node = facts.node(inst.node)
-    return inst.gpu is not None or bool(node and "GPU0" in node.topo_text)
-
-
-def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, tokens: list[str], seen: str) -> bool:
+def _check_gpu_tls(report: Report, inst: InstanceFacts, node: NodeFacts | None, tokens: list[str], seen: str) -> bool:
     """On a GPU node: UCX_TLS must let NIXL see CUDA memory (True: a finding was made)."""
     if tokens[0].startswith("^"):
         enabled = not {tokens[0][1:].lower(), *(t.lower() for t in tokens[1:])} & {"cuda", "cuda_copy"}
@@ -251,9 +214,8 @@ def _check_gpu_tls(report: Report, facts: FleetFacts, inst: InstanceFacts, token
         enabled = bool({t.lower() for t in tokens} & {"cuda", "cuda_copy", "all"})
     if enabled:
         return False
-    node = facts.node(inst.node)
     nixl = version_of(node.packages, "nixl") if node else None
-    known = (_version(nixl) or (0,)) >= _NIXL_CUDA_TLS_CHECK
+    known = tuple(int(p) for p in takewhile(str.isdecimal, (nixl or "").split("."))) >= _NIXL_CUDA_TLS_CHECK
     report.add("error" if known else "warn", "ucx_tls", inst.instance, f"{seen}, GPUs present, nixl {nixl or '?'}",
                f"{inst.instance}'s node has GPUs and UCX_TLS enables no CUDA transport: NIXL "
                f"{'refuses' if known else 'may refuse'} it at start ('Invalid UCX_TLS=... NVIDIA GPU(s) are present, "
@@ -270,13 +232,13 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
         if not tokens:
             continue
         node = facts.node(inst.node)
-        gpus = _has_gpus(facts, inst)
+        gpus = inst.gpu is not None or bool(node and "GPU0" in node.topo_text)  # the spec's, or nvidia-smi's
         subject, seen = inst.instance, f"UCX_TLS={value}"
         if any("^" in t for t in tokens[1:]) or "^" in tokens[0].lstrip("^") or tokens[0].startswith("^^"):
             report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "
                        "UCX_TLS (NIXL refuses it: NIXL_ERR_BACKEND)", "write a deny-list as ^a,b or an allow-list")
             continue
-        if gpus and _check_gpu_tls(report, facts, inst, tokens, seen):
+        if gpus and _check_gpu_tls(report, inst, node, tokens, seen):
             continue
         if tokens[0].startswith("^"):
             denied = {tokens[0][1:], *tokens[1:]}
@@ -327,8 +289,6 @@ def _check_nic_pin(report: Report, facts: FleetFacts) -> None:
 
 
 def _check_processes(report: Report, facts: FleetFacts) -> None:
-    if not facts.any_running:
-        return
     for inst in facts.instances:
         # "none": stopped cleanly (no pid file), yet the spec has it and its peers and engine go on without it.
         if inst.server_state in ("dead", "stale", "none"):
@@ -340,23 +300,58 @@ def _check_processes(report: Report, facts: FleetFacts) -> None:
                                              f"NIXL_ERR_BACKEND'`), then {start}")
 
 
+def _check_engines(report: Report, facts: FleetFacts) -> None:
+    """Every engine the fleet runs belongs in the report, a degraded one too: an embedded engine whose lmcache
+    server refused it (a chunk size that differs, the server down) keeps serving as a plain engine. It answers
+    /health, shares nothing and logs why; `p2pctl wait` calls that "degraded", and so does the doctor, with the
+    engine's own log line as the evidence."""
+    for inst in facts.instances:
+        subject = f"{inst.instance}/engine"
+        if inst.engine_state in ("dead", "stale"):
+            report.add("error", "engine", subject, inst.engine_state,
+                       f"{inst.instance}'s engine is {inst.engine_state} while the fleet runs",
+                       f"read {inst.instance}/engine.log, then {restart(facts, [inst.instance], 'engine')}")
+        elif inst.engine_health == "no answer":
+            report.add("error", "engine", subject, "process runs, /health does not answer",
+                       f"{inst.instance}'s engine runs but does not answer (still loading, or wedged)",
+                       f"read {inst.instance}/engine.log; if it stays so, {restart(facts, [inst.instance], 'engine')}")
+        elif inst.engine_health == "degraded":
+            said = inst.engine_log[-1][:300] if inst.engine_log else "its log names no reason"
+            report.add("error", "engine_degraded", subject, said,
+                       f"{inst.instance}'s engine is degraded: it serves without its lmcache server, so it "
+                       "neither stores nor pulls anything (the fleet shares nothing through it)",
+                       "fix the server it cannot use (see the findings on "
+                       f"{inst.instance}); the engine relinks by itself once its server agrees")
+
+
+def _check_kv_events(report: Report, facts: FleetFacts) -> None:
+    """A router fleet needs KV events from every engine (what kv_aware routes on, and llm-d's P2P path seeds)."""
+    if not facts.kv_events_expected:
+        return
+    for inst in facts.instances:
+        if inst.engine_state == "running" and inst.engine_flags.get("kv_events") == "off":
+            report.add("error", "kv_events", f"{inst.instance}/engine", "no --kv-events-config with "
+                       "enable_kv_cache_events", f"{inst.instance}'s engine publishes no KV events, so the router "
+                       "cannot see what it holds", f"restart it from fleet.yaml (router.kv_events: true): "
+                       f"{restart(facts, [inst.instance], 'engine')}")
+
+
 def check(facts: FleetFacts) -> Report:
     """Judge gathered facts (pure). A stopped fleet gets the pre-launch subset."""
     mode = "running" if facts.any_running else "stopped (pre-launch checks)"
     report = Report(f"fleet doctor: {facts.fleet} ({mode})")
-    reachable = [n for n in facts.nodes if not n.error]
     for n in facts.nodes:
         if n.error:
             report.add("error", "node", n.node, n.address, f"cannot read node {n.node}: {n.error}",
                        "check the connection (`p2pctl probe`)")
-    if facts.nodes and not reachable:
+    if facts.nodes and all(n.error for n in facts.nodes):
         report.could_not_check = "no node could be read"
         return report
     for inst in facts.instances:
         if inst.env_file_rendered:
             report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
                        "`p2pctl render` (or `p2pctl up`) writes it")
-    check_agreement(report, facts)
+    per_inst = check_agreement(report, facts)
     _check_hash_fallback(report, facts)
     _check_mooncake(report, facts)
     _check_ports(report, facts)
@@ -368,11 +363,10 @@ def check(facts: FleetFacts) -> Report:
         _check_coordinator(report, facts)
         _check_reach(report, facts)
         _check_memlock(report, facts)
-        check_engines(report, facts)
-        check_kv_events(report, facts)
+        _check_engines(report, facts)
+        _check_kv_events(report, facts)
         check_lookup_leak(report, facts)
     report.facts["mode"] = mode
-    report.facts["instances"] = {i.instance: {k: v for k, (v, _) in observed(
-        i, (facts.node(i.node) or NodeFacts(i.node, i.address)).packages).items()} | {
+    report.facts["instances"] = {i.instance: {k: v for k, (v, _) in per_inst[i.instance].items()} | {
         "server": i.server_state, "p2p_state": (i.status or {}).get("p2p_state")} for i in facts.instances}
     return report

@@ -33,7 +33,7 @@ from p2p_ops.lifecycle.preflight.verdict import mooncake_problem
 from p2p_ops.lifecycle.render import SSH_UCX_LOOKUP, bin_dir_for, fleet_runs
 from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV, vllm_values
 from p2p_ops.spec.layout import COORDINATOR
-from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.model import Instance, Node
 from p2p_ops.spec.ports import INSTANCE_KINDS
 from p2p_ops.spec.units import ROLES, Proc, port_plan
 
@@ -53,14 +53,6 @@ def watched_procs(ctx: FleetContext, node: Node) -> list[Proc]:
     if node.name == next((n.name for n in ctx.fleet.nodes if n.connection == "local"), None):
         out += [ctx.proc(u) for u in ctx.units(roles=ROLES) if u.node is None]
     return out
-
-
-def bind_ok(fleet: Fleet, node: Node) -> tuple[str, ...]:
-    """Where a fleet process on this node may listen: loopback on an all-loopback fleet, else loopback and the
-    node's own address."""
-    if fleet.all_loopback:
-        return ("loopback",)
-    return ("loopback", node.address, node.bind_host)
 
 
 def _reach_targets(ctx: FleetContext, facts: FleetFacts) -> list[tuple[str, str, int]]:
@@ -223,9 +215,10 @@ def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: F
 def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> FleetFacts:
     """Read everything the checks need. Never raises for one unreachable node or server: it becomes a fact."""
     fleet = ctx.fleet
-    cnode = fleet.coordinator_node()
-    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, cnode.name,
-                       ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS])
+    facts = FleetFacts(fleet.name, fleet.runtime, fleet.coordinator_url, fleet.coordinator_node().name,
+                       ports=[p for p in port_plan(fleet) if p.kind in CHECKED_PORTS],
+                       kv_events_expected=fleet.kv_events_on, lookup_timeout_s=fleet.settings.p2p_lookup_timeout,
+                       transfer_engine=fleet.settings.transfer_engine)
     node_errors: dict[str, str] = {}
     pids: dict[str, int] = {}
     for name, res in ctx.for_each_node(lambda n: procs.states(ctx.conn(n), watched_procs(ctx, n))).items():
@@ -260,9 +253,6 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
 
     # Four HTTP reads per running server: nodes side by side, not one after another (bench/suite/fleet_scale).
     ctx.for_each_node(node_http)
-    facts.lookup_timeout_s = fleet.settings.p2p_lookup_timeout
-    facts.transfer_engine = fleet.settings.transfer_engine
-    facts.kv_events_expected = fleet.kv_events_on
     sample_inflight(ctx, facts, leak_samples)
 
     def per_node(node) -> NodeFacts:
@@ -271,7 +261,8 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
         nf = fill_node(NodeFacts(node.name, node.address), batch, read, facts)
         nf.fleet_pids = {pid: name for name, pid in pids.items()
                          if name in {p.name for p in watched_procs(ctx, node)}}
-        nf.bind_ok = bind_ok(fleet, node)
+        # Where a fleet process may listen: loopback on an all-loopback fleet, else loopback and the node's address.
+        nf.bind_ok = ("loopback",) if fleet.all_loopback else ("loopback", node.address, node.bind_host)
         # Prometheus listens where the spec's prometheus.host says: the operator's choice, not a leak.
         nf.proc_binds = {ctx.unit("prometheus").name: (fleet.prometheus.host,)}
         if fleet.settings.transfer_engine == "mooncake_te" and fleet.settings.mooncake_listen_any:
@@ -279,10 +270,11 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
             nf.proc_binds |= {ctx.proc("server", i).name: ("0.0.0.0", "*", "::") for i in node.instances}
         return nf
 
-    for name, res in ctx.for_each_node(per_node).items():
-        node = next(n for n in fleet.nodes if n.name == name)
-        if isinstance(res, Exception) or name in node_errors:
-            facts.nodes.append(NodeFacts(name, node.address, error=node_errors.get(name) or str(res)))
+    results = ctx.for_each_node(per_node)  # in the spec's order
+    for node in fleet.nodes:
+        res = results[node.name]
+        if isinstance(res, Exception) or node.name in node_errors:
+            facts.nodes.append(NodeFacts(node.name, node.address, error=node_errors.get(node.name) or str(res)))
         else:
             facts.nodes.append(res)
     for i in facts.instances:  # instances whose node could not be read still compare the spec's rendering
@@ -293,7 +285,6 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
     facts.coordinator_spec_env = dict(runs[COORDINATOR].env)
     if facts.coordinator_env is None:
         facts.coordinator_env = facts.coordinator_spec_env
-    facts.nodes.sort(key=lambda n: [x.name for x in fleet.nodes].index(n.node))
     return facts
 
 

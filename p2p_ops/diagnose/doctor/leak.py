@@ -27,11 +27,8 @@ READ_TTL_FIX = 'settings.server_extra_args: ["--l1-read-ttl-seconds", "60"]'
 
 def _waiting_on(facts: FleetFacts, owner: str) -> int:
     """The most lookups any requester had in flight toward `owner` in one sample."""
-    most = 0
-    for req in facts.instances:
-        for sample in req.lookup_samples:
-            most = max(most, int((sample.get("in_flight_to") or {}).get(owner, 0)))
-    return most
+    return max((int((sample.get("in_flight_to") or {}).get(owner, 0)) for req in facts.instances
+                for sample in req.lookup_samples), default=0)
 
 
 def _held(inst: InstanceFacts, field: str) -> int:

@@ -1,7 +1,4 @@
-"""What the doctor knows about a fleet: per instance, per node and fleet-wide facts, as gathered.
-
-`gather.py` fills these (impure); `checks.py` judges them (pure), so checks are tested on hand-built facts.
-"""
+"""What the doctor knows about a fleet: per instance, per node and fleet-wide facts, as gathered."""
 
 from __future__ import annotations
 

@@ -63,13 +63,6 @@ def pin_fix(facts: FleetFacts, inst: InstanceFacts, plan: InstancePlan) -> str:
             f"restart the server(s) of {inst.node}: {restart(facts, [inst.instance], 'server')}")
 
 
-def _node_plans(facts: FleetFacts, node: NodeFacts) -> list[tuple[InstanceFacts, InstancePlan]]:
-    topo = parse_topo(node.topo_text) if node.topo_text else None
-    mine = [i for i in facts.instances if i.node == node.node]
-    plans = plan_node([(i.instance, i.gpu) for i in mine], node.rdma, None if topo is None or topo.error else topo)
-    return list(zip(mine, plans))
-
-
 def tcp_pin_problems(pin: str, address: str, ipv4: dict[str, str], node: str) -> list[str]:
     """What is wrong with a TCP pin on a node without RDMA, from its IPv4 interfaces. Pure."""
     names = [p.strip() for p in pin.split(",") if p.strip() and p.strip() != "all"]
@@ -108,7 +101,10 @@ def pin_views(facts: FleetFacts) -> list[PinView]:
             out += _tcp_views(facts, node)
         if node.error or not node.rdma:
             continue
-        for inst, plan in _node_plans(facts, node):
+        topo = parse_topo(node.topo_text) if node.topo_text else None
+        mine = [i for i in facts.instances if i.node == node.node]
+        plans = plan_node([(i.instance, i.gpu) for i in mine], node.rdma, None if topo is None or topo.error else topo)
+        for inst, plan in zip(mine, plans):
             pin, where = observed(inst, {})["UCX_NET_DEVICES"]
             # A loopback instance keeps `lo` on purpose (render plans nothing there): its pin is not narrow.
             narrow = "" if inst.address.startswith("127.") else _narrow(pin, plan, node)

@@ -41,8 +41,7 @@ def config_align_bytes(config: Optional[dict]) -> Optional[str]:
         return None
     sm = config.get("storage_manager") or {}
     cfgs = list(sm.get("l1_manager_configs") or []) + [sm.get("l1_manager_config") or {}]
-    mp = config.get("mp") or {}
-    cfgs += list(mp.get("l1_manager_configs") or [])
+    cfgs += list((config.get("mp") or {}).get("l1_manager_configs") or [])
     for c in cfgs:
         align = ((c or {}).get("memory_config") or {}).get("align_bytes")
         if align is not None:
@@ -66,17 +65,16 @@ def observed(inst: InstanceFacts, packages: dict[str, Optional[str]]) -> dict[st
     metas = context_meta(inst.status)
     models = ",".join(sorted({str(m.get("model_name")) for m in metas if m.get("model_name")})) or None
     worlds = ",".join(sorted({str(m.get("world_size")) for m in metas if m.get("world_size") is not None})) or None
+
+    def env(name: str) -> list[tuple[Optional[str], str]]:
+        return [(pe.get(name), "process"), (ef.get(name), envsrc)]
     candidates = {
-        "PYTHONHASHSEED": [(pe.get("PYTHONHASHSEED"), "process"), (ef.get("PYTHONHASHSEED"), envsrc)],
-        "chunk_size": [(st.get("chunk_size"), "/status"), (pe.get("LMCACHE_CHUNK_SIZE"), "process"),
-                       (ef.get("LMCACHE_CHUNK_SIZE"), envsrc)],
-        "hash_algorithm": [(st.get("hash_algorithm"), "/status"), (pe.get("LMCACHE_HASH_ALGORITHM"), "process"),
-                           (ef.get("LMCACHE_HASH_ALGORITHM"), envsrc)],
-        "l1_align_bytes": [(config_align_bytes(inst.config), "/config"),
-                           (pe.get("LMCACHE_L1_ALIGN_BYTES"), "process"), (ef.get("LMCACHE_L1_ALIGN_BYTES"), envsrc)],
-        "transfer_engine": [(cfg_engine, "/config"), (pe.get("LMCACHE_P2P_TRANSFER_ENGINE"), "process"),
-                            (ef.get("LMCACHE_P2P_TRANSFER_ENGINE"), envsrc)],
-        "model": [(models, "/status context meta"), (pe.get("P2P_MODEL"), "process"), (ef.get("P2P_MODEL"), envsrc)],
+        "PYTHONHASHSEED": env("PYTHONHASHSEED"),
+        "chunk_size": [(st.get("chunk_size"), "/status"), *env("LMCACHE_CHUNK_SIZE")],
+        "hash_algorithm": [(st.get("hash_algorithm"), "/status"), *env("LMCACHE_HASH_ALGORITHM")],
+        "l1_align_bytes": [(config_align_bytes(inst.config), "/config"), *env("LMCACHE_L1_ALIGN_BYTES")],
+        "transfer_engine": [(cfg_engine, "/config"), *env("LMCACHE_P2P_TRANSFER_ENGINE")],
+        "model": [(models, "/status context meta"), *env("P2P_MODEL")],
         "world_size": [(worlds, "/status context meta")],
         "lmcache_version": [(inst.lmc_version, "/lmc_version"), (version_of(packages, "lmcache"), "node python")],
         "nixl_version": [(version_of(packages, "nixl"), "node python")],
@@ -85,19 +83,13 @@ def observed(inst: InstanceFacts, packages: dict[str, Optional[str]]) -> dict[st
     }
     for key in ("vllm_block_size", "vllm_parallel", "vllm_dtype", "vllm_kv_cache_dtype", "vllm_model"):
         candidates[key] = [(inst.engine_flags.get(key), "engine command line")]
-    candidates["vllm_version"] = [(version_of(packages, "vllm") if inst.engine_flags.get("vllm_model") else None,
-                                   "node python")]
-    candidates["vllm_hash_seed"] = [(inst.engine_env.get("PYTHONHASHSEED") if inst.engine_flags.get("vllm_model")
-                                     else None, "engine process")]
-    out = {}
-    for key, cands in candidates.items():
-        got = _first(*cands)
-        if got:
-            out[key] = got
-    tls = pe.get("UCX_TLS") if inst.running and pe else ef.get("UCX_TLS")
-    out["UCX_TLS"] = (tls or "(unset)", "process" if inst.running and pe else envsrc)
-    devices = pe.get("UCX_NET_DEVICES") if inst.running and pe else ef.get("UCX_NET_DEVICES")
-    out["UCX_NET_DEVICES"] = (devices or "", "process" if inst.running and pe else envsrc)
+    vllm = bool(inst.engine_flags.get("vllm_model"))
+    candidates["vllm_version"] = [(version_of(packages, "vllm") if vllm else None, "node python")]
+    candidates["vllm_hash_seed"] = [(inst.engine_env.get("PYTHONHASHSEED") if vllm else None, "engine process")]
+    out = {key: got for key, cands in candidates.items() if (got := _first(*cands))}
+    ucx, where = (pe, "process") if inst.running and pe else (ef, envsrc)
+    out["UCX_TLS"] = (ucx.get("UCX_TLS") or "(unset)", where)
+    out["UCX_NET_DEVICES"] = (ucx.get("UCX_NET_DEVICES") or "", where)
     return out
 
 

@@ -21,14 +21,10 @@ import time
 import traceback
 from pathlib import Path
 
+from p2p_ops import files
+
 SEED = 7
 POLL_S = 0.005
-
-
-def _publish(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _wait_for(path: Path, deadline: float) -> bytes:
@@ -59,8 +55,8 @@ def run_target(rdv: Path, size: int, deadline: float, state: dict) -> None:
     buf = _pattern(size)
     reg = agent.register_memory([(buf.ctypes.data, size, 0, "")], "DRAM")
     descs = agent.get_xfer_descs([(buf.ctypes.data, size, 0)], "DRAM")
-    _publish(rdv / "target.desc", agent.get_serialized_descs(descs))
-    _publish(rdv / "target.meta", agent.get_agent_metadata())
+    files.write_bytes(rdv / "target.desc", agent.get_serialized_descs(descs))
+    files.write_bytes(rdv / "target.meta", agent.get_agent_metadata())
     state["stage"] = "serve"
     while time.monotonic() < deadline and not (rdv / "stop").exists():
         notifs = agent.get_new_notifs()
@@ -140,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
         state.update(exc_class=type(exc).__name__, exc_module=type(exc).__module__, message=str(exc),
                      traceback=traceback.format_exc(limit=4)[-2000:])
-    _publish(args.rdv / f"{args.role}.json", json.dumps(state).encode())
+    files.write_bytes(args.rdv / f"{args.role}.json", json.dumps(state).encode())
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if state["ok"] else 1)

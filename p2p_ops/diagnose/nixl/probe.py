@@ -40,7 +40,6 @@ class ProbeOptions:
     iterations: int = 3
     timeout_s: float = 60.0
     keep_logs: Path | None = None
-    python: str = sys.executable
 
 
 @dataclass
@@ -90,10 +89,9 @@ def candidate_env(options: ProbeOptions) -> dict[str, str]:
 
 
 def _spawn(options: ProbeOptions, role: str, rdv: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "UCX_LOG_FILE"}
-    env.update(candidate_env(options))
+    env = {k: v for k, v in os.environ.items() if k != "UCX_LOG_FILE"} | candidate_env(options)
     log = open(rdv / f"{role}.log", "wb")  # noqa: SIM115 - handed to the child, closed with it
-    cmd = [options.python, "-m", "p2p_ops.diagnose.nixl.peer", role, str(rdv), "--size",
+    cmd = [sys.executable, "-m", "p2p_ops.diagnose.nixl.peer", role, str(rdv), "--size",
            str(options.size_bytes), "--iterations", str(options.iterations), "--timeout", str(options.timeout_s)]
     try:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -120,12 +118,9 @@ def _side_state(rdv: Path, role: str, proc: subprocess.Popen) -> dict:
 
 def explain_failure(states: dict[str, dict], trace: TraceSummary) -> Failure:
     # A target that failed first is the root cause; the initiator then only times out waiting for it.
-    side = "initiator"
-    if not states["target"].get("ok") and states["target"].get("stage") != "serve":
-        side = "target"
+    side = "target" if not states["target"].get("ok") and states["target"].get("stage") != "serve" else "initiator"
     state = states[side] if not states[side].get("ok") else states["target"]
-    problems = [g for g in trace.errors if g.level in ("FATAL", "ERROR", "WARN")]
-    evidence = [f"{g.source} {g.level}: {g.message}" for g in problems][:6]
+    evidence = [f"{g.source} {g.level}: {g.message}" for g in trace.errors if g.level in ("FATAL", "ERROR", "WARN")][:6]
     text = f"{state.get('exc_class', '')}: {state.get('message', '')}\n" + "\n".join(evidence)
     diagnosis = classify(text)
     return Failure(side, state.get("stage", ""), state.get("exc_class", ""), state.get("message", ""),
@@ -185,7 +180,6 @@ def agent_lanes(env: dict[str, str] | None = None, timeout_s: float = 30.0) -> l
         proc = _spawn(ProbeOptions(env=env or {}, timeout_s=timeout_s), "solo", rdv)
         _wait(proc, timeout_s)
         trace = parse_traces([("solo.log", (rdv / "solo.log").read_text(errors="replace"))])
-        lanes = [lane for ep in trace.endpoints for lane in ep.lanes]
-        return sorted(set(lanes)) if lanes else None
+        return sorted({lane for ep in trace.endpoints for lane in ep.lanes}) or None
     finally:
         shutil.rmtree(rdv, ignore_errors=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.facts.host_view import HostView
@@ -84,8 +83,8 @@ def gather_rdma(host: HostView, pid: int | str = "self",
         dev_nodes=list_dev_infiniband(host.dev),
         memlock=read_memlock(host.proc, pid),
         modules=read_modules(host.proc),
-        peermem_sysfs=any((host.sysfs / p).exists() for p in (
-            Path("module/nvidia_peermem"), Path("module/nv_peer_mem"), Path("kernel/mm/memory_peers/nv_mem"))),
+        peermem_sysfs=any((host.sysfs / p).exists()
+                          for p in ("module/nvidia_peermem", "module/nv_peer_mem", "kernel/mm/memory_peers/nv_mem")),
         topo=None if topo.error else topo,
         ucx_devices=None if ucx.error else ucx,
         netdevs=read_netdevs(host.sysfs),
@@ -150,7 +149,6 @@ def check_ports(report: Report, inputs: RdmaInputs) -> None:
 
 
 def check_rdma(inputs: RdmaInputs, require_rdma: bool = False) -> Report:
-    """Pure: the readiness report for the gathered inputs."""
     report = Report("RDMA readiness")
     if not inputs.devices:
         check_tcp_path(report, inputs, require_rdma)

@@ -9,6 +9,7 @@ from typing import Callable
 
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
+from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.checks import rdma_expected
 from p2p_ops.diagnose.doctor.nic import PinView, pin_views
 from p2p_ops.diagnose.redact import redact_text
@@ -48,10 +49,9 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
-    hits = [(label, found) for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
     out = [Observation(f"log:{sig_id}", "problem", label, f"{len(found)} line(s), last: "
                        f"{redact_text(found[-1].strip(), label).text[:300]}", sig.meaning)
-           for label, found in hits]
+           for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
     return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
 
 
@@ -152,8 +152,7 @@ def _engines_health(ev: Evidence) -> list[Observation]:
             if ev.facts.any_running:
                 out.append(Observation("engines:health", "problem", inst.id, f"engine process {state}",
                                        f"read {inst.id}/engine.log, then start it again from fleet.yaml: "
-                                       f"p2pctl down --node {node.name} --role engine && "
-                                       f"p2pctl up --node {node.name} --role engine"))
+                                       f"{restart(ev.facts, [inst.id], 'engine')}"))
             continue
         ok = engine_api.engine_healthy(ev.ctx.engine_url(node, inst))
         out.append(Observation("engines:health", "ok" if ok else "problem", inst.id,
@@ -203,8 +202,8 @@ def _env_ucx_rails(ev: Evidence) -> list[Observation]:
 
 def _pin_shown(view: PinView) -> str:
     plan = view.plan
-    pin = f"UCX_NET_DEVICES={view.pin or '(unset: all)'} ({view.where})"
-    return f"{pin}; plan: {plan.net_devices or '(none active)'} {plan.max_rma_rails} rail(s) ({plan.why})"
+    return (f"UCX_NET_DEVICES={view.pin or '(unset: all)'} ({view.where}); plan: {plan.net_devices or '(none active)'} "
+            f"{plan.max_rma_rails} rail(s) ({plan.why})")
 
 
 def _nic_plan(ev: Evidence) -> list[Observation]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from p2p_ops.connectors import LocalConnector
+from p2p_ops.diagnose.doctor import run
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.facts.logs import log_grep_fact
@@ -37,8 +38,6 @@ class Evidence:
 
     def doctor(self):
         if self._doctor is None and self.ctx is not None:
-            from p2p_ops.diagnose.doctor import run
-
             self._doctor = run(self.ctx, reach=self.reach)
         return self._doctor
 
@@ -48,7 +47,6 @@ class Evidence:
         return got[0] if got else None
 
     def running_servers(self) -> list[tuple]:
-        """(node, instance, server url) of servers whose process runs."""
         if self.facts is None:
             return []
         running = {i.instance for i in self.facts.instances if i.running}
@@ -63,7 +61,6 @@ class Evidence:
         """(label, role, matching lines) per log: one grep per log for the union of all signatures."""
         if self._logs is None:
             patterns = [s.pattern for s in self.tree.signatures.values()]
-            # Every unit's log, then the --log files (read on this machine).
             units = self.ctx.units(roles=LAUNCHED_ROLES) if self.ctx is not None else []
             where = [(f"{u.folder}/{u.role}.log", u.role, self.ctx.conn(u.node), self.ctx.proc(u).log)
                      for u in units]

@@ -40,10 +40,7 @@ class Diagnosis:
         """(step, observation) of the most specific problem found; None when no check found one."""
         found = [(specificity(o.check), -n, step, o) for n, step in enumerate(self.steps)
                  for o in step.observations if o.status == "problem"]
-        if not found:
-            return None
-        _, _, step, obs = max(found, key=lambda f: (f[0], f[1]))
-        return step, obs
+        return max(found, key=lambda f: f[:2])[2:] if found else None
 
     @property
     def exit_code(self) -> int:
