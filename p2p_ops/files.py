@@ -35,8 +35,6 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 
 class Refused(BadInput):
-    """The message is one line naming the path."""
-
     def __init__(self, path: str | Path, reason: str, fix: str = ""):
         self.path, self.reason = str(path), reason
         super().__init__(f"{path}: {reason}" + (f"; {fix}" if fix else ""))

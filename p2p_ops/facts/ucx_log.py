@@ -87,8 +87,6 @@ class EpConfig:
     context: str = ""
     locality: str = ""
     kinds: dict[str, list[str]] = field(default_factory=dict)
-    host: str = ""
-    pid: int = 0
 
     @property
     def name(self) -> str:

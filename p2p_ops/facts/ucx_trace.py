@@ -197,8 +197,7 @@ class _Collector:
         for ep in self.eps.values():
             _payload(ep)
         self.summary.endpoints = sorted(self.eps.values(), key=lambda e: (e.host, e.pid, e.name))
-        self.summary.errors = sorted(self.errors.values(),
-                                     key=lambda g: (_ERROR_LEVELS.get(g.level, 9), -g.count))
+        self.summary.errors = sorted(self.errors.values(), key=lambda g: (_ERROR_LEVELS.get(g.level, 9), -g.count))
         return self.summary
 
 

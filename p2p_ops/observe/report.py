@@ -42,7 +42,7 @@ def stats(key: str, recs: list[RequestRecord], wall_s: Optional[float] = None) -
     ok = [r for r in recs if r.ok]
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     if wall_s is None and recs:
-        wall_s = max(r.t_start_s + r.e2e_s for r in recs) - min(r.t_start_s for r in recs)
+        wall_s = max(r.t_end_s for r in recs) - min(r.t_start_s for r in recs)
     prompt = sum(r.prompt_tokens for r in ok)
     cross = [r for r in ok if r.cross_node]
     return GroupStats(
