@@ -32,9 +32,8 @@ def parse_host(text: str) -> dict[str, str]:
 HOST = CommandFact("host", ("sh", "-c", "hostname; uname -r"), parse_host)
 HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)
 
-COMMAND_FACTS: tuple[CommandFact, ...] = (
-    IBV_DEVINFO, IBV_DEVICES, RDMA_LINK, NVIDIA_SMI_TOPO, UCX_INFO_VERSION, UCX_INFO_DEVICES, ULIMIT_L, LSMOD,
-)
+COMMAND_FACTS: tuple[CommandFact, ...] = (IBV_DEVINFO, IBV_DEVICES, RDMA_LINK, NVIDIA_SMI_TOPO, UCX_INFO_VERSION,
+                                          UCX_INFO_DEVICES, ULIMIT_L, LSMOD)
 # A command fact's label in `node_facts` where the verbs name it otherwise than the fact does.
 _LABELS = {NVIDIA_SMI_TOPO.name: "topo", ULIMIT_L.name: "memlock"}
 TOOL_LABELS = tuple(_LABELS.get(f.name, f.name) for f in COMMAND_FACTS)
@@ -56,7 +55,5 @@ def recorded_runner(directory: Path) -> RecordedRunner:
     return RecordedRunner(directory, {fact.argv: fact.name for fact in COMMAND_FACTS})
 
 
-__all__ = [
-    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "TOOL_LABELS", "node_facts", "recorded_runner",
-    "run_local",
-]
+__all__ = ["COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "TOOL_LABELS", "node_facts", "parse_host",
+           "recorded_runner", "run_local"]
