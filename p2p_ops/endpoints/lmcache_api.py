@@ -170,9 +170,8 @@ def directory_lookup_tokens(coordinator_url: str, model: str, token_ids: list[in
     """Where the directory places each chunk key of a token sequence (the coordinator hashes it with its own
     chunk size and algorithm, which the fleet renders equal to the servers'): one entry per key of every full
     chunk, held or not; None: no answer."""
-    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup",
-                           {"token_ids": token_ids, "model_name": model, "world_size": world_size,
-                            "cache_salt": cache_salt})
+    request = {"token_ids": token_ids, "model_name": model, "world_size": world_size, "cache_salt": cache_salt}
+    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup", request)
     return parse_directory_lookup(body) if code == 200 else None
 
 

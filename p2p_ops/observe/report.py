@@ -139,11 +139,9 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
         before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
         if not isinstance(before, dict) or not isinstance(after, dict):
             return {}
-        return {inst: {
-            "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-            "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
-            "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0,
-        } for inst in after}
+        return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
+                       "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
+                       "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0} for inst in after}
     except (BadInput, *_SHAPE_ERRORS):
         return {}  # optional evidence: the report stands without it
 
