@@ -54,4 +54,5 @@ def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
 
 
 def answers(url: str, timeout: float = TIMEOUT) -> bool:
-    return get_text(url, timeout) is not None
+    resp = _request(requests.get, url, timeout)
+    return resp is not None and resp.status_code == 200
