@@ -35,8 +35,6 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 
 class Refused(BadInput):
-    """The message is one line naming the path."""
-
     def __init__(self, path: str | Path, reason: str, fix: str = ""):
         self.path, self.reason = str(path), reason
         super().__init__(f"{path}: {reason}" + (f"; {fix}" if fix else ""))
@@ -112,7 +110,6 @@ def write_text(path: str | Path, text: str, mode: int = 0o600) -> Path:
 
 
 def write_json(path: str | Path, doc, mode: int = 0o600) -> Path:
-    # Values JSON does not know are written as their str.
     return write_text(path, json.dumps(doc, indent=2, default=str) + "\n", mode)
 
 
@@ -233,8 +230,8 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
         if seen > max_entries:
             raise Refused(root, f"holds more than {max_entries:,} files; not a snapshot tree")
         for entry in entries:
-            _check_entry(Path(entry.path), entry, real_root, root, entry.path.startswith(listed))
             st = entry.stat(follow_symlinks=False)  # cached by scandir: a link is counted as itself, not its target
+            _check_entry(Path(entry.path), st, real_root, root, entry.path.startswith(listed))
             if entry.is_dir(follow_symlinks=False):
                 stack.append((Path(entry.path), depth + 1))
             elif st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
@@ -246,11 +243,9 @@ def check_tree(root: str | Path, max_entries: int = 200_000, max_depth: int = 64
                                 "not read")
 
 
-def _check_entry(path: Path, entry: os.DirEntry, real_root: str, root: Path, listed_only: bool) -> None:
-    st = entry.stat(follow_symlinks=False)
+def _check_entry(path: Path, st: os.stat_result, real_root: str, root: Path, listed_only: bool) -> None:
     if stat.S_ISLNK(st.st_mode):
-        target = os.path.realpath(path)
-        if not _inside(target, real_root):
+        if not _inside(os.path.realpath(path), real_root):
             raise Refused(path, f"is a symbolic link to {os.readlink(path)}, outside the snapshot {root}; not read")
         try:
             st = os.stat(path)

@@ -50,8 +50,6 @@ DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_ho
 
 
 class SSHConnectError(CouldNotRun):
-    """`what` says which step failed."""
-
     def __init__(self, host: str, target: str, what: str, detail: str, fix: str):
         super().__init__(f"{host} ({target}): {what}: {detail}; {fix}")
         self.host, self.target, self.what, self.fix = host, target, what, fix
@@ -121,23 +119,15 @@ class SSHConnector:
             raise SSHConnectError(self.host, self.target, "bad ssh_key", f"{self.key} does not exist",
                                   "fix the node's ssh_key path in fleet.yaml")
         config = Config(runtime_ssh_path=self.ssh_config) if self.ssh_config else Config()
-        connect_kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
-        if self.key:
-            connect_kwargs.update(key_filename=[self.key], allow_agent=False, look_for_keys=False)
+        connect_kwargs = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         conn = Connection(self.address, user=self.user or None, port=self.port, config=config,
                           connect_timeout=int(max(1, self.connect_timeout)), connect_kwargs=connect_kwargs,
                           inline_ssh_env=True)
         if self.key:
-            # Only the named key: ssh_config IdentityFiles would blur a "wrong key" failure.
-            conn.connect_kwargs["key_filename"] = [self.key]
+            # Only the named key (set after Connection added ssh_config IdentityFiles, which blur a wrong key).
+            conn.connect_kwargs.update(key_filename=[self.key], allow_agent=False, look_for_keys=False)
         self._trust(conn)
         return conn
-
-    def _known_hosts_files(self, conn) -> list[str]:
-        cfg = conn.ssh_config
-        user = (cfg.get("userknownhostsfile") or "").split() or list(DEFAULT_USER_KNOWN_HOSTS)
-        glob = (cfg.get("globalknownhostsfile") or "").split() or list(DEFAULT_GLOBAL_KNOWN_HOSTS)
-        return [os.path.expanduser(p) for p in user + glob]
 
     def _trust(self, conn) -> None:
         import paramiko
@@ -145,7 +135,10 @@ class SSHConnector:
         if self.insecure_host_keys:
             conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
             return
-        self.known_hosts = self._known_hosts_files(conn)
+        cfg = conn.ssh_config
+        user = (cfg.get("userknownhostsfile") or "").split() or list(DEFAULT_USER_KNOWN_HOSTS)
+        glob = (cfg.get("globalknownhostsfile") or "").split() or list(DEFAULT_GLOBAL_KNOWN_HOSTS)
+        self.known_hosts = [os.path.expanduser(p) for p in user + glob]
         for path in self.known_hosts:
             if os.path.isfile(path):
                 conn.client.load_system_host_keys(path)

@@ -54,6 +54,5 @@ def get_text(url: str, timeout: float = TIMEOUT) -> Optional[str]:
 
 
 def answers(url: str, timeout: float = TIMEOUT) -> bool:
-    """GET answers 200 (a health or readiness route)."""
     resp = _request(requests.get, url, timeout)
     return resp is not None and resp.status_code == 200

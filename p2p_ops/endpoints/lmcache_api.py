@@ -44,18 +44,10 @@ def server_status(http_url: str) -> ServerStatus:
     if isinstance(sm.get("l1_usage"), list) and len(sm["l1_usage"]) == 2:
         used, total = sm["l1_usage"]
     adapters = [a for a in sm.get("l2_adapters") or [] if isinstance(a, dict) and a.get("type") == "P2PL2Adapter"]
-    return ServerStatus(
-        reachable=True,
-        p2p_state=str(body.get("p2p_state", "unknown")),
-        peer_count=int(body.get("p2p_peer_count") or 0),
-        peers=list(body.get("p2p_peers") or []),
-        chunk_size=body.get("chunk_size"),
-        hash_algorithm=body.get("hash_algorithm"),
-        l1_used=int(used or 0),
-        l1_total=int(total or 0),
-        p2p_adapters=len(adapters),
-        raw=body,
-    )
+    return ServerStatus(reachable=True, p2p_state=str(body.get("p2p_state", "unknown")),
+                        peer_count=int(body.get("p2p_peer_count") or 0), peers=list(body.get("p2p_peers") or []),
+                        chunk_size=body.get("chunk_size"), hash_algorithm=body.get("hash_algorithm"),
+                        l1_used=int(used or 0), l1_total=int(total or 0), p2p_adapters=len(adapters), raw=body)
 
 
 def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:
@@ -178,9 +170,8 @@ def directory_lookup_tokens(coordinator_url: str, model: str, token_ids: list[in
     """Where the directory places each chunk key of a token sequence (the coordinator hashes it with its own
     chunk size and algorithm, which the fleet renders equal to the servers'): one entry per key of every full
     chunk, held or not; None: no answer."""
-    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup",
-                           {"token_ids": token_ids, "model_name": model, "world_size": world_size,
-                            "cache_salt": cache_salt})
+    request = {"token_ids": token_ids, "model_name": model, "world_size": world_size, "cache_salt": cache_salt}
+    code, body = post_json(coordinator_url.rstrip("/") + "/directory/lookup", request)
     return parse_directory_lookup(body) if code == 200 else None
 
 

@@ -16,6 +16,5 @@ def parse_workers(body: Any) -> dict[str, bool]:
 
 
 def workers(url: str, timeout: float = fetch.TIMEOUT) -> Optional[dict[str, bool]]:
-    """The router's workers, or None when it does not answer."""
     body = fetch.get_json(url.rstrip("/") + "/workers", timeout=timeout)
     return None if body is None else parse_workers(body)

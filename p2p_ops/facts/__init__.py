@@ -12,7 +12,6 @@ from typing import Iterable, Optional
 
 from p2p_ops.facts.base import CommandFact, RecordedRunner, Runner, run_local
 from p2p_ops.facts.gpus import GPUS
-from p2p_ops.facts.host import HOST, HOST_TXT
 from p2p_ops.facts.ibverbs import IBV_DEVICES, IBV_DEVINFO, RDMA_LINK
 from p2p_ops.facts.limits import LSMOD, ULIMIT_L
 from p2p_ops.facts.listeners import LISTENERS, SESSIONS
@@ -23,9 +22,18 @@ from p2p_ops.facts.sysfs_ib import SYSFS_IB
 from p2p_ops.facts.topo import NVIDIA_SMI_TOPO
 from p2p_ops.facts.ucx_info import UCX_INFO_DEVICES, UCX_INFO_VERSION
 
-COMMAND_FACTS: tuple[CommandFact, ...] = (
-    IBV_DEVINFO, IBV_DEVICES, RDMA_LINK, NVIDIA_SMI_TOPO, UCX_INFO_VERSION, UCX_INFO_DEVICES, ULIMIT_L, LSMOD,
-)
+
+def parse_host(text: str) -> dict[str, str]:
+    lines = [ln.strip() for ln in text.splitlines()]
+    return {"hostname": lines[0] if lines else "", "kernel": lines[1] if len(lines) > 1 else ""}
+
+
+# Which machine answered, and what a bundle keeps of its host (free text, not parsed).
+HOST = CommandFact("host", ("sh", "-c", "hostname; uname -r"), parse_host)
+HOST_TXT = CommandFact("host_txt", ("sh", "-c", "uname -a; hostname; nproc; ulimit -l"), str)
+
+COMMAND_FACTS: tuple[CommandFact, ...] = (IBV_DEVINFO, IBV_DEVICES, RDMA_LINK, NVIDIA_SMI_TOPO, UCX_INFO_VERSION,
+                                          UCX_INFO_DEVICES, ULIMIT_L, LSMOD)
 # A command fact's label in `node_facts` where the verbs name it otherwise than the fact does.
 _LABELS = {NVIDIA_SMI_TOPO.name: "topo", ULIMIT_L.name: "memlock"}
 TOOL_LABELS = tuple(_LABELS.get(f.name, f.name) for f in COMMAND_FACTS)
@@ -47,7 +55,5 @@ def recorded_runner(directory: Path) -> RecordedRunner:
     return RecordedRunner(directory, {fact.argv: fact.name for fact in COMMAND_FACTS})
 
 
-__all__ = [
-    "COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "TOOL_LABELS", "node_facts", "recorded_runner",
-    "run_local",
-]
+__all__ = ["COMMAND_FACTS", "CommandFact", "RecordedRunner", "Runner", "TOOL_LABELS", "node_facts", "parse_host",
+           "recorded_runner", "run_local"]

@@ -35,8 +35,7 @@ def parse_gpus(text: str) -> Optional[list[Gpu]]:
         if len(parts) < 2 or not parts[0].isdecimal():
             continue  # "No devices were found", driver errors: no GPU rows
         parts += [""] * (6 - len(parts))
-        gpus.append(Gpu(int(parts[0]), parts[1], _int_or_none(parts[2]), _int_or_none(parts[3]), parts[4],
-                        parts[5]))
+        gpus.append(Gpu(int(parts[0]), parts[1], _int_or_none(parts[2]), _int_or_none(parts[3]), parts[4], parts[5]))
     return gpus
 
 

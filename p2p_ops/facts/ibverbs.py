@@ -125,15 +125,6 @@ def _link(device: str, port: int, attrs: dict[str, str]) -> RdmaLink:
                     attrs)
 
 
-def _from_line(line: str) -> RdmaLink | None:
-    words = line.split()
-    if len(words) < 2 or words[0] != "link" or "/" not in words[1]:
-        return None
-    device, _, port = words[1].rpartition("/")
-    # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
-    return _link(device, int(port) if port.isdecimal() else 0, dict(zip(words[2::2], words[3::2], strict=False)))
-
-
 def parse_rdma_link(text: str) -> RdmaLinks:
     stripped = text.strip()
     if stripped.startswith("["):
@@ -144,11 +135,15 @@ def parse_rdma_link(text: str) -> RdmaLinks:
         except (BadInput, TypeError):
             pass
     out = RdmaLinks()
-    for line in stripped.splitlines():
-        if link := _from_line(line.strip()):
-            out.links.append(link)
-        elif line.strip().startswith(("Failed", "Error", "error")):
-            out.error = line.strip()
+    for line in (raw.strip() for raw in stripped.splitlines()):
+        words = line.split()
+        if len(words) >= 2 and words[0] == "link" and "/" in words[1]:
+            device, _, port = words[1].rpartition("/")
+            # The rest is key/value pairs; a trailing key without a value (seen after `netdev`) is ignored.
+            attrs = dict(zip(words[2::2], words[3::2], strict=False))
+            out.links.append(_link(device, int(port) if port.isdecimal() else 0, attrs))
+        elif line.startswith(("Failed", "Error", "error")):
+            out.error = line
     return out
 
 

@@ -28,15 +28,9 @@ class NetDev:
 
 def read_netdev(if_dir: Path) -> NetDev:
     stats = if_dir / "statistics"
-    return NetDev(
-        name=if_dir.name,
-        operstate=read_sysfs(if_dir / "operstate") or "",
-        mtu=read_int(if_dir / "mtu"),
-        numa_node=read_int(if_dir / "device" / "numa_node"),
-        rx_bytes=read_int(stats / "rx_bytes"),
-        tx_bytes=read_int(stats / "tx_bytes"),
-        virtual=not (if_dir / "device").exists(),
-    )
+    return NetDev(if_dir.name, read_sysfs(if_dir / "operstate") or "", read_int(if_dir / "mtu"),
+                  read_int(if_dir / "device" / "numa_node"), read_int(stats / "rx_bytes"), read_int(stats / "tx_bytes"),
+                  virtual=not (if_dir / "device").exists())
 
 
 def read_netdevs(sysfs_root: Path = Path("/sys")) -> list[NetDev]:

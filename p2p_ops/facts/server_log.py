@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Optional
 
 from p2p_ops.facts.base import CommandFact
@@ -18,19 +19,16 @@ _NONE_HASH = re.compile(r"Computed NONE_HASH=(.*?) using")
 _FALLBACK = re.compile(r"Could not load '([^']*)' from vLLM")
 
 
-def parse_none_hash(text: str) -> Optional[str]:
-    return m[1] if (m := _NONE_HASH.search(text)) else None
+def _first_group(pattern: re.Pattern, text: str) -> Optional[str]:
+    return m[1] if (m := pattern.search(strip_ansi(text))) else None
 
 
-def parse_hash_fallback(text: str) -> Optional[str]:
-    return m[1] if (m := _FALLBACK.search(text)) else None
+parse_hash_fallback = partial(_first_group, _FALLBACK)
 
 
 def none_hash_fact(log: str) -> CommandFact[Optional[str]]:
-    return CommandFact("none_hash", first_match_argv(log, "Computed NONE_HASH="),
-                       lambda text: parse_none_hash(strip_ansi(text)))
+    return CommandFact("none_hash", first_match_argv(log, "Computed NONE_HASH="), partial(_first_group, _NONE_HASH))
 
 
 def hash_fallback_fact(log: str) -> CommandFact[Optional[str]]:
-    return CommandFact("hash_fallback", first_match_argv(log, "Could not load '.*' from vLLM"),
-                       lambda text: parse_hash_fallback(strip_ansi(text)))
+    return CommandFact("hash_fallback", first_match_argv(log, "Could not load '.*' from vLLM"), parse_hash_fallback)

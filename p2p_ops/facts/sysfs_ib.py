@@ -13,10 +13,8 @@ from p2p_ops.facts.base import CommandFact, entries, read_int, read_sysfs
 from p2p_ops.facts.ib_model import Gid, IbDevice, IbPort, split_prefixed
 
 # Counters worth a snapshot: the data counters for rail accounting plus the error counters that explain them.
-PORT_COUNTERS = (
-    "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "symbol_error",
-    "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards", "port_xmit_wait",
-)
+PORT_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "symbol_error",
+                 "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards", "port_xmit_wait")
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
@@ -34,8 +32,7 @@ def _read_gids(port_dir: Path) -> list[Gid]:
 def read_ib_port(port_dir: Path) -> IbPort:
     code, state = split_prefixed(read_sysfs(port_dir / "state"))
     text = {name: read_sysfs(port_dir / name) or "" for name in ("link_layer", "rate", "lid", "sm_lid")}
-    counters = {name: value for name in PORT_COUNTERS
-                if (value := read_int(port_dir / "counters" / name)) is not None}
+    counters = {name: value for name in PORT_COUNTERS if (value := read_int(port_dir / "counters" / name)) is not None}
     return IbPort(int(port_dir.name), state, code, split_prefixed(read_sysfs(port_dir / "phys_state"))[1],
                   gids=_read_gids(port_dir), counters=counters, **text)
 
@@ -49,7 +46,6 @@ def read_ib_device(dev_dir: Path) -> IbDevice:
 
 
 def read_ib_devices(sysfs_root: Path = Path("/sys")) -> list[IbDevice]:
-    # An absent class directory means no RDMA stack.
     return [read_ib_device(d) for d in entries(Path(sysfs_root) / "class" / "infiniband") if d.is_dir()]
 
 

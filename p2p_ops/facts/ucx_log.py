@@ -40,10 +40,8 @@ from typing import Iterable
 _PREFIX = r"^\[(?P<ts>\d+\.\d+)\]\s+\[(?P<host>[^:\]]+):(?P<pid>\d+)\s*:(?P<thr>\w+)\]\s+"
 _NORMAL = re.compile(_PREFIX + r"(?P<file>[\w.+-]+):(?P<line>\d+)\s+UCX\s+(?P<level>[A-Z]+)\s+(?P<msg>.*)$")
 _ROW = re.compile(_PREFIX + r"(?P<msg>[|+].*)$")
-_FATAL = re.compile(
-    r"^\[(?P<host>[^:\]]+):(?P<pid>\d+)\s*:(?P<thr>\d+):(?P<tid>\d+)\]\s+(?P<file>[\w.+-]+):(?P<line>\d+)\s+"
-    r"(?P<msg>.*)$"
-)
+_FATAL = re.compile(r"^\[(?P<host>[^:\]]+):(?P<pid>\d+)\s*:(?P<thr>\d+):(?P<tid>\d+)\]\s+(?P<file>[\w.+-]+):"
+                    r"(?P<line>\d+)\s+(?P<msg>.*)$")
 # A table row inside `ucx_info -e` output, which re-prints the tables behind `# `.
 _COMMENT_ROW = re.compile(r"^#\s(?P<msg>[|+].*)$")
 _EP_NEW = re.compile(r"^(?P<ctx>\S+)\s+(?P<loc>self|intra-node|inter-node|loopback)\s+(?P<cfg>cfg#\d+)\s+(?P<rest>.*)$")
@@ -87,17 +85,11 @@ class EpConfig:
     context: str = ""
     locality: str = ""
     kinds: dict[str, list[str]] = field(default_factory=dict)
-    host: str = ""
-    pid: int = 0
 
     @property
     def name(self) -> str:
         """The name PROTO_INFO tables use for this configuration (`B intra-node cfg#1`, `ep_cfg[0]`)."""
         return " ".join(p for p in (self.context, self.locality, self.cfg) if p)
-
-    @property
-    def lanes(self) -> list[str]:
-        return list(dict.fromkeys(lane for lanes in self.kinds.values() for lane in lanes))
 
 
 def parse_ep_config(message: str) -> EpConfig | None:
@@ -198,19 +190,13 @@ def parse_proto_tables(rows: Iterable[str], host: str = "", pid: int = 0) -> lis
 
 
 _SEVERITY = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "FATAL", "WARNING": "WARN", "CRITICAL": "FATAL"}
-_GLOG = re.compile(
-    r"^(?P<level>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)\s+(?P<tid>\d+) (?P<file>[\w.+-]+):(?P<line>\d+)\]"
-    r" (?P<msg>.*)$"
-)
+_GLOG = re.compile(r"^(?P<level>[IWEF])(?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)\s+(?P<tid>\d+) "
+                   r"(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$")
 _GLOG_SHORT = re.compile(r"^(?P<level>[IWEF]) \[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$")
-_PYTHON = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? NIXL (?P<level>[A-Z]+)\s+(?P<file>[\w.+-]+):(?P<line>\d+)"
-    r" (?P<msg>.*)$"
-)
-_VLLM = re.compile(
-    r"^(?:\([^)]*\)\s*)?(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-    r"\[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$"
-)
+_PYTHON = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? NIXL (?P<level>[A-Z]+)\s+"
+                     r"(?P<file>[\w.+-]+):(?P<line>\d+) (?P<msg>.*)$")
+_VLLM = re.compile(r"^(?:\([^)]*\)\s*)?(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                   r"\[(?P<file>[\w.+-]+):(?P<line>\d+)\] (?P<msg>.*)$")
 # Bounded: searched across whole lines, `nixl[A-Za-z]+` would rescan a run of letters from every `nixl` in it.
 _EXCEPTION = re.compile(r"(?P<cls>nixl[A-Za-z]{1,60}Error): (?P<code>NIXL_ERR_[A-Z_]{1,60})")
 _MODIFIED = re.compile(r"Modified UCX config: (?P<key>\w+)=(?P<value>\S*)")

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from p2p_ops.facts.ucx_info import RDMA_TRANSPORTS
 from p2p_ops.facts.ucx_log import (
-    EpConfig, ProtoTable, parse_ep_config, parse_log_line, parse_nixl_line, parse_proto_tables, split_lane,
-    table_endpoint,
+    ProtoTable, parse_ep_config, parse_log_line, parse_nixl_line, parse_proto_tables, split_lane, table_endpoint,
 )
 
 _SHM = ("cma", "sysv", "posix", "knem", "xpmem", "mm", "self")
@@ -158,7 +157,7 @@ class _Collector:
         msg = line.message
         if line.level in _ERROR_LEVELS:
             self.error("ucx", line.level, msg, where)
-        ep: EpConfig | None = parse_ep_config(msg) if line.level == "INFO" else None
+        ep = parse_ep_config(msg) if line.level == "INFO" else None
         if ep:
             self.endpoint(line.host, line.pid, ep.name).kinds.update(ep.kinds)
             self.last_endpoint[line.stream] = ep.name
@@ -197,8 +196,7 @@ class _Collector:
         for ep in self.eps.values():
             _payload(ep)
         self.summary.endpoints = sorted(self.eps.values(), key=lambda e: (e.host, e.pid, e.name))
-        self.summary.errors = sorted(self.errors.values(),
-                                     key=lambda g: (_ERROR_LEVELS.get(g.level, 9), -g.count))
+        self.summary.errors = sorted(self.errors.values(), key=lambda g: (_ERROR_LEVELS.get(g.level, 9), -g.count))
         return self.summary
 
 

@@ -20,8 +20,7 @@ def placement(out_dir: Path, arms: list) -> list[str]:
 
     def bars(ax, value, ylabel, title):
         for shift, side, label in ((-0.2, on, "P2P on"), (0.2, off, "P2P off")):
-            ax.bar([i + shift for i in x], [value(side[p]) if p in side else 0 for p in policies], 0.4,
-                   label=label)
+            ax.bar([i + shift for i in x], [value(side[p]) if p in side else 0 for p in policies], 0.4, label=label)
         ax.set_xticks(list(x), policies, rotation=20)
         charts.label(ax, "", ylabel, title, grid="y")
 

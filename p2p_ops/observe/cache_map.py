@@ -15,6 +15,7 @@ from typing import Optional
 
 from p2p_ops import files
 from p2p_ops.endpoints import engine_api, lmcache_api
+from p2p_ops.endpoints.lmcache_api import l1_manager
 from p2p_ops.lifecycle.context import FleetContext
 
 MAX_RUNS = 3
@@ -51,12 +52,6 @@ class CacheMap:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def l1_manager(status: dict) -> dict:
-    """The L1 section of an lmcache server's /status body ({} when it has none)."""
-    sm = status.get("storage_manager") or {}
-    return sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
 
 
 def _saved_prompts(tests_dir: Path) -> list[tuple[str, str]]:

@@ -74,8 +74,7 @@ def ttft_per_minute(out: Path, minutes: list[tuple[int, Optional[float], Optiona
     fig, ax = figure((7.2, 4.0))
     ax.plot([m for m, _, _ in pts], [p * 1000 for _, p, _ in pts], marker="o", label="p50")
     ax.plot([m for m, _, _ in pts], [p * 1000 for _, _, p in pts], marker="o", label="p99")
-    label(ax, "minute of the soak", "time to first token (ms)",
-          "TTFT per minute (client side, every request kind)")
+    label(ax, "minute of the soak", "time to first token (ms)", "TTFT per minute (client side, every request kind)")
     return save(fig, out)
 
 
@@ -130,8 +129,7 @@ def hit_ratio_over_time(out: Path, records: list[RequestRecord], bucket_s: float
     wins = [w for w in wins if w]
     fig, ax = figure()
     ax.plot(xs, [ratio(w) for w in wins], "o-", label="all requests")
-    ax.plot(xs, [ratio([r for r in w if r.cross_node]) for w in wins], "s--",
-            label="prefix warmed on another node")
+    ax.plot(xs, [ratio([r for r in w if r.cross_node]) for w in wins], "s--", label="prefix warmed on another node")
     ax.set_ylim(-5, 105)
     label(ax, f"time since start of run (s, {bucket_s:g} s buckets)", "cache hit ratio (% of prompt tokens)",
           "Hit ratio over time")
@@ -170,11 +168,8 @@ def pulled_per_node(out: Path, records: list[RequestRecord], node_bytes: dict) -
 
 
 def make_all(run_dir: Path, records: list[RequestRecord], walls: dict, node_bytes: dict) -> list[str]:
-    made = []
-    for name, fn in (("ttft_vs_concurrency.png", lambda p: ttft_vs_concurrency(p, records)),
-                     ("throughput_vs_concurrency.png", lambda p: throughput_vs_concurrency(p, records, walls)),
-                     ("hit_ratio_over_time.png", lambda p: hit_ratio_over_time(p, records)),
-                     ("pulled_per_node.png", lambda p: pulled_per_node(p, records, node_bytes))):
-        if fn(run_dir / name):
-            made.append(name)
-    return made
+    plots = {"ttft_vs_concurrency.png": lambda p: ttft_vs_concurrency(p, records),
+             "throughput_vs_concurrency.png": lambda p: throughput_vs_concurrency(p, records, walls),
+             "hit_ratio_over_time.png": lambda p: hit_ratio_over_time(p, records),
+             "pulled_per_node.png": lambda p: pulled_per_node(p, records, node_bytes)}
+    return [name for name, draw in plots.items() if draw(run_dir / name)]

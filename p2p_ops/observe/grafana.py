@@ -55,24 +55,18 @@ def panels(window: str = WINDOW) -> list[Panel]:
 
 def dashboard(fleet_name: str, window: str = WINDOW, datasource_uid: str = "${datasource}") -> dict:
     """Grafana dashboard JSON (schema 39): a datasource variable and one time-series panel per row of two."""
-    out_panels = []
-    for i, p in enumerate(panels(window)):
-        out_panels.append({
-            "id": i + 1, "type": "timeseries", "title": p.title, "description": p.description,
-            "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
-            "datasource": {"type": "prometheus", "uid": datasource_uid},
-            "fieldConfig": {"defaults": {"unit": p.unit}, "overrides": []},
-            "targets": [{"refId": "A", "expr": p.expr, "legendFormat": p.legend,
-                         "datasource": {"type": "prometheus", "uid": datasource_uid}}],
-        })
-    return {
-        "title": f"LMCache P2P fleet {fleet_name}", "uid": f"p2p-{fleet_name}"[:40],
-        "tags": ["lmcache", "p2p", "kv-cache"], "schemaVersion": 39, "version": 1, "editable": True,
-        "time": {"from": "now-30m", "to": "now"}, "refresh": "10s",
-        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
-                                 "label": "Prometheus"}]},
-        "panels": out_panels,
-    }
+    source = {"type": "prometheus", "uid": datasource_uid}
+    out_panels = [{"id": i + 1, "type": "timeseries", "title": p.title, "description": p.description,
+                   "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)}, "datasource": source,
+                   "fieldConfig": {"defaults": {"unit": p.unit}, "overrides": []},
+                   "targets": [{"refId": "A", "expr": p.expr, "legendFormat": p.legend, "datasource": source}]}
+                  for i, p in enumerate(panels(window))]
+    return {"title": f"LMCache P2P fleet {fleet_name}", "uid": f"p2p-{fleet_name}"[:40],
+            "tags": ["lmcache", "p2p", "kv-cache"], "schemaVersion": 39, "version": 1, "editable": True,
+            "time": {"from": "now-30m", "to": "now"}, "refresh": "10s",
+            "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
+                                     "label": "Prometheus"}]},
+            "panels": out_panels}
 
 
 def check_window(window: str) -> None:

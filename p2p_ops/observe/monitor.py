@@ -99,8 +99,7 @@ def frame_from_samples(instance: str, node: str, server_before: Samples, server_
     ratio = [v for n, _, v in server_after if n == L1_RATIO]
     return NodeFrame(
         instance=instance, node=node, up=up, p2p_loads_total=loads_total, p2p_loads_per_s=loads_rate,
-        hit_ratio=hit_ratio, l1_used_bytes=s(server_after, L1_USED),
-        l1_usage_ratio=max(ratio) if ratio else None,
+        hit_ratio=hit_ratio, l1_used_bytes=s(server_after, L1_USED), l1_usage_ratio=max(ratio) if ratio else None,
         running=s(engine_after, RUNNING), waiting=s(engine_after, WAITING),
         ttft_p50_s=histogram_quantile(0.5, ttft), ttft_p99_s=histogram_quantile(0.99, ttft))
 
@@ -197,5 +196,4 @@ def frames(ctx: FleetContext, source: str, interval_s: float, count: int) -> Ite
 
 
 def all_up(frames: list[NodeFrame]) -> bool:
-    """Every instance answered its scrape."""
     return all(f.up for f in frames)

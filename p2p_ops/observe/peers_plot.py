@@ -21,7 +21,6 @@ def scenario_text(row: dict[str, Any]) -> str:
 
 
 def cells(row: dict[str, Any]) -> list[str]:
-    """The row's cells in COLUMNS order."""
     result = "PASS" if row["passed"] == row["samples"] else f"FAIL {row['samples'] - row['passed']}/{row['samples']}"
     return [str(row["nodes"]), scenario_text(row), row["serving_peer"], f"{row['cached_tokens']:g} / {row['need']}",
             f"{row['load_tasks']:g}", *(fmt(row[k], "{:.1f}", none="—") for k in MS_KEYS), result]
@@ -70,8 +69,7 @@ def lookup_plot(path: Path, rows: list[dict[str, Any]], target_ms: float = 10.0)
     fig, ax = charts.figure((7, 4.5))
     for name, pts in series(rows).items():
         xs, p50, p99 = [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
-        ax.errorbar(xs, p50, yerr=[[0] * len(xs), [b - a for a, b in zip(p50, p99)]], fmt="o-", capsize=3,
-                    label=name)
+        ax.errorbar(xs, p50, yerr=[[0] * len(xs), [b - a for a, b in zip(p50, p99)]], fmt="o-", capsize=3, label=name)
     ax.axhline(target_ms, color="grey", linestyle="--", label=f"target {target_ms:g} ms")
     ax.set_xticks(sorted({r["nodes"] for r in rows}))
     charts.label(ax, "servers in the fleet (N)", "LMCache lookup (ms, p50; bar to p99)",

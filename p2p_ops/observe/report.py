@@ -42,7 +42,7 @@ def stats(key: str, recs: list[RequestRecord], wall_s: Optional[float] = None) -
     ok = [r for r in recs if r.ok]
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     if wall_s is None and recs:
-        wall_s = max(r.t_start_s + r.e2e_s for r in recs) - min(r.t_start_s for r in recs)
+        wall_s = max(r.t_end_s for r in recs) - min(r.t_start_s for r in recs)
     prompt = sum(r.prompt_tokens for r in ok)
     cross = [r for r in ok if r.cross_node]
     return GroupStats(
@@ -139,11 +139,9 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
         before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
         if not isinstance(before, dict) or not isinstance(after, dict):
             return {}
-        return {inst: {
-            "kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-            "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
-            "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0,
-        } for inst in after}
+        return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
+                       "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
+                       "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0} for inst in after}
     except (BadInput, *_SHAPE_ERRORS):
         return {}  # optional evidence: the report stands without it
 

@@ -88,7 +88,8 @@ def test_ep_config_new_old_and_nixl_forms():
     old = parse_ep_config("ep_cfg[2]: tag(self/memory0 knem/memory cuda_copy/cuda rc_mlx5/mlx5_0:1)")
     assert old.name == "ep_cfg[2]" and old.kinds["tag"][-1] == "rc_mlx5/mlx5_0:1"
     nixl = parse_ep_config("  B intra-node cfg#1 rma_am(tcp/lo)  amo_am(tcp/lo)  am(tcp/lo cma/memory)  ka(tcp/lo)")
-    assert "rma" not in nixl.kinds and nixl.kinds["rma_am"] == ["tcp/lo"] and nixl.lanes == ["tcp/lo", "cma/memory"]
+    assert "rma" not in nixl.kinds and nixl.kinds["rma_am"] == ["tcp/lo"]
+    assert nixl.kinds["am"] == ["tcp/lo", "cma/memory"]
     assert parse_ep_config("Version 1.23.0 (loaded from x)") is None
 
 

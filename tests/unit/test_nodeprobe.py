@@ -9,10 +9,9 @@ import subprocess
 from pathlib import Path
 
 from p2p_ops.connectors import LocalConnector
-from p2p_ops.facts import sections
+from p2p_ops.facts import parse_host, sections
 from p2p_ops.facts.base import ABSENT
 from p2p_ops.facts.gpus import Gpu, parse_gpus
-from p2p_ops.facts.host import parse_host
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.limits import Memlock, parse_ulimit_l
 from p2p_ops.facts.listeners import Listener, parse_listeners

@@ -142,8 +142,8 @@ def test_host_keys_are_verified_unless_the_node_opts_out(tmp_path):
 
 def test_default_known_hosts_files_without_ssh_config():
     conn = SSHConnector("h1", "127.0.0.2")
-    built = conn._build()
-    files = conn._known_hosts_files(built)
+    conn._build()
+    files = conn.known_hosts
     assert any(f.endswith("/.ssh/known_hosts") for f in files) and "/etc/ssh/ssh_known_hosts" in files
 
 
