@@ -15,5 +15,7 @@ def parse_argv(text: str) -> list[str]:
 
 
 def process_argv_fact(pidfile: str) -> CommandFact[list[str]]:
-    body = f"pid=$(cat {shlex.quote(pidfile)} 2>/dev/null) && tr '\\0' '\\n' < /proc/$pid/cmdline"
+    # An empty or non-numeric pidfile would make the path /proc//cmdline, the kernel's own command line.
+    body = (f"pid=$(cat {shlex.quote(pidfile)} 2>/dev/null) && case $pid in ''|*[!0-9]*) exit 1;; esac && "
+            "tr '\\0' '\\n' < /proc/$pid/cmdline")
     return CommandFact("process_argv", ("sh", "-c", body), parse_argv)

@@ -154,3 +154,21 @@ def test_proc_threads_names_this_processes_threads():
         stop.set()
         t.join()
     assert got and all(v >= 0 for v in got.values()) and sum(got.values()) > 0, got
+
+
+@pytest.mark.parametrize("content", ["", "12ab\n", "  \n"])
+def test_a_pidfile_without_a_pid_names_no_process(tmp_path, content):
+    """An empty pid once made the path /proc//cmdline: the kernel's command line read as a server's flags."""
+    import os
+
+    from p2p_ops.connectors import LocalConnector
+    from p2p_ops.facts.envfile import process_env_fact
+    from p2p_ops.facts.proc_argv import process_argv_fact
+    from p2p_ops.facts.sections import read_fact
+
+    pidfile = tmp_path / "server.pid"
+    pidfile.write_text(content)
+    assert read_fact(LocalConnector(), process_argv_fact(str(pidfile))) == []
+    assert read_fact(LocalConnector(), process_env_fact(str(pidfile), ("PATH",))) == {"PATH": None}
+    pidfile.write_text(str(os.getpid()))
+    assert "pytest" in " ".join(read_fact(LocalConnector(), process_argv_fact(str(pidfile))))
