@@ -347,9 +347,7 @@ def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None
         return
     progress(f"explaining the last request that missed the cache ({folder.name})")
     try:
-        spec = explain.from_run(str(folder), None)
-        target = spec.recorded.get("instance")
-        ex = explain.run(ctx, spec, [target] if target else None)
+        _, ex = explain.run_saved(ctx, str(folder))
         w.add_json("explain.json", ex.to_dict(), "`p2pctl explain --json` on the last request that missed the cache",
                    f"p2pctl explain --run {folder}")
         w.add_text("explain.txt", "\n".join(explain.render_text(ex)) + "\n", "`p2pctl explain` output",

@@ -24,7 +24,7 @@ from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.lifecycle.context import FleetContext
 
 __all__ = ["ExplainFacts", "Explanation", "PromptSpec", "exit_code", "explain", "from_file", "from_messages",
-           "from_run", "from_text", "render_text", "run", "sources", "strip_line", "time_line"]
+           "from_run", "from_text", "render_text", "run", "run_saved", "sources", "strip_line", "time_line"]
 
 
 def sources(facts: ExplainFacts) -> list[str]:
@@ -63,6 +63,13 @@ def run(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = No
     out = explain(facts)
     out.sources, out.timings = sources(facts), facts.timings
     return out
+
+
+def run_saved(ctx: FleetContext, folder: str) -> tuple[PromptSpec, Explanation]:
+    """A saved run's request that missed (`from_run`), explained on the instance the run sent it to."""
+    spec = from_run(folder, None)
+    target = spec.recorded.get("instance")
+    return spec, run(ctx, spec, [target] if target else None)
 
 
 def exit_code(ex: Explanation) -> int:

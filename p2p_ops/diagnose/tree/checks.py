@@ -135,9 +135,7 @@ def _explain_last_failed(ev: Evidence) -> list[Observation]:
     if folder is None:
         return [Observation("explain:last_failed", "unknown", "test runs", "no saved request missed the cache",
                             "run `p2pctl test basic`; when B misses, it saves the prompt and explain's verdict")]
-    spec = explain.from_run(str(folder), None)
-    target = spec.recorded.get("instance")
-    ex = explain.run(ev.ctx, spec, [target] if target else None)
+    spec, ex = explain.run_saved(ev.ctx, str(folder))
     fix = f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"
     out = [Observation("explain:last_failed", "problem" if n.count("recompute") else "ok", n.instance,
                        f"[{n.strip}] {n.verdict}", fix) for n in ex.nodes]
