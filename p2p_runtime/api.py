@@ -92,7 +92,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
         # FastAPI says 422; vLLM and OpenAI say 400 with one readable message.
         first = exc.errors()[0] if exc.errors() else {}
-        param = ".".join(_field_path(first.get("loc", ()))) or None
+        # The request field, without pydantic's union-member tags.
+        param = ".".join(str(x) for x in first.get("loc", ())[1:] if isinstance(x, int) or (
+            x.isidentifier() and x not in ("str", "int", "float", "bool"))) or None
         message = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             message, param = "request body is not valid JSON", None
@@ -119,12 +121,6 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
            ) -> JSONResponse:
     return JSONResponse(p.error_body(status, message, param), status_code=status, headers=headers)
-
-
-def _field_path(loc: tuple) -> list[str]:
-    """The request field of a validation error, without pydantic's union-member tags."""
-    return [str(x) for x in loc[1:] if isinstance(x, int) or (x.isidentifier() and x not in
-                                                              ("str", "int", "float", "bool"))]
 
 
 class _EventBridge:

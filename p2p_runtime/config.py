@@ -197,10 +197,8 @@ class EngineConfig:
     def from_argv(cls, argv: list[str] | None = None) -> "EngineConfig":
         """Invalid values exit with status 2."""
         parser = build_parser()
-        args = parser.parse_args(argv)
-        values = {f.name: getattr(args, f.name) for f in fields(cls)}
         try:
-            return cls(**values)
+            return cls(**vars(parser.parse_args(argv)))
         except ConfigError as exc:
             parser.error(str(exc))
             raise  # unreachable: parser.error exits
@@ -222,7 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
         "deterministic transformer whose paged KV cache is shared through LMCache.",
     )
     for f in fields(EngineConfig):
-        kind = flag_type(f)
         text = f.metadata["help"]
         default = f.default
         if f.name == "api_key":
@@ -230,5 +227,5 @@ def build_parser() -> argparse.ArgumentParser:
             default = os.environ.get("P2P_ENGINE_API_KEY", "")
         elif f.default not in (None, ""):
             text += " (default: %(default)s)"
-        parser.add_argument(f"--{_flag(f.name)}", type=kind, default=default, help=text)
+        parser.add_argument(f"--{_flag(f.name)}", type=flag_type(f), default=default, help=text)
     return parser

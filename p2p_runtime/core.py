@@ -40,7 +40,7 @@ class EngineCore:
         logger.info("paged KV: %s profile, %d layers x %d KV heads x %d %s, %.0f KiB per token, %d blocks of %d "
                     "tokens = %.2f GiB", config.profile, spec.num_layers, spec.num_heads, spec.head_size,
                     str(spec.dtype).replace("torch.", ""), spec.bytes_per_token / 1024, spec.num_blocks,
-                    spec.block_size, self.cache.nbytes / 2**30)
+                    spec.block_size, config.kv_bytes / 2**30)
         self.allocator = BlockAllocator(config.num_blocks)
         self.adapter = None
         if config.lmcache_url:

@@ -57,18 +57,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    if level.lower() != "debug":
-        logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     config = EngineConfig.from_argv(argv)
-    setup_logging(config.log_level, config.log_format)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if config.log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level.upper(), handlers=[handler], force=True)
+    if config.log_level.lower() != "debug":
+        logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logger.info("effective config: %s", config)
     try:
         core = EngineCore(config)

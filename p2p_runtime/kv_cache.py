@@ -121,10 +121,6 @@ class PagedKVCache:
         storage = (spec.num_layers, spec.num_heads, spec.head_size)
         self.expansion = KVExpansion(spec.compute, storage, spec.dtype) if spec.compute else None
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values())
-
     def layer(self, index: int) -> torch.Tensor:
         return self.tensors[f"layer.{index}"]
 
@@ -169,16 +165,11 @@ class PagedKVCache:
                 bad += int(wrong.numel())
         return bad
 
-    def _slot_runs(self, block_table: list[int], length: int) -> list[list[int]]:
-        """[first, last) slot ranges covering positions [0, length), one per run of consecutive block ids."""
-        bs, runs = self.spec.block_size, []
-        for i, block in enumerate(block_table[: -(-length // bs)]):
-            end = block * bs + min(bs, length - i * bs)
-            if runs and runs[-1][1] == block * bs:
-                runs[-1][1] = end
-            else:
-                runs.append([block * bs, end])
-        return runs
+    def _slot_runs(self, block_table: list[int], length: int) -> list[tuple[int, int]]:
+        """[first, last) slot ranges covering positions [0, length), one per run of consecutive slots."""
+        slots = self._slots(block_table, 0, length)
+        cuts = [0, *(torch.nonzero(slots.diff() != 1).flatten() + 1).tolist(), length]
+        return [(int(slots[a]), int(slots[b - 1]) + 1) for a, b in zip(cuts, cuts[1:])]
 
     def _rows(self, storage_layer: int) -> torch.Tensor:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""

@@ -19,7 +19,6 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
 
 import msgspec
 import zmq
@@ -31,16 +30,9 @@ logger = logging.getLogger(__name__)
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-_MASK64 = (1 << 64) - 1
 
 
 # Wire structs: field names, order and tagging match vLLM's msgspec structs.
-
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
 
 class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     """Base of the tagged event maps (``{"type": "<class name>", ...}``)."""
@@ -68,32 +60,30 @@ class AllBlocksCleared(KVCacheEvent):
     pass
 
 
-class KVEventBatch(EventBatch):
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int | None = None
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(KVEventBatch)
+_DECODER = msgspec.msgpack.Decoder(EventBatch)
 
 
 def encode_batch(batch: EventBatch) -> bytes:
     return _ENCODER.encode(batch)
 
 
-def decode_batch(payload: bytes) -> KVEventBatch:
+def decode_batch(payload: bytes) -> EventBatch:
     return _DECODER.decode(payload)
-
-
-def root_hash(model: str) -> int:
-    """The parent of block 0: per model, so two models never share a key."""
-    return _h64(b"p2p-kv-root\0" + model.encode())
 
 
 def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None
                  ) -> list[int]:
     """Chained 64-bit hashes of the full blocks: each covers its parent hash and its tokens, so it names the
     whole prefix up to the end of its block (as vLLM's do). Unsigned: the router rejects negative hashes."""
-    prev = root_hash(model) if parent is None else parent
+    # The parent of block 0 is per model, so two models never share a key.
+    prev = _h64(b"p2p-kv-root\0" + model.encode()) if parent is None else parent
     out = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         block = token_ids[start:start + block_size]
@@ -104,7 +94,7 @@ def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int 
 
 
 def _h64(data: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & _MASK64
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 class ZmqEventPublisher:

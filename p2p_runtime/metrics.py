@@ -91,7 +91,7 @@ class EngineMetrics:
               ("instance_id", "model_name"), registry=r).labels(instance_id, model_name).set(1)
         self.lmcache_connected = Gauge("p2p_engine_lmcache_connected",
                                 "1 while registered with the LMCache server.", registry=r)
-        self._fallbacks = Counter(
+        self.lmcache_fallbacks = Counter(
             "p2p_engine_lmcache_fallbacks", "LMCache operations that failed and were worked "
             "around (recompute, or skip the store).", ("op", "reason"), registry=r)
         self.recomputed_tokens = total("p2p_engine_lmcache_recomputed_tokens", "Prompt tokens LMCache reported as "
@@ -104,18 +104,12 @@ class EngineMetrics:
             "p2p_engine_lmcache_kv_mismatch_tokens", "Loaded tokens whose KV bytes in some layer disagreed with "
             "their primary values (real-model profiles check every loaded byte).")
         self.computed_tokens = total("p2p_engine_computed_prompt_tokens", "Prompt tokens computed by the model.")
-        self._op_seconds = Histogram("p2p_engine_lmcache_op_seconds", "Latency of LMCache operations.", ("op",),
-                                     buckets=LMCACHE_OP_BUCKETS, registry=r)
+        self.lmcache_op_seconds = Histogram("p2p_engine_lmcache_op_seconds", "Latency of LMCache operations.",
+                                            ("op",), buckets=LMCACHE_OP_BUCKETS, registry=r)
         self.emulated_sleep = total("p2p_engine_emulated_sleep_seconds", "Seconds slept to emulate GPU timing.")
 
     def request_finished(self, reason: str) -> None:
         self._success.labels(finished_reason=reason, **self._lv).inc()
-
-    def fallback(self, op: str, reason: str) -> None:
-        self._fallbacks.labels(op=op, reason=reason).inc()
-
-    def observe_op(self, op: str, seconds: float) -> None:
-        self._op_seconds.labels(op=op).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

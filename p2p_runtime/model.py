@@ -87,7 +87,10 @@ class TinyTransformer:
         self.lm_head = lm_head[:, self.output_ids].contiguous()
         self.output_bias = torch.zeros(len(self.output_ids))
         self.output_bias[-1] = config.eos_bias
-        self._cos, self._sin = self._rope_tables(config.max_model_len + config.chunk_size)
+        half = config.head_size // 2
+        inv_freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
+        angles = torch.arange(config.max_model_len + config.chunk_size, dtype=torch.float64)[:, None] * inv_freq
+        self._cos, self._sin = angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
         self.scale = config.attn_sharpness / math.sqrt(config.head_size)
         self._masks: dict[int, torch.Tensor] = {}
 
@@ -156,12 +159,6 @@ class TinyTransformer:
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.lm_head + self.output_bias
-
-    def _rope_tables(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-        half = self.config.head_size // 2
-        inv_freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
-        angles = torch.arange(positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        return angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
 
 
 def _rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
