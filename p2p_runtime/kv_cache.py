@@ -138,8 +138,7 @@ class PagedKVCache:
         bs = self.spec.block_size
         nblocks = -(-length // bs)
         if nblocks > len(block_table):
-            raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has "
-                             f"{len(block_table)}")
+            raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has {len(block_table)}")
         ids = torch.tensor(block_table[:nblocks], dtype=torch.long)
         # The compute geometry's values are the first h * d of each stored row (all of it without expansion).
         _, heads, size = self.spec.compute or (self.spec.num_layers, self.spec.num_heads, self.spec.head_size)

@@ -78,8 +78,7 @@ def decode_batch(payload: bytes) -> EventBatch:
     return _DECODER.decode(payload)
 
 
-def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None
-                 ) -> list[int]:
+def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None) -> list[int]:
     """Chained 64-bit hashes of the full blocks: each covers its parent hash and its tokens, so it names the
     whole prefix up to the end of its block (as vLLM's do). Unsigned: the router rejects negative hashes."""
     # The parent of block 0 is per model, so two models never share a key.
@@ -125,8 +124,7 @@ class ZmqEventPublisher:
         if not events or not self._running:
             return
         try:
-            self._queue.put_nowait(EventBatch(ts=time.time(), events=events,
-                                              data_parallel_rank=self.rank))
+            self._queue.put_nowait(EventBatch(ts=time.time(), events=events, data_parallel_rank=self.rank))
         except queue.Full:
             self.dropped += 1
 
@@ -175,8 +173,7 @@ class ZmqEventPublisher:
         start_seq = int.from_bytes(start, "big")
         for seq, payload in list(self._buffer):
             if seq >= start_seq:
-                self._replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"),
-                                             payload))
+                self._replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"), payload))
         self._replay.send_multipart((client, b"", b"", END_SEQ, b""))
 
 

@@ -103,8 +103,7 @@ class LMCacheAdapter:
         a server with another chunk size is refused."""
         self.chunk_size = chunk_size
         connected = self._try_connect()
-        self._thread = threading.Thread(target=self._reconnect_loop, name="lmcache-reconnect",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._reconnect_loop, name="lmcache-reconnect", daemon=True)
         self._thread.start()
         return connected
 
@@ -130,8 +129,7 @@ class LMCacheAdapter:
         """How many leading chunks (at most ``max_chunks``) LMCache can serve; the server read-locks the hits
         until :meth:`retrieve` reads them (or the lock TTL ends)."""
         conn = self._require("lookup")
-        cs = conn.chunk_size
-        key = self._key(token_ids[: max_chunks * cs], 0, max_chunks * cs, session, None)
+        key = self._key(token_ids, 0, max_chunks * conn.chunk_size, session, None)
         started = time.monotonic()
         self._call(conn, "lookup", lambda: conn.request_client.lookup(key, 1))
         submitted = time.monotonic()
@@ -156,18 +154,16 @@ class LMCacheAdapter:
             if hits is not None:
                 return int(hits), rpcs
             if time.monotonic() + (delay if poll else 0) > deadline:
-                raise LMCacheError("lookup", "prefetch_timeout",
-                                   f"no result within {self.timeout_s:.1f}s")
+                raise LMCacheError("lookup", "prefetch_timeout", f"no result within {self.timeout_s:.1f}s")
             if poll:
                 time.sleep(delay)
                 delay = min(delay * 2, _POLL_MAX_S)
 
-    def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
-                 block_ids: list[int]) -> None:
+    def retrieve(self, session: str, token_ids: list[int], num_chunks: int, block_ids: list[int]) -> None:
         conn = self._require("retrieve")
         cs = conn.chunk_size
         end = num_chunks * cs
-        key = self._key(token_ids[:end], 0, end, session, 0)
+        key = self._key(token_ids, 0, end, session, 0)
         started = time.monotonic()
         ok = self._transfer(conn, "retrieve", lambda: conn.transfer_context.submit_retrieve(
             session, key, self.reg.tensors, [block_ids], None, cs // self.reg.block_size, skip_first_n_tokens=0))
@@ -177,11 +173,10 @@ class LMCacheAdapter:
         if not ok:
             raise LMCacheError("retrieve", "failed", f"server returned no data for {end} tokens")
 
-    def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int,
-              block_ids: list[int]) -> None:
+    def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int, block_ids: list[int]) -> None:
         conn = self._require("store")
         cs = conn.chunk_size
-        key = self._key(token_ids[: end_chunk * cs], start_chunk * cs, end_chunk * cs, session, 0)
+        key = self._key(token_ids, start_chunk * cs, end_chunk * cs, session, 0)
         ok = self._transfer(conn, "store", lambda: conn.transfer_context.submit_store(
             session, key, self.reg.tensors, [block_ids], None, cs // self.reg.block_size))
         if not ok:
@@ -198,11 +193,10 @@ class LMCacheAdapter:
         except Exception as exc:  # cleanup must never fail a request
             logger.debug("LMCache end_session failed: %r", exc)
 
-    def _key(self, token_ids: list[int], start: int, end: int, session: str,
-             worker_id: int | None) -> Any:
+    def _key(self, token_ids: list[int], start: int, end: int, session: str, worker_id: int | None) -> Any:
         return self._lm.IPCCacheServerKey(
             model_name=self.reg.model_name, world_size=1, num_kv_readers=1, worker_id=worker_id,
-            token_ids=tuple(token_ids), start=start, end=end, request_id=session)
+            token_ids=tuple(token_ids[:end]), start=start, end=end, request_id=session)
 
     def _require(self, op: str) -> _Connection:
         conn = self._conn

@@ -10,8 +10,7 @@ This engine has no local prefix cache of its own (like ``vllm serve --no-enable-
 
 from __future__ import annotations
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
-                               disable_created_metrics, generate_latest)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
 # vLLM exposes no ``*_created`` series; matching it halves the scrape size.
 disable_created_metrics()
@@ -61,12 +60,10 @@ class EngineMetrics:
         labelled(Counter, "vllm:prefix_cache_hits", "Prompt tokens hit in the local prefix cache.")
         self.external_queries = labelled(Counter, "vllm:external_prefix_cache_queries",
                                          "Prompt tokens queried in LMCache.")
-        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits",
-                                      "Prompt tokens loaded from LMCache.")
+        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits", "Prompt tokens loaded from LMCache.")
         self.prompt_tokens = labelled(Counter, "vllm:prompt_tokens", "Prompt tokens processed.")
         self.generation_tokens = labelled(Counter, "vllm:generation_tokens", "Tokens generated.")
-        self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"),
-                                registry=r)
+        self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"), registry=r)
         by_source = Counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
                             (*labels, "source"), registry=r)
         self.tokens_by_source = {src: by_source.labels(source=src, **lv) for src in TOKEN_SOURCES}

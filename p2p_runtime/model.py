@@ -103,8 +103,7 @@ class TinyTransformer:
         return KVCacheSpec(profile.layers, num_blocks, block_size, profile.kv_heads, profile.head_size,
                            profile.torch_dtype, compute=(c.num_layers, c.num_heads, c.head_size))
 
-    def prefill(self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]
-                ) -> torch.Tensor:
+    def prefill(self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]) -> torch.Tensor:
         """KV for positions ``[start, len(token_ids))``, and the last one's logits. ``start`` is a multiple of
         ``chunk_size``: the positions before it are in the cache already (loaded from LMCache or computed)."""
         cs, n = self.config.chunk_size, len(token_ids)

@@ -79,8 +79,7 @@ def message_text(content: str | list | None) -> str:
     texts = []
     for part in content:
         if part.type != "text" or part.text is None:
-            raise ChatTemplateError(f"unsupported content part type {part.type!r}; only text parts "
-                                    f"are accepted")
+            raise ChatTemplateError(f"unsupported content part type {part.type!r}; only text parts are accepted")
         texts.append(part.text)
     # vLLM joins text parts with newlines.
     return "\n".join(texts)
