@@ -1,9 +1,8 @@
 """FastAPI app speaking vLLM's OpenAI-compatible API on top of an :class:`EngineCore`.
 
-Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not),
-``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``, vLLM's ops routes and the
-KV-event discovery routes. Every client mistake is a 4xx with an OpenAI-style error body; nothing ever
-answers with a traceback.
+Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not), ``/tokenize``,
+``/detokenize``, ``/health``, ``/metrics``, ``/version``, vLLM's ops routes and the KV-event discovery routes. Every
+client mistake is a 4xx with an OpenAI-style error body; nothing ever answers with a traceback.
 """
 
 from __future__ import annotations

@@ -178,14 +178,13 @@ class ZmqEventPublisher:
 
 
 class KVEventRecorder:
-    """The paged cache holds a request's blocks only while it runs; what persists is the copy in this
-    node's LMCache server. So a prompt's full blocks are announced on the ``GPU`` medium when
-    prefill fills them, and when the request frees them one batch says ``BlockRemoved(GPU)`` and
-    then ``BlockStored(CPU)`` for the part the LMCache server holds (computed and stored here, or
-    loaded from it). In that order a router that ignores the medium still ends up with the
-    blocks indexed on this engine, which is where the next request of that prefix is cheapest.
-    LMCache evictions are not visible to the engine, so CPU blocks are never removed; a router
-    may overrate an engine whose server evicted, and then the request recomputes (still correct).
+    """The paged cache holds a request's blocks only while it runs; what persists is the copy in this node's LMCache
+    server. So a prompt's full blocks are announced on the ``GPU`` medium when prefill fills them, and when the request
+    frees them one batch says ``BlockRemoved(GPU)`` and then ``BlockStored(CPU)`` for the part the LMCache server holds
+    (computed and stored here, or loaded from it). In that order a router that ignores the medium still ends up with the
+    blocks indexed on this engine, which is where the next request of that prefix is cheapest. LMCache evictions are not
+    visible to the engine, so CPU blocks are never removed; a router may overrate an engine whose server evicted, and
+    then the request recomputes (still correct).
     """
 
     def __init__(self, publisher: ZmqEventPublisher | None, model: str, block_size: int) -> None:

@@ -133,8 +133,7 @@ class TinyTransformer:
             qkv = _rms_norm(x) @ wqkv
             q, k, v = (part.reshape(t, h, hs) for part in qkv.split(d, dim=1))
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            # Padding rows of the last prefill block are never written: the cache holds only
-            # real tokens.
+            # Padding rows of the last prefill block are never written: the cache holds only real tokens.
             cache.write(index, table, start, k[:valid], v[:valid])
             keys, values = cache.gather(index, table, start + valid)
             x = x + self._attention(q, keys, values, start).reshape(t, d) @ wo
@@ -144,9 +143,8 @@ class TinyTransformer:
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         t, own = q.shape[0], keys.shape[0] - start
         scores = torch.matmul((q * self.scale).transpose(0, 1), keys.permute(1, 2, 0))
-        # Query row i sits at position start + i and may see keys up to and including itself.
-        # Keys before ``start`` are visible to the whole block, so only the block's own
-        # keys need the causal mask.
+        # Query row i sits at position start + i and may see keys up to and including itself. Keys before ``start`` are
+        # visible to the whole block, so only the block's own keys need the causal mask.
         scores[:, :, start:].masked_fill_(self._future_mask(t)[:, :own], float("-inf"))
         out = torch.matmul(torch.softmax(scores, dim=-1), values.transpose(0, 1))
         return out.transpose(0, 1).contiguous()
