@@ -67,15 +67,10 @@ class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(EventBatch)
 
 
 def encode_batch(batch: EventBatch) -> bytes:
     return _ENCODER.encode(batch)
-
-
-def decode_batch(payload: bytes) -> EventBatch:
-    return _DECODER.decode(payload)
 
 
 def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None) -> list[int]:

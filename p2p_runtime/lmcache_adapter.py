@@ -48,8 +48,7 @@ class LMCacheError(RuntimeError):
 
     def __init__(self, op: str, reason: str, detail: str = "") -> None:
         super().__init__(f"LMCache {op} {reason}" + (f": {detail}" if detail else ""))
-        self.op = op
-        self.reason = reason
+        self.op, self.reason = op, reason
 
 
 @dataclass(frozen=True)
