@@ -44,7 +44,6 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
 
 
 def create_app(core: EngineCore) -> FastAPI:
-
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         # start() may wait on a slow LMCache server; keep the event loop free meanwhile.

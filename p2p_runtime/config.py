@@ -148,10 +148,8 @@ class EngineConfig:
             self.check_chunk_size(self.chunk_size)
         if self.num_blocks * self.block_size < self.max_model_len:
             need = math.ceil(self.max_model_len / self.block_size)
-            raise ConfigError(
-                f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
-                f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}"
-            )
+            raise ConfigError(f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
+                              f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}")
         for name in ("prefill_us_per_token", "decode_ms_per_token", "load_us_per_token"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
@@ -172,10 +170,8 @@ class EngineConfig:
 
     def check_chunk_size(self, chunk_size: int) -> None:
         if chunk_size <= 0 or chunk_size % self.block_size:
-            raise ConfigError(
-                f"chunk size {chunk_size} must be a positive multiple of --block-size "
-                f"{self.block_size} (LMCache moves whole blocks)"
-            )
+            raise ConfigError(f"chunk size {chunk_size} must be a positive multiple of --block-size {self.block_size} "
+                              "(LMCache moves whole blocks)")
 
     @property
     def kv_profile(self) -> KVProfile:
@@ -214,11 +210,9 @@ def flag_type(f: Field) -> type:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="p2p-engine",
-        description="Embedded CPU engine: a vLLM-compatible OpenAI server over a tiny "
-        "deterministic transformer whose paged KV cache is shared through LMCache.",
-    )
+    parser = argparse.ArgumentParser(prog="p2p-engine", description="Embedded CPU engine: a vLLM-compatible OpenAI "
+                                     "server over a tiny deterministic transformer whose paged KV cache is shared "
+                                     "through LMCache.")
     for f in fields(EngineConfig):
         text = f.metadata["help"]
         default = f.default

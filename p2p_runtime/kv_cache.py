@@ -62,11 +62,8 @@ class KVExpansion:
         return {s: tiled ^ self.mask[s, :, None, :] for s in self.layers_of[c]}
 
     def mismatches(self, stored: list[torch.Tensor]) -> torch.Tensor:
-        """Per token, in how many (storage layer, K/V) rows a value differs from what its primary values imply.
-
-        Args:
-            stored: Each storage layer's integer view of the loaded tokens, shape (2, n, width).
-        """
+        """Per token, in how many (storage layer, K/V) rows a value differs from what its primary values imply;
+        ``stored`` holds each storage layer's integer view of the loaded tokens, shape (2, n, width)."""
         wrong = torch.zeros(stored[0].shape[1], dtype=torch.int64)
         tiled = [self._tile(stored[c][:, :, : self.src]) for c in range(self.c_layers)]
         for s, rows in enumerate(stored):
@@ -176,11 +173,8 @@ class PagedKVCache:
         return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
     def copy_blocks(self, src: list[int], dst: list[int], other: PagedKVCache | None = None) -> None:
-        source = other or self
-        s = torch.tensor(src, dtype=torch.long)
-        d = torch.tensor(dst, dtype=torch.long)
         for name, t in self.tensors.items():
-            t[:, d] = source.tensors[name][:, s]
+            t[:, dst] = (other or self).tensors[name][:, src]
 
     def _slots(self, block_table: list[int], start: int, count: int) -> torch.Tensor:
         bs = self.spec.block_size
@@ -208,10 +202,8 @@ class BlockAllocator:
         if request_id in self._tables:
             raise ValueError(f"request {request_id} already holds KV blocks")
         if count > len(self._free):
-            raise OutOfBlocksError(
-                f"request {request_id} needs {count} KV blocks but only {len(self._free)} of "
-                f"{self.num_blocks} are free; raise --num-blocks or lower max_tokens"
-            )
+            raise OutOfBlocksError(f"request {request_id} needs {count} KV blocks but only {len(self._free)} of "
+                                   f"{self.num_blocks} are free; raise --num-blocks or lower max_tokens")
         table = [self._free.pop() for _ in range(count)]
         self._tables[request_id] = table
         return table

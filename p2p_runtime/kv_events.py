@@ -95,9 +95,7 @@ class ZmqEventPublisher:
     """``publish`` never blocks the engine worker: a full queue drops the batch (counted) rather than stall
     decoding, as a lagging subscriber must never slow serving down."""
 
-    def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
-        self.config = config
-        self.rank = data_parallel_rank
+    def __init__(self, config: KVEventsConfig) -> None:
         self.dropped = 0
         self.published = 0
         self._queue: queue.Queue[EventBatch | None] = queue.Queue(maxsize=config.max_queue_size)
@@ -119,7 +117,8 @@ class ZmqEventPublisher:
         if not events or not self._running:
             return
         try:
-            self._queue.put_nowait(EventBatch(ts=time.time(), events=events, data_parallel_rank=self.rank))
+            # One engine, one data-parallel rank: 0 (as /kv_event_sources names it).
+            self._queue.put_nowait(EventBatch(ts=time.time(), events=events, data_parallel_rank=0))
         except queue.Full:
             self.dropped += 1
 
