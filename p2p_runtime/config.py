@@ -75,7 +75,6 @@ class KVEventsConfig:
 
 
 def check_bind_endpoint(key: str, endpoint: str) -> None:
-    """Wildcard addresses are refused: name the address to bind."""
     if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
         raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got {endpoint!r}")
     host, _, port = endpoint[6:].rpartition(":")

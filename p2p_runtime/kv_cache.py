@@ -57,8 +57,7 @@ class KVExpansion:
 
     def encode(self, c: int, k: torch.Tensor, v: torch.Tensor) -> dict[int, torch.Tensor]:
         """Storage layer -> its K/V rows (integer view, (2, t, width)) for compute layer c's k, v (t, h, d)."""
-        x = torch.stack((k, v)).reshape(2, k.shape[0], self.src).to(self.dtype).view(self.int)
-        tiled = self._tile(x)
+        tiled = self._tile(torch.stack((k, v)).reshape(2, k.shape[0], self.src).to(self.dtype).view(self.int))
         return {s: tiled ^ self.mask[s, :, None, :] for s in self.layers_of[c]}
 
     def mismatches(self, stored: list[torch.Tensor]) -> torch.Tensor:
@@ -80,8 +79,7 @@ class KVExpansion:
         return x[:, :, self.index]
 
     def fold(self, primary: torch.Tensor) -> torch.Tensor:
-        values = primary.view(self.dtype).float() + self.poison[:, None, :]
-        return values.to(self.dtype).view(self.int)
+        return (primary.view(self.dtype).float() + self.poison[:, None, :]).to(self.dtype).view(self.int)
 
 
 class OutOfBlocksError(RuntimeError):
@@ -169,8 +167,7 @@ class PagedKVCache:
 
     def _rows(self, storage_layer: int) -> torch.Tensor:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
-        t = self.layer(storage_layer)
-        return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
+        return self.layer(storage_layer).view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
     def copy_blocks(self, src: list[int], dst: list[int], other: PagedKVCache | None = None) -> None:
         for name, t in self.tensors.items():
@@ -179,8 +176,7 @@ class PagedKVCache:
     def _slots(self, block_table: list[int], start: int, count: int) -> torch.Tensor:
         bs = self.spec.block_size
         pos = torch.arange(start, start + count)
-        table = torch.tensor(block_table, dtype=torch.long)
-        return table[pos // bs] * bs + pos % bs
+        return torch.tensor(block_table, dtype=torch.long)[pos // bs] * bs + pos % bs
 
 
 class BlockAllocator:

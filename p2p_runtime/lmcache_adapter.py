@@ -289,8 +289,7 @@ class LMCacheAdapter:
             except Exception as exc:
                 tc.close()
                 raise LMCacheError("connect", "error", f"REGISTER failed: {exc!r}") from exc
-            shm = "Shm" in type(tc.engine_driven_context).__name__
-            return _Connection(rc, tc, cs, "shm" if shm else "pickle")
+            return _Connection(rc, tc, cs, "shm" if "Shm" in type(tc.engine_driven_context).__name__ else "pickle")
         except BaseException:
             rc.close()
             raise

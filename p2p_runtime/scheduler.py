@@ -106,8 +106,7 @@ class ModelRunner:
         self._last_unavailable_warning = -math.inf
 
     def blocks_needed(self, req: Request) -> int:
-        tokens = min(req.num_prompt_tokens + req.max_tokens, self.model.config.max_model_len)
-        return math.ceil(tokens / self.block_size)
+        return math.ceil(min(req.num_prompt_tokens + req.max_tokens, self.model.config.max_model_len) / self.block_size)
 
     def prefill(self, req: Request) -> int:
         """Load what LMCache has, compute the rest: the first token."""
