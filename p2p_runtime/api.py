@@ -1,9 +1,8 @@
 """FastAPI app speaking vLLM's OpenAI-compatible API on top of an :class:`EngineCore`.
 
-Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not),
-``/tokenize``, ``/detokenize``, ``/health``, ``/metrics``, ``/version``, vLLM's ops routes and the
-KV-event discovery routes. Every client mistake is a 4xx with an OpenAI-style error body; nothing ever
-answers with a traceback.
+Routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming or not), ``/tokenize``,
+``/detokenize``, ``/health``, ``/metrics``, ``/version``, vLLM's ops routes and the KV-event discovery routes. Every
+client mistake is a 4xx with an OpenAI-style error body; nothing ever answers with a traceback.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
 
 
 def create_app(core: EngineCore) -> FastAPI:
-
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         # start() may wait on a slow LMCache server; keep the event loop free meanwhile.
@@ -58,32 +56,7 @@ def create_app(core: EngineCore) -> FastAPI:
     app = FastAPI(title="p2p-engine", version=VERSION, lifespan=lifespan)
     app.state.core = core
     app.add_middleware(RequestLimits, max_body_bytes=core.config.max_body_bytes, api_key=core.config.api_key)
-    _add_error_handlers(app)
-    handler = _Handlers(core)
 
-    app.get("/health")(handler.health)
-    app.get("/version")(lambda: {"version": VERSION})
-    app.get("/metrics")(handler.metrics)
-    # vLLM's ops routes for load balancers and benchmarks (tools call them on either engine). /ping is /health
-    # under another name (SageMaker-style probes); this engine keeps no local prefix cache (every reuse goes
-    # through LMCache), so /reset_prefix_cache has nothing to drop but answers as vLLM does.
-    app.get("/ping")(handler.health)
-    app.post("/ping")(handler.health)
-    app.post("/reset_prefix_cache")(lambda: Response(status_code=200))
-    app.get("/v1/models")(handler.models)
-    app.post("/tokenize")(handler.tokenize)
-    app.post("/detokenize")(handler.detokenize)
-    app.post("/v1/completions")(handler.completions)
-    app.post("/v1/chat/completions")(handler.chat_completions)
-    # vllm-router's kv_aware policy, given no static --kv-event-source, asks every worker for /get_server_info
-    # (what its block keys depend on) and /kv_event_sources (the publisher of each data-parallel rank, keyed as
-    # vLLM's get_kv_event_sources()). Without events both are 404, as in vLLM.
-    app.get("/get_server_info")(handler.server_info)
-    app.get("/kv_event_sources")(handler.kv_event_sources)
-    return app
-
-
-def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(p.ApiError)
     async def api_error(_: HttpRequest, exc: p.ApiError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.param, exc.headers)
@@ -92,7 +65,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
         # FastAPI says 422; vLLM and OpenAI say 400 with one readable message.
         first = exc.errors()[0] if exc.errors() else {}
-        param = ".".join(_field_path(first.get("loc", ()))) or None
+        # The request field, without pydantic's union-member tags.
+        param = ".".join(str(x) for x in first.get("loc", ())[1:] if isinstance(x, int) or (
+            x.isidentifier() and x not in ("str", "int", "float", "bool"))) or None
         message = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             message, param = "request body is not valid JSON", None
@@ -115,16 +90,31 @@ def _add_error_handlers(app: FastAPI) -> None:
         logger.exception("unhandled error: %s", exc)
         return _error(500, f"internal error: {type(exc).__name__}")
 
+    handler = _Handlers(core)
+    app.get("/health")(handler.health)
+    app.get("/version")(lambda: {"version": VERSION})
+    app.get("/metrics")(handler.metrics)
+    # vLLM's ops routes for load balancers and benchmarks (tools call them on either engine). /ping is /health
+    # under another name (SageMaker-style probes); this engine keeps no local prefix cache (every reuse goes
+    # through LMCache), so /reset_prefix_cache has nothing to drop but answers as vLLM does.
+    app.get("/ping")(handler.health)
+    app.post("/ping")(handler.health)
+    app.post("/reset_prefix_cache")(lambda: Response(status_code=200))
+    app.get("/v1/models")(handler.models)
+    app.post("/tokenize")(handler.tokenize)
+    app.post("/detokenize")(handler.detokenize)
+    app.post("/v1/completions")(handler.completions)
+    app.post("/v1/chat/completions")(handler.chat_completions)
+    # vllm-router's kv_aware policy, given no static --kv-event-source, asks every worker for /get_server_info
+    # (what its block keys depend on) and /kv_event_sources (the publisher of each data-parallel rank, keyed as
+    # vLLM's get_kv_event_sources()). Without events both are 404, as in vLLM.
+    app.get("/get_server_info")(handler.server_info)
+    app.get("/kv_event_sources")(handler.kv_event_sources)
+    return app
 
-def _error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
-           ) -> JSONResponse:
+
+def _error(status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(p.error_body(status, message, param), status_code=status, headers=headers)
-
-
-def _field_path(loc: tuple) -> list[str]:
-    """The request field of a validation error, without pydantic's union-member tags."""
-    return [str(x) for x in loc[1:] if isinstance(x, int) or (x.isidentifier() and x not in
-                                                              ("str", "int", "float", "bool"))]
 
 
 class _EventBridge:
@@ -152,7 +142,6 @@ class _Handlers:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         self.cfg = core.config
-        self.tok = core.tokenizer
         self.model_name = core.config.served_model_name
 
     async def health(self) -> Response:
@@ -198,14 +187,13 @@ class _Handlers:
             ids = self._chat_ids(body.messages, body.add_generation_prompt)
         else:
             self._check_text_length(len(body.prompt), "prompt")
-            ids = self.tok.encode(body.prompt, add_bos=body.add_special_tokens)
-        return {"count": len(ids), "max_model_len": self.cfg.max_model_len, "tokens": ids,
-                "token_strs": None}
+            ids = self.core.tokenizer.encode(body.prompt, add_bos=body.add_special_tokens)
+        return {"count": len(ids), "max_model_len": self.cfg.max_model_len, "tokens": ids, "token_strs": None}
 
     async def detokenize(self, body: p.DetokenizeRequest) -> dict[str, Any]:
         self._check_model(body.model)
         self._check_ids(body.tokens, "tokens")
-        return {"prompt": self.tok.decode(body.tokens)}
+        return {"prompt": self.core.tokenizer.decode(body.tokens)}
 
     async def completions(self, body: p.CompletionRequest) -> Response:
         self._check_common(body)
@@ -221,8 +209,7 @@ class _Handlers:
         if body.logprobs:
             raise p.ApiError(400, "logprobs are not supported by this engine", "logprobs")
         ids = self._chat_ids(body.messages, body.add_generation_prompt)
-        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None \
-            else body.max_tokens
+        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         return await self._respond(self._make_request("chatcmpl", ids, max_tokens, body), body, chat=True)
 
     def _check_model(self, model: str | None) -> None:
@@ -237,18 +224,16 @@ class _Handlers:
     def _check_ids(self, ids: list[int], param: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.cfg.vocab_size), None)
         if bad is not None:
-            raise p.ApiError(400, f"token id {bad} is outside the vocabulary "
-                             f"[0, {self.cfg.vocab_size})", param)
+            raise p.ApiError(400, f"token id {bad} is outside the vocabulary [0, {self.cfg.vocab_size})", param)
 
     def _completion_ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             if len(prompt) != 1:
-                raise p.ApiError(400, "batched prompts are not supported; send one prompt per "
-                                 "request", "prompt")
+                raise p.ApiError(400, "batched prompts are not supported; send one prompt per request", "prompt")
             prompt = prompt[0]
         if isinstance(prompt, str):
             self._check_text_length(len(prompt), "prompt")
-            return self.tok.encode(prompt, add_bos=True)
+            return self.core.tokenizer.encode(prompt, add_bos=True)
         if not prompt:
             raise p.ApiError(400, "prompt must not be empty", "prompt")
         self._check_ids(prompt, "prompt")
@@ -260,7 +245,7 @@ class _Handlers:
         except ChatTemplateError as exc:
             raise p.ApiError(400, str(exc), "messages") from None
         self._check_text_length(sum(len(text) for _, text in pairs), "messages")
-        return self.tok.encode(render_chat(pairs, add_generation_prompt), add_bos=True)
+        return self.core.tokenizer.encode(render_chat(pairs, add_generation_prompt), add_bos=True)
 
     def _check_text_length(self, chars: int, param: str) -> None:
         """Refuse before tokenizing: every character is at least one token of this byte-level tokenizer, so a
@@ -273,8 +258,7 @@ class _Handlers:
         return p.ApiError(400, f"This model's maximum context length is {self.cfg.max_model_len} tokens. However, "
                           f"{however}. Please reduce the length of the {reduce}.", param)
 
-    def _make_request(self, id_prefix: str, ids: list[int], max_tokens: int | None,
-                      body: p.SamplingFields) -> Request:
+    def _make_request(self, id_prefix: str, ids: list[int], max_tokens: int | None, body: p.SamplingFields) -> Request:
         if max_tokens is None:
             max_tokens = self.cfg.max_model_len - len(ids)
             if max_tokens < 1:
@@ -288,7 +272,7 @@ class _Handlers:
         return Request(request_id=f"{id_prefix}-{uuid.uuid4().hex}", prompt_ids=ids, max_tokens=max_tokens,
                        ignore_eos=body.ignore_eos, stop=tuple(s for s in stop if s))
 
-    def _submit(self, req: Request) -> _EventBridge:
+    async def _respond(self, req: Request, body: p.SamplingFields, chat: bool) -> Response:
         if self.core.scheduler.num_waiting >= self.cfg.max_queued:
             raise p.ApiError(429, f"{self.cfg.max_queued} requests are already waiting; retry later",
                              headers={"Retry-After": str(_RETRY_AFTER_S)})
@@ -298,14 +282,9 @@ class _Handlers:
             self.core.scheduler.submit(req)
         except EngineStopped as exc:
             raise p.ApiError(503, str(exc)) from None
-        return bridge
-
-    async def _respond(self, req: Request, body: p.SamplingFields, chat: bool) -> Response:
-        bridge = self._submit(req)
         if body.stream:
             opts = body.stream_options or p.StreamOptions()
-            return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage),
-                                     media_type="text/event-stream")
+            return StreamingResponse(self._sse(req, bridge, chat, opts.include_usage), media_type="text/event-stream")
         parts: list[str] = []
         try:
             while (event := await bridge.next()).kind == "delta":
@@ -321,8 +300,7 @@ class _Handlers:
         return JSONResponse({**_envelope(req.request_id, obj, int(time.time()), self.model_name, [choice]),
                              "usage": _usage(req)})
 
-    async def _sse(self, req: Request, bridge: _EventBridge, chat: bool,
-                   include_usage: bool) -> AsyncIterator[str]:
+    async def _sse(self, req: Request, bridge: _EventBridge, chat: bool, include_usage: bool) -> AsyncIterator[str]:
         created, obj = int(time.time()), "chat.completion.chunk" if chat else "text_completion"
         rid, name = req.request_id, self.model_name
 

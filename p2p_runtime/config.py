@@ -75,7 +75,6 @@ class KVEventsConfig:
 
 
 def check_bind_endpoint(key: str, endpoint: str) -> None:
-    """Wildcard addresses are refused: name the address to bind."""
     if not endpoint.startswith("tcp://") or ":" not in endpoint[6:]:
         raise KVEventsConfigError(f"kv-events-config {key} must be tcp://HOST:PORT, got {endpoint!r}")
     host, _, port = endpoint[6:].rpartition(":")
@@ -148,10 +147,8 @@ class EngineConfig:
             self.check_chunk_size(self.chunk_size)
         if self.num_blocks * self.block_size < self.max_model_len:
             need = math.ceil(self.max_model_len / self.block_size)
-            raise ConfigError(
-                f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
-                f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}"
-            )
+            raise ConfigError(f"--num-blocks {self.num_blocks} x --block-size {self.block_size} cannot hold one "
+                              f"--max-model-len {self.max_model_len} request; use --num-blocks >= {need}")
         for name in ("prefill_us_per_token", "decode_ms_per_token", "load_us_per_token"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
@@ -172,10 +169,8 @@ class EngineConfig:
 
     def check_chunk_size(self, chunk_size: int) -> None:
         if chunk_size <= 0 or chunk_size % self.block_size:
-            raise ConfigError(
-                f"chunk size {chunk_size} must be a positive multiple of --block-size "
-                f"{self.block_size} (LMCache moves whole blocks)"
-            )
+            raise ConfigError(f"chunk size {chunk_size} must be a positive multiple of --block-size {self.block_size} "
+                              "(LMCache moves whole blocks)")
 
     @property
     def kv_profile(self) -> KVProfile:
@@ -197,10 +192,8 @@ class EngineConfig:
     def from_argv(cls, argv: list[str] | None = None) -> "EngineConfig":
         """Invalid values exit with status 2."""
         parser = build_parser()
-        args = parser.parse_args(argv)
-        values = {f.name: getattr(args, f.name) for f in fields(cls)}
         try:
-            return cls(**values)
+            return cls(**vars(parser.parse_args(argv)))
         except ConfigError as exc:
             parser.error(str(exc))
             raise  # unreachable: parser.error exits
@@ -216,13 +209,10 @@ def flag_type(f: Field) -> type:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="p2p-engine",
-        description="Embedded CPU engine: a vLLM-compatible OpenAI server over a tiny "
-        "deterministic transformer whose paged KV cache is shared through LMCache.",
-    )
+    parser = argparse.ArgumentParser(prog="p2p-engine", description="Embedded CPU engine: a vLLM-compatible OpenAI "
+                                     "server over a tiny deterministic transformer whose paged KV cache is shared "
+                                     "through LMCache.")
     for f in fields(EngineConfig):
-        kind = flag_type(f)
         text = f.metadata["help"]
         default = f.default
         if f.name == "api_key":
@@ -230,5 +220,5 @@ def build_parser() -> argparse.ArgumentParser:
             default = os.environ.get("P2P_ENGINE_API_KEY", "")
         elif f.default not in (None, ""):
             text += " (default: %(default)s)"
-        parser.add_argument(f"--{_flag(f.name)}", type=kind, default=default, help=text)
+        parser.add_argument(f"--{_flag(f.name)}", type=flag_type(f), default=default, help=text)
     return parser

@@ -12,6 +12,7 @@ import zlib
 from p2p_runtime.config import DEFAULT_CHUNK_SIZE, ConfigError, EngineConfig
 from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
 from p2p_runtime.kv_events import KVEventRecorder, ZmqEventPublisher
+from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter, probe_chunk_size
 from p2p_runtime.metrics import EngineMetrics
 from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
 from p2p_runtime.scheduler import ModelRunner, Scheduler
@@ -40,12 +41,10 @@ class EngineCore:
         logger.info("paged KV: %s profile, %d layers x %d KV heads x %d %s, %.0f KiB per token, %d blocks of %d "
                     "tokens = %.2f GiB", config.profile, spec.num_layers, spec.num_heads, spec.head_size,
                     str(spec.dtype).replace("torch.", ""), spec.bytes_per_token / 1024, spec.num_blocks,
-                    spec.block_size, self.cache.nbytes / 2**30)
+                    spec.block_size, config.kv_bytes / 2**30)
         self.allocator = BlockAllocator(config.num_blocks)
         self.adapter = None
         if config.lmcache_url:
-            from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter
-
             # The server keys registered KV caches by an int; derive a stable one from the label and
             # pid so two engines on one server never collide.
             worker_id = zlib.crc32(f"{config.label}/{os.getpid()}".encode()) & 0x7FFFFFFF
@@ -94,9 +93,6 @@ class EngineCore:
         return "connected" if self.adapter.connected else "disconnected"
 
     def _resolve_chunk_size(self) -> int | None:
-        # Imported here: lmcache takes seconds to import and plain engines never need it.
-        from p2p_runtime.lmcache_adapter import probe_chunk_size
-
         # Asked before the adapter exists: the KV cache and model depend on the chunk size.
         server = probe_chunk_size(self.config.lmcache_url, self.config.lmcache_timeout)
         wanted = self.config.chunk_size

@@ -48,7 +48,6 @@ class _Server(uvicorn.Server):
 
 
 class JsonFormatter(logging.Formatter):
-
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
                "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
@@ -57,18 +56,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    if level.lower() != "debug":
-        logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     config = EngineConfig.from_argv(argv)
-    setup_logging(config.log_level, config.log_format)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if config.log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level.upper(), handlers=[handler], force=True)
+    if config.log_level.lower() != "debug":
+        logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logger.info("effective config: %s", config)
     try:
         core = EngineCore(config)

@@ -57,16 +57,12 @@ class KVExpansion:
 
     def encode(self, c: int, k: torch.Tensor, v: torch.Tensor) -> dict[int, torch.Tensor]:
         """Storage layer -> its K/V rows (integer view, (2, t, width)) for compute layer c's k, v (t, h, d)."""
-        x = torch.stack((k, v)).reshape(2, k.shape[0], self.src).to(self.dtype).view(self.int)
-        tiled = self._tile(x)
+        tiled = self._tile(torch.stack((k, v)).reshape(2, k.shape[0], self.src).to(self.dtype).view(self.int))
         return {s: tiled ^ self.mask[s, :, None, :] for s in self.layers_of[c]}
 
     def mismatches(self, stored: list[torch.Tensor]) -> torch.Tensor:
-        """Per token, in how many (storage layer, K/V) rows a value differs from what its primary values imply.
-
-        Args:
-            stored: Each storage layer's integer view of the loaded tokens, shape (2, n, width).
-        """
+        """Per token, in how many (storage layer, K/V) rows a value differs from what its primary values imply;
+        ``stored`` holds each storage layer's integer view of the loaded tokens, shape (2, n, width)."""
         wrong = torch.zeros(stored[0].shape[1], dtype=torch.int64)
         tiled = [self._tile(stored[c][:, :, : self.src]) for c in range(self.c_layers)]
         for s, rows in enumerate(stored):
@@ -83,8 +79,7 @@ class KVExpansion:
         return x[:, :, self.index]
 
     def fold(self, primary: torch.Tensor) -> torch.Tensor:
-        values = primary.view(self.dtype).float() + self.poison[:, None, :]
-        return values.to(self.dtype).view(self.int)
+        return (primary.view(self.dtype).float() + self.poison[:, None, :]).to(self.dtype).view(self.int)
 
 
 class OutOfBlocksError(RuntimeError):
@@ -121,10 +116,6 @@ class PagedKVCache:
         storage = (spec.num_layers, spec.num_heads, spec.head_size)
         self.expansion = KVExpansion(spec.compute, storage, spec.dtype) if spec.compute else None
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values())
-
     def layer(self, index: int) -> torch.Tensor:
         return self.tensors[f"layer.{index}"]
 
@@ -142,8 +133,7 @@ class PagedKVCache:
         bs = self.spec.block_size
         nblocks = -(-length // bs)
         if nblocks > len(block_table):
-            raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has "
-                             f"{len(block_table)}")
+            raise IndexError(f"need {nblocks} blocks for {length} tokens, the table has {len(block_table)}")
         ids = torch.tensor(block_table[:nblocks], dtype=torch.long)
         # The compute geometry's values are the first h * d of each stored row (all of it without expansion).
         _, heads, size = self.spec.compute or (self.spec.num_layers, self.spec.num_heads, self.spec.head_size)
@@ -169,34 +159,24 @@ class PagedKVCache:
                 bad += int(wrong.numel())
         return bad
 
-    def _slot_runs(self, block_table: list[int], length: int) -> list[list[int]]:
-        """[first, last) slot ranges covering positions [0, length), one per run of consecutive block ids."""
-        bs, runs = self.spec.block_size, []
-        for i, block in enumerate(block_table[: -(-length // bs)]):
-            end = block * bs + min(bs, length - i * bs)
-            if runs and runs[-1][1] == block * bs:
-                runs[-1][1] = end
-            else:
-                runs.append([block * bs, end])
-        return runs
+    def _slot_runs(self, block_table: list[int], length: int) -> list[tuple[int, int]]:
+        """[first, last) slot ranges covering positions [0, length), one per run of consecutive slots."""
+        slots = self._slots(block_table, 0, length)
+        cuts = [0, *(torch.nonzero(slots.diff() != 1).flatten() + 1).tolist(), length]
+        return [(int(slots[a]), int(slots[b - 1]) + 1) for a, b in zip(cuts, cuts[1:])]
 
     def _rows(self, storage_layer: int) -> torch.Tensor:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
-        t = self.layer(storage_layer)
-        return t.view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
+        return self.layer(storage_layer).view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
     def copy_blocks(self, src: list[int], dst: list[int], other: PagedKVCache | None = None) -> None:
-        source = other or self
-        s = torch.tensor(src, dtype=torch.long)
-        d = torch.tensor(dst, dtype=torch.long)
         for name, t in self.tensors.items():
-            t[:, d] = source.tensors[name][:, s]
+            t[:, dst] = (other or self).tensors[name][:, src]
 
     def _slots(self, block_table: list[int], start: int, count: int) -> torch.Tensor:
         bs = self.spec.block_size
         pos = torch.arange(start, start + count)
-        table = torch.tensor(block_table, dtype=torch.long)
-        return table[pos // bs] * bs + pos % bs
+        return torch.tensor(block_table, dtype=torch.long)[pos // bs] * bs + pos % bs
 
 
 class BlockAllocator:
@@ -218,10 +198,8 @@ class BlockAllocator:
         if request_id in self._tables:
             raise ValueError(f"request {request_id} already holds KV blocks")
         if count > len(self._free):
-            raise OutOfBlocksError(
-                f"request {request_id} needs {count} KV blocks but only {len(self._free)} of "
-                f"{self.num_blocks} are free; raise --num-blocks or lower max_tokens"
-            )
+            raise OutOfBlocksError(f"request {request_id} needs {count} KV blocks but only {len(self._free)} of "
+                                   f"{self.num_blocks} are free; raise --num-blocks or lower max_tokens")
         table = [self._free.pop() for _ in range(count)]
         self._tables[request_id] = table
         return table

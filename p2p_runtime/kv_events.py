@@ -19,7 +19,6 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
 
 import msgspec
 import zmq
@@ -31,16 +30,9 @@ logger = logging.getLogger(__name__)
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-_MASK64 = (1 << 64) - 1
 
 
 # Wire structs: field names, order and tagging match vLLM's msgspec structs.
-
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
 
 class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     """Base of the tagged event maps (``{"type": "<class name>", ...}``)."""
@@ -68,32 +60,24 @@ class AllBlocksCleared(KVCacheEvent):
     pass
 
 
-class KVEventBatch(EventBatch):
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int | None = None
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 
 
 def encode_batch(batch: EventBatch) -> bytes:
     return _ENCODER.encode(batch)
 
 
-def decode_batch(payload: bytes) -> KVEventBatch:
-    return _DECODER.decode(payload)
-
-
-def root_hash(model: str) -> int:
-    """The parent of block 0: per model, so two models never share a key."""
-    return _h64(b"p2p-kv-root\0" + model.encode())
-
-
-def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None
-                 ) -> list[int]:
+def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int | None = None) -> list[int]:
     """Chained 64-bit hashes of the full blocks: each covers its parent hash and its tokens, so it names the
     whole prefix up to the end of its block (as vLLM's do). Unsigned: the router rejects negative hashes."""
-    prev = root_hash(model) if parent is None else parent
+    # The parent of block 0 is per model, so two models never share a key.
+    prev = _h64(b"p2p-kv-root\0" + model.encode()) if parent is None else parent
     out = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         block = token_ids[start:start + block_size]
@@ -104,16 +88,14 @@ def block_hashes(token_ids: list[int], block_size: int, model: str, parent: int 
 
 
 def _h64(data: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & _MASK64
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 class ZmqEventPublisher:
     """``publish`` never blocks the engine worker: a full queue drops the batch (counted) rather than stall
     decoding, as a lagging subscriber must never slow serving down."""
 
-    def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
-        self.config = config
-        self.rank = data_parallel_rank
+    def __init__(self, config: KVEventsConfig) -> None:
         self.dropped = 0
         self.published = 0
         self._queue: queue.Queue[EventBatch | None] = queue.Queue(maxsize=config.max_queue_size)
@@ -135,8 +117,8 @@ class ZmqEventPublisher:
         if not events or not self._running:
             return
         try:
-            self._queue.put_nowait(EventBatch(ts=time.time(), events=events,
-                                              data_parallel_rank=self.rank))
+            # One engine, one data-parallel rank: 0 (as /kv_event_sources names it).
+            self._queue.put_nowait(EventBatch(ts=time.time(), events=events, data_parallel_rank=0))
         except queue.Full:
             self.dropped += 1
 
@@ -185,20 +167,18 @@ class ZmqEventPublisher:
         start_seq = int.from_bytes(start, "big")
         for seq, payload in list(self._buffer):
             if seq >= start_seq:
-                self._replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"),
-                                             payload))
+                self._replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"), payload))
         self._replay.send_multipart((client, b"", b"", END_SEQ, b""))
 
 
 class KVEventRecorder:
-    """The paged cache holds a request's blocks only while it runs; what persists is the copy in this
-    node's LMCache server. So a prompt's full blocks are announced on the ``GPU`` medium when
-    prefill fills them, and when the request frees them one batch says ``BlockRemoved(GPU)`` and
-    then ``BlockStored(CPU)`` for the part the LMCache server holds (computed and stored here, or
-    loaded from it). In that order a router that ignores the medium still ends up with the
-    blocks indexed on this engine, which is where the next request of that prefix is cheapest.
-    LMCache evictions are not visible to the engine, so CPU blocks are never removed; a router
-    may overrate an engine whose server evicted, and then the request recomputes (still correct).
+    """The paged cache holds a request's blocks only while it runs; what persists is the copy in this node's LMCache
+    server. So a prompt's full blocks are announced on the ``GPU`` medium when prefill fills them, and when the request
+    frees them one batch says ``BlockRemoved(GPU)`` and then ``BlockStored(CPU)`` for the part the LMCache server holds
+    (computed and stored here, or loaded from it). In that order a router that ignores the medium still ends up with the
+    blocks indexed on this engine, which is where the next request of that prefix is cheapest. LMCache evictions are not
+    visible to the engine, so CPU blocks are never removed; a router may overrate an engine whose server evicted, and
+    then the request recomputes (still correct).
     """
 
     def __init__(self, publisher: ZmqEventPublisher | None, model: str, block_size: int) -> None:

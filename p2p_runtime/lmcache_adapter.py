@@ -26,12 +26,11 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-# How the engine waits for a lookup's prefetch (which includes any P2P pull into the server's L1):
-# "poll" asks QUERY_PREFETCH_STATUS with backoff; "wait" sends one WAIT_PREFETCH_STATUS that the
-# server answers as soon as the result is published (LMCache's SGLang adapter does this). "wait"
-# holds one of the server's BLOCKING worker threads, the pool that also answers peers'
-# p2p_lookup_and_lock: with --max-workers 1 two servers pulling from each other stall until the
-# wait slice ends. bench/suite/kv_path.py measured no clear gain on a 2-core box, so "poll" stays default.
+# How the engine waits for a lookup's prefetch (which includes any P2P pull into the server's L1): "poll" asks
+# QUERY_PREFETCH_STATUS with backoff; "wait" sends one WAIT_PREFETCH_STATUS that the server answers as soon as the
+# result is published (LMCache's SGLang adapter does this). "wait" holds one of the server's BLOCKING worker threads,
+# the pool that also answers peers' p2p_lookup_and_lock: with --max-workers 1 two servers pulling from each other stall
+# until the wait slice ends. bench/suite/kv_path.py measured no clear gain on a 2-core box, so "poll" stays default.
 LOOKUP_WAIT_MODES = ("wait", "poll")
 # Short first poll, then back off: local hits finish in ~1-5 ms, P2P pulls in tens of ms.
 _POLL_FIRST_S = 0.002
@@ -49,8 +48,7 @@ class LMCacheError(RuntimeError):
 
     def __init__(self, op: str, reason: str, detail: str = "") -> None:
         super().__init__(f"LMCache {op} {reason}" + (f": {detail}" if detail else ""))
-        self.op = op
-        self.reason = reason
+        self.op, self.reason = op, reason
 
 
 @dataclass(frozen=True)
@@ -103,8 +101,7 @@ class LMCacheAdapter:
         a server with another chunk size is refused."""
         self.chunk_size = chunk_size
         connected = self._try_connect()
-        self._thread = threading.Thread(target=self._reconnect_loop, name="lmcache-reconnect",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._reconnect_loop, name="lmcache-reconnect", daemon=True)
         self._thread.start()
         return connected
 
@@ -130,8 +127,7 @@ class LMCacheAdapter:
         """How many leading chunks (at most ``max_chunks``) LMCache can serve; the server read-locks the hits
         until :meth:`retrieve` reads them (or the lock TTL ends)."""
         conn = self._require("lookup")
-        cs = conn.chunk_size
-        key = self._key(token_ids[: max_chunks * cs], 0, max_chunks * cs, session, None)
+        key = self._key(token_ids, 0, max_chunks * conn.chunk_size, session, None)
         started = time.monotonic()
         self._call(conn, "lookup", lambda: conn.request_client.lookup(key, 1))
         submitted = time.monotonic()
@@ -156,18 +152,16 @@ class LMCacheAdapter:
             if hits is not None:
                 return int(hits), rpcs
             if time.monotonic() + (delay if poll else 0) > deadline:
-                raise LMCacheError("lookup", "prefetch_timeout",
-                                   f"no result within {self.timeout_s:.1f}s")
+                raise LMCacheError("lookup", "prefetch_timeout", f"no result within {self.timeout_s:.1f}s")
             if poll:
                 time.sleep(delay)
                 delay = min(delay * 2, _POLL_MAX_S)
 
-    def retrieve(self, session: str, token_ids: list[int], num_chunks: int,
-                 block_ids: list[int]) -> None:
+    def retrieve(self, session: str, token_ids: list[int], num_chunks: int, block_ids: list[int]) -> None:
         conn = self._require("retrieve")
         cs = conn.chunk_size
         end = num_chunks * cs
-        key = self._key(token_ids[:end], 0, end, session, 0)
+        key = self._key(token_ids, 0, end, session, 0)
         started = time.monotonic()
         ok = self._transfer(conn, "retrieve", lambda: conn.transfer_context.submit_retrieve(
             session, key, self.reg.tensors, [block_ids], None, cs // self.reg.block_size, skip_first_n_tokens=0))
@@ -177,11 +171,10 @@ class LMCacheAdapter:
         if not ok:
             raise LMCacheError("retrieve", "failed", f"server returned no data for {end} tokens")
 
-    def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int,
-              block_ids: list[int]) -> None:
+    def store(self, session: str, token_ids: list[int], start_chunk: int, end_chunk: int, block_ids: list[int]) -> None:
         conn = self._require("store")
         cs = conn.chunk_size
-        key = self._key(token_ids[: end_chunk * cs], start_chunk * cs, end_chunk * cs, session, 0)
+        key = self._key(token_ids, start_chunk * cs, end_chunk * cs, session, 0)
         ok = self._transfer(conn, "store", lambda: conn.transfer_context.submit_store(
             session, key, self.reg.tensors, [block_ids], None, cs // self.reg.block_size))
         if not ok:
@@ -198,11 +191,10 @@ class LMCacheAdapter:
         except Exception as exc:  # cleanup must never fail a request
             logger.debug("LMCache end_session failed: %r", exc)
 
-    def _key(self, token_ids: list[int], start: int, end: int, session: str,
-             worker_id: int | None) -> Any:
+    def _key(self, token_ids: list[int], start: int, end: int, session: str, worker_id: int | None) -> Any:
         return self._lm.IPCCacheServerKey(
             model_name=self.reg.model_name, world_size=1, num_kv_readers=1, worker_id=worker_id,
-            token_ids=tuple(token_ids), start=start, end=end, request_id=session)
+            token_ids=tuple(token_ids[:end]), start=start, end=end, request_id=session)
 
     def _require(self, op: str) -> _Connection:
         conn = self._conn
@@ -297,8 +289,7 @@ class LMCacheAdapter:
             except Exception as exc:
                 tc.close()
                 raise LMCacheError("connect", "error", f"REGISTER failed: {exc!r}") from exc
-            shm = "Shm" in type(tc.engine_driven_context).__name__
-            return _Connection(rc, tc, cs, "shm" if shm else "pickle")
+            return _Connection(rc, tc, cs, "shm" if "Shm" in type(tc.engine_driven_context).__name__ else "pickle")
         except BaseException:
             rc.close()
             raise

@@ -10,8 +10,7 @@ This engine has no local prefix cache of its own (like ``vllm serve --no-enable-
 
 from __future__ import annotations
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
-                               disable_created_metrics, generate_latest)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
 # vLLM exposes no ``*_created`` series; matching it halves the scrape size.
 disable_created_metrics()
@@ -61,12 +60,10 @@ class EngineMetrics:
         labelled(Counter, "vllm:prefix_cache_hits", "Prompt tokens hit in the local prefix cache.")
         self.external_queries = labelled(Counter, "vllm:external_prefix_cache_queries",
                                          "Prompt tokens queried in LMCache.")
-        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits",
-                                      "Prompt tokens loaded from LMCache.")
+        self.external_hits = labelled(Counter, "vllm:external_prefix_cache_hits", "Prompt tokens loaded from LMCache.")
         self.prompt_tokens = labelled(Counter, "vllm:prompt_tokens", "Prompt tokens processed.")
         self.generation_tokens = labelled(Counter, "vllm:generation_tokens", "Tokens generated.")
-        self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"),
-                                registry=r)
+        self._success = Counter("vllm:request_success", "Finished requests.", (*labels, "finished_reason"), registry=r)
         by_source = Counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
                             (*labels, "source"), registry=r)
         self.tokens_by_source = {src: by_source.labels(source=src, **lv) for src in TOKEN_SOURCES}
@@ -91,7 +88,7 @@ class EngineMetrics:
               ("instance_id", "model_name"), registry=r).labels(instance_id, model_name).set(1)
         self.lmcache_connected = Gauge("p2p_engine_lmcache_connected",
                                 "1 while registered with the LMCache server.", registry=r)
-        self._fallbacks = Counter(
+        self.lmcache_fallbacks = Counter(
             "p2p_engine_lmcache_fallbacks", "LMCache operations that failed and were worked "
             "around (recompute, or skip the store).", ("op", "reason"), registry=r)
         self.recomputed_tokens = total("p2p_engine_lmcache_recomputed_tokens", "Prompt tokens LMCache reported as "
@@ -104,18 +101,12 @@ class EngineMetrics:
             "p2p_engine_lmcache_kv_mismatch_tokens", "Loaded tokens whose KV bytes in some layer disagreed with "
             "their primary values (real-model profiles check every loaded byte).")
         self.computed_tokens = total("p2p_engine_computed_prompt_tokens", "Prompt tokens computed by the model.")
-        self._op_seconds = Histogram("p2p_engine_lmcache_op_seconds", "Latency of LMCache operations.", ("op",),
-                                     buckets=LMCACHE_OP_BUCKETS, registry=r)
+        self.lmcache_op_seconds = Histogram("p2p_engine_lmcache_op_seconds", "Latency of LMCache operations.",
+                                            ("op",), buckets=LMCACHE_OP_BUCKETS, registry=r)
         self.emulated_sleep = total("p2p_engine_emulated_sleep_seconds", "Seconds slept to emulate GPU timing.")
 
     def request_finished(self, reason: str) -> None:
         self._success.labels(finished_reason=reason, **self._lv).inc()
-
-    def fallback(self, op: str, reason: str) -> None:
-        self._fallbacks.labels(op=op, reason=reason).inc()
-
-    def observe_op(self, op: str, seconds: float) -> None:
-        self._op_seconds.labels(op=op).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

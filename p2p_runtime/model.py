@@ -87,7 +87,10 @@ class TinyTransformer:
         self.lm_head = lm_head[:, self.output_ids].contiguous()
         self.output_bias = torch.zeros(len(self.output_ids))
         self.output_bias[-1] = config.eos_bias
-        self._cos, self._sin = self._rope_tables(config.max_model_len + config.chunk_size)
+        half = config.head_size // 2
+        inv_freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
+        angles = torch.arange(config.max_model_len + config.chunk_size, dtype=torch.float64)[:, None] * inv_freq
+        self._cos, self._sin = angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
         self.scale = config.attn_sharpness / math.sqrt(config.head_size)
         self._masks: dict[int, torch.Tensor] = {}
 
@@ -100,8 +103,7 @@ class TinyTransformer:
         return KVCacheSpec(profile.layers, num_blocks, block_size, profile.kv_heads, profile.head_size,
                            profile.torch_dtype, compute=(c.num_layers, c.num_heads, c.head_size))
 
-    def prefill(self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]
-                ) -> torch.Tensor:
+    def prefill(self, token_ids: list[int], start: int, cache: PagedKVCache, block_table: list[int]) -> torch.Tensor:
         """KV for positions ``[start, len(token_ids))``, and the last one's logits. ``start`` is a multiple of
         ``chunk_size``: the positions before it are in the cache already (loaded from LMCache or computed)."""
         cs, n = self.config.chunk_size, len(token_ids)
@@ -131,8 +133,7 @@ class TinyTransformer:
             qkv = _rms_norm(x) @ wqkv
             q, k, v = (part.reshape(t, h, hs) for part in qkv.split(d, dim=1))
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            # Padding rows of the last prefill block are never written: the cache holds only
-            # real tokens.
+            # Padding rows of the last prefill block are never written: the cache holds only real tokens.
             cache.write(index, table, start, k[:valid], v[:valid])
             keys, values = cache.gather(index, table, start + valid)
             x = x + self._attention(q, keys, values, start).reshape(t, d) @ wo
@@ -142,9 +143,8 @@ class TinyTransformer:
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
         t, own = q.shape[0], keys.shape[0] - start
         scores = torch.matmul((q * self.scale).transpose(0, 1), keys.permute(1, 2, 0))
-        # Query row i sits at position start + i and may see keys up to and including itself.
-        # Keys before ``start`` are visible to the whole block, so only the block's own
-        # keys need the causal mask.
+        # Query row i sits at position start + i and may see keys up to and including itself. Keys before ``start`` are
+        # visible to the whole block, so only the block's own keys need the causal mask.
         scores[:, :, start:].masked_fill_(self._future_mask(t)[:, :own], float("-inf"))
         out = torch.matmul(torch.softmax(scores, dim=-1), values.transpose(0, 1))
         return out.transpose(0, 1).contiguous()
@@ -156,12 +156,6 @@ class TinyTransformer:
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.lm_head + self.output_bias
-
-    def _rope_tables(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-        half = self.config.head_size // 2
-        inv_freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
-        angles = torch.arange(positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        return angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
 
 
 def _rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -69,13 +69,9 @@ PROFILES: dict[str, KVProfile] = {p.name: p for p in (
 PROFILE_NAMES = (TINY, *PROFILES)
 
 
-def tiny_profile(num_layers: int, num_heads: int, head_size: int) -> KVProfile:
-    return KVProfile(TINY, num_layers, num_heads, head_size, "float32", "the engine's compute geometry")
-
-
 def resolve(name: str, num_layers: int, num_heads: int, head_size: int) -> KVProfile:
     if name == TINY:
-        return tiny_profile(num_layers, num_heads, head_size)
+        return KVProfile(TINY, num_layers, num_heads, head_size, "float32", "the engine's compute geometry")
     if name not in PROFILES:
         raise ValueError(f"--profile {name!r}: use one of {', '.join(PROFILE_NAMES)}")
     p = PROFILES[name]

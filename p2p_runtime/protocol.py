@@ -27,8 +27,7 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
     """vLLM's error shape: the HTTP status doubles as ``code``."""
     # An error may quote the client's text; a lone surrogate in it must not make the error itself fail.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "Error"), "param": param,
-                      "code": status}}
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "Error"), "param": param, "code": status}}
 
 
 class _Lenient(BaseModel):

@@ -75,7 +75,6 @@ class Request:
     aborted: bool = False
     # Set by the runner: the LMCache session (named after request_id) needs an END_SESSION.
     lmcache_session_used: bool = False
-    admitted_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
 
@@ -107,8 +106,7 @@ class ModelRunner:
         self._last_unavailable_warning = -math.inf
 
     def blocks_needed(self, req: Request) -> int:
-        tokens = min(req.num_prompt_tokens + req.max_tokens, self.model.config.max_model_len)
-        return math.ceil(tokens / self.block_size)
+        return math.ceil(min(req.num_prompt_tokens + req.max_tokens, self.model.config.max_model_len) / self.block_size)
 
     def prefill(self, req: Request) -> int:
         """Load what LMCache has, compute the rest: the first token."""
@@ -124,7 +122,7 @@ class ModelRunner:
         self.metrics.computed_tokens.inc(computed)
         self.metrics.tokens_by_source["local_compute"].inc(computed)
         self.metrics.tokens_by_source["external_kv_transfer"].inc(loaded)
-        self._pad(started, self.timing.prefill_target_s(computed, loaded))
+        self.pad(started, self.timing.prefill_target_s(computed, loaded))
         return self.model.greedy(logits)
 
     def store(self, req: Request) -> None:
@@ -148,9 +146,6 @@ class ModelRunner:
         position = req.num_prompt_tokens + len(req.output_ids) - 1
         table = self.allocator.table(req.request_id)
         return self.model.greedy(self.model.decode(req.output_ids[-1], position, self.cache, table))
-
-    def pad_decode_step(self, started: float) -> None:
-        self._pad(started, self.timing.decode_target_s())
 
     def release(self, req: Request) -> None:
         self.allocator.free(req.request_id)
@@ -200,12 +195,12 @@ class ModelRunner:
     def _timed(self, op: str, fn, *args):
         started = time.monotonic()
         result = fn(*args)
-        self.metrics.observe_op(op, time.monotonic() - started)
+        self.metrics.lmcache_op_seconds.labels(op=op).observe(time.monotonic() - started)
         return result
 
     def _fallback(self, req: Request, exc: LMCacheError) -> None:
         """Count the failure; warn (at most once per interval while LMCache is unavailable)."""
-        self.metrics.fallback(exc.op, exc.reason)
+        self.metrics.lmcache_fallbacks.labels(op=exc.op, reason=exc.reason).inc()
         if exc.reason == "unavailable":
             now = time.monotonic()
             if now - self._last_unavailable_warning < _UNAVAILABLE_WARN_INTERVAL_S:
@@ -214,7 +209,7 @@ class ModelRunner:
         action = "skipping the store" if exc.op == "store" else "recomputing the prompt"
         logger.warning("%s: %s; %s", req.request_id, exc, action)
 
-    def _pad(self, started: float, target_s: float) -> None:
+    def pad(self, started: float, target_s: float) -> None:
         if target_s > 0:
             self.metrics.emulated_sleep.inc(self.timing.pad(started, target_s))
 
@@ -311,8 +306,8 @@ class Scheduler:
         return head
 
     def _admit(self, req: Request) -> None:
-        req.admitted_at = time.monotonic()
-        self.metrics.queue_time.observe(req.admitted_at - req.arrival)
+        admitted_at = time.monotonic()
+        self.metrics.queue_time.observe(admitted_at - req.arrival)
         self.metrics.prompt_tokens.inc(req.num_prompt_tokens)
         try:
             token = self.runner.prefill(req)
@@ -321,7 +316,7 @@ class Scheduler:
         except Exception as exc:
             self._crash(req, exc)
             return
-        self.metrics.prefill_time.observe(req.first_token_at - req.admitted_at)
+        self.metrics.prefill_time.observe(req.first_token_at - admitted_at)
         if req.finished:
             self._complete(req)
 
@@ -337,7 +332,7 @@ class Scheduler:
             except Exception as exc:
                 self._crash(req, exc)
         # Tokens become visible when the (emulated) step ends, as on a GPU.
-        self.runner.pad_decode_step(started)
+        self.runner.pad(started, self.runner.timing.decode_target_s())
         for req, token in produced:
             self._append(req, token)
             if req.finished:
@@ -357,8 +352,12 @@ class Scheduler:
             req.finish_reason = "stop"
         else:
             req.text += self.tokenizer.decode([token])
-            if req.stop and _truncate_at_stop(req):
-                req.finish_reason = "stop"
+            if req.stop:
+                # Only text that could contain a new match is searched: everything already sent is final.
+                window_start = max(0, req.sent_chars - max(len(s) for s in req.stop) + 1)
+                if found := [i for s in req.stop if (i := req.text.find(s, window_start)) >= 0]:
+                    req.text = req.text[: min(found)]
+                    req.finish_reason = "stop"
         if not req.finished and (len(req.output_ids) >= req.max_tokens or
                                  req.num_prompt_tokens + len(req.output_ids) >= self.max_model_len):
             req.finish_reason = "length"
@@ -412,12 +411,3 @@ class Scheduler:
     def _publish_queue(self) -> None:
         self.metrics.running.set(len(self._running))
         self.metrics.waiting.set(len(self._waiting))
-
-
-def _truncate_at_stop(req: Request) -> bool:
-    # Only text that could contain a new match is searched: everything already sent is final.
-    window_start = max(0, req.sent_chars - max(len(s) for s in req.stop) + 1)
-    found = [i for s in req.stop if (i := req.text.find(s, window_start)) >= 0]
-    if found:
-        req.text = req.text[: min(found)]
-    return bool(found)

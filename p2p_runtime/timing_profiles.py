@@ -154,8 +154,7 @@ class TimingEmulator:
 
     def prefill_target_s(self, computed_tokens: int, loaded_tokens: int) -> float:
         c = self.config
-        return self._jittered((computed_tokens * c.prefill_us_per_token + loaded_tokens * c.load_us_per_token)
-                              / 1e6)
+        return self._jittered((computed_tokens * c.prefill_us_per_token + loaded_tokens * c.load_us_per_token) / 1e6)
 
     def decode_target_s(self) -> float:
         return self._jittered(self.config.decode_ms_per_token / 1e3)

@@ -76,11 +76,7 @@ def message_text(content: str | list | None) -> str:
         return ""
     if isinstance(content, str):
         return content
-    texts = []
-    for part in content:
-        if part.type != "text" or part.text is None:
-            raise ChatTemplateError(f"unsupported content part type {part.type!r}; only text parts "
-                                    f"are accepted")
-        texts.append(part.text)
+    if (bad := next((part for part in content if part.type != "text" or part.text is None), None)) is not None:
+        raise ChatTemplateError(f"unsupported content part type {bad.type!r}; only text parts are accepted")
     # vLLM joins text parts with newlines.
-    return "\n".join(texts)
+    return "\n".join(part.text for part in content)

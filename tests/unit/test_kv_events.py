@@ -20,6 +20,8 @@ from p2p_runtime.core import EngineCore
 from tests.conftest import tool_venv
 
 VLLM_PYTHON = tool_venv("P2P_VLLM_VENV", ".venv-vllm") / "bin" / "python"
+# What a subscriber (the router) does with a payload: decode it as vLLM's typed batch.
+decode_batch = msgspec.msgpack.Decoder(kv.EventBatch).decode
 
 
 def endpoint() -> str:
@@ -73,7 +75,7 @@ def test_payload_is_vllm_event_batch_with_tagged_maps():
                                "block_size", "lora_id", "medium", "lora_name"]
     assert second == {"type": "BlockRemoved", "block_hashes": [1], "medium": "GPU"}
     assert third == {"type": "AllBlocksCleared"}
-    back = kv.decode_batch(kv.encode_batch(batch))
+    back = decode_batch(kv.encode_batch(batch))
     assert isinstance(back.events[0], kv.BlockStored) and back.events[0].token_ids == list(range(32))
 
 
@@ -107,7 +109,7 @@ def test_publisher_frames_sequence_and_replay():
         assert frames, "no KV event frame arrived"
         topic, seq, payload = frames[0]
         assert topic == b"kv@test" and len(seq) == 8
-        assert isinstance(kv.decode_batch(payload).events[0], kv.AllBlocksCleared)
+        assert isinstance(decode_batch(payload).events[0], kv.AllBlocksCleared)
         # Replay from 0: every buffered batch in order, then the end marker.
         dealer = ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.RCVTIMEO, 10_000)
@@ -167,10 +169,10 @@ def test_engine_publishes_events_and_answers_discovery_routes():
                 assert r.status_code == 200
 
             def seen(frames):
-                return {type(e).__name__ for _, _, p in frames for e in kv.decode_batch(p).events}
+                return {type(e).__name__ for _, _, p in frames for e in decode_batch(p).events}
 
             frames = receive_until(sub, lambda f: {"BlockStored", "BlockRemoved"} <= seen(f), ask)
-        events = [e for _, _, p in frames for e in kv.decode_batch(p).events]
+        events = [e for _, _, p in frames for e in decode_batch(p).events]
         kinds = [type(e).__name__ for e in events]
         assert "BlockStored" in kinds and "BlockRemoved" in kinds
         stored = next(e for e in events if isinstance(e, kv.BlockStored))
@@ -236,7 +238,7 @@ def test_vllm_publisher_binds_the_rendered_endpoint_and_we_read_it():
         sub = subscriber(ctx, f"tcp://127.0.0.1:{port}")
         frames = receive_until(sub, lambda f: len(f) >= 1, lambda: None, deadline_s=60)
         assert frames, "no frame from vLLM's publisher"
-        event = kv.decode_batch(frames[0][2]).events[0]
+        event = decode_batch(frames[0][2]).events[0]
         assert isinstance(event, kv.BlockStored) and event.block_hashes == [7]
         sub.close(0)
     finally:
