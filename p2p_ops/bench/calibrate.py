@@ -65,18 +65,11 @@ def prompt_limit(ctx: FleetContext) -> Optional[int]:
     return context - _CONTEXT_MARGIN if context else None
 
 
-def fleet_timing(ctx: FleetContext) -> str:
-    """A profile name, `off` for vLLM (real compute), or `custom`."""
-    if ctx.fleet.runtime == "vllm":
-        return "off"
-    return match(ctx.fleet.engine.model_dump()) or "custom"
-
-
 def timing_doc(ctx: FleetContext, name: Optional[str]) -> dict[str, Any]:
-    """Which profile the engines run and which one the projection uses: --timing's, else the engines' own
-    when it emulates a GPU, else the default (the one `bench placement` runs), so a fleet at CPU speed still
-    gets the GPU answer."""
-    engines = fleet_timing(ctx)
+    """Which profile the engines run (a profile name, `off` for vLLM's real compute, or `custom`) and which one
+    the projection uses: --timing's, else the engines' own when it emulates a GPU, else the default (the one
+    `bench placement` runs), so a fleet at CPU speed still gets the GPU answer."""
+    engines = "off" if ctx.fleet.runtime == "vllm" else match(ctx.fleet.engine.model_dump()) or "custom"
     own = TIMING_PROFILES.get(engines)
     name = name or (engines if own and own.emulated else DEFAULT)
     return {"engines": engines, "profile": name, "describe": TIMING_PROFILES[name].describe(),
