@@ -107,7 +107,10 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     def record() -> dict[str, Any]:
         adv = advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
         doc = document(ctx, rows, failures, skipped, adv, repeats, launched, times)
-        _write(out_dir, doc, rows)
+        files.write_json(out_dir / "crossover.json", doc)
+        files.write_text(out_dir / "summary.md", summary(doc))
+        if rows:
+            bench_plots.crossover(out_dir / "crossover.png", rows)
         return doc
 
     doc = record()
@@ -147,13 +150,6 @@ def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], 
            "projection": project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
     doc["recommendation"] = recommendation(doc)
     return finite(doc)
-
-
-def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
-    files.write_json(out_dir / "crossover.json", doc)
-    files.write_text(out_dir / "summary.md", summary(doc))
-    if rows:
-        bench_plots.crossover(out_dir / "crossover.png", rows)
 
 
 def summary(doc: dict[str, Any]) -> str:

@@ -6,11 +6,12 @@ This module starts the server on one connection (detached, by pidfile: `lifecycl
 batch size (`Options.counts`: a prefix of N chunks is a count of N) on another (local or SSH), stops the server,
 and parses what the client printed (`parse_client_output`, tested on tests/fixtures/bench/channel/).
 
-The client runs LMCache's tool unchanged, from a wrapper (`channel_wrapper`) that also prints each measured read's
+The client runs LMCache's tool unchanged, from a wrapper (`CLIENT_WRAPPER`) that also prints each measured read's
 time, because the tool itself prints only best, median and mean: p50/p99 come from those times. On an LMCache
 whose tool lacks the hook the wrapper patches, p50/p99 fall back to the median (`times_ms=None`). A client that
 exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at interpreter
-exit) keeps its figures with a `note` (`judge_exit`).
+exit) keeps its figures with a `note` (`judge_exit`). With `P2P_START_AT` (a Unix time) set, a client waits after
+connecting until then and prints `[p2p] start wait S` (negative: it came late).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
-from p2p_ops.bench.channel_wrapper import CLIENT_WRAPPER
 from p2p_ops.connectors.base import Connector, tail
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact, strip_ansi
@@ -40,6 +40,31 @@ READY_LINE = "[server] ready"
 BUFFER_SLACK = 64 << 20
 SERVER_START_S = 120.0  # torch + NIXL import on a busy 2-core box
 T = TypeVar("T")
+
+CLIENT_WRAPPER = (
+    "import json, sys\n"
+    "from lmcache.tools.transfer_channel_benchmark import __main__ as m, benchmark as b\n"
+    "_r = getattr(b, '_report', None)\n"
+    "if _r:\n"
+    "    def _report(cfg, times):\n"
+    "        _r(cfg, times); print('[p2p] times_ms ' + json.dumps([t * 1e3 for t in times]), flush=True)\n"
+    "    b._report = _report\n"
+    # Concurrent clients (p2p_ops.bench.transfer_patterns) read together: each waits, once connected, for P2P_START_AT.
+    "import os, time\n"
+    "_at = float(os.environ.get('P2P_START_AT') or 0)\n"
+    "if _at:\n"
+    "    _init = b.initialize_transfer_channel_context\n"
+    "    def _gated(*a, **k):\n"
+    "        ctx = _init(*a, **k); get = ctx.get_transfer_channel_client\n"
+    "        def client(url):\n"
+    "            c = get(url); w = _at - time.time()\n"
+    "            print(f'[p2p] start wait {w:.3f}', flush=True); time.sleep(max(w, 0)); return c\n"
+    "        ctx.get_transfer_channel_client = client\n"
+    "        return ctx\n"
+    "    b.initialize_transfer_channel_context = _gated\n"
+    "_rc = m.main()\n"
+    "print(f'[p2p] main returned {_rc}', flush=True)\n"
+    "sys.exit(_rc)\n")
 
 
 @dataclass(frozen=True)

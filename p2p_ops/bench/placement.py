@@ -102,9 +102,6 @@ class ArmResult:
     kv_inputs: float = 0.0
     error: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float, peer_tokens: float,
               kv_hits: float = 0.0, kv_inputs: float = 0.0) -> ArmResult:
@@ -213,7 +210,7 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
     return finite({"options": asdict(opts), "ports": ports.to_json(),
                    "timing": {"profile": profile.name, "describe": profile.describe(),
                               "settings": profile.engine_settings()},
-                   "arms": [r.to_dict() for r in results], "margins": m,
+                   "arms": [asdict(r) for r in results], "margins": m,
                    "recommendation": recommend(results, m, opts.workload, profile),
                    "below_one": explanations(results, m, turns or [], profile)})
 

@@ -251,21 +251,14 @@ def cmd_placement(args: argparse.Namespace) -> int:
     return _show(args, out, {**files.read_json(out / "results.json", within=out), "passed": ok}, ok)
 
 
-def calibrate_lengths(args: argparse.Namespace) -> list[int]:
-    from p2p_ops.bench import calibrate
-
-    if not args.lengths:
-        return list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
-    lengths = ints(args.lengths, "--lengths", "give token counts, e.g. 512,1024,2048")
-    if not lengths or min(lengths) < 1:
-        raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
-    return lengths
-
-
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from p2p_ops.bench import calibrate
 
-    lengths = calibrate_lengths(args)
+    lengths = list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
+    if args.lengths:
+        lengths = ints(args.lengths, "--lengths", "give token counts, e.g. 512,1024,2048")
+        if not lengths or min(lengths) < 1:
+            raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
     repeats = args.repeats or (2 if args.quick else 3)
     if args.launch:
         out = _out_dir(args, "calibrate")

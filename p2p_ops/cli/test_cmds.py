@@ -182,12 +182,10 @@ def stress_options(args: argparse.Namespace) -> StressOptions:
                       "doc_tokens": "doc_tokens", "longdoc_tokens": "longdoc_tokens"})
     if args.ladder:
         kw["ladder"] = ints(args.ladder, "--ladder", "give integers separated by commas, e.g. 1,2,4,8")
-    if args.requests_per_level:
-        kw["requests_per_level"] = args.requests_per_level
     if args.stages:
         kw["stages"] = names(args.stages)
-    kw.update(policy=args.policy, max_seconds=args.max_seconds, tag=args.tag, via_router=args.via_router,
-              seed=seed(args))
+    kw.update(requests_per_level=args.requests_per_level, policy=args.policy, max_seconds=args.max_seconds,
+              tag=args.tag, via_router=args.via_router, seed=seed(args))
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 
 
