@@ -194,13 +194,12 @@ def parse_client_output(text: str, verify: bool, object_size: int, num_objects: 
 
 def server_args(server: Side, opts: Options, ports: Ports) -> list[str]:
     sources = max(opts.counts)
-    buffer = sources * opts.object_size + BUFFER_SLACK
     # It serves until we stop it; the timeout only bounds a server whose stop never came.
     serve_s = SERVER_START_S + opts.timeout_s * (len(opts.counts) + 1)
     return ["--role", "server", "--url", f"{server.address}:{ports.transfer}",
             "--control-url", f"{server.address}:{ports.control}", "--nixl-backend", opts.nixl_backend,
             "--transfer-channel-type", opts.channel_type,
-            "--buffer-size", str(buffer), "--page-size", str(opts.page_size),
+            "--buffer-size", str(sources * opts.object_size + BUFFER_SLACK), "--page-size", str(opts.page_size),
             # The tool checks its sources against --num-objects (default 100) on the server side too.
             "--object-size", str(opts.object_size), "--num-source-objects", str(sources),
             "--num-objects", str(sources),

@@ -159,14 +159,13 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     # Both arms run one after the other on the same ports (the first is down before the second starts).
     choice = choose(opts.nodes, opts.port_offset, router=True)
     progress(choice.line())
-    ports = choice.base
     files.make_dirs(out_dir)
     deadline = time.monotonic() + opts.max_seconds
     results: list[ArmResult] = []
     turns_out: list[dict] = []
     for p2p in opts.p2p_arms:
         arm = "on" if p2p else "off"
-        data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.timing, f"placement-p2p-{arm}")
+        data = fleet_data(opts.nodes, p2p, opts.policies[0], choice.base, opts.timing, f"placement-p2p-{arm}")
         progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
         try:
             with launch.temporary(data, out_dir / f"fleet-p2p-{arm}", progress=progress, wait_timeout=120) as ctx:

@@ -196,8 +196,7 @@ def transfer_table(doc: dict) -> str:
         notes += [f"{r['num_objects']} chunk(s): a reader connected after the common start, reads not overlapped"
                   ] if r.get("overlapped") is False else []
     notes += [doc["rails_note"]] if doc.get("rails_note") else []
-    if notes:
-        lines += [f"note: {n}" for n in dict.fromkeys(notes)]
+    lines += [f"note: {n}" for n in dict.fromkeys(notes)]
     if doc.get("need_why"):
         lines.append(f"need: {doc['need_ms']:g} ms, {doc['need_why']}")
     return "\n".join(lines)

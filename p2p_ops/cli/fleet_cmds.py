@@ -182,12 +182,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return done(args, rep.to_json() | ({"cache": cmap.to_json()} if cmap else {}), show, rep.ready)
 
 
-def _lock_note(line: str) -> None:
-    """`down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr."""
-    if line.startswith("waiting for fleet"):
-        progress(line)
-
-
 def _print_cache(cmap) -> None:
     t = table(f"cache map — {cmap.total_keys} L1 key(s) in the directory, {cmap.duplicated_keys} held by more "
               "than one node" + (f" ({cmap.error})" if cmap.error else ""),
@@ -208,9 +202,10 @@ def _print_cache(cmap) -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    # `down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr.
     with context(args) as ctx:
         outcome = launch.down(ctx, only=args.node, roles=_roles(args), lock_wait_s=args.lock_wait,
-                              progress=_lock_note)
+                              progress=lambda line: progress(line) if line.startswith("waiting for fleet") else None)
     errors = launch.down_errors(outcome)
 
     def show_table() -> None:
