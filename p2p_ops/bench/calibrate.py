@@ -65,18 +65,11 @@ def prompt_limit(ctx: FleetContext) -> Optional[int]:
     return context - _CONTEXT_MARGIN if context else None
 
 
-def fleet_timing(ctx: FleetContext) -> str:
-    """A profile name, `off` for vLLM (real compute), or `custom`."""
-    if ctx.fleet.runtime == "vllm":
-        return "off"
-    return match(ctx.fleet.engine.model_dump()) or "custom"
-
-
 def timing_doc(ctx: FleetContext, name: Optional[str]) -> dict[str, Any]:
-    """Which profile the engines run and which one the projection uses: --timing's, else the engines' own
-    when it emulates a GPU, else the default (the one `bench placement` runs), so a fleet at CPU speed still
-    gets the GPU answer."""
-    engines = fleet_timing(ctx)
+    """Which profile the engines run (a profile name, `off` for vLLM's real compute, or `custom`) and which one
+    the projection uses: --timing's, else the engines' own when it emulates a GPU, else the default (the one
+    `bench placement` runs), so a fleet at CPU speed still gets the GPU answer."""
+    engines = "off" if ctx.fleet.runtime == "vllm" else match(ctx.fleet.engine.model_dump()) or "custom"
     own = TIMING_PROFILES.get(engines)
     name = name or (engines if own and own.emulated else DEFAULT)
     return {"engines": engines, "profile": name, "describe": TIMING_PROFILES[name].describe(),
@@ -114,7 +107,10 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
     def record() -> dict[str, Any]:
         adv = advice(rows, doc_tokens, plan.bytes_per_token, plan.chunk_tokens, ctx.fleet.settings.l1_align_bytes)
         doc = document(ctx, rows, failures, skipped, adv, repeats, launched, times)
-        _write(out_dir, doc, rows)
+        files.write_json(out_dir / "crossover.json", doc)
+        files.write_text(out_dir / "summary.md", summary(doc))
+        if rows:
+            bench_plots.crossover(out_dir / "crossover.png", rows)
         return doc
 
     doc = record()
@@ -154,13 +150,6 @@ def document(ctx: FleetContext, rows: list, failures: list, skipped: list[int], 
            "projection": project(table, TIMING_PROFILES[timing["profile"]], kv_bytes)}
     doc["recommendation"] = recommendation(doc)
     return finite(doc)
-
-
-def _write(out_dir: Path, doc: dict[str, Any], rows: list) -> None:
-    files.write_json(out_dir / "crossover.json", doc)
-    files.write_text(out_dir / "summary.md", summary(doc))
-    if rows:
-        bench_plots.crossover(out_dir / "crossover.png", rows)
 
 
 def summary(doc: dict[str, Any]) -> str:

@@ -6,11 +6,12 @@ This module starts the server on one connection (detached, by pidfile: `lifecycl
 batch size (`Options.counts`: a prefix of N chunks is a count of N) on another (local or SSH), stops the server,
 and parses what the client printed (`parse_client_output`, tested on tests/fixtures/bench/channel/).
 
-The client runs LMCache's tool unchanged, from a wrapper (`channel_wrapper`) that also prints each measured read's
+The client runs LMCache's tool unchanged, from a wrapper (`CLIENT_WRAPPER`) that also prints each measured read's
 time, because the tool itself prints only best, median and mean: p50/p99 come from those times. On an LMCache
 whose tool lacks the hook the wrapper patches, p50/p99 fall back to the median (`times_ms=None`). A client that
 exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at interpreter
-exit) keeps its figures with a `note` (`judge_exit`).
+exit) keeps its figures with a `note` (`judge_exit`). With `P2P_START_AT` (a Unix time) set, a client waits after
+connecting until then and prints `[p2p] start wait S` (negative: it came late).
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
-from p2p_ops.bench.channel_wrapper import CLIENT_WRAPPER
 from p2p_ops.connectors.base import Connector, tail
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_grep_fact, strip_ansi
@@ -39,6 +39,32 @@ READY_LINE = "[server] ready"
 # The server's L1 holds the largest batch plus slack for alignment; the client allocates its own.
 BUFFER_SLACK = 64 << 20
 SERVER_START_S = 120.0  # torch + NIXL import on a busy 2-core box
+T = TypeVar("T")
+
+CLIENT_WRAPPER = (
+    "import json, sys\n"
+    "from lmcache.tools.transfer_channel_benchmark import __main__ as m, benchmark as b\n"
+    "_r = getattr(b, '_report', None)\n"
+    "if _r:\n"
+    "    def _report(cfg, times):\n"
+    "        _r(cfg, times); print('[p2p] times_ms ' + json.dumps([t * 1e3 for t in times]), flush=True)\n"
+    "    b._report = _report\n"
+    # Concurrent clients (p2p_ops.bench.transfer_patterns) read together: each waits, once connected, for P2P_START_AT.
+    "import os, time\n"
+    "_at = float(os.environ.get('P2P_START_AT') or 0)\n"
+    "if _at:\n"
+    "    _init = b.initialize_transfer_channel_context\n"
+    "    def _gated(*a, **k):\n"
+    "        ctx = _init(*a, **k); get = ctx.get_transfer_channel_client\n"
+    "        def client(url):\n"
+    "            c = get(url); w = _at - time.time()\n"
+    "            print(f'[p2p] start wait {w:.3f}', flush=True); time.sleep(max(w, 0)); return c\n"
+    "        ctx.get_transfer_channel_client = client\n"
+    "        return ctx\n"
+    "    b.initialize_transfer_channel_context = _gated\n"
+    "_rc = m.main()\n"
+    "print(f'[p2p] main returned {_rc}', flush=True)\n"
+    "sys.exit(_rc)\n")
 
 
 @dataclass(frozen=True)
@@ -166,19 +192,14 @@ def parse_client_output(text: str, verify: bool, object_size: int, num_objects: 
     return run
 
 
-def _url(address: str, port: int) -> str:
-    return f"{address}:{port}"
-
-
 def server_args(server: Side, opts: Options, ports: Ports) -> list[str]:
     sources = max(opts.counts)
-    buffer = sources * opts.object_size + BUFFER_SLACK
     # It serves until we stop it; the timeout only bounds a server whose stop never came.
     serve_s = SERVER_START_S + opts.timeout_s * (len(opts.counts) + 1)
-    return ["--role", "server", "--url", _url(server.address, ports.transfer),
-            "--control-url", _url(server.address, ports.control), "--nixl-backend", opts.nixl_backend,
+    return ["--role", "server", "--url", f"{server.address}:{ports.transfer}",
+            "--control-url", f"{server.address}:{ports.control}", "--nixl-backend", opts.nixl_backend,
             "--transfer-channel-type", opts.channel_type,
-            "--buffer-size", str(buffer), "--page-size", str(opts.page_size),
+            "--buffer-size", str(sources * opts.object_size + BUFFER_SLACK), "--page-size", str(opts.page_size),
             # The tool checks its sources against --num-objects (default 100) on the server side too.
             "--object-size", str(opts.object_size), "--num-source-objects", str(sources),
             "--num-objects", str(sources),
@@ -186,9 +207,9 @@ def server_args(server: Side, opts: Options, ports: Ports) -> list[str]:
 
 
 def client_args(server: Side, client: Side, opts: Options, ports: Ports, count: int) -> list[str]:
-    args = ["--role", "client", "--url", _url(server.address, ports.transfer),
-            "--control-url", _url(server.address, ports.control),
-            "--listen-url", _url(client.address, ports.listen), "--nixl-backend", opts.nixl_backend,
+    args = ["--role", "client", "--url", f"{server.address}:{ports.transfer}",
+            "--control-url", f"{server.address}:{ports.control}",
+            "--listen-url", f"{client.address}:{ports.listen}", "--nixl-backend", opts.nixl_backend,
             "--transfer-channel-type", opts.channel_type,
             "--page-size", str(opts.page_size), "--object-size", str(opts.object_size),
             "--num-objects", str(count), "--iters", str(opts.iters), "--warmup", str(opts.warmup),
@@ -205,12 +226,7 @@ def _exports(env: Mapping[str, str]) -> str:
 def server_proc(server: Side, ports: Ports) -> Proc:
     base = f"{server.workdir}/channel-server-{ports.transfer}"
     return Proc(f"channel-server:{ports.transfer}", server.workdir, base + ".sh", base + ".log", base + ".pid",
-                f"--url {_url(server.address, ports.transfer)} ")
-
-
-def _server_wrapper(server: Side, opts: Options, ports: Ports) -> str:
-    argv = " ".join(shlex.quote(a) for a in [server.python, "-m", TOOL_MODULE, *server_args(server, opts, ports)])
-    return "#!/bin/bash\n" + _exports(server.env) + f"exec {argv}\n"
+                f"--url {server.address}:{ports.transfer} ")
 
 
 def client_command(server: Side, client: Side, opts: Options, ports: Ports, count: int, start_at: float = 0) -> str:
@@ -222,8 +238,9 @@ def client_command(server: Side, client: Side, opts: Options, ports: Ports, coun
 
 def start_server(server: Side, opts: Options, ports: Ports) -> Proc:
     proc = server_proc(server, ports)
+    argv = " ".join(shlex.quote(a) for a in [server.python, "-m", TOOL_MODULE, *server_args(server, opts, ports)])
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
-        fh.write(_server_wrapper(server, opts, ports))
+        fh.write("#!/bin/bash\n" + _exports(server.env) + f"exec {argv}\n")
     try:
         server.conn.run(f"mkdir -p {shlex.quote(server.workdir)}", timeout=30, check=True)
         server.conn.put(Path(fh.name), proc.wrapper, mode=0o700)
@@ -269,16 +286,25 @@ def run_client(server: Side, client: Side, opts: Options, ports: Ports, count: i
     return judge_exit(parse_client_output(res.output, opts.verify, opts.object_size, count), res.exit_code)
 
 
-# Wraps one client run (its count and the run itself): e.g. a rail-counter window around it.
-Around = Callable[[int, Callable[[], ChannelRun]], ChannelRun]
+# Wraps one round (its count and the round itself): e.g. a rail-counter window around it.
+Around = Callable[[int, Callable[[], T]], T]
+
+
+def run_rounds(servers: Sequence[tuple[Side, Ports]], opts: Options, one_round: Callable[[int], T],
+               around: Optional[Around] = None) -> list[T]:
+    """Start the servers, run one round per count inside `around`, and stop them whatever happens."""
+    opts.check()
+    started: list[tuple[Side, Proc]] = []
+    around = around or (lambda _n, run: run())
+    try:
+        for side, ports in servers:
+            started.append((side, start_server(side, opts, ports)))
+        return [around(n, lambda n=n: one_round(n)) for n in opts.counts]
+    finally:
+        for side, proc in started:
+            procs.stop(side.conn, proc, grace_s=10)
 
 
 def run_channel(server: Side, client: Side, opts: Options, ports: Ports,
                 around: Optional[Around] = None) -> list[ChannelRun]:
-    opts.check()
-    proc = start_server(server, opts, ports)
-    around = around or (lambda _n, run: run())
-    try:
-        return [around(n, lambda n=n: run_client(server, client, opts, ports, n)) for n in opts.counts]
-    finally:
-        procs.stop(server.conn, proc, grace_s=10)
+    return run_rounds([(server, ports)], opts, lambda n: run_client(server, client, opts, ports, n), around)

@@ -67,8 +67,7 @@ class PeersOptions:
             raise BadInput(f"--repeats {self.repeats}: use at least 1")
         if self.chunks < 1:
             raise BadInput(f"--chunks {self.chunks}: use at least 1 so that there is a chunk to pull")
-        bad = [n for n in self.sizes if n < 2]
-        if bad or not self.sizes:
+        if not self.sizes or min(self.sizes) < 2:
             raise BadInput(f"--nodes {','.join(map(str, self.sizes))}: every fleet needs at least 2 servers, "
                            "e.g. --nodes 2,4,8")
 
@@ -212,7 +211,7 @@ def document(samples: list[Sample], notes: list[str], fleets: list[dict], opts: 
     goal["why"] = why_missed(goal, table, fleets)
     return finite({"passed": bool(samples) and all(s.ok for s in samples), "repeats": opts.repeats,
                    "chunks": opts.chunks, "fleets": fleets, "rows": table, "target": goal,
-                   "notes": notes, "samples": [s.to_dict() for s in samples]})
+                   "notes": notes, "samples": [asdict(s) for s in samples]})
 
 
 def run_running(ctx: FleetContext, out_dir: Optional[Path], opts: PeersOptions,
@@ -278,9 +277,6 @@ class Sample:
     retrieve_ms: Optional[float] = None
     ok: bool = False
     error: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def holders(placements_per_chunk: list[list[str]], chunks: int) -> list[str]:

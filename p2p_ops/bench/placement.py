@@ -102,9 +102,6 @@ class ArmResult:
     kv_inputs: float = 0.0
     error: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float, peer_tokens: float,
               kv_hits: float = 0.0, kv_inputs: float = 0.0) -> ArmResult:
@@ -162,14 +159,13 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     # Both arms run one after the other on the same ports (the first is down before the second starts).
     choice = choose(opts.nodes, opts.port_offset, router=True)
     progress(choice.line())
-    ports = choice.base
     files.make_dirs(out_dir)
     deadline = time.monotonic() + opts.max_seconds
     results: list[ArmResult] = []
     turns_out: list[dict] = []
     for p2p in opts.p2p_arms:
         arm = "on" if p2p else "off"
-        data = fleet_data(opts.nodes, p2p, opts.policies[0], ports, opts.timing, f"placement-p2p-{arm}")
+        data = fleet_data(opts.nodes, p2p, opts.policies[0], choice.base, opts.timing, f"placement-p2p-{arm}")
         progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
         try:
             with launch.temporary(data, out_dir / f"fleet-p2p-{arm}", progress=progress, wait_timeout=120) as ctx:
@@ -213,7 +209,7 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
     return finite({"options": asdict(opts), "ports": ports.to_json(),
                    "timing": {"profile": profile.name, "describe": profile.describe(),
                               "settings": profile.engine_settings()},
-                   "arms": [r.to_dict() for r in results], "margins": m,
+                   "arms": [asdict(r) for r in results], "margins": m,
                    "recommendation": recommend(results, m, opts.workload, profile),
                    "below_one": explanations(results, m, turns or [], profile)})
 

@@ -74,9 +74,7 @@ def verdict(rows: list[dict], need_ms: float, what: str = "the prefix") -> tuple
     if not rows or not all(r["ok"] for r in rows):
         bad = next((r for r in rows if not r["ok"]), None)
         return False, f"FAIL: a read failed ({bad['error'] if bad else 'no rows'})"
-    last = rows[-1]
-    took = last["p50_ms"]
-    mib = last["payload_bytes"] / 2**20
+    took, mib = rows[-1]["p50_ms"], rows[-1]["payload_bytes"] / 2**20
     if took is None or took > need_ms:
         return False, (f"SLOW: {what} ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:g} ms "
                        "the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`")

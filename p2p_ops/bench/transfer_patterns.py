@@ -20,7 +20,6 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from p2p_ops.bench import channel
 from p2p_ops.errors import BadInput
-from p2p_ops.lifecycle import procs
 
 PATTERNS = ("pairwise", "many-to-one", "one-to-many")
 # Lead before a round's common start: the clients' imports (torch, NIXL) on a busy 2-core box, or over SSH.
@@ -48,13 +47,6 @@ def plan_links(pattern: str, hub: str, others: Sequence[str], sides: Mapping[str
     return [Link(hub, o, sides[hub], sides[o], channel.Ports(*shared, new_port())) for o in others]
 
 
-def _servers(links: Sequence[Link]) -> list[Link]:
-    seen: dict[tuple[str, int], Link] = {}
-    for link in links:
-        seen.setdefault((link.source, link.ports.transfer), link)
-    return list(seen.values())
-
-
 def _round(links: Sequence[Link], opts: channel.Options, count: int, lead_s: float) -> list[channel.ChannelRun]:
     start_at = time.time() + lead_s
     with ThreadPoolExecutor(max_workers=len(links)) as pool:
@@ -63,17 +55,10 @@ def _round(links: Sequence[Link], opts: channel.Options, count: int, lead_s: flo
 
 
 def run_links(links: Sequence[Link], opts: channel.Options, lead_s: float = START_LEAD_S,
-              around: Optional[Callable[[int, Callable[[], list]], list]] = None) -> list[list[channel.ChannelRun]]:
-    opts.check()
-    started: list[tuple[channel.Side, object]] = []
-    around = around or (lambda _n, run: run())
-    try:
-        for link in _servers(links):
-            started.append((link.server, channel.start_server(link.server, opts, link.ports)))
-        return [around(n, lambda n=n: _round(links, opts, n, lead_s)) for n in opts.counts]
-    finally:
-        for side, proc in started:
-            procs.stop(side.conn, proc, grace_s=10)
+              around: Optional[channel.Around] = None) -> list[list[channel.ChannelRun]]:
+    # One server per source and transfer port: one-to-many's links share the hub's.
+    servers = {(k.source, k.ports.transfer): (k.server, k.ports) for k in links}
+    return channel.run_rounds(list(servers.values()), opts, lambda n: _round(links, opts, n, lead_s), around)
 
 
 def aggregate(runs: Sequence[channel.ChannelRun]) -> dict:

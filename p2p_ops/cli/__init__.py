@@ -42,12 +42,11 @@ _GLOBAL_FLAGS = {"--no-color": "no_color", "-q": "quiet", "--quiet": "quiet"}
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    from importlib import metadata
 
     try:
-        return dist_version("p2p-kv-ops")
-    except PackageNotFoundError:
+        return metadata.version("p2p-kv-ops")
+    except metadata.PackageNotFoundError:
         return "unknown (not installed)"
 
 
@@ -165,7 +164,3 @@ def _run_handler(args) -> int:
             raise
         raise CouldNotRun(f"this needs {exc.name}, which is not installed here: pip install 'p2p-kv-ops[{extra}]'"
                           ) from None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

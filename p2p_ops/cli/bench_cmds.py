@@ -8,7 +8,6 @@ With --json, stdout holds one document (the run's results) and progress stays on
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -89,11 +88,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--out", default=None, help="run folder (default <run>/tests/<UTC time>-calibrate; with "
                                                "--launch p2p-run/bench/<UTC time>-calibrate)")
-    register_transfer(bsub)
-    register_peers(bsub)
 
+    t = verb(bsub, "transfer", cmd_transfer,
+             help="LMCache's transfer-channel benchmark between two nodes of the fleet, beside memcpy",
+             description="Runs `lmcache tool transfer-channel-benchmark` (server on --source, client on --reader, "
+             "--verify) on the fleet's UCX_TLS / UCX_NET_DEVICES / l1_align_bytes, for one chunk up to the prefix "
+             "of --prompt-tokens at the fleet's KV profile; prints GB/s and p50/p99 per size with memcpy on the "
+             "reader, and a verdict against --need-ms for the whole prefix. Starts its own benchmark processes on "
+             "free ports; the fleet need not be running.",
+             epilog="exit codes: 0 every read verified and fast enough, 1 a read failed or was too slow, 2 bad input")
+    t.add_argument("--source", default=None, help="node that serves the bytes (default: the first node)")
+    t.add_argument("--reader", default=None, help="node that reads them (default: the second node, else the first)")
+    t.add_argument("--pattern", choices=("pairwise", "many-to-one", "one-to-many"), default="pairwise",
+                   help="pairwise (--source to --reader), many-to-one (every other node serves, --reader reads "
+                        "from all at once) or one-to-many (--source serves, every other node reads at once)")
+    t.add_argument("--engine", default=None, help="transfer engine(s) to time, comma-separated, side by side "
+                   "(nixl,mooncake_te; default: the fleet's settings.transfer_engine, nixl for tcp); pairwise only")
+    t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
+    t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
+    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: "
+                   "recomputing it, from engine.prefill_us_per_token, else the default GPU timing profile's)")
+    t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
+                                               "against size (default <run>/tests/<UTC time>-transfer)")
 
-def register_peers(bsub: argparse._SubParsersAction) -> None:
     pe = verb(bsub, "peers", cmd_peers,
               help="multi-peer behaviour: which peer serves a prefix, lookup latency against N",
               description="On temporary local fleets of each --nodes size (or, with --running, the fleet of -f): "
@@ -142,30 +159,6 @@ def peers_table(doc: dict) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
 
 
-def register_transfer(bsub: argparse._SubParsersAction) -> None:
-    t = verb(bsub, "transfer", cmd_transfer,
-             help="LMCache's transfer-channel benchmark between two nodes of the fleet, beside memcpy",
-             description="Runs `lmcache tool transfer-channel-benchmark` (server on --source, client on --reader, "
-             "--verify) on the fleet's UCX_TLS / UCX_NET_DEVICES / l1_align_bytes, for one chunk up to the prefix "
-             "of --prompt-tokens at the fleet's KV profile; prints GB/s and p50/p99 per size with memcpy on the "
-             "reader, and a verdict against --need-ms for the whole prefix. Starts its own benchmark processes on "
-             "free ports; the fleet need not be running.",
-             epilog="exit codes: 0 every read verified and fast enough, 1 a read failed or was too slow, 2 bad input")
-    t.add_argument("--source", default=None, help="node that serves the bytes (default: the first node)")
-    t.add_argument("--reader", default=None, help="node that reads them (default: the second node, else the first)")
-    t.add_argument("--pattern", choices=("pairwise", "many-to-one", "one-to-many"), default="pairwise",
-                   help="pairwise (--source to --reader), many-to-one (every other node serves, --reader reads "
-                        "from all at once) or one-to-many (--source serves, every other node reads at once)")
-    t.add_argument("--engine", default=None, help="transfer engine(s) to time, comma-separated, side by side "
-                   "(nixl,mooncake_te; default: the fleet's settings.transfer_engine, nixl for tcp); pairwise only")
-    t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
-    t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
-    t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: "
-                   "recomputing it, from engine.prefill_us_per_token, else the default GPU timing profile's)")
-    t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
-                                               "against size (default <run>/tests/<UTC time>-transfer)")
-
-
 def cmd_transfer(args: argparse.Namespace) -> int:
     from p2p_ops.bench import transfer
 
@@ -203,8 +196,7 @@ def transfer_table(doc: dict) -> str:
         notes += [f"{r['num_objects']} chunk(s): a reader connected after the common start, reads not overlapped"
                   ] if r.get("overlapped") is False else []
     notes += [doc["rails_note"]] if doc.get("rails_note") else []
-    if notes:
-        lines += [f"note: {n}" for n in dict.fromkeys(notes)]
+    lines += [f"note: {n}" for n in dict.fromkeys(notes)]
     if doc.get("need_why"):
         lines.append(f"need: {doc['need_ms']:g} ms, {doc['need_why']}")
     return "\n".join(lines)
@@ -255,34 +247,26 @@ def cmd_placement(args: argparse.Namespace) -> int:
     out = _out_dir(args, "placement")
     results = placement.run(out, opts, progress)
     ok = bool(results) and not any(r.error or r.failed for r in results)
-    return _show(args, out, {**json.loads(files.read_text(out / "results.json", within=out)), "passed": ok}, ok)
-
-
-def calibrate_lengths(args: argparse.Namespace) -> list[int]:
-    from p2p_ops.bench import calibrate
-
-    if not args.lengths:
-        return list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
-    lengths = ints(args.lengths, "--lengths", "give token counts, e.g. 512,1024,2048")
-    if not lengths or min(lengths) < 1:
-        raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
-    return lengths
+    return _show(args, out, {**files.read_json(out / "results.json", within=out), "passed": ok}, ok)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from p2p_ops.bench import calibrate
 
-    lengths = calibrate_lengths(args)
+    lengths = list(calibrate.QUICK_LENGTHS if args.quick else calibrate.LENGTHS)
+    if args.lengths:
+        lengths = ints(args.lengths, "--lengths", "give token counts, e.g. 512,1024,2048")
+        if not lengths or min(lengths) < 1:
+            raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
     repeats = args.repeats or (2 if args.quick else 3)
-    if not args.launch:
-        _only_with(args, "--port-offset", "with --launch", "a running fleet's ports are in its fleet.yaml")
-        _only_with(args, "--profile", "with --launch", "a running fleet's KV profile is engine.profile in its "
-                   "fleet.yaml")
     if args.launch:
         out = _out_dir(args, "calibrate")
         doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, progress,
                                      timing=args.timing or DEFAULT_TIMING, profile=args.profile or TINY)
     else:
+        _only_with(args, "--port-offset", "with --launch", "a running fleet's ports are in its fleet.yaml")
+        _only_with(args, "--profile", "with --launch", "a running fleet's KV profile is engine.profile in its "
+                   "fleet.yaml")
         with context(args) as ctx:
             calibrate.check_running(ctx)  # before the run folder: a fleet that is not up leaves nothing behind
             out = _out_dir(args, "calibrate", ctx)

@@ -27,7 +27,6 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
 
 def verb(sub: argparse._SubParsersAction, name: str, handler: Callable, *, fleet: bool = True,
          json: str = JSON_HELP, **kwargs) -> argparse.ArgumentParser:
-    """A verb's parser (kwargs: help, description, epilog) with the fleet options, --json and its handler."""
     p = sub.add_parser(name, **kwargs)
     if fleet:
         add_fleet_args(p)
@@ -103,12 +102,10 @@ def progress_unless_json(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def seed(args: argparse.Namespace) -> int:
-    """--seed, else a new one every run."""
     return args.seed if args.seed is not None else int(time.time()) % 10**6
 
 
 def names(text: str) -> list[str]:
-    """A comma list, blanks dropped."""
     return [x.strip() for x in text.split(",") if x.strip()]
 
 

@@ -62,7 +62,6 @@ def vllm_fleet(base: dict[str, int], model_dir: str = "models/tiny-llama") -> di
 
 def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: float = 60.0,
              start_timeout: float = 120.0) -> int:
-    """Up, warm, prove, measure, down (also on failure or Ctrl-C). Returns 0 when the proof passed."""
     started = time.monotonic()
     where = Path(root) / fleet_data.get("name", "demo")
     heading(title)

@@ -1,8 +1,4 @@
-"""Diagnose commands: `p2pctl rdma`, `p2pctl probe-nixl`, `p2pctl rails`, `p2pctl ucx-trace`.
-
-Handlers take the parsed args and return 0 (healthy), 1 (findings) or 2 (could not check); bad input raises
-`BadInput`. `--json` prints the whole report for skills.
-"""
+"""Diagnose commands: `p2pctl rdma`, `p2pctl probe-nixl`, `p2pctl rails`, `p2pctl ucx-trace`."""
 
 from __future__ import annotations
 

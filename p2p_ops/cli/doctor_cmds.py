@@ -1,8 +1,4 @@
-"""Why does this fleet not share: `p2pctl doctor`, `p2pctl diagnose SYMPTOM`, `p2pctl bundle`.
-
-Exit codes: 0 healthy (doctor) / no problem found (diagnose) / bundle written, 1 findings, 2 could not check or
-bad input. `--json` prints one JSON document on stdout for skills.
-"""
+"""Why does this fleet not share: `p2pctl doctor`, `p2pctl diagnose SYMPTOM`, `p2pctl bundle`."""
 
 from __future__ import annotations
 

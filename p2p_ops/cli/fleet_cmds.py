@@ -11,7 +11,6 @@ from p2p_ops.cli.output import console, err_console, progress, show, table
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
-from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.lock import WAIT_S
 from p2p_ops.observe.cache_map import cache_map
 from p2p_ops.spec.load import parse_fleet
@@ -144,22 +143,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     roles = _roles(args)
     with context(args) as ctx:
         if args.dry_run:
-            return _dry_run(ctx, args, roles)
+            from p2p_ops.lifecycle import dryrun
+
+            launch.check_node(ctx, args.node)
+            steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
+            return done(args, {"fleet": ctx.fleet.name, "dry_run": True, "plan": steps},
+                        lambda: print(dryrun.format_plan(steps), end=""))
         launch.up(ctx, progress=progress, start_timeout=args.timeout, only=args.node,
                   rerender=not args.no_render, roles=roles, lock_wait_s=args.lock_wait)
     what = "started" if roles == launch.ROLES and args.node is None else \
         f"started ({', '.join(roles)}{' on ' + args.node if args.node else ''})"
     return done(args, {"fleet": ctx.fleet.name, "started": True, "node": args.node, "roles": list(roles)},
                 [f"fleet {ctx.fleet.name!r} {what}; run `p2pctl wait` to see it register"])
-
-
-def _dry_run(ctx: FleetContext, args: argparse.Namespace, roles: tuple[str, ...]) -> int:
-    from p2p_ops.lifecycle import dryrun
-
-    launch.check_node(ctx, args.node)
-    steps = dryrun.plan(ctx, only=args.node, rerender=not args.no_render, roles=roles)
-    return done(args, {"fleet": ctx.fleet.name, "dry_run": True, "plan": steps},
-                lambda: print(dryrun.format_plan(steps), end=""))
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -187,12 +182,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return done(args, rep.to_json() | ({"cache": cmap.to_json()} if cmap else {}), show, rep.ready)
 
 
-def _lock_note(line: str) -> None:
-    """`down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr."""
-    if line.startswith("waiting for fleet"):
-        progress(line)
-
-
 def _print_cache(cmap) -> None:
     t = table(f"cache map — {cmap.total_keys} L1 key(s) in the directory, {cmap.duplicated_keys} held by more "
               "than one node" + (f" ({cmap.error})" if cmap.error else ""),
@@ -213,9 +202,10 @@ def _print_cache(cmap) -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    # `down` prints its outcome as a table; of its progress only the wait for the fleet's lock goes to stderr.
     with context(args) as ctx:
         outcome = launch.down(ctx, only=args.node, roles=_roles(args), lock_wait_s=args.lock_wait,
-                              progress=_lock_note)
+                              progress=lambda line: progress(line) if line.startswith("waiting for fleet") else None)
     errors = launch.down_errors(outcome)
 
     def show_table() -> None:

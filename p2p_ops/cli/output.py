@@ -71,7 +71,6 @@ def emit_json(doc) -> None:
 
 
 def table(title: str, *columns: str, **kwargs) -> Table:
-    """A rich Table with these column headings (kwargs: Table's, e.g. title_justify)."""
     t = Table(title=title, **kwargs)
     for col in columns:
         t.add_column(col)

@@ -53,10 +53,9 @@ def _bootstrap(ctx: FleetContext, probes: dict[str, NodeProbe]) -> dict[str, str
         needs_bootstrap(probes[n.name]) or needs_mooncake(ctx.fleet, probes[n.name]))}
     for n in todo.values():
         progress(f"bootstrapping {n.venv} on {n.name} (python3 -m venv and/or Mooncake + pip; this takes minutes)")
-    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n, probes[n.name]) if n.name in todo else None) \
-        if todo else {}
+    results = ctx.for_each_node(lambda n: bootstrap_node(ctx, n, probes[n.name]) if n.name in todo else None)
     return {name: f"error: {res}" if isinstance(res, Exception) else str(res)
-            for name, res in ((name, results.get(name)) for name in todo)}
+            for name, res in results.items() if name in todo}
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -64,7 +63,7 @@ def _fmt_bytes(n: int | None) -> str:
 
 
 def node_rows(p: NodeProbe) -> list[tuple[str, str]]:
-    """(check, value) rows of one node's table (also used by tests)."""
+    """(check, value) rows of one node's table."""
     rows = [("host", f"{p.host.get('hostname', '')} (kernel {p.host.get('kernel', '')})")]
     py = p.python
     if py is not None and py.present:

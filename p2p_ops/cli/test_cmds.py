@@ -182,12 +182,10 @@ def stress_options(args: argparse.Namespace) -> StressOptions:
                       "doc_tokens": "doc_tokens", "longdoc_tokens": "longdoc_tokens"})
     if args.ladder:
         kw["ladder"] = ints(args.ladder, "--ladder", "give integers separated by commas, e.g. 1,2,4,8")
-    if args.requests_per_level:
-        kw["requests_per_level"] = args.requests_per_level
     if args.stages:
         kw["stages"] = names(args.stages)
-    kw.update(policy=args.policy, max_seconds=args.max_seconds, tag=args.tag, via_router=args.via_router,
-              seed=seed(args))
+    kw.update(requests_per_level=args.requests_per_level, policy=args.policy, max_seconds=args.max_seconds,
+              tag=args.tag, via_router=args.via_router, seed=seed(args))
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 
 
@@ -214,18 +212,14 @@ def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetCo
             with run_folder(ctx.layout, f"{kind}-{args.tag}" if args.tag else kind) as run:
                 body(ctx, run.path)
         except BaseException:
-            if run is not None:
-                _partial_report(run.path)
+            # A run cut short (Ctrl-C, an error) still gets its report from what it wrote, marked interrupted.
+            try:
+                if run is not None:
+                    build_report(run.path)
+            except Exception as exc:  # noqa: BLE001 - the error that cut the run short is the one to show
+                output.err_console.get().print(f"no report for {run.path}: {exc}", markup=False)
             raise
     return _verdict(args, build_report(run.path), run.path)
-
-
-def _partial_report(run_dir: Path) -> None:
-    """A run cut short (Ctrl-C, an error) still gets its report from what it wrote, marked interrupted."""
-    try:
-        build_report(run_dir)
-    except Exception as exc:  # noqa: BLE001 - the error that cut the run short is the one to show
-        output.err_console.get().print(f"no report for {run_dir}: {exc}", markup=False)
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
