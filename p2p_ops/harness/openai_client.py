@@ -61,10 +61,24 @@ def complete(engine_url: str, model: str, prompt: str, max_tokens: int = 16, tim
             "stream_options": {"include_usage": True}}
     start = time.monotonic()
     conn, path = _connection(engine_url, timeout)
-    try:
+    reused = conn.sock is not None
+
+    def send() -> http.client.HTTPResponse:
         conn.request("POST", path + "/v1/completions", body=json.dumps(body).encode(),
                      headers={"Content-Type": "application/json", **auth.headers(engine_url), **(headers or {})})
-        resp = conn.getresponse()
+        return conn.getresponse()
+
+    try:
+        try:
+            resp = send()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            if not reused:
+                raise
+            # The engine closed this kept-alive connection as the request went out (its keep-alive timeout ran
+            # out between `_connection`'s readability check and the send): it answered nothing, so the request goes
+            # once more on a new connection, as HTTP clients do with a pooled connection.
+            conn.close()
+            resp = send()
         if resp.status != 200:
             return Completion(engine_url, False, e2e_s=time.monotonic() - start, status=resp.status,
                               error=resp.read().decode(errors="replace")[:300])
