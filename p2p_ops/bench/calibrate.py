@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.bench.strict_json import finite
+from p2p_ops.diagnose.judge import fallback_cause
 from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
@@ -291,9 +292,9 @@ def missed_cause(missed: list[dict]) -> str:
     if oom:
         shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
                           for n, f in oom.items())
+        reasons = sorted({r for f in oom.values() for r in f})
         return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
-                "l1_oom means its L1 could not hold the restore buffers: raise settings.l1_size_gb or measure "
-                "shorter prefixes")
+                + "; ".join(fallback_cause(r) for r in reasons) + " (or measure shorter prefixes)")
     evicted = {t["tokens"]: t["evictions_a"] for t in missed if t.get("evictions_a")}
     if evicted:
         return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("

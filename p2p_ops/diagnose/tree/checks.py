@@ -12,6 +12,7 @@ from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.checks import rdma_expected
 from p2p_ops.diagnose.doctor.nic import PinView, pin_views
+from p2p_ops.diagnose.judge import fallback_cause
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
@@ -73,13 +74,6 @@ def _metric_p2p_loads(ev: Evidence, iid: str, url: str) -> Observation:
     return Observation("metric:p2p_loads", "info", iid, f"{n:g} completed loads from peers")
 
 
-_FAILURE_FIX = {
-    "l1_oom": "L1 cannot hold the restore buffers: raise settings.l1_size_gb or lower the eviction watermark",
-    "l1_contended": "the chunk was write-locked by a concurrent store: stagger identical prefixes",
-    "not_found": "the owner evicted the chunk between lookup and load: give owners more L1",
-}
-
-
 @_per_server("metric:prefetch_failure")
 def _metric_prefetch_failure(ev: Evidence, iid: str, url: str) -> Observation:
     bad: dict[str, float] = {}
@@ -91,7 +85,7 @@ def _metric_prefetch_failure(ev: Evidence, iid: str, url: str) -> Observation:
         return Observation("metric:prefetch_failure", "ok", iid, "no l2_prefetch_failure")
     return Observation("metric:prefetch_failure", "problem", iid,
                        "l2_prefetch_failure " + ", ".join(f"{r}={v:g}" for r, v in sorted(bad.items())),
-                       "; ".join(_FAILURE_FIX.get(r, r) for r in sorted(bad)))
+                       "; ".join(fallback_cause(r) for r in sorted(bad)))
 
 
 def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str):
