@@ -162,11 +162,13 @@ def summary(doc: dict[str, Any]) -> str:
         t = launched["timings_s"]
         lines += [f"A temporary local fleet: up {t['up_s']:.1f} s, ready {t['wait_s']:.1f} s later; ports "
                   f"{launched['ports']['how']} (default plan + {launched['ports']['offset']}).", ""]
-    lines += ["| Prefix tokens | TTFT cold on A (ms) | TTFT pulled on B (ms) | TTFT recomputed on B (ms) | "
-              "Pull speed-up | Cached tokens on B |", "|---|---|---|---|---|---|"]
+    lines += ["| Prefix tokens | TTFT cold on A (ms) | TTFT pulled on B (ms: median (min-max)) | "
+              "TTFT recomputed on B (ms) | Pull speed-up | Cached tokens on B |", "|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "n/a"
-        lines.append(f"| {r['tokens']} | {r['ttft_cold_a_s'] * 1000:.0f} | {r['ttft_pulled_b_s'] * 1000:.0f} | "
+        runs = r.get("pulled_runs_s")
+        pulled = _spread(r["ttft_pulled_b_s"] * 1000, [min(runs) * 1000, max(runs) * 1000] if runs else None)
+        lines.append(f"| {r['tokens']} | {r['ttft_cold_a_s'] * 1000:.0f} | {pulled} | "
                      f"{r['ttft_recompute_b_s'] * 1000:.0f} | {speed} | {r['cached_tokens_b']} |")
     for f in doc["failures"]:
         lines.append(f"| {f['tokens']} | failed: {f['error'][:60]} | | | | |")
@@ -222,6 +224,10 @@ def recommendation(doc: dict[str, Any]) -> str:
     own = proj["published_min_pull_tokens"]
     tail = (f" On the profile's own {profile.transport} (llm-d's figures) pulls pay from about {own:,} tokens."
             if own is not None else "")
+    if profile.emulated and proj.get("inconclusive"):
+        tail += (f" Inconclusive on this box at {proj['inconclusive']} tokens: the pulls of the {doc['repeats']} "
+                 "repeats lie on both sides of the emulated prefill; more --repeats, an idle box or longer prefixes "
+                 "would decide it.")
     if m is not None and m <= d:
         return (f"for ~{d}-token requests, pull: prefixes of {m} tokens or more pay (llm-d minCachedTokenDelta={m}, "
                 f"vllm-router --cache-threshold {round(min(1.0, m / d), 2)}); from {basis}.{tail}")
@@ -253,14 +259,22 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
               "prefill_emulated_ms": profile.prefill_ms(r["tokens"]),
               "pull_published_ms": profile.pull_ms(r["tokens"], **weigh) if profile.has_pull else None,
               "pulled": r["cached_tokens_b"] > 0, "fallbacks_b": r.get("fallbacks_b") or {},
-              "evictions_a": r.get("evictions_a") or 0} for r in rows]
+              "evictions_a": r.get("evictions_a") or 0,
+              "pull_range_ms": [min(runs) * 1000, max(runs) * 1000] if (runs := r.get("pulled_runs_s")) else None}
+             for r in rows]
     wins = [t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] for t in table]
+    for t, won in zip(table, wins):
+        # The emulated prefill inside the spread of the repeats' pulls: the median's side is chance on this box.
+        spread = t["pull_range_ms"] and t["pulled"] and t["pull_range_ms"][0] <= t["prefill_emulated_ms"] <= \
+            t["pull_range_ms"][1]
+        t["pays"] = "inconclusive" if spread else "yes" if won else "no"
     published = profile.crossover_tokens
     fit = pull_fit(rows)
     return {"profile": profile.name, "rows": table,
             "min_pull_tokens": first_lasting_win([t["tokens"] for t in table], wins) if table else None,
             "published_min_pull_tokens": None if published is None or math.isinf(published) else round(published),
-            "pull_fit": fit, "cause": cause(fit, profile, table, bytes_per_token)}
+            "pull_fit": fit, "cause": cause(fit, profile, table, bytes_per_token),
+            "inconclusive": [t["tokens"] for t in table if t["pays"] == "inconclusive"]}
 
 
 def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[dict],
@@ -304,13 +318,17 @@ def missed_cause(missed: list[dict]) -> str:
             "(run `p2pctl test basic`, which explains a miss)")
 
 
+def _spread(median_ms: float, span: Optional[list[float]]) -> str:
+    return f"{median_ms:.0f}" + (f" ({span[0]:.0f}-{span[1]:.0f})" if span and span[0] != span[1] else "")
+
+
 def projection_markdown(proj: dict[str, Any], describe: str) -> list[str]:
     lines = [f"What a GPU fleet would see, timing profile {describe}:", "",
-             "| Prefix tokens | Pull, measured here (ms) | Prefill, emulated (ms) | The profile's own "
-             "pull at this fleet's KV bytes, published fit (ms) | Pull pays |", "|---|---|---|---|---|"]
+             "| Prefix tokens | Pull, measured here (ms: median (min-max)) | Prefill, emulated (ms) | "
+             "The profile's own pull at this fleet's KV bytes, published fit (ms) | Pull pays |",
+             "|---|---|---|---|---|"]
     for t in proj["rows"]:
         own = f"{t['pull_published_ms']:.0f}" if t["pull_published_ms"] is not None else "n/a"
-        pays = "yes" if t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] else "no"
-        lines.append(f"| {t['tokens']} | {t['pull_measured_ms']:.0f} | {t['prefill_emulated_ms']:.0f} | {own} | "
-                     f"{pays} |")
+        lines.append(f"| {t['tokens']} | {_spread(t['pull_measured_ms'], t.get('pull_range_ms'))} | "
+                     f"{t['prefill_emulated_ms']:.0f} | {own} | {t['pays']} |")
     return lines + ["", f"Measured cause: {proj['cause']}.", ""]

@@ -29,6 +29,7 @@ class CrossoverRow:
     # could not hold the restore buffers) and A's eviction-loop passes. A missed pull is explained by these.
     fallbacks_b: dict[str, float] = field(default_factory=dict)
     evictions_a: float = 0.0
+    pulled_runs_s: list[float] = field(default_factory=list)   # every repeat's TTFT pulled on B: the spread
 
     @property
     def speedup(self) -> float:
@@ -63,7 +64,8 @@ def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optio
         fallbacks = {k[len(FALLBACK):]: v - before_b.get(k, 0.0) for k, v in after_b.items()
                      if k.startswith(FALLBACK) and v > before_b.get(k, 0.0)}
         rows.append(CrossoverRow(n, cold, pulled, recompute, int(cached), fallbacks,
-                                 after_a.get(EVICTION_RUNS, 0.0) - before_a.get(EVICTION_RUNS, 0.0)))
+                                 after_a.get(EVICTION_RUNS, 0.0) - before_a.get(EVICTION_RUNS, 0.0),
+                                 [x[1] for x in runs]))
     return rows
 
 

@@ -142,3 +142,46 @@ def test_lengths_whose_restore_buffers_cannot_fit_l1_are_named_with_the_setting(
         assert l1_shortfall(ctx.fleet, 1024) is None           # 2 x 128 MiB fits 80 % of 1 GiB
         why = l1_shortfall(ctx.fleet, 4096)                    # 2 x 512 MiB does not
         assert why and "settings.l1_size_gb=1" in why and "raise settings.l1_size_gb to at least 1.2" in why
+
+
+# Issue 30: a figure a recommendation rests on carries its spread; where the repeats' pulls lie on both sides of
+# the emulated prefill, the length is inconclusive on this box, and the recommendation says what would decide it.
+
+def _with_runs(pulls_ms: dict[int, list[float]]) -> list[dict]:
+    return [{"tokens": n, "ttft_pulled_b_s": sorted(ms)[len(ms) // 2] / 1000, "cached_tokens_b": 256,
+             "pulled_runs_s": [m / 1000 for m in ms]} for n, ms in pulls_ms.items()]
+
+
+def test_a_length_whose_pulls_straddle_the_emulated_prefill_is_inconclusive():
+    prefill = RDMA.prefill_ms(4096)
+    proj = calibrate.project(_with_runs({2048: [10, 11, 12], 4096: [prefill * 0.5, prefill * 0.9, prefill * 1.5],
+                                         8192: [5, 6, 7]}), RDMA)
+    assert [t["pays"] for t in proj["rows"]] == ["yes", "inconclusive", "yes"]
+    assert proj["inconclusive"] == [4096]
+    assert proj["rows"][1]["pull_range_ms"] == pytest.approx([prefill * 0.5, prefill * 1.5])
+    md = "\n".join(calibrate.projection_markdown(proj, RDMA.describe()))
+    assert f"| 4096 | {prefill * 0.9:.0f} ({prefill * 0.5:.0f}-{prefill * 1.5:.0f}) |" in md
+    assert "| inconclusive |" in md
+
+
+def test_a_tight_spread_decides_and_a_single_run_shows_no_range():
+    prefill = RDMA.prefill_ms(4096)
+    proj = calibrate.project(_with_runs({4096: [prefill * 1.1, prefill * 1.2, prefill * 1.3]}), RDMA)
+    assert proj["rows"][0]["pays"] == "no" and proj["inconclusive"] == []
+    one = calibrate.project(rows({4096: 10.0}), RDMA)
+    assert one["rows"][0]["pays"] == "yes" and one["rows"][0]["pull_range_ms"] is None
+
+
+def test_the_recommendation_says_inconclusive_and_what_would_decide_it(tmp_path):
+    path = write_local_fleet(tmp_path / "fleet.yaml", 2, name="cal", engine=dict(RDMA.engine_settings()))
+    with FleetContext.load(path) as ctx:
+        prefill = RDMA.prefill_ms(2048) / 1000
+        rs = [CrossoverRow(n, 0.3, 0.01, 0.2, n, pulled_runs_s=[0.005, 0.01, 0.02]) for n in (1024, 4096)]
+        rs.insert(1, CrossoverRow(2048, 0.3, prefill * 0.9, 0.2, 2048, pulled_runs_s=[prefill * 0.5, prefill * 0.9,
+                                                                                      prefill * 2]))
+        doc = calibrate.document(ctx, rs, [], [], calibrate.advice(rs, 4096), 3, None,
+                                 calibrate.timing_doc(ctx, None))
+    assert "Inconclusive on this box at [2048] tokens" in doc["recommendation"]
+    assert "more --repeats, an idle box or longer prefixes" in doc["recommendation"]
+    md = calibrate.summary(doc)
+    assert "TTFT pulled on B (ms: median (min-max))" in md and "| 1024 | 300 | 10 (5-20) |" in md
