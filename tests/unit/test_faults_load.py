@@ -6,57 +6,25 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 
 from p2p_ops.harness.faults import core
-
-STREAM = (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n'
-          b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\ndata: [DONE]\n\n')
-ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-          % len(STREAM)) + STREAM
+from tests.support.stream_server import ANSWER, StreamServer, read_request
 
 
-class ResettingServer:
-    def __init__(self, resets: int) -> None:
-        self.resets, self.accepted = resets, 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                _read_request(conn)
-                self.accepted += 1
-                if self.accepted <= self.resets:
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                else:
-                    conn.sendall(ANSWER)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _read_request(conn: socket.socket) -> None:
-    """Headers and the whole body: closing with unread bytes would reset the answered connection too."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += conn.recv(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    while len(body) < length:
-        body += conn.recv(65536)
+def resetting(resets: int) -> StreamServer:
+    """Resets (SO_LINGER 0) the first `resets` connections after reading their request; answers the rest."""
+    def handle(conn: socket.socket, accepted: int) -> None:
+        read_request(conn)
+        if accepted <= resets:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        else:
+            conn.sendall(ANSWER)
+    return StreamServer(handle)
 
 
 def _one(resets: int) -> tuple[core.Sample, core.Figures, int]:
-    server = ResettingServer(resets)
+    server = resetting(resets)
     try:
         load = core.Load([], "m", core.FaultOptions.quick(), time.monotonic())
         sample = load.one(server.url, "hello")
