@@ -110,13 +110,9 @@ def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float,
     prompt = sum(t.prompt_tokens for t in ok)
     cached = sum(t.cached_tokens for t in ok)
     peer = int(min(max(peer_tokens, 0), cached))
+    p50, p90 = (percentile(ttft, q) if ttft else float("nan") for q in (50, 90))
     return ArmResult(policy, p2p, len(turns), len(turns) - len(ok), wall_s, len(ok) / wall_s if wall_s else 0.0,
-                     _pct(ttft, 50), _pct(ttft, 90), prompt, cached - peer, peer, prompt - cached,
-                     kv_hits, kv_inputs)
-
-
-def _pct(ttft: list[float], q: float) -> float:
-    return percentile(ttft, q) if ttft else float("nan")
+                     p50, p90, prompt, cached - peer, peer, prompt - cached, kv_hits, kv_inputs)
 
 
 def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], timing: str, name: str) -> dict:
