@@ -6,6 +6,8 @@ VENV ?= .venv
 VLLM_VENV ?= .venv-vllm
 # vllm-router (a Rust binary from PyPI) gets a small venv of its own too: its pins never move ours.
 ROUTER_VENV ?= .venv-router
+# inference-perf (kubernetes-sigs' load generator, Python >= 3.12) likewise: `test stress --generator inference-perf`.
+IPERF_VENV ?= .venv-iperf
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.p2p-setup-done
@@ -14,7 +16,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router setup-mooncake demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
+.PHONY: setup setup-vllm setup-router setup-iperf test-iperf setup-mooncake demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
 
 setup: $(STAMP)
 
@@ -46,6 +48,9 @@ setup-vllm: setup
 setup-router:
 	bash scripts/setup_router.sh $(ROUTER_VENV)
 
+setup-iperf:
+	bash scripts/setup_inference_perf.sh $(IPERF_VENV)
+
 demo: setup
 	$(PY) -m p2p_ops.cli.demo
 
@@ -62,6 +67,12 @@ test: setup setup-vllm setup-router
 
 test-vllm: setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs -m vllm
+
+# inference-perf's tier (~800 MB in its own venv, a few minutes to set up; the run ~5 min): opt-in, not in `test`.
+# Its config and output parsers are unit-tested in `test` from captured output.
+test-iperf: setup setup-iperf
+	P2P_IPERF_VENV=$(IPERF_VENV) P2P_REQUIRE_IPERF=1 $(PY) -m pytest -q -rs tests/e2e/test_stress_inference_perf.py \
+		tests/unit/test_inference_perf.py
 
 # explain's planted causes that restart servers or fill an L1 (~10 min on a 2-core box): opt-in, not in `test`.
 test-explain: setup

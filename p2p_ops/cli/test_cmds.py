@@ -13,11 +13,13 @@ from p2p_ops.cli.common import done, given, ints, names, running_context, seed, 
 from p2p_ops.cli.output import console, heading, progress, say, show, table
 from p2p_ops.diagnose.explain.prompt import from_file
 from p2p_ops.errors import BadInput
+from p2p_ops.harness import inference_perf
 from p2p_ops.harness.basic import BasicResult, run_basic
 from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.matrix import MatrixResult, cell_text, run_matrix
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
+from p2p_ops.harness.stress_inference_perf import IperfOptions, run_iperf_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.report import Report, build_report
 from p2p_ops.observe.stats import fmt
@@ -74,6 +76,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--via-router", action="store_true",
                        help="send every request to the fleet's router (router.enabled) instead of an engine")
         _add_run_args(s)
+        if kind == "stress":
+            s.add_argument("--generator", choices=["ours", "inference-perf"], default="ours",
+                           help="ours (default): the ladder, long-document and sustained stages; inference-perf: "
+                                "llm-d's P2P workload shapes sent by kubernetes-sigs' inference-perf (`make "
+                                "setup-iperf`), a warm pass on one node, then a pass on every other node")
+            s.add_argument("--shapes", default=None, help="with inference-perf: comma list of "
+                           f"{','.join(inference_perf.SHAPES)} (default: all three)")
+            s.add_argument("--scale", choices=list(inference_perf.SCALES), default="local",
+                           help="with inference-perf: llm-d's sizes (llm-d), or scaled down (local, default; smoke)")
+            s.add_argument("--tokenizer", default=None, help="with inference-perf: a local Hugging Face tokenizer "
+                           "folder (default: the fleet's model folder, else models/tiny-llama)")
         if kind == "all":
             s.add_argument("--with-lmcache-bench", action="store_true", help=LMCACHE_BENCH)
 
@@ -189,7 +202,21 @@ def stress_options(args: argparse.Namespace) -> StressOptions:
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 
 
-def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
+def iperf_options(args: argparse.Namespace) -> IperfOptions:
+    ours = [f"--{k.replace('_', '-')}" for k in ("quick", "ladder", "stages", "sustained", "concurrency", "doc_tokens",
+                                                 "longdoc_tokens") if getattr(args, k) not in (None, False)]
+    if ours:
+        raise BadInput(f"{', '.join(ours)}: options of --generator ours; inference-perf takes --shapes, --scale, "
+                       "--tokenizer, --via-router, --seed, --max-seconds")
+    opts = IperfOptions(scale=args.scale, tokenizer=args.tokenizer or "", via_router=args.via_router,
+                        seed=seed(args), max_seconds=args.max_seconds, tag=args.tag)
+    if args.shapes:
+        opts.shapes = names(args.shapes)
+    opts.validate()
+    return opts
+
+
+def _run_stages(ctx: FleetContext, opts, out_dir: Path) -> dict:
     """One rich progress bar per stage label, on stderr: stdout holds only results (the JSON document with
     --json)."""
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -201,7 +228,8 @@ def _run_stages(ctx: FleetContext, opts: StressOptions, out_dir: Path) -> dict:
                 tasks[label] = bars.add_task(label, total=total)
             bars.update(tasks[label], completed=completed, total=total)
 
-        return run_stress(ctx, opts, out_dir, bar)
+        run = run_iperf_stress if isinstance(opts, IperfOptions) else run_stress
+        return run(ctx, opts, out_dir, bar)
 
 
 def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetContext, Path], None]) -> int:
@@ -223,7 +251,7 @@ def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetCo
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
-    opts = stress_options(args)
+    opts = iperf_options(args) if args.generator == "inference-perf" else stress_options(args)
     return _run_and_report(args, "stress", lambda ctx, out: _run_stages(ctx, opts, out))
 
 

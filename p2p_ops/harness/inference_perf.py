@@ -135,8 +135,13 @@ def config(shape: str, scale: str, base_url: str, model: str, out_dir: str | Pat
     }
 
 
+def prompt_of(entry: dict) -> str:
+    """The prompt a per-request entry sent ("" when the report left requests out)."""
+    return files.parse_json(entry.get("request") or "{}", "inference-perf request").get("prompt") or ""
+
+
 def _prefix_id(entry: dict) -> str:
-    prompt = files.parse_json(entry.get("request") or "{}", "inference-perf request").get("prompt") or ""
+    prompt = prompt_of(entry)
     return "p" + hashlib.sha1(prompt[:PREFIX_CHARS].encode()).hexdigest()[:10] if prompt else ""
 
 
@@ -203,12 +208,23 @@ def run(venv: str | Path, doc: dict, timeout_s: float) -> Path:
     out_dir = files.make_dirs(doc["storage"]["local_storage"]["path"])
     cfg = files.write_json(out_dir / "inference-perf-config.yaml", doc)  # JSON is YAML
     cmd = [str(Path(venv) / "bin" / "inference-perf"), "--config_file", str(cfg), "--log-level", "WARNING"]
+    try:
+        output = _run(cmd, out_dir, timeout_s)
+    finally:
+        if doc["server"].get("api_key"):  # the fleet's key is not kept in a run folder
+            files.write_json(cfg, {**doc, "server": {**doc["server"], "api_key": "<redacted>"}})
+    files.write_text(out_dir / "inference-perf.log", output)
+    return out_dir
+
+
+def _run(cmd: list[str], out_dir: Path, timeout_s: float) -> str:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
     try:
         proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
     except FileNotFoundError:
-        raise CouldNotRun(f"{cmd[0]} not found: run scripts/setup_inference_perf.sh {venv}") from None
+        raise CouldNotRun(f"{cmd[0]} not found: run `make setup-iperf` (scripts/setup_inference_perf.sh "
+                          f"{Path(cmd[0]).parent.parent})") from None
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -217,7 +233,7 @@ def run(venv: str | Path, doc: dict, timeout_s: float) -> Path:
         output, _ = proc.communicate()
         files.write_text(out_dir / "inference-perf.log", output)
         raise CouldNotRun(f"{' '.join(cmd)} did not finish within {timeout_s:.0f} s:\n{tail(output)}") from None
-    files.write_text(out_dir / "inference-perf.log", output)
     if proc.returncode != 0:
+        files.write_text(out_dir / "inference-perf.log", output)
         raise CouldNotRun(f"{' '.join(cmd)} exited {proc.returncode}:\n{tail(output)}")
-    return out_dir
+    return output

@@ -124,8 +124,9 @@ def _shaped(path: Path, read: Callable[[], T]) -> T:
                        "or remove the file") from None
 
 
-def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
-    """Per instance: KV bytes the engine loaded from LMCache and loads its server pulled from peers."""
+def p2p_between(before: dict, after: dict) -> dict[str, dict[str, Optional[float]]]:
+    """Per instance, between two `harness.basic.snapshot`s: KV bytes the engine loaded from LMCache, prompt tokens
+    its KV connector supplied, and loads its server pulled from peers."""
     def total(snap: dict, section: str, prefix: str, must: str = "") -> float:
         return sum(v for k, v in (snap.get(section) or {}).items() if k.startswith(prefix) and must in k)
 
@@ -135,13 +136,18 @@ def node_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
             return None  # this engine does not export it (vLLM counts tokens, not bytes)
         return total(a, section, prefix, must) - total(b, section, prefix, must)
 
+    return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
+                   "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
+                   "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0} for inst in after}
+
+
+def node_bytes(run_dir: Path) -> dict[str, dict[str, Optional[float]]]:
+    """`p2p_between` the run's status_before.json and status_after.json ({} when either is missing)."""
     try:
         before, after = _json(run_dir, "status_before.json"), _json(run_dir, "status_after.json")
         if not isinstance(before, dict) or not isinstance(after, dict):
             return {}
-        return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-                       "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
-                       "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0} for inst in after}
+        return p2p_between(before, after)
     except (BadInput, *_SHAPE_ERRORS):
         return {}  # optional evidence: the report stands without it
 
@@ -165,6 +171,37 @@ def _bench(run_dir: Path) -> tuple[list[Check], list[str]]:
                b.get("failed") == 0 and b.get("exit_code") == 0 and b.get("completed", 0) > 0,
                f"{b.get('completed', 0)} completed, {b.get('failed', '?')} failed")],
         ["", "## lmcache bench engine (long-doc-qa)", "", "```", json.dumps(b, indent=2)[:3000], "```"]))
+
+
+def _pcts(figure: Optional[dict], spec: str = "{:.0f}") -> str:
+    """inference-perf's median / p90 / p99 of a figure in seconds, as milliseconds."""
+    return " / ".join(fmt((figure or {}).get(k), spec, 1000) for k in ("median", "p90", "p99"))
+
+
+def _iperf(run_dir: Path) -> tuple[list[Check], list[str]]:
+    """inference-perf's own figures per pass (`test stress --generator inference-perf`) beside the P2P evidence
+    of the same pass."""
+    def read(doc: dict) -> tuple[list[Check], list[str]]:
+        stopped = (_json(run_dir, "stages.json") or {}).get("stopped")
+        checks = [Check("inference-perf: every pass ran", not stopped, stopped or f"{len(doc['passes'])} passes")]
+        lines = ["", f"## inference-perf {doc['version']} (scale {doc['scale']}): its figures per pass", "",
+                 "| shape | pass | target | requests | failed | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms | "
+                 "cached / prompt tokens | P2P loads | KV MiB loaded |", "|" + "---|" * 10]
+        for p in doc["passes"]:
+            ip, p2p = p["inference_perf"], p["p2p"]
+            lines.append(f"| {p['shape']} | {p['pass'] + 1}{' (warm)' if p['stage'].endswith('-warm') else ''} | "
+                         f"{p['instance']} | {ip['requests']} | {ip['failed']} | {_pcts(ip['ttft_s'])} | "
+                         f"{_pcts(ip['itl_s'], '{:.1f}')} | {p['cached_tokens']} / {p['prompt_tokens']} | "
+                         f"{fmt(p2p.get('p2p_loads'), '{:g}')} | {fmt(p2p.get('kv_bytes_loaded'), '{:.1f}', 1 / 2**20)} |")
+        lines += ["", "Sizes sent (scaled from llm-d's P2P guide; lengths in tokenizer tokens):", "",
+                  "| shape | prefixes | prefix tokens | questions each | question tokens | output tokens | "
+                  "concurrency |", "|" + "---|" * 7]
+        lines += [f"| {name} | {d['sent']['prefixes']} | {d['sent']['prefix_tokens']} | {d['sent']['questions']} | "
+                  f"{d['sent']['question_tokens']} | {d['sent']['output_tokens']} | {d['sent']['concurrency']} |"
+                  for name, d in doc["shapes"].items()]
+        return checks, lines
+
+    return _section(run_dir, "inference-perf.json", read)
 
 
 def _records(run_dir: Path) -> list[RequestRecord]:
@@ -227,18 +264,19 @@ def build_report(run_dir: Path) -> Report:
     basic_checks, basic_lines = _basic(run_dir)
     records = _records(run_dir)
     bench_checks, bench_lines = _bench(run_dir)
-    checks = basic_checks + (stage_checks(records) if records else []) + bench_checks
+    iperf_checks, iperf_lines = _iperf(run_dir)
+    checks = basic_checks + (stage_checks(records) if records else []) + iperf_checks + bench_checks
     checks += _interrupted(run_dir)
     if not checks:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)
     lines = [f"# Fleet test report — {run_dir.name}", "", f"**Overall: {'PASS' if passed else 'FAIL'}**", "",
              *check_table(checks)]
-    lines += (basic_lines + (_request_sections(run_dir, records) if records else []) + _explained(run_dir)
-              + bench_lines)
+    lines += (basic_lines + iperf_lines + (_request_sections(run_dir, records) if records else [])
+              + _explained(run_dir) + bench_lines)
     lines += ["", "## Evidence", ""]
     for name in ("requests.csv", "prompts.jsonl", "stages.json", "status_before.json", "status_after.json",
-                 "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
+                 "inference-perf.json", "inference-perf/", "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
         if (run_dir / name).exists():
             lines.append(f"- `{name}`")
     return Report(files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n"), passed, checks)

@@ -18,7 +18,7 @@ from p2p_ops.observe.records import read_csv, write_csv
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = REPO / "tests/fixtures/inference_perf"
 IPERF_VENV = REPO / ip.DEFAULT_VENV
-TOKENIZER = "/work/main/models/tiny-llama"
+TOKENIZER = str(REPO / "models/tiny-llama")
 
 
 def captured(name: str) -> tuple[list, dict]:
@@ -181,7 +181,7 @@ def test_run_passes_the_config_file_and_returns_the_output_folder(tmp_path):
     assert json.loads(files.read_text(tmp_path / "out" / "seen.yaml")) == doc
 
 
-@pytest.mark.skipif(not (IPERF_VENV / "bin" / "python").exists() or not Path(TOKENIZER).is_dir(),
+@pytest.mark.skipif(not (IPERF_VENV / ".p2p-iperf-setup-done").exists() or not Path(TOKENIZER).is_dir(),
                     reason="needs scripts/setup_inference_perf.sh and the tiny model")
 def test_every_shape_and_scale_is_a_config_inference_perf_accepts(tmp_path):
     checks = []
