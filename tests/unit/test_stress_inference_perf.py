@@ -25,6 +25,16 @@ def tokenizer(tmp_path):
     return str(tok)
 
 
+def stand_in_run(tmp_path, n_nodes: int, **opts) -> tuple[dict, object, str, sip.IperfOptions]:
+    """A run whose inference-perf answers every pass with the captured shared-prefix-pool run (32 requests, 8
+    entries kept): its meta, run folder, first instance and options."""
+    venv = fake_venv(tmp_path, f'cp {CAPTURED}/pool_local/*_lifecycle_metrics.json "$PWD"/')
+    out = files.make_dirs(tmp_path / "run")
+    o = sip.IperfOptions(venv=str(venv), tokenizer=tokenizer(tmp_path), **opts)
+    with FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", n_nodes, name="ip")) as ctx:
+        return sip.run_iperf_stress(ctx, o, out), out, ctx.fleet.nodes[0].instances[0].id, o
+
+
 def test_passes_warm_on_the_first_node_then_one_engine_of_every_other_node(tmp_path):
     with FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 3, name="ip")) as ctx:
         targets = sip.passes(ctx, via_router=False)
@@ -45,13 +55,7 @@ def test_options_name_an_unknown_shape_and_a_missing_tokenizer(tmp_path):
 
 
 def test_a_run_reads_every_pass_into_records_the_report_and_inference_perfs_figures(tmp_path):
-    # The stand-in answers every pass with the captured shared-prefix-pool run (32 requests, 8 entries kept).
-    venv = fake_venv(tmp_path, f'cp {CAPTURED}/pool_local/*_lifecycle_metrics.json "$PWD"/')
-    out = files.make_dirs(tmp_path / "run")
-    opts = sip.IperfOptions(shapes=["shared-prefix-pool"], venv=str(venv), tokenizer=tokenizer(tmp_path), seed=7)
-    with FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 3, name="ip")) as ctx:
-        meta = sip.run_iperf_stress(ctx, opts, out)
-        first = ctx.fleet.nodes[0].instances[0].id
+    meta, out, first, opts = stand_in_run(tmp_path, 3, shapes=["shared-prefix-pool"], seed=7)
     records = read_csv(out / "requests.csv")
     assert [r.stage for r in records] == ["shared-prefix-pool-warm"] * 8 + ["shared-prefix-pool"] * 16
     assert {r.warmer for r in records} == {first}
@@ -75,11 +79,7 @@ def test_a_run_reads_every_pass_into_records_the_report_and_inference_perfs_figu
 
 
 def test_a_run_past_its_bound_says_where_it_stopped_and_fails_the_report(tmp_path):
-    venv = fake_venv(tmp_path, f'cp {CAPTURED}/pool_local/*_lifecycle_metrics.json "$PWD"/')
-    out = files.make_dirs(tmp_path / "run")
-    opts = sip.IperfOptions(shapes=["hot-set"], venv=str(venv), tokenizer=tokenizer(tmp_path), max_seconds=5)
-    with FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", 2, name="ip")) as ctx:
-        meta = sip.run_iperf_stress(ctx, opts, out)
+    meta, out, _, _ = stand_in_run(tmp_path, 2, shapes=["hot-set"], max_seconds=5)
     assert meta["stopped"] == "--max-seconds 5 reached before hot-set's pass 1"
     report = build_report(out)
     assert not report.passed
