@@ -115,13 +115,14 @@ def run_iperf_stress(ctx: FleetContext, opts: IperfOptions, out_dir: Path,
         s = inference_perf.scaled(shape, opts.scale)
         warmer = targets[0][0] if len(targets) > 1 else ""
         wall, n = 0.0, 0
+        label = f"{shape} ({opts.scale}): passes on " + ", ".join(t[0] for t in targets)
         for k, (inst, node, url) in enumerate(targets):
             left = t0 + opts.max_seconds - time.monotonic()
             if left < 10:
                 stopped = stopped or f"--max-seconds {opts.max_seconds:g} reached before {shape}'s pass {k + 1}"
                 break
             stage = f"{shape}-warm" if k == 0 and warmer else shape
-            progress(f"{shape} ({opts.scale}): pass {k + 1}/{len(targets)} on {inst}", k, len(targets))
+            progress(label, k, len(targets))
             before, start = snapshot(ctx), time.monotonic()
             doc = inference_perf.config(shape, opts.scale, url, ctx.fleet.model,
                                         out_dir / "inference-perf" / f"{shape}-{k}-{inst}", tokenizer,
@@ -142,7 +143,7 @@ def run_iperf_stress(ctx: FleetContext, opts: IperfOptions, out_dir: Path,
                          "p2p": p2p_between(before, snapshot(ctx)).get(inst, {}),
                          "cached_tokens": sum(r.cached_tokens for r in recs),
                          "prompt_tokens": sum(r.prompt_tokens for r in recs)})
-            progress(f"{shape} ({opts.scale}): pass {k + 1}/{len(targets)} on {inst}", k + 1, len(targets))
+            progress(label, k + 1, len(targets))
         stages.append({"name": shape, "level": s.concurrency, "wall_s": wall, "requests": n})
     files.write_json(out_dir / "status_after.json", snapshot(ctx))
     write_csv(out_dir / "requests.csv", records)
