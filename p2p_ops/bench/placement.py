@@ -8,8 +8,8 @@ earlier one cached. Every finished arm is written out at once: a failure later k
 Each arm (policy, P2P) runs `repeats` times, interleaved: every repeat starts both fleets afresh and runs every
 policy on each, in an order rotated per repeat, so a neighbour's load on a shared box falls on all arms alike.
 An arm's figures are the median over its repeats with their min-max (`aggregate`); a P2P margin pairs the on and
-off runs of the same repeat. When the leading arm's req/s range overlaps the runner-up's, the answer says
-"inconclusive on this box" and what would decide it.
+off runs of the same repeat. When another arm's req/s range reaches the leading arm's, or the P2P margin's
+range spans 1, the answer says "inconclusive on this box" and what would decide it.
 
 Ports: the default plan, the router's included, at the first offset where all are free, or exactly at
 `--port-offset K`; the choice is printed (one progress line) and kept in results.json.
@@ -181,15 +181,15 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
         k = (r - 1) % len(opts.policies)
         order = opts.policies[k:] + opts.policies[:k]
         for p2p in opts.p2p_arms:
-            arm = f"P2P {'on' if p2p else 'off'}, repeat {r}/{opts.repeats}"
+            tag = "on" if p2p else "off"
+            arm = f"P2P {tag}, repeat {r}/{opts.repeats}"
             if time.monotonic() > deadline:
                 progress(f"time bound reached: skipping {arm}")
                 continue
-            data = fleet_data(opts.nodes, p2p, order[0], choice.base, opts.timing,
-                              f"placement-p2p-{'on' if p2p else 'off'}")
+            data = fleet_data(opts.nodes, p2p, order[0], choice.base, opts.timing, f"placement-p2p-{tag}")
             progress(f"{arm}: starting {opts.nodes} nodes + router")
             try:
-                with launch.temporary(data, out_dir / f"fleet-p2p-{'on' if p2p else 'off'}-r{r}", progress=progress,
+                with launch.temporary(data, out_dir / f"fleet-p2p-{tag}-r{r}", progress=progress,
                                       wait_timeout=120) as ctx:
                     for policy in order:
                         if time.monotonic() > deadline:

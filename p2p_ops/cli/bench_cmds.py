@@ -66,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_timing_arg(pl, f"the engines' emulated GPU timing (default {DEFAULT_TIMING}, the one calibrate uses)")
     pl.add_argument("--no-gpu-timing", action="store_true", help="the same as --timing off: engines at CPU speed")
     pl.add_argument("--p2p", choices=["both", "on", "off"], default="both", help="which P2P arms (default both)")
-    pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run")
+    pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run (default 600 s "
+                    "per repeat with --quick, 1800 s without)")
     add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
     pl.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-placement)")
 
