@@ -406,10 +406,10 @@ def recommend(results: list, margins: dict[str, dict], workload: Any, profile: T
         line += (f"; P2P's margin under {best.policy} is inconclusive on this box ({_x(m, 'throughput_x')} req/s "
                  f"over {m['repeats']} repeats, on both sides of 1)")
     elif m and not best.p2p:
-        line += (f"; P2P does not pay under it here ({_x(m, 'throughput_x')} req/s): `p2pctl calibrate --timing "
-                 f"{profile.name}` gives the prefix length from which it would")
+        line += (f"; P2P does not pay under {best.policy} here ({_x(m, 'throughput_x')} req/s): `p2pctl calibrate "
+                 f"--timing {profile.name}` gives the prefix length from which it would")
     elif m:
-        line += f"; P2P adds {_x(m, 'throughput_x')} req/s under it"
+        line += f"; P2P adds {_x(m, 'throughput_x')} req/s under {best.policy}"
     if rivals or unsure:
         line += (f"; more repeats (--repeats {max(5, 2 * best.repeats)}), an idle box or longer documents "
                  f"(--doc-tokens {2 * workload.doc_tokens}) would decide it")

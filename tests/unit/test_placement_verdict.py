@@ -32,7 +32,7 @@ def test_the_recommendation_is_the_arm_serving_most_and_names_the_profile_and_th
     line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
     assert line.startswith("for document Q&A with 2048-token documents (8 sessions, 4 in flight), timing profile "
                            "h200-rdma: run cache_aware with P2P on (3.00 req/s")
-    assert "P2P adds 1.20x req/s under it" in line
+    assert "P2P adds 1.20x req/s under cache_aware" in line
 
 
 def test_an_arm_with_failures_is_never_recommended_and_a_winning_p2p_off_arm_points_to_calibrate():
@@ -128,7 +128,7 @@ def test_disjoint_ranges_give_a_clear_recommendation_and_a_p2p_margin_across_one
         + runs("round_robin", True, [2.0, 3.0, 3.8])
     line = placement.recommend(clear, placement.margins(clear), WORKLOAD, RDMA)
     assert "run cache_aware with P2P on (4.00 (3.90-4.10) req/s" in line and "inconclusive" not in line
-    assert "P2P adds 1.60x (1.58x-1.62x) req/s under it" in line
+    assert "P2P adds 1.60x (1.58x-1.62x) req/s under cache_aware" in line
     across = runs("kv_aware", False, [4.0, 4.2, 4.4]) + runs("kv_aware", True, [4.5, 3.0, 3.5])
     line = placement.recommend(across, placement.margins(across), WORKLOAD, RDMA)
     assert line.count("would decide it") == 1 and "between kv_aware with P2P off (4.20 (4.00-4.40) req/s" in line
