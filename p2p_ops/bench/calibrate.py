@@ -32,6 +32,7 @@ from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
+from p2p_ops.observe.stats import with_spread
 from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, l1_shortfall, size_plan
 from p2p_runtime.profiles import TINY
@@ -167,7 +168,7 @@ def summary(doc: dict[str, Any]) -> str:
     for r in doc["rows"]:
         speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "n/a"
         runs = r.get("pulled_runs_s")
-        pulled = _spread(r["ttft_pulled_b_s"] * 1000, [min(runs) * 1000, max(runs) * 1000] if runs else None)
+        pulled = with_spread(r["ttft_pulled_b_s"] * 1000, [min(runs) * 1000, max(runs) * 1000] if runs else None)
         lines.append(f"| {r['tokens']} | {r['ttft_cold_a_s'] * 1000:.0f} | {pulled} | "
                      f"{r['ttft_recompute_b_s'] * 1000:.0f} | {speed} | {r['cached_tokens_b']} |")
     for f in doc["failures"]:
@@ -318,10 +319,6 @@ def missed_cause(missed: list[dict]) -> str:
             "(run `p2pctl test basic`, which explains a miss)")
 
 
-def _spread(median_ms: float, span: Optional[list[float]]) -> str:
-    return f"{median_ms:.0f}" + (f" ({span[0]:.0f}-{span[1]:.0f})" if span and span[0] != span[1] else "")
-
-
 def projection_markdown(proj: dict[str, Any], describe: str) -> list[str]:
     lines = [f"What a GPU fleet would see, timing profile {describe}:", "",
              "| Prefix tokens | Pull, measured here (ms: median (min-max)) | Prefill, emulated (ms) | "
@@ -329,6 +326,6 @@ def projection_markdown(proj: dict[str, Any], describe: str) -> list[str]:
              "|---|---|---|---|---|"]
     for t in proj["rows"]:
         own = f"{t['pull_published_ms']:.0f}" if t["pull_published_ms"] is not None else "n/a"
-        lines.append(f"| {t['tokens']} | {_spread(t['pull_measured_ms'], t.get('pull_range_ms'))} | "
+        lines.append(f"| {t['tokens']} | {with_spread(t['pull_measured_ms'], t.get('pull_range_ms'))} | "
                      f"{t['prefill_emulated_ms']:.0f} | {own} | {t['pays']} |")
     return lines + ["", f"Measured cause: {proj['cause']}.", ""]

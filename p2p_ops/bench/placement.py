@@ -5,6 +5,12 @@ one whose servers do not (`settings.p2p: false`, no `--p2p-advertise-url`). On e
 once per policy and the same document-QA workload runs with fresh documents, so no arm is served from what an
 earlier one cached. Every finished arm is written out at once: a failure later keeps the rows before it.
 
+Each arm (policy, P2P) runs `repeats` times, interleaved: every repeat starts both fleets afresh and runs every
+policy on each, in an order rotated per repeat, so a neighbour's load on a shared box falls on all arms alike.
+An arm's figures are the median over its repeats with their min-max (`aggregate`); a P2P margin pairs the on and
+off runs of the same repeat. When another arm's req/s range reaches the leading arm's, or the P2P margin's
+range spans 1, the answer says "inconclusive on this box" and what would decide it.
+
 Ports: the default plan, the router's included, at the first offset where all are free, or exactly at
 `--port-offset K`; the choice is printed (one progress line) and kept in results.json.
 
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -37,7 +43,7 @@ from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
 from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
 from p2p_ops.observe.records import RequestRecord
-from p2p_ops.observe.stats import percentile
+from p2p_ops.observe.stats import percentile, span, with_spread
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import dump_yaml, local_fleet
@@ -50,6 +56,10 @@ KV_INPUTS = "vllm_router_kv_routing_inputs_total"
 # Below this difference a margin is run-to-run variation on a shared box (bench/README.md: runs swing ~10 %).
 NOISE = 0.10
 SLOWER = 1.2
+# Figures shown as median (min-max) over an arm's repeats; the others are medians only.
+SPREAD = ("req_per_s", "ttft_p50_ms", "ttft_p90_ms")
+# 3: the fewest repeats whose median is not one of two ends; 5 for a full run, as llm-d's published medians.
+QUICK_REPEATS, FULL_REPEATS = 3, 5
 
 
 @dataclass
@@ -60,7 +70,10 @@ class PlacementOptions:
     # One named profile (p2p_runtime.timing_profiles), the same `calibrate` projects with by default.
     timing: str = DEFAULT_TIMING
     workload: docqa.DocQAOptions = field(default_factory=docqa.DocQAOptions)
-    max_seconds: float = 1800.0
+    repeats: int = FULL_REPEATS
+    repeat_s: float = 1800.0
+    # The whole run's bound; None: repeat_s per repeat.
+    max_seconds: Optional[float] = None
     # None: the first free offset of the default plan (free_ports.choose); else exactly this offset.
     port_offset: Optional[int] = None
 
@@ -68,7 +81,7 @@ class PlacementOptions:
     def quick(cls, **kw) -> "PlacementOptions":
         wl = docqa.DocQAOptions(sessions=8, questions=3, doc_tokens=2048, inflight=4, max_tokens=4,
                                 max_seconds=120.0)
-        return cls(workload=wl, max_seconds=600.0, **kw)
+        return cls(workload=wl, repeats=QUICK_REPEATS, repeat_s=600.0, **kw)
 
     def validate(self) -> None:
         unknown = [p for p in self.policies if p not in ROUTER_POLICIES]
@@ -76,6 +89,8 @@ class PlacementOptions:
             raise BadInput(f"--policies: unknown {', '.join(unknown)}; use some of {', '.join(ROUTER_POLICIES)}")
         if not self.policies:
             raise BadInput("--policies: name at least one policy, e.g. round_robin,cache_aware")
+        if self.repeats < 1:
+            raise BadInput(f"--repeats {self.repeats}: give 1 or more ({QUICK_REPEATS} shows a median with its spread)")
         if not 2 <= self.nodes <= 8:
             raise BadInput(f"--nodes {self.nodes}: placement needs 2..8 nodes (P2P needs a peer)")
         w = self.workload
@@ -101,6 +116,9 @@ class ArmResult:
     kv_hits: float = 0.0
     kv_inputs: float = 0.0
     error: str = ""
+    repeat: int = 1     # which repeat this run was (0: an aggregate of `repeats` of them)
+    repeats: int = 1
+    spread: dict[str, list[float]] = field(default_factory=dict)   # SPREAD figures' min-max over the repeats
 
 
 def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float, peer_tokens: float,
@@ -156,43 +174,52 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     choice = choose(opts.nodes, opts.port_offset, router=True)
     progress(choice.line())
     files.make_dirs(out_dir)
-    deadline = time.monotonic() + opts.max_seconds
+    deadline = time.monotonic() + (opts.max_seconds or opts.repeat_s * opts.repeats)
     results: list[ArmResult] = []
     turns_out: list[dict] = []
-    for p2p in opts.p2p_arms:
-        arm = "on" if p2p else "off"
-        data = fleet_data(opts.nodes, p2p, opts.policies[0], choice.base, opts.timing, f"placement-p2p-{arm}")
-        progress(f"P2P {arm}: starting {opts.nodes} nodes + router")
-        try:
-            with launch.temporary(data, out_dir / f"fleet-p2p-{arm}", progress=progress, wait_timeout=120) as ctx:
-                for policy in opts.policies:
-                    if time.monotonic() > deadline:
-                        progress(f"time bound reached: skipping {policy} (P2P {arm})")
-                        continue
-                    results.append(_run_arm(ctx, data, policy, p2p, opts, turns_out, progress))
-                    _write(out_dir, results, turns_out, opts, choice)
-        except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
-            progress(f"P2P {arm}: {type(exc).__name__}: {exc}")
-            results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
-                                     error=f"{type(exc).__name__}: {exc}"[:500]))
-            _write(out_dir, results, turns_out, opts, choice)
+    for r in range(1, opts.repeats + 1):
+        k = (r - 1) % len(opts.policies)
+        order = opts.policies[k:] + opts.policies[:k]
+        for p2p in opts.p2p_arms:
+            tag = "on" if p2p else "off"
+            arm = f"P2P {tag}, repeat {r}/{opts.repeats}"
+            if time.monotonic() > deadline:
+                progress(f"time bound reached: skipping {arm}")
+                continue
+            data = fleet_data(opts.nodes, p2p, order[0], choice.base, opts.timing, f"placement-p2p-{tag}")
+            progress(f"{arm}: starting {opts.nodes} nodes + router")
+            try:
+                with launch.temporary(data, out_dir / f"fleet-p2p-{tag}-r{r}", progress=progress,
+                                      wait_timeout=120) as ctx:
+                    for policy in order:
+                        if time.monotonic() > deadline:
+                            progress(f"time bound reached: skipping {policy} ({arm})")
+                            continue
+                        results.append(_run_arm(ctx, data, policy, p2p, r, opts, turns_out, progress))
+                        _write(out_dir, results, turns_out, opts, choice)
+            except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
+                progress(f"{arm}: {type(exc).__name__}: {exc}")
+                results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
+                                         error=f"{type(exc).__name__}: {exc}"[:500], repeat=r))
+                _write(out_dir, results, turns_out, opts, choice)
     return results
 
 
-def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, opts: PlacementOptions, turns_out: list,
-             progress: Callable[[str], None]) -> ArmResult:
+def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int, opts: PlacementOptions,
+             turns_out: list, progress: Callable[[str], None]) -> ArmResult:
     label = f"{policy}-p2p-{'on' if p2p else 'off'}"
     switch_policy(ctx, data, policy)
-    progress(f"{label}: {opts.workload.sessions} sessions x {opts.workload.questions} questions")
+    progress(f"{label} (repeat {repeat}): {opts.workload.sessions} sessions x {opts.workload.questions} questions")
     before, rbefore = _scrape_servers(ctx), _router_metrics(ctx)
-    turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, label, progress)
+    # The repeat in the documents' label: each repeat's documents are its own.
+    turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, f"{label}-r{repeat}", progress)
     after, rafter = _scrape_servers(ctx), _router_metrics(ctx)
     peer = sum(metrics_api.metric_sum(a, PEER_HIT_TOKENS) - metrics_api.metric_sum(b, PEER_HIT_TOKENS)
                for a, b in zip(after, before))
     hits = metrics_api.metric_sum(rafter, KV_HITS, result="hit") - metrics_api.metric_sum(rbefore, KV_HITS, result="hit")
     inputs = metrics_api.metric_sum(rafter, KV_INPUTS) - metrics_api.metric_sum(rbefore, KV_INPUTS)
-    turns_out += [{"arm": label, **asdict(t)} for t in turns]
-    res = summarize(policy, p2p, turns, wall, peer, hits, inputs)
+    turns_out += [{"arm": label, "repeat": repeat, **asdict(t)} for t in turns]
+    res = replace(summarize(policy, p2p, turns, wall, peer, hits, inputs), repeat=repeat)
     progress(f"{label}: {res.req_per_s:.2f} req/s, TTFT p50 {res.ttft_p50_ms:.0f} ms, "
              f"peer tokens {res.peer_tokens}, failed {res.failed}")
     return res
@@ -205,7 +232,8 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
     return finite({"options": asdict(opts), "ports": ports.to_json(),
                    "timing": {"profile": profile.name, "describe": profile.describe(),
                               "settings": profile.engine_settings()},
-                   "arms": [asdict(r) for r in results], "margins": m,
+                   "arms": [asdict(r) for r in aggregate(results)], "runs": [asdict(r) for r in results],
+                   "margins": m,
                    "recommendation": recommend(results, m, opts.workload, profile),
                    "below_one": explanations(results, m, turns or [], profile)})
 
@@ -215,19 +243,53 @@ def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: Pla
     files.write_json(out_dir / "results.json", document(results, opts, ports, turns))
     files.write_text(out_dir / "turns.json", json.dumps(turns))
     files.write_text(out_dir / "summary.md", markdown(results, opts, turns))
-    bench_plots.placement(out_dir, results)
+    bench_plots.placement(out_dir, aggregate(results))
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if v == v]
+    return statistics.median(finite) if finite else float("nan")
+
+
+def aggregate(results: list[ArmResult]) -> list[ArmResult]:
+    """One row per arm (policy, P2P) over its runs without an error: each figure their median (tokens rounded),
+    turns and failed their sums, `spread` the SPREAD figures' min-max; a fleet that failed stays its own row."""
+    out = []
+    for policy, p2p in dict.fromkeys((r.policy, r.p2p) for r in results if not r.error):
+        runs = [r for r in results if (r.policy, r.p2p) == (policy, p2p) and not r.error]
+        first = runs[0]
+        medians = {f: _median([getattr(r, f) for r in runs]) for f in
+                   ("wall_s", "req_per_s", "ttft_p50_ms", "ttft_p90_ms", "prompt_tokens", "local_tokens",
+                    "peer_tokens", "recomputed_tokens", "kv_hits", "kv_inputs")}
+        medians = {f: round(v) if isinstance(getattr(first, f), int) and v == v else v for f, v in medians.items()}
+        out.append(replace(first, **medians, turns=sum(r.turns for r in runs), failed=sum(r.failed for r in runs),
+                           repeat=0, repeats=len(runs),
+                           spread={f: s for f in SPREAD if (s := span(getattr(r, f) for r in runs))}))
+    return out + [r for r in results if r.error]
 
 
 def margins(results: list[ArmResult]) -> dict[str, dict]:
+    """Per policy, P2P on against off: each ratio the median over the repeats that ran both (paired by repeat,
+    as they ran minutes apart), `range` its min-max, `repeats` how many pairs."""
     out = {}
     for policy in dict.fromkeys(r.policy for r in results):
-        on = next((r for r in results if r.policy == policy and r.p2p and not r.error), None)
-        off = next((r for r in results if r.policy == policy and not r.p2p and not r.error), None)
-        if on and off and off.req_per_s and on.ttft_p50_ms:
-            out[policy] = {"throughput_x": on.req_per_s / off.req_per_s,
-                           "ttft_p50_x": off.ttft_p50_ms / on.ttft_p50_ms,
-                           "ttft_p90_x": off.ttft_p90_ms / on.ttft_p90_ms if on.ttft_p90_ms else float("nan")}
+        arm = {p: {r.repeat: r for r in results if r.policy == policy and r.p2p == p and not r.error}
+               for p in (True, False)}
+        pairs = [(on, arm[False][k]) for k, on in arm[True].items()
+                 if k in arm[False] and arm[False][k].req_per_s and on.ttft_p50_ms]
+        if not pairs:
+            continue
+        ratios = {"throughput_x": [on.req_per_s / off.req_per_s for on, off in pairs],
+                  "ttft_p50_x": [off.ttft_p50_ms / on.ttft_p50_ms for on, off in pairs],
+                  "ttft_p90_x": [off.ttft_p90_ms / on.ttft_p90_ms if on.ttft_p90_ms else float("nan")
+                                 for on, off in pairs]}
+        out[policy] = {**{k: _median(v) for k, v in ratios.items()}, "repeats": len(pairs),
+                       "range": {k: span(v) for k, v in ratios.items()}}
     return out
+
+
+def _x(margin: dict, key: str) -> str:
+    return with_spread(margin[key], margin["range"][key], "{:.2f}x") if margin[key] == margin[key] else "n/a"
 
 
 def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[list[dict]] = None) -> str:
@@ -237,24 +299,28 @@ def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[l
              f"{w.sessions} sessions x {w.questions} questions, {w.doc_tokens}-token private documents, "
              f"{w.inflight} sessions in flight, {w.max_tokens} output tokens.", "",
              f"Timing profile {profile.describe()}.", "",
-             "| Placement | P2P | Served req/s | TTFT p50 / p90 (ms) | Tokens local / peer / recomputed | "
+             f"Each figure is the median of an arm's repeats ({opts.repeats} asked, arms interleaved), with their "
+             "min-max in brackets where they differ; tokens are medians, failed a sum.", "",
+             "| Placement | P2P | Repeats | Served req/s | TTFT p50 / p90 (ms) | Tokens local / peer / recomputed | "
              "kv_aware hits | Failed |",
-             "|---|---|---|---|---|---|---|"]
-    for r in results:
+             "|---|---|---|---|---|---|---|---|"]
+    for r in aggregate(results):
         if r.error:
-            lines.append(f"| {r.policy} | {'yes' if r.p2p else 'no'} | — | — | — | — | error: {r.error[:80]} |")
+            lines.append(f"| {r.policy} | {'yes' if r.p2p else 'no'} | repeat {r.repeat} | — | — | — | — | "
+                         f"error: {r.error[:80]} |")
             continue
-        lines.append(f"| {r.policy} | {'yes' if r.p2p else 'no'} | {r.req_per_s:.2f} | "
-                     f"{r.ttft_p50_ms:,.0f} / {r.ttft_p90_ms:,.0f} | {r.local_tokens:,} / {r.peer_tokens:,} / "
-                     f"{r.recomputed_tokens:,} | {r.kv_hits:g} | {r.failed} |")
+        p50, p90 = (with_spread(getattr(r, f), r.spread.get(f), "{:,.0f}") for f in ("ttft_p50_ms", "ttft_p90_ms"))
+        lines.append(f"| {r.policy} | {'yes' if r.p2p else 'no'} | {r.repeats} | "
+                     f"{with_spread(r.req_per_s, r.spread.get('req_per_s'), '{:.2f}')} | {p50} / {p90} | "
+                     f"{r.local_tokens:,} / {r.peer_tokens:,} / {r.recomputed_tokens:,} | {r.kv_hits:g} | "
+                     f"{r.failed} |")
     m = margins(results)
     if m:
-        lines += ["", "P2P margin within each policy (P2P on vs off):", "",
-                  "| Placement | Served req/s (on / off) | TTFT p50 (off / on) | TTFT p90 (off / on) |",
+        lines += ["", "P2P margin within each policy (P2P on vs off, the median of each repeat's ratio, min-max):",
+                  "", "| Placement | Served req/s (on / off) | TTFT p50 (off / on) | TTFT p90 (off / on) |",
                   "|---|---|---|---|"]
         for policy, v in m.items():
-            lines.append(f"| {policy} | {v['throughput_x']:.2f}x | {v['ttft_p50_x']:.2f}x | "
-                         f"{v['ttft_p90_x']:.2f}x |")
+            lines.append(f"| {policy} | {_x(v, 'throughput_x')} | {_x(v, 'ttft_p50_x')} | {_x(v, 'ttft_p90_x')} |")
     causes = explanations(results, m, turns or [], profile)
     lines += ["", f"**Recommendation**: {recommend(results, m, w, profile)}."]
     lines += [f"- P2P margin below 1 under {policy}: {why}." for policy, why in causes.items()]
@@ -302,22 +368,53 @@ def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], prof
     return f"{why} ({figures})"
 
 
+def _arm(a: ArmResult) -> str:
+    req, p50 = with_spread(a.req_per_s, _req_range(a), "{:.2f}"), with_spread(a.ttft_p50_ms, a.spread.get(
+        "ttft_p50_ms"), "{:,.0f}")
+    return f"{a.policy} with P2P {'on' if a.p2p else 'off'} ({req} req/s, TTFT p50 {p50} ms)"
+
+
+def _req_range(a: ArmResult) -> list[float]:
+    return a.spread.get("req_per_s") or [a.req_per_s, a.req_per_s]
+
+
+def _straddles(r: Optional[list[float]], x: float) -> bool:
+    return bool(r) and r[0] != r[1] and r[0] <= x <= r[1]
+
+
 def recommend(results: list, margins: dict[str, dict], workload: Any, profile: TimingProfile) -> str:
-    """The arm with the most served req/s among those without failures, and whether P2P pays under it."""
-    ok = [r for r in results if not r.error and not r.failed and r.turns]
+    """The arm with the most served req/s (median over its repeats) among those without failures, and whether P2P
+    pays under it; 'inconclusive on this box' where another arm's req/s range reaches the leader's, or where
+    P2P's margin lies on both sides of 1."""
+    ok = sorted((a for a in aggregate(results) if not a.error and not a.failed and a.turns),
+                key=lambda a: (a.req_per_s, -a.ttft_p50_ms), reverse=True)
     if not ok:
         return "none: no arm finished without failures"
-    best = max(ok, key=lambda r: (r.req_per_s, -r.ttft_p50_ms))
-    m = margins.get(best.policy)
-    p2p = "on" if best.p2p else "off"
+    best = ok[0]
     line = (f"for document Q&A with {workload.doc_tokens}-token documents ({workload.sessions} sessions, "
-            f"{workload.inflight} in flight), timing profile {profile.name}: run {best.policy} with P2P {p2p} "
-            f"({best.req_per_s:.2f} req/s, TTFT p50 {best.ttft_p50_ms:,.0f} ms)")
-    if m and not best.p2p:
-        line += (f"; P2P does not pay under it here ({m['throughput_x']:.2f}x req/s): `p2pctl calibrate --timing "
-                 f"{profile.name}` gives the prefix length from which it would")
+            f"{workload.inflight} in flight), timing profile {profile.name}: ")
+    # Any arm whose req/s reaches the leader's lowest repeat could lead on another run of this box.
+    rivals = [a for a in ok[1:] if _req_range(a)[1] >= _req_range(best)[0]]
+    if rivals:
+        line += (f"inconclusive on this box between {' and '.join(_arm(a) for a in [best] + rivals)}: their served "
+                 f"req/s over their repeats overlap")
+    else:
+        line += f"run {_arm(best)}"
+    m = margins.get(best.policy)
+    unsure = bool(m) and _straddles(m["range"]["throughput_x"], 1.0)
+    if unsure:
+        line += (f"; P2P's margin under {best.policy} is inconclusive on this box ({_x(m, 'throughput_x')} req/s "
+                 f"over {m['repeats']} repeats, on both sides of 1)")
+    elif m and not best.p2p:
+        line += (f"; P2P does not pay under {best.policy} here ({_x(m, 'throughput_x')} req/s): `p2pctl calibrate "
+                 f"--timing {profile.name}` gives the prefix length from which it would")
     elif m:
-        line += f"; P2P adds {m['throughput_x']:.2f}x req/s under it"
+        line += f"; P2P adds {_x(m, 'throughput_x')} req/s under {best.policy}"
+    if rivals or unsure:
+        line += (f"; more repeats (--repeats {max(5, 2 * best.repeats)}), an idle box or longer documents "
+                 f"(--doc-tokens {2 * workload.doc_tokens}) would decide it")
+    if best.repeats == 1:
+        line += f" (one run per arm: no spread; --repeats {QUICK_REPEATS} shows it)"
     return line
 
 
@@ -325,9 +422,12 @@ def explanations(results: list, margins: dict[str, dict], turns: list[dict],
                  profile: TimingProfile) -> dict[str, str]:
     """Why P2P's margin fell below 1, per policy where it did (turns carry their arm's label)."""
     out = {}
-    for policy in (p for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1):
-        on, off = (next(r for r in results if r.policy == policy and r.p2p == p and not r.error)
-                   for p in (True, False))
+    arms = aggregate(results)
+    for policy, v in ((p, v) for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1):
+        on, off = (next(r for r in arms if r.policy == policy and r.p2p == p and not r.error) for p in (True, False))
         arm = {p: [t for t in turns if t.get("arm") == f"{policy}-p2p-{p}"] for p in ("on", "off")}
         out[policy] = explain(on, off, arm["on"], arm["off"], profile)
+        if _straddles(v["range"]["throughput_x"], 1.0):
+            out[policy] = (f"inconclusive on this box, the {v['repeats']} repeats' req/s margins lie on both sides "
+                           f"of 1 ({_x(v, 'throughput_x')}); if real: {out[policy]}")
     return out

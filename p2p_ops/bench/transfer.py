@@ -6,11 +6,15 @@ fleet's profile implies (`spec.transfer_sizes`: one chunk up to the prefix of `p
 Each row also carries memcpy of the same bytes on the reader (the ceiling a copy into L1 has there) and the rails
 that moved its bytes (`transfer_rails`). The verdict compares the whole prefix's read time with the fleet's need:
 `need_ms` (default: recomputing that prefix, `spec.transfer_sizes.need_ms`; pass your own from `p2pctl calibrate`).
+The sweep runs `repeats` times, its sizes interleaved (1, 2, 4, 1, 2, 4, ...) so the box's load falls on every size
+alike; a size's figures are the median over the repeats with their min-max (`per_size`), and a need that lies
+inside the prefix's p50 range is 'inconclusive on this box'.
 """
 
 from __future__ import annotations
 
 import shlex
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -25,6 +29,7 @@ from p2p_ops.lifecycle.free_ports import free_port
 from p2p_ops.lifecycle.nic_plan import read_plans
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.observe import bench_plots
+from p2p_ops.observe.stats import span, with_spread
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, need_ms as fleet_need_ms
 
@@ -69,21 +74,48 @@ def memcpy_gbps(s: channel.Side, nbytes: int) -> Optional[float]:
         return None
 
 
+def per_size(runs: list[dict]) -> list[dict]:
+    """One row per size over the repeated sweeps (rows in run order): GB/s, p50 and p99 the median over the
+    repeats whose read succeeded, `gbps_range` and `p50_range` their min-max, ok only when every repeat was;
+    every repeat's own row under `runs`."""
+    out = []
+    for count in dict.fromkeys(r["num_objects"] for r in runs):
+        mine = [r for r in runs if r["num_objects"] == count]
+        good = [r for r in mine if r["ok"]]
+        row = {**mine[0], "runs": mine, "ok": len(good) == len(mine),
+               "error": next((r["error"] for r in mine if not r["ok"]), ""),
+               "note": next((r["note"] for r in mine if r.get("note")), ""),
+               "gbps_range": span(r.get("median_gbps") for r in good), "p50_range": span(r.get("p50_ms") for r in good)}
+        for f in ("median_gbps", "p50_ms", "p99_ms"):
+            vals = [r[f] for r in good if r.get(f) is not None]
+            row[f] = statistics.median(vals) if vals else None
+        if "overlapped" in row:
+            row["overlapped"] = all(r["overlapped"] for r in mine)
+        out.append(row)
+    return out
+
+
 def verdict(rows: list[dict], need_ms: float, what: str = "the prefix") -> tuple[bool, str]:
-    """Pure: every read verified, and the whole prefix (the last row) read within need_ms."""
+    """Pure: every read verified, and the whole prefix (the last row) read within need_ms (its median p50 over
+    the repeats; 'inconclusive on this box' when need_ms lies inside their range)."""
     if not rows or not all(r["ok"] for r in rows):
         bad = next((r for r in rows if not r["ok"]), None)
         return False, f"FAIL: a read failed ({bad['error'] if bad else 'no rows'})"
-    took, mib = rows[-1]["p50_ms"], rows[-1]["payload_bytes"] / 2**20
+    last = rows[-1]
+    took, mib, spread = last["p50_ms"], last["payload_bytes"] / 2**20, last.get("p50_range")
+    shown = with_spread(took, spread, "{:.1f}") if took is not None else "n/a"
+    tail = (f"; inconclusive on this box: its {len(last.get('runs', []))} sweeps read it in {spread[0]:.1f}-"
+            f"{spread[1]:.1f} ms, on both sides of {need_ms:g} ms; more --repeats or an idle box would decide it"
+            if spread and spread[0] <= need_ms <= spread[1] and spread[0] != spread[1] else "")
     if took is None or took > need_ms:
-        return False, (f"SLOW: {what} ({mib:.1f} MiB) reads in {took} ms, more than the {need_ms:g} ms "
-                       "the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`")
-    return True, f"OK: {what} ({mib:.1f} MiB) reads in {took:.1f} ms (p50), within {need_ms:g} ms"
+        return False, (f"SLOW: {what} ({mib:.1f} MiB) reads in {shown} ms (p50), more than the {need_ms:g} ms "
+                       f"the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`{tail}")
+    return True, f"OK: {what} ({mib:.1f} MiB) reads in {shown} ms (p50), within {need_ms:g} ms{tail}"
 
 
 def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int, iters: int = 5,
                  need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None,
-                 engines: Sequence[str] = ()) -> dict:
+                 engines: Sequence[str] = (), repeats: int = 1) -> dict:
     """One sweep per transfer engine (default: the fleet's, nixl for `tcp`), rows tagged with it."""
     s = ctx.fleet.settings
     engines = engines or ("mooncake_te" if s.transfer_engine == "mooncake_te" else "nixl",)
@@ -98,16 +130,17 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
     for engine in engines:
         if engine == "mooncake_te":
             server, client = (replace(x, env={**x.env, **mc}) for x in (server, client))
-        rows += [{**r, "engine": engine} for r in _sweep(
-            server, client, source, reader, plan, channel.Options(plan.chunk_bytes, plan.counts, s.l1_align_bytes,
-                                                                   iters=iters, channel_type=engine),
-            memcpy, progress)]
+        rows += [{**r, "engine": engine} for r in per_size(_sweep(
+            server, client, source, reader, plan, channel.Options(plan.chunk_bytes, list(plan.counts) * repeats,
+                                                                   s.l1_align_bytes, iters=iters, channel_type=engine),
+            memcpy, progress))]
     ok, line = verdict(rows, need)
     sides = {"source": [(source, server.conn)], "reader": [(reader, client.conn)]}
     shm = transfer_rails.one_host(sides) and not any(r["rails"] for r in rows)
     return {"rails_note": transfer_rails.ONE_HOST_NOTE if shm else "", "pattern": "pairwise", "source": source,
             "reader": reader, "sizes": plan.to_dict(), "env": dict(client.env), "source_env": dict(server.env),
-            "rows": rows, "ok": ok, "verdict": line, "need_ms": need, "need_why": need_why, "engines": list(engines)}
+            "rows": rows, "ok": ok, "verdict": line, "need_ms": need, "need_why": need_why, "engines": list(engines),
+            "repeats": repeats}
 
 
 def _sweep(server: channel.Side, client: channel.Side, source: str, reader: str, plan, opts: channel.Options,
@@ -115,7 +148,8 @@ def _sweep(server: channel.Side, client: channel.Side, source: str, reader: str,
     # Free here; on a remote node a port the kernel hands out here is very rarely taken there (the server's
     # bind would then fail with its log shown).
     ports = channel.Ports(free_port(), free_port(), free_port())
-    progress(f"transfer sweep {source} -> {reader} on {opts.channel_type}: {len(plan.counts)} sizes, "
+    progress(f"transfer sweep {source} -> {reader} on {opts.channel_type}: {len(plan.counts)} sizes x "
+             f"{len(opts.counts) // len(plan.counts)} repeats, "
              f"{plan.chunk_bytes} B chunks, UCX_NET_DEVICES {server.env.get('UCX_NET_DEVICES', '(unset)')} -> "
              f"{client.env.get('UCX_NET_DEVICES', '(unset)')}, ports {ports.transfer}/{ports.control}/{ports.listen}")
     sides = {"source": [(source, server.conn)], "reader": [(reader, client.conn)]}
@@ -137,7 +171,8 @@ def _sweep(server: channel.Side, client: channel.Side, source: str, reader: str,
 
 
 def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters: int = 5,
-            need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None) -> dict:
+            need_ms: Optional[float] = None, progress: Callable[[str], None] = lambda _: None,
+            repeats: int = 1) -> dict:
     """many-to-one (every other node serves, the hub reads) or one-to-many (the hub serves, the others read),
     one concurrent round per size (p2p_ops.bench.transfer_patterns); rails read on every node around each round."""
     hub_node = _node(ctx, hub)
@@ -146,9 +181,10 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
     need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
     sides = {n.name: side(ctx, n) for n in ctx.fleet.nodes}
     links = transfer_patterns.plan_links(pattern, hub, others, sides, free_port)
-    opts = channel.Options(plan.chunk_bytes, plan.counts, ctx.fleet.settings.l1_align_bytes, iters=iters)
+    opts = channel.Options(plan.chunk_bytes, list(plan.counts) * repeats, ctx.fleet.settings.l1_align_bytes,
+                           iters=iters)
     roles = {"source": [(k.source, k.server.conn) for k in links], "reader": [(k.reader, k.client.conn) for k in links]}
-    progress(f"transfer {pattern} around {hub} ({len(links)} links): {len(plan.counts)} sizes, "
+    progress(f"transfer {pattern} around {hub} ({len(links)} links): {len(plan.counts)} sizes x {repeats} repeats, "
              f"{plan.chunk_bytes} B chunks, a common start {transfer_patterns.START_LEAD_S:g} s after each launch")
     rails: dict[int, list[dict]] = {}
 
@@ -159,16 +195,19 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
             f"{r.median_gbps or 0:.2f}" if r.ok else r.error[:40] for r in result) + " GB/s")
         return result
 
-    rows = []
+    rounds = []
+    memcpy: dict[int, Optional[float]] = {}
     for runs in transfer_patterns.run_links(links, opts, around=around):
         row = {**transfer_patterns.aggregate(runs), "rails": rails.get(runs[0].num_objects, [])}
-        row["memcpy_gbps"] = memcpy_gbps(sides[hub], row["payload_bytes"])
-        rows.append(row)
+        if row["payload_bytes"] not in memcpy:
+            memcpy[row["payload_bytes"]] = memcpy_gbps(sides[hub], row["payload_bytes"])
+        rounds.append({**row, "memcpy_gbps": memcpy[row["payload_bytes"]]})
+    rows = per_size(rounds)
     ok, line = verdict(rows, need, f"{len(links)} prefixes at once")
     ends = (",".join(others), hub) if pattern == "many-to-one" else (hub, ",".join(others))
     return {"pattern": pattern, "source": ends[0], "reader": ends[1], "sizes": plan.to_dict(),
             "env": dict(sides[hub_node.name].env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
-            "need_why": need_why}
+            "need_why": need_why, "repeats": repeats}
 
 
 def write_run(out_dir: Path, doc: dict) -> dict:

@@ -13,10 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from p2p_ops import files
-from p2p_ops.bench.placement import PlacementOptions
-from p2p_ops.cli.common import add_port_offset_arg, context, done, given, ints, names, verb
+from p2p_ops.bench.placement import FULL_REPEATS, QUICK_REPEATS, PlacementOptions
+from p2p_ops.cli.common import add_port_offset_arg, context, done, given, ints, names, repeats, verb
 from p2p_ops.cli.output import progress, say
 from p2p_ops.errors import BadInput
+from p2p_ops.observe.stats import with_spread
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_NAMES
@@ -51,6 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
               "`make setup-router`.",
               epilog="exit codes: 0 every arm ran, 1 an arm failed or had failed requests, 2 bad input")
     pl.add_argument("--quick", action="store_true", help="8 sessions x 3 questions, 2K-token documents (minutes)")
+    pl.add_argument("--repeats", type=int, default=None, metavar="N",
+                    help=f"runs of every arm, interleaved; figures are their median (min-max) (default "
+                         f"{QUICK_REPEATS} with --quick, the fewest with a median inside its range; {FULL_REPEATS} "
+                         "without, as llm-d's published medians)")
     pl.add_argument("--policies", default=None, help="comma list (default: round_robin,power_of_two,cache_aware,"
                                                      "kv_aware,consistent_hash)")
     pl.add_argument("--nodes", type=int, default=2, help="nodes of the local fleet (default 2)")
@@ -61,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_timing_arg(pl, f"the engines' emulated GPU timing (default {DEFAULT_TIMING}, the one calibrate uses)")
     pl.add_argument("--no-gpu-timing", action="store_true", help="the same as --timing off: engines at CPU speed")
     pl.add_argument("--p2p", choices=["both", "on", "off"], default="both", help="which P2P arms (default both)")
-    pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run")
+    pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run (default 600 s "
+                    "per repeat with --quick, 1800 s without)")
     add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
     pl.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-placement)")
 
@@ -82,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default tiny; gpt-oss-120b is the model of the h200-* timing profiles)")
     c.add_argument("--quick", action="store_true", help="lengths 256..4096, 2 repetitions")
     c.add_argument("--lengths", default=None, help="comma list of prefix lengths in tokens")
-    c.add_argument("--repeats", type=int, default=None, help="repetitions per length (default 3)")
+    c.add_argument("--repeats", type=int, default=None, help="repetitions per length (default 3, 2 with --quick)")
     c.add_argument("--doc-tokens", type=int, default=None,
                    help="typical request length, for the cache threshold advice (default: longest length)")
     c.add_argument("--seed", type=int, default=None)
@@ -106,6 +112,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(nixl,mooncake_te; default: the fleet's settings.transfer_engine, nixl for tcp); pairwise only")
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
+    t.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="sweeps of every size, interleaved; GB/s and p50 per size are their median (min-max) "
+                        "(default 3)")
     t.add_argument("--need-ms", type=float, default=None, help="the whole prefix must read within this (default: "
                    "recomputing it, from engine.prefill_us_per_token, else the default GPU timing profile's)")
     t.add_argument("--out", default=None, help="run folder for transfer.json and transfer.png, the plot of GB/s "
@@ -169,12 +178,13 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         engines = names(args.engine) if args.engine else []
         if [e for e in engines if e not in ("nixl", "mooncake_te")] or engines and args.pattern != "pairwise":
             raise BadInput(f"--engine {args.engine}: give nixl and/or mooncake_te, with --pattern pairwise")
+        n = repeats(args.repeats, 3)
         if args.pattern == "pairwise":
             doc = transfer.run_transfer(ctx, source, reader, args.prompt_tokens, args.iters, args.need_ms, progress,
-                                        engines)
+                                        engines, n)
         else:
             hub = (args.reader if args.pattern == "many-to-one" else args.source) or nodes[0]
-            doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, progress)
+            doc = transfer.run_fan(ctx, args.pattern, hub, args.prompt_tokens, args.iters, args.need_ms, progress, n)
         doc = transfer.write_run(_out_dir(args, "transfer", ctx), doc)
 
     return done(args, doc, lambda: say(transfer_table(doc), doc["verdict"], f"run folder: {doc['run_dir']} (plot: "
@@ -186,11 +196,14 @@ def transfer_table(doc: dict) -> str:
 
     if len(doc.get("engines", [])) > 1:
         return engines_table(doc)
-    lines = ["size (MiB)  chunks  GB/s (median)  p50 ms  p99 ms  memcpy GB/s  verified  rails (moved the bytes)"]
+    lines = [f"size (MiB)  chunks  {'GB/s median (min-max)':>21}  {'p50 ms (min-max)':>21}  p99 ms  memcpy GB/s  "
+             "verified  rails (moved the bytes)"]
     notes = []
     for r in doc["rows"]:
-        lines.append(f"{r['payload_bytes'] / 2**20:>10.2f}  {r['num_objects']:>6}  {r['median_gbps'] or 0:>13.2f}  "
-                     f"{r['p50_ms'] or 0:>6.2f}  {r['p99_ms'] or 0:>6.2f}  {r['memcpy_gbps'] or 0:>11.2f}  "
+        gbps, p50 = (with_spread(r[f] or 0, r.get(s), "{:.2f}") for f, s in (("median_gbps", "gbps_range"),
+                                                                                ("p50_ms", "p50_range")))
+        lines.append(f"{r['payload_bytes'] / 2**20:>10.2f}  {r['num_objects']:>6}  {gbps:>21}  {p50:>21}  "
+                     f"{r['p99_ms'] or 0:>6.2f}  {r['memcpy_gbps'] or 0:>11.2f}  "
                      f"{'yes' if r['ok'] else 'NO ' + r['error'][:40]:<8}  {label(r.get('rails', []))}")
         notes += [r["note"]] if r.get("note") else []
         notes += [f"{r['num_objects']} chunk(s): a reader connected after the common start, reads not overlapped"
@@ -206,13 +219,14 @@ def engines_table(doc: dict) -> str:
     """One line per size: each engine's median GB/s and p50 ms side by side, then memcpy."""
     engines = doc["engines"]
     by = {(r["engine"], r["num_objects"]): r for r in doc["rows"]}
-    lines = ["size (MiB)  chunks  " + "  ".join(f"{e + ' GB/s':>16}  {'p50 ms':>7}" for e in engines) + "  memcpy GB/s"]
+    lines = ["size (MiB)  chunks  " + "  ".join(f"{e + ' GB/s (min-max)':>26}  {'p50 ms':>7}" for e in engines)
+             + "  memcpy GB/s"]
     for count in dict.fromkeys(r["num_objects"] for r in doc["rows"]):
         rows = [by.get((e, count)) for e in engines]
         first = next(r for r in rows if r)
         lines.append(f"{first['payload_bytes'] / 2**20:>10.2f}  {count:>6}  " + "  ".join(
-            f"{r['median_gbps'] or 0:>16.2f}  {r['p50_ms'] or 0:>7.2f}" if r and r["ok"] else
-            f"{'FAIL ' + (r['error'][:20] if r else 'not run'):>25}" for r in rows)
+            f"{with_spread(r['median_gbps'] or 0, r.get('gbps_range'), '{:.2f}'):>26}  {r['p50_ms'] or 0:>7.2f}"
+            if r and r["ok"] else f"{'FAIL ' + (r['error'][:20] if r else 'not run'):>35}" for r in rows)
             + f"  {first['memcpy_gbps'] or 0:>11.2f}")
     return "\n".join(lines)
 
@@ -227,6 +241,7 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
     if args.policies:
         opts.policies = names(args.policies)
     opts.nodes = args.nodes
+    opts.repeats = repeats(args.repeats, opts.repeats)
     if args.no_gpu_timing and args.timing not in (None, "off"):
         raise BadInput(f"--no-gpu-timing with --timing {args.timing}: pass one of them")
     opts.timing = "off" if args.no_gpu_timing else (args.timing or DEFAULT_TIMING)
@@ -258,10 +273,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         lengths = ints(args.lengths, "--lengths", "give token counts, e.g. 512,1024,2048")
         if not lengths or min(lengths) < 1:
             raise BadInput(f"--lengths {args.lengths!r}: give positive token counts, e.g. 512,1024,2048")
-    repeats = args.repeats or (2 if args.quick else 3)
+    n = repeats(args.repeats, 2 if args.quick else 3)
     if args.launch:
         out = _out_dir(args, "calibrate")
-        doc = calibrate.run_launched(out, lengths, repeats, args.seed, args.doc_tokens, args.port_offset, progress,
+        doc = calibrate.run_launched(out, lengths, n, args.seed, args.doc_tokens, args.port_offset, progress,
                                      timing=args.timing or DEFAULT_TIMING, profile=args.profile or TINY)
     else:
         _only_with(args, "--port-offset", "with --launch", "a running fleet's ports are in its fleet.yaml")
@@ -270,7 +285,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         with context(args) as ctx:
             calibrate.check_running(ctx)  # before the run folder: a fleet that is not up leaves nothing behind
             out = _out_dir(args, "calibrate", ctx)
-            doc = calibrate.run(ctx, out, lengths, repeats, args.seed, args.doc_tokens, progress, timing=args.timing)
+            doc = calibrate.run(ctx, out, lengths, n, args.seed, args.doc_tokens, progress, timing=args.timing)
     return _show(args, out, doc, bool(doc["rows"]))
 
 

@@ -117,6 +117,13 @@ def ints(text: str, flag: str, fix: str) -> list[int]:
         raise BadInput(f"{flag} {text!r}: {fix}") from None
 
 
+def repeats(value: int | None, default: int) -> int:
+    """--repeats as given, else `default`; below 1 is bad input (nothing would be measured)."""
+    if value is not None and value < 1:
+        raise BadInput(f"--repeats {value}: give 1 or more (3 shows a median with its spread)")
+    return default if value is None else value
+
+
 def given(args: argparse.Namespace, fields: dict[str, str]) -> dict:
     """{field: value} of the options (dest -> field name) given on the command line (not None)."""
     return {field: getattr(args, dest) for dest, field in fields.items() if getattr(args, dest) is not None}

@@ -8,7 +8,8 @@ from p2p_ops.observe import charts
 
 
 def placement(out_dir: Path, arms: list) -> list[str]:
-    """Served req/s, TTFT p50/p90 and token sources per policy, P2P on next to off."""
+    """Served req/s, TTFT p50/p90 and token sources per policy, P2P on next to off; an arm run more than once is
+    its median with the repeats' min-max as an error bar."""
     arms = [a for a in arms if not a.error]
     policies = list(dict.fromkeys(a.policy for a in arms))
     if not policies:
@@ -18,18 +19,23 @@ def placement(out_dir: Path, arms: list) -> list[str]:
     x = range(len(policies))
     written = []
 
-    def bars(ax, value, ylabel, title):
+    def bars(ax, figure, ylabel, title):
         for shift, side, label in ((-0.2, on, "P2P on"), (0.2, off, "P2P off")):
-            ax.bar([i + shift for i in x], [value(side[p]) if p in side else 0 for p in policies], 0.4, label=label)
+            arms = [side.get(p) for p in policies]
+            heights = [getattr(a, figure) if a else 0 for a in arms]
+            ends = [a.spread.get(figure) if a and a.spread.get(figure) else [h, h] for a, h in zip(arms, heights)]
+            ax.bar([i + shift for i in x], heights, 0.4, label=label,
+                   yerr=[[max(h - lo, 0) for h, (lo, _) in zip(heights, ends)],
+                         [max(hi - h, 0) for h, (_, hi) in zip(heights, ends)]], capsize=3)
         ax.set_xticks(list(x), policies, rotation=20)
         charts.label(ax, "", ylabel, title, grid="y")
 
     fig, ax = charts.figure((7, 4))
-    bars(ax, lambda a: a.req_per_s, "served requests/s", "Throughput by placement")
+    bars(ax, "req_per_s", "served requests/s", "Throughput by placement")
     written.append(charts.save(fig, out_dir / "placement_throughput.png").name)
     fig, axes = charts.figure((10, 4), ncols=2)
-    bars(axes[0], lambda a: a.ttft_p50_ms, "TTFT p50 (ms)", "TTFT p50 by placement")
-    bars(axes[1], lambda a: a.ttft_p90_ms, "TTFT p90 (ms)", "TTFT p90 by placement")
+    bars(axes[0], "ttft_p50_ms", "TTFT p50 (ms)", "TTFT p50 by placement")
+    bars(axes[1], "ttft_p90_ms", "TTFT p90 (ms)", "TTFT p90 by placement")
     written.append(charts.save(fig, out_dir / "placement_ttft.png").name)
     fig, ax = charts.figure((8, 4))
     labels, local, peer, recomputed = [], [], [], []
@@ -66,6 +72,9 @@ def transfer_series(rows: list[dict]) -> dict[str, list]:
     mib = [r["payload_bytes"] / 2**20 for r in rows]
     ok = [(x, r) for x, r in zip(mib, rows) if r["ok"] and r.get("median_gbps") is not None]
     return {"mib": [x for x, _ in ok], "gbps": [r["median_gbps"] for _, r in ok],
+            # below and above the median: the repeated sweeps' min-max (0 for one sweep)
+            "gbps_err": [[r["median_gbps"] - (r.get("gbps_range") or [r["median_gbps"]] * 2)[i] for _, r in ok]
+                         for i in (0, 1)],
             "p50_ms": [r["p50_ms"] for _, r in ok], "p99_ms": [r["p99_ms"] for _, r in ok],
             "memcpy": [(x, r["memcpy_gbps"]) for x, r in zip(mib, rows) if r.get("memcpy_gbps") is not None],
             "failed": [x for x, r in zip(mib, rows) if not r["ok"]]}
@@ -78,7 +87,8 @@ def transfer(out: Path, doc: dict) -> str:
 
     s = transfer_series(doc["rows"])
     fig, (rate, lat) = charts.figure((11, 4), ncols=2)
-    rate.plot(s["mib"], s["gbps"], "o-", label="LMCache channel (median)")
+    rate.errorbar(s["mib"], s["gbps"], yerr=[s["gbps_err"][0], [-e for e in s["gbps_err"][1]]], fmt="o-",
+                  capsize=3, label="LMCache channel (median, min-max of the sweeps)")
     rate.plot([x for x, _ in s["memcpy"]], [y for _, y in s["memcpy"]], "s--", label="memcpy on the reader")
     for i, x in enumerate(s["failed"]):
         rate.axvline(x, color="red", alpha=0.4, linestyle=":", label="read failed" if i == 0 else None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import math
+from typing import Iterable, Optional, Sequence
 
 
 def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
@@ -26,3 +27,18 @@ def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
 def fmt(v: Optional[float], spec: str = "{:g}", scale: float = 1.0, none: str = "-") -> str:
     """A figure in a table cell, `scale`d: `none` when there is none."""
     return none if v is None else spec.format(v * scale)
+
+
+def span(values: Iterable[Optional[float]]) -> Optional[list[float]]:
+    """[min, max] of the finite `values` (None and NaN skipped); None for no data."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return [min(vals), max(vals)] if vals else None
+
+
+def with_spread(median: float, spread: Optional[Sequence[float]], spec: str = "{:.0f}") -> str:
+    """A figure over repeats as every benchmark shows it: the median, then the repeats' min-max when they differ,
+    "412 (300-500)"; `spec` formats all three."""
+    cell = spec.format(median)
+    if spread and spread[0] != spread[1]:
+        cell += f" ({spec.format(spread[0])}-{spec.format(spread[1])})"
+    return cell

@@ -182,6 +182,44 @@ def test_two_engines_share_one_table_a_line_per_size_side_by_side_with_memcpy():
     assert lines[2].split()[:4] == ["16.00", "16", "1.00", "2.00"] and "FAIL" in lines[2]
 
 
+def _sweeps(*p50s_per_repeat, failed=()):
+    """Rows as repeated sweeps run them, sizes interleaved: repeat r reads size n in p50s_per_repeat[r][n] ms."""
+    rows = []
+    for r, p50s in enumerate(p50s_per_repeat):
+        for n, p50 in p50s.items():
+            row = _row(n, p50, ok=(r, n) not in failed)
+            rows.append({**row, "median_gbps": round(n * MIB / p50 / 1e6, 3)})
+    return rows
+
+
+def test_repeated_sweeps_become_one_row_per_size_median_with_min_max_keeping_every_repeat():
+    from p2p_ops.bench.transfer import per_size
+
+    one, sixteen = per_size(_sweeps({1: 1.0, 16: 40.0}, {1: 2.0, 16: 60.0}, {1: 1.5, 16: 50.0}, failed={(1, 1)}))
+    assert (one["p50_ms"], one["p50_range"], one["ok"], len(one["runs"])) == (1.25, [1.0, 1.5], False, 3)
+    assert "verify FAILED" in one["error"] and [r["p50_ms"] for r in one["runs"]] == [1.0, 2.0, 1.5]
+    assert sixteen["ok"] and sixteen["p50_ms"] == 50.0 and sixteen["p50_range"] == [40.0, 60.0]
+    assert sixteen["median_gbps"] == round(16 * MIB / 50.0 / 1e6, 3)
+    assert sixteen["gbps_range"] == [round(16 * MIB / 60.0 / 1e6, 3), round(16 * MIB / 40.0 / 1e6, 3)]
+
+
+def test_a_need_inside_the_repeats_range_is_inconclusive_and_one_outside_is_decided():
+    from p2p_ops.bench.transfer import per_size, verdict
+    from p2p_ops.cli.bench_cmds import transfer_table
+
+    rows = per_size(_sweeps({1: 1.0, 16: 40.0}, {1: 1.0, 16: 60.0}, {1: 1.0, 16: 50.0}))
+    ok, line = verdict(rows, 55)
+    assert ok and line.startswith("OK: the prefix (16.0 MiB) reads in 50.0 (40.0-60.0) ms (p50), within 55 ms")
+    assert "inconclusive on this box: its 3 sweeps read it in 40.0-60.0 ms, on both sides of 55 ms" in line
+    ok, line = verdict(rows, 45)
+    assert not ok and line.startswith("SLOW") and "inconclusive on this box" in line
+    ok, line = verdict(rows, 100)
+    assert ok and "inconclusive" not in line
+    table = transfer_table({"rows": rows}).splitlines()
+    assert "GB/s median (min-max)" in table[0] and "50.00 (40.00-60.00)" in table[2]
+    assert f"{16 * MIB / 50e6:.2f} ({16 * MIB / 60e6:.2f}-{16 * MIB / 40e6:.2f})" in table[2]
+
+
 @pytest.mark.parametrize("count", [1, 16])
 def test_captured_runs_parse_the_same(count):
     # Real runs (127.0.0.1, UCX_NET_DEVICES=lo, a busy 2-core box); the client segfaulted after its report

@@ -102,7 +102,7 @@ def test_placement_summary_splits_tokens_and_margins():
     m = placement.margins([on, off])
     assert m["round_robin"]["throughput_x"] == pytest.approx(1.5 / 0.5)
     md = placement.markdown([on, off], placement.PlacementOptions.quick())
-    assert "| round_robin | yes | 1.50 |" in md and "3.00x" in md
+    assert "| round_robin | yes | 1 | 1.50 |" in md and "3.00x" in md
 
 
 def test_placement_options_refuse_bad_input():
@@ -110,6 +110,8 @@ def test_placement_options_refuse_bad_input():
         placement.PlacementOptions(policies=["nope"]).validate()
     with pytest.raises(BadInput, match="--nodes"):
         placement.PlacementOptions(nodes=1).validate()
+    with pytest.raises(BadInput, match="--repeats 0: give 1 or more"):
+        placement.PlacementOptions(repeats=0).validate()
 
 
 def row(tokens: int, pulled: float, recompute: float, cached: int = 1) -> CrossoverRow:
