@@ -76,6 +76,10 @@ class PlacementOptions:
     max_seconds: Optional[float] = None
     # None: the first free offset of the default plan (free_ports.choose); else exactly this offset.
     port_offset: Optional[int] = None
+    # "ours" (harness client) or "inference-perf" (the same sessions; its tokenizer folder and venv, resolved).
+    generator: str = "ours"
+    tokenizer: str = ""
+    iperf_venv: str = ""
 
     @classmethod
     def quick(cls, **kw) -> "PlacementOptions":
@@ -195,7 +199,7 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
                         if time.monotonic() > deadline:
                             progress(f"time bound reached: skipping {policy} ({arm})")
                             continue
-                        results.append(_run_arm(ctx, data, policy, p2p, r, opts, turns_out, progress))
+                        results.append(_run_arm(ctx, data, policy, p2p, r, opts, turns_out, progress, out_dir))
                         _write(out_dir, results, turns_out, opts, choice)
             except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
                 progress(f"{arm}: {type(exc).__name__}: {exc}")
@@ -206,13 +210,18 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
 
 
 def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int, opts: PlacementOptions,
-             turns_out: list, progress: Callable[[str], None]) -> ArmResult:
+             turns_out: list, progress: Callable[[str], None], out_dir: Path) -> ArmResult:
     label = f"{policy}-p2p-{'on' if p2p else 'off'}"
     switch_policy(ctx, data, policy)
     progress(f"{label} (repeat {repeat}): {opts.workload.sessions} sessions x {opts.workload.questions} questions")
     before, rbefore = _scrape_servers(ctx), _router_metrics(ctx)
     # The repeat in the documents' label: each repeat's documents are its own.
-    turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, f"{label}-r{repeat}", progress)
+    if opts.generator == "inference-perf":
+        turns, wall = docqa.run_inference_perf(ctx.fleet.router_url, ctx.fleet.model, opts.workload,
+                                               f"{label}-r{repeat}", out_dir / "inference-perf" / f"{label}-r{repeat}",
+                                               Path(opts.tokenizer), Path(opts.iperf_venv))
+    else:
+        turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, f"{label}-r{repeat}", progress)
     after, rafter = _scrape_servers(ctx), _router_metrics(ctx)
     peer = sum(metrics_api.metric_sum(a, PEER_HIT_TOKENS) - metrics_api.metric_sum(b, PEER_HIT_TOKENS)
                for a, b in zip(after, before))
@@ -297,7 +306,9 @@ def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[l
     profile = TIMING_PROFILES[opts.timing]
     lines = [f"# Placement x P2P: document QA through vllm-router ({opts.nodes} nodes)", "",
              f"{w.sessions} sessions x {w.questions} questions, {w.doc_tokens}-token private documents, "
-             f"{w.inflight} sessions in flight, {w.max_tokens} output tokens.", "",
+             f"{w.inflight} sessions in flight, {w.max_tokens} output tokens; sent by "
+             + ("inference-perf (conversation_replay, lengths in tokenizer tokens: half as many)."
+                if opts.generator == "inference-perf" else "the toolkit's own client."), "",
              f"Timing profile {profile.describe()}.", "",
              f"Each figure is the median of an arm's repeats ({opts.repeats} asked, arms interleaved), with their "
              "min-max in brackets where they differ; tokens are medians, failed a sum.", "",

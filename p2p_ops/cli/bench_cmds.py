@@ -68,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--p2p", choices=["both", "on", "off"], default="both", help="which P2P arms (default both)")
     pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run (default 600 s "
                     "per repeat with --quick, 1800 s without)")
+    pl.add_argument("--generator", choices=["ours", "inference-perf"], default="ours",
+                    help="who sends the sessions: ours (default) or inference-perf (`make setup-iperf`; the same "
+                         "sessions as conversations, x-session-id their id)")
+    pl.add_argument("--tokenizer", default=None, help="with inference-perf: a local Hugging Face tokenizer folder "
+                    "(default models/tiny-llama)")
     add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
     pl.add_argument("--out", default=None, help="run folder (default p2p-run/bench/<UTC time>-placement)")
 
@@ -251,6 +256,11 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
     opts.port_offset = args.port_offset
     opts.workload = replace(opts.workload, **given(args, {n: n for n in ("sessions", "questions", "doc_tokens",
                                                                            "inflight")}))
+    if args.generator == "inference-perf":   # resolved before any fleet starts: a missing one is bad input now
+        from p2p_ops.harness.stress_inference_perf import tokenizer_dir, venv_dir
+
+        opts.generator, opts.iperf_venv = args.generator, str(venv_dir())
+        opts.tokenizer = str(tokenizer_dir(args.tokenizer or "", ""))
     return opts
 
 

@@ -34,6 +34,8 @@ SUMMARY = "summary_lifecycle_metrics.json"
 PREFIX_CHARS = 32      # characters hashed into prefix_id: always inside a prefix of PREFIX_FLOOR tokens
 PREFIX_FLOOR = 64      # fewest prefix/document tokens a scale leaves
 LENGTH_FLOOR = 2       # fewest question/output tokens (inference-perf times TTFT only with 2+ output tokens)
+# The embedded engine counts bytes, about two per tokenizer token: what converts a length between the two.
+ENGINE_UNITS_PER_TOKEN = 2
 READ_CAP = 256 << 20   # per-request output holds every prompt: ~2x the prompt tokens in bytes
 
 
@@ -97,14 +99,15 @@ def _fixed(v: int) -> dict:
     return {"type": "fixed", "mean": v, "min": v, "max": v, "std_dev": 0}
 
 
-def config(shape: str, scale: str, base_url: str, model: str, out_dir: str | Path, tokenizer: str | Path, *,
+def config(shape: str | Shape, scale: str, base_url: str, model: str, out_dir: str | Path, tokenizer: str | Path, *,
            seed: int = 1234, request_timeout_s: float = 600.0, max_model_len: int | None = None,
-           workers: int | None = None, api_key: str = "") -> dict:
-    """inference-perf's config for one pass of `shape` at `scale` against `base_url` (an engine or the router,
-    without /v1): streamed /v1/completions, one concurrent stage, the per-request report with its computed
-    TTFT/ITL and the prompt (for prefix_id), without the response bodies. `tokenizer` is a local folder.
-    `max_model_len` (tokenizer tokens) bounds document Q&A's growing history."""
-    s = scaled(shape, scale)
+           workers: int | None = None, api_key: str = "", session_header: str = "") -> dict:
+    """inference-perf's config for one pass of `shape` at `scale` (or of a Shape of the caller's own, as sized)
+    against `base_url` (an engine or the router, without /v1): streamed /v1/completions, one concurrent stage, the
+    per-request report with its computed TTFT/ITL and the prompt (for prefix_id), without the response bodies.
+    `tokenizer` is a local folder. `max_model_len` (tokenizer tokens) bounds document Q&A's growing history;
+    `session_header` names the header that carries each conversation's id (what a router's session policies hash)."""
+    s = shape if isinstance(shape, Shape) else scaled(shape, scale)
     data: dict = {"type": s.data_type}
     if s.data_type == "shared_prefix":
         data["shared_prefix"] = {"num_groups": s.prefixes, "num_prompts_per_group": s.questions,
@@ -121,7 +124,8 @@ def config(shape: str, scale: str, base_url: str, model: str, out_dir: str | Pat
         server["api_key"] = api_key
     fields = {"request": True, "response": False, "info": True, "response_chunks": False, "computed_metrics": True}
     return {
-        "api": {"type": "completion", "streaming": True},
+        "api": {"type": "completion", "streaming": True,
+                **({"session_id_header_key": session_header} if session_header else {})},
         "server": server,
         "tokenizer": {"pretrained_model_name_or_path": str(tokenizer)},
         "data": data,

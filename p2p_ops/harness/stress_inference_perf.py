@@ -32,9 +32,6 @@ from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.starter import DEFAULT_MODEL_DIR
 
 RESULT = "inference-perf.json"
-# The embedded engine counts bytes, about two per tokenizer token: document Q&A's history is kept under half the
-# engine's context so no turn is refused (a vLLM engine counts tokens and is only under-filled by it).
-CONTEXT_SHARE = 0.5
 
 Progress = Callable[[str, int, Optional[int]], None]
 
@@ -57,20 +54,25 @@ class IperfOptions:
             raise BadInput(f"--shapes: give one or more of {', '.join(inference_perf.SHAPES)}")
 
 
-def tokenizer_dir(opts: IperfOptions, model: str) -> Path:
-    """The tokenizer inference-perf counts lengths with: --tokenizer, else the fleet's model if it is a local
-    folder, else this checkout's tiny model."""
-    for candidate in (opts.tokenizer, model, str(CHECKOUT / DEFAULT_MODEL_DIR)):
+def tokenizer_dir(given: str, model: str) -> Path:
+    """The tokenizer inference-perf counts lengths with: `given` (--tokenizer), else the fleet's model if it is a
+    local folder, else this checkout's tiny model."""
+    for candidate in (given, model, str(CHECKOUT / DEFAULT_MODEL_DIR)):
         if candidate and (Path(candidate) / "tokenizer_config.json").is_file():
             return Path(candidate).resolve()
-        if candidate and candidate == opts.tokenizer:
+        if candidate and candidate == given:
             raise BadInput(f"--tokenizer {candidate}: not a Hugging Face tokenizer folder (no tokenizer_config.json)")
     raise BadInput("inference-perf needs a local tokenizer folder and downloads none: make one with "
                    f"`p2pctl make-model {DEFAULT_MODEL_DIR}` or pass --tokenizer DIR")
 
 
-def venv_dir(opts: IperfOptions) -> Path:
-    return Path(opts.venv or os.environ.get("P2P_IPERF_VENV") or CHECKOUT / inference_perf.DEFAULT_VENV)
+def venv_dir(given: str = "") -> Path:
+    """`given`, else $P2P_IPERF_VENV, else this checkout's .venv-iperf; one without inference-perf is bad input."""
+    venv = Path(given or os.environ.get("P2P_IPERF_VENV") or CHECKOUT / inference_perf.DEFAULT_VENV)
+    if not (venv / "bin" / "inference-perf").is_file():
+        raise BadInput(f"{venv}: no inference-perf there; run `make setup-iperf` (or scripts/setup_inference_perf.sh "
+                       f"{venv}), or set P2P_IPERF_VENV")
+    return venv
 
 
 def passes(ctx: FleetContext, via_router: bool) -> list[tuple[str, str, str]]:
@@ -94,7 +96,9 @@ def _max_len(url: str) -> Optional[int]:
 
     try:
         body = get_json(f"{url}/v1/models", timeout=5)
-        return int(body["data"][0]["max_model_len"] * CONTEXT_SHARE)
+        # In tokenizer tokens, so no document Q&A turn is refused by the embedded engine (a vLLM engine counts
+        # tokens and is only under-filled by it).
+        return int(body["data"][0]["max_model_len"] // inference_perf.ENGINE_UNITS_PER_TOKEN)
     except Exception:  # noqa: BLE001 - an engine that does not say leaves inference-perf's own default
         return None
 
@@ -105,7 +109,7 @@ def run_iperf_stress(ctx: FleetContext, opts: IperfOptions, out_dir: Path,
     prompts.jsonl, stages.json, inference-perf.json and the before/after snapshots into out_dir."""
     opts.validate()
     targets = passes(ctx, opts.via_router)
-    venv, tokenizer = venv_dir(opts), tokenizer_dir(opts, ctx.fleet.model)
+    venv, tokenizer = venv_dir(opts.venv), tokenizer_dir(opts.tokenizer, ctx.fleet.model)
     records: list[RequestRecord] = []
     prompts: list[str] = []
     stages, done, stopped = [], [], ""

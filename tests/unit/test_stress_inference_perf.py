@@ -51,7 +51,9 @@ def test_options_name_an_unknown_shape_and_a_missing_tokenizer(tmp_path):
     with pytest.raises(BadInput, match="shape 'pool'.*shapes: shared-prefix-pool, hot-set, document-qa"):
         sip.IperfOptions(shapes=["pool"]).validate()
     with pytest.raises(BadInput, match=f"--tokenizer {tmp_path}: not a Hugging Face tokenizer folder"):
-        sip.tokenizer_dir(sip.IperfOptions(tokenizer=str(tmp_path)), "tiny-llm")
+        sip.tokenizer_dir(str(tmp_path), "tiny-llm")
+    with pytest.raises(BadInput, match="no inference-perf there; run `make setup-iperf`"):
+        sip.venv_dir(str(tmp_path))
 
 
 def test_a_run_reads_every_pass_into_records_the_report_and_inference_perfs_figures(tmp_path):
@@ -84,3 +86,25 @@ def test_a_run_past_its_bound_says_where_it_stopped_and_fails_the_report(tmp_pat
     report = build_report(out)
     assert not report.passed
     assert [c.detail for c in report.checks if not c.ok] == [meta["stopped"]]
+
+
+def test_placements_document_qa_sent_by_inference_perf_is_the_same_sessions_with_their_id_header(tmp_path):
+    from p2p_ops.bench import docqa
+
+    venv = fake_venv(tmp_path, f'cp {CAPTURED}/docqa_local/*_lifecycle_metrics.json "$PWD"/')
+    opts = docqa.DocQAOptions(sessions=8, questions=3, doc_tokens=2048, inflight=4, max_tokens=4, seed=3)
+    configs = []
+    for label in ("round_robin-p2p-on-r1", "round_robin-p2p-on-r2"):
+        records, wall = docqa.run_inference_perf("http://127.0.0.1:1", "m", opts, label, tmp_path / label,
+                                                 tmp_path, venv)
+        configs.append(json.loads((tmp_path / label / "inference-perf-config.yaml").read_text()))
+        assert {r.stage for r in records} == {label} and len(records) == 6 and {r.instance for r in records} == \
+            {"router"}
+        assert wall == pytest.approx(70.035, abs=0.01)   # the captured run's benchmark time, not this call's
+    c = configs[0]
+    assert c["api"]["session_id_header_key"] == docqa.SESSION_HEADER
+    replay = c["data"]["conversation_replay"]
+    assert (replay["num_conversations"], replay["turns_per_conversation"]["mean"],
+            replay["dynamic_system_prompt_len"]["mean"], replay["output_tokens_per_turn"]["mean"],
+            c["load"]["stages"][0]["concurrency_level"]) == (8, 3, 1024, 4, 4)
+    assert replay["seed"] != configs[1]["data"]["conversation_replay"]["seed"]   # each arm's documents its own
