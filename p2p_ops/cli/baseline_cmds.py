@@ -118,7 +118,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise BadInput(f"{', '.join(r.name for r in runs)}: none of baseline {base['name']!r}'s figures measured "
                            f"there (it holds {'/'.join(sorted(kinds))} runs); give a run of the same kind")
         versions = bl.installed_versions(ctx)
-    regressed = [r["figure"] for r in rows if r["verdict"] == "REGRESSED"]
+    regressed = [r["figure"] for r in rows if r["verdict"] in ("REGRESSED", "FAILED")]
     changed = {k: (v, versions.get(k)) for k, v in base["versions"].items() if versions.get(k) != v}
     doc = {"baseline": base["name"], "runs": [str(r) for r in runs], "tolerance": bl.TOLERANCE,
            "regressed": regressed, "versions": {"baseline": base["versions"], "now": versions}, "figures": rows}
@@ -129,14 +129,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _show(doc: dict, rows: list[dict], changed: dict) -> None:
     t = table(f"compare with baseline {doc['baseline']} ({', '.join(Path(r).name for r in doc['runs'])})",
               "figure", "baseline (spread)", "now", "change", "verdict")
-    colour = {"REGRESSED": "red", "improved": "green"}
+    colour = {"REGRESSED": "red", "FAILED": "red", "improved": "green"}
     for r in rows:
         spread = f"{fmt(r['baseline'], '{:.3g}')} ({fmt(r['spread'][0], '{:.3g}')}-{fmt(r['spread'][1], '{:.3g}')})"
         v = r["verdict"]
         t.add_row(r["figure"], f"{spread} {r['unit']}", fmt(r["now"], "{:.3g}"), fmt(r["change"], "{:+.0%}"),
                   f"[{colour[v]}]{v}[/{colour[v]}]" if v in colour else v)
     show(t)
-    say("versions since the baseline: " + (", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in changed.items())
-                                           if changed else "unchanged"),
-        f"[bold red]REGRESSED[/bold red]: {len(doc['regressed'])} of {len(rows)} figures" if doc["regressed"] else
+    say(*(f"{r['figure']}: {r['why']}" for r in rows if r.get("why")), markup=False)
+    moved = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in changed.items())
+    n = len(doc["regressed"])
+    say(f"versions since the baseline: {moved or 'unchanged'}",
+        f"[bold red]REGRESSED[/bold red]: {n} of {len(rows)} figures regressed or failed" if n else
         f"[bold green]OK[/bold green]: no figure regressed beyond its spread and {doc['tolerance']:.0%}")

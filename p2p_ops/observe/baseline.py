@@ -44,6 +44,7 @@ class Figure:
     q: float = 50                  # the figure is this percentile of its samples
     how: dict = field(default_factory=dict)   # how it was measured: a different one is not comparable
     floor: float = 0.0             # the smallest absolute change that counts
+    failed: str = ""               # why the run could not measure it (a pair that did not pull): a regression
 
     @property
     def value(self) -> float:
@@ -65,25 +66,36 @@ def _ms(values) -> list[float]:
 def _basic(doc: dict) -> list[Figure]:
     how = {"test": "basic", "chunks": doc.get("chunks"), "chunk_size": doc.get("chunk_size")}
     n = doc.get("numbers") or {}
-    return [Figure(f"basic {label}", "ms", "lower", _ms([n[key]]), how=how, floor=MS_FLOOR)
+    failed = "" if doc.get("passed") else (doc.get("likely_cause") or "the proof failed")[:200]
+    return [Figure(f"basic {label}", "ms", "lower", _ms([n.get(key)]), how=how, floor=MS_FLOOR,
+                   failed=failed if key == "ttft_peer_b_s" or n.get(key) is None else "")
             for key, label in (("ttft_cold_a_s", "TTFT cold on A"), ("ttft_peer_b_s", "TTFT from peer on B"),
-                               ("ttft_control_b_s", "TTFT control on B")) if n.get(key) is not None]
+                               ("ttft_control_b_s", "TTFT control on B"))]
 
 
 def _matrix(doc: dict) -> list[Figure]:
     how = {"test": "matrix", "chunks": doc.get("chunks"), "chunk_size": doc.get("chunk_size")}
-    return [Figure(f"matrix pull {p['source']} -> {p['target']}", "ms", "lower", [p["pull_ms"]],
-                   how={**how, "measure": p.get("pull_measure", "")}, floor=MS_FLOOR)
-            for p in doc.get("pairs", []) if p.get("ok") and p.get("pull_ms") is not None]
+    out = []
+    for p in doc.get("pairs", []):
+        ok = bool(p.get("ok")) and p.get("pull_ms") is not None
+        why = p.get("cause") or p.get("error") or "skipped"
+        out.append(Figure(f"matrix pull {p['source']} -> {p['target']}", "ms", "lower", [p["pull_ms"]] if ok else [],
+                          how={**how, "measure": p.get("pull_measure", "")}, floor=MS_FLOOR,
+                          failed="" if ok else f"the pair failed: {why}"[:200]))
+    return out
 
 
 def _stress(run: Path, doc: dict) -> list[Figure]:
     how = {"test": "stress", **{k: v for k, v in (doc.get("options") or {}).items() if k not in _NOT_HOW}}
     stages: dict[str, list[float]] = {}
+    failures: dict[str, int] = {}
     for r in read_csv(run / "requests.csv", within=run):
-        if r.ok and r.ttft_s is not None and not r.stage.endswith("-warm"):
-            stages.setdefault(f"{r.stage}@{r.level}", []).append(r.ttft_s * 1000)
-    return [Figure(f"stress {stage} TTFT p{q}", "ms", "lower", ttfts, q=q, how=how, floor=MS_FLOOR)
+        if not r.stage.endswith("-warm"):
+            key = f"{r.stage}@{r.level}"
+            stages.setdefault(key, []).extend(_ms([r.ttft_s]) if r.ok else [])
+            failures[key] = failures.get(key, 0) + (not r.ok)
+    return [Figure(f"stress {stage} TTFT p{q}", "ms", "lower", ttfts, q=q, how=how, floor=MS_FLOOR,
+                   failed=f"{failures[stage]} requests failed" if failures[stage] or not ttfts else "")
             for stage, ttfts in stages.items() for q in (50, 99)]
 
 
@@ -199,7 +211,9 @@ def pooled(runs_: list[Path]) -> list[Figure]:
             if f.name in out and out[f.name].how != f.how:
                 raise BadInput(f"{f.name}: measured differently in {run.name} than in an earlier run given "
                                f"({_first_diff(out[f.name].how, f.how)}); give runs made the same way")
-            out.setdefault(f.name, Figure(**{**asdict(f), "samples": []})).samples.extend(f.samples)
+            kept = out.setdefault(f.name, Figure(**{**asdict(f), "samples": []}))
+            kept.samples.extend(f.samples)
+            kept.failed = kept.failed or (f.failed and f"{f.failed} (in {run.name})")
     return list(out.values())
 
 
@@ -212,8 +226,12 @@ def build(name: str, fleet: str, runs_: list[Path], versions: dict) -> dict:
         if (diff := _settings_diff(settings, settings_of(run))):
             raise BadInput(f"{run.name} and {runs_[0].name} ran with different settings ({diff}); a baseline "
                            "holds runs made with the same settings")
+    figures = pooled(runs_)
+    if bad := next((f for f in figures if f.failed), None):
+        raise BadInput(f"{bad.name}: {bad.failed}; a baseline holds what passing runs measured: fix it (or leave "
+                       "that run out with --run) and save again")
     return {"name": name, "fleet": fleet, "saved": time.time(), "runs": [str(r) for r in runs_],
-            "versions": versions, "settings": settings, "figures": [asdict(f) for f in pooled(runs_)]}
+            "versions": versions, "settings": settings, "figures": [asdict(f) for f in figures]}
 
 
 def load(layout: RunLayout, name: str) -> dict:
@@ -264,14 +282,17 @@ def comparable(baseline: dict, run: Path) -> None:
 
 
 def compare(baseline: dict, new: list[Figure]) -> list[dict]:
-    """One row per figure of the baseline: regressed, improved, within, or not measured in the run."""
+    """One row per figure of the baseline: REGRESSED, FAILED (the run could not measure it), improved, within, or
+    not measured (the run did not try)."""
     mine = {f.name: f for f in new}
     rows = []
     for doc in baseline["figures"]:
         old, f = Figure(**doc), mine.get(doc["name"])
         row = {"figure": old.name, "unit": old.unit, "better": old.better, "baseline": old.value,
                "spread": list(old.spread), "now": None, "change": None, "verdict": "not measured"}
-        if f is not None:
+        if f is not None and f.failed:
+            row.update(verdict="FAILED", why=f.failed)
+        elif f is not None:
             if f.how != old.how:
                 raise BadInput(f"{old.name} was measured differently from baseline {baseline['name']!r}: "
                                f"{_first_diff(old.how, f.how)}; rerun it the baseline's way or save a new baseline")

@@ -41,10 +41,13 @@ def write_env(run: Path, **changes: str) -> None:
     (run / "env" / "node-a-0.env.sh").write_text("\n".join(lines) + "\n")
 
 
-def matrix_run(tests: Path, name: str, pulls: tuple[float, float], chunks: int = 4, **env: str) -> Path:
+def matrix_run(tests: Path, name: str, pulls: tuple, chunks: int = 4, **env: str) -> Path:
+    """Pull times of a->b and b->a; None: that pair failed (nothing pulled, as when a pull outlives the engine's
+    LMCache timeout and the target recomputes)."""
     run = tests / f"{name}-matrix"
     write_env(run, **env)
-    pairs = [{"source": s, "target": t, "ok": True, "pull_ms": ms, "pull_measure": "engine lookup + retrieve"}
+    pairs = [{"source": s, "target": t, "ok": ms is not None, "pull_ms": ms, "pull_measure": "engine lookup + retrieve",
+              "cause": "" if ms else "no cause confirmed"}
              for (s, t), ms in zip((("node-a-0", "node-b-0"), ("node-b-0", "node-a-0")), pulls)]
     (run / "result.json").write_text(json.dumps({"pairs": pairs, "chunks": chunks, "chunk_size": 256}))
     return run
@@ -74,13 +77,15 @@ def test_an_unchanged_rerun_is_not_flagged_and_a_slowed_pull_is(fleet, p2pctl):
     assert code == 0, err
     assert "3 figures" not in out and "2 figures" in out and "lmcache 0.5.6" in out and "ucx 1.18.0" in out
     saved = json.loads((fleet.ctx.layout.root / "baselines" / "before.json").read_text())
-    assert saved["settings"]["node-a-0:P2P_ENGINE_PROFILE"] == "tiny" and "node-a-0:P2P_RUN_DIR" not in saved["settings"]
+    assert saved["settings"]["node-a-0:P2P_ENGINE_PROFILE"] == "tiny"
+    assert "node-a-0:P2P_RUN_DIR" not in saved["settings"]   # a path: a moved checkout measures the same
 
     # a rerun whose figures move a little (inside the spread, or beyond it by less than the tolerance)
     matrix_run(tests, "20261202T081000Z", (49, 175))
     code, out, err = _cli(p2pctl, fleet, "compare")
     assert code == 0, out + err
-    assert "REGRESSED" not in out and "OK: no figure regressed" in out and "versions since the baseline: unchanged" in out
+    assert "REGRESSED" not in out and "OK: no figure regressed" in out
+    assert "versions since the baseline: unchanged" in out
 
     # the pull from node-a-0 made three times slower (as a rate limit on its link does)
     matrix_run(tests, "20261202T082000Z", (130, 160))
@@ -193,3 +198,15 @@ def test_a_baseline_file_not_written_by_p2pctl_is_refused_in_one_line(fleet, p2p
     path.write_text(json.dumps(doc))
     code, _, err = _cli(p2pctl, fleet, "compare", "before")
     assert code == 2 and "before.json: not a baseline p2pctl wrote" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_pair_that_no_longer_pulls_is_flagged_failed_and_a_failing_run_is_no_baseline(fleet, p2pctl):
+    tests = fleet.ctx.layout.tests
+    matrix_run(tests, "20261202T080000Z", (40, 160))
+    assert _cli(p2pctl, fleet, "baseline", "save", "before")[0] == 0
+    matrix_run(tests, "20261202T080100Z", (None, 150))
+    code, out, _ = _cli(p2pctl, fleet, "compare")
+    assert code == 1 and "FAILED" in out and "REGRESSED: 1 of 2 figures regressed or failed" in out
+    assert "matrix pull node-a-0 -> node-b-0: the pair failed: no cause confirmed" in out
+    code, _, err = _cli(p2pctl, fleet, "baseline", "save", "after")
+    assert code == 2 and "matrix pull node-a-0 -> node-b-0: the pair failed" in err and "--run" in err
