@@ -210,3 +210,21 @@ def test_a_pair_that_no_longer_pulls_is_flagged_failed_and_a_failing_run_is_no_b
     assert "matrix pull node-a-0 -> node-b-0: the pair failed: no cause confirmed" in out
     code, _, err = _cli(p2pctl, fleet, "baseline", "save", "after")
     assert code == 2 and "matrix pull node-a-0 -> node-b-0: the pair failed" in err and "--run" in err
+
+
+def test_transfer_figures_are_gbps_per_size_from_each_timed_read(tmp_path):
+    row = {"ok": True, "engine": "nixl", "object_size": 1 << 20, "payload_bytes": 8 << 20,
+           "times_ms": [4.0, 8.0, 5.0, 2.0, 3.0]}
+    (tmp_path / "transfer.json").write_text(json.dumps({"pattern": "pairwise", "source": "a", "reader": "b",
+                                                        "rows": [row, {**row, "ok": False}]}))
+    (f,) = bl.figures_of(tmp_path)
+    assert f.name == "transfer nixl 8 MiB" and f.better == "higher" and f.unit == "GB/s"
+    gbps = lambda ms: (8 << 20) / (ms / 1000) / 1e9   # noqa: E731
+    assert f.value == pytest.approx(gbps(4)) and f.spread == pytest.approx((gbps(5), gbps(3)))
+
+
+def test_soak_figures_are_the_committed_soaks_slopes_with_its_leak_threshold_as_floor():
+    figures = {f.name: f for f in bl.figures_of(Path(__file__).parents[2] / "bench/results/soak-2026-12-01-a")}
+    leak = figures["soak node-a-0/server anon_mib slope"]
+    assert leak.value == 456.3 and leak.floor == 30 and leak.how["duration_s"] == 1920
+    assert figures["soak node-a-0/server fds slope"].floor == 30
