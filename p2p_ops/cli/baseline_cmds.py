@@ -48,6 +48,13 @@ def _kind(folder: Path) -> str | None:
     return (state.get("kind") or family) if family and state.get("state", "complete") == "complete" else None
 
 
+def _unfinished(folder: Path) -> str:
+    from p2p_ops.harness.rundir import run_state
+
+    state = run_state(folder)
+    return "" if state.get("state", "complete") == "complete" else f"{state['state']} {state.get('reason', '')}"
+
+
 def latest_runs(tests: Path, kinds=None, after: str = "") -> list[Path]:
     """The newest finished run folder of each kind (of `kinds` when given), named after `after` (folder names start
     with their UTC time, so they sort)."""
@@ -65,6 +72,8 @@ def _given(tests: Path, names: list[str]) -> list[Path]:
         path = Path(name) if Path(name).is_dir() else tests / name
         if not path.is_dir():
             raise BadInput(f"run {name!r}: no such folder here or under {tests}; `ls {tests}` lists the runs")
+        if why := _unfinished(path):
+            raise BadInput(f"run {name!r} did not finish ({why.strip()}); give a finished run")
         out.append(path)
     return out
 
@@ -77,6 +86,7 @@ def cmd_save(args: argparse.Namespace) -> int:
             raise BadInput(f"no finished run in {ctx.layout.tests}; run `p2pctl test matrix` (or stress, basic, "
                            "soak, bench transfer) first")
         doc = bl.build(name, ctx.fleet.name, runs, bl.installed_versions(ctx))
+        doc["kinds"] = sorted({_kind(r) or "" for r in runs})
         path = bl.path_of(ctx.layout, name)
         files.write_json(files.private_dir(path.parent) / path.name, doc)
     return done(args, {**doc, "path": str(path)}, [
@@ -105,7 +115,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.baseline is None and not names:
             raise BadInput("no baseline saved for this fleet; `p2pctl baseline save NAME` after a test run")
         base = bl.load(ctx.layout, args.baseline or names[-1])
-        kinds = {_kind(Path(r)) or bl.family(Path(r)) for r in base["runs"]}
+        kinds = set(base["kinds"])
         runs = _given(ctx.layout.tests, args.run) or latest_runs(ctx.layout.tests, kinds,
                                                                   max(Path(r).name for r in base["runs"]))
         if not runs:

@@ -242,7 +242,7 @@ def load(layout: RunLayout, name: str) -> dict:
                        f"{name}`")
     doc = _json(path)
     try:
-        ok = all(k in doc for k in ("fleet", "runs", "versions", "settings")) and all(
+        ok = all(k in doc for k in ("fleet", "runs", "kinds", "versions", "settings")) and all(
             Figure(**f).spread for f in doc["figures"])
     except (KeyError, TypeError, ValueError):
         ok = False

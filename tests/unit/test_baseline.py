@@ -228,3 +228,11 @@ def test_soak_figures_are_the_committed_soaks_slopes_with_its_leak_threshold_as_
     leak = figures["soak node-a-0/server anon_mib slope"]
     assert leak.value == 456.3 and leak.floor == 30 and leak.how["duration_s"] == 1920
     assert figures["soak node-a-0/server fds slope"].floor == 30
+
+
+def test_a_run_that_did_not_finish_is_refused_by_name(fakes, monkeypatch, p2pctl):
+    fleet = fakes.fleet(2)   # refused before any node is asked for its versions
+    cli_through(monkeypatch, fleet)
+    run = stress_run(fleet.ctx.layout.tests, "20261202T080000Z", [0.1] * 4, state="interrupted")
+    code, _, err = _cli(p2pctl, fleet, "baseline", "save", "b", "--run", run.name)
+    assert code == 2 and "run '20261202T080000Z-stress' did not finish (interrupted" in err
