@@ -104,11 +104,12 @@ def _transfer(doc: dict) -> list[Figure]:
     out = []
     for r in doc.get("rows", []):
         reads = [r["payload_bytes"] / (t / 1000) / 1e9 for t in r.get("times_ms") or [] if t and t > 0]
-        if r.get("ok") and reads:
-            how = {"test": "transfer", "pattern": doc.get("pattern"), "source": doc.get("source"),
-                   "reader": doc.get("reader"), "object_size": r.get("object_size")}
-            out.append(Figure(f"transfer {r.get('engine', 'nixl')} {r['payload_bytes'] / 2**20:g} MiB", "GB/s",
-                              "higher", reads, how=how))
+        ok = bool(r.get("ok")) and bool(reads)
+        how = {"test": "transfer", "pattern": doc.get("pattern"), "source": doc.get("source"),
+               "reader": doc.get("reader"), "object_size": r.get("object_size")}
+        out.append(Figure(f"transfer {r.get('engine', 'nixl')} {r['payload_bytes'] / 2**20:g} MiB", "GB/s",
+                          "higher", reads if ok else [], how=how,
+                          failed="" if ok else f"the size failed: {r.get('error') or 'no timed read'}"[:200]))
     return out
 
 
@@ -136,6 +137,15 @@ def family(run: Path) -> Optional[str]:
 
 
 def figures_of(run: Path) -> list[Figure]:
+    """The run's figures; a file that is not what p2pctl writes is one BadInput line naming the run."""
+    try:
+        return _figures_of(run)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadInput(f"{run}: its files are not what p2pctl writes ({type(exc).__name__}: {str(exc)[:120]}); "
+                       "give a run folder a `p2pctl test` or `bench transfer` run wrote") from None
+
+
+def _figures_of(run: Path) -> list[Figure]:
     kind = family(run)
     if kind is None:
         raise BadInput(f"{run}: no figures there (no result.json, stages.json, soak.json or transfer.json); "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from p2p_ops.errors import BadInput
 from p2p_ops.facts.python_env import python_env_fact
 from p2p_ops.facts.ucx_info import UCX_INFO_VERSION
 from p2p_ops.lifecycle.preflight.probe import node_python
@@ -217,7 +218,8 @@ def test_transfer_figures_are_gbps_per_size_from_each_timed_read(tmp_path):
            "times_ms": [4.0, 8.0, 5.0, 2.0, 3.0]}
     (tmp_path / "transfer.json").write_text(json.dumps({"pattern": "pairwise", "source": "a", "reader": "b",
                                                         "rows": [row, {**row, "ok": False}]}))
-    (f,) = bl.figures_of(tmp_path)
+    f, failed = bl.figures_of(tmp_path)
+    assert failed.failed == "the size failed: no timed read"
     assert f.name == "transfer nixl 8 MiB" and f.better == "higher" and f.unit == "GB/s"
     gbps = lambda ms: (8 << 20) / (ms / 1000) / 1e9   # noqa: E731
     assert f.value == pytest.approx(gbps(4)) and f.spread == pytest.approx((gbps(5), gbps(3)))
@@ -236,3 +238,9 @@ def test_a_run_that_did_not_finish_is_refused_by_name(fakes, monkeypatch, p2pctl
     run = stress_run(fleet.ctx.layout.tests, "20261202T080000Z", [0.1] * 4, state="interrupted")
     code, _, err = _cli(p2pctl, fleet, "baseline", "save", "b", "--run", run.name)
     assert code == 2 and "run '20261202T080000Z-stress' did not finish (interrupted" in err
+
+
+def test_a_result_file_not_written_by_p2pctl_is_one_line_naming_the_run(tmp_path):
+    (tmp_path / "result.json").write_text(json.dumps({"pairs": [{"target": "b"}]}))
+    with pytest.raises(BadInput, match="its files are not what p2pctl writes .KeyError: 'source'"):
+        bl.figures_of(tmp_path)
