@@ -148,7 +148,8 @@ def _show(doc: dict, rows: list[dict], changed: dict) -> None:
     show(t)
     say(*(f"{r['figure']}: {r['why']}" for r in rows if r.get("why")), markup=False)
     moved = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in changed.items())
+    unread = next((v["error"] for v in doc["versions"].values() if "error" in v), "")
     n = len(doc["regressed"])
-    say(f"versions since the baseline: {moved or 'unchanged'}",
+    say(f"versions not compared: {unread}" if unread else f"versions since the baseline: {moved or 'unchanged'}",
         f"[bold red]REGRESSED[/bold red]: {n} of {len(rows)} figures regressed or failed" if n else
         f"[bold green]OK[/bold green]: no figure regressed beyond its spread and {doc['tolerance']:.0%}")
