@@ -244,3 +244,20 @@ def test_a_result_file_not_written_by_p2pctl_is_one_line_naming_the_run(tmp_path
     (tmp_path / "result.json").write_text(json.dumps({"pairs": [{"target": "b"}]}))
     with pytest.raises(BadInput, match="its files are not what p2pctl writes .KeyError: 'source'"):
         bl.figures_of(tmp_path)
+
+
+def test_a_version_change_is_shown_never_refused(fakes, monkeypatch, p2pctl):
+    def upgraded(ctx, node):
+        if node.name != ctx.fleet.nodes[0].name:
+            return []
+        py, ucx = python_env_fact(node_python(node)), "# Library version: 1.18.0\n"
+        return [fact(py, VERSIONS), fact(UCX_INFO_VERSION, ucx),                       # at save
+                fact(py, VERSIONS.replace("0.5.6", "0.5.7")), fact(UCX_INFO_VERSION, ucx)]   # at compare
+
+    fleet = fakes.fleet(2, upgraded)
+    cli_through(monkeypatch, fleet)
+    matrix_run(fleet.ctx.layout.tests, "20261202T080000Z", (40, 160))
+    assert _cli(p2pctl, fleet, "baseline", "save", "before")[0] == 0
+    matrix_run(fleet.ctx.layout.tests, "20261202T080100Z", (41, 158))
+    code, out, _ = _cli(p2pctl, fleet, "compare")
+    assert code == 0 and "versions since the baseline: lmcache 0.5.6 -> 0.5.7" in out
