@@ -147,6 +147,10 @@ def _show(doc: dict, rows: list[dict], changed: dict) -> None:
                   f"[{colour[v]}]{v}[/{colour[v]}]" if v in colour else v)
     show(t)
     say(*(f"{r['figure']}: {r['why']}" for r in rows if r.get("why")), markup=False)
+    if thin := [r["figure"] for r in rows if r["verdict"] == "REGRESSED" and r["samples"] < 3]:
+        say(f"note: {', '.join(thin)}: fewer than 3 samples; one run's pull or TTFT can vary 2-3x on a busy box: "
+            f"rerun 2-3 times and compare them together (p2pctl compare {doc['baseline']} RUN RUN RUN)",
+            markup=False)
     moved = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in changed.items())
     unread = next((v["error"] for v in doc["versions"].values() if "error" in v), "")
     n = len(doc["regressed"])

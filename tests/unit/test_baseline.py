@@ -94,8 +94,17 @@ def test_an_unchanged_rerun_is_not_flagged_and_a_slowed_pull_is(fleet, p2pctl):
     doc = json.loads(out)
     assert code == 1 and doc["regressed"] == ["matrix pull node-a-0 -> node-b-0"], doc
     row = doc["figures"][0]
+    assert row["samples"] == 1
     assert row["baseline"] == 43 and row["spread"] == [40, 46] and row["now"] == 130 and row["verdict"] == "REGRESSED"
     assert doc["figures"][1]["verdict"] == "within"
+    code, out, _ = _cli(p2pctl, fleet, "compare", "before", "20261202T082000Z-matrix")
+    assert code == 1 and "note: matrix pull node-a-0 -> node-b-0: fewer than 3 samples" in out
+
+    # two reruns given together: judged on their median (here one slow, one not: within)
+    matrix_run(tests, "20261202T083000Z", (44, 160))
+    code, out, _ = _cli(p2pctl, fleet, "compare", "before", "20261202T082000Z-matrix", "20261202T083000Z-matrix",
+                        "20261202T081000Z-matrix")
+    assert code == 0 and "REGRESSED" not in out
 
 
 def test_an_improvement_is_shown_never_a_failure(fleet, p2pctl):
