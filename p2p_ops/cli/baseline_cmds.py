@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = verb(sub, "compare", cmd_compare, help="flag each figure that moved beyond its baseline's spread",
              description=f"Each figure of the baseline against the same figure of the runs: REGRESSED when it lies "
              f"beyond the baseline's spread in the worse direction and moved more than {bl.TOLERANCE:.0%} (and "
-             f"more than its floor, e.g. {bl.MS_FLOOR:g} ms); improvements are shown, never a failure. Exit 1 on a "
-             "regression; exit 2 when the runs cannot be compared (another fleet, other settings, a figure "
+             f"more than its floor, e.g. {bl.MS_FLOOR:g} ms); a figure of fewer than 4 samples (a pull, a proof TTFT) "
+             f"when its median moved more than {bl.THIN_TOLERANCE:.0%}. Improvements are shown, never a failure. "
+             "Exit 1 on a regression or a figure the run could not measure; "
+             "exit 2 when the runs cannot be compared (another fleet, other settings, a figure "
              "measured another way), naming what differs.")
     c.add_argument("baseline", nargs="?", default=None, help="baseline name (default: the newest saved)")
     c.add_argument("run", nargs="*", default=[], help=RUN_HELP.replace("of each kind", "of each kind the baseline "
@@ -156,4 +158,5 @@ def _show(doc: dict, rows: list[dict], changed: dict) -> None:
     n = len(doc["regressed"])
     say(f"versions not compared: {unread}" if unread else f"versions since the baseline: {moved or 'unchanged'}",
         f"[bold red]REGRESSED[/bold red]: {n} of {len(rows)} figures regressed or failed" if n else
-        f"[bold green]OK[/bold green]: no figure regressed beyond its spread and {doc['tolerance']:.0%}")
+        f"[bold green]OK[/bold green]: no figure regressed beyond its spread and {doc['tolerance']:.0%} "
+        f"({bl.THIN_TOLERANCE:.0%} on the median of a figure of fewer than 4 samples)")

@@ -3,11 +3,10 @@
 `figures_of(run)` reads a run folder's own files (basic's proof TTFTs, the matrix's pull times, stress TTFT
 p50/p99 per stage, transfer GB/s per size, soak slopes); every figure keeps its samples, so repeats pooled in one
 baseline widen its spread. A figure regressed when its new value lies beyond the baseline's spread in the worse
-direction AND moved more than TOLERANCE (relative) AND more than its floor (absolute). The spread alone is too
-narrow for a figure of one sample per run (a proof TTFT, a matrix pull): on the shared 2-core box one pair's pull
-measured 47-83 ms over five unchanged runs and another's 74-318 ms, so such figures are judged on the median of
-2-3 reruns given together (`compare NAME RUN RUN RUN`), and a flag that rests on fewer is marked so.
-A 64 Mbit/s peer (the netns testbed) took the same pull to about 500 ms: well beyond both.
+direction AND moved more than TOLERANCE (relative) AND more than its floor (absolute). A figure of one sample per
+run (a proof TTFT, a matrix pull) has no spread worth the name: on the shared 2-core box one pair's pull measured
+47-83 ms over five unchanged runs, another's 63-732 ms over three; with fewer than 4 samples its median must move
+by more than THIN_TOLERANCE, and reruns given together (`compare NAME RUN RUN RUN`) are judged on their median.
 
 What makes two runs comparable is checked, never assumed: the same fleet, the same settings (the env.sh files
 the run folder copied: profile, chunk size, timings, transfer engine) and, per figure, the same way of measuring
@@ -31,6 +30,7 @@ from p2p_ops.observe.stats import percentile
 from p2p_ops.spec.layout import BASELINES, RunLayout
 
 TOLERANCE = 0.25
+THIN_TOLERANCE = 0.5   # a figure of fewer than 4 samples: single pulls here varied 1.3-3x between unchanged runs
 MS_FLOOR = 5.0     # ms: below a scheduler tick or two of a busy box, a TTFT or pull time has not moved
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Stress options that bound or label a run without changing what a figure measures.
@@ -316,8 +316,11 @@ def compare(baseline: dict, new: list[Figure]) -> list[dict]:
 
 
 def judge(old: Figure, now: float) -> str:
-    lo, hi = old.spread
+    """Beyond the spread and the tolerance. Fewer than 4 samples make no spread to trust (one slow repeat of three
+    once hid an 8x slower pull behind its 732 ms): those move on the median alone, by more than THIN_TOLERANCE."""
+    lo, hi = old.spread if len(old.samples) >= 4 else (old.value, old.value)
+    tolerance = TOLERANCE if len(old.samples) >= 4 else THIN_TOLERANCE
     worse, better = (now > hi, now < lo) if old.better == "lower" else (now < lo, now > hi)
-    if abs(now - old.value) <= max(TOLERANCE * abs(old.value), old.floor):
+    if abs(now - old.value) <= max(tolerance * abs(old.value), old.floor):
         return "within"
     return "REGRESSED" if worse else "improved" if better else "within"

@@ -172,21 +172,31 @@ def test_stress_figures_are_the_stage_percentiles_with_their_spread(tmp_path):
 
 
 @pytest.mark.parametrize("now, verdict", [
-    (120, "within"),        # beyond the spread (90..110) but within the 25 % tolerance
+    (120, "within"),        # beyond the spread (p25..p75 = 95..105) but within the 25 % tolerance
     (130, "REGRESSED"),
     (104, "within"),
     (70, "improved"),
 ])
 def test_a_figure_regresses_beyond_its_spread_and_the_tolerance(now, verdict):
-    old = bl.Figure("x", "ms", "lower", [90, 100, 110])
+    old = bl.Figure("x", "ms", "lower", [90, 95, 100, 105, 110])
     assert bl.judge(old, now) == verdict
+
+
+@pytest.mark.parametrize("now, verdict", [
+    (505, "REGRESSED"),     # an 8x slower pull, though one of the three repeats was slower still
+    (90, "within"),         # +43 %: single pulls vary that much between unchanged runs
+    (20, "improved"),
+])
+def test_a_figure_of_few_samples_moves_on_its_median_beyond_the_thin_tolerance(now, verdict):
+    assert bl.judge(bl.Figure("pull", "ms", "lower", [63.2, 62.8, 732]), now) == verdict
 
 
 def test_floors_keep_small_absolute_moves_quiet_and_higher_is_better_for_bandwidth():
     assert bl.judge(bl.Figure("soak slope", "/h", "lower", [0.1], floor=30), 20) == "within"
     assert bl.judge(bl.Figure("soak slope", "/h", "lower", [0.1], floor=30), 45) == "REGRESSED"
     gbps = bl.Figure("transfer", "GB/s", "higher", [9.0, 10.0, 11.0])
-    assert bl.judge(gbps, 5.0) == "REGRESSED" and bl.judge(gbps, 14.0) == "improved"
+    assert bl.judge(gbps, 4.0) == "REGRESSED" and bl.judge(gbps, 16.0) == "improved"
+    assert bl.judge(gbps, 6.0) == "within"
 
 
 def test_a_secret_setting_is_kept_as_a_digest_and_never_quoted(fleet, p2pctl):
