@@ -20,6 +20,7 @@ from p2p_ops.errors import EXIT_BAD_INPUT, CouldNotRun, P2POpsError
 COMMAND_MODULES = [
     "p2p_ops.cli.fleet_cmds",
     "p2p_ops.cli.test_cmds",
+    "p2p_ops.cli.baseline_cmds",
     "p2p_ops.cli.observe_cmds",
     "p2p_ops.cli.diag_cmds",
     "p2p_ops.cli.doctor_cmds",

@@ -48,6 +48,11 @@ def read_env_sh(text: str) -> EnvSh:
     return out
 
 
+def is_secret(key: str) -> bool:
+    """Whether an env.sh variable holds a key, token, secret or password (its value is never shown)."""
+    return bool(_SECRET.match(f"export {key}="))
+
+
 def file_diff(rendered: str, on_disk: str, name: str, limit: int = 200) -> list[str]:
     """Unified diff, rendered -> on disk (`+` lines are what the file on disk has instead), with the values of
     key, token, secret and password variables masked; at most `limit` lines."""
