@@ -34,7 +34,7 @@ THIN_TOLERANCE = 0.5   # a figure of fewer than 4 samples: single pulls here var
 MS_FLOOR = 5.0     # ms: below a scheduler tick or two of a busy box, a TTFT or pull time has not moved
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Stress options that bound or label a run without changing what a figure measures.
-_NOT_HOW = ("seed", "tag", "max_seconds", "max_requests", "stages")
+_NOT_HOW = ("seed", "tag", "max_seconds", "max_requests", "stages", "venv")
 
 
 @dataclass
@@ -88,7 +88,8 @@ def _matrix(doc: dict) -> list[Figure]:
 
 
 def _stress(run: Path, doc: dict) -> list[Figure]:
-    how = {"test": "stress", **{k: v for k, v in (doc.get("options") or {}).items() if k not in _NOT_HOW}}
+    how = {"test": "stress", "generator": doc.get("generator", "ours"),
+           **{k: v for k, v in (doc.get("options") or {}).items() if k not in _NOT_HOW}}
     stages: dict[str, list[float]] = {}
     failures: dict[str, int] = {}
     for r in read_csv(run / "requests.csv", within=run):

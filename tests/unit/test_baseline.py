@@ -54,11 +54,11 @@ def matrix_run(tests: Path, name: str, pulls: tuple, chunks: int = 4, **env: str
     return run
 
 
-def stress_run(tests: Path, name: str, ttfts: list[float], state: str = "complete") -> Path:
+def stress_run(tests: Path, name: str, ttfts: list[float], state: str = "complete", **meta) -> Path:
     run = tests / f"{name}-stress"
     write_env(run)
     (run / "run.json").write_text(json.dumps({"kind": "stress", "state": state}))
-    (run / "stages.json").write_text(json.dumps({"options": {"ladder": [2], "doc_tokens": 768, "seed": 1}}))
+    (run / "stages.json").write_text(json.dumps({"options": {"ladder": [2], "doc_tokens": 768, "seed": 1}, **meta}))
     recs = [RequestRecord("ladder", 2, "node-b-0", "node-b", "node-a-0", f"p{i}", i, 900, 768, 8, t, t + 0.1, True)
             for i, t in enumerate(ttfts)]
     write_csv(run / "requests.csv", recs)
@@ -168,7 +168,17 @@ def test_stress_figures_are_the_stage_percentiles_with_their_spread(tmp_path):
     p50, p99 = bl.figures_of(run)
     assert (p50.name, p50.value, p50.spread) == ("stress ladder@2 TTFT p50", 300, (200, 400))
     assert p99.name == "stress ladder@2 TTFT p99" and p99.spread == (460, 500)
-    assert p50.how == {"test": "stress", "ladder": [2], "doc_tokens": 768}   # the seed is no way of measuring
+    # the seed is no way of measuring; a run without a generator is our own runner's
+    assert p50.how == {"test": "stress", "generator": "ours", "ladder": [2], "doc_tokens": 768}
+
+
+def test_a_stress_figure_sent_by_another_generator_is_not_compared(fleet, p2pctl):
+    tests = fleet.ctx.layout.tests
+    stress_run(tests, "20261202T080000Z", [0.1, 0.11, 0.12, 0.1])
+    assert _cli(p2pctl, fleet, "baseline", "save", "ours")[0] == 0
+    run = stress_run(tests, "20261202T090000Z", [0.1] * 4, generator="inference-perf")
+    code, _, err = _cli(p2pctl, fleet, "compare", "ours", run.name)
+    assert code == 2 and "generator is 'ours' there, 'inference-perf' here" in err, err
 
 
 @pytest.mark.parametrize("now, verdict", [
