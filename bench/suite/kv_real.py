@@ -17,6 +17,7 @@ and page sizes; lengths that would not fit this box's MemAvailable are skipped a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import statistics
@@ -31,6 +32,8 @@ from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.spec.starter import local_fleet
 from bench.suite.kv_path import memcpy_s
 from p2p_ops.spec.sizing import GIB, box_budget_gib
+from p2p_runtime.config import EngineConfig
+from p2p_runtime.model import configure_threads
 from p2p_runtime.profiles import PROFILES, KVProfile
 
 # (profile, lengths in tokens) per size; bench-quick keeps to one profile and two lengths (128 and 512 MiB).
@@ -65,8 +68,9 @@ class Side:
         self.adapter.close()
 
 
-def pull_once(writer: Side, reader: Side, tokens: list[int]) -> dict:
-    """Store `tokens` through `writer`, pull them through `reader` (a P2P hit), check every byte."""
+def pull_once(writer: Side, reader: Side, tokens: list[int], during=contextlib.nullcontext) -> dict:
+    """Store `tokens` through `writer`, pull them through `reader` (a P2P hit) inside `during()` (a profiler's
+    window: bench/profile_pull.py), check every byte."""
     p = writer.profile
     n_chunks = (len(tokens) - 1) // p.chunk_size
     n_blocks = n_chunks * p.chunk_size // p.block_size
@@ -78,12 +82,13 @@ def pull_once(writer: Side, reader: Side, tokens: list[int]) -> dict:
     sw, sr, sm = (f"{k}-{uuid.uuid4().hex[:12]}" for k in ("rw", "rr", "rm"))
     writer.adapter.store(sw, tokens, 0, n_chunks, blocks)
     writer.adapter.end_session(sw)
-    t0 = time.monotonic()
-    hits = reader.adapter.lookup(sr, tokens, n_chunks)
-    t1 = time.monotonic()
-    if hits:
-        reader.adapter.retrieve(sr, tokens, hits, blocks[: hits * p.chunk_size // p.block_size])
-    t2 = time.monotonic()
+    with during():
+        t0 = time.monotonic()
+        hits = reader.adapter.lookup(sr, tokens, n_chunks)
+        t1 = time.monotonic()
+        if hits:
+            reader.adapter.retrieve(sr, tokens, hits, blocks[: hits * p.chunk_size // p.block_size])
+        t2 = time.monotonic()
     reader.adapter.end_session(sr)
     ok = hits == n_chunks and all(torch.equal(a, b) for a, b in zip(writer.blocks(n_blocks), reader.blocks(n_blocks)))
     fresh = [(t + 1) % VOCAB for t in tokens]
@@ -120,8 +125,13 @@ def run(report) -> None:
     _target(report)
 
 
-def _measure(report, t, profile: KVProfile, lengths: list[int], repeats: int) -> None:
-    top = max(lengths)
+@contextlib.contextmanager
+def sides(profile: KVProfile, top: int, threads: int = EngineConfig.threads):
+    """A 2-node fleet sized for prefixes up to `top` tokens, a writer on node A and a reader on node B, warmed by
+    one pull; yields (fleet context, writer, reader, a random source of prefixes). This process copies as the
+    engine does, with the engine's torch threads: with two on this 2-core box, beside two servers that poll, a
+    512 MiB retrieve's copies waited on each other in libgomp (bench/README.md, "Where the real-size pull goes")."""
+    configure_threads(threads)
     l1 = max(1, -(-2 * top * profile.bytes_per_token // GIB) + 1)
     # shm: what `init --profile` fleets run; over pickled tensors a 128 MiB retrieve took 12.5 s here (spec.starter).
     settings = {"chunk_size": profile.chunk_size, "l1_align_bytes": profile.l1_align_bytes, "l1_size_gb": l1,
@@ -136,11 +146,16 @@ def _measure(report, t, profile: KVProfile, lengths: list[int], repeats: int) ->
         try:
             rng = random.Random(19)
             pull_once(writer, reader, [rng.randrange(VOCAB) for _ in range(profile.chunk_size + 1)])  # warm
-            measured = {n: [pull_once(writer, reader, [rng.randrange(VOCAB) for _ in range(n + 1)])
-                            for _ in range(repeats)] for n in lengths}
+            yield ctx, writer, reader, rng
         finally:
             writer.close()
             reader.close()
+
+
+def _measure(report, t, profile: KVProfile, lengths: list[int], repeats: int) -> None:
+    with sides(profile, max(lengths)) as (ctx, writer, reader, rng):
+        measured = {n: [pull_once(writer, reader, [rng.randrange(VOCAB) for _ in range(n + 1)])
+                        for _ in range(repeats)] for n in lengths}
         ucx = (ctx.fleet.settings.ucx_tls, ctx.fleet.settings.ucx_net_devices)
     chan = _channel_mbps(report, t, profile, lengths, ucx)
     # The same objects through Mooncake's transfer engine (issue 29: both engines at the same sizes).
@@ -221,7 +236,9 @@ def _where_the_pull_goes(row: dict) -> str:
         return ("pull = engine-side lookup (P2P lookup + NIXL READ into the reader's L1) + retrieve into paged KV "
                 "over shared memory; the channel is NIXL READ alone")
     lookup_mbps = row["MiB"] * 2**20 / (row["lookup_ms"] / 1e3) / 1e6 if row["lookup_ms"] else 0.0
+    retrieve_mbps = row["MiB"] * 2**20 / (row["retrieve_ms"] / 1e3) / 1e6 if row["retrieve_ms"] else 0.0
     return (f"of the {row['pull_ms']:.0f} ms pull, the lookup (P2P lookup + NIXL READ into the reader's L1) took "
-            f"{row['lookup_ms']:.0f} ms ({lookup_mbps:.0f} MB/s) and the retrieve into paged KV "
-            f"{row['retrieve_ms']:.0f} ms: the limit is LMCache's CPU retrieve (the MP transfer context's "
-            "submit_retrieve over shared memory), not NIXL; the channel is the NIXL READ alone")
+            f"{row['lookup_ms']:.0f} ms ({lookup_mbps:.0f} MB/s) and the retrieve into paged KV (the engine's copy "
+            f"out of the server's shared memory) {row['retrieve_ms']:.0f} ms ({retrieve_mbps:.0f} MB/s); the channel "
+            "is the NIXL READ alone. Where the time went before and after the engine's own copy: bench/README.md, "
+            "\"Where the real-size pull goes\"")
