@@ -138,14 +138,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return done(args, doc, lambda: _show(doc, rows, changed), code)
 
 
+def _num(v) -> str:
+    """Three significant digits, never an exponent (a 1,670 ms TTFT, not 1.67e+03)."""
+    return fmt(v, "{:,.0f}" if v is not None and abs(v) >= 100 else "{:.3g}")
+
+
 def _show(doc: dict, rows: list[dict], changed: dict) -> None:
     t = table(f"compare with baseline {doc['baseline']} ({', '.join(Path(r).name for r in doc['runs'])})",
               "figure", "baseline (spread)", "now", "change", "verdict")
     colour = {"REGRESSED": "red", "FAILED": "red", "improved": "green"}
     for r in rows:
-        spread = f"{fmt(r['baseline'], '{:.3g}')} ({fmt(r['spread'][0], '{:.3g}')}-{fmt(r['spread'][1], '{:.3g}')})"
+        spread = f"{_num(r['baseline'])} ({_num(r['spread'][0])}-{_num(r['spread'][1])})"
         v = r["verdict"]
-        t.add_row(r["figure"], f"{spread} {r['unit']}", fmt(r["now"], "{:.3g}"), fmt(r["change"], "{:+.0%}"),
+        t.add_row(r["figure"], f"{spread} {r['unit']}", _num(r["now"]), fmt(r["change"], "{:+.0%}"),
                   f"[{colour[v]}]{v}[/{colour[v]}]" if v in colour else v)
     show(t)
     say(*(f"{r['figure']}: {r['why']}" for r in rows if r.get("why")), markup=False)
