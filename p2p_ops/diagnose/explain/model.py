@@ -65,6 +65,7 @@ class ExplainFacts:
     directory_error: str = ""                            # why the directory could not be read
     reporting: dict[str, bool] = field(default_factory=dict)   # instance -> reports cache events
     held_keys: int = 0          # L1 keys the directory lists fleet-wide (any prompt's)
+    causes: dict[str, str] = field(default_factory=dict)   # instance -> the one judge's cause of its state
     listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
     near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)

@@ -13,6 +13,10 @@ tokens nearly match this one after the same parent, or holds the chunks before t
 have removed this one (prompt_differs: every later chunk misses too, as keys chain); the run that computed it says where, and that server
 stopped (holder_down) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and
 a different first chunk cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
+
+A state of the fleet (a server down, an engine degraded, a peer not connected) is a consequence where the one
+judge (`diagnose.judge`) names what put those instances in it with more specific evidence: the miss is then
+"judged", with the judge's cause, so explain and the doctor name one cause.
 """
 
 from __future__ import annotations
@@ -115,20 +119,21 @@ def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
             list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
 
 
+def _because(facts: ExplainFacts, about: list[str], reason: str, detail: str) -> tuple[str, str]:
+    """A state explain saw (a server down, an engine degraded, a peer not connected) is what the miss follows
+    from; where the one judge names what put those instances in it (a setting that differs, a transport the node
+    lacks), that cause is the reason ("judged"), and the state its consequence."""
+    causes = list(dict.fromkeys(facts.causes[a] for a in about if a in facts.causes))
+    return ("judged", f"{detail}. Why (the one judge): {'; '.join(causes)}") if causes else (reason, detail)
+
+
 def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
     if x.server_state != "running":
-        return "server_down", f"{x.instance}'s server is {x.server_state}: its engine computes everything itself"
+        return _because(facts, [x.instance], "server_down",
+                        f"{x.instance}'s server is {x.server_state}: its engine computes everything itself")
     if x.engine_degraded:
-        peer = next((p for p in facts.instances if p.instance != x.instance and p.serving), None)
-        differ = differing_inputs(x, peer) if peer is not None else []
-        if differ:
-            # The server's settings differ from its peers' (a chunk size, say): that is why the engine refused
-            # it, and what a fix must change; the degraded engine is its consequence.
-            return "keys_differ", (f"{x.instance}'s server keys chunks unlike its peers: {'; '.join(differ)}; its "
-                                   "engine is degraded because of it (not linked to its server): it asks no cache "
-                                   "and computes every chunk")
-        return "engine_degraded", (f"{x.instance}'s engine is degraded (not linked to its lmcache server): it "
-                                   "asks no cache and computes every chunk")
+        return _because(facts, [x.instance], "engine_degraded", f"{x.instance}'s engine is degraded (not linked to "
+                        "its lmcache server): it asks no cache and computes every chunk")
     return None
 
 
@@ -185,8 +190,8 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
         return departs
     w = facts.view(facts.computed_on) if facts.computed_on else None
     if w is not None and w.server_state != "running":
-        return "holder_down", (f"{w.instance} computed this prompt (run {facts.run}), but its server is "
-                               f"{w.server_state}: what it held went with it")
+        return _because(facts, [w.instance], "holder_down", f"{w.instance} computed this prompt (run {facts.run}), "
+                        f"but its server is {w.server_state}: what it held went with it")
     if w is not None:
         if w.eviction_runs > 0:
             return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
@@ -195,7 +200,7 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
                             "(no eviction ran there: its server restarted, or the cache was cleared)")
     down = _down(facts)
     if down:
-        return "holder_down", ("no running server holds it; " + "; ".join(
+        return _because(facts, [v.instance for v in down], "holder_down", "no running server holds it; " + "; ".join(
             f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
             + ": what it held is gone")
     evicting = [v for v in facts.instances if v.eviction_runs > 0]
@@ -271,10 +276,11 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
         c.action, c.source = PULL, _label(facts, connected[0])
         return
     if c.holders:
-        c.reason, c.detail = "peer_not_connected", _not_connected(facts, x, c.holders)
+        c.reason, c.detail = _because(facts, c.holders, "peer_not_connected", _not_connected(facts, x, c.holders))
         return
     if x.p2p_state != "registered" and x.p2p_state != "unknown":
-        c.reason, c.detail = "not_registered", f"{x.instance} is {x.p2p_state}: it asks no peer"
+        c.reason, c.detail = _because(facts, [x.instance], "not_registered",
+                                      f"{x.instance} is {x.p2p_state}: it asks no peer")
         return
     copy = _peer_copy(facts, x, c.end)
     if copy:
