@@ -11,6 +11,7 @@ from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor.checks import check
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.tree import evidence, model, render, walk
+from p2p_ops.facts.reach import Reach
 
 TREE = model.load_tree()
 
@@ -87,3 +88,22 @@ def test_a_stopped_holder_is_the_likely_cause_of_zero_cached_tokens_not_the_engi
     assert (top.check, top.subject) == ("process", "node-a-0/server")
     step = next(st for st in model.find_symptom(TREE, "zero cached tokens").steps if st.id == "registered")
     assert "doctor:process" in step.checks
+
+
+def test_a_peer_nobody_reaches_at_its_advertised_url_is_the_likely_cause_of_zero_cached_tokens():
+    """Issue 28's advertise_url case: node-b-0 advertises 127.0.0.1:9, where nothing listens. node-a-0 sees no
+    peer (a state); node-a failing to reach node-b-0's advertised URL, and node-b-0's env.sh no longer rendering
+    fleet.yaml's URL, say why. The walk reads both."""
+    facts = _fleet("127.0.0.1", "", state="running")
+    a, b = facts.instances
+    a.pid, a.status = 41, {"p2p_state": "registered", "p2p_peer_count": 0, "p2p_peers": []}
+    b.status = {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-a-0"]}
+    b.env_file, b.spec_env = {"LMCACHE_P2P_ADVERTISE_URL": "127.0.0.1:9"}, {"LMCACHE_P2P_ADVERTISE_URL": "127.0.0.1:5702"}
+    facts.coordinator_instances = [{"instance_id": "node-a-0", "p2p_advertised_url": "127.0.0.1:5701", "mq_port": 1},
+                                   {"instance_id": "node-b-0", "p2p_advertised_url": "127.0.0.1:9", "mq_port": 2}]
+    facts.nodes[0].reach = [Reach("node-a", "node-b-0 p2p (advertised)", "127.0.0.1", 9, False)]
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"), _Given(facts))
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "doctor:reach" and "node-b-0 p2p (advertised) at 127.0.0.1:9" in cause["cause"]
+    drift = [o for s in d.steps for o in s.observations if o.check == "doctor:env_drift"]
+    assert drift and "LMCACHE_P2P_ADVERTISE_URL: env.sh 127.0.0.1:9" in drift[0].detail
