@@ -305,3 +305,18 @@ def test_a_first_chunk_nobody_holds_is_cold_only_on_a_fleet_that_holds_nothing()
     c = explain(fleet(a, b, held_keys=20)).nodes[0].chunks[0]
     assert c.reason == "not_confirmed" and "holds 20 chunk(s) of other prompts" in c.detail
     assert "differs in its first chunk" in c.detail
+
+
+def test_a_node_whose_keys_no_peer_shares_is_keys_differ_even_where_nobody_holds_the_prompt():
+    """Issue 28's hash_seed case: node-c-0 hashes with builtin under PYTHONHASHSEED 4242; LMCache's hasher cannot
+    reproduce a builtin-hash peer's keys (its NONE_HASH is per process), so no held copy is found and explain
+    said not_confirmed. Every serving peer keys chunks otherwise: that alone says no pull can hit. One peer with
+    the same key inputs rules it out."""
+    a, b = connected("node-a-0", "node-c-0", prefix="c", seed="4242", logged_none_hash="b'c'")
+    b.inputs = KeyInputs(CS, "builtin", "m", 1, "", "4242")
+    c = explain(fleet(a, b, targets=("node-c-0",), held_keys=16)).nodes[0].chunks[0]
+    assert c.reason == "keys_differ" and "hash_algorithm: node-c-0=builtin, node-a-0=blake3" in c.detail
+    assert "PYTHONHASHSEED: node-c-0=4242, node-a-0=0" in c.detail
+    twin = view("node-b-0", prefix="c", seed="4242", logged_none_hash="b'c'")
+    twin.inputs = b.inputs
+    assert explain(fleet(a, b, twin, targets=("node-c-0",), held_keys=16)).nodes[0].chunks[0].reason == "not_confirmed"

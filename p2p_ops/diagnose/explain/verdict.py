@@ -7,8 +7,9 @@ recomputed too ("prefix_broken"), whatever the fleet holds.
 
 Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
 not_registered); a connected peer holds it but lookups time out (lookup_timeout); only peers the target is not
-connected to hold it (peer_not_connected); a peer holds the same tokens under other keys (keys_differ, naming
-the settings), or holds what its own engine made of the prompt (tokens_differ); the fleet holds a chunk whose
+connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving peer
+keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
+prompt (tokens_differ); the fleet holds a chunk whose
 tokens nearly match this one after the same parent, or holds the chunks before this one while nothing could
 have removed this one (prompt_differs: every later chunk misses too, as keys chain); the run that computed it says where, and that server
 stopped (holder_down) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and
@@ -285,6 +286,14 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
     copy = _peer_copy(facts, x, c.end)
     if copy:
         c.reason, c.detail = copy[0], copy[2]
+        return
+    apart = {p.instance: differing_inputs(x, p) for p in facts.instances if p.instance != x.instance and p.serving}
+    if apart and all(apart.values()):
+        # No serving peer keys chunks as this instance does: none can hold its keys, whether or not the prompt was
+        # ever computed (a peer with the same key inputs would rule this out).
+        c.reason, c.detail = "keys_differ", (f"no serving peer keys chunks as {x.instance} does, so none can hold "
+                                             "its keys: " + "; ".join(dict.fromkeys(d for ds in apart.values()
+                                                                                    for d in ds)))
         return
     c.reason, c.detail = _gone(facts, x, c)
 
