@@ -320,3 +320,19 @@ def test_a_node_whose_keys_no_peer_shares_is_keys_differ_even_where_nobody_holds
     twin = view("node-b-0", prefix="c", seed="4242", logged_none_hash="b'c'")
     twin.inputs = b.inputs
     assert explain(fleet(a, b, twin, targets=("node-c-0",), held_keys=16)).nodes[0].chunks[0].reason == "not_confirmed"
+
+
+def test_a_pull_whose_restore_buffers_do_not_fit_the_targets_l1_is_l1_oom():
+    """Issue 28's l1_too_small case: node-c-0's L1 is 2 MB (0.002 GB in its env.sh), a chunk of the bench's
+    engine profile 512 KiB (256 tokens x 2048 bytes). Restore buffers must fit below the 80 % eviction
+    watermark: the fourth chunk's do not, so the prefetch falls back from there (LMCache's l1_oom)."""
+    a, c = connected("node-a-0", "node-c-0", l1_total=int(0.002 * 2**30), chunk_bytes=2**19)
+    tokens = list(range(100, 100 + 5 * CS))
+    a.tokens, c.tokens, a.keys, c.keys = tokens, tokens, keys("k", 5), keys("k", 5)
+    n = explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0]
+    assert n.strip == "PPPxx" and n.reasons == ["l1_oom"]
+    assert "cannot hold the restore buffers of chunks 0-3 (2.0 MiB)" in n.chunks[3].detail
+    assert "raise settings.l1_size_gb" in n.chunks[3].detail
+    c.l1_total = 2**30
+    assert explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0].strip \
+        == "PPPPP"

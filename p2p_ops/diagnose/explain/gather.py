@@ -30,6 +30,7 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.spec.model import Instance, Node
+from p2p_ops.spec.transfer_sizes import fleet_size_plan
 
 LOOKUP_TIMEOUT = r"P2P lookup .*timed out"
 # How far back "recent" reaches in a server log (LMCache writes a few lines per request at INFO).
@@ -61,6 +62,8 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
                                     str(metas[0].get("model_name") or fleet.model) if metas else fleet.model,
                                     int(metas[0].get("world_size") or 1) if metas else 1, salt)
             view.p2p_state, view.peers, view.l1_used, view.l1_total = st.p2p_state, st.peers, st.l1_used, st.l1_total
+            if fleet.runtime == "embedded":    # vLLM's KV size is its model's, which the spec does not describe
+                view.chunk_bytes = fleet_size_plan(fleet, view.inputs.chunk_size, view.inputs.chunk_size).chunk_bytes
             view.adapter_order = [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(st.raw) if (h, p) in by_mq]
         samples = metrics_api.scrape(surl)
         view.evicted_keys = metrics_api.metric_sum(samples, EVICTED)

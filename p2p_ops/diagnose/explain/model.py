@@ -43,6 +43,7 @@ class InstanceView:
     eviction_runs: float = 0.0               # eviction-loop passes that evicted (L1 over its watermark)
     l1_used: int = 0
     l1_total: int = 0
+    chunk_bytes: int = 0                     # one chunk's KV in L1 (the embedded engine's profile; 0: unknown)
     lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
     tokens_by_source: dict[str, float] = field(default_factory=dict)   # vLLM: prompt tokens by source
 

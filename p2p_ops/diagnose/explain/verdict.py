@@ -7,7 +7,8 @@ recomputed too ("prefix_broken"), whatever the fleet holds.
 
 Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
 not_registered); a connected peer holds it but lookups time out (lookup_timeout); only peers the target is not
-connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving peer
+connected to hold it (peer_not_connected); the target's L1 cannot hold the restore buffers of the prefix up to it
+(l1_oom, the prefetch fallback's own name); a peer holds the same tokens under other keys, or no serving peer
 keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
 prompt (tokens_differ); the fleet holds a chunk whose
 tokens nearly match this one after the same parent, or holds the chunks before this one while nothing could
@@ -36,7 +37,9 @@ from p2p_ops.diagnose.explain.model import (
     InstanceView,
     NodeExplanation,
 )
+from p2p_ops.diagnose.judge import fallback_cause
 from p2p_ops.spec.agreement import split
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
 
 # Why one differing chunk makes every later one miss (LMCache's chunk key hashes the parent key with the tokens).
@@ -273,6 +276,13 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
                 f"{connected[0]} holds it, but {x.instance}'s lookups time out ({len(x.lookup_timeouts)} "
                 f"recent line(s) in its server.log, last: {x.lookup_timeouts[-1][:160]}): a timed-out lookup "
                 "counts as a miss")
+            return
+        if x.chunk_bytes and x.l1_total and (c.index + 1) * x.chunk_bytes > EVICTION_WATERMARK * x.l1_total:
+            c.reason, c.detail = "l1_oom", (
+                f"{connected[0]} holds it, but {x.instance}'s L1 ({_l1(x)}) cannot hold the restore buffers of "
+                f"chunks 0-{c.index} ({(c.index + 1) * x.chunk_bytes / 2**20:.1f} MiB) below the "
+                f"{EVICTION_WATERMARK:.0%} eviction watermark, so its prefetch falls back to recompute: "
+                + fallback_cause("l1_oom"))
             return
         c.action, c.source = PULL, _label(facts, connected[0])
         return
