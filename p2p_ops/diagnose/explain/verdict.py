@@ -6,15 +6,15 @@ L1, then each P2P peer adapter in order), so after the first chunk it cannot get
 recomputed too ("prefix_broken"), whatever the fleet holds.
 
 Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
-not_registered); a connected peer holds it but lookups time out (lookup_timeout); only peers the target is not
-connected to hold it (peer_not_connected); the target's L1 cannot hold the restore buffers of the prefix up to it
-(l1_oom, the prefetch fallback's own name); a peer holds the same tokens under other keys, or no serving peer
-keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
-prompt (tokens_differ); the fleet holds a chunk whose
-tokens nearly match this one after the same parent, or holds the chunks before this one while nothing could
-have removed this one (prompt_differs: every later chunk misses too, as keys chain); the run that computed it says where, and that server
-stopped (holder_down) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and
-a different first chunk cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
+not_registered); a connected peer holds it but lookups time out (lookup_timeout), or the target's L1 cannot
+hold the restore buffers of the prefix up to it (l1_oom, the prefetch fallback's own name); only peers the target
+is not connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving
+peer keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
+prompt (tokens_differ); the fleet holds a chunk whose tokens nearly match this one after the same parent, or
+holds the chunks before this one while nothing could have removed this one (prompt_differs: every later chunk
+misses too, as keys chain); the run that computed it says where, and that server stopped (holder_down) or
+evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and a different first chunk
+cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
 
 A state of the fleet (a server down, an engine degraded, a peer not connected) is a consequence where the one
 judge (`diagnose.judge`) names what put those instances in it with more specific evidence: the miss is then
