@@ -336,3 +336,16 @@ def test_a_pull_whose_restore_buffers_do_not_fit_the_targets_l1_is_l1_oom():
     c.l1_total = 2**30
     assert explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0].strip \
         == "PPPPP"
+
+
+def test_a_target_whose_server_did_not_start_is_explained_not_refused():
+    """Issue 28's transport case: node-c-0's server exited at start under UCX_TLS=rc (no RDMA device); explain
+    answered 'cannot explain: no /status' and exited 2. Its engine computes every chunk (cut at the peers' chunk
+    size), and the doctor's finding from that run says why."""
+    a, c = connected("node-a-0", "node-c-0", server_state="dead", inputs=None, keys=None)
+    ucx = ("error", "ucx_tls", "node-c-0", "UCX_TLS=rc", "UCX_TLS asks for RDMA transports but node node-c has no "
+           "RDMA device", "add tcp, or fix the RDMA stack (`p2pctl rdma`)")
+    n = explain(fleet(a, c, targets=("node-c-0",), causes=judged([ucx]))).nodes[0]
+    assert n.strip == "xx." and n.reasons == ["judged"] and n.chunk_size == CS
+    assert "node-c-0's server is dead" in n.chunks[0].detail and "UCX_TLS asks for RDMA" in n.chunks[0].detail
+    assert explain(fleet(a, c, targets=("node-c-0",))).nodes[0].reasons == ["server_down"]

@@ -309,16 +309,20 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
 
 
 def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
-    cs = x.inputs.chunk_size if x.inputs else None
+    # A stopped server answers no /status and hashes nothing, yet that is the answer: its engine computes every
+    # chunk, cut at its peers' chunk size.
+    down = x.server_state != "running"
+    cs = x.inputs.chunk_size if x.inputs else next((p.inputs.chunk_size for p in facts.instances if p.serving and
+                                                     down), None)
     out = NodeExplanation(x.instance, x.node, cs, len(x.tokens or []))
     if not x.tokens:
         out.verdict = f"cannot explain: {x.tokenize_error or 'its engine did not tokenize the prompt'}"
         return out
-    if cs is None or x.keys is None or x.keys.error:
+    if cs is None or not down and (x.keys is None or x.keys.error):
         out.verdict = "cannot explain: " + (x.keys.error if x.keys and x.keys.error else
                                             f"{x.instance}'s server did not answer /status")
         return out
-    hashes = x.hashes()
+    hashes = x.hashes() or [""] * (len(x.tokens) // cs)
     out.chunks = [ChunkVerdict(i, i * cs, (i + 1) * cs, key) for i, key in enumerate(hashes)]
     broken: Optional[int] = None
     for c in out.chunks:
