@@ -107,3 +107,14 @@ def test_a_peer_nobody_reaches_at_its_advertised_url_is_the_likely_cause_of_zero
     assert cause["evidence"] == "doctor:reach" and "node-b-0 p2p (advertised) at 127.0.0.1:9" in cause["cause"]
     drift = [o for s in d.steps for o in s.observations if o.check == "doctor:env_drift"]
     assert drift and "LMCACHE_P2P_ADVERTISE_URL: env.sh 127.0.0.1:9" in drift[0].detail
+
+
+def test_an_l1_set_smaller_than_the_spec_is_the_likely_cause_of_l1_oom():
+    """Issue 28's l1_too_small case: node-b-0's env.sh set LMCACHE_L1_SIZE_GB=0.002 and its server exited at
+    start; the l1_oom walk read only fallback metrics (none: no pull ran) and confirmed nothing."""
+    facts = _fleet("127.0.0.1", "")
+    a, b = facts.instances
+    a.env_file, a.spec_env = {"LMCACHE_L1_SIZE_GB": "0.002"}, {"LMCACHE_L1_SIZE_GB": "1"}
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "l1_oom"), _Given(facts))
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "doctor:env_drift" and "LMCACHE_L1_SIZE_GB: env.sh 0.002" in cause["cause"]
