@@ -68,7 +68,9 @@ def judged(ctx):
     except (CouldNotRun, CheckFailed) as err:
         from p2p_ops.diagnose.judge import judge
 
-        about = [i.id for _, i in ctx.fleet.instances() if i.id in str(err)]
+        # Each named instance and its node: a finding about the node (it cannot reach a peer's advertised URL)
+        # says why its instance misses that peer.
+        about = [x for n, i in ctx.fleet.instances() if i.id in str(err) for x in (i.id, n.name)]
         try:
             found = judge(ctx) if about else None
         except P2POpsError:

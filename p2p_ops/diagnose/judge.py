@@ -65,6 +65,13 @@ class Judgement:
                 return f
         return None
 
+    def why(self, instance: str) -> Optional[str]:
+        """What put an instance in the state another verb saw (its server down, its engine degraded, not among its
+        peers' peers): the cause about it when that evidence is more specific than a state (rank above 1); None
+        when the state is all the evidence says."""
+        f = self.top([instance])
+        return self.cause([instance]) if f is not None and specificity(f"doctor:{f.check}") > 1 else None
+
     def cause(self, about: Collection[str] = ()) -> str:
         f = self.top(about)
         if f is not None:

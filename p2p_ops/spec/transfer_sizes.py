@@ -58,10 +58,11 @@ def need_ms(fleet: Fleet, plan: SizePlan) -> tuple[float, str]:
     return round(tokens * rate / 1e3, 1), f"recomputing {tokens} tokens at {rate:.1f} us/token, {source}"
 
 
-def fleet_size_plan(fleet: Fleet, prompt_tokens: int) -> SizePlan:
+def fleet_size_plan(fleet: Fleet, prompt_tokens: int, chunk_tokens: Optional[int] = None) -> SizePlan:
+    """The plan under the spec's chunk size, or a server's own (`chunk_tokens`, read from its /status)."""
     e = fleet.engine
     profile = resolve_profile(e.profile, e.num_layers, e.num_heads, e.head_size)
-    return size_plan(profile.bytes_per_token, fleet.settings.chunk_size, prompt_tokens,
+    return size_plan(profile.bytes_per_token, chunk_tokens or fleet.settings.chunk_size, prompt_tokens,
                      fleet.settings.l1_align_bytes)
 
 

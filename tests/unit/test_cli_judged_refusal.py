@@ -9,11 +9,12 @@ import pytest
 
 from p2p_ops.cli.common import judged
 from p2p_ops.diagnose import judge as judge_mod
-from p2p_ops.diagnose.findings import Finding
+from p2p_ops.diagnose.doctor.model import FleetFacts
+from p2p_ops.diagnose.findings import Finding, Report
 from p2p_ops.errors import CheckFailed, CouldNotRun
 
-CTX = SimpleNamespace(fleet=SimpleNamespace(instances=lambda: [(None, SimpleNamespace(id="node-a-0")),
-                                                                (None, SimpleNamespace(id="node-c-0"))]))
+CTX = SimpleNamespace(fleet=SimpleNamespace(instances=lambda: [
+    (SimpleNamespace(name=f"node-{x}"), SimpleNamespace(id=f"node-{x}-0")) for x in "abc"]))
 CHUNK = Finding("error", "agree:chunk_size", "node-c-0", "node-c-0=512 (the odd one out)",
                 "peers disagree on chunk_size", "restart node-c-0's server from fleet.yaml")
 DEGRADED = Finding("error", "engine_degraded", "node-c-0/engine", "lmcache refused", "engine degraded", "see above")
@@ -38,3 +39,19 @@ def test_without_a_confirmed_cause_the_refusal_stands_as_it_was(monkeypatch):
     with pytest.raises(CouldNotRun) as got, judged(CTX):
         raise CouldNotRun("fleet 'f' is not ready (node-c-0: engine is degraded)")
     assert str(got.value) == "fleet 'f' is not ready (node-c-0: engine is degraded)"
+
+
+def test_a_peer_missing_from_the_refusal_is_explained_by_what_its_node_cannot_reach(monkeypatch):
+    """Issue 28's advertise_url case: node-c-0 advertises 127.0.0.1:9; the refusal names node-a-0 and node-b-0,
+    which see one peer. Their peer count is the state; node-a failing to reach node-c-0's advertised URL is why
+    (the doctor's reach finding is about the node)."""
+    peers = Finding("warn", "peer_count", "node-a-0", "1 peer(s) ['node-b-0']",
+                    "node-a-0 sees 1 peer(s), 2 other server(s) are running", "wait one poll interval")
+    reach = Finding("error", "reach", "node-a -> node-c-0 p2p (advertised)", "127.0.0.1:9",
+                    "node node-a cannot open a TCP connection to node-c-0 p2p (advertised) at 127.0.0.1:9",
+                    "check the advertised address")
+    found = judge_mod.judgement(FleetFacts("f", "embedded", "http://c", "node-a"), Report("doctor", [peers, reach]))
+    monkeypatch.setattr(judge_mod, "judge", lambda ctx: found)
+    with pytest.raises(CouldNotRun) as got, judged(CTX):
+        raise CouldNotRun("fleet 'f' is not ready (node-a-0: sees 1 peer(s) ['node-b-0'], expected 2)")
+    assert "likely cause: node-a -> node-c-0 p2p (advertised): node node-a cannot open" in str(got.value)

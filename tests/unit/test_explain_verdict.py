@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from p2p_ops.diagnose import judge
+from p2p_ops.diagnose.doctor.model import FleetFacts
 from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
 from p2p_ops.diagnose.explain.render import render_text
 from p2p_ops.diagnose.explain.verdict import explain
+from p2p_ops.diagnose.findings import Finding, Report
 from p2p_ops.endpoints.lmcache_api import Placement
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 
@@ -176,13 +179,51 @@ def test_a_degraded_engine_asks_nobody():
     assert ex.nodes[0].chunks[0].reason == "engine_degraded"
 
 
+# The doctor's findings in the diagnosis benchmark's chunk_size case (bench/results/diagnosis-2026-12-02,
+# partial.json): node-c-0's env.sh set a chunk size of 512 and its server restarted; its engine refused it.
+CHUNK_SIZE_FINDINGS = [
+    ("error", "engine_degraded", "node-c-0/engine", "LMCache server tcp://127.0.0.1:5603 stopped answering",
+     "node-c-0's engine is degraded: it serves without its lmcache server", "fix the server it cannot use"),
+    ("error", "agree:chunk_size", "node-c-0", "coordinator=256, node-a-0=256, node-b-0=256, node-c-0=512",
+     "chunk_size differs across peers (read from /status). node-c-0 is the odd one out (coordinator, node-a-0, "
+     "node-b-0 use 256).", "restart the server of node-c-0 from fleet.yaml (chunk_size=256)"),
+]
+
+
+def judged(findings) -> dict[str, str]:
+    """What gather hands the verdict: the one judge's cause of each instance's state."""
+    report = Report("doctor", [Finding(*f) for f in findings])
+    found = judge.judgement(FleetFacts("f", "embedded", "http://c", "node-a"), report)
+    return {i: why for i in ("node-a-0", "node-b-0", "node-c-0") if (why := found.why(i))}
+
+
 def test_an_engine_degraded_by_its_servers_chunk_size_names_the_chunk_size():
-    """Issue 28's benchmark: node-b-0's server keys with 8-token chunks, its engine refused it. The setting is
-    the cause; the degraded engine is what it led to."""
-    a, b = connected(engine_degraded=True)
-    b.inputs = KeyInputs(8, "blake3", "m", 1, "", "0")
-    c = explain(fleet(a, b, held={"k0": ["node-a-0"]})).nodes[0].chunks[0]
-    assert c.reason == "keys_differ" and "chunk_size" in c.detail and "degraded because of it" in c.detail
+    """Issue 28's benchmark: explain called node-c-0's miss engine_degraded while the doctor named the chunk size.
+    The judge's cause of the state is explain's reason, so the two name one cause; with no cause known the state
+    stands."""
+    a, c = connected("node-a-0", "node-c-0", engine_degraded=True)
+    c.inputs = KeyInputs(8, "blake3", "m", 1, "", "0")
+    ex = explain(fleet(a, c, held={"k0": ["node-a-0"]}, targets=("node-c-0",), causes=judged(CHUNK_SIZE_FINDINGS)))
+    chunk = ex.nodes[0].chunks[0]
+    assert chunk.reason == "judged" and ex.nodes[0].reasons == ["judged"]
+    assert "node-c-0's engine is degraded" in chunk.detail and "chunk_size differs across peers" in chunk.detail
+    assert explain(fleet(a, c, held={"k0": ["node-a-0"]}, targets=("node-c-0",))).nodes[0].reasons == [
+        "engine_degraded"]
+
+
+def test_a_stopped_holder_stays_holder_down_when_the_judge_knows_only_that_it_stopped():
+    """A process state is all the judge has about node-a-0 (its engine degraded is the consequence): explain's
+    own reason stands, and a peer the judge knows a setting of names it."""
+    a, b = connected()
+    a.server_state, a.inputs, a.keys = "none", None, None
+    causes = judged([("error", "process", "node-a-0/server", "none", "node-a-0's server is stopped while the fleet "
+                      "runs", "start it again"), CHUNK_SIZE_FINDINGS[0]])
+    assert causes == {}
+    assert explain(fleet(a, b, causes=causes)).nodes[0].reasons == ["holder_down"]
+    causes = judged([("warn", "env_drift", "node-a-0", "LMCACHE_P2P_ADVERTISE_URL: env.sh 127.0.0.1:9, fleet.yaml "
+                      "renders 127.0.0.1:5701", "node-a-0's env.sh no longer matches what fleet.yaml renders", "")])
+    c = explain(fleet(a, b, causes=causes)).nodes[0].chunks[0]
+    assert c.reason == "judged" and "LMCACHE_P2P_ADVERTISE_URL" in c.detail and "no running server" in c.detail
 
 
 def test_after_the_first_miss_held_chunks_are_recomputed_too():
@@ -264,3 +305,47 @@ def test_a_first_chunk_nobody_holds_is_cold_only_on_a_fleet_that_holds_nothing()
     c = explain(fleet(a, b, held_keys=20)).nodes[0].chunks[0]
     assert c.reason == "not_confirmed" and "holds 20 chunk(s) of other prompts" in c.detail
     assert "differs in its first chunk" in c.detail
+
+
+def test_a_node_whose_keys_no_peer_shares_is_keys_differ_even_where_nobody_holds_the_prompt():
+    """Issue 28's hash_seed case: node-c-0 hashes with builtin under PYTHONHASHSEED 4242; LMCache's hasher cannot
+    reproduce a builtin-hash peer's keys (its NONE_HASH is per process), so no held copy is found and explain
+    said not_confirmed. Every serving peer keys chunks otherwise: that alone says no pull can hit. One peer with
+    the same key inputs rules it out."""
+    a, b = connected("node-a-0", "node-c-0", prefix="c", seed="4242", logged_none_hash="b'c'")
+    b.inputs = KeyInputs(CS, "builtin", "m", 1, "", "4242")
+    c = explain(fleet(a, b, targets=("node-c-0",), held_keys=16)).nodes[0].chunks[0]
+    assert c.reason == "keys_differ" and "hash_algorithm: node-c-0=builtin, node-a-0=blake3" in c.detail
+    assert "PYTHONHASHSEED: node-c-0=4242, node-a-0=0" in c.detail
+    twin = view("node-b-0", prefix="c", seed="4242", logged_none_hash="b'c'")
+    twin.inputs = b.inputs
+    assert explain(fleet(a, b, twin, targets=("node-c-0",), held_keys=16)).nodes[0].chunks[0].reason == "not_confirmed"
+
+
+def test_a_pull_whose_restore_buffers_do_not_fit_the_targets_l1_is_l1_oom():
+    """Issue 28's l1_too_small case: node-c-0's L1 is 2 MB (0.002 GB in its env.sh), a chunk of the bench's
+    engine profile 512 KiB (256 tokens x 2048 bytes). Restore buffers must fit below the 80 % eviction
+    watermark: the fourth chunk's do not, so the prefetch falls back from there (LMCache's l1_oom)."""
+    a, c = connected("node-a-0", "node-c-0", l1_total=int(0.002 * 2**30), chunk_bytes=2**19)
+    tokens = list(range(100, 100 + 5 * CS))
+    a.tokens, c.tokens, a.keys, c.keys = tokens, tokens, keys("k", 5), keys("k", 5)
+    n = explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0]
+    assert n.strip == "PPPxx" and n.reasons == ["l1_oom"]
+    assert "cannot hold the restore buffers of chunks 0-3 (2.0 MiB)" in n.chunks[3].detail
+    assert "raise settings.l1_size_gb" in n.chunks[3].detail
+    c.l1_total = 2**30
+    assert explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0].strip \
+        == "PPPPP"
+
+
+def test_a_target_whose_server_did_not_start_is_explained_not_refused():
+    """Issue 28's transport case: node-c-0's server exited at start under UCX_TLS=rc (no RDMA device); explain
+    answered 'cannot explain: no /status' and exited 2. Its engine computes every chunk (cut at the peers' chunk
+    size), and the doctor's finding from that run says why."""
+    a, c = connected("node-a-0", "node-c-0", server_state="dead", inputs=None, keys=None)
+    ucx = ("error", "ucx_tls", "node-c-0", "UCX_TLS=rc", "UCX_TLS asks for RDMA transports but node node-c has no "
+           "RDMA device", "add tcp, or fix the RDMA stack (`p2pctl rdma`)")
+    n = explain(fleet(a, c, targets=("node-c-0",), causes=judged([ucx]))).nodes[0]
+    assert n.strip == "xx." and n.reasons == ["judged"] and n.chunk_size == CS
+    assert "node-c-0's server is dead" in n.chunks[0].detail and "UCX_TLS asks for RDMA" in n.chunks[0].detail
+    assert explain(fleet(a, c, targets=("node-c-0",))).nodes[0].reasons == ["server_down"]

@@ -11,6 +11,7 @@ from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor.checks import check
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.tree import evidence, model, render, walk
+from p2p_ops.facts.reach import Reach
 
 TREE = model.load_tree()
 
@@ -87,3 +88,69 @@ def test_a_stopped_holder_is_the_likely_cause_of_zero_cached_tokens_not_the_engi
     assert (top.check, top.subject) == ("process", "node-a-0/server")
     step = next(st for st in model.find_symptom(TREE, "zero cached tokens").steps if st.id == "registered")
     assert "doctor:process" in step.checks
+
+
+def test_a_peer_nobody_reaches_at_its_advertised_url_is_the_likely_cause_of_zero_cached_tokens():
+    """Issue 28's advertise_url case: node-b-0 advertises 127.0.0.1:9, where nothing listens. node-a-0 sees no
+    peer (a state); node-a failing to reach node-b-0's advertised URL, and node-b-0's env.sh no longer rendering
+    fleet.yaml's URL, say why. The walk reads both."""
+    facts = _fleet("127.0.0.1", "", state="running")
+    a, b = facts.instances
+    a.pid, a.status = 41, {"p2p_state": "registered", "p2p_peer_count": 0, "p2p_peers": []}
+    b.status = {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-a-0"]}
+    b.env_file, b.spec_env = {"LMCACHE_P2P_ADVERTISE_URL": "127.0.0.1:9"}, {"LMCACHE_P2P_ADVERTISE_URL": "127.0.0.1:5702"}
+    facts.coordinator_instances = [{"instance_id": "node-a-0", "p2p_advertised_url": "127.0.0.1:5701", "mq_port": 1},
+                                   {"instance_id": "node-b-0", "p2p_advertised_url": "127.0.0.1:9", "mq_port": 2}]
+    facts.nodes[0].reach = [Reach("node-a", "node-b-0 p2p (advertised)", "127.0.0.1", 9, False)]
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"), _Given(facts))
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "doctor:reach" and "node-b-0 p2p (advertised) at 127.0.0.1:9" in cause["cause"]
+    drift = [o for s in d.steps for o in s.observations if o.check == "doctor:env_drift"]
+    assert drift and "LMCACHE_P2P_ADVERTISE_URL: env.sh 127.0.0.1:9" in drift[0].detail
+
+
+def test_an_l1_set_smaller_than_the_spec_is_the_likely_cause_of_l1_oom():
+    """Issue 28's l1_too_small case: node-b-0's env.sh set LMCACHE_L1_SIZE_GB=0.002 and its server exited at
+    start; the l1_oom walk read only fallback metrics (none: no pull ran) and confirmed nothing."""
+    facts = _fleet("127.0.0.1", "")
+    a, b = facts.instances
+    a.env_file, a.spec_env = {"LMCACHE_L1_SIZE_GB": "0.002"}, {"LMCACHE_L1_SIZE_GB": "1"}
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "l1_oom"), _Given(facts))
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "doctor:env_drift" and "LMCACHE_L1_SIZE_GB: env.sh 0.002" in cause["cause"]
+
+
+class _Logged(_Given):
+    """Given doctor facts and given server log lines, labelled as the fleet's logs are (<instance>/server.log)."""
+
+    def __init__(self, facts: FleetFacts, lines: dict[str, list[str]]):
+        super().__init__(facts)
+        self._lines = lines
+
+    def logs(self):
+        return [(label, "server", lines) for label, lines in self._lines.items()]
+
+
+# node-a-0's server.log in the diagnosis benchmark (bench/results/diagnosis-2026-12-02b, run b): the advertise_url
+# case's handshake to node-c-0's bad URL failed; that case healed node-c, and the evicted case ran next.
+ADAPTER_FAILED = ("[2026-12-02 08:19:19,817] LMCache ERROR: Failed to add P2P adapter for peer node-c-0 "
+                  "(p2p_controller.py:596:lmcache.v1.multiprocess.modules.p2p_controller)")
+
+
+def test_an_adapter_failure_for_a_peer_connected_now_is_ruled_out():
+    """Issue 28's evicted case: the zero-cached-tokens walk named an earlier case's adapter failure (for node-c-0,
+    since reconnected) as the likely cause. The peer it names being connected now rules it out; a failure for a
+    peer still missing stays a problem."""
+    facts = _fleet("127.0.0.1", "", state="running")
+    a, b = facts.instances
+    a.pid, a.status = 41, {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-b-0"]}
+    b.status = {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-a-0"]}
+    facts.coordinator_instances = [{"instance_id": i, "p2p_advertised_url": f"127.0.0.1:570{n}", "mq_port": n}
+                                   for n, i in enumerate(("node-a-0", "node-b-0"), 1)]
+    line = ADAPTER_FAILED.replace("node-c-0", "node-b-0")
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"), _Logged(facts, {"node-a-0/server.log": [line]}))
+    [obs] = [o for s in d.steps for o in s.observations if o.check == "log:adapter_failed"]
+    assert obs.status == "info" and "ruled out" in obs.detail and d.likely() is None
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
+                      _Logged(facts, {"node-a-0/server.log": [ADAPTER_FAILED]}))
+    assert d.to_dict()["likely_cause"]["evidence"] == "log:adapter_failed"

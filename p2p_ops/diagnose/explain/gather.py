@@ -18,7 +18,9 @@ from p2p_ops.diagnose.doctor.peers import context_meta
 from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
 from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt
 from p2p_ops.diagnose.explain.prompt import PromptSpec
+from p2p_ops.diagnose.judge import judge
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.errors import P2POpsError
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs, chunk_keys_fact
 from p2p_ops.facts.envfile import process_env_fact
 from p2p_ops.facts.logs import recent_grep_fact
@@ -28,6 +30,7 @@ from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.spec.model import Instance, Node
+from p2p_ops.spec.transfer_sizes import fleet_size_plan
 
 LOOKUP_TIMEOUT = r"P2P lookup .*timed out"
 # How far back "recent" reaches in a server log (LMCache writes a few lines per request at INFO).
@@ -59,6 +62,8 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
                                     str(metas[0].get("model_name") or fleet.model) if metas else fleet.model,
                                     int(metas[0].get("world_size") or 1) if metas else 1, salt)
             view.p2p_state, view.peers, view.l1_used, view.l1_total = st.p2p_state, st.peers, st.l1_used, st.l1_total
+            if fleet.runtime == "embedded":    # vLLM's KV size is its model's, which the spec does not describe
+                view.chunk_bytes = fleet_size_plan(fleet, view.inputs.chunk_size, view.inputs.chunk_size).chunk_bytes
             view.adapter_order = [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(st.raw) if (h, p) in by_mq]
         samples = metrics_api.scrape(surl)
         view.evicted_keys = metrics_api.metric_sum(samples, EVICTED)
@@ -199,6 +204,17 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
     facts = ExplainFacts(fleet.name, fleet.runtime, prompt.label, list(views.values()),
                          targets or [i.id for _, i in fleet.instances()], computed_on=prompt.computed_on,
                          run=prompt.run, recorded=prompt.recorded)
+    if any(v.server_state != "running" or v.engine_degraded or v.p2p_state != "registered"
+           or len(v.peers) < len(views) - 1 for v in views.values()):
+        # A state explain would blame (a server down, an engine degraded, a missing peer) has a cause the one
+        # judge may know more specifically (a setting that differs, a transport the node lacks): read it once.
+        progress("asking the one judge what put those instances in that state")
+        try:
+            found = judge(ctx)
+            facts.causes = {i: why for i in views if (why := found.why(i))}
+        except P2POpsError:
+            pass    # the judge could not read the fleet: explain's own states stand
+        lap("the one judge")
     progress("looking the keys up in the coordinator's key directory")
     _placements(ctx, facts)
     _sources(ctx, facts)

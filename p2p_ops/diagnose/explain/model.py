@@ -43,6 +43,7 @@ class InstanceView:
     eviction_runs: float = 0.0               # eviction-loop passes that evicted (L1 over its watermark)
     l1_used: int = 0
     l1_total: int = 0
+    chunk_bytes: int = 0                     # one chunk's KV in L1 (the embedded engine's profile; 0: unknown)
     lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
     tokens_by_source: dict[str, float] = field(default_factory=dict)   # vLLM: prompt tokens by source
 
@@ -65,6 +66,7 @@ class ExplainFacts:
     directory_error: str = ""                            # why the directory could not be read
     reporting: dict[str, bool] = field(default_factory=dict)   # instance -> reports cache events
     held_keys: int = 0          # L1 keys the directory lists fleet-wide (any prompt's)
+    causes: dict[str, str] = field(default_factory=dict)   # instance -> the one judge's cause of its state
     listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
     near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)

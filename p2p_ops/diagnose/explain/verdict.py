@@ -6,13 +6,19 @@ L1, then each P2P peer adapter in order), so after the first chunk it cannot get
 recomputed too ("prefix_broken"), whatever the fleet holds.
 
 Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
-not_registered); a connected peer holds it but lookups time out (lookup_timeout); only peers the target is not
-connected to hold it (peer_not_connected); a peer holds the same tokens under other keys (keys_differ, naming
-the settings), or holds what its own engine made of the prompt (tokens_differ); the fleet holds a chunk whose
-tokens nearly match this one after the same parent, or holds the chunks before this one while nothing could
-have removed this one (prompt_differs: every later chunk misses too, as keys chain); the run that computed it says where, and that server
-stopped (holder_down) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and
-a different first chunk cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
+not_registered); a connected peer holds it but lookups time out (lookup_timeout), or the target's L1 cannot
+hold the restore buffers of the prefix up to it (l1_oom, the prefetch fallback's own name); only peers the target
+is not connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving
+peer keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
+prompt (tokens_differ); the fleet holds a chunk whose tokens nearly match this one after the same parent, or
+holds the chunks before this one while nothing could have removed this one (prompt_differs: every later chunk
+misses too, as keys chain); the run that computed it says where, and that server stopped (holder_down) or
+evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and a different first chunk
+cannot be told apart (not_confirmed, naming both); nobody ever had it (cold).
+
+A state of the fleet (a server down, an engine degraded, a peer not connected) is a consequence where the one
+judge (`diagnose.judge`) names what put those instances in it with more specific evidence: the miss is then
+"judged", with the judge's cause, so explain and the doctor name one cause.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from p2p_ops.diagnose.explain.model import (
     InstanceView,
     NodeExplanation,
 )
+from p2p_ops.diagnose.judge import fallback_cause
 from p2p_ops.spec.agreement import split
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
 
 # Why one differing chunk makes every later one miss (LMCache's chunk key hashes the parent key with the tokens).
@@ -115,20 +123,21 @@ def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
             list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
 
 
+def _because(facts: ExplainFacts, about: list[str], reason: str, detail: str) -> tuple[str, str]:
+    """A state explain saw (a server down, an engine degraded, a peer not connected) is what the miss follows
+    from; where the one judge names what put those instances in it (a setting that differs, a transport the node
+    lacks), that cause is the reason ("judged"), and the state its consequence."""
+    causes = list(dict.fromkeys(facts.causes[a] for a in about if a in facts.causes))
+    return ("judged", f"{detail}. Why (the one judge): {'; '.join(causes)}") if causes else (reason, detail)
+
+
 def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
     if x.server_state != "running":
-        return "server_down", f"{x.instance}'s server is {x.server_state}: its engine computes everything itself"
+        return _because(facts, [x.instance], "server_down",
+                        f"{x.instance}'s server is {x.server_state}: its engine computes everything itself")
     if x.engine_degraded:
-        peer = next((p for p in facts.instances if p.instance != x.instance and p.serving), None)
-        differ = differing_inputs(x, peer) if peer is not None else []
-        if differ:
-            # The server's settings differ from its peers' (a chunk size, say): that is why the engine refused
-            # it, and what a fix must change; the degraded engine is its consequence.
-            return "keys_differ", (f"{x.instance}'s server keys chunks unlike its peers: {'; '.join(differ)}; its "
-                                   "engine is degraded because of it (not linked to its server): it asks no cache "
-                                   "and computes every chunk")
-        return "engine_degraded", (f"{x.instance}'s engine is degraded (not linked to its lmcache server): it "
-                                   "asks no cache and computes every chunk")
+        return _because(facts, [x.instance], "engine_degraded", f"{x.instance}'s engine is degraded (not linked to "
+                        "its lmcache server): it asks no cache and computes every chunk")
     return None
 
 
@@ -185,8 +194,8 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
         return departs
     w = facts.view(facts.computed_on) if facts.computed_on else None
     if w is not None and w.server_state != "running":
-        return "holder_down", (f"{w.instance} computed this prompt (run {facts.run}), but its server is "
-                               f"{w.server_state}: what it held went with it")
+        return _because(facts, [w.instance], "holder_down", f"{w.instance} computed this prompt (run {facts.run}), "
+                        f"but its server is {w.server_state}: what it held went with it")
     if w is not None:
         if w.eviction_runs > 0:
             return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
@@ -195,7 +204,7 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
                             "(no eviction ran there: its server restarted, or the cache was cleared)")
     down = _down(facts)
     if down:
-        return "holder_down", ("no running server holds it; " + "; ".join(
+        return _because(facts, [v.instance for v in down], "holder_down", "no running server holds it; " + "; ".join(
             f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
             + ": what it held is gone")
     evicting = [v for v in facts.instances if v.eviction_runs > 0]
@@ -268,32 +277,52 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
                 f"recent line(s) in its server.log, last: {x.lookup_timeouts[-1][:160]}): a timed-out lookup "
                 "counts as a miss")
             return
+        if x.chunk_bytes and x.l1_total and (c.index + 1) * x.chunk_bytes > EVICTION_WATERMARK * x.l1_total:
+            c.reason, c.detail = "l1_oom", (
+                f"{connected[0]} holds it, but {x.instance}'s L1 ({_l1(x)}) cannot hold the restore buffers of "
+                f"chunks 0-{c.index} ({(c.index + 1) * x.chunk_bytes / 2**20:.1f} MiB) below the "
+                f"{EVICTION_WATERMARK:.0%} eviction watermark, so its prefetch falls back to recompute: "
+                + fallback_cause("l1_oom"))
+            return
         c.action, c.source = PULL, _label(facts, connected[0])
         return
     if c.holders:
-        c.reason, c.detail = "peer_not_connected", _not_connected(facts, x, c.holders)
+        c.reason, c.detail = _because(facts, c.holders, "peer_not_connected", _not_connected(facts, x, c.holders))
         return
     if x.p2p_state != "registered" and x.p2p_state != "unknown":
-        c.reason, c.detail = "not_registered", f"{x.instance} is {x.p2p_state}: it asks no peer"
+        c.reason, c.detail = _because(facts, [x.instance], "not_registered",
+                                      f"{x.instance} is {x.p2p_state}: it asks no peer")
         return
     copy = _peer_copy(facts, x, c.end)
     if copy:
         c.reason, c.detail = copy[0], copy[2]
         return
+    apart = {p.instance: differing_inputs(x, p) for p in facts.instances if p.instance != x.instance and p.serving}
+    if apart and all(apart.values()):
+        # No serving peer keys chunks as this instance does: none can hold its keys, whether or not the prompt was
+        # ever computed (a peer with the same key inputs would rule this out).
+        c.reason, c.detail = "keys_differ", (f"no serving peer keys chunks as {x.instance} does, so none can hold "
+                                             "its keys: " + "; ".join(dict.fromkeys(d for ds in apart.values()
+                                                                                    for d in ds)))
+        return
     c.reason, c.detail = _gone(facts, x, c)
 
 
 def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
-    cs = x.inputs.chunk_size if x.inputs else None
+    # A stopped server answers no /status and hashes nothing, yet that is the answer: its engine computes every
+    # chunk, cut at its peers' chunk size.
+    down = x.server_state != "running"
+    cs = x.inputs.chunk_size if x.inputs else next((p.inputs.chunk_size for p in facts.instances if p.serving and
+                                                     down), None)
     out = NodeExplanation(x.instance, x.node, cs, len(x.tokens or []))
     if not x.tokens:
         out.verdict = f"cannot explain: {x.tokenize_error or 'its engine did not tokenize the prompt'}"
         return out
-    if cs is None or x.keys is None or x.keys.error:
+    if cs is None or not down and (x.keys is None or x.keys.error):
         out.verdict = "cannot explain: " + (x.keys.error if x.keys and x.keys.error else
                                             f"{x.instance}'s server did not answer /status")
         return out
-    hashes = x.hashes()
+    hashes = x.hashes() or [""] * (len(x.tokens) // cs)
     out.chunks = [ChunkVerdict(i, i * cs, (i + 1) * cs, key) for i, key in enumerate(hashes)]
     broken: Optional[int] = None
     for c in out.chunks:

@@ -5,6 +5,7 @@ Add a check: an entry in `CHECKS` (or a `log:` signature in tree.yaml), then nam
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from p2p_ops.diagnose import explain
@@ -50,10 +51,25 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
-    out = [Observation(f"log:{sig_id}", "problem", label, f"{len(found)} line(s), last: "
-                       f"{redact_text(found[-1].strip(), label).text[:300]}", sig.meaning)
-           for label, lines in logs if (found := [ln for ln in lines if sig.regex.search(ln)])]
+    out = []
+    for label, lines in logs:
+        found = [ln for ln in lines if sig.regex.search(ln)]
+        peers = _peers_now(ev, label) if sig.ruled_out_by_peer else set()
+        live = [ln for ln in found if not any(re.search(rf"\b{re.escape(p)}\b", ln) for p in peers)]
+        if live:
+            out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(live)} line(s), last: "
+                                   f"{redact_text(live[-1].strip(), label).text[:300]}", sig.meaning))
+        elif found:
+            out.append(Observation(f"log:{sig_id}", "info", label, f"{len(found)} line(s) about peer(s) this server "
+                                   f"now lists ({', '.join(sorted(peers))}): ruled out, since recovered"))
     return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
+
+
+def _peers_now(ev: Evidence, label: str) -> set[str]:
+    """The peers the server whose log this is lists now (its /status), by instance id."""
+    owner = label.split("/", 1)[0]
+    inst = next((i for i in ev.facts.instances if i.instance == owner), None) if ev.facts is not None else None
+    return set((inst.status or {}).get("p2p_peers") or []) if inst is not None else set()
 
 
 def _per_server(check: str):

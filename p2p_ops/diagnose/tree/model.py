@@ -19,6 +19,8 @@ class Signature:
     pattern: str
     logs: tuple[str, ...]
     meaning: str
+    # A line naming a peer that its server now lists among its peers is ruled out (a failure since recovered).
+    ruled_out_by_peer: bool = False
 
     @property
     def regex(self) -> re.Pattern:
@@ -53,7 +55,8 @@ class Tree:
 def load_tree(path: Path | None = None) -> Tree:
     """The shipped tree (package data, so an installed wheel has it), or the YAML file at `path`."""
     data = yaml.safe_load(files.read_text(path) if path else tree_text())
-    sigs = {k: Signature(k, v["pattern"], tuple(v["logs"]), v["meaning"]) for k, v in data["signatures"].items()}
+    sigs = {k: Signature(k, v["pattern"], tuple(v["logs"]), v["meaning"], bool(v.get("ruled_out_by_peer")))
+            for k, v in data["signatures"].items()}
     symptoms = tuple(Symptom(s["id"], s["title"], tuple(s.get("aliases", ())), s["looks_like"], tuple(
         Step(st["id"], st["ask"], st["cause"], st["fix"], tuple(st.get("checks", ())), tuple(st.get("manual", ())))
         for st in s["steps"])) for s in data["symptoms"])
