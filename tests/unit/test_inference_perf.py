@@ -29,7 +29,7 @@ def rendered_as_captured(name: str, shape: str, scale: str) -> tuple[dict, dict]
     """config() with the arguments the captured run was given, beside the config that run used."""
     doc = json.loads((CAPTURED / name / "inference-perf-config.yaml").read_text())
     mine = ip.config(shape, scale, doc["server"]["base_url"], "p2p-tiny", doc["storage"]["local_storage"]["path"],
-                     TOKENIZER, request_timeout_s=60, max_model_len=3500)
+                     doc["tokenizer"]["pretrained_model_name_or_path"], request_timeout_s=60, max_model_len=3500)
     return mine, doc
 
 
