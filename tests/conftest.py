@@ -72,10 +72,12 @@ def mooncake_settings(**more) -> dict:
 
 
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
-    from p2p_ops.lifecycle.free_ports import choose
+    from p2p_ops.lifecycle.free_ports import choose, free_port
     from p2p_ops.spec.starter import local_fleet
 
     data = local_fleet(n_nodes, name=name, base=choose(n_nodes).base)
+    # Each test fleet's Prometheus on a port of its own: one left behind by another test cannot answer for it.
+    data["prometheus"] = {"port": free_port()}
     for key, value in overrides.items():
         data[key] = value
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -25,7 +25,8 @@ _SPECIFICITY = {"doctor:engine_degraded": 0, **dict.fromkeys((
     "doctor:process", "doctor:server_http", "doctor:port_listening", "doctor:peer_count", "engines:health",
     "log:traceback", "node:rdma"), 1), **dict.fromkeys((
         "log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
-        "log:endpoint_timeout", "metric:l1_usage", "metric:active_lookup_jobs", "status:locks"), 2)}
+        "log:endpoint_timeout", "metric:l1_usage", "metric:l1_evictions", "metric:active_lookup_jobs",
+        "status:locks"), 2)}
 # Doctor findings that are true but explain no missed pull: a listener wider than loopback, the router's KV
 # events, a missing env.sh the doctor rendered in its place.
 _NOT_A_MISS = {"bind:wide", "kv_events", "env_file"}

@@ -8,6 +8,10 @@ from p2p_ops.endpoints.fetch import get_text
 
 Sample = tuple[str, dict[str, str], float]
 
+# LMCache's L1 eviction counters: how many chunks its eviction loop deleted, and how often the loop ran.
+L1_EVICTED = "lmcache_mp_l1_evicted_chunks_total"
+L1_EVICTION_RUNS = "lmcache_mp_l1_eviction_loop_triggered_total"
+
 
 def _parse(text: str) -> list[Sample]:
     return [(smp.name, dict(smp.labels), float(smp.value))

@@ -81,13 +81,27 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
             pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        # Ours must be alive as well as something answering: a Prometheus left on this port by another run would
+        # answer /-/ready while ours exits, unable to bind. Only a gone pid counts: read in the instant of one of
+        # the wrapper's execs, a live one's command line can lack its marker ("stale"), and raising then would
+        # leave it running with nobody to stop it.
+        st = procs.states(conn, [proc])[0]
+        if st.state in ("dead", "none"):
+            raise CouldNotRun(f"prometheus exited during start (its pid file: {st.state}); from {proc.log}:\n"
+                              + read_fact(conn, log_excerpt_fact(proc.log, 10), timeout=15)
+                              + _port_taken(ctx))
         if ready(ctx):
             return url(ctx)
-        if not procs.states(conn, [proc])[0].running:
-            raise CouldNotRun(f"prometheus exited during start; from {proc.log}:\n"
-                              + read_fact(conn, log_excerpt_fact(proc.log, 10), timeout=15))
         time.sleep(0.5)
     raise CouldNotRun(f"prometheus did not answer {url(ctx)}/-/ready within {timeout:.0f} s; see {proc.log}")
+
+
+def _port_taken(ctx: FleetContext) -> str:
+    p = ctx.fleet.prometheus
+    if not ready(ctx):
+        return ""
+    return (f"\n{hostport(p.host, p.port)} is answered by another Prometheus (not this fleet's): stop it, or set "
+            "prometheus.port in fleet.yaml to a free port")
 
 
 def down(ctx: FleetContext) -> str:

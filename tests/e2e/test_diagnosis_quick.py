@@ -1,6 +1,6 @@
 """The diagnosis benchmark's quick subset (`python -m bench.diagnosis --quick`) on a real 2-node fleet: a GDS L1
-path in the spec, a different first sentence, a different middle chunk, a prompt shorter than a chunk and the
-holder's server stopped. Every verb that judges a case names the planted cause, or abstains where the case
+path in the spec, a different first sentence (sent by hand, then by `test basic --prompt-file`, whose run explain
+compares against), a different middle chunk, a prompt shorter than a chunk and the holder's server stopped. Every verb that judges a case names the planted cause, or abstains where the case
 documents why (the doctor and the decision tree read the fleet, not the prompt); no two verbs contradict each
 other and no verb names a wrong cause. The full table is `make test-diagnosis` (opt-in, about 45 minutes).
 

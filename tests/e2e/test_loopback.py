@@ -48,9 +48,9 @@ def test_local_fleet_listens_only_on_loopback_and_still_shares(tmp_path, p2pctl)
         result = run_basic(ctx, chunks=4, max_tokens=4)  # a real NIXL transfer: UCX opened what it needs
         assert result.passed, result.likely_cause
         with_prometheus = shutil.which("prometheus") is not None  # CI installs it (scripts/test_deps.sh)
-        if with_prometheus:
-            prom.up(ctx)
         try:
+            if with_prometheus:
+                prom.up(ctx)
             listeners = fleet_listeners(ctx)
             owners = {o for o, _, _ in listeners}
             expected = {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"}

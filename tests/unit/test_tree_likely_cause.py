@@ -154,3 +154,38 @@ def test_an_adapter_failure_for_a_peer_connected_now_is_ruled_out():
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
                       _Logged(facts, {"node-a-0/server.log": [ADAPTER_FAILED]}))
     assert d.to_dict()["likely_cause"]["evidence"] == "log:adapter_failed"
+
+
+class _Scraped(_Given):
+    """Given doctor facts and given /metrics samples per running server."""
+
+    def __init__(self, facts: FleetFacts, samples: dict[str, list]):
+        super().__init__(facts)
+        self._samples = samples
+
+    def running_servers(self):
+        return [(None, type("I", (), {"id": iid})(), iid) for iid in self._samples]
+
+    def metrics(self, url):
+        return self._samples[url]
+
+
+def test_an_l1_that_evicted_is_the_likely_cause_of_zero_cached_tokens_when_nothing_more_specific_is_seen():
+    """Issue 28's evicted case: node-a's L1 was filled until it evicted the prefix; the fleet is otherwise healthy.
+    The walk named an earlier run's explanation by a keyword; the eviction counters are the evidence."""
+    facts = _fleet("127.0.0.1", "", state="running")
+    a, b = facts.instances
+    a.pid, a.status = 41, {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-b-0"]}
+    b.status = {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-a-0"]}
+    facts.coordinator_instances = [{"instance_id": i, "p2p_advertised_url": f"127.0.0.1:570{n}", "mq_port": n}
+                                   for n, i in enumerate(("node-a-0", "node-b-0"), 1)]
+    evicted = [("lmcache_mp_l1_evicted_chunks_total", {}, 120.0),
+               ("lmcache_mp_l1_eviction_loop_triggered_total", {}, 3.0)]
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
+                      _Scraped(facts, {"node-a-0": evicted, "node-b-0": []}))
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "metric:l1_evictions" and "node-a-0" in cause["cause"], cause
+    assert "evicted 120 chunk(s) in 3 eviction pass(es)" in cause["cause"] and "l1_size_gb" in cause["fix"]
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
+                      _Scraped(facts, {"node-a-0": [], "node-b-0": []}))
+    assert d.likely() is None

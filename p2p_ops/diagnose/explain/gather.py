@@ -35,8 +35,6 @@ from p2p_ops.spec.transfer_sizes import fleet_size_plan
 LOOKUP_TIMEOUT = r"P2P lookup .*timed out"
 # How far back "recent" reaches in a server log (LMCache writes a few lines per request at INFO).
 RECENT_LINES = 2000
-EVICTED = "lmcache_mp_l1_evicted_chunks_total"
-EVICTION_RUNS = "lmcache_mp_l1_eviction_loop_triggered_total"
 NOT_USED = ("not used (they change the fleet): POST /cache/prefetches (loads L2 into L1) and the engine's "
             "lookup (prefetches from peers, read-locks chunks on them)")
 
@@ -66,8 +64,8 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
                 view.chunk_bytes = fleet_size_plan(fleet, view.inputs.chunk_size, view.inputs.chunk_size).chunk_bytes
             view.adapter_order = [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(st.raw) if (h, p) in by_mq]
         samples = metrics_api.scrape(surl)
-        view.evicted_keys = metrics_api.metric_sum(samples, EVICTED)
-        view.eviction_runs = metrics_api.metric_sum(samples, EVICTION_RUNS)
+        view.evicted_keys = metrics_api.metric_sum(samples, metrics_api.L1_EVICTED)
+        view.eviction_runs = metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)
     if view.engine_state != "running":
         view.tokenize_error = f"{inst.id}'s engine is not running ({view.engine_state})"
         return

@@ -16,6 +16,9 @@ from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 HIT, PULL, RECOMPUTE, PARTIAL = "hit", "pull", "recompute", "partial"
 # One character per chunk in the strip.
 STRIP = {HIT: "H", PULL: "P", RECOMPUTE: "x", PARTIAL: "."}
+# Miss reasons that say what a request would do but confirm no cause (never computed, gone for a reason the
+# evidence does not give, holdings unread).
+UNCONFIRMED = ("cold", "not_held", "not_confirmed", "holdings_unknown")
 
 
 @dataclass

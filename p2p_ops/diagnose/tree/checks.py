@@ -9,6 +9,7 @@ import re
 from typing import Callable
 
 from p2p_ops.diagnose import explain
+from p2p_ops.diagnose.explain.model import UNCONFIRMED
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.checks import rdma_expected
@@ -90,6 +91,20 @@ def _metric_p2p_loads(ev: Evidence, iid: str, url: str) -> Observation:
     return Observation("metric:p2p_loads", "info", iid, f"{n:g} completed loads from peers")
 
 
+@_per_server("metric:l1_evictions")
+def _metric_l1_evictions(ev: Evidence, iid: str, url: str) -> Observation:
+    samples = ev.metrics(url)
+    chunks = metrics_api.metric_sum(samples, metrics_api.L1_EVICTED)
+    if not chunks:
+        return Observation("metric:l1_evictions", "ok", iid, "its L1 evicted nothing since it started")
+    runs = metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)
+    return Observation("metric:l1_evictions", "problem", iid,
+                       f"its L1 evicted {chunks:g} chunk(s) in {runs:g} eviction pass(es) since it started: a prefix "
+                       "computed before then may be gone from it",
+                       "raise settings.l1_size_gb to keep more prefixes; `p2pctl explain --run RUN` tells for one "
+                       "request whether its holder evicted it")
+
+
 @_per_server("metric:prefetch_failure")
 def _metric_prefetch_failure(ev: Evidence, iid: str, url: str) -> Observation:
     bad: dict[str, float] = {}
@@ -147,7 +162,10 @@ def _explain_last_failed(ev: Evidence) -> list[Observation]:
                             "run `p2pctl test basic`; when B misses, it saves the prompt and explain's verdict")]
     spec, ex = explain.run_saved(ev.ctx, str(folder))
     fix = f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"
-    out = [Observation("explain:last_failed", "problem" if n.count("recompute") else "ok", n.instance,
+    # A miss whose reason confirms no cause (never computed, not held any more for want of evidence, ...) is what
+    # that run saw, not a cause of anything now.
+    out = [Observation("explain:last_failed", "ok" if not n.count("recompute") else
+                       "problem" if n.reasons and n.reasons[0] not in UNCONFIRMED else "info", n.instance,
                        f"[{n.strip}] {n.verdict}", fix) for n in ex.nodes]
     return out or [Observation("explain:last_failed", "unknown", str(folder), "nothing to explain")]
 
@@ -249,6 +267,7 @@ def _trace_server_logs(ev: Evidence) -> list[Observation]:
 CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
     "metric:p2p_loads": _metric_p2p_loads,
     "metric:prefetch_failure": _metric_prefetch_failure,
+    "metric:l1_evictions": _metric_l1_evictions,
     "metric:l1_usage": _metric_gauge("metric:l1_usage", "lmcache_mp_l1_usage_ratio", 0.8,
                                      "L1 at the 0.8 eviction watermark", "raise settings.l1_size_gb"),
     "metric:active_lookup_jobs": _metric_gauge("metric:active_lookup_jobs", "lmcache_mp_active_p2p_lookup_jobs", 1,
