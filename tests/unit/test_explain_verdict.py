@@ -349,3 +349,16 @@ def test_a_target_whose_server_did_not_start_is_explained_not_refused():
     assert n.strip == "xx." and n.reasons == ["judged"] and n.chunk_size == CS
     assert "node-c-0's server is dead" in n.chunks[0].detail and "UCX_TLS asks for RDMA" in n.chunks[0].detail
     assert explain(fleet(a, c, targets=("node-c-0",))).nodes[0].reasons == ["server_down"]
+
+
+def test_a_near_match_is_no_difference_while_a_server_that_may_have_held_the_prompt_is_down():
+    """Issue 28's holder_stopped case: the holder's server stopped; a near-twin on a live server does not say the
+    prompt differs, since what the stopped server held is not listed."""
+    a, b = connected()
+    c = view("node-c-0", server_state="none")
+    a.keys = b.keys = keys("z", 2)
+    a.tokens = b.tokens = [7, *TOKENS[1:]]
+    near = {"chunk": 0, "holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [100], "key": "k0"}
+    ex = explain(fleet(a, b, c, held={"k0": ["node-a-0"]}, near={"node-b-0": near}))
+    first = ex.nodes[0].chunks[0]
+    assert first.reason == "holder_down" and "node-c-0's server is stopped" in first.detail

@@ -77,7 +77,8 @@ def _saved_texts(tests_dir: Path) -> list[tuple[str, str]]:
 def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_dir: Path, tokens: list[int],
                       cs: int) -> Optional[dict]:
     """The saved prompt that shares the most leading chunks with `tokens` and whose next chunk, where `tokens`
-    differs, the directory places: the chunk where this prompt departs from one the fleet computed."""
+    differs (at most 1 position in 4, as `closest`), the directory places: the chunk where this prompt departs from
+    one the fleet computed."""
     best: Optional[dict] = None
     for label, text in _saved_texts(tests_dir):
         theirs, _ = engine_api.tokenize(engine_url, model, text)
@@ -87,6 +88,8 @@ def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_d
         k = diff[0] // cs
         if (k + 1) * cs > min(len(tokens), len(theirs)) or (best and best["chunk"] >= k):
             continue
+        if sum(1 for i in diff if i < (k + 1) * cs) > max(1, cs // 4):
+            continue                                # another prompt altogether, not this one changed there
         entries = lmcache_api.directory_lookup_tokens(coordinator_url, model, theirs[:(k + 1) * cs]) or []
         if len(entries) > k and entries[k].placements:
             span = slice(k * cs, (k + 1) * cs)

@@ -182,7 +182,10 @@ def _evictions(v: InstanceView) -> str:
 def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, str]:
     """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
     near = facts.near.get(x.instance)
-    if near and near.get("chunk", 0) == c.index:
+    # A held near-twin after the same parent shows that a prompt differing there was computed; that this one was
+    # not is what an eviction would leave unseen too, but a stored sibling with no copy of this chunk beside it
+    # speaks for the difference (issue 28). A server down rules it out: what it held is not listed.
+    if near and near.get("chunk", 0) == c.index and not _down(facts):
         saved = f" ({near['saved']})" if near.get("saved") else ""
         where = "first chunk" if c.index == 0 else f"chunk {c.index} (after the same {c.index} chunk(s))"
         return "prompt_differs", (

@@ -93,13 +93,14 @@ def _metric_p2p_loads(ev: Evidence, iid: str, url: str) -> Observation:
 
 @_per_server("metric:l1_evictions")
 def _metric_l1_evictions(ev: Evidence, iid: str, url: str) -> Observation:
+    # The passes, not lmcache_mp_l1_evicted_chunks_total: that also counts every pulled chunk freed after its read.
     samples = ev.metrics(url)
-    chunks = metrics_api.metric_sum(samples, metrics_api.L1_EVICTED)
-    if not chunks:
-        return Observation("metric:l1_evictions", "ok", iid, "its L1 evicted nothing since it started")
     runs = metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)
+    if not runs:
+        return Observation("metric:l1_evictions", "ok", iid, "its L1's eviction loop never ran since it started")
     return Observation("metric:l1_evictions", "problem", iid,
-                       f"its L1 evicted {chunks:g} chunk(s) in {runs:g} eviction pass(es) since it started: a prefix "
+                       f"its L1's eviction loop ran {runs:g} time(s) since it started "
+                       f"({metrics_api.metric_sum(samples, metrics_api.L1_EVICTED):g} chunks deleted): a prefix "
                        "computed before then may be gone from it",
                        "raise settings.l1_size_gb to keep more prefixes; `p2pctl explain --run RUN` tells for one "
                        "request whether its holder evicted it")
