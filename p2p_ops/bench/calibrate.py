@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.bench.strict_json import finite
-from p2p_ops.diagnose.judge import fallback_cause
+from p2p_ops.diagnose.judge import measured_cause
 from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
@@ -309,12 +309,12 @@ def missed_cause(missed: list[dict]) -> str:
                           for n, f in oom.items())
         reasons = sorted({r for f in oom.values() for r in f})
         return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
-                + "; ".join(fallback_cause(r) for r in reasons) + " (or measure shorter prefixes)")
+                + "; ".join(measured_cause(r) for r in reasons) + " (or measure shorter prefixes)")
     evicted = {t["tokens"]: t["evictions_a"] for t in missed if t.get("evictions_a")}
     if evicted:
         return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
                 + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
-                + "): raise settings.l1_size_gb or measure shorter prefixes")
+                + "); " + measured_cause("evicted"))
     return (f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause not confirmed "
             "(run `p2pctl test basic`, which explains a miss)")
 

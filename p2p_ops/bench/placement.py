@@ -15,8 +15,9 @@ Ports: the default plan, the router's included, at the first offset where all ar
 `--port-offset K`; the choice is printed (one progress line) and kept in results.json.
 
 The answer (`recommend`, `explanations`) is pure functions over the arms and turns. A P2P margin below 1 has few
-measurable causes here: failed requests, no pull happened (the policy kept sessions on their owner; a P2P
-server's transfer channel still busy-polls a core), pulls replaced no recompute, the pulls' work slowed the
+measurable causes here: failed requests, no pull happened (the policy kept sessions on their owner, where every
+later turn hit; a P2P server's transfer channel still busy-polls a core; where later turns recomputed instead, P2P
+did not serve them and the cause is left to `test basic`), pulls replaced no recompute, the pulls' work slowed the
 shared cores (recomputed turns got slower too), or a pulled prefix cost more than the prefill it saved. Each is
 named with the run's own figures; what is left is run-to-run variation.
 """
@@ -359,8 +360,13 @@ def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], prof
                f"recomputes {_ms(cold_on)} vs {_ms(cold_off)} (P2P on vs off)")
     if on.failed > off.failed:
         why = f"{on.failed} requests failed with P2P on ({off.failed} off)"
+    elif on.peer_tokens == 0 and (moved := _recomputed_later(on_turns)):
+        why = (f"no pull happened, yet {moved} later turn(s) recomputed their document with P2P on: they went to "
+               "another node than their document's and no peer served it; the cause is not confirmed here "
+               "(`p2pctl test basic` on the P2P fleet names it)")
     elif on.peer_tokens == 0:
-        why = "no pull happened: the policy kept each session where its document was, so P2P added only lookups"
+        why = ("no pull happened: every later turn hit its document's cache, so the policy kept each session where "
+               "its document was, and P2P added only lookups")
         if cold_on and cold_off and cold_on > SLOWER * cold_off:
             why += (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
                     "transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
@@ -377,6 +383,14 @@ def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], prof
     else:
         why = f"within run-to-run variation on this shared box (under {NOISE:.0%})"
     return f"{why} ({figures})"
+
+
+def _recomputed_later(turns: list[dict]) -> int:
+    """Turns after the first of their session (document) that found none of it cached."""
+    first: dict[str, float] = {}
+    for t in turns:
+        first[t["prefix_id"]] = min(first.get(t["prefix_id"], t["t_start_s"]), t["t_start_s"])
+    return sum(1 for t in turns if t["ok"] and t["cached_tokens"] == 0 and t["t_start_s"] > first[t["prefix_id"]])
 
 
 def _arm(a: ArmResult) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.connectors.base import Result
-from p2p_ops.diagnose import doctor, explain
+from p2p_ops.diagnose import doctor, explain, judge
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.redact import (Redaction, RedactionResult, manifest_entries, redact_structure,
                                      redact_text, scrub_known)
@@ -396,7 +396,9 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
                        "`p2pctl doctor --json`: findings and the facts they came from", "p2pctl doctor")
             w.add_text("doctor.txt", "\n".join(doctor.summary_lines(report)) + "\n", "`p2pctl doctor` output",
                        "p2pctl doctor")
-            doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems)}
+            # The one judge's answer, as every other verb gives it (redacted: a finding quotes what it saw).
+            cause = redact_text(judge.judgement(facts, report).cause(), "manifest.json").text
+            doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems), "likely_cause": cause}
         except Exception as exc:  # noqa: BLE001
             w.missing("doctor", "p2pctl doctor", f"{type(exc).__name__}: {exc}")
         _add_explain(w, ctx, progress)
@@ -426,4 +428,6 @@ def summary_lines(manifest: dict) -> list[str]:
     if doc:
         lines.append(f"doctor: {'healthy' if doc['exit_code'] == 0 else str(doc['problems']) + ' problem(s)'} "
                      "(doctor.txt in the bundle)")
+        if doc.get("likely_cause"):
+            lines.append(f"likely cause: {doc['likely_cause']}")
     return lines

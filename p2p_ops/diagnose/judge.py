@@ -32,17 +32,21 @@ _SPECIFICITY = {"doctor:engine_degraded": 0, **dict.fromkeys((
 _NOT_A_MISS = {"bind:wide", "kv_events", "env_file"}
 
 
-# Why a reader's prefetch fell back to recompute (the `reason` of LMCache's l2_prefetch_failure counters), and
-# its fix: the tree's metric check and calibrate's measured cause both name a fallback with these.
-FALLBACK_CAUSES = {
+# Why a pull missed as a server's counters measure it, with the one fix for each: the `reason` of LMCache's
+# l2_prefetch_failure counters (a reader's prefetch fell back to recompute) and the holder's eviction loop
+# (lmcache_mp_l1_eviction_loop_triggered). explain, the tree's metric checks and calibrate name a measured miss
+# with these only.
+MEASURED_CAUSES = {
     "l1_oom": "L1 cannot hold the restore buffers: raise settings.l1_size_gb or lower the eviction watermark",
     "l1_contended": "the chunk was write-locked by a concurrent store: stagger identical prefixes",
     "not_found": "the owner evicted the chunk between lookup and load: give owners more L1",
+    "evicted": "the holder's L1 evicted it to stay under its watermark: raise settings.l1_size_gb to keep more "
+               "prefixes, or send shorter ones",
 }
 
 
-def fallback_cause(reason: str) -> str:
-    return f"{reason}: {FALLBACK_CAUSES.get(reason, 'a fallback reason this toolkit does not know')}"
+def measured_cause(reason: str) -> str:
+    return f"{reason}: {MEASURED_CAUSES.get(reason, 'a fallback reason this toolkit does not know')}"
 
 
 def specificity(check: str) -> int:

@@ -123,6 +123,7 @@ def test_bundle_of_a_stopped_fleet_with_planted_secrets(tmp_path, p2pctl):
     # The planted lines make node-b-0's env.sh differ from the render: the doctor names the drift (redacted above).
     doctor = json.loads((root / "doctor.json").read_text())
     assert manifest["doctor"]["exit_code"] == 1
+    assert manifest["doctor"]["likely_cause"].startswith("node-b-0: ")    # the one judge's, as doctor gives it
     assert {(f["check"], f["subject"]) for f in doctor["report"]["findings"] if f["severity"] != "info"} == {
         ("env_drift", "node-b-0")}
     pkgs = json.loads((root / "nodes/node-a/packages.json").read_text())["packages"]

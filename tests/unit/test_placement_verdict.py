@@ -21,9 +21,14 @@ def arm(policy, p2p, req_s, p50=500.0, peer=0, recomputed=10_000, failed=0):
     return placement.ArmResult(policy, p2p, 24, failed, 10.0, req_s, p50, p50 * 2, 48_000, 0, peer, recomputed)
 
 
-def turns(label: str, hit_ms: float, cold_ms: float) -> list[dict]:
-    return ([{"arm": label, "ok": True, "ttft_s": hit_ms / 1000, "cached_tokens": 2048}] * 3
-            + [{"arm": label, "ok": True, "ttft_s": cold_ms / 1000, "cached_tokens": 0}] * 3)
+def turns(label: str, hit_ms: float, cold_ms: float, moved: int = 0) -> list[dict]:
+    """Three sessions: each computes its document (cold), then asks again and hits; `moved` of those later turns
+    found nothing cached."""
+    def turn(s, t, ms, cached):
+        return {"arm": label, "ok": True, "ttft_s": ms / 1000, "cached_tokens": cached, "prefix_id": f"s{s}",
+                "t_start_s": t}
+    return ([turn(s, 10.0 + s, *((cold_ms, 0) if s < moved else (hit_ms, 2048))) for s in range(3)]
+            + [turn(s, float(s), cold_ms, 0) for s in range(3)])
 
 
 def test_the_recommendation_is_the_arm_serving_most_and_names_the_profile_and_the_workload():
@@ -59,6 +64,10 @@ def test_each_margin_below_one_gets_its_measured_cause():
         why = placement.explain(on, off, turns("a-p2p-on", hit_on, cold_on),
                                         turns("a-p2p-off", hit_off, cold_off), RDMA)
         assert words in why, (words, why)
+    moved = placement.explain(arm("a", True, 0.9), arm("a", False, 1.0), turns("a-p2p-on", 100, 800, moved=2),
+                              turns("a-p2p-off", 100, 800), RDMA)
+    assert "no pull happened, yet 2 later turn(s) recomputed their document with P2P on" in moved
+    assert "the cause is not confirmed here" in moved and "kept each session" not in moved
     failed = placement.explain(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
     assert failed.startswith("3 requests failed with P2P on")
 

@@ -37,7 +37,7 @@ from p2p_ops.diagnose.explain.model import (
     InstanceView,
     NodeExplanation,
 )
-from p2p_ops.diagnose.judge import fallback_cause
+from p2p_ops.diagnose.judge import measured_cause
 from p2p_ops.spec.agreement import split
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
@@ -202,7 +202,7 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
     if w is not None:
         if w.eviction_runs > 0:
             return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
-                               f"{_evictions(w)}")
+                               f"{_evictions(w)}; {measured_cause('evicted')}")
         return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
                             "(no eviction ran there: its server restarted, or the cache was cleared)")
     down = _down(facts)
@@ -285,7 +285,7 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
                 f"{connected[0]} holds it, but {x.instance}'s L1 ({_l1(x)}) cannot hold the restore buffers of "
                 f"chunks 0-{c.index} ({(c.index + 1) * x.chunk_bytes / 2**20:.1f} MiB) below the "
                 f"{EVICTION_WATERMARK:.0%} eviction watermark, so its prefetch falls back to recompute: "
-                + fallback_cause("l1_oom"))
+                + measured_cause("l1_oom"))
             return
         c.action, c.source = PULL, _label(facts, connected[0])
         return

@@ -14,7 +14,7 @@ from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.checks import rdma_expected
 from p2p_ops.diagnose.doctor.nic import PinView, pin_views
-from p2p_ops.diagnose.judge import fallback_cause
+from p2p_ops.diagnose.judge import measured_cause
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
@@ -102,8 +102,8 @@ def _metric_l1_evictions(ev: Evidence, iid: str, url: str) -> Observation:
                        f"its L1's eviction loop ran {runs:g} time(s) since it started "
                        f"({metrics_api.metric_sum(samples, metrics_api.L1_EVICTED):g} chunks deleted): a prefix "
                        "computed before then may be gone from it",
-                       "raise settings.l1_size_gb to keep more prefixes; `p2pctl explain --run RUN` tells for one "
-                       "request whether its holder evicted it")
+                       measured_cause("evicted") + "; `p2pctl explain --run RUN` tells for one request whether its "
+                       "holder evicted it")
 
 
 @_per_server("metric:prefetch_failure")
@@ -117,7 +117,7 @@ def _metric_prefetch_failure(ev: Evidence, iid: str, url: str) -> Observation:
         return Observation("metric:prefetch_failure", "ok", iid, "no l2_prefetch_failure")
     return Observation("metric:prefetch_failure", "problem", iid,
                        "l2_prefetch_failure " + ", ".join(f"{r}={v:g}" for r, v in sorted(bad.items())),
-                       "; ".join(fallback_cause(r) for r in sorted(bad)))
+                       "; ".join(measured_cause(r) for r in sorted(bad)))
 
 
 def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str):
