@@ -36,6 +36,7 @@ from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import Check, check_table, figure_table
 
 PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
+L1_HIT_TOKENS = "lmcache_mp_lookup_hit_l1_tokens_total"
 ENGINE_LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
 L1_OBJECTS_WAIT_S = 15.0
 
@@ -190,6 +191,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
 
     p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
+    own_l1 = own_l1_hit(p2p_loads, peer_hit_tokens, delta("b", L1_HIT_TOKENS))
     vllm = ctx.fleet.runtime == "vllm"
     # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
     # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
@@ -239,7 +241,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         progress(f"{ib.id} was not served from cache: explaining why (p2pctl explain, read-only)")
         result.explain = explain_miss(ctx, out_dir, prompt, ia.id, ib.id)
     if not passed:
-        result.likely_cause = likely_cause(ctx, na, ia, nb, ib, r_a, r_b, p2p_loads)
+        result.likely_cause = likely_cause(ctx, na, ia, nb, ib, r_a, r_b, own_l1)
         if result.explain.get("verdict"):
             result.likely_cause = f"explain on {ib.id}: {result.explain['verdict']}; " + result.likely_cause
     write_result(out_dir, result)
@@ -271,11 +273,17 @@ def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str
     return found
 
 
-def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Completion, p2p_loads: float) -> str:
+def own_l1_hit(p2p_loads: float, peer_hit_tokens: float, l1_hit_tokens: float) -> bool:
+    """A target served from cache hit its own L1 only where its server's lookups say so: L1 hits, and neither a
+    completed P2P load nor peer-served tokens (a pull whose load went uncounted still shows as the latter)."""
+    return l1_hit_tokens > 0 and peer_hit_tokens == 0 and p2p_loads == 0
+
+
+def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Completion, own_l1: bool) -> str:
     """What the proof measured about its own requests first; every cause about the fleet from the one judge."""
     if not (r_a.ok and r_b.ok):
         return "requests failed: check the engines (`p2pctl status`, engine.log)"
-    if r_b.cached_tokens > 0 and p2p_loads == 0:
+    if r_b.cached_tokens > 0 and own_l1:
         return f"{ib.id} hit its own L1: the prompt was seen on it before (rerun with a new --seed)"
     if r_b.cached_tokens > 0 and r_a.text != r_b.text:
         return ("B used cached KV but answered differently: the engines disagree on the model "

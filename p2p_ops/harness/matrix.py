@@ -49,6 +49,7 @@ class Pair:
     cached_tokens: int = 0
     need: int = 0
     p2p_loads: float = 0.0
+    own_l1: bool = False            # the target's server counted L1 hits and nothing from a peer (basic.own_l1_hit)
     identical: bool = False
     kv_bytes: float = 0.0
     mismatch_tokens: float = 0.0
@@ -174,8 +175,10 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
     def delta(which: int, name: str, **labels: str) -> float:
         return basic.grew(before[which], after[which], name, **labels)
 
-    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need,
-                p2p_loads=delta(0, P2P_LOADS, l2_name="p2p"), kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
+    loads = delta(0, P2P_LOADS, l2_name="p2p")
+    pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=loads,
+                kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
+                own_l1=basic.own_l1_hit(loads, delta(0, basic.PEER_HIT_TOKENS), delta(0, basic.L1_HIT_TOKENS)),
                 identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, MISMATCH),
                 ttft_ms=r.ttft_s * 1000 if r.ttft_s else None, error=r.error)
     engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
@@ -227,7 +230,7 @@ def request_cause(p: Pair) -> str:
     if p.cached_tokens >= p.need and p.p2p_loads > 0 and not p.identical:
         return (f"{p.target} used {p.source}'s KV but answered differently: the engines disagree on the model "
                 "(engine.model_seed, layers, profile)")
-    if p.cached_tokens >= p.need and p.p2p_loads == 0:
+    if p.cached_tokens >= p.need and p.own_l1:
         return f"{p.target} hit its own L1: the prompt was seen there before (rerun with a new --seed)"
     return ""
 

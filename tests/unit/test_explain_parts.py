@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from p2p_ops.diagnose.explain import prompt as P
-from p2p_ops.diagnose.explain.near import closest
+from p2p_ops.diagnose.explain.near import closest, sent_by
 from p2p_ops.endpoints.lmcache_api import DirectoryEntry, Placement, p2p_adapters, parse_directory_lookup
 from p2p_ops.errors import BadInput
 from p2p_ops.facts.base import run_local
@@ -122,3 +122,15 @@ def test_vllm_command_line_values_and_spec_refusals():
     with pytest.raises(BadInput, match="kv_aware routes on KV events"):
         parse_fleet(local_fleet(2) | {"router": router})
     assert parse_fleet(local_fleet(2) | {"router": router | {"kv_events": True}}).kv_events_on
+
+
+def test_sent_by_names_the_newest_saved_request_of_this_prompt_to_this_instance(tmp_path):
+    for run, instance in (("20261201T000000Z-basic", "node-b-0"), ("20261202T000000Z-basic", "node-a-0"),
+                          ("20261203T000000Z-stress", "node-b-0")):
+        (tmp_path / run).mkdir()
+        rows = [{"request": "r1", "instance": instance, "prompt": "the prompt"},
+                {"request": "r2", "instance": "node-b-0", "prompt": "another"}]
+        (tmp_path / run / P.PROMPTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sent_by(tmp_path, "the prompt", "node-b-0") == "20261203T000000Z-stress request r1"
+    assert sent_by(tmp_path, "the prompt", "node-a-0") == "20261202T000000Z-basic request r1"
+    assert sent_by(tmp_path, "the prompt", "node-c-0") == "" and sent_by(tmp_path, "unsent", "node-b-0") == ""

@@ -56,6 +56,17 @@ def test_a_chunk_the_node_holds_itself_is_a_local_hit():
     assert ex.nodes[0].strip == "HP."
 
 
+def test_a_prompt_the_node_holds_itself_says_which_saved_request_stored_it_there():
+    """Issue 28: explain after the request showed every chunk a local hit, the node's own fresh copy, and said
+    nothing of it. A saved request that sent this very prompt to it is named (its run folder's name is when)."""
+    a, b = connected()
+    held = {"k0": ["node-b-0"], "k1": ["node-b-0"]}
+    [note] = [n for n in explain(fleet(a, b, held=held)).nodes[0].notes if "own server holds every chunk" in n]
+    assert "may have put them there" in note
+    sent = explain(fleet(a, b, held=held, sent={"node-b-0": "20261202T152421Z-basic request b"})).nodes[0].notes
+    assert any("Its own store put them there: 20261202T152421Z-basic request b" in n for n in sent), sent
+
+
 def test_a_different_chunk_size_is_named_as_the_setting_that_makes_the_keys_differ():
     a = view("node-a-0", peers=["node-c-0"], adapter_order=["node-c-0"])
     c = view("node-c-0", prefix="c", cs=8, peers=["node-a-0"], adapter_order=["node-a-0"])

@@ -137,16 +137,22 @@ ADAPTER_FAILED = ("[2026-12-02 08:19:19,817] LMCache ERROR: Failed to add P2P ad
                   "(p2p_controller.py:596:lmcache.v1.multiprocess.modules.p2p_controller)")
 
 
-def test_an_adapter_failure_for_a_peer_connected_now_is_ruled_out():
-    """Issue 28's evicted case: the zero-cached-tokens walk named an earlier case's adapter failure (for node-c-0,
-    since reconnected) as the likely cause. The peer it names being connected now rules it out; a failure for a
-    peer still missing stays a problem."""
+def _meshed() -> FleetFacts:
+    """Two running servers, registered, each listing the other."""
     facts = _fleet("127.0.0.1", "", state="running")
     a, b = facts.instances
     a.pid, a.status = 41, {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-b-0"]}
     b.status = {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-a-0"]}
     facts.coordinator_instances = [{"instance_id": i, "p2p_advertised_url": f"127.0.0.1:570{n}", "mq_port": n}
                                    for n, i in enumerate(("node-a-0", "node-b-0"), 1)]
+    return facts
+
+
+def test_an_adapter_failure_for_a_peer_connected_now_is_ruled_out():
+    """Issue 28's evicted case: the zero-cached-tokens walk named an earlier case's adapter failure (for node-c-0,
+    since reconnected) as the likely cause. The peer it names being connected now rules it out; a failure for a
+    peer still missing stays a problem."""
+    facts = _meshed()
     line = ADAPTER_FAILED.replace("node-c-0", "node-b-0")
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"), _Logged(facts, {"node-a-0/server.log": [line]}))
     [obs] = [o for s in d.steps for o in s.observations if o.check == "log:adapter_failed"]
@@ -173,12 +179,7 @@ class _Scraped(_Given):
 def test_an_l1_that_evicted_is_the_likely_cause_of_zero_cached_tokens_when_nothing_more_specific_is_seen():
     """Issue 28's evicted case: node-a's L1 was filled until it evicted the prefix; the fleet is otherwise healthy.
     The walk named an earlier run's explanation by a keyword; the eviction counters are the evidence."""
-    facts = _fleet("127.0.0.1", "", state="running")
-    a, b = facts.instances
-    a.pid, a.status = 41, {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-b-0"]}
-    b.status = {"p2p_state": "registered", "p2p_peer_count": 1, "p2p_peers": ["node-a-0"]}
-    facts.coordinator_instances = [{"instance_id": i, "p2p_advertised_url": f"127.0.0.1:570{n}", "mq_port": n}
-                                   for n, i in enumerate(("node-a-0", "node-b-0"), 1)]
+    facts = _meshed()
     evicted = [("lmcache_mp_l1_evicted_chunks_total", {}, 120.0),
                ("lmcache_mp_l1_eviction_loop_triggered_total", {}, 3.0)]
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),

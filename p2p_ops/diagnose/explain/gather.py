@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from p2p_ops.diagnose.doctor.peers import context_meta
 from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
-from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt
+from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt, sent_by
 from p2p_ops.diagnose.explain.prompt import PromptSpec
 from p2p_ops.diagnose.judge import judge
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
@@ -229,6 +229,8 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
             if near and near["chunk"] == missing[0]:
                 facts.near[t] = near
     lap("near-miss search")
+    if prompt.text:
+        facts.sent = {t: label for t in facts.targets if (label := sent_by(ctx.layout.tests, prompt.text, t))}
     facts.timings = timings
     return facts
 

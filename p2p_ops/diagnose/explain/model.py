@@ -72,6 +72,7 @@ class ExplainFacts:
     causes: dict[str, str] = field(default_factory=dict)   # instance -> the one judge's cause of its state
     listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
     near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
+    sent: dict[str, str] = field(default_factory=dict)   # target -> the newest saved request that sent it this prompt
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
     run: str = ""               # that run's folder
     recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)

@@ -60,18 +60,28 @@ def near_first_chunk(coordinator_url: str, target: InstanceView) -> Optional[dic
     return closest(target.tokens[:cs], held)
 
 
+def _saved_rows(tests_dir: Path) -> list[tuple[str, dict]]:
+    """(run/request, row) of the newest runs' saved requests, newest run first."""
+    runs = sorted((p for p in tests_dir.glob("*") if p.is_dir()), key=lambda p: p.name, reverse=True)
+    return [(f"{folder.relative_to(tests_dir)} request {row.get('request')}", row)
+            for run in runs[:SAVED_RUNS] for folder in (run, run / "basic") for row in saved_requests(folder)]
+
+
 def _saved_texts(tests_dir: Path) -> list[tuple[str, str]]:
     """(run/request, prompt) of the newest runs' saved prompts, one per distinct text, bounded."""
     out, seen = [], set()
-    runs = sorted((p for p in tests_dir.glob("*") if p.is_dir()), key=lambda p: p.name, reverse=True)
-    for run in runs[:SAVED_RUNS]:
-        for folder in (run, run / "basic"):
-            for row in saved_requests(folder):
-                text = row.get("prompt") or ""
-                if text and text not in seen:
-                    seen.add(text)
-                    out.append((f"{folder.relative_to(tests_dir)} request {row.get('request')}", text))
+    for label, row in _saved_rows(tests_dir):
+        text = row.get("prompt") or ""
+        if text and text not in seen:
+            seen.add(text)
+            out.append((label, text))
     return out[:SAVED_PROMPTS]
+
+
+def sent_by(tests_dir: Path, text: str, instance: str) -> str:
+    """The newest saved request that sent exactly this prompt to `instance` (its run folder's name is when), or ""."""
+    return next((label for label, row in _saved_rows(tests_dir)
+                 if row.get("prompt") == text and row.get("instance") == instance), "")
 
 
 def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_dir: Path, tokens: list[int],

@@ -345,9 +345,12 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
     out.verdict, out.reasons = _summary(out, cs)
     full = [c for c in out.chunks if c.action != PARTIAL]
     if full and all(c.action == HIT for c in full):
-        out.notes.append(f"{x.instance}'s own server holds every chunk now: this describes a request sent now. If "
-                         "you are explaining a request that already ran here, its own store may have put them "
-                         "there; `--run` with that run's folder reads what it recorded")
+        head = f"{x.instance}'s own server holds every chunk now: this describes a request sent now. "
+        out.notes.append(head + (f"Its own store put them there: {facts.sent[x.instance]} (the run folder's name says "
+                                 "when) sent this very prompt to it; `--run` with that folder reads what that request "
+                                 "met" if facts.sent.get(x.instance) else
+                                 "If you are explaining a request that already ran here, its own store may have put "
+                                 "them there; `--run` with that run's folder reads what it recorded"))
     out.notes += _recorded(facts, x)
     if x.tokens_by_source:
         out.notes.append("vLLM prompt tokens by source so far: " + ", ".join(
