@@ -72,12 +72,17 @@ def mooncake_settings(**more) -> dict:
 
 
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
-    from p2p_ops.lifecycle.free_ports import choose, free_port
+    from p2p_ops.lifecycle.free_ports import choose, planned_ports, port_free
     from p2p_ops.spec.starter import local_fleet
 
-    data = local_fleet(n_nodes, name=name, base=choose(n_nodes).base)
-    # Each test fleet's Prometheus on a port of its own: one left behind by another test cannot answer for it.
-    data["prometheus"] = {"port": free_port()}
+    base = choose(n_nodes).base
+    data = local_fleet(n_nodes, name=name, base=base)
+    # Each test fleet's Prometheus on a port nothing holds now (one left behind by another test cannot answer for
+    # it), counted up from the starter's, outside the kernel's ephemeral range a client socket may take meanwhile.
+    prom, fleet_ports = data.get("prometheus", {}).get("port", 9390), set(planned_ports(base, n_nodes))
+    while prom in fleet_ports or not port_free(prom):
+        prom += 1
+    data["prometheus"] = {"port": prom}
     for key, value in overrides.items():
         data[key] = value
     path.write_text(yaml.safe_dump(data, sort_keys=False))
