@@ -347,9 +347,12 @@ class Bench:
 
 # -- plants
 
+OPENING = "A different opening sentence. "
+
+
 def plant_first_sentence(b: Bench) -> None:
     text = b.compute()
-    b.write_prompt("A different opening sentence. " + text[len("A different opening sentence. "):], "first")
+    b.write_prompt(OPENING + text[len(OPENING):], "first")
 
 
 def plant_first_sentence_saved(b: Bench) -> None:
@@ -363,7 +366,7 @@ def plant_first_sentence_saved(b: Bench) -> None:
     if code != 0:
         raise RuntimeError(f"test basic with the original prompt exited {code}: {(err or out)[-300:]}")
     text = original.read_text()
-    b.write_prompt("A different opening sentence. " + text[len("A different opening sentence. "):], "first")
+    b.write_prompt(OPENING + text[len(OPENING):], "first")
 
 
 def plant_middle_chunk(b: Bench) -> None:
@@ -499,8 +502,8 @@ CASES: list[Case] = [
          plant_hash_seed, restore_hash_seed, explain_node="node-c", basic=("node-b-0", "node-c-0"),
          about="node-c-0"),
     Case("advertise_url", "node-c advertises 127.0.0.1:9 (nobody listens)", "advertise_url",
-         {**FLEET_VERBS, "wait": "", **dict.fromkeys(("basic", "matrix"), PULLS_WORK)}, plant_advertise_url, lambda b: b.heal("node-c"), explain_node="node-a",
-         basic=("node-c-0", "node-a-0"), about="node-c-0"),
+         {**FLEET_VERBS, "wait": "", **dict.fromkeys(("basic", "matrix"), PULLS_WORK)}, plant_advertise_url,
+         lambda b: b.heal("node-c"), explain_node="node-a", basic=("node-c-0", "node-a-0"), about="node-c-0"),
     Case("transport", "node-c's UCX_TLS=rc (no RDMA here)", "transport", {**FLEET_VERBS, "wait": ""},
          plant_transport, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
          symptom="server exits with NIXL_ERR_BACKEND", about="node-c-0"),

@@ -64,20 +64,20 @@ def measure(ctx: FleetContext, lengths: list[int], repeats: int = 3, seed: Optio
         fallbacks = {k[len(FALLBACK):]: v - before_b.get(k, 0.0) for k, v in after_b.items()
                      if k.startswith(FALLBACK) and v > before_b.get(k, 0.0)}
         rows.append(CrossoverRow(n, cold, pulled, recompute, int(cached), fallbacks,
-                                 after_a.get(EVICTIONS, 0.0) - before_a.get(EVICTIONS, 0.0),
+                                 after_a.get(metrics_api.L1_EVICTION_RUNS, 0.0)
+                                 - before_a.get(metrics_api.L1_EVICTION_RUNS, 0.0),
                                  [x[1] for x in runs]))
     return rows
 
 
 FALLBACK = "fallback:"
-EVICTIONS = metrics_api.L1_EVICTION_RUNS
 
 
 def _counters(server_url: str) -> dict[str, float]:
     """A server's eviction-loop passes and its prefetch fallbacks by reason (`fallback:<reason>`)."""
     out: dict[str, float] = {}
     for name, labels, value in metrics_api.scrape(server_url):
-        if name == EVICTIONS:
+        if name == metrics_api.L1_EVICTION_RUNS:
             out[name] = out.get(name, 0.0) + value
         elif name.startswith("lmcache_mp_l2_prefetch_failure") and name.endswith("_total"):
             key = FALLBACK + labels.get("reason", "?")

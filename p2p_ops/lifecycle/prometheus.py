@@ -82,9 +82,8 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         # Ours must be alive as well as something answering: a Prometheus left on this port by another run would
-        # answer /-/ready while ours exits, unable to bind. Only a gone pid counts: read in the instant of one of
-        # the wrapper's execs, a live one's command line can lack its marker ("stale"), and raising then would
-        # leave it running with nobody to stop it.
+        # answer /-/ready while ours exits, unable to bind. Only a gone pid counts: raising while ours still runs
+        # (a pid file judged "stale" for a moment) would leave it running with nobody to stop it.
         st = procs.states(conn, [proc])[0]
         if st.state in ("dead", "none"):
             raise CouldNotRun(f"prometheus exited during start (its pid file: {st.state}); from {proc.log}:\n"
