@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 # LMCache never phones home from the fleets this starts, also when run without make (which exports it).
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
-from p2p_ops.diagnose.judge import _NOT_A_MISS, specificity  # noqa: E402
+from p2p_ops.diagnose.judge.catalogue import NOT_A_MISS, specificity  # noqa: E402
 from p2p_ops.endpoints import engine_api, lmcache_api  # noqa: E402
 from p2p_ops.harness import prompts  # noqa: E402
 from p2p_ops.harness.openai_client import complete  # noqa: E402
@@ -87,7 +87,7 @@ def classify(text: str) -> str:
     return "other"
 
 
-# explain's per-chunk miss reasons (p2p_ops/diagnose/explain/verdict.py) that name a cause without needing the
+# explain's per-chunk miss reasons (p2p_ops/diagnose/judge/chunk.py) that name a cause without needing the
 # detail; the others (keys_differ, peer_not_connected, not_registered, ...) are read from their detail.
 EXPLAIN_REASONS = {"prompt_differs": "prompt_differs", "prefix_broken": "prompt_differs",
                    "shorter_than_chunk": "shorter_than_chunk", "evicted": "evicted", "holder_down": "server_down",
@@ -122,7 +122,7 @@ def top_explain(doc: dict, instance: str) -> tuple[str, str]:
 
 def doctor_rank(findings: list[dict]) -> list[dict]:
     """The one judge's ranking (p2p_ops/diagnose/judge.py `judgement`), on the doctor's JSON."""
-    problems = [f for f in findings if f["severity"] != "info" and f["check"] not in _NOT_A_MISS]
+    problems = [f for f in findings if f["severity"] != "info" and f["check"] not in NOT_A_MISS]
     return sorted(problems, key=lambda f: (-specificity(f"doctor:{f['check']}"), f["severity"] != "error"))
 
 

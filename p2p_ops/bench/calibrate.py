@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.bench.strict_json import finite
-from p2p_ops.diagnose.judge import measured_cause
+from p2p_ops.diagnose.judge import margin
 from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
@@ -274,49 +274,8 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
     return {"profile": profile.name, "rows": table,
             "min_pull_tokens": first_lasting_win([t["tokens"] for t in table], wins) if table else None,
             "published_min_pull_tokens": None if published is None or math.isinf(published) else round(published),
-            "pull_fit": fit, "cause": cause(fit, profile, table, bytes_per_token),
+            "pull_fit": fit, "cause": margin.crossover(fit, profile, table, bytes_per_token),
             "inconclusive": [t["tokens"] for t in table if t["pays"] == "inconclusive"]}
-
-
-def cause(fit: Optional[dict[str, float]], profile: TimingProfile, table: list[dict],
-          bytes_per_token: Optional[int] = None) -> str:
-    if not profile.emulated:
-        return "no GPU profile: the recompute leg is this box's CPU, so the crossover says nothing about a GPU"
-    if not table:
-        return "nothing measured"
-    if not all(t["pulled"] for t in table):
-        return missed_cause([t for t in table if not t["pulled"]])
-    if fit is None:
-        return "one length only: measure two or more to split the pull into round trips and bandwidth"
-    p, f, t = profile.prefill_us_per_token, fit["fixed_ms"], fit["us_per_token"]
-    rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
-            if bytes_per_token and t > 0 else "")
-    if t >= p:
-        return (f"per-token cost: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} "
-                f"us/token prefill, so the pull loses at every length; this box's pull path is the limit "
-                + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
-                   f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else ""))
-    breakeven = f * 1000 / (p - t) if f > 0 else 0
-    return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it pays from about "
-            f"{breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
-
-
-def missed_cause(missed: list[dict]) -> str:
-    lengths = [t["tokens"] for t in missed]
-    oom = {t["tokens"]: t["fallbacks_b"] for t in missed if t.get("fallbacks_b")}
-    if oom:
-        shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
-                          for n, f in oom.items())
-        reasons = sorted({r for f in oom.values() for r in f})
-        return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
-                + "; ".join(measured_cause(r) for r in reasons) + " (or measure shorter prefixes)")
-    evicted = {t["tokens"]: t["evictions_a"] for t in missed if t.get("evictions_a")}
-    if evicted:
-        return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
-                + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
-                + "); " + measured_cause("evicted"))
-    return (f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause not confirmed "
-            "(run `p2pctl test basic`, which explains a miss)")
 
 
 def projection_markdown(proj: dict[str, Any], describe: str) -> list[str]:

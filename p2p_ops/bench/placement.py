@@ -14,12 +14,8 @@ range spans 1, the answer says "inconclusive on this box" and what would decide 
 Ports: the default plan, the router's included, at the first offset where all are free, or exactly at
 `--port-offset K`; the choice is printed (one progress line) and kept in results.json.
 
-The answer (`recommend`, `explanations`) is pure functions over the arms and turns. A P2P margin below 1 has few
-measurable causes here: failed requests, no pull happened (the policy kept sessions on their owner, where every
-later turn hit; a P2P server's transfer channel still busy-polls a core; where later turns recomputed instead, P2P
-did not serve them and the cause is left to `test basic`), pulls replaced no recompute, the pulls' work slowed the
-shared cores (recomputed turns got slower too), or a pulled prefix cost more than the prefill it saved. Each is
-named with the run's own figures; what is left is run-to-run variation.
+The answer (`recommend`, `explanations`) is pure functions over the arms and turns; why a P2P margin fell below 1
+is the one judge's (`diagnose.judge.margin.placement`), from the run's own figures.
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ from typing import Any, Callable, Optional
 from p2p_ops import files
 from p2p_ops.bench import docqa
 from p2p_ops.bench.strict_json import finite
+from p2p_ops.diagnose.judge import margin
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.harness.basic import PEER_HIT_TOKENS
@@ -54,9 +51,6 @@ from p2p_runtime.timing_profiles import TIMING_PROFILES, TimingProfile
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 KV_HITS = "vllm_router_kv_placement_lookups_total"
 KV_INPUTS = "vllm_router_kv_routing_inputs_total"
-# Below this difference a margin is run-to-run variation on a shared box (bench/README.md: runs swing ~10 %).
-NOISE = 0.10
-SLOWER = 1.2
 # Figures shown as median (min-max) over an arm's repeats; the others are medians only.
 SPREAD = ("req_per_s", "ttft_p50_ms", "ttft_p90_ms")
 # 3: the fewest repeats whose median is not one of two ends; 5 for a full run, as llm-d's published medians.
@@ -342,57 +336,6 @@ def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[l
     return "\n".join(lines)
 
 
-def _p50(turns: list[dict], hit: bool) -> Optional[float]:
-    ms = [t["ttft_s"] * 1000 for t in turns if t["ok"] and (t["cached_tokens"] > 0) == hit]
-    return statistics.median(ms) if ms else None
-
-
-def _ms(v: Optional[float]) -> str:
-    return "n/a" if v is None else f"{v:,.0f} ms"
-
-
-def explain(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: TimingProfile) -> str:
-    hit_on, hit_off = _p50(on_turns, True), _p50(off_turns, True)
-    cold_on, cold_off = _p50(on_turns, False), _p50(off_turns, False)
-    saved = off.recomputed_tokens - on.recomputed_tokens
-    figures = (f"{on.peer_tokens:,} tokens pulled; recomputed {on.recomputed_tokens:,} vs "
-               f"{off.recomputed_tokens:,} tokens; TTFT p50 of cache hits {_ms(hit_on)} vs {_ms(hit_off)}, of "
-               f"recomputes {_ms(cold_on)} vs {_ms(cold_off)} (P2P on vs off)")
-    if on.failed > off.failed:
-        why = f"{on.failed} requests failed with P2P on ({off.failed} off)"
-    elif on.peer_tokens == 0 and (moved := _recomputed_later(on_turns)):
-        why = (f"no pull happened, yet {moved} later turn(s) recomputed their document with P2P on: they went to "
-               "another node than their document's and no peer served it; the cause is not confirmed here "
-               "(`p2pctl test basic` on the P2P fleet names it)")
-    elif on.peer_tokens == 0:
-        why = ("no pull happened: every later turn hit its document's cache, so the policy kept each session where "
-               "its document was, and P2P added only lookups")
-        if cold_on and cold_off and cold_on > SLOWER * cold_off:
-            why += (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
-                    "transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
-    elif saved <= 0:
-        why = ("the pulls replaced no recompute: every pulled document would have been a local hit or was "
-               "recomputed anyway")
-    elif cold_on and cold_off and cold_on > SLOWER * cold_off:
-        why = (f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x "
-               "longer, so the servers' transfer work competed with the engines' compute")
-    elif hit_on and hit_off and hit_on > SLOWER * hit_off:
-        why = (f"a pulled document cost more than a local hit ({_ms(hit_on)} vs {_ms(hit_off)} p50), more than "
-               f"the ~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved "
-               "tokens were worth")
-    else:
-        why = f"within run-to-run variation on this shared box (under {NOISE:.0%})"
-    return f"{why} ({figures})"
-
-
-def _recomputed_later(turns: list[dict]) -> int:
-    """Turns after the first of their session (document) that found none of it cached."""
-    first: dict[str, float] = {}
-    for t in turns:
-        first[t["prefix_id"]] = min(first.get(t["prefix_id"], t["t_start_s"]), t["t_start_s"])
-    return sum(1 for t in turns if t["ok"] and t["cached_tokens"] == 0 and t["t_start_s"] > first[t["prefix_id"]])
-
-
 def _arm(a: ArmResult) -> str:
     req, p50 = with_spread(a.req_per_s, _req_range(a), "{:.2f}"), with_spread(a.ttft_p50_ms, a.spread.get(
         "ttft_p50_ms"), "{:,.0f}")
@@ -451,7 +394,7 @@ def explanations(results: list, margins: dict[str, dict], turns: list[dict],
     for policy, v in ((p, v) for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1):
         on, off = (next(r for r in arms if r.policy == policy and r.p2p == p and not r.error) for p in (True, False))
         arm = {p: [t for t in turns if t.get("arm") == f"{policy}-p2p-{p}"] for p in ("on", "off")}
-        out[policy] = explain(on, off, arm["on"], arm["off"], profile)
+        out[policy] = margin.placement(on, off, arm["on"], arm["off"], profile)
         if _straddles(v["range"]["throughput_x"], 1.0):
             out[policy] = (f"inconclusive on this box, the {v['repeats']} repeats' req/s margins lie on both sides "
                            f"of 1 ({_x(v, 'throughput_x')}); if real: {out[policy]}")

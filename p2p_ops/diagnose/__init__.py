@@ -6,8 +6,9 @@
 - `rails`: per-NIC byte counters around a transfer
 - `nixl/`: a real NIXL READ under a candidate UCX environment, and what its failures mean
 - `traces`: UCX/NIXL logs as a report
-- `judge`: the one ranking of causes (the doctor's findings, most specific evidence first) that `test basic`, `test
-  matrix` and the tree's likely cause read
+- `judge/`: the one judge of causes: the catalogue (each cause's confirming and ruling-out evidence, fix, scope) and
+  the rules that pick from it for a fleet's state, a chunk's miss and a measured margin; every verb that says why
+  reads it
 - `bundle` (+ `redact`): the redacted debug bundle to attach to an issue
 All return `findings.Report`, whose exit code is 0 healthy, 1 findings, 2 could not check.
 """

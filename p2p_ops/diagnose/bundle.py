@@ -336,8 +336,9 @@ def _add_prometheus(w: BundleWriter, ctx: FleetContext) -> None:
             _add_remote(w, ctx.conn(None), "local", str(pdir / name), f"prometheus/{name}", what, str(ctx.layout.root))
 
 
-def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None:
-    """`p2pctl explain` on the last saved request that missed the cache (a failed proof), if there is one."""
+def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress, judged: Optional[judge.Judgement]) -> None:
+    """`p2pctl explain` on the last saved request that missed the cache (a failed proof), if there is one, with the
+    judge's answer the doctor's read gave (None: explain asks the judge itself)."""
     try:
         folder = latest_failed_run(ctx.layout.tests)
     except BadInput as exc:  # a saved run's prompts.jsonl of another shape: named, the bundle goes on
@@ -347,7 +348,7 @@ def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress) -> None
         return
     progress(f"explaining the last request that missed the cache ({folder.name})")
     try:
-        _, ex = explain.run_saved(ctx, str(folder))
+        _, ex = explain.run_saved(ctx, str(folder), judged)
         w.add_json("explain.json", ex.to_dict(), "`p2pctl explain --json` on the last request that missed the cache",
                    f"p2pctl explain --run {folder}")
         w.add_text("explain.txt", "\n".join(explain.render_text(ex)) + "\n", "`p2pctl explain` output",
@@ -387,7 +388,7 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
         else:
             w.merge(part)
     _add_prometheus(w, ctx)
-    doctor_summary = None
+    doctor_summary, judged = None, None
     if with_doctor:
         progress("running the fleet doctor")
         try:
@@ -397,11 +398,12 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
             w.add_text("doctor.txt", "\n".join(doctor.summary_lines(report)) + "\n", "`p2pctl doctor` output",
                        "p2pctl doctor")
             # The one judge's answer, as every other verb gives it (redacted: a finding quotes what it saw).
-            cause = redact_text(judge.judgement(facts, report).cause(), "manifest.json").text
+            judged = judge.judgement(facts, report)
+            cause = redact_text(judged.cause(), "manifest.json").text
             doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems), "likely_cause": cause}
         except Exception as exc:  # noqa: BLE001
             w.missing("doctor", "p2pctl doctor", f"{type(exc).__name__}: {exc}")
-        _add_explain(w, ctx, progress)
+        _add_explain(w, ctx, progress, judged)
     extra = {"fleet": ctx.fleet.name, "created_utc": stamp, "tool": "p2pctl bundle",
              "fleet_file": str(ctx.fleet_file), "run_dir": str(ctx.layout.root),
              "nodes": [{"name": n.name, "address": n.address, "connection": n.connection} for n in ctx.fleet.nodes],

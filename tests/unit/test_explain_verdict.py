@@ -373,3 +373,17 @@ def test_a_near_match_is_no_difference_while_a_server_that_may_have_held_the_pro
     ex = explain(fleet(a, b, c, held={"k0": ["node-a-0"]}, near={"node-b-0": near}))
     first = ex.nodes[0].chunks[0]
     assert first.reason == "holder_down" and "node-c-0's server is stopped" in first.detail
+
+
+def test_each_reason_shows_the_catalogues_fix_and_scope_and_an_unconfirmed_one_only_a_next_step():
+    """Issue 28: one fix per cause, from the one catalogue: explain's text and --json carry it; a reason that
+    confirms nothing (cold) gives a next step, never a fix."""
+    a, b = connected(engine_degraded=True)
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}))
+    text = "\n".join(render_text(ex))
+    assert "why engine_degraded (from chunk 0)" in text
+    assert "fix (instance): start the server, then the engine (`p2pctl up`)" in text
+    assert ex.to_dict()["nodes"][0]["causes"]["engine_degraded"]["scope"] == "instance"
+    a, b = connected()
+    text = "\n".join(render_text(explain(fleet(a, b))))
+    assert "next (request): send it once" in text and "fix (" not in text

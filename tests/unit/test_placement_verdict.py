@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from p2p_ops.bench import docqa, placement
+from p2p_ops.diagnose.judge import margin
 from p2p_ops.observe.stats import span, with_spread
 from p2p_runtime.timing_profiles import TIMING_PROFILES
 from tests.conftest import write_local_fleet
@@ -61,14 +62,14 @@ def test_each_margin_below_one_gets_its_measured_cause():
                                  100, 800, 100, 800),
     }
     for words, (on, off, hit_on, cold_on, hit_off, cold_off) in cases.items():
-        why = placement.explain(on, off, turns("a-p2p-on", hit_on, cold_on),
+        why = margin.placement(on, off, turns("a-p2p-on", hit_on, cold_on),
                                         turns("a-p2p-off", hit_off, cold_off), RDMA)
         assert words in why, (words, why)
-    moved = placement.explain(arm("a", True, 0.9), arm("a", False, 1.0), turns("a-p2p-on", 100, 800, moved=2),
+    moved = margin.placement(arm("a", True, 0.9), arm("a", False, 1.0), turns("a-p2p-on", 100, 800, moved=2),
                               turns("a-p2p-off", 100, 800), RDMA)
     assert "no pull happened, yet 2 later turn(s) recomputed their document with P2P on" in moved
     assert "the cause is not confirmed here" in moved and "kept each session" not in moved
-    failed = placement.explain(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
+    failed = margin.placement(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
     assert failed.startswith("3 requests failed with P2P on")
 
 

@@ -4,8 +4,9 @@ why a node would miss it.
 Modules, one concept each: `prompt` (what to explain: text, a file, chat messages, a test run's request),
 `gather` (the reading: processes, /status, metrics, logs, the engines' /tokenize, LMCache's hasher run on
 each node through `facts.chunk_keys`, the coordinator's key directory), `near` (a held chunk that nearly
-matches the first one), `verdict` (the judgement, pure, and which key inputs differ), `render`
-(tables and the per-chunk strip), `model` (the types).
+matches the first one), `verdict` (the answer per target: each chunk as the one judge's `judge.chunk` decides
+it, the summary, the notes, which key inputs differ), `render` (tables and the per-chunk strip), `model` (the
+types).
 
 Explaining never changes the fleet: no prefetch, no pull, no lock (see `gather.NOT_USED`). Exit codes: 0 every
 full chunk is served on every target, 1 a target would recompute some, 2 could not explain.
@@ -20,6 +21,7 @@ from p2p_ops.diagnose.explain.model import ExplainFacts, Explanation
 from p2p_ops.diagnose.explain.prompt import PromptSpec, from_file, from_messages, from_run, from_text
 from p2p_ops.diagnose.explain.render import render_text, strip_line
 from p2p_ops.diagnose.explain.verdict import explain
+from p2p_ops.diagnose.judge import Judgement
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.lifecycle.context import FleetContext
 
@@ -58,18 +60,18 @@ def time_line(ex: Explanation) -> str:
 
 
 def run(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
-        progress: Callable[[str], None] = lambda _: None) -> Explanation:
-    facts = gather(ctx, prompt, targets, salt, progress)
+        progress: Callable[[str], None] = lambda _: None, judged: Optional[Judgement] = None) -> Explanation:
+    facts = gather(ctx, prompt, targets, salt, progress, judged)
     out = explain(facts)
     out.sources, out.timings = sources(facts), facts.timings
     return out
 
 
-def run_saved(ctx: FleetContext, folder: str) -> tuple[PromptSpec, Explanation]:
+def run_saved(ctx: FleetContext, folder: str, judged: Optional[Judgement] = None) -> tuple[PromptSpec, Explanation]:
     """A saved run's request that missed (`from_run`), explained on the instance the run sent it to."""
     spec = from_run(folder, None)
     target = spec.recorded.get("instance")
-    return spec, run(ctx, spec, [target] if target else None)
+    return spec, run(ctx, spec, [target] if target else None, judged=judged)
 
 
 def exit_code(ex: Explanation) -> int:

@@ -18,7 +18,7 @@ from p2p_ops.diagnose.doctor.peers import context_meta
 from p2p_ops.diagnose.explain.model import ExplainFacts, InstanceView
 from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt, sent_by
 from p2p_ops.diagnose.explain.prompt import PromptSpec
-from p2p_ops.diagnose.judge import judge
+from p2p_ops.diagnose.judge import Judgement, judge
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import P2POpsError
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs, chunk_keys_fact
@@ -171,7 +171,9 @@ def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
 
 
 def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
-           progress: Callable[[str], None] = lambda _: None) -> ExplainFacts:
+           progress: Callable[[str], None] = lambda _: None, judged: Optional[Judgement] = None) -> ExplainFacts:
+    """Read what explain needs; `judged`: the fleet judge's answer when the caller already has it (bundle), so the
+    fleet is not read twice."""
     fleet = ctx.fleet
     timings: dict[str, float] = {}
     marks = [time.monotonic()]
@@ -208,7 +210,7 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
         # judge may know more specifically (a setting that differs, a transport the node lacks): read it once.
         progress("asking the one judge what put those instances in that state")
         try:
-            found = judge(ctx)
+            found = judged or judge(ctx)
             facts.causes = {i: why for i in views if (why := found.why(i))}
         except P2POpsError:
             pass    # the judge could not read the fleet: explain's own states stand

@@ -9,16 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from p2p_ops.diagnose.judge.catalogue import CAUSES
+from p2p_ops.diagnose.judge.chunk import HIT, PARTIAL, PULL, RECOMPUTE
 from p2p_ops.endpoints.lmcache_api import Placement
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 
-# What a request would do with one chunk.
-HIT, PULL, RECOMPUTE, PARTIAL = "hit", "pull", "recompute", "partial"
 # One character per chunk in the strip.
 STRIP = {HIT: "H", PULL: "P", RECOMPUTE: "x", PARTIAL: "."}
-# Miss reasons that say what a request would do but confirm no cause (never computed, gone for a reason the
-# evidence does not give, holdings unread).
-UNCONFIRMED = ("cold", "not_held", "not_confirmed", "holdings_unknown")
 
 
 @dataclass
@@ -138,4 +135,5 @@ class Explanation:
         data = asdict(self)
         for node, out in zip(self.nodes, data["nodes"]):
             out["strip"] = node.strip
+            out["causes"] = {r: asdict(CAUSES[r]) for r in node.reasons if r in CAUSES}   # the catalogue's words
         return data

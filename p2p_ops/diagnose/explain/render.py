@@ -1,6 +1,6 @@
 """`explain` as text: one table per node (chunk, tokens, key, held here, held by, what a request would do), the
-per-chunk strip that shows at a glance where the prefix breaks, the reasons with their evidence, and where the
-evidence came from.
+per-chunk strip that shows at a glance where the prefix breaks, the reasons with their evidence and the catalogue's
+fix, and where the evidence came from.
 
     node-b-0 (node-b)  [PPPPPPPP.]  8/8 full chunks served (8 pulled from node-a)
 """
@@ -8,6 +8,7 @@ evidence came from.
 from __future__ import annotations
 
 from p2p_ops.diagnose.explain.model import STRIP, Explanation, NodeExplanation
+from p2p_ops.diagnose.judge.catalogue import CAUSES
 
 LEGEND = "strip: " + ", ".join(f"{ch} {what}" for what, ch in (
     ("local hit", STRIP["hit"]), ("pull from a peer", STRIP["pull"]), ("recompute", STRIP["recompute"]),
@@ -47,6 +48,10 @@ def node_lines(n: NodeExplanation) -> list[str]:
         if c.reason and c.reason not in seen and c.reason != "partial":
             seen.add(c.reason)
             lines.append(f"  why {c.reason} (from chunk {c.index}): {c.detail}")
+            cause = CAUSES.get(c.reason)
+            # The judge's cause carries its own fix; a broken prefix takes the first miss's.
+            if cause and c.reason not in ("judged", "prefix_broken"):
+                lines.append(f"    {'fix' if cause.confirmed else 'next'} ({cause.scope}): {cause.fix}")
     lines += [f"  note: {note}" for note in n.notes]
     return lines
 

@@ -9,12 +9,11 @@ import re
 from typing import Callable
 
 from p2p_ops.diagnose import explain
-from p2p_ops.diagnose.explain.model import UNCONFIRMED
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.checks import rdma_expected
 from p2p_ops.diagnose.doctor.nic import PinView, pin_views
-from p2p_ops.diagnose.judge import measured_cause
+from p2p_ops.diagnose.judge import UNCONFIRMED, measured_cause
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation

@@ -1,5 +1,5 @@
-"""The one judge of *why*: the doctor's findings about the instances involved, ranked by how specific their
-evidence is, or "no cause confirmed" with what was seen.
+"""The judge of a fleet's state: the doctor's findings about the instances involved, ranked by how specific their
+evidence is (the catalogue's `specificity`), or "no cause confirmed" with what was seen.
 
 `test basic`, `test matrix` and the decision tree's likely cause all read it, so they cannot name different
 causes for one fleet. What a verb measured about its own request (the request failed, it hit the node's own
@@ -14,43 +14,8 @@ from typing import Collection, Optional
 
 from p2p_ops.diagnose.doctor import FleetFacts, run
 from p2p_ops.diagnose.findings import Finding, Report
+from p2p_ops.diagnose.judge.catalogue import NOT_A_MISS, specificity
 from p2p_ops.lifecycle.context import FleetContext
-
-# How specific a check's evidence is about *why* (check ids are the tree's, `doctor:<check>` for the doctor's
-# findings): 0 a consequence of another finding that says so, ranked below everything so the cause comes first
-# (an engine degraded because its server is down or disagrees with its peers); 1 a state that many causes
-# produce (a process down, a Traceback, no RDMA device); 2 the symptom's own signature or a pressure gauge; 3
-# (every other check) a setting or fact checked against what it must be, or a log line that names the reason.
-_SPECIFICITY = {"doctor:engine_degraded": 0, **dict.fromkeys((
-    "doctor:process", "doctor:server_http", "doctor:port_listening", "doctor:peer_count", "engines:health",
-    "log:traceback", "node:rdma"), 1), **dict.fromkeys((
-        "log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
-        "log:endpoint_timeout", "metric:l1_usage", "metric:l1_evictions", "metric:active_lookup_jobs",
-        "status:locks"), 2)}
-# Doctor findings that are true but explain no missed pull: a listener wider than loopback, the router's KV
-# events, a missing env.sh the doctor rendered in its place.
-_NOT_A_MISS = {"bind:wide", "kv_events", "env_file"}
-
-
-# Why a pull missed as a server's counters measure it, with the one fix for each: the `reason` of LMCache's
-# l2_prefetch_failure counters (a reader's prefetch fell back to recompute) and the holder's eviction loop
-# (lmcache_mp_l1_eviction_loop_triggered). explain, the tree's metric checks and calibrate name a measured miss
-# with these only.
-MEASURED_CAUSES = {
-    "l1_oom": "L1 cannot hold the restore buffers: raise settings.l1_size_gb or lower the eviction watermark",
-    "l1_contended": "the chunk was write-locked by a concurrent store: stagger identical prefixes",
-    "not_found": "the owner evicted the chunk between lookup and load: give owners more L1",
-    "evicted": "the holder's L1 evicted it to stay under its watermark: raise settings.l1_size_gb to keep more "
-               "prefixes, or send shorter ones",
-}
-
-
-def measured_cause(reason: str) -> str:
-    return f"{reason}: {MEASURED_CAUSES.get(reason, 'a fallback reason this toolkit does not know')}"
-
-
-def specificity(check: str) -> int:
-    return _SPECIFICITY.get(check, 3)
 
 
 def _names(subject: str, about: Collection[str]) -> bool:
@@ -86,7 +51,7 @@ class Judgement:
 
 def judgement(facts: FleetFacts, report: Report) -> Judgement:
     """Rank a doctor report (pure): specificity, then errors before warnings, then the doctor's own order."""
-    problems = [f for f in report.problems if f.check not in _NOT_A_MISS]
+    problems = [f for f in report.problems if f.check not in NOT_A_MISS]
     ranked = sorted(problems, key=lambda f: (-specificity(f"doctor:{f.check}"), f.severity != "error"))
     seen = [f"{f.check} {f.subject}: {f.message}" for f in report.findings if f.severity == "info"]
     agreed = report.facts.get("agreed") or {}

@@ -1,0 +1,300 @@
+"""Why one chunk of a prompt would miss on one instance (pure): a local hit, a pull from a named peer, or a
+recompute with the catalogue's reason and the evidence for it. explain gathers the evidence (`facts`: its
+ExplainFacts; `x`: the target's InstanceView; `c`: a ChunkVerdict to fill) and shows what this decides.
+
+LMCache serves a prefix: the engine asks its server for the longest run of leading chunks it can get (its own
+L1, then each P2P peer adapter in order), so after the first chunk it cannot get, every later chunk is
+recomputed too ("prefix_broken"), whatever the fleet holds.
+
+Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
+not_registered); a connected peer holds it but lookups time out (lookup_timeout), or the target's L1 cannot
+hold the restore buffers of the prefix up to it (l1_oom, the prefetch fallback's own name); only peers the target
+is not connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving
+peer keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
+prompt (tokens_differ); the fleet holds a chunk whose tokens nearly match this one after the same parent, or
+holds the chunks before this one while nothing could have removed this one (prompt_differs: every later chunk
+misses too, as keys chain); the run that computed it says where, and that server stopped (holder_down) or
+evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and a different first chunk
+cannot be told apart (not_confirmed, naming both); nobody ever had it (cold). Each reason is a cause of the
+catalogue, whose ruling-out evidence is checked before it is named (a chunk a live server holds is no eviction).
+
+A state of the fleet (a server down, an engine degraded, a peer not connected) is a consequence where the fleet
+judge (`fleet.py`, read by explain's gather into `facts.causes`) names what put those instances in it with more
+specific evidence: the miss is then "judged", with that cause, so explain and the doctor name one cause.
+"""
+
+from __future__ import annotations
+
+from itertools import zip_longest
+from typing import Optional
+
+from p2p_ops.diagnose.judge.catalogue import CAUSES, measured_cause
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
+
+# What a request would do with one chunk.
+HIT, PULL, RECOMPUTE, PARTIAL = "hit", "pull", "recompute", "partial"
+
+# Why one differing chunk makes every later one miss (LMCache's chunk key hashes the parent key with the tokens).
+CHAIN = "; each later chunk's key chains on this one's, so they miss even where their tokens match"
+
+# procs' pid-file states as an operator reads them.
+STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file names a gone process)",
+               "stale": "stale (its pid file names another process)"}
+
+# Why two instances' chunk keys differ. A chunk key is LMCache's hash chain over the tokens, started from
+# NONE_HASH, in chunks of the server's chunk size, tagged with the model name, the world size (kv_rank) and the
+# cache salt. Any of these differing makes every key differ; PYTHONHASHSEED only through NONE_HASH (blake3 does
+# not use it).
+FIELDS = ("chunk_size", "hash_algorithm", "model_name", "world_size", "cache_salt")
+
+
+def key_inputs(v) -> dict[str, str]:
+    """What this instance's keys depend on, by name (only what is known)."""
+    if v.inputs is None:
+        return {}
+    out = {f: str(getattr(v.inputs, f)) for f in FIELDS}
+    out["PYTHONHASHSEED"] = v.inputs.python_hash_seed if v.inputs.python_hash_seed is not None else "(unset)"
+    nh = v.logged_none_hash or (v.keys.none_hash if v.keys else None)  # its server's log, else the hasher's
+    if nh is not None:
+        out["NONE_HASH"] = nh if len(nh) <= 24 else nh[:21] + "..."
+    if v.hash_fallback:
+        out["hash_fallback"] = f"builtin (could not load {v.hash_fallback} from vLLM)"
+    return out
+
+
+def differing_inputs(x, p) -> list[str]:
+    """`name: x=value, p=value` for each key input the two differ in (the seed only where NONE_HASH differs,
+    since that is the only way it enters a key)."""
+    a, b = key_inputs(x), key_inputs(p)
+    out = [f"{name}: {x.instance}={a.get(name, '-')}, {p.instance}={b.get(name, '-')}"
+           for name in (*FIELDS, "NONE_HASH", "PYTHONHASHSEED", "hash_fallback") if a.get(name) != b.get(name)
+           and not (name == "PYTHONHASHSEED" and a.get("NONE_HASH") == b.get("NONE_HASH"))]
+    if x.keys and x.keys.builtin_hash:
+        out.append(f"{x.instance}'s server hashes with Python's builtin hash(), whose NONE_HASH differs per "
+                   "process: no other process can have its keys")
+    return out
+
+
+def first_difference(a: list[int], b: list[int], end: int) -> Optional[tuple[int, object, object]]:
+    """(position, a's token, b's token) of the first difference within [0, end), or None."""
+    pairs = zip_longest(a[:end], b[:end], fillvalue="(end)")
+    return next(((i, ta, tb) for i, (ta, tb) in enumerate(pairs) if ta != tb), None)
+
+
+def _label(facts, instance: str) -> str:
+    """A peer's name as people say it: its node, when that node runs only this instance."""
+    view = facts.view(instance)
+    alone = view is not None and sum(v.node == view.node for v in facts.instances) == 1
+    return view.node if alone else instance
+
+
+def _holders(facts, key: str, me: str) -> tuple[str, list[str]]:
+    """(the tier the target holds the key in, or "", the other instances holding it)."""
+    placed = facts.placements.get(key, [])
+    return (next((p.tier for p in placed if p.instance_id == me and p.tier), ""),
+            list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
+
+
+def _because(facts, about: list[str], reason: str, detail: str) -> tuple[str, str]:
+    """A state explain saw (a server down, an engine degraded, a peer not connected) is what the miss follows
+    from; where the one judge names what put those instances in it (a setting that differs, a transport the node
+    lacks), that cause is the reason ("judged"), and the state its consequence."""
+    causes = list(dict.fromkeys(facts.causes[a] for a in about if a in facts.causes))
+    return ("judged", f"{detail}. Why (the one judge): {'; '.join(causes)}") if causes else (reason, detail)
+
+
+def _cannot_ask(facts, x) -> Optional[tuple[str, str]]:
+    if x.server_state != "running":
+        return _because(facts, [x.instance], "server_down",
+                        f"{x.instance}'s server is {x.server_state}: its engine computes everything itself")
+    if x.engine_degraded:
+        return _because(facts, [x.instance], "engine_degraded", f"{x.instance}'s engine is degraded (not linked to "
+                        "its lmcache server): it asks no cache and computes every chunk")
+    return None
+
+
+def _not_connected(facts, x, holders: list[str]) -> str:
+    why = []
+    for h in holders:
+        v = facts.view(h)
+        state = v.server_state if v else "not in this fleet"
+        if v is None or state != "running":
+            why.append(f"{h}'s server is {state}")
+        elif h not in x.peers:
+            why.append(f"{h} is not among {x.instance}'s P2P peers {x.peers} (p2p_state {x.p2p_state})")
+    return f"held by {', '.join(holders)}, but " + "; ".join(why or ["no connected peer holds it"])
+
+
+def _peer_copy(facts, x, end: int) -> Optional[tuple[str, str, str]]:
+    """A serving peer that holds this token range under its own keys: (reason, peer, detail)."""
+    for p in facts.instances:
+        if p.instance == x.instance or not p.serving or not p.tokens or p.keys is None or p.keys.error:
+            continue
+        cs = p.inputs.chunk_size
+        covering = (end + cs - 1) // cs
+        if covering > len(p.hashes()) or not all(facts.placements.get(h) for h in p.hashes()[:covering]):
+            continue
+        diff = first_difference(x.tokens or [], p.tokens, min(end, covering * cs))
+        if diff is not None:
+            return "tokens_differ", p.instance, (
+                f"{p.instance} holds this range as its own engine tokenizes the prompt, and the two engines "
+                f"differ at token {diff[0]} ({x.instance}={diff[1]}, {p.instance}={diff[2]}): a tokenizer or "
+                "chat-template difference")
+        settings = differing_inputs(x, p) or ["the hash chain (NONE_HASH)"]
+        return "keys_differ", p.instance, (
+            f"{p.instance} holds the same tokens under other keys: {'; '.join(settings)}")
+    return None
+
+
+def _evictions(v) -> str:
+    return (f"its eviction loop evicted {v.eviction_runs:g} time(s) since it started "
+            f"(lmcache_mp_l1_eviction_loop_triggered), {v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
+
+
+def _gone(facts, x, c) -> tuple[str, str]:
+    """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
+    near = facts.near.get(x.instance)
+    # A held near-twin after the same parent shows that a prompt differing there was computed; that this one was
+    # not is what an eviction would leave unseen too, but a stored sibling with no copy of this chunk beside it
+    # speaks for the difference (issue 28). A server down rules it out: what it held is not listed.
+    if near and near.get("chunk", 0) == c.index and not _down(facts):
+        saved = f" ({near['saved']})" if near.get("saved") else ""
+        where = "first chunk" if c.index == 0 else f"chunk {c.index} (after the same {c.index} chunk(s))"
+        return "prompt_differs", (
+            f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's {where} except at token "
+            f"position(s) {near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs "
+            f"there from what was computed{CHAIN}")
+    departs = _departs(facts, x, c)
+    if departs:
+        return departs
+    w = facts.view(facts.computed_on) if facts.computed_on else None
+    if w is not None and w.server_state != "running":
+        return _because(facts, [w.instance], "holder_down", f"{w.instance} computed this prompt (run {facts.run}), "
+                        f"but its server is {w.server_state}: what it held went with it")
+    if w is not None:
+        if w.eviction_runs > 0:
+            return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
+                               f"{_evictions(w)}; {measured_cause('evicted')}")
+        return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
+                            "(no eviction ran there: its server restarted, or the cache was cleared)")
+    down = _down(facts)
+    if down:
+        return _because(facts, [v.instance for v in down], "holder_down", "no running server holds it; " + "; ".join(
+            f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
+            + ": what it held is gone")
+    evicting = [v for v in facts.instances if v.eviction_runs > 0]
+    if evicting:
+        # Evictions ran, but nothing ties this prompt to them: a prompt whose first chunk differs from the one a
+        # server holds misses the same way (keys chain, so every later chunk misses too, even where its tokens
+        # match). Naming either would be a guess.
+        return "not_confirmed", (
+            "no server holds it, and the evidence does not say why: either it was evicted ("
+            + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting) + "), or this prompt differs in "
+            "its first chunk from the one that was computed (every chained key then differs, even where later "
+            "tokens match). Explain the original prompt (or `--run` of the run that sent it): a server that "
+            "still holds it rules out eviction")
+    if c.index == 0 and facts.held_keys:
+        # The fleet holds other prompts' chunks: a prompt whose first chunk differs from one of them (a changed
+        # first sentence) misses exactly like one never sent. Without its tokens nothing tells the two apart.
+        return "not_confirmed", (
+            f"no server holds this prompt's first chunk, while the fleet holds {facts.held_keys} chunk(s) of other "
+            "prompts: either it was never computed here, or it differs in its first chunk from one that was (every "
+            "later key chains on it, so everything misses even where tokens match). No held chunk's tokens nearly "
+            "match (the key directory keeps tokens only on LMCache's lmcache-driven path, vLLM on GPU); a prompt "
+            "sent by `p2pctl test basic --prompt-file` is saved, and explain then compares against it")
+    return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
+
+
+def _down(facts) -> list:
+    return [v for v in facts.instances if v.server_state != "running"]
+
+
+def _departs(facts, x, c) -> Optional[tuple[str, str]]:
+    """A running server holds the chunk before this one, and nothing could have removed this one (no eviction ran
+    anywhere, no server is down): the computed prompt never continued with these tokens."""
+    if c.index == 0:
+        return None
+    before = [p.instance_id for p in facts.placements.get(x.hashes()[c.index - 1], [])
+              if facts.view(p.instance_id) is not None and facts.view(p.instance_id).server_state == "running"]
+    if not before or _down(facts) or any(v.eviction_runs > 0 for v in facts.instances):
+        return None
+    return "prompt_differs", (
+        f"{', '.join(sorted(set(before)))} hold(s) chunks 0-{c.index - 1} of this prompt but no server holds chunk "
+        f"{c.index} (tokens {c.start}-{c.end - 1}), no eviction ran on any server and none is down: what was "
+        f"computed departs from this prompt at chunk {c.index} (or ended before it){CHAIN}")
+
+
+def _l1(v) -> str:
+    if not v.l1_total:
+        return "usage unknown"
+    return f"{100 * v.l1_used / v.l1_total:.0f} % of {v.l1_total / 2**30:.1f} GiB"
+
+
+def _chunk(facts, x, c) -> None:
+    """Fill one chunk's verdict as if nothing before it had missed."""
+    c.here, c.holders = _holders(facts, c.key, x.instance)
+    blocked = _cannot_ask(facts, x)
+    if blocked:
+        c.reason, c.detail = blocked
+        return
+    if c.here:
+        c.action = HIT
+        return
+    if facts.directory_error:
+        c.reason, c.detail = "holdings_unknown", f"where chunks live is unknown: {facts.directory_error}"
+        return
+    connected = [h for h in x.adapter_order + sorted(x.peers) if h in c.holders and h in x.peers
+                 and (facts.view(h) is not None and facts.view(h).server_state == "running")]
+    if connected:
+        if x.lookup_timeouts:
+            c.reason, c.detail = "lookup_timeout", (
+                f"{connected[0]} holds it, but {x.instance}'s lookups time out ({len(x.lookup_timeouts)} "
+                f"recent line(s) in its server.log, last: {x.lookup_timeouts[-1][:160]}): a timed-out lookup "
+                "counts as a miss")
+            return
+        if x.chunk_bytes and x.l1_total and (c.index + 1) * x.chunk_bytes > EVICTION_WATERMARK * x.l1_total:
+            c.reason, c.detail = "l1_oom", (
+                f"{connected[0]} holds it, but {x.instance}'s L1 ({_l1(x)}) cannot hold the restore buffers of "
+                f"chunks 0-{c.index} ({(c.index + 1) * x.chunk_bytes / 2**20:.1f} MiB) below the "
+                f"{EVICTION_WATERMARK:.0%} eviction watermark, so its prefetch falls back to recompute: "
+                + measured_cause("l1_oom"))
+            return
+        c.action, c.source = PULL, _label(facts, connected[0])
+        return
+    if c.holders:
+        c.reason, c.detail = _because(facts, c.holders, "peer_not_connected", _not_connected(facts, x, c.holders))
+        return
+    if x.p2p_state != "registered" and x.p2p_state != "unknown":
+        c.reason, c.detail = _because(facts, [x.instance], "not_registered",
+                                      f"{x.instance} is {x.p2p_state}: it asks no peer")
+        return
+    copy = _peer_copy(facts, x, c.end)
+    if copy:
+        c.reason, c.detail = copy[0], copy[2]
+        return
+    apart = {p.instance: differing_inputs(x, p) for p in facts.instances if p.instance != x.instance and p.serving}
+    if apart and all(apart.values()):
+        # No serving peer keys chunks as this instance does: none can hold its keys, whether or not the prompt was
+        # ever computed (a peer with the same key inputs would rule this out).
+        c.reason, c.detail = "keys_differ", (f"no serving peer keys chunks as {x.instance} does, so none can hold "
+                                             "its keys: " + "; ".join(dict.fromkeys(d for ds in apart.values()
+                                                                                    for d in ds)))
+        return
+    c.reason, c.detail = _gone(facts, x, c)
+
+
+def judge_chunks(facts, x, chunks: list) -> None:
+    """Fill each full chunk's verdict in prompt order: what it would do alone, then the prefix rule (after the first
+    chunk not served, every later one is recomputed, and after a prompt that differs, every later key differs)."""
+    broken: Optional[int] = None
+    for c in chunks:
+        _chunk(facts, x, c)
+        if broken is not None and (c.action in (HIT, PULL) or chunks[broken].reason == "prompt_differs"):
+            c.action, c.reason = RECOMPUTE, "prefix_broken"
+            c.detail = (f"its key chains on chunk {broken}'s, which differs from what the fleet computed"
+                        if chunks[broken].reason == "prompt_differs" else
+                        f"LMCache serves only a prefix, and chunk {broken} is not served")
+        if c.action == RECOMPUTE and broken is None:
+            broken = c.index
+        if c.reason and c.reason not in CAUSES:
+            raise KeyError(f"chunk {c.index}: reason {c.reason!r} is not a cause of the catalogue")

@@ -1,0 +1,115 @@
+"""Why a measured P2P margin is what it is (pure): placement's P2P margin under a policy (`placement`) and
+calibrate's pull-versus-prefill crossover (`crossover`, `missed`), each a cause of the catalogue decided from the
+run's own figures. A margin the figures do not explain is "run-to-run variation", never a guess.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional
+
+from p2p_ops.diagnose.judge.catalogue import CAUSES, measured_cause
+
+# Below this difference a margin is run-to-run variation on a shared box (bench/README.md: runs swing ~10 %).
+NOISE = 0.10
+# A leg this much slower with P2P on than off is slowed by P2P's work, not by variation.
+SLOWER = 1.2
+
+
+def _p50(turns: list[dict], hit: bool) -> Optional[float]:
+    ms = [t["ttft_s"] * 1000 for t in turns if t["ok"] and (t["cached_tokens"] > 0) == hit]
+    return statistics.median(ms) if ms else None
+
+
+def _ms(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:,.0f} ms"
+
+
+def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: Any) -> str:
+    """Why P2P's margin under one placement policy fell below 1, from the arms' figures (`on`, `off`: their
+    aggregates) and turns, with the catalogue's fix where the figures confirm the cause."""
+    hit_on, hit_off = _p50(on_turns, True), _p50(off_turns, True)
+    cold_on, cold_off = _p50(on_turns, False), _p50(off_turns, False)
+    saved = off.recomputed_tokens - on.recomputed_tokens
+    figures = (f"{on.peer_tokens:,} tokens pulled; recomputed {on.recomputed_tokens:,} vs "
+               f"{off.recomputed_tokens:,} tokens; TTFT p50 of cache hits {_ms(hit_on)} vs {_ms(hit_off)}, of "
+               f"recomputes {_ms(cold_on)} vs {_ms(cold_off)} (P2P on vs off)")
+    if on.failed > off.failed:
+        cause, why = "failed_requests", f"{on.failed} requests failed with P2P on ({off.failed} off)"
+    elif on.peer_tokens == 0 and (moved := _recomputed_later(on_turns)):
+        cause, why = "moved_unserved", (f"no pull happened, yet {moved} later turn(s) recomputed their document with P2P on: they went to "
+               "another node than their document's and no peer served it; the cause is not confirmed here "
+               "(`p2pctl test basic` on the P2P fleet names it)")
+    elif on.peer_tokens == 0:
+        cause, why = "no_pull_needed", ("no pull happened: every later turn hit its document's cache, so the policy kept each session where "
+               "its document was, and P2P added only lookups")
+        if cold_on and cold_off and cold_on > SLOWER * cold_off:
+            cause, why = "channel_poll", why + (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
+                    "transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
+    elif saved <= 0:
+        cause, why = "pull_replaced_nothing", ("the pulls replaced no recompute: every pulled document would have been a local hit or was "
+               "recomputed anyway")
+    elif cold_on and cold_off and cold_on > SLOWER * cold_off:
+        cause, why = "cores_contended", (f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x "
+               "longer, so the servers' transfer work competed with the engines' compute")
+    elif hit_on and hit_off and hit_on > SLOWER * hit_off:
+        cause, why = "pull_costlier", (f"a pulled document cost more than a local hit ({_ms(hit_on)} vs {_ms(hit_off)} p50), more than "
+               f"the ~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved "
+               "tokens were worth")
+    else:
+        cause, why = "variation", f"within run-to-run variation on this shared box (under {NOISE:.0%})"
+    fix = f"; fix: {CAUSES[cause].fix}" if CAUSES[cause].confirmed else ""
+    return f"{why} ({figures}){fix}"
+
+
+def _recomputed_later(turns: list[dict]) -> int:
+    """Turns after the first of their session (document) that found none of it cached."""
+    first: dict[str, float] = {}
+    for t in turns:
+        first[t["prefix_id"]] = min(first.get(t["prefix_id"], t["t_start_s"]), t["t_start_s"])
+    return sum(1 for t in turns if t["ok"] and t["cached_tokens"] == 0 and t["t_start_s"] > first[t["prefix_id"]])
+
+
+def crossover(fit: Optional[dict[str, float]], profile: Any, table: list[dict],
+              bytes_per_token: Optional[int] = None) -> str:
+    """What limits calibrate's crossover: a profile that says nothing about a GPU, a miss (`missed`), one length
+    only, the per-token pull cost, or the pull's fixed round trips."""
+    if not profile.emulated:
+        return "no GPU profile: the recompute leg is this box's CPU, so the crossover says nothing about a GPU"
+    if not table:
+        return "nothing measured"
+    if not all(t["pulled"] for t in table):
+        return missed([t for t in table if not t["pulled"]])
+    if fit is None:
+        return "one length only: measure two or more to split the pull into round trips and bandwidth"
+    p, f, t = profile.prefill_us_per_token, fit["fixed_ms"], fit["us_per_token"]
+    rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
+            if bytes_per_token and t > 0 else "")
+    if t >= p:
+        return (f"per-token cost: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} "
+                f"us/token prefill, so the pull loses at every length; this box's pull path is the limit "
+                + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
+                   f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else ""))
+    breakeven = f * 1000 / (p - t) if f > 0 else 0
+    return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it pays from about "
+            f"{breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
+
+
+def missed(rows: list[dict]) -> str:
+    """Why calibrate saw no P2P hit at these lengths: the reader's prefetch fallbacks, else the holder's evictions,
+    counted during the measurement; "not confirmed" when neither was."""
+    lengths = [t["tokens"] for t in rows]
+    oom = {t["tokens"]: t["fallbacks_b"] for t in rows if t.get("fallbacks_b")}
+    if oom:
+        shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
+                          for n, f in oom.items())
+        reasons = sorted({r for f in oom.values() for r in f})
+        return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
+                + "; ".join(measured_cause(r) for r in reasons) + " (or measure shorter prefixes)")
+    evicted = {t["tokens"]: t["evictions_a"] for t in rows if t.get("evictions_a")}
+    if evicted:
+        return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
+                + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
+                + "); " + measured_cause("evicted"))
+    return (f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause not confirmed "
+            "(run `p2pctl test basic`, which explains a miss)")

@@ -1,0 +1,29 @@
+"""The one catalogue of causes: every cause says what confirms it, what rules it out, its fix and the fix's scope,
+and every reason a verb names is one of its causes."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p_ops.diagnose.judge import CAUSES, MEASURED, UNCONFIRMED, measured_cause
+from p2p_ops.diagnose.judge.catalogue import SCOPES, Cause
+
+
+def test_every_cause_names_its_evidence_its_fix_and_a_known_scope():
+    for c in CAUSES.values():
+        assert c.means and c.confirms and c.rules_out and c.fix, c
+        assert c.scope in SCOPES, c
+
+
+def test_a_scope_outside_the_known_ones_is_refused_with_the_cause_named():
+    with pytest.raises(ValueError, match="cause x: scope must be one of"):
+        Cause("x", "m", "c", "r", "f", "everywhere")
+
+
+def test_measured_misses_and_unconfirmed_reasons_are_causes_of_the_catalogue():
+    assert set(MEASURED) <= set(CAUSES) and set(UNCONFIRMED) <= set(CAUSES)
+    assert {"cold", "not_confirmed", "holdings_unknown", "not_held"} <= set(UNCONFIRMED)
+    assert "evicted" not in UNCONFIRMED and "prompt_differs" not in UNCONFIRMED
+    assert measured_cause("l1_oom") == ("l1_oom: L1 cannot hold the restore buffers: raise settings.l1_size_gb or "
+                                        "lower the eviction watermark")
+    assert measured_cause("cold").endswith("a fallback reason this toolkit does not know")
