@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.diagnose import explain, judge
+from p2p_ops.diagnose.judge import request
 from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
@@ -191,7 +192,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
 
     p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
-    own_l1 = own_l1_hit(p2p_loads, peer_hit_tokens, delta("b", L1_HIT_TOKENS))
+    own_l1 = request.own_l1_hit(p2p_loads, peer_hit_tokens, delta("b", L1_HIT_TOKENS))
     vllm = ctx.fleet.runtime == "vllm"
     # The embedded engine counts the bytes it loaded. vLLM does not, and B's server holds pulled chunks only
     # while it hands them over, so take the peer-served tokens at the KV size per token of A's stored chunks.
@@ -273,22 +274,12 @@ def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str
     return found
 
 
-def own_l1_hit(p2p_loads: float, peer_hit_tokens: float, l1_hit_tokens: float) -> bool:
-    """A target served from cache hit its own L1 only where its server's lookups say so: L1 hits, and neither a
-    completed P2P load nor peer-served tokens (a pull whose load went uncounted still shows as the latter)."""
-    return l1_hit_tokens > 0 and peer_hit_tokens == 0 and p2p_loads == 0
-
-
 def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Completion, own_l1: bool) -> str:
     """What the proof measured about its own requests first; every cause about the fleet from the one judge."""
-    if not (r_a.ok and r_b.ok):
-        return "requests failed: check the engines (`p2pctl status`, engine.log)"
-    if r_b.cached_tokens > 0 and own_l1:
-        return f"{ib.id} hit its own L1: the prompt was seen on it before (rerun with a new --seed)"
-    if r_b.cached_tokens > 0 and r_a.text != r_b.text:
-        return ("B used cached KV but answered differently: the engines disagree on the model "
-                "(engine.model_seed / layers) or the pulled KV bytes are wrong")
-    return judge.judge(ctx).cause({ia.id, ib.id, na.name, nb.name})
+    bad = next(((i.id, r.error) for i, r in ((ia, r_a), (ib, r_b)) if not r.ok), ("", ""))
+    return (request.request_cause(ib.id, ia.id, failed_on=bad[0], error=bad[1], cached_tokens=r_b.cached_tokens,
+                                  own_l1=own_l1, identical=r_a.text == r_b.text)
+            or judge.judge(ctx).cause({ia.id, ib.id, na.name, nb.name}))
 
 
 def write_result(out_dir: Path, result: BasicResult) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.diagnose import judge
+from p2p_ops.diagnose.judge import request
 from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import basic, prompts
@@ -49,7 +50,7 @@ class Pair:
     cached_tokens: int = 0
     need: int = 0
     p2p_loads: float = 0.0
-    own_l1: bool = False            # the target's server counted L1 hits and nothing from a peer (basic.own_l1_hit)
+    own_l1: bool = False            # the target's server counted L1 hits and nothing from a peer (judge.request.own_l1_hit)
     identical: bool = False
     kv_bytes: float = 0.0
     mismatch_tokens: float = 0.0
@@ -178,7 +179,7 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
     loads = delta(0, P2P_LOADS, l2_name="p2p")
     pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=loads,
                 kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
-                own_l1=basic.own_l1_hit(loads, delta(0, basic.PEER_HIT_TOKENS), delta(0, basic.L1_HIT_TOKENS)),
+                own_l1=request.own_l1_hit(loads, delta(0, basic.PEER_HIT_TOKENS), delta(0, basic.L1_HIT_TOKENS)),
                 identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, MISMATCH),
                 ttft_ms=r.ttft_s * 1000 if r.ttft_s else None, error=r.error)
     engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
@@ -220,19 +221,10 @@ def explain_failing(ctx: FleetContext, failing: list[Pair]) -> None:
 def request_cause(p: Pair) -> str:
     """What the pair's requests themselves prove ("" when they prove nothing about why)."""
     if p.error.startswith("source "):
-        return p.error
-    if p.error:
-        return (f"the request to {p.target} failed ({p.error[:120]}): check its engine (`p2pctl status`, "
-                "engine.log)")
-    if p.mismatch_tokens:
-        return (f"{p.target} loaded {p.mismatch_tokens:g} token(s) whose KV bytes disagree: a corrupted or "
-                "mis-laid transfer, or the peers' engine.profile differs")
-    if p.cached_tokens >= p.need and p.p2p_loads > 0 and not p.identical:
-        return (f"{p.target} used {p.source}'s KV but answered differently: the engines disagree on the model "
-                "(engine.model_seed, layers, profile)")
-    if p.cached_tokens >= p.need and p.own_l1:
-        return f"{p.target} hit its own L1: the prompt was seen there before (rerun with a new --seed)"
-    return ""
+        return p.error      # the source's own request failed: its message names it
+    return request.request_cause(p.target, p.source, failed_on=p.target if p.error else "", error=p.error,
+                                 cached_tokens=p.cached_tokens, mismatch_tokens=p.mismatch_tokens, own_l1=p.own_l1,
+                                 identical=p.identical)
 
 
 def pair_cause(verdict: judge.Judgement, about: set[str]) -> str:

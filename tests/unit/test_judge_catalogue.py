@@ -27,3 +27,17 @@ def test_measured_misses_and_unconfirmed_reasons_are_causes_of_the_catalogue():
     assert measured_cause("l1_oom") == ("l1_oom: L1 cannot hold the restore buffers: raise settings.l1_size_gb or "
                                         "lower the eviction watermark")
     assert measured_cause("cold").endswith("a fallback reason this toolkit does not know")
+
+
+def test_basic_and_matrix_name_what_their_requests_prove_with_one_rule_set():
+    """Issue 28: `test basic` and `test matrix` each had their own words and order for a failed request, an own-L1
+    hit and a differing answer; both now read `judge.request`, so one measurement gives one cause."""
+    from p2p_ops.diagnose.judge.request import request_cause
+    assert request_cause("b-0", "a-0", failed_on="a-0", error="ConnectionError").startswith(
+        "request_failed: the request to a-0 failed (ConnectionError)")
+    assert request_cause("b-0", "a-0", cached_tokens=256, own_l1=True, identical=False).startswith("own_l1: b-0")
+    assert request_cause("b-0", "a-0", cached_tokens=256, identical=False).startswith("answer_differs: b-0")
+    assert request_cause("b-0", "a-0", cached_tokens=256, mismatch_tokens=3).startswith("kv_mismatch")
+    assert request_cause("b-0", "a-0", cached_tokens=0, identical=False) == ""
+    for cause in ("request_failed", "own_l1", "answer_differs", "kv_mismatch"):
+        assert cause in CAUSES

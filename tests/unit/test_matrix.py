@@ -10,7 +10,8 @@ import pytest
 from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor import FleetFacts
 from p2p_ops.diagnose.findings import Report
-from p2p_ops.harness import basic, matrix
+from p2p_ops.diagnose.judge import request
+from p2p_ops.harness import matrix
 from p2p_ops.harness.matrix import MatrixResult, Pair, default_max_seconds
 
 NAMES = ["a-0", "b-0", "c-0"]
@@ -72,11 +73,11 @@ def test_a_hit_is_the_targets_own_l1_only_where_its_lookups_counted_l1_hits_and_
     """Issue 28's advertise_url case: node-a-0 was served from cache with no completed P2P load counted, and the
     matrix said it hit its own L1 although the prompt was fresh. Peer-served tokens rule that out; the cause is
     then the judge's (the advertised URL nobody reaches)."""
-    assert basic.own_l1_hit(p2p_loads=0, peer_hit_tokens=0, l1_hit_tokens=1024)
-    assert not basic.own_l1_hit(p2p_loads=0, peer_hit_tokens=1024, l1_hit_tokens=0)
-    assert not basic.own_l1_hit(p2p_loads=0, peer_hit_tokens=0, l1_hit_tokens=0)     # no evidence either way
-    assert not basic.own_l1_hit(p2p_loads=1, peer_hit_tokens=0, l1_hit_tokens=1024)
-    assert matrix.request_cause(failing(cached_tokens=1024, own_l1=False)) == ""
+    assert request.own_l1_hit(p2p_loads=0, peer_hit_tokens=0, l1_hit_tokens=1024)
+    assert not request.own_l1_hit(p2p_loads=0, peer_hit_tokens=1024, l1_hit_tokens=0)
+    assert not request.own_l1_hit(p2p_loads=0, peer_hit_tokens=0, l1_hit_tokens=0)     # no evidence either way
+    assert not request.own_l1_hit(p2p_loads=1, peer_hit_tokens=0, l1_hit_tokens=1024)
+    assert matrix.request_cause(failing(cached_tokens=1024, own_l1=False, identical=True)) == ""
 
 
 def _verdict(*findings) -> judge.Judgement:

@@ -103,6 +103,19 @@ CAUSES = _causes(
           "-", "none: LMCache stores and looks up full chunks only", "request"),
     Cause("shorter_than_chunk", "the prompt is shorter than one chunk", "fewer tokens than the chunk size", "-",
           "none, or a smaller settings.chunk_size (every server's, as keys depend on it)", "request"),
+    # --- what a proof's own requests show (request.py: `test basic`, `test matrix`) ---
+    Cause("request_failed", "a request of the proof failed", "the request's error", "a completed request",
+          "check its engine (`p2pctl status`, engine.log)", "instance"),
+    Cause("kv_mismatch", "pulled KV bytes disagree with what the target computes itself",
+          "the target's KV-mismatch counter rose during the pull", "no mismatched token",
+          "one engine.profile on every peer; a transfer that mis-lays bytes is a bug to report with `p2pctl "
+          "bundle`", "fleet"),
+    Cause("own_l1", "the target hit its own L1: the prompt was seen there before, so no pull was tested",
+          "its server counted L1-hit tokens and neither a P2P load nor peer-served tokens",
+          "a completed P2P load or peer-served tokens", "rerun with a new --seed", "run"),
+    Cause("answer_differs", "the target used cached KV but answered differently from the source",
+          "cached tokens and a different completion", "the same completion",
+          "one model on every engine (engine.model_seed, layers, profile)", "fleet"),
     # --- a miss a server's counters measured (l2_prefetch_failure reasons; `evicted`, `l1_oom` above) ---
     Cause("l1_contended", "the chunk was write-locked by a concurrent store",
           "l2_prefetch_failure{reason=l1_contended} rose", "-", "stagger identical prefixes", "request"),
