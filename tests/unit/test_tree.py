@@ -130,3 +130,13 @@ def test_cli_list_and_markdown(p2pctl):
     assert code == 0 and out == render.render_markdown(TREE)
     code, _, err = p2pctl("diagnose", "zero cached tokens", "-f", "/nonexistent/fleet.yaml")
     assert code == 2 and "no fleet file" in err
+
+
+def test_no_step_tells_a_gpu_node_to_drop_its_cuda_transport():
+    """Issue 28: the slow-pulls step said "drop cuda_copy from UCX_TLS" for every node, while NIXL 1.5.1 refuses
+    a UCX_TLS without a CUDA transport where GPUs are present (the doctor's ucx_tls finding already depends on
+    the node). Every step that names cuda_copy says which nodes keep it."""
+    named = [(s.id, st.id, st.fix) for s in TREE.symptoms for st in s.steps if "cuda_copy" in st.fix]
+    assert named
+    for symptom, step, fix in named:
+        assert "GPU node" in fix, (symptom, step, fix)
