@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from p2p_ops import files
+from p2p_ops.diagnose.judge.catalogue import CAUSES
 from p2p_ops.errors import BadInput
 from p2p_ops.resources import tree_text
 
@@ -58,9 +59,22 @@ def load_tree(path: Path | None = None) -> Tree:
     sigs = {k: Signature(k, v["pattern"], tuple(v["logs"]), v["meaning"], bool(v.get("ruled_out_by_peer")))
             for k, v in data["signatures"].items()}
     symptoms = tuple(Symptom(s["id"], s["title"], tuple(s.get("aliases", ())), s["looks_like"], tuple(
-        Step(st["id"], st["ask"], st["cause"], st["fix"], tuple(st.get("checks", ())), tuple(st.get("manual", ())))
+        Step(st["id"], st["ask"], *_cause_fix(st), tuple(st.get("checks", ())), tuple(st.get("manual", ())))
         for st in s["steps"])) for s in data["symptoms"])
     return Tree(symptoms, sigs)
+
+
+def _cause_fix(step: dict) -> tuple[str, str]:
+    """A step's own cause and fix, or those of the catalogue's causes it names (`causes: [id, ...]`)."""
+    if "causes" not in step:
+        return step["cause"], step["fix"]
+    unknown = [c for c in step["causes"] if c not in CAUSES]
+    if unknown:
+        raise BadInput(f"tree step {step['id']}: causes {unknown} are not in the catalogue of causes "
+                       "(p2p_ops/diagnose/judge/catalogue.py)")
+    causes = [CAUSES[c] for c in step["causes"]]
+    return ("; ".join(f"{c.id}: {c.means}" for c in causes) + ".",
+            "; ".join(f"{c.id}: {c.fix}" for c in causes) + ".")
 
 
 def _norm(text: str) -> str:
