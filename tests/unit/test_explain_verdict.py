@@ -382,8 +382,8 @@ def test_each_reason_shows_the_catalogues_fix_and_scope_and_an_unconfirmed_one_o
     ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}))
     text = "\n".join(render_text(ex))
     assert "why engine_degraded (from chunk 0)" in text
-    assert "fix (instance): start the server, then the engine (`p2pctl up`)" in text
+    assert "fix: start the server, then the engine (`p2pctl up`)" in text and "(scope: instance)" in text
     assert ex.to_dict()["nodes"][0]["causes"]["engine_degraded"]["scope"] == "instance"
     a, b = connected()
     text = "\n".join(render_text(explain(fleet(a, b))))
-    assert "next (request): send it once" in text and "fix (" not in text
+    assert "next: send it once" in text and "(scope: request)" in text and "fix: " not in text

@@ -41,3 +41,14 @@ def test_basic_and_matrix_name_what_their_requests_prove_with_one_rule_set():
     assert request_cause("b-0", "a-0", cached_tokens=0, identical=False) == ""
     for cause in ("request_failed", "own_l1", "answer_differs", "kv_mismatch"):
         assert cause in CAUSES
+
+
+def test_the_fleet_judges_cause_says_the_scope_of_its_fix():
+    from p2p_ops.diagnose.findings import Finding
+    from p2p_ops.diagnose.judge import Judgement
+    agree = Finding("error", "agree:chunk_size", "node-a-0, node-b-0", "256 vs 512", "chunk_size differs", "one value")
+    memlock = Finding("error", "memlock", "node-b", "64 KiB", "memlock too low", "ulimit -l unlimited")
+    down = Finding("error", "process", "node-b-0/server", "dead", "server is dead", "p2pctl up")
+    assert Judgement([agree]).cause().endswith("fix: one value (scope: fleet)")
+    assert Judgement([memlock]).cause().endswith("(scope: node)")
+    assert Judgement([down]).cause().endswith("(scope: instance)")

@@ -51,7 +51,7 @@ def node_lines(n: NodeExplanation) -> list[str]:
             cause = CAUSES.get(c.reason)
             # The judge's cause carries its own fix; a broken prefix takes the first miss's.
             if cause and c.reason not in ("judged", "prefix_broken"):
-                lines.append(f"    {'fix' if cause.confirmed else 'next'} ({cause.scope}): {cause.fix}")
+                lines.append(f"    {'fix' if cause.confirmed else 'next'}: {cause.fix} (scope: {cause.scope})")
     lines += [f"  note: {note}" for note in n.notes]
     return lines
 

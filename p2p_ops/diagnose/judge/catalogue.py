@@ -171,6 +171,9 @@ CHECK_RANK = {"doctor:engine_degraded": 0, **dict.fromkeys((
         "log:nixl_err_backend", "log:p2p_lookup_timeout", "log:p2p_load_timeout", "log:remote_disconnect",
         "log:endpoint_timeout", "metric:l1_usage", "metric:l1_evictions", "metric:active_lookup_jobs",
         "status:locks"), 2)}
+# The scope of a doctor finding's fix by check (`agree:<key>` as `agree`); every other check's is its instance.
+CHECK_SCOPE = {**dict.fromkeys(("agree", "coordinator", "ports", "kv_events"), "fleet"),
+               **dict.fromkeys(("memlock", "mooncake", "node", "port_busy"), "node")}
 # Doctor findings that are true but explain no missed pull: a listener wider than loopback, the router's KV
 # events, a missing env.sh the doctor rendered in its place.
 NOT_A_MISS = frozenset({"bind:wide", "kv_events", "env_file"})
@@ -180,8 +183,8 @@ def specificity(check: str) -> int:
     return CHECK_RANK.get(check, 3)
 
 
-def fix(cause: str) -> str:
-    return CAUSES[cause].fix
+def check_scope(check: str) -> str:
+    return CHECK_SCOPE.get(check.split(":", 1)[0] if check.startswith("agree:") else check, "instance")
 
 
 def measured_cause(reason: str) -> str:

@@ -14,7 +14,7 @@ from typing import Collection, Optional
 
 from p2p_ops.diagnose.doctor import FleetFacts, run
 from p2p_ops.diagnose.findings import Finding, Report
-from p2p_ops.diagnose.judge.catalogue import NOT_A_MISS, specificity
+from p2p_ops.diagnose.judge.catalogue import NOT_A_MISS, check_scope, specificity
 from p2p_ops.lifecycle.context import FleetContext
 
 
@@ -45,7 +45,7 @@ class Judgement:
     def cause(self, about: Collection[str] = ()) -> str:
         f = self.top(about)
         if f is not None:
-            return f"{f.subject}: {f.message} (seen: {f.value}); fix: {f.fix}"
+            return f"{f.subject}: {f.message} (seen: {f.value}); fix: {f.fix} (scope: {check_scope(f.check)})"
         return "no cause confirmed; evidence seen: " + ("; ".join(self.seen[:6]) or "nothing")
 
 
