@@ -52,3 +52,14 @@ def test_the_fleet_judges_cause_says_the_scope_of_its_fix():
     assert Judgement([agree]).cause().endswith("fix: one value (scope: fleet)")
     assert Judgement([memlock]).cause().endswith("(scope: node)")
     assert Judgement([down]).cause().endswith("(scope: instance)")
+
+
+def test_every_cause_of_the_catalogue_is_one_a_rule_can_name():
+    """No dead entry: each cause is named by a rule of the judge (or explain's summary), or is a reason LMCache's
+    own counters report (MEASURED)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "p2p_ops" / "diagnose"
+    rules = "".join((root / p).read_text() for p in ("judge/chunk.py", "judge/margin.py", "judge/request.py",
+                                                     "explain/verdict.py"))
+    unused = [c for c in CAUSES if c not in MEASURED and f'"{c}"' not in rules and f"{c}:" not in rules]
+    assert not unused

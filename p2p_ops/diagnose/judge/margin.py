@@ -35,31 +35,41 @@ def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], pr
                f"{off.recomputed_tokens:,} tokens; TTFT p50 of cache hits {_ms(hit_on)} vs {_ms(hit_off)}, of "
                f"recomputes {_ms(cold_on)} vs {_ms(cold_off)} (P2P on vs off)")
     if on.failed > off.failed:
-        cause, why = "failed_requests", f"{on.failed} requests failed with P2P on ({off.failed} off)"
-    elif on.peer_tokens == 0 and (moved := _recomputed_later(on_turns)):
-        cause, why = "moved_unserved", (f"no pull happened, yet {moved} later turn(s) recomputed their document with P2P on: they went to "
-               "another node than their document's and no peer served it; the cause is not confirmed here "
-               "(`p2pctl test basic` on the P2P fleet names it)")
-    elif on.peer_tokens == 0:
-        cause, why = "no_pull_needed", ("no pull happened: every later turn hit its document's cache, so the policy kept each session where "
-               "its document was, and P2P added only lookups")
+        return said("failed_requests", f"{on.failed} requests failed with P2P on ({off.failed} off) ({figures})")
+    if on.peer_tokens == 0 and (moved := _recomputed_later(on_turns)):
+        return said("moved_unserved", (
+            f"no pull happened, yet {moved} later turn(s) recomputed their document with P2P on: they went to "
+            "another node than their document's and no peer served it; the cause is not confirmed here "
+            f"(`p2pctl test basic` on the P2P fleet names it) ({figures})"))
+    if on.peer_tokens == 0:
+        why = ("no pull happened: every later turn hit its document's cache, so the policy kept each session "
+               "where its document was, and P2P added only lookups")
         if cold_on and cold_off and cold_on > SLOWER * cold_off:
-            cause, why = "channel_poll", why + (f", yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
-                    "transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines")
-    elif saved <= 0:
-        cause, why = "pull_replaced_nothing", ("the pulls replaced no recompute: every pulled document would have been a local hit or was "
-               "recomputed anyway")
-    elif cold_on and cold_off and cold_on > SLOWER * cold_off:
-        cause, why = "cores_contended", (f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x "
-               "longer, so the servers' transfer work competed with the engines' compute")
-    elif hit_on and hit_off and hit_on > SLOWER * hit_off:
-        cause, why = "pull_costlier", (f"a pulled document cost more than a local hit ({_ms(hit_on)} vs {_ms(hit_off)} p50), more than "
-               f"the ~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved "
-               "tokens were worth")
-    else:
-        cause, why = "variation", f"within run-to-run variation on this shared box (under {NOISE:.0%})"
-    fix = f"; fix: {CAUSES[cause].fix}" if CAUSES[cause].confirmed else ""
-    return f"{why} ({figures}){fix}"
+            return said("channel_poll", (
+                f"{why}, yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
+                f"transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines "
+                f"({figures})"))
+        return said("no_pull_needed", f"{why} ({figures})")
+    if saved <= 0:
+        return said("pull_replaced_nothing", (
+            "the pulls replaced no recompute: every pulled document would have been a local hit or was "
+            f"recomputed anyway ({figures})"))
+    if cold_on and cold_off and cold_on > SLOWER * cold_off:
+        return said("cores_contended", (
+            f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x longer, "
+            f"so the servers' transfer work competed with the engines' compute ({figures})"))
+    if hit_on and hit_off and hit_on > SLOWER * hit_off:
+        return said("pull_costlier", (
+            f"a pulled document cost more than a local hit ({_ms(hit_on)} vs {_ms(hit_off)} p50), more than the "
+            f"~{profile.prefill_ms(saved) / 1000:,.1f} s of {profile.name} prefill its {saved:,} saved tokens "
+            f"were worth ({figures})"))
+    return said("variation", f"within run-to-run variation on this shared box (under {NOISE:.0%}) ({figures})")
+
+
+def said(cause: str, text: str) -> str:
+    """A margin's cause in words, with the catalogue's fix where its evidence confirms it."""
+    c = CAUSES[cause]
+    return f"{text}; fix: {c.fix}" if c.confirmed else text
 
 
 def _recomputed_later(turns: list[dict]) -> int:
@@ -75,7 +85,8 @@ def crossover(fit: Optional[dict[str, float]], profile: Any, table: list[dict],
     """What limits calibrate's crossover: a profile that says nothing about a GPU, a miss (`missed`), one length
     only, the per-token pull cost, or the pull's fixed round trips."""
     if not profile.emulated:
-        return "no GPU profile: the recompute leg is this box's CPU, so the crossover says nothing about a GPU"
+        return said("no_gpu_profile", "no GPU profile: the recompute leg is this box's CPU, so the crossover says "
+                    "nothing about a GPU")
     if not table:
         return "nothing measured"
     if not all(t["pulled"] for t in table):
@@ -86,13 +97,14 @@ def crossover(fit: Optional[dict[str, float]], profile: Any, table: list[dict],
     rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
             if bytes_per_token and t > 0 else "")
     if t >= p:
-        return (f"per-token cost: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} "
-                f"us/token prefill, so the pull loses at every length; this box's pull path is the limit "
-                + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
-                   f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else ""))
+        return said("per_token_cost", (
+            f"per-token cost: each pulled token costs {t:.1f} us here{rate}, more than the profile's {p:.1f} "
+            f"us/token prefill, so the pull loses at every length; this box's pull path is the limit "
+            + (f"({t / profile.pull_us_per_token:.1f}x the profile's {profile.transport} "
+               f"{profile.pull_us_per_token:.1f} us/token)" if profile.has_pull else "")))
     breakeven = f * 1000 / (p - t) if f > 0 else 0
-    return (f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it pays from about "
-            f"{breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
+    return said("round_trips", f"round trips: a pull costs {f:.0f} ms fixed + {t:.1f} us/token here{rate}, so it "
+                f"pays from about {breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
 
 
 def missed(rows: list[dict]) -> str:
@@ -111,5 +123,5 @@ def missed(rows: list[dict]) -> str:
         return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
                 + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
                 + "); " + measured_cause("evicted"))
-    return (f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause not confirmed "
-            "(run `p2pctl test basic`, which explains a miss)")
+    return said("no_pull_seen", f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause "
+                "not confirmed (run `p2pctl test basic`, which explains a miss)")
