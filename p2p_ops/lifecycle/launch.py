@@ -224,7 +224,7 @@ def _not_ready_message(ctx: FleetContext, rep: FleetReport, timeout: float, dead
                      f"log: {ctx.proc('coordinator').log}")
     for i in (i for i in rep.instances if not i.ready(rep.expected_peers)):
         engine_side = i.server.reachable and i.server.p2p_state == "registered" and \
-            i.server.peer_count == rep.expected_peers
+            i.server.peer_count == rep.expected_peers and not i.misadvertised
         unit = ctx.unit("engine" if engine_side else "server", i.instance)
         lines.append(describe_failure(ctx, unit, i.problem(rep.expected_peers)))
     if rep.router is not None and not rep.router.ready:

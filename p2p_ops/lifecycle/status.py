@@ -15,7 +15,8 @@ from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.spec.model import Instance, Node
+from p2p_ops.spec.model import Fleet, Instance, Node
+from p2p_ops.spec.settings import hostport
 
 
 @dataclass
@@ -30,10 +31,12 @@ class InstanceReport:
     engine_url: str
     engine_lmcache: str = "n/a"     # the embedded engine's link to its server
     p2p: bool = True                # settings.p2p: false -> the server is meant to stay out of the mesh
+    misadvertised: str = ""         # what is wrong with the P2P URL the coordinator lists for it ("" if nothing)
 
     def ready(self, expected_peers: int) -> bool:
         s = self.server
-        meshed = not self.p2p or (s.p2p_state == "registered" and s.peer_count == expected_peers)
+        meshed = not self.p2p or (s.p2p_state == "registered" and s.peer_count == expected_peers
+                                  and not self.misadvertised)
         return (s.reachable and meshed and self.engine_healthy and self.engine_lmcache != "disconnected")
 
     def problem(self, expected_peers: int) -> str:
@@ -44,6 +47,8 @@ class InstanceReport:
             return "server does not answer /status"
         if self.p2p and s.p2p_state != "registered":
             return f"p2p_state is {s.p2p_state} (not registered with the coordinator)"
+        if self.misadvertised:
+            return self.misadvertised
         if self.p2p and s.peer_count != expected_peers:
             return f"sees {s.peer_count} peer(s) {s.peers}, expected {expected_peers}"
         if self.engine_proc != "running":
@@ -106,6 +111,20 @@ class FleetReport:
         }
 
 
+def misadvertised(fleet: Fleet, members: Optional[list[dict]]) -> dict[str, str]:
+    """Each P2P instance the coordinator lists under another URL than fleet.yaml places it at, and what is wrong.
+    Peers dial the listed URL; once a handshake to it has failed, LMCache's loopback pulls may still work, so a
+    full peer count alone can look ready on a URL that no peer can reach."""
+    listed = {str(e.get("instance_id")): str(e.get("p2p_advertised_url") or "") for e in members or []}
+    out = {}
+    for node, inst in fleet.instances():
+        got, want = listed.get(inst.id), hostport(node.address, inst.ports.p2p)
+        if got and got != want and fleet.effective_settings(inst).p2p:
+            out[inst.id] = (f"advertises P2P URL {got} but fleet.yaml places it at {want}: check "
+                            "LMCACHE_P2P_ADVERTISE_URL in its env.sh (`p2pctl render` rewrites it)")
+    return out
+
+
 def report(ctx: FleetContext) -> FleetReport:
     fleet = ctx.fleet
     read = ctx.for_each_node(lambda n: {st.name: st.state for st in procs.states(ctx.conn(n), ctx.procs(n))})
@@ -116,13 +135,16 @@ def report(ctx: FleetContext) -> FleetReport:
         res = read[node.name]
         states |= {p.name: "unreachable" for p in ctx.procs(node)} if isinstance(res, Exception) else res
 
+    members = lmcache_api.coordinator_instances(fleet.coordinator_url)
+    wrong = misadvertised(fleet, members)
+
     def instance(node: Node, inst: Instance) -> InstanceReport:
         surl, eurl = ctx.server_url(node, inst), ctx.engine_url(node, inst)
         healthy = engine_api.engine_healthy(eurl)
         link = engine_api.engine_lmcache_state(eurl) if healthy and fleet.runtime == "embedded" else "n/a"
         return InstanceReport(node.name, inst.id, states.get(f"{inst.id}/server", "none"),
                               states.get(f"{inst.id}/engine", "none"), lmcache_api.server_status(surl),
-                              healthy, surl, eurl, link, fleet.effective_settings(inst).p2p)
+                              healthy, surl, eurl, link, fleet.effective_settings(inst).p2p, wrong.get(inst.id, ""))
 
     # Three HTTP probes per instance: on a large fleet, one node after another would add up (bench/suite/fleet_scale).
     per_node = ctx.for_each_node(lambda n: [instance(n, inst) for inst in n.instances])
@@ -131,8 +153,7 @@ def report(ctx: FleetContext) -> FleetReport:
     items = [item for res in per_node.values() for item in res]  # type: ignore[union-attr]
     return FleetReport(fleet.name, fleet.coordinator_url, states.get(ctx.unit("coordinator").name, "none"),
                        lmcache_api.coordinator_healthy(fleet.coordinator_url),
-                       lmcache_api.coordinator_instances(fleet.coordinator_url),
-                       len(fleet.instances()) - 1, items, errors,
+                       members, len(fleet.instances()) - 1, items, errors,
                        fleet_router.status(ctx) if fleet.router.enabled else None)
 
 

@@ -237,6 +237,22 @@ def test_a_stopped_holder_stays_holder_down_when_the_judge_knows_only_that_it_st
     assert c.reason == "judged" and "LMCACHE_P2P_ADVERTISE_URL" in c.detail and "no running server" in c.detail
 
 
+
+def test_a_pull_from_a_peer_the_judge_finds_at_fault_stays_a_pull_and_names_the_risk():
+    """Seen in bench/results/diagnosis-2026-12-02d's rerun: node-c advertised 127.0.0.1:9, node-a had it as a
+    peer all the same (a loopback pull outlives the failed handshake), and explain said 8/8 served with no word of
+    the fault the doctor reported. The pull stands; the judge's cause is its risk."""
+    a, b = connected()
+    causes = judged([("error", "reach", "node-b -> node-a-0 p2p (advertised)", "127.0.0.1:9", "node node-b cannot "
+                      "open a TCP connection to node-a-0 p2p (advertised) at 127.0.0.1:9", "check the address")])
+    assert "node-a-0" in causes
+    n = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}, causes=causes)).nodes[0]
+    assert n.strip == "PP." and [c.reason for c in n.chunks[:2]] == ["judged", "judged"]
+    assert n.reasons == ["judged"] and "at risk from chunk 0" in n.verdict and "127.0.0.1:9" in n.verdict
+    assert n.chunks[0].describe() == "pull from node-a (at risk: judged)"
+    healthy = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]})).nodes[0]
+    assert healthy.reasons == [] and "at risk" not in healthy.verdict
+
 def test_after_the_first_miss_held_chunks_are_recomputed_too():
     a, b = connected()
     ex = explain(fleet(a, b, held={"k1": ["node-a-0"]}))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from p2p_ops.cli.fleet_cmds import _engine_health
 from p2p_ops.endpoints import lmcache_api
 from p2p_ops.lifecycle import status as fleet_status
+from p2p_ops.spec.model import Fleet
+from p2p_ops.spec.starter import local_fleet
 
 
 def report(link: str, healthy: bool = True, engine_proc: str = "running") -> fleet_status.InstanceReport:
@@ -36,3 +38,21 @@ def test_connected_engine_is_healthy_and_a_dead_one_shows_its_process_state():
 def test_engine_health_is_in_the_json_report():
     rows = fleet(report("disconnected"), report("connected")).to_json()["instances"]
     assert [r["engine_health"] for r in rows] == ["degraded: lmcache unreachable", "healthy"]
+
+
+
+def test_a_server_advertising_another_url_than_the_spec_is_not_ready():
+    """Seen in bench/results/diagnosis-2026-12-02d: node-c advertised 127.0.0.1:9, its peers still counted it once
+    a pull had worked around the failed handshake, and `wait` said ready while doctor's reach check failed."""
+    fleet_spec = Fleet.model_validate(local_fleet(3, name="adv"))
+    (_, a), (_, b), (_, c) = fleet_spec.instances()
+    members = [{"instance_id": a.id, "p2p_advertised_url": f"127.0.0.1:{a.ports.p2p}"},
+               {"instance_id": b.id, "p2p_advertised_url": "127.0.0.1:9"}]    # c not (yet) listed
+    wrong = fleet_status.misadvertised(fleet_spec, members)
+    assert list(wrong) == [b.id]
+    assert wrong[b.id].startswith(f"advertises P2P URL 127.0.0.1:9 but fleet.yaml places it at 127.0.0.1:{b.ports.p2p}")
+    r = report("connected")
+    r.misadvertised = wrong[b.id]
+    assert not r.ready(1) and r.problem(1) == wrong[b.id]
+    fleet_spec.settings.p2p = False     # out of the mesh: what it advertises is nobody's route
+    assert fleet_status.misadvertised(fleet_spec, members) == {}

@@ -29,6 +29,7 @@ from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.render import bin_dir_for
+from p2p_ops.lifecycle.status import misadvertised
 from p2p_ops.spec.model import Instance, Node
 from p2p_ops.spec.transfer_sizes import fleet_size_plan
 
@@ -198,16 +199,19 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
     progress("computing chunk keys with LMCache's hasher (once per machine and distinct settings)")
     _keys(ctx, views)
     lap("LMCache's hasher")
-    listed = {str(e.get("instance_id")) for e in lmcache_api.coordinator_instances(fleet.coordinator_url) or []}
+    members = lmcache_api.coordinator_instances(fleet.coordinator_url)
+    listed = {str(e.get("instance_id")) for e in members or []}
     for v in views.values():
         v.registered = v.instance in listed
     facts = ExplainFacts(fleet.name, fleet.runtime, prompt.label, list(views.values()),
                          targets or [i.id for _, i in fleet.instances()], computed_on=prompt.computed_on,
                          run=prompt.run, recorded=prompt.recorded)
-    if any(v.server_state != "running" or v.engine_degraded or v.p2p_state != "registered"
-           or len(v.peers) < len(views) - 1 for v in views.values()):
+    if misadvertised(fleet, members) or any(v.server_state != "running" or v.engine_degraded
+                                            or v.p2p_state != "registered" or len(v.peers) < len(views) - 1
+                                            for v in views.values()):
         # A state explain would blame (a server down, an engine degraded, a missing peer) has a cause the one
         # judge may know more specifically (a setting that differs, a transport the node lacks): read it once.
+        # A peer listed under another URL than the spec's may still serve a pull, but at risk: the judge says why.
         progress("asking the one judge what put those instances in that state")
         try:
             found = judged or judge(ctx)

@@ -94,7 +94,8 @@ class ChunkVerdict:
 
     def describe(self) -> str:
         recompute = "recompute" + (f": {self.reason}" if self.reason else "")
-        return {HIT: f"local hit ({self.here.upper()})", PULL: f"pull from {self.source}",
+        pull = f"pull from {self.source}" + (f" (at risk: {self.reason})" if self.reason else "")
+        return {HIT: f"local hit ({self.here.upper()})", PULL: pull,
                 PARTIAL: "never cached (partial chunk)"}.get(self.action, recompute)
 
 

@@ -110,11 +110,14 @@ def _summary(out: NodeExplanation, cs: int) -> tuple[str, list[str]]:
     if sources:
         parts.append(f"{out.count(PULL)} pulled from {', '.join(sources)}")
     misses = [c for c in full if c.action == RECOMPUTE]
-    reasons = list(dict.fromkeys(c.reason for c in misses))
+    at_risk = [c for c in served if c.reason]
+    reasons = list(dict.fromkeys(c.reason for c in misses + at_risk))
     head = f"{len(served)}/{len(full)} full chunks served" + (f" ({'; '.join(parts)})" if parts else "")
     if misses:
         first = misses[0]
         head += f"; recompute from chunk {first.index}: {first.reason}: {first.detail}"
+    elif at_risk:
+        head += f"; at risk from chunk {at_risk[0].index}: {at_risk[0].detail}"
     return head, reasons
 
 

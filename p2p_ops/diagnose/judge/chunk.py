@@ -20,7 +20,8 @@ catalogue, whose ruling-out evidence is checked before it is named (a chunk a li
 
 A state of the fleet (a server down, an engine degraded, a peer not connected) is a consequence where the fleet
 judge (`fleet.py`, read by explain's gather into `facts.causes`) names what put those instances in it with more
-specific evidence: the miss is then "judged", with that cause, so explain and the doctor name one cause.
+specific evidence: the miss is then "judged", with that cause, so explain and the doctor name one cause. A pull
+from a peer the judge finds at fault stays a pull, with that cause as its risk ("judged").
 """
 
 from __future__ import annotations
@@ -260,6 +261,10 @@ def _chunk(facts, x, c) -> None:
                 + measured_cause("l1_oom"))
             return
         c.action, c.source = PULL, _label(facts, connected[0])
+        if connected[0] in facts.causes:
+            # It may well be served (a loopback pull can outlive a failed handshake), but the source is at fault.
+            c.reason, c.detail = "judged", (f"{connected[0]} would serve it, but the one judge finds it at fault: "
+                                            f"{facts.causes[connected[0]]}")
         return
     if c.holders:
         c.reason, c.detail = _because(facts, c.holders, "peer_not_connected", _not_connected(facts, x, c.holders))
