@@ -652,8 +652,9 @@ def summarise(results: list[CaseResult]) -> dict:
                           "top1_answered": round(counts["correct"] / answered, 3) if answered else None}
     return {"per_verb": per_verb,
             "contradictions": sum(1 for r in results if r.contradiction),
-            "confident_wrong": sum(1 for r in results for c in r.cells.values()
-                                   if c.score == "wrong" and named(c)),
+            # A wrong cause, or "healthy"/"ready" where the case has a fault this verb must see: both are said
+            # with confidence (an abstention never is).
+            "confident_wrong": sum(1 for r in results for c in r.cells.values() if c.score == "wrong"),
             "cases": len(results)}
 
 
