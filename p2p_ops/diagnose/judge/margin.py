@@ -30,6 +30,7 @@ def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], pr
     aggregates) and turns, with the catalogue's fix where the figures confirm the cause."""
     hit_on, hit_off = _p50(on_turns, True), _p50(off_turns, True)
     cold_on, cold_off = _p50(on_turns, False), _p50(off_turns, False)
+    slower = cold_on / cold_off if cold_on and cold_off else 0.0   # recomputes with P2P on vs off
     saved = off.recomputed_tokens - on.recomputed_tokens
     figures = (f"{on.peer_tokens:,} tokens pulled; recomputed {on.recomputed_tokens:,} vs "
                f"{off.recomputed_tokens:,} tokens; TTFT p50 of cache hits {_ms(hit_on)} vs {_ms(hit_off)}, of "
@@ -44,9 +45,9 @@ def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], pr
     if on.peer_tokens == 0:
         why = ("no pull happened: every later turn hit its document's cache, so the policy kept each session "
                "where its document was, and P2P added only lookups")
-        if cold_on and cold_off and cold_on > SLOWER * cold_off:
+        if slower > SLOWER:
             return said("channel_poll", (
-                f"{why}, yet recomputes took {cold_on / cold_off:.1f}x longer with P2P on: each server's NIXL "
+                f"{why}, yet recomputes took {slower:.1f}x longer with P2P on: each server's NIXL "
                 f"transfer channel busy-polls a core (nixl 1.5.1), which a small box takes from the engines "
                 f"({figures})"))
         return said("no_pull_needed", f"{why} ({figures})")
@@ -54,9 +55,9 @@ def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], pr
         return said("pull_replaced_nothing", (
             "the pulls replaced no recompute: every pulled document would have been a local hit or was "
             f"recomputed anyway ({figures})"))
-    if cold_on and cold_off and cold_on > SLOWER * cold_off:
+    if slower > SLOWER:
         return said("cores_contended", (
-            f"the shared cores were busier with P2P on: recomputed turns took {cold_on / cold_off:.1f}x longer, "
+            f"the shared cores were busier with P2P on: recomputed turns took {slower:.1f}x longer, "
             f"so the servers' transfer work competed with the engines' compute ({figures})"))
     if hit_on and hit_off and hit_on > SLOWER * hit_off:
         return said("pull_costlier", (
