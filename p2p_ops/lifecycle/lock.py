@@ -31,6 +31,9 @@ LOCK_NAME = ".lock"
 # How long a second `up`/`down` waits by default: longer than a slow vLLM `up`, shorter than forever.
 WAIT_S = 900.0
 NOTE_EVERY_S = 15.0
+# A new holder writes its name just after it takes the flock; a waiter that reads in between finds the file empty
+# (or, after a killed holder, the dead one's name). It waits this long for the name before it says "not said".
+NAME_WAIT_S = 5.0
 
 
 class FleetBusy(CouldNotRun):
@@ -124,18 +127,36 @@ def fleet_lock(root: Path, fleet: str, wait_s: float = WAIT_S, progress: Callabl
         finally:
             st.depth -= 1
             if st.depth == 0 and st.fd is not None:
+                os.ftruncate(st.fd, 0)  # a waiter must never name a holder that has gone
                 os.close(st.fd)  # closing the last descriptor releases the flock
                 st.fd = None
     finally:
         st.turn.release()
 
 
+def _current_holder(path: Path) -> Optional[Holder]:
+    """The holder the lock file names, or None while it names nobody or a process of this host that has gone."""
+    holder = read_holder(path)
+    if holder is not None and holder.host == socket.gethostname():
+        try:
+            os.kill(holder.pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+    return holder
+
+
 def _acquire(path: Path, fleet: str, deadline: float, wait_s: float, progress: Callable[[str], None]) -> int:
     next_note = 0.0
+    name_by = time.monotonic() + NAME_WAIT_S
     while True:
         if (fd := _try_flock(path)) is not None:
             return fd
-        holder = read_holder(path)
+        holder = _current_holder(path)
+        if holder is None and time.monotonic() < name_by:
+            time.sleep(0.05)  # the holder is writing its name: wait for it rather than say nobody
+            continue
         who = holder.describe() if holder else "another p2pctl (it has not said who yet)"
         if time.monotonic() >= deadline:
             raise FleetBusy(f"fleet {fleet} is busy: {who} holds its lock ({path}); wait for it to finish and "

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from p2p_ops.harness.rundir import RunFolder, run_folder, run_state
+from p2p_ops.lifecycle import lock
 from p2p_ops.lifecycle.lock import FleetBusy, fleet_lock, last_down, read_holder, record_down
 from p2p_ops.spec.layout import RunLayout
 
@@ -66,6 +70,57 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     proc.wait(timeout=30)
     with fleet_lock(tmp_path, "f", wait_s=0) as me:  # at once: the kernel dropped the dead holder's flock
         assert read_holder(tmp_path / ".lock").pid == me.pid
+
+
+# Takes the flock as fleet_lock does, then writes its name only when told: the window a racing `up` once fell into.
+HOLD_UNNAMED = textwrap.dedent("""
+    import fcntl, json, os, sys
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("held", flush=True)
+    sys.stdin.readline()
+    os.pwrite(fd, json.dumps(dict(pid=os.getpid(), host=os.uname().nodename, command="p2pctl up", since=0)).encode(), 0)
+    print("named", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_a_waiter_waits_for_the_new_holder_to_say_who_it_is(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock, "NAME_WAIT_S", 120.0)  # generous: a busy box may stall the holder
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_UNNAMED, str(tmp_path / ".lock")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        threading.Timer(0.5, lambda: (proc.stdin.write("\n"), proc.stdin.flush())).start()
+        with pytest.raises(FleetBusy) as err:
+            with fleet_lock(tmp_path, "f", wait_s=0):
+                pass
+        assert f"`p2pctl up` (pid {proc.pid} on " in str(err.value), str(err.value)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_a_waiter_never_names_a_holder_that_has_gone(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock, "NAME_WAIT_S", 0.5)
+    with fleet_lock(tmp_path, "f", wait_s=0):
+        pass
+    assert read_holder(tmp_path / ".lock") is None  # released: the file names nobody
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    (tmp_path / ".lock").write_text(json.dumps(dict(pid=dead_pid, host=socket.gethostname(), command="p2pctl down",
+                                                    since=0)))  # as a SIGKILLed holder leaves it
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_UNNAMED, str(tmp_path / ".lock")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(FleetBusy) as err:
+            with fleet_lock(tmp_path, "f", wait_s=0):
+                pass
+        assert "it has not said who yet" in str(err.value) and f"pid {dead_pid}" not in str(err.value), str(err.value)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 def test_reentrant_within_one_thread(tmp_path):
