@@ -36,7 +36,7 @@ from p2p_ops.bench.strict_json import finite
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
-from p2p_ops.harness.matrix import OP_SECONDS, P2P_LOADS
+from p2p_ops.harness.matrix import OP_SECONDS
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle import launch
@@ -197,7 +197,7 @@ def _ask(run: _Run, s: Sample, prompt: str) -> None:
                 - metrics_api.metric_sum(before[which], name, **labels))
 
     s.cached_tokens, s.error = r.cached_tokens, r.error
-    s.load_tasks = delta(0, P2P_LOADS, l2_name="p2p")
+    s.load_tasks = delta(0, metrics_api.P2P_LOADS, l2_name="p2p")
     lookup, retrieve = delta(1, OP_SECONDS, op="lookup"), delta(1, OP_SECONDS, op="retrieve")
     s.lookup_ms = lookup * 1000 if lookup > 0 else None
     s.retrieve_ms = retrieve * 1000 if retrieve > 0 else None

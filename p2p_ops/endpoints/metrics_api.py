@@ -11,6 +11,8 @@ Sample = tuple[str, dict[str, str], float]
 # LMCache's L1 eviction counters: how many chunks its eviction loop deleted, and how often the loop ran.
 L1_EVICTED = "lmcache_mp_l1_evicted_chunks_total"
 L1_EVICTION_RUNS = "lmcache_mp_l1_eviction_loop_triggered_total"
+# Loads an L2 adapter completed into this server (label l2_name="p2p": pulls from peers).
+P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 
 
 def _parse(text: str) -> list[Sample]:

@@ -32,7 +32,7 @@ from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.monitor import L1_USED, P2P_LOADS
+from p2p_ops.observe.monitor import L1_USED
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import Check, check_table, figure_table
 
@@ -190,7 +190,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     def delta(which: str, name: str, **labels: str) -> float:
         return grew(before[which], after[which], name, **labels)
 
-    p2p_loads = delta("b", P2P_LOADS, l2_name="p2p")
+    p2p_loads = delta("b", metrics_api.P2P_LOADS, l2_name="p2p")
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
     own_l1 = request.own_l1_hit(p2p_loads, peer_hit_tokens, delta("b", L1_HIT_TOKENS))
     vllm = ctx.fleet.runtime == "vllm"
@@ -211,7 +211,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         Check(f"{ib.id} served the prefix from cache", r_b.cached_tokens >= need,
               f"cached_tokens={r_b.cached_tokens}, need >= {need} ((chunks-1) x chunk size)"),
         Check(f"{ib.id}'s server pulled from its peer", p2p_loads > 0,
-              f"{P2P_LOADS}{{l2_name=\"p2p\"}} rose by {p2p_loads:g}; peer-served tokens {peer_hit_tokens:g}"),
+              f"{metrics_api.P2P_LOADS}{{l2_name=\"p2p\"}} rose by {p2p_loads:g}; peer-served tokens {peer_hit_tokens:g}"),
         Check("outputs identical on A and B", r_a.ok and r_b.ok and bool(r_a.text) and r_a.text == r_b.text,
               f"A={r_a.text[:40]!r} B={r_b.text[:40]!r}"),
         Check(f"control prompt computed cold on {ib.id}", r_c.ok and r_c.cached_tokens == 0,

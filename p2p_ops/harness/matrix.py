@@ -33,7 +33,6 @@ from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe import charts
-from p2p_ops.observe.monitor import P2P_LOADS
 
 MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
 OP_SECONDS = "p2p_engine_lmcache_op_seconds_sum"
@@ -176,7 +175,7 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
     def delta(which: int, name: str, **labels: str) -> float:
         return basic.grew(before[which], after[which], name, **labels)
 
-    loads = delta(0, P2P_LOADS, l2_name="p2p")
+    loads = delta(0, metrics_api.P2P_LOADS, l2_name="p2p")
     pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=loads,
                 kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
                 own_l1=request.own_l1_hit(loads, delta(0, basic.PEER_HIT_TOKENS), delta(0, basic.L1_HIT_TOKENS)),

@@ -19,7 +19,6 @@ from p2p_ops.observe.stats import fmt
 
 Samples = list[tuple[str, dict[str, str], float]]
 
-P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 HIT_TOKENS = "lmcache_mp_lookup_hit_tokens_total"
 REQ_TOKENS = "lmcache_mp_lookup_requested_tokens_total"
 L1_USED = "lmcache_mp_l1_memory_usage_bytes"
@@ -83,8 +82,8 @@ def frame_from_samples(instance: str, node: str, server_before: Samples, server_
     """Pure: one node's frame from two scrapes of its server and engine, dt seconds apart."""
     up = bool(server_after) or bool(engine_after)
     s = metrics_api.metric_sum
-    loads_total = s(server_after, P2P_LOADS, l2_name="p2p")
-    loads_rate = max(0.0, loads_total - s(server_before, P2P_LOADS, l2_name="p2p")) / dt if dt > 0 else 0.0
+    loads_total = s(server_after, metrics_api.P2P_LOADS, l2_name="p2p")
+    loads_rate = max(0.0, loads_total - s(server_before, metrics_api.P2P_LOADS, l2_name="p2p")) / dt if dt > 0 else 0.0
     d_hit = s(server_after, HIT_TOKENS) - s(server_before, HIT_TOKENS)
     d_req = s(server_after, REQ_TOKENS) - s(server_before, REQ_TOKENS)
     if d_req > 0:
@@ -137,8 +136,8 @@ def frame_prometheus(prom_url: str, ctx: FleetContext, window: str = "1m") -> li
     # Keyed by NodeFrame field: an instance a query has no value for keeps the field's default (0 or None).
     q = {k: by_instance(query) for k, query in {
         "up": 'max by (fleet_instance) (up{job="lmcache_server"})',
-        "p2p_loads_total": f'sum by (fleet_instance) ({P2P_LOADS}{{l2_name="p2p"}})',
-        "p2p_loads_per_s": f'sum by (fleet_instance) (rate({P2P_LOADS}{{l2_name="p2p"}}[{window}]))',
+        "p2p_loads_total": f'sum by (fleet_instance) ({metrics_api.P2P_LOADS}{{l2_name="p2p"}})',
+        "p2p_loads_per_s": f'sum by (fleet_instance) (rate({metrics_api.P2P_LOADS}{{l2_name="p2p"}}[{window}]))',
         "hit_ratio": f'sum by (fleet_instance) (increase({HIT_TOKENS}[{window}])) / '
                      f'sum by (fleet_instance) (increase({REQ_TOKENS}[{window}]))',
         "l1_used_bytes": f"sum by (fleet_instance) ({L1_USED})",

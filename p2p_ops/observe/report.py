@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from p2p_ops import files
+from p2p_ops.endpoints import metrics_api
 from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
 from p2p_ops.errors import BadInput
-from p2p_ops.observe.monitor import P2P_LOADS
 from p2p_ops.observe.records import RequestRecord, read_csv
 from p2p_ops.observe.stats import fmt, percentile
 
@@ -138,7 +138,7 @@ def p2p_between(before: dict, after: dict) -> dict[str, dict[str, Optional[float
 
     return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
                    "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
-                   "p2p_loads": delta(inst, "server_metrics", P2P_LOADS, '"p2p"') or 0.0} for inst in after}
+                   "p2p_loads": delta(inst, "server_metrics", metrics_api.P2P_LOADS, '"p2p"') or 0.0} for inst in after}
 
 
 def node_bytes(run_dir: Path) -> dict[str, dict[str, Optional[float]]]:

@@ -181,7 +181,18 @@ def test_lookups_that_time_out_turn_a_pull_into_a_miss():
     a, b = connected(lookup_timeouts=["P2P lookup task 3 timed out; treating as a miss"])
     ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
     c = ex.nodes[0].chunks[0]
-    assert c.reason == "lookup_timeout" and "task 3 timed out" in c.detail
+    assert ex.nodes[0].strip == "xx." and c.reason == "lookup_timeout" and "task 3 timed out" in c.detail
+
+
+def test_a_lookup_timeout_beside_completed_pulls_is_a_risk_not_a_miss():
+    """Stop 38's CI: one lookup of node-b timed out on a busy box, yet its proof pulled every chunk from node-a;
+    explain said 'recompute from chunk 0: lookup_timeout'. Completed pulls rule out lookups that always time out."""
+    a, b = connected(lookup_timeouts=["P2P lookup task 5 timed out; treating as a miss"], p2p_loads=3.0)
+    ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
+    n = ex.nodes[0]
+    assert n.strip == "PP." and not ex.misses
+    assert n.chunks[0].reason == "lookup_timeout" and "3 of its pulls" in n.chunks[0].detail
+    assert "at risk from chunk 0" in n.verdict and "task 5 timed out" in n.verdict
 
 
 def test_a_degraded_engine_asks_nobody():

@@ -67,6 +67,7 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
         samples = metrics_api.scrape(surl)
         view.evicted_keys = metrics_api.metric_sum(samples, metrics_api.L1_EVICTED)
         view.eviction_runs = metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)
+        view.p2p_loads = metrics_api.metric_sum(samples, metrics_api.P2P_LOADS, l2_name="p2p")
     if view.engine_state != "running":
         view.tokenize_error = f"{inst.id}'s engine is not running ({view.engine_state})"
         return

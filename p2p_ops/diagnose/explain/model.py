@@ -45,6 +45,7 @@ class InstanceView:
     l1_total: int = 0
     chunk_bytes: int = 0                     # one chunk's KV in L1 (the embedded engine's profile; 0: unknown)
     lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
+    p2p_loads: float = 0.0                   # pulls from peers its server completed since it started
     tokens_by_source: dict[str, float] = field(default_factory=dict)   # vLLM: prompt tokens by source
 
     @property

@@ -50,8 +50,10 @@ CAUSES = _causes(
           "a directory answer", "start the coordinator or fix its URL, then explain again", "fleet",
           confirmed=False),
     Cause("lookup_timeout", "a connected peer holds the chunk, but the target's P2P lookups time out",
-          "a connected peer holds it and the target's server.log has 'P2P lookup ... timed out' lines",
-          "no timed-out lookup in its server.log", "`p2pctl diagnose \"p2p lookup timed out\"` walks the causes "
+          "a connected peer holds it, the target's server.log has 'P2P lookup ... timed out' lines and none of "
+          "its pulls from a peer completed since its server started",
+          "no timed-out lookup in its server.log; pulls it completed (then the timeouts are intermittent: the "
+          "pull is shown at risk, not as a miss)", "`p2pctl diagnose \"p2p lookup timed out\"` walks the causes "
           "(a peer's transfer channel, the network between them)", "instance"),
     Cause("l1_oom", "L1 cannot hold the restore buffers",
           "the prefix's chunks up to this one exceed the target's L1 below its eviction watermark, or its "

@@ -7,7 +7,8 @@ L1, then each P2P peer adapter in order), so after the first chunk it cannot get
 recomputed too ("prefix_broken"), whatever the fleet holds.
 
 Miss reasons, most specific first: the target's server or engine cannot ask (server_down, engine_degraded,
-not_registered); a connected peer holds it but lookups time out (lookup_timeout), or the target's L1 cannot
+not_registered); a connected peer holds it but lookups time out and no pull has ever completed (lookup_timeout;
+timeouts beside completed pulls are intermittent, and the pull is shown at risk), or the target's L1 cannot
 hold the restore buffers of the prefix up to it (l1_oom, the prefetch fallback's own name); only peers the target
 is not connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving
 peer keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
@@ -247,11 +248,12 @@ def _chunk(facts, x, c) -> None:
     connected = [h for h in x.adapter_order + sorted(x.peers) if h in c.holders and h in x.peers
                  and (facts.view(h) is not None and facts.view(h).server_state == "running")]
     if connected:
-        if x.lookup_timeouts:
+        timeouts = (f"{len(x.lookup_timeouts)} recent timed-out lookup(s) in its server.log, last: "
+                    f"{x.lookup_timeouts[-1][:160]}") if x.lookup_timeouts else ""
+        if timeouts and not x.p2p_loads:
             c.reason, c.detail = "lookup_timeout", (
-                f"{connected[0]} holds it, but {x.instance}'s lookups time out ({len(x.lookup_timeouts)} "
-                f"recent line(s) in its server.log, last: {x.lookup_timeouts[-1][:160]}): a timed-out lookup "
-                "counts as a miss")
+                f"{connected[0]} holds it, but {x.instance}'s lookups time out ({timeouts}) and none of its pulls "
+                "from a peer has completed since its server started: a timed-out lookup counts as a miss")
             return
         if x.chunk_bytes and x.l1_total and (c.index + 1) * x.chunk_bytes > EVICTION_WATERMARK * x.l1_total:
             c.reason, c.detail = "l1_oom", (
@@ -261,6 +263,12 @@ def _chunk(facts, x, c) -> None:
                 + measured_cause("l1_oom"))
             return
         c.action, c.source = PULL, _label(facts, connected[0])
+        if timeouts:
+            # Its pulls also complete, so the timeouts are intermittent (a busy peer, a slow poll): a request whose
+            # lookup times out is recomputed, one whose lookup answers is served. A risk, not a confirmed miss.
+            c.reason, c.detail = "lookup_timeout", (
+                f"{x.instance}'s lookups time out at times ({timeouts}), while {x.p2p_loads:g} of its pulls from "
+                "a peer completed since its server started: a request whose lookup times out is recomputed")
         if connected[0] in facts.causes:
             # It may well be served (a loopback pull can outlive a failed handshake), but the source is at fault.
             c.reason, c.detail = "judged", (f"{connected[0]} would serve it, but the one judge finds it at fault: "
