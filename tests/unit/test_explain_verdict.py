@@ -185,7 +185,7 @@ def test_lookups_that_time_out_turn_a_pull_into_a_miss():
 
 
 def test_a_lookup_timeout_beside_completed_pulls_is_a_risk_not_a_miss():
-    """Stop 38's CI: one lookup of node-b timed out on a busy box, yet its proof pulled every chunk from node-a;
+    """Stop 37's CI: one lookup of node-b timed out on a busy box, yet its proof pulled every chunk from node-a;
     explain said 'recompute from chunk 0: lookup_timeout'. Completed pulls rule out lookups that always time out."""
     a, b = connected(lookup_timeouts=["P2P lookup task 5 timed out; treating as a miss"], p2p_loads=3.0)
     ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))

@@ -42,7 +42,7 @@ def write_vllm_fleet(path: Path, model: Path, n_nodes: int = 2, name: str = "vll
     data = local_fleet(n_nodes, name=name, base=choose(n_nodes).base, runtime="vllm",
                        vllm={"model_path": str(model), "venv": str(VLLM_VENV)}, cpu_count=os.cpu_count() or 1)
     # Short peer timeouts: a dead peer must not hold a request for the default 30 s. Lookups get 10 s: a
-    # lookup once timed out after 5 s on a busy 2-core box running two vLLM engines (stop 38's CI).
+    # lookup once timed out after 5 s on a busy 2-core box running two vLLM engines (stop 37's CI).
     data["settings"].update(p2p_lookup_timeout=10.0, p2p_load_timeout=5.0)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
