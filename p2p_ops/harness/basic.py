@@ -211,7 +211,8 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         Check(f"{ib.id} served the prefix from cache", r_b.cached_tokens >= need,
               f"cached_tokens={r_b.cached_tokens}, need >= {need} ((chunks-1) x chunk size)"),
         Check(f"{ib.id}'s server pulled from its peer", p2p_loads > 0,
-              f"{metrics_api.P2P_LOADS}{{l2_name=\"p2p\"}} rose by {p2p_loads:g}; peer-served tokens {peer_hit_tokens:g}"),
+              f"{metrics_api.P2P_LOADS}{{l2_name=\"p2p\"}} rose by {p2p_loads:g}; "
+              f"peer-served tokens {peer_hit_tokens:g}"),
         Check("outputs identical on A and B", r_a.ok and r_b.ok and bool(r_a.text) and r_a.text == r_b.text,
               f"A={r_a.text[:40]!r} B={r_b.text[:40]!r}"),
         Check(f"control prompt computed cold on {ib.id}", r_c.ok and r_c.cached_tokens == 0,
