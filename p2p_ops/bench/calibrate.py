@@ -17,7 +17,6 @@ or emulated.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,7 +31,7 @@ from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
-from p2p_ops.observe.stats import with_spread
+from p2p_ops.observe.stats import median, span, straddles, with_spread
 from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, l1_shortfall, size_plan
 from p2p_runtime.profiles import TINY
@@ -167,8 +166,7 @@ def summary(doc: dict[str, Any]) -> str:
               "TTFT recomputed on B (ms) | Pull speed-up | Cached tokens on B |", "|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "n/a"
-        runs = r.get("pulled_runs_s")
-        pulled = with_spread(r["ttft_pulled_b_s"] * 1000, [min(runs) * 1000, max(runs) * 1000] if runs else None)
+        pulled = with_spread(r["ttft_pulled_b_s"] * 1000, span(s * 1000 for s in r.get("pulled_runs_s") or []))
         lines.append(f"| {r['tokens']} | {r['ttft_cold_a_s'] * 1000:.0f} | {pulled} | "
                      f"{r['ttft_recompute_b_s'] * 1000:.0f} | {speed} | {r['cached_tokens_b']} |")
     for f in doc["failures"]:
@@ -202,7 +200,7 @@ def summary(doc: dict[str, Any]) -> str:
 
 def _as_run(doc: dict[str, Any]) -> str:
     """What the measured advice is about, so it is never mistaken for the GPU answer below it."""
-    per_token = statistics.median(r["ttft_recompute_b_s"] * 1e6 / r["tokens"] for r in doc["rows"])
+    per_token = median(r["ttft_recompute_b_s"] * 1e6 / r["tokens"] for r in doc["rows"])
     return (f"This fleet as it runs (recompute measured at {per_token:.0f} us/token on this box, the emulated "
             "GPU's cost only where the CPU is faster)")
 
@@ -261,14 +259,12 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
               "pull_published_ms": profile.pull_ms(r["tokens"], **weigh) if profile.has_pull else None,
               "pulled": r["cached_tokens_b"] > 0, "fallbacks_b": r.get("fallbacks_b") or {},
               "evictions_a": r.get("evictions_a") or 0,
-              "pull_range_ms": [min(runs) * 1000, max(runs) * 1000] if (runs := r.get("pulled_runs_s")) else None}
+              "pull_range_ms": span(s * 1000 for s in r.get("pulled_runs_s") or [])}
              for r in rows]
     wins = [t["pulled"] and t["pull_measured_ms"] < t["prefill_emulated_ms"] for t in table]
     for t, won in zip(table, wins):
-        # The emulated prefill inside the spread of the repeats' pulls: the median's side is chance on this box.
-        spread = t["pull_range_ms"] and t["pulled"] and t["pull_range_ms"][0] <= t["prefill_emulated_ms"] <= \
-            t["pull_range_ms"][1]
-        t["pays"] = "inconclusive" if spread else "yes" if won else "no"
+        unsure = t["pulled"] and straddles(t["pull_range_ms"], t["prefill_emulated_ms"])
+        t["pays"] = "inconclusive" if unsure else "yes" if won else "no"
     published = profile.crossover_tokens
     fit = pull_fit(rows)
     return {"profile": profile.name, "rows": table,

@@ -24,7 +24,6 @@ requester's own P2P load-task count (one task per peer read) as the check. What 
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -44,7 +43,7 @@ from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import peers_plot
-from p2p_ops.observe.stats import percentile
+from p2p_ops.observe.stats import median, percentile
 from p2p_ops.spec.starter import local_fleet
 
 SIZES = (2, 4, 8)
@@ -321,15 +320,11 @@ def _row(key: tuple, group: list[Sample]) -> dict:
     return {"nodes": nodes, "scenario": scenario, "where": where, "samples": len(group),
             "passed": sum(s.ok for s in group), "holders": sorted({h for s in group for h in s.holders}),
             "serving_peer": ", ".join(served) or "none",
-            "cached_tokens": _median([s.cached_tokens for s in group]), "need": max(s.need for s in group),
-            "load_tasks": _median([s.load_tasks for s in group]),
+            "cached_tokens": median(s.cached_tokens for s in group), "need": max(s.need for s in group),
+            "load_tasks": median(s.load_tasks for s in group),
             "lookup_ms_p50": percentile(lookups, 50), "lookup_ms_p99": percentile(lookups, 99),
             "pull_ms_p50": percentile(pulls, 50) if pulls else None,
             "errors": sorted({s.error for s in group if s.error})}
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
 
 
 def target(rows_: list[dict]) -> dict:

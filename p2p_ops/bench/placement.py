@@ -21,7 +21,6 @@ is the one judge's (`diagnose.judge.margin.placement`), from the run's own figur
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,7 +40,7 @@ from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
 from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
 from p2p_ops.observe.records import RequestRecord
-from p2p_ops.observe.stats import percentile, span, with_spread
+from p2p_ops.observe.stats import median, percentile, span, straddles, with_spread
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import dump_yaml, local_fleet
@@ -55,6 +54,7 @@ KV_INPUTS = "vllm_router_kv_routing_inputs_total"
 SPREAD = ("req_per_s", "ttft_p50_ms", "ttft_p90_ms")
 # 3: the fewest repeats whose median is not one of two ends; 5 for a full run, as llm-d's published medians.
 QUICK_REPEATS, FULL_REPEATS = 3, 5
+NAN = float("nan")
 
 
 @dataclass
@@ -250,11 +250,6 @@ def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: Pla
     bench_plots.placement(out_dir, aggregate(results))
 
 
-def _median(values: list[float]) -> float:
-    finite = [v for v in values if v == v]
-    return statistics.median(finite) if finite else float("nan")
-
-
 def aggregate(results: list[ArmResult]) -> list[ArmResult]:
     """One row per arm (policy, P2P) over its runs without an error: each figure their median (tokens rounded),
     turns and failed their sums, `spread` the SPREAD figures' min-max; a fleet that failed stays its own row."""
@@ -262,10 +257,10 @@ def aggregate(results: list[ArmResult]) -> list[ArmResult]:
     for policy, p2p in dict.fromkeys((r.policy, r.p2p) for r in results if not r.error):
         runs = [r for r in results if (r.policy, r.p2p) == (policy, p2p) and not r.error]
         first = runs[0]
-        medians = {f: _median([getattr(r, f) for r in runs]) for f in
+        medians = {f: median((getattr(r, f) for r in runs), NAN) for f in
                    ("wall_s", "req_per_s", "ttft_p50_ms", "ttft_p90_ms", "prompt_tokens", "local_tokens",
                     "peer_tokens", "recomputed_tokens", "kv_hits", "kv_inputs")}
-        medians = {f: round(v) if isinstance(getattr(first, f), int) and v == v else v for f, v in medians.items()}
+        medians = {f: round(v) if isinstance(getattr(first, f), int) else v for f, v in medians.items()}
         out.append(replace(first, **medians, turns=sum(r.turns for r in runs), failed=sum(r.failed for r in runs),
                            repeat=0, repeats=len(runs),
                            spread={f: s for f in SPREAD if (s := span(getattr(r, f) for r in runs))}))
@@ -287,7 +282,7 @@ def margins(results: list[ArmResult]) -> dict[str, dict]:
                   "ttft_p50_x": [off.ttft_p50_ms / on.ttft_p50_ms for on, off in pairs],
                   "ttft_p90_x": [off.ttft_p90_ms / on.ttft_p90_ms if on.ttft_p90_ms else float("nan")
                                  for on, off in pairs]}
-        out[policy] = {**{k: _median(v) for k, v in ratios.items()}, "repeats": len(pairs),
+        out[policy] = {**{k: median(v, NAN) for k, v in ratios.items()}, "repeats": len(pairs),
                        "range": {k: span(v) for k, v in ratios.items()}}
     return out
 
@@ -346,10 +341,6 @@ def _req_range(a: ArmResult) -> list[float]:
     return a.spread.get("req_per_s") or [a.req_per_s, a.req_per_s]
 
 
-def _straddles(r: Optional[list[float]], x: float) -> bool:
-    return bool(r) and r[0] != r[1] and r[0] <= x <= r[1]
-
-
 def recommend(results: list, margins: dict[str, dict], workload: Any, profile: TimingProfile) -> str:
     """The arm with the most served req/s (median over its repeats) among those without failures, and whether P2P
     pays under it; 'inconclusive on this box' where another arm's req/s range reaches the leader's, or where
@@ -369,7 +360,7 @@ def recommend(results: list, margins: dict[str, dict], workload: Any, profile: T
     else:
         line += f"run {_arm(best)}"
     m = margins.get(best.policy)
-    unsure = bool(m) and _straddles(m["range"]["throughput_x"], 1.0)
+    unsure = bool(m) and straddles(m["range"]["throughput_x"], 1.0)
     if unsure:
         line += (f"; P2P's margin under {best.policy} is inconclusive on this box ({_x(m, 'throughput_x')} req/s "
                  f"over {m['repeats']} repeats, on both sides of 1)")
@@ -395,7 +386,7 @@ def explanations(results: list, margins: dict[str, dict], turns: list[dict],
         on, off = (next(r for r in arms if r.policy == policy and r.p2p == p and not r.error) for p in (True, False))
         arm = {p: [t for t in turns if t.get("arm") == f"{policy}-p2p-{p}"] for p in ("on", "off")}
         out[policy] = margin.placement(on, off, arm["on"], arm["off"], profile)
-        if _straddles(v["range"]["throughput_x"], 1.0):
+        if straddles(v["range"]["throughput_x"], 1.0):
             out[policy] = (f"inconclusive on this box, the {v['repeats']} repeats' req/s margins lie on both sides "
                            f"of 1 ({_x(v, 'throughput_x')}); if real: {out[policy]}")
     return out

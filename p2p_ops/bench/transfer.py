@@ -14,7 +14,6 @@ inside the prefix's p50 range is 'inconclusive on this box'.
 from __future__ import annotations
 
 import shlex
-import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -29,7 +28,7 @@ from p2p_ops.lifecycle.free_ports import free_port
 from p2p_ops.lifecycle.nic_plan import read_plans
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.observe import bench_plots
-from p2p_ops.observe.stats import span, with_spread
+from p2p_ops.observe.stats import median, span, straddles, with_spread
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, need_ms as fleet_need_ms
 
@@ -86,9 +85,7 @@ def per_size(runs: list[dict]) -> list[dict]:
                "error": next((r["error"] for r in mine if not r["ok"]), ""),
                "note": next((r["note"] for r in mine if r.get("note")), ""),
                "gbps_range": span(r.get("median_gbps") for r in good), "p50_range": span(r.get("p50_ms") for r in good)}
-        for f in ("median_gbps", "p50_ms", "p99_ms"):
-            vals = [r[f] for r in good if r.get(f) is not None]
-            row[f] = statistics.median(vals) if vals else None
+        row.update({f: median(r.get(f) for r in good) for f in ("median_gbps", "p50_ms", "p99_ms")})
         if "overlapped" in row:
             row["overlapped"] = all(r["overlapped"] for r in mine)
         out.append(row)
@@ -106,7 +103,7 @@ def verdict(rows: list[dict], need_ms: float, what: str = "the prefix") -> tuple
     shown = with_spread(took, spread, "{:.1f}") if took is not None else "n/a"
     tail = (f"; inconclusive on this box: its {len(last.get('runs', []))} sweeps read it in {spread[0]:.1f}-"
             f"{spread[1]:.1f} ms, on both sides of {need_ms:g} ms; more --repeats or an idle box would decide it"
-            if spread and spread[0] <= need_ms <= spread[1] and spread[0] != spread[1] else "")
+            if straddles(spread, need_ms) else "")
     if took is None or took > need_ms:
         return False, (f"SLOW: {what} ({mib:.1f} MiB) reads in {shown} ms (p50), more than the {need_ms:g} ms "
                        f"the fleet needs; check the NIC plan (`p2pctl probe`) and `p2pctl rails`{tail}")

@@ -7,21 +7,26 @@ from typing import Iterable, Optional, Sequence
 
 
 def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
-    """The percentile q (0..100) of `values` (None entries skipped), interpolated linearly between the two
+    """The percentile q (0..100) of `values` (None and NaN skipped), interpolated linearly between the two
     nearest ranks; None for no data.
 
     The project's one definition, in every report, plot and benchmark: numpy's default (type 7, `statistics`'
     "inclusive"), which is what `vllm bench serve` reports, so our p50/p99 sit beside its figures unchanged.
     """
-    vals = sorted(v for v in values if v is not None)
+    vals = sorted(v for v in values if v is not None and v == v)
     if not vals:
         return None
-    if len(vals) == 1:
-        return vals[0]
     pos = (len(vals) - 1) * q / 100.0
     lo = int(pos)
-    hi = min(lo + 1, len(vals) - 1)
-    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+    if pos == lo:   # a rank itself: that value, exactly (an int stays an int)
+        return vals[lo]
+    return vals[lo] + (vals[lo + 1] - vals[lo]) * (pos - lo)
+
+
+def median(values: Iterable[Optional[float]], default: Optional[float] = None) -> Optional[float]:
+    """percentile 50; `default` for no data."""
+    m = percentile(values, 50)
+    return default if m is None else m
 
 
 def fmt(v: Optional[float], spec: str = "{:g}", scale: float = 1.0, none: str = "-") -> str:
@@ -42,3 +47,10 @@ def with_spread(median: float, spread: Optional[Sequence[float]], spec: str = "{
     if spread and spread[0] != spread[1]:
         cell += f" ({spec.format(spread[0])}-{spec.format(spread[1])})"
     return cell
+
+
+def straddles(spread: Optional[Sequence[float]], threshold: float) -> bool:
+    """Whether repeats whose min-max is `spread` lie on both sides of `threshold`, so that the median's side is
+    chance: lo < threshold < hi. A repeat equal to the threshold is on neither side, so a range that only touches
+    it (or a single value) decides."""
+    return bool(spread) and spread[0] < threshold < spread[1]

@@ -5,10 +5,10 @@ run's own figures. A margin the figures do not explain is "run-to-run variation"
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Optional
 
 from p2p_ops.diagnose.judge.catalogue import CAUSES, measured_cause
+from p2p_ops.observe.stats import median
 
 # Below this difference a margin is run-to-run variation on a shared box (bench/README.md: runs swing ~10 %).
 NOISE = 0.10
@@ -16,9 +16,9 @@ NOISE = 0.10
 SLOWER = 1.2
 
 
-def _p50(turns: list[dict], hit: bool) -> Optional[float]:
-    ms = [t["ttft_s"] * 1000 for t in turns if t["ok"] and (t["cached_tokens"] > 0) == hit]
-    return statistics.median(ms) if ms else None
+def _ttft_p50(turns: list[dict], hit: bool) -> Optional[float]:
+    """Of the cache hits, or of the recomputes."""
+    return median(t["ttft_s"] * 1000 for t in turns if t["ok"] and (t["cached_tokens"] > 0) == hit)
 
 
 def _ms(v: Optional[float]) -> str:
@@ -28,8 +28,8 @@ def _ms(v: Optional[float]) -> str:
 def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: Any) -> str:
     """Why P2P's margin under one placement policy fell below 1, from the arms' figures (`on`, `off`: their
     aggregates) and turns, with the catalogue's fix where the figures confirm the cause."""
-    hit_on, hit_off = _p50(on_turns, True), _p50(off_turns, True)
-    cold_on, cold_off = _p50(on_turns, False), _p50(off_turns, False)
+    hit_on, hit_off = _ttft_p50(on_turns, True), _ttft_p50(off_turns, True)
+    cold_on, cold_off = _ttft_p50(on_turns, False), _ttft_p50(off_turns, False)
     slower = cold_on / cold_off if cold_on and cold_off else 0.0   # recomputes with P2P on vs off
     saved = off.recomputed_tokens - on.recomputed_tokens
     figures = (f"{on.peer_tokens:,} tokens pulled; recomputed {on.recomputed_tokens:,} vs "
