@@ -1,35 +1,27 @@
-"""Which placement, and what P2P adds under each: document QA through vllm-router, P2P on and off.
+"""`bench placement`'s runner: document QA through vllm-router under each policy, P2P on and off, on local
+fleets; the answer is `placement_verdict`'s.
 
-Two local fleets are started one after the other from the same spec: one whose servers join the P2P mesh and
-one whose servers do not (`settings.p2p: false`, no `--p2p-advertise-url`). On each, the router is restarted
-once per policy and the same document-QA workload runs with fresh documents, so no arm is served from what an
-earlier one cached. Every finished arm is written out at once: a failure later keeps the rows before it.
-
-Each arm (policy, P2P) runs `repeats` times, interleaved: every repeat starts both fleets afresh and runs every
-policy on each, in an order rotated per repeat, so a neighbour's load on a shared box falls on all arms alike.
-An arm's figures are the median over its repeats with their min-max (`aggregate`); a P2P margin pairs the on and
-off runs of the same repeat. When another arm's req/s range reaches the leading arm's, or the P2P margin's
-range spans 1, the answer says "inconclusive on this box" and what would decide it.
-
-Ports: the default plan, the router's included, at the first offset where all are free, or exactly at
-`--port-offset K`; the choice is printed (one progress line) and kept in results.json.
-
-The answer (`recommend`, `explanations`) is pure functions over the arms and turns; why a P2P margin fell below 1
-is the one judge's (`diagnose.judge.margin.placement`), from the run's own figures.
+Per repeat, two fleets of one spec start one after the other, one in the P2P mesh and one out of it
+(`settings.p2p: false`); on each the router restarts once per policy, in an order rotated per repeat so a shared
+box's load falls on all arms alike, and every arm asks about fresh documents so none is served from an earlier
+arm's cache. Each finished arm is written at once: a later failure keeps it. Before anything starts the run
+refuses bad options, a taken port (`free_ports.choose`; the choice is printed and kept in results.json) and a
+checkout without what the arms run (`missing_setup`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.bench import docqa
-from p2p_ops.bench.strict_json import finite
-from p2p_ops.diagnose.judge import margin
+from p2p_ops.bench.placement_verdict import (FULL_REPEATS, NAN, QUICK_REPEATS, ArmResult, aggregate, document,
+                                             markdown, summarize)
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.harness.basic import PEER_HIT_TOKENS
@@ -39,22 +31,16 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import PortChoice, choose, router_ports
 from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
-from p2p_ops.observe.records import RequestRecord
-from p2p_ops.observe.stats import median, percentile, span, straddles, with_spread
+from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.load import load_fleet
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import dump_yaml, local_fleet
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
-from p2p_runtime.timing_profiles import TIMING_PROFILES, TimingProfile
+from p2p_runtime.timing_profiles import TIMING_PROFILES
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 KV_HITS = "vllm_router_kv_placement_lookups_total"
 KV_INPUTS = "vllm_router_kv_routing_inputs_total"
-# Figures shown as median (min-max) over an arm's repeats; the others are medians only.
-SPREAD = ("req_per_s", "ttft_p50_ms", "ttft_p90_ms")
-# 3: the fewest repeats whose median is not one of two ends; 5 for a full run, as llm-d's published medians.
-QUICK_REPEATS, FULL_REPEATS = 3, 5
-NAN = float("nan")
 
 
 @dataclass
@@ -98,38 +84,16 @@ class PlacementOptions:
                            "(a second question is what a cache can serve)")
 
 
-@dataclass
-class ArmResult:
-    policy: str
-    p2p: bool
-    turns: int
-    failed: int
-    wall_s: float
-    req_per_s: float
-    ttft_p50_ms: float
-    ttft_p90_ms: float
-    prompt_tokens: int
-    local_tokens: int
-    peer_tokens: int
-    recomputed_tokens: int
-    kv_hits: float = 0.0
-    kv_inputs: float = 0.0
-    error: str = ""
-    repeat: int = 1     # which repeat this run was (0: an aggregate of `repeats` of them)
-    repeats: int = 1
-    spread: dict[str, list[float]] = field(default_factory=dict)   # SPREAD figures' min-max over the repeats
-
-
-def summarize(policy: str, p2p: bool, turns: list[RequestRecord], wall_s: float, peer_tokens: float,
-              kv_hits: float = 0.0, kv_inputs: float = 0.0) -> ArmResult:
-    ok = [t for t in turns if t.ok]
-    ttft = sorted(t.ttft_s * 1000 for t in ok)
-    prompt = sum(t.prompt_tokens for t in ok)
-    cached = sum(t.cached_tokens for t in ok)
-    peer = int(min(max(peer_tokens, 0), cached))
-    p50, p90 = (percentile(ttft, q) if ttft else float("nan") for q in (50, 90))
-    return ArmResult(policy, p2p, len(turns), len(turns) - len(ok), wall_s, len(ok) / wall_s if wall_s else 0.0,
-                     p50, p90, prompt, cached - peer, peer, prompt - cached, kv_hits, kv_inputs)
+def missing_setup(opts: PlacementOptions, checkout: Path = CHECKOUT, bin_dir: Path = Path(sys.executable).parent
+                  ) -> str:
+    """The first thing the arms of `opts` would fail without, as one line naming the make target that installs
+    it; "" when nothing is missing. The fleets run this interpreter's venv and the checkout's router venv."""
+    needs = [(bin_dir / "lmcache", "make setup"), (bin_dir / "p2p-engine", "make setup"),
+             (checkout / ".venv-router" / "bin" / "vllm-router", "make setup-router")]
+    if opts.generator == "inference-perf":
+        needs.append((Path(opts.iperf_venv) / "bin" / "inference-perf", "make setup-iperf"))
+    return next((f"bench placement: no {path}; run `{make}` first (nothing was started)"
+                 for path, make in needs if not path.is_file()), "")
 
 
 def fleet_data(n: int, p2p: bool, policy: str, ports: dict[str, int], timing: str, name: str) -> dict:
@@ -171,6 +135,8 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
     opts.validate()
     # Both arms run one after the other on the same ports (the first is down before the second starts).
     choice = choose(opts.nodes, opts.port_offset, router=True)
+    if why := missing_setup(opts):
+        raise BadInput(why)
     progress(choice.line())
     files.make_dirs(out_dir)
     deadline = time.monotonic() + (opts.max_seconds or opts.repeat_s * opts.repeats)
@@ -198,7 +164,7 @@ def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] =
                         _write(out_dir, results, turns_out, opts, choice)
             except Exception as exc:  # noqa: BLE001 - finished arms stay; the failure is recorded
                 progress(f"{arm}: {type(exc).__name__}: {exc}")
-                results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
+                results.append(ArmResult("(fleet)", p2p, 0, 0, 0, 0, NAN, NAN, 0, 0, 0, 0,
                                          error=f"{type(exc).__name__}: {exc}"[:500], repeat=r))
                 _write(out_dir, results, turns_out, opts, choice)
     return results
@@ -229,19 +195,6 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int,
     return res
 
 
-def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice,
-             turns: Optional[list[dict]] = None) -> dict[str, Any]:
-    profile = TIMING_PROFILES[opts.timing]
-    m = margins(results)
-    return finite({"options": asdict(opts), "ports": ports.to_json(),
-                   "timing": {"profile": profile.name, "describe": profile.describe(),
-                              "settings": profile.engine_settings()},
-                   "arms": [asdict(r) for r in aggregate(results)], "runs": [asdict(r) for r in results],
-                   "margins": m,
-                   "recommendation": recommend(results, m, opts.workload, profile),
-                   "below_one": explanations(results, m, turns or [], profile)})
-
-
 def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: PlacementOptions,
            ports: PortChoice) -> None:
     files.write_json(out_dir / "results.json", document(results, opts, ports, turns))
@@ -249,144 +202,3 @@ def _write(out_dir: Path, results: list[ArmResult], turns: list[dict], opts: Pla
     files.write_text(out_dir / "summary.md", markdown(results, opts, turns))
     bench_plots.placement(out_dir, aggregate(results))
 
-
-def aggregate(results: list[ArmResult]) -> list[ArmResult]:
-    """One row per arm (policy, P2P) over its runs without an error: each figure their median (tokens rounded),
-    turns and failed their sums, `spread` the SPREAD figures' min-max; a fleet that failed stays its own row."""
-    out = []
-    for policy, p2p in dict.fromkeys((r.policy, r.p2p) for r in results if not r.error):
-        runs = [r for r in results if (r.policy, r.p2p) == (policy, p2p) and not r.error]
-        first = runs[0]
-        medians = {f: median((getattr(r, f) for r in runs), NAN) for f in
-                   ("wall_s", "req_per_s", "ttft_p50_ms", "ttft_p90_ms", "prompt_tokens", "local_tokens",
-                    "peer_tokens", "recomputed_tokens", "kv_hits", "kv_inputs")}
-        medians = {f: round(v) if isinstance(getattr(first, f), int) else v for f, v in medians.items()}
-        out.append(replace(first, **medians, turns=sum(r.turns for r in runs), failed=sum(r.failed for r in runs),
-                           repeat=0, repeats=len(runs),
-                           spread={f: s for f in SPREAD if (s := span(getattr(r, f) for r in runs))}))
-    return out + [r for r in results if r.error]
-
-
-def margins(results: list[ArmResult]) -> dict[str, dict]:
-    """Per policy, P2P on against off: each ratio the median over the repeats that ran both (paired by repeat,
-    as they ran minutes apart), `range` its min-max, `repeats` how many pairs."""
-    out = {}
-    for policy in dict.fromkeys(r.policy for r in results):
-        arm = {p: {r.repeat: r for r in results if r.policy == policy and r.p2p == p and not r.error}
-               for p in (True, False)}
-        pairs = [(on, arm[False][k]) for k, on in arm[True].items()
-                 if k in arm[False] and arm[False][k].req_per_s and on.ttft_p50_ms]
-        if not pairs:
-            continue
-        ratios = {"throughput_x": [on.req_per_s / off.req_per_s for on, off in pairs],
-                  "ttft_p50_x": [off.ttft_p50_ms / on.ttft_p50_ms for on, off in pairs],
-                  "ttft_p90_x": [off.ttft_p90_ms / on.ttft_p90_ms if on.ttft_p90_ms else float("nan")
-                                 for on, off in pairs]}
-        out[policy] = {**{k: median(v, NAN) for k, v in ratios.items()}, "repeats": len(pairs),
-                       "range": {k: span(v) for k, v in ratios.items()}}
-    return out
-
-
-def _x(margin: dict, key: str) -> str:
-    return with_spread(margin[key], margin["range"][key], "{:.2f}x") if margin[key] == margin[key] else "n/a"
-
-
-def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[list[dict]] = None) -> str:
-    w = opts.workload
-    profile = TIMING_PROFILES[opts.timing]
-    lines = [f"# Placement x P2P: document QA through vllm-router ({opts.nodes} nodes)", "",
-             f"{w.sessions} sessions x {w.questions} questions, {w.doc_tokens}-token private documents, "
-             f"{w.inflight} sessions in flight, {w.max_tokens} output tokens; sent by "
-             + ("inference-perf (conversation_replay, lengths in tokenizer tokens: half as many)."
-                if opts.generator == "inference-perf" else "the toolkit's own client."), "",
-             f"Timing profile {profile.describe()}.", "",
-             f"Each figure is the median of an arm's repeats ({opts.repeats} asked, arms interleaved), with their "
-             "min-max in brackets where they differ; tokens are medians, failed a sum.", "",
-             "| Placement | P2P | Repeats | Served req/s | TTFT p50 / p90 (ms) | Tokens local / peer / recomputed | "
-             "kv_aware hits | Failed |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in aggregate(results):
-        if r.error:
-            lines.append(f"| {r.policy} | {'yes' if r.p2p else 'no'} | repeat {r.repeat} | — | — | — | — | "
-                         f"error: {r.error[:80]} |")
-            continue
-        p50, p90 = (with_spread(getattr(r, f), r.spread.get(f), "{:,.0f}") for f in ("ttft_p50_ms", "ttft_p90_ms"))
-        lines.append(f"| {r.policy} | {'yes' if r.p2p else 'no'} | {r.repeats} | "
-                     f"{with_spread(r.req_per_s, r.spread.get('req_per_s'), '{:.2f}')} | {p50} / {p90} | "
-                     f"{r.local_tokens:,} / {r.peer_tokens:,} / {r.recomputed_tokens:,} | {r.kv_hits:g} | "
-                     f"{r.failed} |")
-    m = margins(results)
-    if m:
-        lines += ["", "P2P margin within each policy (P2P on vs off, the median of each repeat's ratio, min-max):",
-                  "", "| Placement | Served req/s (on / off) | TTFT p50 (off / on) | TTFT p90 (off / on) |",
-                  "|---|---|---|---|"]
-        for policy, v in m.items():
-            lines.append(f"| {policy} | {_x(v, 'throughput_x')} | {_x(v, 'ttft_p50_x')} | {_x(v, 'ttft_p90_x')} |")
-    causes = explanations(results, m, turns or [], profile)
-    lines += ["", f"**Recommendation**: {recommend(results, m, w, profile)}."]
-    lines += [f"- P2P margin below 1 under {policy}: {why}." for policy, why in causes.items()]
-    lines += ["", "llm-d (8 pods, TCP, 48K-token documents): the pull added ~1.15x under token/cache-aware "
-              "placement and ~1.55x under load-aware placement; cache-aware + P2P served 1.4x load-aware + P2P "
-              "and 2.2x the affinity default.", ""]
-    return "\n".join(lines)
-
-
-def _arm(a: ArmResult) -> str:
-    req, p50 = with_spread(a.req_per_s, _req_range(a), "{:.2f}"), with_spread(a.ttft_p50_ms, a.spread.get(
-        "ttft_p50_ms"), "{:,.0f}")
-    return f"{a.policy} with P2P {'on' if a.p2p else 'off'} ({req} req/s, TTFT p50 {p50} ms)"
-
-
-def _req_range(a: ArmResult) -> list[float]:
-    return a.spread.get("req_per_s") or [a.req_per_s, a.req_per_s]
-
-
-def recommend(results: list, margins: dict[str, dict], workload: Any, profile: TimingProfile) -> str:
-    """The arm with the most served req/s (median over its repeats) among those without failures, and whether P2P
-    pays under it; 'inconclusive on this box' where another arm's req/s range reaches the leader's, or where
-    P2P's margin lies on both sides of 1."""
-    ok = sorted((a for a in aggregate(results) if not a.error and not a.failed and a.turns),
-                key=lambda a: (a.req_per_s, -a.ttft_p50_ms), reverse=True)
-    if not ok:
-        return "none: no arm finished without failures"
-    best = ok[0]
-    line = (f"for document Q&A with {workload.doc_tokens}-token documents ({workload.sessions} sessions, "
-            f"{workload.inflight} in flight), timing profile {profile.name}: ")
-    # Any arm whose req/s reaches the leader's lowest repeat could lead on another run of this box.
-    rivals = [a for a in ok[1:] if _req_range(a)[1] >= _req_range(best)[0]]
-    if rivals:
-        line += (f"inconclusive on this box between {' and '.join(_arm(a) for a in [best] + rivals)}: their served "
-                 f"req/s over their repeats overlap")
-    else:
-        line += f"run {_arm(best)}"
-    m = margins.get(best.policy)
-    unsure = bool(m) and straddles(m["range"]["throughput_x"], 1.0)
-    if unsure:
-        line += (f"; P2P's margin under {best.policy} is inconclusive on this box ({_x(m, 'throughput_x')} req/s "
-                 f"over {m['repeats']} repeats, on both sides of 1)")
-    elif m and not best.p2p:
-        line += (f"; P2P does not pay under {best.policy} here ({_x(m, 'throughput_x')} req/s): `p2pctl calibrate "
-                 f"--timing {profile.name}` gives the prefix length from which it would")
-    elif m:
-        line += f"; P2P adds {_x(m, 'throughput_x')} req/s under {best.policy}"
-    if rivals or unsure:
-        line += (f"; more repeats (--repeats {max(5, 2 * best.repeats)}), an idle box or longer documents "
-                 f"(--doc-tokens {2 * workload.doc_tokens}) would decide it")
-    if best.repeats == 1:
-        line += f" (one run per arm: no spread; --repeats {QUICK_REPEATS} shows it)"
-    return line
-
-
-def explanations(results: list, margins: dict[str, dict], turns: list[dict],
-                 profile: TimingProfile) -> dict[str, str]:
-    """Why P2P's margin fell below 1, per policy where it did (turns carry their arm's label)."""
-    out = {}
-    arms = aggregate(results)
-    for policy, v in ((p, v) for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1):
-        on, off = (next(r for r in arms if r.policy == policy and r.p2p == p and not r.error) for p in (True, False))
-        arm = {p: [t for t in turns if t.get("arm") == f"{policy}-p2p-{p}"] for p in ("on", "off")}
-        out[policy] = margin.placement(on, off, arm["on"], arm["off"], profile)
-        if straddles(v["range"]["throughput_x"], 1.0):
-            out[policy] = (f"inconclusive on this box, the {v['repeats']} repeats' req/s margins lie on both sides "
-                           f"of 1 ({_x(v, 'throughput_x')}); if real: {out[policy]}")
-    return out

@@ -268,7 +268,6 @@ def cmd_placement(args: argparse.Namespace) -> int:
     from p2p_ops.bench import placement
 
     opts = placement_options(args)
-    opts.validate()
     out = _out_dir(args, "placement")
     results = placement.run(out, opts, progress)
     ok = bool(results) and not any(r.error or r.failed for r in results)

@@ -111,3 +111,44 @@ def test_demo_profile_sizes_the_embedded_fleet_and_is_refused_for_vllm(capsys):
     with pytest.raises(SystemExit) as exit_:
         demo.main(["--runtime", "vllm", "--profile", "llama-3-8b"])
     assert exit_.value.code == 2 and "--profile is for the embedded runtime" in capsys.readouterr().err
+
+
+def _setup(root, *have):
+    """A checkout and venv under `root` holding only `have` (paths relative to root)."""
+    for rel in have:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("")
+    return {"checkout": root / "checkout", "bin_dir": root / "venv" / "bin"}
+
+
+VENV = ("venv/bin/lmcache", "venv/bin/p2p-engine")
+ROUTER = "checkout/.venv-router/bin/vllm-router"
+
+
+@pytest.mark.parametrize("have, generator, refusal", [
+    ((), "ours", "venv/bin/lmcache; run `make setup` first"),
+    (VENV[:1], "ours", "venv/bin/p2p-engine; run `make setup` first"),
+    (VENV, "ours", ".venv-router/bin/vllm-router; run `make setup-router` first"),
+    ((*VENV, ROUTER), "ours", ""),
+    ((*VENV, ROUTER), "inference-perf", "iperf/bin/inference-perf; run `make setup-iperf` first"),
+    ((*VENV, ROUTER, "iperf/bin/inference-perf"), "inference-perf", ""),
+])
+def test_placement_names_the_make_target_of_the_first_thing_its_arms_lack(tmp_path, have, generator, refusal):
+    from p2p_ops.bench import placement
+
+    opts = placement.PlacementOptions(generator=generator, iperf_venv=str(tmp_path / "iperf"))
+    why = placement.missing_setup(opts, **_setup(tmp_path, *have))
+    assert (refusal in why and why.startswith("bench placement: no ")) if refusal else why == ""
+
+
+def test_placement_without_the_router_refuses_in_one_line_before_starting_anything(tmp_path, p2pctl, monkeypatch):
+    from functools import partial
+
+    from p2p_ops.bench import placement
+
+    monkeypatch.setattr(placement, "missing_setup", partial(placement.missing_setup, **_setup(tmp_path, *VENV)))
+    monkeypatch.setattr(placement.launch, "temporary", lambda *a, **k: pytest.fail("a fleet was started"))
+    code, out, err = p2pctl("bench", "placement", "--quick", "--out", str(tmp_path / "run"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "run `make setup-router` first (nothing was started)" in err
+    assert not (tmp_path / "run").exists()

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from p2p_ops.bench import docqa, placement
+from p2p_ops.bench import docqa, placement, placement_verdict
 from p2p_ops.diagnose.judge import margin
 from p2p_ops.observe.stats import span, with_spread
 from p2p_runtime.timing_profiles import TIMING_PROFILES
@@ -19,7 +19,7 @@ WORKLOAD = docqa.DocQAOptions(sessions=8, questions=3, doc_tokens=2048, inflight
 
 
 def arm(policy, p2p, req_s, p50=500.0, peer=0, recomputed=10_000, failed=0):
-    return placement.ArmResult(policy, p2p, 24, failed, 10.0, req_s, p50, p50 * 2, 48_000, 0, peer, recomputed)
+    return placement_verdict.ArmResult(policy, p2p, 24, failed, 10.0, req_s, p50, p50 * 2, 48_000, 0, peer, recomputed)
 
 
 def turns(label: str, hit_ms: float, cold_ms: float, moved: int = 0) -> list[dict]:
@@ -35,7 +35,7 @@ def turns(label: str, hit_ms: float, cold_ms: float, moved: int = 0) -> list[dic
 def test_the_recommendation_is_the_arm_serving_most_and_names_the_profile_and_the_workload():
     results = [arm("cache_aware", True, 3.0, peer=4096), arm("cache_aware", False, 2.5),
                arm("round_robin", True, 2.0, peer=9000), arm("round_robin", False, 1.0)]
-    line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
+    line = placement_verdict.recommend(results, placement_verdict.margins(results), WORKLOAD, RDMA)
     assert line.startswith("for document Q&A with 2048-token documents (8 sessions, 4 in flight), timing profile "
                            "h200-rdma: run cache_aware with P2P on (3.00 req/s")
     assert "P2P adds 1.20x req/s under cache_aware" in line
@@ -43,7 +43,7 @@ def test_the_recommendation_is_the_arm_serving_most_and_names_the_profile_and_th
 
 def test_an_arm_with_failures_is_never_recommended_and_a_winning_p2p_off_arm_points_to_calibrate():
     results = [arm("kv_aware", True, 9.0, failed=2), arm("kv_aware", False, 2.0)]
-    line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
+    line = placement_verdict.recommend(results, placement_verdict.margins(results), WORKLOAD, RDMA)
     assert "run kv_aware with P2P off" in line and "`p2pctl calibrate --timing h200-rdma`" in line
 
 
@@ -77,11 +77,11 @@ def test_the_report_and_document_carry_the_profile_the_recommendation_and_the_ca
     results = [arm("cache_aware", True, 0.8), arm("cache_aware", False, 1.0)]
     opts = placement.PlacementOptions.quick()
     all_turns = turns("cache_aware-p2p-on", 100, 800) + turns("cache_aware-p2p-off", 100, 800)
-    md = placement.markdown(results, opts, all_turns)
+    md = placement_verdict.markdown(results, opts, all_turns)
     assert "Timing profile h200-rdma (llm-d, gpt-oss-120b on H200" in md
     assert "**Recommendation**: for document Q&A" in md
     assert "- P2P margin below 1 under cache_aware: no pull happened" in md
-    doc = placement.document(results, opts, placement.choose(2, None, router=True), all_turns)
+    doc = placement_verdict.document(results, opts, placement.choose(2, None, router=True), all_turns)
     assert doc["timing"]["profile"] == "h200-rdma" and "cache_aware" in doc["below_one"]
     assert doc["timing"]["settings"]["prefill_us_per_token"] == round(RDMA.prefill_us_per_token, 2)
 
@@ -98,9 +98,10 @@ def runs(policy, p2p, req_s: list[float], p50: list[float] | None = None):
 
 
 def test_an_arm_over_its_repeats_is_the_median_with_min_max_and_a_failed_fleet_stays_its_own_row():
-    failed = placement.ArmResult("(fleet)", False, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
+    failed = placement_verdict.ArmResult("(fleet)", False, 0, 0, 0, 0, float("nan"), float("nan"), 0, 0, 0, 0,
                                  error="CouldNotRun: x", repeat=2)
-    [one, fleet] = placement.aggregate(runs("cache_aware", True, [2.0, 3.0, 2.5], [400.0, 900.0, 600.0]) + [failed])
+    arm_runs = runs("cache_aware", True, [2.0, 3.0, 2.5], [400.0, 900.0, 600.0])
+    [one, fleet] = placement_verdict.aggregate(arm_runs + [failed])
     assert (one.req_per_s, one.spread["req_per_s"], one.repeats, one.repeat) == (2.5, [2.0, 3.0], 3, 0)
     assert one.ttft_p50_ms == 600.0 and one.spread["ttft_p50_ms"] == [400.0, 900.0]
     assert one.turns == 72 and one.peer_tokens == 1000 and isinstance(one.peer_tokens, int)
@@ -108,7 +109,7 @@ def test_an_arm_over_its_repeats_is_the_median_with_min_max_and_a_failed_fleet_s
 
 
 def test_p2p_margins_pair_on_and_off_runs_of_the_same_repeat():
-    m = placement.margins(runs("a", True, [3.0, 3.3, 2.7]) + runs("a", False, [2.0, 3.0, 2.5]))["a"]
+    m = placement_verdict.margins(runs("a", True, [3.0, 3.3, 2.7]) + runs("a", False, [2.0, 3.0, 2.5]))["a"]
     # 3/2, 3.3/3, 2.7/2.5: not the ratio of the medians (2.7/2.5) nor of the extremes
     assert m["repeats"] == 3 and m["throughput_x"] == pytest.approx(1.1)
     assert m["range"]["throughput_x"] == pytest.approx([1.08, 1.5])
@@ -123,12 +124,12 @@ def test_figures_over_repeats_read_median_then_min_max():
 def test_overlapping_req_s_ranges_are_inconclusive_naming_both_arms_and_what_would_decide_it():
     results = runs("cache_aware", True, [2.6, 3.0, 3.4]) + runs("cache_aware", False, [2.0, 2.1, 2.2]) \
         + runs("round_robin", False, [2.5, 2.8, 2.9])
-    line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
+    line = placement_verdict.recommend(results, placement_verdict.margins(results), WORKLOAD, RDMA)
     assert ("inconclusive on this box between cache_aware with P2P on (3.00 (2.60-3.40) req/s, TTFT p50 500 ms) "
             "and round_robin with P2P off (2.80 (2.50-2.90) req/s") in line
     assert "more repeats (--repeats 6), an idle box or longer documents (--doc-tokens 4096)" in line
     assert "run cache_aware" not in line
-    md = placement.markdown(results, placement.PlacementOptions.quick(), [])
+    md = placement_verdict.markdown(results, placement.PlacementOptions.quick(), [])
     assert "| cache_aware | yes | 3 | 3.00 (2.60-3.40) | 500 / 1,000 | 0 / 1,000 / 10,000 | 0 | 0 |" in md
     assert "| cache_aware | 1.43x (1.30x-1.55x) | 1.00x |" in md
 
@@ -136,20 +137,20 @@ def test_overlapping_req_s_ranges_are_inconclusive_naming_both_arms_and_what_wou
 def test_disjoint_ranges_give_a_clear_recommendation_and_a_p2p_margin_across_one_is_inconclusive():
     clear = runs("cache_aware", True, [3.9, 4.0, 4.1]) + runs("cache_aware", False, [2.4, 2.5, 2.6]) \
         + runs("round_robin", True, [2.0, 3.0, 3.8])
-    line = placement.recommend(clear, placement.margins(clear), WORKLOAD, RDMA)
+    line = placement_verdict.recommend(clear, placement_verdict.margins(clear), WORKLOAD, RDMA)
     assert "run cache_aware with P2P on (4.00 (3.90-4.10) req/s" in line and "inconclusive" not in line
     assert "P2P adds 1.60x (1.58x-1.62x) req/s under cache_aware" in line
     across = runs("kv_aware", False, [4.0, 4.2, 4.4]) + runs("kv_aware", True, [4.5, 3.0, 3.5])
-    line = placement.recommend(across, placement.margins(across), WORKLOAD, RDMA)
+    line = placement_verdict.recommend(across, placement_verdict.margins(across), WORKLOAD, RDMA)
     assert line.count("would decide it") == 1 and "between kv_aware with P2P off (4.20 (4.00-4.40) req/s" in line
     assert "P2P's margin under kv_aware is inconclusive on this box (0.80x (0.71x-1.12x) req/s over 3" in line
-    why = placement.explanations(across, placement.margins(across), [], RDMA)["kv_aware"]
+    why = placement_verdict.explanations(across, placement_verdict.margins(across), [], RDMA)["kv_aware"]
     assert why.startswith("inconclusive on this box, the 3 repeats' req/s margins lie on both sides of 1")
 
 
 def test_a_single_run_per_arm_says_it_measured_no_spread():
     results = [arm("cache_aware", True, 3.0), arm("cache_aware", False, 2.5)]
-    line = placement.recommend(results, placement.margins(results), WORKLOAD, RDMA)
+    line = placement_verdict.recommend(results, placement_verdict.margins(results), WORKLOAD, RDMA)
     assert line.endswith("(one run per arm: no spread; --repeats 3 shows it)")
 
 
@@ -161,3 +162,17 @@ def test_repeats_below_one_are_refused_by_every_verb_that_takes_them(tmp_path, p
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (argv, err)
         assert f"--repeats {argv[argv.index('--repeats') + 1]}: give 1 or more" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_arms_that_never_ran_get_no_margin_recommendation_or_comparison_only_their_error_rows():
+    nan = float("nan")
+    failed = [placement_verdict.ArmResult("(fleet)", p2p, 0, 0, 0, 0, nan, nan, 0, 0, 0, 0,
+                                          error="CouldNotRun: no router") for p2p in (True, False)]
+    md = placement_verdict.markdown(failed, placement.PlacementOptions.quick(), [])
+    assert md.count("error: CouldNotRun: no router") == 2
+    assert "Recommendation" not in md and "llm-d (8 pods" not in md and "P2P margin" not in md
+    assert placement_verdict.recommend(failed, {}, WORKLOAD, RDMA) == "none: no arm ran"
+    ran = failed + [arm("a", True, 2.0, failed=24)]
+    assert placement_verdict.recommend(ran, {}, WORKLOAD, RDMA) == "none: no arm finished without failures"
+    md = placement_verdict.markdown(ran, placement.PlacementOptions.quick())
+    assert "**Recommendation**: none: no arm finished" in md and "llm-d (8 pods" in md

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import calibrate, placement
+from p2p_ops.bench import calibrate, placement, placement_verdict
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.crossover import CrossoverRow
 from p2p_ops.lifecycle.render import render_fleet
@@ -94,14 +94,14 @@ def turn(q: int, ttft: float, cached: int, prompt: int = 1000, ok: bool = True) 
 
 def test_placement_summary_splits_tokens_and_margins():
     turns = [turn(0, 1.0, 0), turn(1, 0.2, 768), turn(2, 0.2, 768), turn(3, 9.0, 0, ok=False)]
-    on = placement.summarize("round_robin", True, turns, 2.0, peer_tokens=512, kv_hits=3)
+    on = placement_verdict.summarize("round_robin", True, turns, 2.0, peer_tokens=512, kv_hits=3)
     assert (on.turns, on.failed, on.req_per_s) == (4, 1, 1.5)
     assert (on.local_tokens, on.peer_tokens, on.recomputed_tokens) == (1024, 512, 1464)
     assert on.ttft_p50_ms == pytest.approx(200)
-    off = placement.summarize("round_robin", False, turns[:1] + [turn(1, 1.0, 0)], 4.0, peer_tokens=0)
-    m = placement.margins([on, off])
+    off = placement_verdict.summarize("round_robin", False, turns[:1] + [turn(1, 1.0, 0)], 4.0, peer_tokens=0)
+    m = placement_verdict.margins([on, off])
     assert m["round_robin"]["throughput_x"] == pytest.approx(1.5 / 0.5)
-    md = placement.markdown([on, off], placement.PlacementOptions.quick())
+    md = placement_verdict.markdown([on, off], placement.PlacementOptions.quick())
     assert "| round_robin | yes | 1 | 1.50 |" in md and "3.00x" in md
 
 

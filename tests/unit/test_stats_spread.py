@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from p2p_ops.bench import calibrate, docqa, placement, transfer
+from p2p_ops.bench import calibrate, docqa, placement_verdict, transfer
 from p2p_ops.observe.stats import median, straddles
 
 NAN = float("nan")
@@ -45,11 +45,11 @@ def test_every_benchmark_calls_inconclusive_by_that_one_rule(lo, hi, t, both):
     assert (calibrate.project([row], profile)["inconclusive"] == [1024]) is both
 
     # placement: P2P's req/s margin over 1.0 req/s off, scaled so that the threshold t is the margin 1
-    wl = docqa.DocQAOptions()
-    runs = [replace(placement.ArmResult("a", p2p, 9, 0, 1.0, req / t if p2p else 1.0, 500.0, 900.0, 1, 0,
-                                                0, 1), repeat=k + 1)
+    arm = placement_verdict.ArmResult("a", True, 9, 0, 1.0, 1.0, 500.0, 900.0, 1, 0, 0, 1)
+    runs = [replace(arm, p2p=p2p, req_per_s=req / t if p2p else 1.0, repeat=k + 1)
             for p2p in (True, False) for k, req in enumerate((lo, mid, hi))]
-    line = placement.recommend(runs, placement.margins(runs), wl, SimpleNamespace(name="t"))
+    line = placement_verdict.recommend(runs, placement_verdict.margins(runs), docqa.DocQAOptions(),
+                                       SimpleNamespace(name="t"))
     assert ("P2P's margin under a is inconclusive" in line) is both
 
 
