@@ -101,8 +101,7 @@ class KVCacheSpec:
 
     @property
     def bytes_per_token(self) -> int:
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.num_heads * self.head_size * elem
+        return 2 * self.num_layers * self.num_heads * self.head_size * self.dtype.itemsize
 
 
 class PagedKVCache:
@@ -121,7 +120,8 @@ class PagedKVCache:
 
     def write(self, layer: int, block_table: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Compute layer ``layer``'s K/V rows for positions ``[start, start + len(k))``."""
-        slots = self._slots(block_table, start, k.shape[0])
+        runs = slot_runs(block_table, self.spec.block_size, start, k.shape[0])
+        slots = torch.tensor([s for first, last in runs for s in range(first, last)], dtype=torch.long)
         if self.expansion is None:
             self.layer(layer).view(2, -1, self.spec.num_heads, self.spec.head_size)[:, slots] = torch.stack((k, v))
             return
@@ -148,7 +148,7 @@ class PagedKVCache:
         if self.expansion is None or length <= 0:
             return 0
         bad = 0
-        for first, last in self._slot_runs(block_table, length):
+        for first, last in slot_runs(block_table, self.spec.block_size, 0, length):
             # Runs of consecutive slots are views: nothing is copied unless a token disagrees.
             stored = [self._rows(s)[:, first:last] for s in range(self.spec.num_layers)]
             wrong = torch.nonzero(self.expansion.mismatches(stored)).flatten()
@@ -159,12 +159,6 @@ class PagedKVCache:
                 bad += int(wrong.numel())
         return bad
 
-    def _slot_runs(self, block_table: list[int], length: int) -> list[tuple[int, int]]:
-        """[first, last) slot ranges covering positions [0, length), one per run of consecutive slots."""
-        slots = self._slots(block_table, 0, length)
-        cuts = [0, *(torch.nonzero(slots.diff() != 1).flatten() + 1).tolist(), length]
-        return [(int(slots[a]), int(slots[b - 1]) + 1) for a, b in zip(cuts, cuts[1:])]
-
     def _rows(self, storage_layer: int) -> torch.Tensor:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
         return self.layer(storage_layer).view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
@@ -173,10 +167,39 @@ class PagedKVCache:
         for name, t in self.tensors.items():
             t[:, dst] = (other or self).tensors[name][:, src]
 
-    def _slots(self, block_table: list[int], start: int, count: int) -> torch.Tensor:
-        bs = self.spec.block_size
-        pos = torch.arange(start, start + count)
-        return torch.tensor(block_table, dtype=torch.long)[pos // bs] * bs + pos % bs
+
+def slot_runs(block_table: list[int], block_size: int, start: int, count: int) -> list[tuple[int, int]]:
+    """[first, last) slot ranges covering positions [start, start + count) in order, one per run of consecutive
+    slots: a run of consecutive blocks is one range, so it is one strided copy."""
+    runs: list[tuple[int, int]] = []
+    end = start + count
+    for block in range(start // block_size, -(-end // block_size)):
+        shift = (block_table[block] - block) * block_size   # position -> slot within this block
+        first, last = shift + max(start, block * block_size), shift + min(end, (block + 1) * block_size)
+        if runs and runs[-1][1] == first:
+            first = runs.pop()[0]
+        runs.append((first, last))
+    return runs
+
+
+def scatter(tensors: dict[str, torch.Tensor], chunks: list[torch.Tensor], block_ids: list[int],
+            block_size: int) -> None:
+    """Copy LMCache chunk objects, (2, layers, tokens, heads * head_size) each, into paged KV tensors (this
+    module's layout) at ``block_ids`` in order: one strided copy per layer and run of consecutive slots within a
+    chunk. LMCache's own CPU scatter (torch_ops.mp_mem_kernels._transfer_per_layer_nhd) is an index_copy_ per layer,
+    K/V and chunk, which torch's CPU moves one element at a time: 3x the CPU of this copy at 512 MiB
+    (bench/README.md, "Where the real-size pull goes")."""
+    layers = [t.view(2, -1, t.shape[-2] * t.shape[-1]) for t in tensors.values()]  # (2, slots, width)
+    tokens = chunks[0].shape[2]
+    if chunks[0].shape[1] != len(layers) or len(block_ids) * block_size < len(chunks) * tokens:
+        raise ValueError(f"{len(chunks)} chunks of shape {tuple(chunks[0].shape)} do not fit {len(layers)} layers "
+                         f"and {len(block_ids)} blocks of {block_size} tokens")
+    for c, chunk in enumerate(chunks):
+        done = 0
+        for first, last in slot_runs(block_ids, block_size, c * tokens, tokens):
+            for i, dst in enumerate(layers):
+                dst[:, first:last].copy_(chunk[:, i, done:done + last - first])
+            done += last - first
 
 
 class BlockAllocator:

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from p2p_runtime.kv_cache import scatter
+
 logger = logging.getLogger(__name__)
 
 # How the engine waits for a lookup's prefetch (which includes any P2P pull into the server's L1): "poll" asks
@@ -172,10 +174,8 @@ class LMCacheAdapter:
             raise LMCacheError("retrieve", "failed", f"server returned no data for {end} tokens")
 
     def _load(self, conn: _Connection, key: Any, block_ids: list[int]) -> bool:
-        """EngineDrivenTransferContext.submit_retrieve with our own copy into the paged blocks: LMCache's CPU scatter
-        (torch_ops.mp_mem_kernels._transfer_per_layer_nhd) is an index_copy_ per layer, K/V and chunk, and torch's
-        CPU index_copy_ moves one element at a time: 3x the CPU of this copy at 512 MiB (bench/README.md, "Where the
-        real-size pull goes"). Errors are handled as LMCache's are: logged, and the retrieve fails."""
+        """EngineDrivenTransferContext.submit_retrieve with our own copy into the paged blocks (`kv_cache.scatter`);
+        errors are handled as LMCache's are: logged, and the retrieve fails."""
         ctx = conn.transfer_context.engine_driven_context
         chunks = ctx.prepare_retrieve(key, self.reg.worker_id)
         if chunks is None:
@@ -350,30 +350,6 @@ class LMCacheAdapter:
                 closer()
             except Exception as exc:
                 logger.debug("LMCache close failed: %r", exc)
-
-
-def scatter(tensors: dict[str, torch.Tensor], chunks: list[torch.Tensor], block_ids: list[int],
-            block_size: int) -> None:
-    """Copy LMCache chunk objects, (2, layers, tokens, heads * head_size) each, into paged KV tensors,
-    (2, blocks, block_size, heads, head_size) per layer, at ``block_ids`` in order: one strided copy per layer for
-    each run of consecutive block ids within a chunk, so the bytes move at memcpy speed."""
-    layers = [t.view(2, -1, t.shape[-2] * t.shape[-1]) for t in tensors.values()]  # (2, slots, width)
-    per_chunk = chunks[0].shape[2] // block_size
-    if chunks[0].shape[1] != len(layers) or len(block_ids) < len(chunks) * per_chunk:
-        raise ValueError(f"{len(chunks)} chunks of shape {tuple(chunks[0].shape)} do not fit {len(layers)} layers "
-                         f"and {len(block_ids)} blocks of {block_size} tokens")
-    for c, chunk in enumerate(chunks):
-        ids = block_ids[c * per_chunk:(c + 1) * per_chunk]
-        start = 0
-        while start < len(ids):
-            n = 1
-            while start + n < len(ids) and ids[start + n] == ids[start] + n:
-                n += 1
-            src = chunk[:, :, start * block_size:(start + n) * block_size]
-            first = ids[start] * block_size
-            for i, dst in enumerate(layers):
-                dst[:, first:first + n * block_size].copy_(src[:, i])
-            start += n
 
 
 def _done(value: Any) -> Future:

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter, LMCacheError, _Connection, scatter
+from p2p_runtime.kv_cache import scatter
+from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter, LMCacheError, _Connection
 
 LAYERS, BLOCKS, BS, HEADS, SIZE, PER_CHUNK = 3, 12, 4, 2, 8, 2
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from p2p_runtime.kv_cache import BlockAllocator, KVCacheSpec, OutOfBlocksError, PagedKVCache
+from p2p_runtime.kv_cache import BlockAllocator, KVCacheSpec, OutOfBlocksError, PagedKVCache, slot_runs
 
 
 def test_tensors_use_vllm_nhd_layout():
@@ -25,6 +25,20 @@ def test_write_then_gather_through_scattered_block_table():
     assert torch.equal(keys, k) and torch.equal(values, -k)
     # Position 5 lives in block table[1] = 1 at offset 1.
     assert torch.equal(cache.layer(0)[0, 1, 1], k[5])
+
+
+@pytest.mark.parametrize("table, start, count, runs", [
+    ([5, 1, 7], 0, 10, [(20, 24), (4, 8), (28, 30)]),   # blocks of 4: scattered, the last one partly
+    ([2, 3, 4], 0, 12, [(8, 20)]),                     # consecutive blocks are one run
+    ([2, 3, 4], 2, 7, [(10, 17)]),                     # from and to the middle of a block
+    ([3, 2], 0, 8, [(12, 16), (8, 12)]),               # descending ids are not a run
+    ([6, 0, 9], 4, 4, [(0, 4)]),
+    ([6], 0, 0, []),
+])
+def test_slot_runs_cover_the_positions_in_order_one_range_per_run_of_consecutive_slots(table, start, count, runs):
+    assert slot_runs(table, 4, start, count) == runs
+    slots = [table[p // 4] * 4 + p % 4 for p in range(start, start + count)]
+    assert [s for a, b in runs for s in range(a, b)] == slots
 
 
 def test_allocator_hands_out_and_reuses_blocks():
