@@ -95,8 +95,7 @@ def run(ctx: FleetContext, out_dir: Path, lengths: list[int], repeats: int, seed
         progress(f"skipping {skipped}: longer than the engines' context ({limit} prompt tokens fit)")
     # A length whose restore buffers cannot fit the reader's L1 would "miss" for that reason alone.
     for n in sorted(set(lengths) - set(skipped)):
-        why = l1_shortfall(ctx.fleet, n)
-        if why:
+        if why := l1_shortfall(ctx.fleet, n):
             skipped.append(n)
             progress(f"skipping {n}: {why}")
     rows, failures = [], []
@@ -157,8 +156,7 @@ def summary(doc: dict[str, Any]) -> str:
     kv = (f", KV {doc['kv_profile']} at {doc['kv_bytes_per_token'] // 1024} KiB/token"
           if doc.get("kv_bytes_per_token") and doc.get("kv_profile") else "")
     lines = [f"# Pull vs recompute on {doc['fleet']} ({doc['runtime']}{kv}, median of {doc['repeats']})", ""]
-    launched = doc.get("launched")
-    if launched:
+    if launched := doc.get("launched"):
         t = launched["timings_s"]
         lines += [f"A temporary local fleet: up {t['up_s']:.1f} s, ready {t['wait_s']:.1f} s later; ports "
                   f"{launched['ports']['how']} (default plan + {launched['ports']['offset']}).", ""]
@@ -235,10 +233,7 @@ def recommendation(doc: dict[str, Any]) -> str:
 
 def first_lasting_win(lengths: list[int], wins: list[bool]) -> Optional[int]:
     """None: the last one loses."""
-    for i, n in enumerate(lengths):
-        if all(wins[i:]):
-            return n
-    return None
+    return next((n for i, n in enumerate(lengths) if all(wins[i:])), None)
 
 
 def pull_fit(rows: list[dict]) -> Optional[dict[str, float]]:

@@ -323,7 +323,7 @@ def _row(key: tuple, group: list[Sample]) -> dict:
             "cached_tokens": median(s.cached_tokens for s in group), "need": max(s.need for s in group),
             "load_tasks": median(s.load_tasks for s in group),
             "lookup_ms_p50": percentile(lookups, 50), "lookup_ms_p99": percentile(lookups, 99),
-            "pull_ms_p50": percentile(pulls, 50) if pulls else None,
+            "pull_ms_p50": percentile(pulls, 50),
             "errors": sorted({s.error for s in group if s.error})}
 
 

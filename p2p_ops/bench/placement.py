@@ -1,12 +1,8 @@
-"""`bench placement`'s runner: document QA through vllm-router under each policy, P2P on and off, on local
-fleets; the answer is `placement_verdict`'s.
-
-Per repeat, two fleets of one spec start one after the other, one in the P2P mesh and one out of it
-(`settings.p2p: false`); on each the router restarts once per policy, in an order rotated per repeat so a shared
-box's load falls on all arms alike, and every arm asks about fresh documents so none is served from an earlier
-arm's cache. Each finished arm is written at once: a later failure keeps it. Before anything starts the run
-refuses bad options, a taken port (`free_ports.choose`; the choice is printed and kept in results.json) and a
-checkout without what the arms run (`missing_setup`).
+"""`bench placement`'s runner: per repeat, two local fleets of one spec, one in the P2P mesh and one out of it
+(`settings.p2p: false`), each serving document QA through vllm-router under every policy in turn (order rotated
+per repeat, fresh documents per arm, so a shared box's load and the caches fall on every arm alike); each finished
+arm is written at once. Before anything starts it refuses bad options, a taken port and a checkout without what the
+arms run (`missing_setup`). The answer is `placement_verdict`'s.
 """
 
 from __future__ import annotations
@@ -122,13 +118,10 @@ def switch_policy(ctx: FleetContext, data: dict, policy: str, timeout: float = 9
     raise CouldNotRun(f"router under {policy} not ready after {timeout:.0f} s; log: {ctx.proc('router').log}")
 
 
-def _scrape_servers(ctx: FleetContext) -> list:
-    return [metrics_api.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()]
-
-
-def _router_metrics(ctx: FleetContext) -> list:
-    node = ctx.fleet.router_node()
-    return metrics_api.scrape(f"http://{node.address}:{ctx.fleet.router.prometheus_port}")
+def _scrape(ctx: FleetContext) -> tuple[list, list]:
+    """Every server's metrics, and the router's."""
+    router = f"http://{ctx.fleet.router_node().address}:{ctx.fleet.router.prometheus_port}"
+    return [metrics_api.scrape(ctx.server_url(n, i)) for n, i in ctx.fleet.instances()], metrics_api.scrape(router)
 
 
 def run(out_dir: Path, opts: PlacementOptions, progress: Callable[[str], None] = lambda _: None) -> list[ArmResult]:
@@ -175,7 +168,7 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int,
     label = f"{policy}-p2p-{'on' if p2p else 'off'}"
     switch_policy(ctx, data, policy)
     progress(f"{label} (repeat {repeat}): {opts.workload.sessions} sessions x {opts.workload.questions} questions")
-    before, rbefore = _scrape_servers(ctx), _router_metrics(ctx)
+    before, rbefore = _scrape(ctx)
     # The repeat in the documents' label: each repeat's documents are its own.
     if opts.generator == "inference-perf":
         turns, wall = docqa.run_inference_perf(ctx.fleet.router_url, ctx.fleet.model, opts.workload,
@@ -183,7 +176,7 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int,
                                                Path(opts.tokenizer), Path(opts.iperf_venv))
     else:
         turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, f"{label}-r{repeat}", progress)
-    after, rafter = _scrape_servers(ctx), _router_metrics(ctx)
+    after, rafter = _scrape(ctx)
     peer = sum(metrics_api.metric_sum(a, PEER_HIT_TOKENS) - metrics_api.metric_sum(b, PEER_HIT_TOKENS)
                for a, b in zip(after, before))
     hits = metrics_api.metric_sum(rafter, KV_HITS, result="hit") - metrics_api.metric_sum(rbefore, KV_HITS, result="hit")

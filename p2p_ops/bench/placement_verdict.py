@@ -1,7 +1,6 @@
 """`bench placement`'s verdict (pure): measured arms into their medians over the repeats with min-max, P2P's
 margin per policy (on and off paired by repeat), one recommendation, why a margin fell below 1 (the one judge's,
-`diagnose.judge.margin`), and the report. A rival whose req/s range reaches the leader's, or a margin whose range
-straddles 1 (`observe.stats.straddles`), is "inconclusive on this box"; arms that never ran get no section.
+`diagnose.judge.margin`), and the report, in which arms that never ran get no section.
 """
 
 from __future__ import annotations
@@ -145,13 +144,9 @@ def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[l
 
 
 def _arm(a: ArmResult) -> str:
-    req, p50 = with_spread(a.req_per_s, _req_range(a), "{:.2f}"), with_spread(a.ttft_p50_ms, a.spread.get(
-        "ttft_p50_ms"), "{:,.0f}")
+    req, p50 = (with_spread(getattr(a, f), a.spread.get(f), spec)
+                for f, spec in (("req_per_s", "{:.2f}"), ("ttft_p50_ms", "{:,.0f}")))
     return f"{a.policy} with P2P {'on' if a.p2p else 'off'} ({req} req/s, TTFT p50 {p50} ms)"
-
-
-def _req_range(a: ArmResult) -> list[float]:
-    return a.spread.get("req_per_s") or [a.req_per_s, a.req_per_s]
 
 
 def recommend(results: list, margins: dict[str, dict], workload: Any, profile: TimingProfile) -> str:
@@ -167,7 +162,7 @@ def recommend(results: list, margins: dict[str, dict], workload: Any, profile: T
     line = (f"for document Q&A with {workload.doc_tokens}-token documents ({workload.sessions} sessions, "
             f"{workload.inflight} in flight), timing profile {profile.name}: ")
     # Any arm whose req/s reaches the leader's lowest repeat could lead on another run of this box.
-    rivals = [a for a in ok[1:] if _req_range(a)[1] >= _req_range(best)[0]]
+    rivals = [a for a in ok[1:] if a.spread["req_per_s"][1] >= best.spread["req_per_s"][0]]
     if rivals:
         line += (f"inconclusive on this box between {' and '.join(_arm(a) for a in [best] + rivals)}: their served "
                  f"req/s over their repeats overlap")

@@ -7,8 +7,7 @@ Each row also carries memcpy of the same bytes on the reader (the ceiling a copy
 that moved its bytes (`transfer_rails`). The verdict compares the whole prefix's read time with the fleet's need:
 `need_ms` (default: recomputing that prefix, `spec.transfer_sizes.need_ms`; pass your own from `p2pctl calibrate`).
 The sweep runs `repeats` times, its sizes interleaved (1, 2, 4, 1, 2, 4, ...) so the box's load falls on every size
-alike; a size's figures are the median over the repeats with their min-max (`per_size`), and a need that lies
-inside the prefix's p50 range is 'inconclusive on this box'.
+alike (`per_size`: medians with their min-max; `verdict`: 'inconclusive on this box' where they straddle the need).
 """
 
 from __future__ import annotations
@@ -94,7 +93,7 @@ def per_size(runs: list[dict]) -> list[dict]:
 
 def verdict(rows: list[dict], need_ms: float, what: str = "the prefix") -> tuple[bool, str]:
     """Pure: every read verified, and the whole prefix (the last row) read within need_ms (its median p50 over
-    the repeats; 'inconclusive on this box' when need_ms lies inside their range)."""
+    the repeats; 'inconclusive on this box' when their p50s straddle need_ms, `observe.stats.straddles`)."""
     if not rows or not all(r["ok"] for r in rows):
         bad = next((r for r in rows if not r["ok"]), None)
         return False, f"FAIL: a read failed ({bad['error'] if bad else 'no rows'})"
@@ -158,13 +157,15 @@ def _sweep(server: channel.Side, client: channel.Side, source: str, reader: str,
         progress(f"  {count} chunk(s): {result.median_gbps or 0:.2f} GB/s, {'ok' if result.ok else result.error}")
         return result
 
-    out = []
-    for run in channel.run_channel(server, client, opts, ports, around):
-        if run.payload_bytes not in memcpy:
-            memcpy[run.payload_bytes] = memcpy_gbps(client, run.payload_bytes)
-        out.append({**run.to_dict(), "rails": rails.get(run.num_objects, []),
-                    "memcpy_gbps": memcpy[run.payload_bytes]})
-    return out
+    return [_with_memcpy({**run.to_dict(), "rails": rails.get(run.num_objects, [])}, client, memcpy)
+            for run in channel.run_channel(server, client, opts, ports, around)]
+
+
+def _with_memcpy(row: dict, s: channel.Side, measured: dict[int, Optional[float]]) -> dict:
+    """`row` with memcpy of its bytes on `s`, measured once per size."""
+    if row["payload_bytes"] not in measured:
+        measured[row["payload_bytes"]] = memcpy_gbps(s, row["payload_bytes"])
+    return {**row, "memcpy_gbps": measured[row["payload_bytes"]]}
 
 
 def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters: int = 5,
@@ -192,14 +193,10 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
             f"{r.median_gbps or 0:.2f}" if r.ok else r.error[:40] for r in result) + " GB/s")
         return result
 
-    rounds = []
     memcpy: dict[int, Optional[float]] = {}
-    for runs in transfer_patterns.run_links(links, opts, around=around):
-        row = {**transfer_patterns.aggregate(runs), "rails": rails.get(runs[0].num_objects, [])}
-        if row["payload_bytes"] not in memcpy:
-            memcpy[row["payload_bytes"]] = memcpy_gbps(sides[hub], row["payload_bytes"])
-        rounds.append({**row, "memcpy_gbps": memcpy[row["payload_bytes"]]})
-    rows = per_size(rounds)
+    rows = per_size([_with_memcpy({**transfer_patterns.aggregate(runs), "rails": rails.get(runs[0].num_objects, [])},
+                                  sides[hub], memcpy)
+                     for runs in transfer_patterns.run_links(links, opts, around=around)])
     ok, line = verdict(rows, need, f"{len(links)} prefixes at once")
     ends = (",".join(others), hub) if pattern == "many-to-one" else (hub, ",".join(others))
     return {"pattern": pattern, "source": ends[0], "reader": ends[1], "sizes": plan.to_dict(),

@@ -1,4 +1,4 @@
-"""Small statistics shared by the report, its plots and the fault harness (stdlib only, no plotting)."""
+"""Small statistics shared by the report, its plots, the benchmarks and the fault harness (stdlib only)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
 
 def median(values: Iterable[Optional[float]], default: Optional[float] = None) -> Optional[float]:
     """percentile 50; `default` for no data."""
-    m = percentile(values, 50)
-    return default if m is None else m
+    return default if (m := percentile(values, 50)) is None else m
 
 
 def fmt(v: Optional[float], spec: str = "{:g}", scale: float = 1.0, none: str = "-") -> str:
@@ -40,17 +39,16 @@ def span(values: Iterable[Optional[float]]) -> Optional[list[float]]:
     return [min(vals), max(vals)] if vals else None
 
 
-def with_spread(median: float, spread: Optional[Sequence[float]], spec: str = "{:.0f}") -> str:
-    """A figure over repeats as every benchmark shows it: the median, then the repeats' min-max when they differ,
-    "412 (300-500)"; `spec` formats all three."""
-    cell = spec.format(median)
+def with_spread(mid: float, spread: Optional[Sequence[float]], spec: str = "{:.0f}") -> str:
+    """A figure over repeats as every benchmark shows it: the median (`mid`), then the repeats' min-max when they
+    differ, "412 (300-500)"; `spec` formats all three."""
+    cell = spec.format(mid)
     if spread and spread[0] != spread[1]:
         cell += f" ({spec.format(spread[0])}-{spec.format(spread[1])})"
     return cell
 
 
 def straddles(spread: Optional[Sequence[float]], threshold: float) -> bool:
-    """Whether repeats whose min-max is `spread` lie on both sides of `threshold`, so that the median's side is
-    chance: lo < threshold < hi. A repeat equal to the threshold is on neither side, so a range that only touches
-    it (or a single value) decides."""
+    """Whether repeats whose min-max is `spread` lie on both sides of `threshold` (lo < threshold < hi), so that
+    the median's side is chance; a repeat equal to it is on neither side, so a range that only touches it decides."""
     return bool(spread) and spread[0] < threshold < spread[1]

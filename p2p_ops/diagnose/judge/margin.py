@@ -17,7 +17,6 @@ SLOWER = 1.2
 
 
 def _ttft_p50(turns: list[dict], hit: bool) -> Optional[float]:
-    """Of the cache hits, or of the recomputes."""
     return median(t["ttft_s"] * 1000 for t in turns if t["ok"] and (t["cached_tokens"] > 0) == hit)
 
 
