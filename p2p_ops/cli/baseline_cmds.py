@@ -30,42 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = verb(sub, "compare", cmd_compare, help="flag each figure that moved beyond its baseline's spread",
              description=f"Each figure of the baseline against the same figure of the runs: REGRESSED when it lies "
              f"beyond the baseline's spread in the worse direction and moved more than {bl.TOLERANCE:.0%} (and "
-             f"more than its floor, e.g. {bl.MS_FLOOR:g} ms); a figure of fewer than 4 samples (a pull, a proof TTFT) "
-             f"when its median moved more than {bl.THIN_TOLERANCE:.0%}. Improvements are shown, never a failure. "
-             "Exit 1 on a regression or a figure the run could not measure; "
+             f"more than its floor, e.g. {bl.MS_FLOOR:g} ms); a figure of fewer than {bl.THIN_SAMPLES} samples (a "
+             f"pull, a proof TTFT) when its median moved more than {bl.THIN_TOLERANCE:.0%}. Improvements are shown, "
+             "never a failure. Exit 1 on a regression or a figure the run could not measure; "
              "exit 2 when the runs cannot be compared (another fleet, other settings, a figure "
              "measured another way), naming what differs.")
     c.add_argument("baseline", nargs="?", default=None, help="baseline name (default: the newest saved)")
     c.add_argument("run", nargs="*", default=[], help=RUN_HELP.replace("of each kind", "of each kind the baseline "
                                                                         "holds, newer than its runs"))
-
-
-def _kind(folder: Path) -> str | None:
-    """What ran there: run.json's kind (stress, all, longdoc, with the tag), else what its figures are of; None
-    for a run cut short or still running, or one without figures."""
-    from p2p_ops.harness.rundir import run_state
-
-    state = run_state(folder)
-    family = bl.family(folder)
-    return (state.get("kind") or family) if family and state.get("state", "complete") == "complete" else None
-
-
-def _unfinished(folder: Path) -> str:
-    from p2p_ops.harness.rundir import run_state
-
-    state = run_state(folder)
-    return "" if state.get("state", "complete") == "complete" else f"{state['state']} {state.get('reason', '')}"
-
-
-def latest_runs(tests: Path, kinds=None, after: str = "") -> list[Path]:
-    """The newest finished run folder of each kind (of `kinds` when given), named after `after` (folder names start
-    with their UTC time, so they sort)."""
-    newest: dict[str, Path] = {}
-    for folder in sorted(tests.iterdir()) if tests.is_dir() else []:
-        kind = _kind(folder) if folder.is_dir() and folder.name > after else None
-        if kind and (kinds is None or kind in kinds):
-            newest[kind] = folder
-    return list(newest.values())
 
 
 def _given(tests: Path, names: list[str]) -> list[Path]:
@@ -74,8 +46,8 @@ def _given(tests: Path, names: list[str]) -> list[Path]:
         path = Path(name) if Path(name).is_dir() else tests / name
         if not path.is_dir():
             raise BadInput(f"run {name!r}: no such folder here or under {tests}; `ls {tests}` lists the runs")
-        if why := _unfinished(path):
-            raise BadInput(f"run {name!r} did not finish ({why.strip()}); give a finished run")
+        if why := bl.unfinished(path):
+            raise BadInput(f"run {name!r} did not finish ({why}); give a finished run")
         out.append(path)
     return out
 
@@ -83,12 +55,11 @@ def _given(tests: Path, names: list[str]) -> list[Path]:
 def cmd_save(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         name = bl.check_name(args.name)
-        runs = _given(ctx.layout.tests, args.run) or latest_runs(ctx.layout.tests)
+        runs = _given(ctx.layout.tests, args.run) or bl.latest_runs(ctx.layout.tests)
         if not runs:
             raise BadInput(f"no finished run in {ctx.layout.tests}; run `p2pctl test matrix` (or stress, basic, "
                            "soak, bench transfer) first")
         doc = bl.build(name, ctx.fleet.name, runs, bl.installed_versions(ctx))
-        doc["kinds"] = sorted({_kind(r) or "" for r in runs})
         path = bl.path_of(ctx.layout, name)
         files.write_json(files.private_dir(path.parent) / path.name, doc)
     return done(args, {**doc, "path": str(path)}, [
@@ -118,17 +89,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise BadInput("no baseline saved for this fleet; `p2pctl baseline save NAME` after a test run")
         base = bl.load(ctx.layout, args.baseline or names[-1])
         kinds = set(base["kinds"])
-        runs = _given(ctx.layout.tests, args.run) or latest_runs(ctx.layout.tests, kinds,
+        runs = _given(ctx.layout.tests, args.run) or bl.latest_runs(ctx.layout.tests, kinds,
                                                                   max(Path(r).name for r in base["runs"]))
         if not runs:
             raise BadInput(f"no {'/'.join(sorted(kinds))} run finished after baseline {base['name']!r}; run the "
                            "test again (e.g. `p2pctl test matrix`), then compare")
-        for run in runs:
-            bl.comparable(base, run)
-        rows = bl.compare(base, bl.pooled(runs))
-        if all(r["now"] is None for r in rows):
-            raise BadInput(f"{', '.join(r.name for r in runs)}: none of baseline {base['name']!r}'s figures measured "
-                           f"there (it holds {'/'.join(sorted(kinds))} runs); give a run of the same kind")
+        rows = bl.compare(base, runs)
         versions = bl.installed_versions(ctx)
     regressed = [r["figure"] for r in rows if r["verdict"] in ("REGRESSED", "FAILED")]
     changed = {k: (v, versions.get(k)) for k, v in base["versions"].items() if versions.get(k) != v}
@@ -154,9 +120,9 @@ def _show(doc: dict, rows: list[dict], changed: dict) -> None:
                   f"[{colour[v]}]{v}[/{colour[v]}]" if v in colour else v)
     show(t)
     say(*(f"{r['figure']}: {r['why']}" for r in rows if r.get("why")), markup=False)
-    if thin := [r["figure"] for r in rows if r["verdict"] == "REGRESSED" and r["samples"] < 3]:
-        say(f"note: {', '.join(thin)}: fewer than 3 samples; one run's pull or TTFT can vary 2-3x on a busy box: "
-            f"rerun 2-3 times and compare them together (p2pctl compare {doc['baseline']} RUN RUN RUN)",
+    if thin := [r["figure"] for r in rows if r["verdict"] == "REGRESSED" and r["samples"] < bl.THIN_SAMPLES]:
+        say(f"note: {', '.join(thin)}: fewer than {bl.THIN_SAMPLES} samples; one run's pull or TTFT can vary 2-3x on "
+            f"a busy box: rerun and compare the runs together (p2pctl compare {doc['baseline']} RUN RUN RUN)",
             markup=False)
     moved = ", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in changed.items())
     unread = next((v["error"] for v in doc["versions"].values() if "error" in v), "")
@@ -164,4 +130,4 @@ def _show(doc: dict, rows: list[dict], changed: dict) -> None:
     say(f"versions not compared: {unread}" if unread else f"versions since the baseline: {moved or 'unchanged'}",
         f"[bold red]REGRESSED[/bold red]: {n} of {len(rows)} figures regressed or failed" if n else
         f"[bold green]OK[/bold green]: no figure regressed beyond its spread and {doc['tolerance']:.0%} "
-        f"({bl.THIN_TOLERANCE:.0%} on the median of a figure of fewer than 4 samples)")
+        f"({bl.THIN_TOLERANCE:.0%} on the median of a figure of fewer than {bl.THIN_SAMPLES} samples)")

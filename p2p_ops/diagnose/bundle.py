@@ -11,11 +11,7 @@ Layout inside `p2p-bundle-<fleet>-<UTC>/`::
     router/        env.sh  start_router.sh  router.log  status.json  workers.json  metrics.txt  (router.enabled)
     prometheus/    prometheus.yml  prometheus.log                                (if the fleet ran one)
 
-Every text passes through `redact.redact_text` in memory before anything is written; fleet.yaml instead through
-`redact.redact_structure` (its parsed structure, so no YAML layout hides a secret; written back without its
-comments). Each secret value found anywhere, and the spec's `api_key`, is then scrubbed from every file by value
-(`redact.scrub_known`): a log that prints the key bare names no variable. The tar holds only the redacted text
-and `manifest.json` lists each redaction (kind, file, line, variable name; never the value).
+The writer (`bundle_writer`) redacts every file in memory; the tar holds only redacted text.
 Parts that cannot be read (a stopped fleet, a missing tool, an unreachable node) are listed under
 `unreachable` instead of failing the bundle. Files the bundle will not read are listed under `refused` with the
 reason: a log or env.sh that is a symbolic link, a FIFO or a device, or one whose folder resolves outside the
@@ -24,24 +20,17 @@ node's run folder (`facts.logs.file_copy_fact` refuses them on the node itself).
 
 from __future__ import annotations
 
-import io
-import json
-import os
 import re
-import tarfile
-import tempfile
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from p2p_ops import files
 from p2p_ops.connectors.base import Result
 from p2p_ops.diagnose import doctor, explain, judge
+from p2p_ops.diagnose.bundle_writer import BundleWriter
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
-from p2p_ops.diagnose.redact import (Redaction, RedactionResult, manifest_entries, redact_structure,
-                                     redact_text, scrub_known)
+from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.endpoints import fetch
 from p2p_ops.errors import BadInput
 from p2p_ops.facts import TOOL_LABELS, node_facts
@@ -57,121 +46,11 @@ from p2p_ops.spec.layout import BUNDLES, PROMETHEUS
 from p2p_ops.spec.model import Node, hostport
 from p2p_ops.spec.units import Unit
 
-FORMAT = "p2p-bundle/1"
 LOG_CAP_BYTES = 4 << 20
 _BASE64_LINE = re.compile(r"^[A-Za-z0-9+/=]{16,}\\?n?\s*$")
 
 Progress = Callable[[str], None]
 
-
-@dataclass
-class BundleWriter:
-    """Collects redacted files in memory; `write` makes the tar.gz (nothing unredacted ever touches disk).
-    `entries`, `unreachable` and `refused` are the manifest's rows as they are written."""
-
-    root: str
-    files: dict[str, bytes] = field(default_factory=dict)
-    entries: list[dict] = field(default_factory=list)
-    redactions: list[Redaction] = field(default_factory=list)
-    unreachable: list[dict] = field(default_factory=list)
-    refused: list[dict] = field(default_factory=list)
-    # Secret values the tool knows (the spec's, and each one masked in any file) -> their name: `write` removes
-    # them from every file, where a log prints one bare (`used key Zq8x...`).
-    known: dict[str, str] = field(default_factory=dict)
-
-    def add_text(self, path: str, text: str, what: str, source: str, truncated: bool = False) -> None:
-        self._add(path, redact_text(text, where=path), what, source, truncated)
-
-    def add_spec(self, path: str, text: str, source: str) -> None:
-        """A fleet spec, redacted from its parsed structure (every YAML layout of a secret); one that does not
-        parse is left out, not copied."""
-        try:
-            result = redact_structure(text, path)
-        except BadInput as exc:
-            self.missing("the fleet spec", source, f"not copied: {exc}")
-            return
-        self._add(path, result, "the fleet spec, written back from its parsed structure with secrets masked "
-                                "(comments and layout not kept)", source, False)
-
-    def _add(self, path: str, result: RedactionResult, what: str, source: str, truncated: bool) -> None:
-        data = result.text.encode("utf-8", errors="replace")
-        self.files[path] = data
-        self.redactions += result.redactions
-        self.known.update(result.values)
-        self.entries.append({"path": path, "what": what, "source": source, "bytes": len(data),
-                             "redactions": len(result.redactions), "truncated": truncated})
-
-    def add_json(self, path: str, obj: Any, what: str, source: str) -> None:
-        self.add_text(path, json.dumps(obj, indent=2, default=str) + "\n", what, source)
-
-    def merge(self, part: BundleWriter) -> None:
-        for name in ("files", "known"):
-            getattr(self, name).update(getattr(part, name))
-        for name in ("entries", "redactions", "unreachable", "refused"):
-            getattr(self, name).extend(getattr(part, name))
-
-    def scrub_known(self) -> None:
-        """Remove every known secret value from every file, wherever it was learnt (files before env.sh too)."""
-        counts = {}
-        for path, data in self.files.items():
-            result = scrub_known(data.decode("utf-8"), self.known, path)
-            if result.redactions:
-                self.files[path] = result.text.encode("utf-8")
-                self.redactions += result.redactions
-                counts[path] = len(result.redactions)
-        for entry in self.entries:
-            entry["redactions"] += counts.get(entry["path"], 0)
-            entry["bytes"] = len(self.files.get(entry["path"], b""))
-        for item in self.unreachable + self.refused:
-            why = "error" if "error" in item else "reason"
-            item[why] = scrub_known(item[why], self.known, "manifest").text
-
-    def refuse(self, what: str, source: str, reason: str) -> None:
-        self.refused.append({"what": what, "source": source, "reason": redact_text(reason, "manifest").text[:500]})
-
-    def missing(self, what: str, source: str, error: str) -> None:
-        self.unreachable.append({"what": what, "source": source,
-                                 "error": redact_text(str(error), "manifest").text[:500]})
-
-    def manifest(self, extra: dict) -> dict:
-        by_kind = dict(Counter(r.kind for r in self.redactions))
-        return {
-            "format": FORMAT, **extra,
-            "files": self.entries,
-            "redactions": manifest_entries(self.redactions),
-            "redaction_summary": {"total": len(self.redactions), "by_kind": by_kind,
-                                  "files": sorted({r.where for r in self.redactions})},
-            "unreachable": self.unreachable,
-            "refused": self.refused,
-        }
-
-    def write(self, out: Path, extra: dict, force: bool = False) -> dict:
-        self.scrub_known()
-        manifest = self.manifest(extra)
-        files.make_dirs(out.parent)
-        # A fresh private temp file (O_EXCL, 0600): a planted `<out>.tmp` symlink is never followed.
-        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-        tmp = Path(tmp_name)
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            items = [("manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())] + sorted(self.files.items())
-            for path, data in items:
-                info = tarfile.TarInfo(f"{self.root}/{path}")
-                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-                tar.addfile(info, io.BytesIO(data))
-        tmp.chmod(0o600)
-        if force:
-            tmp.replace(out)
-            return manifest
-        try:  # a hard link never replaces: a file that appeared meanwhile (or a planted symlink) stays as it is
-            os.link(tmp, out)
-        except FileExistsError:
-            raise BadInput(f"{out} exists; name a new file or add --force to replace it") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-        return manifest
-
-
-# ---- reading from nodes and endpoints ---------------------------------------------------------------------
 
 def trim_partial_head(text: str) -> str:
     """A log cut at a byte offset starts mid-line, maybe inside a private-key block whose BEGIN line is gone:
@@ -221,14 +100,6 @@ def _add_http(w: BundleWriter, url: str, dest: str, what: str, as_json: bool) ->
         w.add_text(dest, body, what, url)
 
 
-def _jsonable(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def bundle_batch(ctx: FleetContext, node: Node) -> dict[str, CommandFact]:
     """What the bundle reads on a node in one round trip (`facts.node_facts`): interpreters, host, every command
     fact."""
@@ -248,7 +119,7 @@ def _add_tool(w: BundleWriter, base: str, node, fact: CommandFact, res: Result) 
     if res.exit_code:
         w.add_text(f"{base}/tools/{fact.name}.rc", f"{res.exit_code}\n", f"exit code of `{cmd}`", src)
     try:
-        w.add_json(f"{base}/facts/{fact.name}.json", _jsonable(fact.parse(res.output)),
+        w.add_json(f"{base}/facts/{fact.name}.json", fact.parse(res.output),
                    f"`{cmd}` parsed by p2p_ops.facts", src)
     except Exception as exc:  # noqa: BLE001 - the raw output is kept either way
         w.missing(f"parsed fact {fact.name}", src, f"parser failed: {exc}")

@@ -18,11 +18,12 @@ from typing import Optional
 
 from p2p_ops.facts.base import CommandFact
 from p2p_ops.facts.logs import guard, read_cmd
+from p2p_ops.facts.secret_names import is_secret_name
 
 # `export KEY=value` exactly as shlex.quote writes value: bare safe characters, or one single-quoted string
 # whose quotes are spelt '"'"' (the value may span lines). Nothing else is read as an assignment.
 _EXPORT = re.compile(r"""export ([A-Za-z_][A-Za-z0-9_]*)=([\w@%+=:,./-]+|'(?:[^']|'"'"')*')(?:\n|\Z)""", re.ASCII)
-_SECRET = re.compile(r"(export \w*(?:KEY|TOKEN|SECRET|PASSWORD)\w*=).*", re.IGNORECASE)
+_ASSIGNMENT = re.compile(r"(export (\w+)=).*")
 
 
 @dataclass
@@ -48,17 +49,12 @@ def read_env_sh(text: str) -> EnvSh:
     return out
 
 
-def is_secret(key: str) -> bool:
-    """Whether an env.sh variable holds a key, token, secret or password (its value is never shown)."""
-    return bool(_SECRET.match(f"export {key}="))
-
-
 def file_diff(rendered: str, on_disk: str, name: str, limit: int = 200) -> list[str]:
     """Unified diff, rendered -> on disk (`+` lines are what the file on disk has instead), with the values of
-    key, token, secret and password variables masked; at most `limit` lines."""
+    secret variables (`secret_names`) masked; at most `limit` lines."""
     lines = list(difflib.unified_diff(rendered.split("\n"), on_disk.split("\n"),
                                       f"{name} (rendered from fleet.yaml)", f"{name} (on disk)", n=0, lineterm=""))
-    lines = [_SECRET.sub(r"\1<masked>", x) for x in lines]
+    lines = [_ASSIGNMENT.sub(lambda m: m[1] + "<masked>" if is_secret_name(m[2]) else m[0], x) for x in lines]
     return lines[:limit] + ([f"... {len(lines) - limit} more lines"] if len(lines) > limit else [])
 
 

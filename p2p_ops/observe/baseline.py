@@ -5,8 +5,8 @@ p50/p99 per stage, transfer GB/s per size, soak slopes); every figure keeps its 
 baseline widen its spread. A figure regressed when its new value lies beyond the baseline's spread in the worse
 direction AND moved more than TOLERANCE (relative) AND more than its floor (absolute). A figure of one sample per
 run (a proof TTFT, a matrix pull) has no spread worth the name: on the shared 2-core box one pair's pull measured
-47-83 ms over five unchanged runs, another's 63-732 ms over three; with fewer than 4 samples its median must move
-by more than THIN_TOLERANCE, and reruns given together (`compare NAME RUN RUN RUN`) are judged on their median.
+47-83 ms over five unchanged runs, another's 63-732 ms over three; with fewer than THIN_SAMPLES its median must
+move by more than THIN_TOLERANCE, and reruns given together (`compare NAME RUN RUN RUN`) are judged on their median.
 
 What makes two runs comparable is checked, never assumed: the same fleet, the same settings (the env.sh files
 the run folder copied: profile, chunk size, timings, transfer engine) and, per figure, the same way of measuring
@@ -15,7 +15,6 @@ it (prompt length, ladder, generator options). Anything else is one line naming 
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,14 +23,17 @@ from typing import Optional
 
 from p2p_ops import files
 from p2p_ops.errors import BadInput
-from p2p_ops.facts.envfile import is_secret, read_env_sh
+from p2p_ops.facts.envfile import read_env_sh
+from p2p_ops.facts.secret_names import is_secret_name
 from p2p_ops.observe.records import read_csv
 from p2p_ops.observe.stats import percentile
 from p2p_ops.spec.layout import BASELINES, RunLayout
 
 TOLERANCE = 0.25
-THIN_TOLERANCE = 0.5   # a figure of fewer than 4 samples: single pulls here varied 1.3-3x between unchanged runs
+THIN_SAMPLES = 4
+THIN_TOLERANCE = 0.5   # a figure of fewer than THIN_SAMPLES: single pulls here varied 1.3-3x between unchanged runs
 MS_FLOOR = 5.0     # ms: below a scheduler tick or two of a busy box, a TTFT or pull time has not moved
+SECRET_SET = "set (not kept)"   # a secret setting's value, as settings_of keeps it
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Stress options that bound or label a run without changing what a figure measures.
 _NOT_HOW = ("seed", "tag", "max_seconds", "max_requests", "stages", "venv")
@@ -56,7 +58,7 @@ class Figure:
     def spread(self) -> tuple[float, float]:
         """min..max of a few repeats; of many samples the middle half (p50) or p90..max (a tail percentile)."""
         s = self.samples
-        if len(s) < 4:
+        if len(s) < THIN_SAMPLES:
             return min(s), max(s)
         return (percentile(s, 25), percentile(s, 75)) if self.q <= 50 else (percentile(s, 90), max(s))
 
@@ -139,6 +141,38 @@ def family(run: Path) -> Optional[str]:
     return "matrix" if "pairs" in doc else "basic" if "numbers" in doc else None
 
 
+def _state(run: Path) -> dict:
+    """The run's run.json, as harness.rundir writes it ({} for a run older than it, or a file not its own)."""
+    try:
+        return _json(run / "run.json")
+    except BadInput:
+        return {}
+
+
+def unfinished(run: Path) -> str:
+    """Why the run did not finish (its state and reason), "" when it did."""
+    state = _state(run)
+    return "" if state.get("state", "complete") == "complete" else f"{state['state']} {state.get('reason', '')}".strip()
+
+
+def kind_of(run: Path) -> Optional[str]:
+    """What ran there: run.json's kind (stress, all, longdoc, with the tag), else what its figures are of; None
+    for a run cut short or still running, or one without figures."""
+    found = family(run)
+    return (_state(run).get("kind") or found) if found and not unfinished(run) else None
+
+
+def latest_runs(tests: Path, kinds=None, after: str = "") -> list[Path]:
+    """The newest finished run folder of each kind (of `kinds` when given), named after `after` (folder names start
+    with their UTC time, so they sort)."""
+    newest: dict[str, Path] = {}
+    for folder in sorted(tests.iterdir()) if tests.is_dir() else []:
+        kind = kind_of(folder) if folder.is_dir() and folder.name > after else None
+        if kind and (kinds is None or kind in kinds):
+            newest[kind] = folder
+    return list(newest.values())
+
+
 def figures_of(run: Path) -> list[Figure]:
     """The run's figures; a file that is not what p2pctl writes is one BadInput line naming the run."""
     try:
@@ -170,17 +204,19 @@ def _json(path: Path) -> dict:
 
 def settings_of(run: Path) -> dict[str, str]:
     """The settings the run was made with, from its copies of the fleet's env.sh (`file:VAR` -> value), paths left
-    out (a checkout moved elsewhere measures the same) and a secret kept as a digest (never written in clear)."""
+    out (a checkout moved elsewhere measures the same). A secret is SECRET_SET, not even a digest (a short password
+    is guessable from one): a key shapes no figure, so runs differing only in its value compare."""
     out = {}
     for env in sorted((run / "env").glob("*.env.sh")):
         for k, v in read_env_sh(files.read_text(env, 1 << 20, within=run)).env.items():
             if not k.endswith("_DIR"):
-                out[f"{env.name.removesuffix('.env.sh')}:{k}"] = _digest(v) if is_secret(k) else v
-    return out
+                out[f"{env.name.removesuffix('.env.sh')}:{k}"] = v
+    return _kept(out)
 
 
-def _digest(value: str) -> str:
-    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+def _kept(settings: dict[str, str]) -> dict[str, str]:
+    """Also applied to a loaded baseline: an older p2pctl kept a digest, or in clear a secret its classifier missed."""
+    return {k: SECRET_SET if is_secret_name(k.partition(":")[2] or k) else v for k, v in settings.items()}
 
 
 def fleet_of(run: Path) -> str:
@@ -236,15 +272,16 @@ def build(name: str, fleet: str, runs_: list[Path], versions: dict) -> dict:
     for run in runs_:
         if fleet_of(run) != fleet:
             raise BadInput(f"{run}: a run of fleet {fleet_of(run)!r}, not {fleet!r}; give runs of this fleet")
-        if (diff := _settings_diff(settings, settings_of(run))):
-            raise BadInput(f"{run.name} and {runs_[0].name} ran with different settings ({diff}); a baseline "
-                           "holds runs made with the same settings")
+        if settings != (theirs := settings_of(run)):
+            raise BadInput(f"{run.name} and {runs_[0].name} ran with different settings "
+                           f"({_first_diff(settings, theirs)}); a baseline holds runs made with the same settings")
     figures = pooled(runs_)
     if bad := next((f for f in figures if f.failed), None):
         raise BadInput(f"{bad.name}: {bad.failed}; a baseline holds what passing runs measured: fix it (or leave "
                        "that run out with --run) and save again")
     return {"name": name, "fleet": fleet, "saved": time.time(), "runs": [str(r) for r in runs_],
-            "versions": versions, "settings": settings, "figures": [asdict(f) for f in figures]}
+            "kinds": sorted({kind_of(r) or "" for r in runs_}), "versions": versions, "settings": settings,
+            "figures": [asdict(f) for f in figures]}
 
 
 def load(layout: RunLayout, name: str) -> dict:
@@ -274,13 +311,7 @@ def saved(layout: RunLayout) -> list[str]:
 
 def _first_diff(a: dict, b: dict) -> str:
     key = next(k for k in sorted(set(a) | set(b), key=str) if a.get(k) != b.get(k))
-    if is_secret(key.partition(":")[2] or key):
-        return f"{key} differs (values not shown)"
     return f"{key} is {a.get(key, '(unset)')!r} there, {b.get(key, '(unset)')!r} here"
-
-
-def _settings_diff(a: dict, b: dict) -> str:
-    return _first_diff(a, b) if a != b else ""
 
 
 def comparable(baseline: dict, run: Path) -> None:
@@ -289,15 +320,21 @@ def comparable(baseline: dict, run: Path) -> None:
     if fleet_of(run) != baseline["fleet"]:
         raise BadInput(f"{where} is of fleet {fleet_of(run)!r}, baseline {baseline['name']!r} of "
                        f"{baseline['fleet']!r}; compare runs of the same fleet")
-    if (diff := _settings_diff(baseline["settings"], settings_of(run))):
-        raise BadInput(f"{where} was measured differently from baseline {baseline['name']!r}: {diff}; save a "
-                       f"baseline for these settings (`p2pctl baseline save NAME --run {run.name}`)")
+    if (kept := _kept(baseline["settings"])) != (theirs := settings_of(run)):
+        raise BadInput(f"{where} was measured differently from baseline {baseline['name']!r}: "
+                       f"{_first_diff(kept, theirs)}; save a baseline for these settings (`p2pctl baseline save NAME "
+                       f"--run {run.name}`)")
 
 
-def compare(baseline: dict, new: list[Figure]) -> list[dict]:
-    """One row per figure of the baseline: REGRESSED, FAILED (the run could not measure it), improved, within, or
-    not measured (the run did not try)."""
-    mine = {f.name: f for f in new}
+def compare(baseline: dict, runs: list[Path]) -> list[dict]:
+    """One row per figure of the baseline, the runs' repeats pooled: REGRESSED, FAILED (the run could not measure
+    it), improved, within, or not measured (the run did not try)."""
+    for run in runs:
+        comparable(baseline, run)
+    mine = {f.name: f for f in pooled(runs)}
+    if not set(mine) & {f["name"] for f in baseline["figures"]}:
+        raise BadInput(f"{', '.join(r.name for r in runs)}: none of baseline {baseline['name']!r}'s figures measured "
+                       f"there (it holds {'/'.join(sorted(baseline['kinds']))} runs); give a run of the same kind")
     rows = []
     for doc in baseline["figures"]:
         old, f = Figure(**doc), mine.get(doc["name"])
@@ -317,10 +354,11 @@ def compare(baseline: dict, new: list[Figure]) -> list[dict]:
 
 
 def judge(old: Figure, now: float) -> str:
-    """Beyond the spread and the tolerance. Fewer than 4 samples make no spread to trust (one slow repeat of three
-    once hid an 8x slower pull behind its 732 ms): those move on the median alone, by more than THIN_TOLERANCE."""
-    lo, hi = old.spread if len(old.samples) >= 4 else (old.value, old.value)
-    tolerance = TOLERANCE if len(old.samples) >= 4 else THIN_TOLERANCE
+    """Beyond the spread and the tolerance. Fewer than THIN_SAMPLES make no spread to trust (one slow repeat of
+    three once hid an 8x slower pull behind its 732 ms): those move on the median alone, by more than THIN_TOLERANCE."""
+    thin = len(old.samples) < THIN_SAMPLES
+    lo, hi = (old.value, old.value) if thin else old.spread
+    tolerance = THIN_TOLERANCE if thin else TOLERANCE
     worse, better = (now > hi, now < lo) if old.better == "lower" else (now < lo, now > hi)
     if abs(now - old.value) <= max(tolerance * abs(old.value), old.floor):
         return "within"

@@ -327,7 +327,7 @@ SECRETS_BUDGET = Budget(10)
 def test_a_secret_in_any_yaml_layout_is_masked(data, names, values, layout):
     if SECRETS_BUDGET.spent():
         return
-    from p2p_ops.diagnose.redact import redact_structure
+    from p2p_ops.diagnose.redact.structure import redact_structure
     from p2p_ops.errors import BadInput
 
     doc = {"spec": data, **{name: value for name, value in zip(names, values)}}

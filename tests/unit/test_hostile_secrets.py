@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from p2p_ops.diagnose import bundle
-from p2p_ops.diagnose.redact import redact_structure
+from p2p_ops.diagnose.redact.structure import redact_structure
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import write_csv
@@ -88,6 +88,25 @@ def test_redacted_fleet_yaml_keeps_everything_but_secrets():
 def test_an_alias_of_a_secret_masks_its_anchor_too():
     result = redact_structure(f"keys: {{a: &k {KEY}, n: 1234}}\napi_key: *k\n", "fleet.yaml")
     assert yaml.safe_load(result.text) == {"keys": {"a": "<redacted>", "n": 1234}, "api_key": "<redacted>"}
+
+
+# Issue 44: a secret passed as argv, the item after a secret-named flag (a headers flag's `name=value` too).
+ARGV = [("settings", "server_extra_args", ["--otlp-headers", "x-honeycomb-team=Zq8otlpKEY"], "Zq8otlpKEY"),
+        ("vllm", "args", ["--hf-token", "Zq8hfTOKEN"], "Zq8hfTOKEN"),
+        ("router", "args", ["--api-key", "Zq8routerKEY"], "Zq8routerKEY")]
+
+
+@pytest.mark.parametrize("section, field, args, secret", ARGV, ids=[f"{s}.{f}" for s, f, *_ in ARGV])
+def test_a_secret_in_argv_is_in_no_file_of_the_bundle(tmp_path, section, field, args, secret):
+    f = write_local_fleet(tmp_path / "fleet.yaml", 1, name="sec")
+    data = yaml.safe_load(f.read_text())
+    data.setdefault(section, {})[field] = args
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    with FleetContext.load(f) as ctx:
+        launch.render(ctx)
+        got = _bundle_text(ctx, tmp_path / "b.tar.gz")
+    assert not [p for p, t in got.items() if secret in t or "honeycomb-team=" in t]
+    assert yaml.safe_load(got["fleet.yaml"])[section][field] == [args[0], "<redacted>"]
 
 
 def test_unparsable_fleet_yaml_is_left_out_not_copied(tmp_path):

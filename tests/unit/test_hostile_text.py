@@ -86,6 +86,12 @@ REDACT = {
     "yaml_block": "client_secret: |\n" + "  a\n" * (MB // 4),
     "nul_environ": "A_TOKEN=x\0" * (MB // 10),
     "redis": "redis-cli" + " -a" * (MB // 3),
+    "tabs": "api_key\t" * (MB // 8),
+    "fullwidth_colon": "api_key：" * (MB // 8),
+    "argv_list": '"--api-key", ' * (MB // 13),
+    "argv_lines": "--api-key\n" * (MB // 10),
+    "configure": "aws configure set " * (MB // 18) + "x",
+    "userinfo_at": "http://a:" + "@" * MB,
 }
 
 

@@ -106,6 +106,20 @@ FORMS = [
     ("PGPASSWORD={S} psql -h db", "Zq9pgpassword"),
     ("export MYSQLPASSWORD={S}", "Zq9gluedMysql"),
     ("PGPASSWORD='{S}' pg_dump app", "Zq9glued quoted"),
+    # issue 44: argv as lists and strings, separators a line-based reader misses
+    ("--api-key\0{S}\0--port\08000", "Zq9nulArgv"),
+    ("--hf-token\n{S}\n--port", "Zq9newlineArgv"),
+    ("args:\n- --api-key\n- {S}", "Zq9yamlArgv"),
+    ('args: ["--hf-token", "{S}"]', "Zq9jsonArgv"),
+    ("['--api-key', '{S}']", "Zq9pyArgv"),
+    ("--otlp-headers x-honeycomb-team={S}", "Zq9otlpHeader"),
+    ('"--otlp-headers", "x-honeycomb-team={S}"', "Zq9otlpList"),
+    ("OTEL_EXPORTER_OTLP_HEADERS=x-honeycomb-team={S}", "Zq9otlpEnv"),
+    ("aws configure set aws_secret_access_key {S}", "Zq9awsConfigure"),
+    ("git config --global user.password {S}", "Zq9gitConfig"),
+    ("api_key\t{S}", "Zq9tabSeparated"),
+    ("api_key：{S}", "Zq9fullWidthColon"),
+    ("https://u:{S}@host.test/x", "Zq9p@ss@w0rd"),
 ]
 
 
@@ -148,6 +162,11 @@ DIAGNOSTIC = [
     "machine learning login page", "mysql -u root app", "redis-cli -h 127.0.0.1 ping",
     "curl -u bob https://api.test/", "secret_name=lmcache-creds", "GID[3]: fe80::1 RoCE v2",
     "key_hash=5f3a", "cached_tokens=512 prompt_tokens=600",
+    # issue 44: names that identify data, prose, auth modes and public keys
+    "tokenizer_key=llama-3", "model_key: qwen3-0.6b", "instance_key=node-a-0", "storage_key=vllm@tiny@256@5f3a",
+    "request_key=r-17", "uses Bearer authentication for /v1", "Authorization: disabled",
+    "ssh_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host",
+    "public_key: ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 op@box", "max_headers=64",
 ]
 
 
