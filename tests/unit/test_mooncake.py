@@ -18,7 +18,7 @@ from p2p_ops.facts.gpus import Gpu
 from p2p_ops.facts.python_env import MOONCAKE_PIN, MOONCAKE_WHEELS, PythonEnv, parse_python
 from p2p_ops.lifecycle.nic_plan import InstancePlan
 from p2p_ops.lifecycle.preflight.bootstrap import mooncake_script, mooncake_wheel, needs_mooncake, pip_steps
-from p2p_ops.lifecycle.preflight.verdict import judge_node
+from p2p_ops.lifecycle.preflight.readiness import assess_node
 from p2p_ops.lifecycle.render import fleet_runs
 from p2p_ops.spec.layout import RunLayout
 from p2p_ops.spec.load import parse_fleet
@@ -185,7 +185,7 @@ class Probe:
 def test_probe_refuses_a_mooncake_fleet_whose_venv_cannot_import_it_and_names_the_fix(mooncake, says):
     fl = parse_fleet(mooncake_data())
     p = Probe(py_env(mooncake))
-    judge_node(fl, fl.nodes[0], p)
+    assess_node(fl, fl.nodes[0], p)
     assert needs_mooncake(fl, p) == (mooncake != "ok")
     if says is None:
         assert p.problems == []
@@ -194,7 +194,7 @@ def test_probe_refuses_a_mooncake_fleet_whose_venv_cannot_import_it_and_names_th
         assert says in msg and "make setup-mooncake" in msg and "p2pctl probe --bootstrap" in msg
     nixl = parse_fleet(local_fleet(2, name="n"))
     p = Probe(py_env(mooncake))
-    judge_node(nixl, nixl.nodes[0], p)
+    assess_node(nixl, nixl.nodes[0], p)
     assert p.problems == [] and not needs_mooncake(nixl, p)
 
 

@@ -30,7 +30,7 @@ from p2p_ops.lifecycle.preflight.probe import (
     planned_ports,
     probe_fleet,
 )
-from p2p_ops.lifecycle.preflight.verdict import judge_fleet, judge_node
+from p2p_ops.lifecycle.preflight.readiness import assess_fleet, assess_node
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.starter import local_fleet
 from tests.conftest import write_local_fleet
@@ -192,7 +192,7 @@ def _probe(**kw) -> NodeProbe:
 def test_a_ready_cpu_node_has_no_problems():
     fleet = fleet2()
     p = _probe()
-    judge_node(fleet, fleet.nodes[0], p)
+    assess_node(fleet, fleet.nodes[0], p)
     assert p.ok and p.problems == [] and p.warnings == []
 
 
@@ -202,35 +202,35 @@ def test_vllm_nodes_need_gpus_vllm_and_want_the_model_cached():
     data["nodes"][0]["instances"][0]["gpu"] = 3
     fleet = parse_fleet(data)
     p = _probe(model_cache=ModelCache(False, "/r/hub/models--Qwen--Qwen3-8B"))
-    judge_node(fleet, fleet.nodes[0], p)
+    assess_node(fleet, fleet.nodes[0], p)
     text = "\n".join(p.problems)
     assert "no GPU is visible" in text and "vllm is not installed" in text
     assert any("not in the cache" in w for w in p.warnings)
     p2 = _probe(gpus=parse_gpus(NVIDIA_SMI))
-    judge_node(fleet, fleet.nodes[0], p2)
+    assess_node(fleet, fleet.nodes[0], p2)
     assert any("GPU(s) [3]" in m for m in p2.problems)
 
 
 def test_cpu_vllm_nodes_need_no_gpu_and_their_vllm_venv_is_left_to_preflight():
     fleet = parse_fleet(local_fleet(2, name="v", runtime="vllm", vllm={"venv": "/opt/vllm"}))
     p = _probe()
-    judge_node(fleet, fleet.nodes[0], p)
+    assess_node(fleet, fleet.nodes[0], p)
     assert not any("GPU" in m or "vllm is not installed" in m for m in p.problems), p.problems
 
 
 def test_missing_venv_memlock_with_rdma_busy_port_and_version_skew():
     fleet = fleet2()
     a = _probe(python=PythonEnv("/v/bin/python", error="no python at /v/bin/python"))
-    judge_node(fleet, fleet.nodes[0], a)
+    assess_node(fleet, fleet.nodes[0], a)
     assert any("--bootstrap" in m for m in a.problems)
     b = _probe(rdma=[IbDevice("mlx5_0", 0)],
                ports=[PortCheck(8081, "x http", "127.0.0.1", "busy", "nginx pid 1")])
-    judge_node(fleet, fleet.nodes[1], b)
+    assess_node(fleet, fleet.nodes[1], b)
     assert any("port 8081 (x http) is held by nginx pid 1" in m for m in b.problems)
     assert any("memlock" in w and "unlimited" in w for w in b.warnings)
     c = _probe(python=PythonEnv("/v/bin/python", "3.11.7", {"lmcache": "0.5.5", "nixl": "1.5.1"}))
     d = _probe()
-    judge_fleet(fleet, {"node-a": c, "node-b": d})
+    assess_fleet(fleet, {"node-a": c, "node-b": d})
     assert any("lmcache versions differ across nodes (node-a=0.5.5, node-b=0.5.6)" in m for m in c.problems)
 
 

@@ -13,7 +13,7 @@ from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.rdma.check import FIXES
 from p2p_ops.facts.python_env import version_of
-from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX
+from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
 

@@ -29,7 +29,7 @@ from p2p_ops.facts.sections import read_node
 from p2p_ops.facts.server_log import hash_fallback_fact, none_hash_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.preflight.verdict import mooncake_problem
+from p2p_ops.lifecycle.preflight.readiness import mooncake_problem
 from p2p_ops.lifecycle.render import SSH_UCX_LOOKUP, bin_dir_for, fleet_runs
 from p2p_ops.spec.agreement import ENGINE_MODEL_ENV, SERVER_ENV, vllm_values
 from p2p_ops.spec.layout import COORDINATOR

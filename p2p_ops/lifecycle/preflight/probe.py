@@ -2,14 +2,14 @@
 
 The facts (`p2p_ops.facts`: interpreter and packages, GPUs, RDMA devices, listeners, disk, memlock, model cache)
 are read per node in one round trip through its connector (`facts.sections.read_node`, so over SSH for remote
-nodes); `verdict.py` turns facts plus the fleet's plan into problems (launch would fail or share nothing) and
+nodes); `readiness.py` turns facts plus the fleet's plan into problems (launch would fail or share nothing) and
 warnings (it would run, but check this). Probing never changes a node; `bootstrap.py` is the one acting part
 (`--bootstrap`). `preflight` is the part `up` checks itself: every node answers, and holds what its servers and
 engines start from (vLLM's interpreter and a local model folder, an importable Mooncake); a failure names every
 node while nothing runs anywhere.
 
 Add a probe: a fact in `p2p_ops.facts` with a captured-output test, a label in `facts.node_facts` and in
-`PROBE`, a field on `NodeProbe`, and a rule in `verdict.py`.
+`PROBE`, a field on `NodeProbe`, and a rule in `readiness.py`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from p2p_ops.facts.storage import Disk, ModelCache
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.nic_plan import InstancePlan, plan_from_reads
-from p2p_ops.lifecycle.preflight.verdict import MOONCAKE_FIX, judge_fleet, judge_node, mooncake_problem
+from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX, assess_fleet, assess_node, mooncake_problem
 from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.model import Fleet, Node
 from p2p_ops.spec.units import port_plan
@@ -126,7 +126,7 @@ def probe_node(ctx: FleetContext, node: Node) -> NodeProbe:
         result.error = str(exc)
         return result
     fill(result, facts, read, ctx.fleet, node, ours)
-    judge_node(ctx.fleet, node, result)
+    assess_node(ctx.fleet, node, result)
     return result
 
 
@@ -151,7 +151,7 @@ def probe_fleet(ctx: FleetContext, only: Optional[str] = None) -> dict[str, Node
     probes = {n.name: results[n.name] if isinstance(results[n.name], NodeProbe)
               else NodeProbe(n.name, n.address, n.connection, error=str(results[n.name]))
               for n in ctx.fleet.nodes if n.name in results}
-    judge_fleet(ctx.fleet, probes)  # then compare them: versions must agree across peers
+    assess_fleet(ctx.fleet, probes)  # then compare them: versions must agree across peers
     return probes
 
 

@@ -17,7 +17,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def judge_node(fleet: Fleet, node: Node, probe) -> None:
+def assess_node(fleet: Fleet, node: Node, probe) -> None:
     problems, warnings = probe.problems, probe.warnings
     py = probe.python
     if py is None or not py.present:
@@ -38,7 +38,7 @@ def judge_node(fleet: Fleet, node: Node, probe) -> None:
         if fleet.runtime == "vllm" and not (node.vllm_venv or fleet.vllm.venv) and not py.version_of("vllm"):
             problems.append(f"runtime is vllm but vllm is not installed in {py.executable}: pip install vllm "
                             "(or set vllm.venv to the venv that holds it)")
-    _judge_gpus(fleet, node, probe)
+    _assess_gpus(fleet, node, probe)
     for pc in probe.ports:
         if pc.state == "busy":
             problems.append(f"port {pc.port} ({pc.role}) is held by {pc.holder}; stop it or pick another port "
@@ -74,7 +74,7 @@ def mooncake_problem(engine: str, py) -> str:
             "CUDA extensions\"")
 
 
-def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
+def _assess_gpus(fleet: Fleet, node: Node, probe) -> None:
     wanted = sorted({i.gpu for i in node.instances if i.gpu is not None})
     gpus = probe.gpus
     if fleet.runtime == "vllm" and fleet.vllm.device == "cuda" and not gpus:
@@ -89,7 +89,7 @@ def _judge_gpus(fleet: Fleet, node: Node, probe) -> None:
                               "fix instances[].gpu")
 
 
-def judge_fleet(fleet: Fleet, probes: dict) -> None:
+def assess_fleet(fleet: Fleet, probes: dict) -> None:
     # Versions must agree across peers (decision 6: mismatches share nothing).
     for pkg in ("lmcache", "nixl", "vllm"):
         seen = {name: p.python.version_of(pkg) for name, p in probes.items()
