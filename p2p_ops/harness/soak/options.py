@@ -23,7 +23,7 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True)
 class LeakRule:
-    """A leak's least growth, first window floor to last, and least slope (verdict.py tells a leak from warm-up)."""
+    """A leak's least growth, first window floor to last, and least slope (leaks.py tells a leak from warm-up)."""
 
     min_per_hour: float
     min_growth: float

@@ -1,6 +1,6 @@
 """Run a soak on a healthy fleet: a steady mixed load for `duration_s`, samples of every process meanwhile, a
 cross-node proof every `proof_every_s`; then the load stops, LMCache's in-flight P2P work must drain, and the
-checks are made (verdict.py). `stop()` is asked once a second: a `down` of the fleet ends the run early."""
+checks are made (leaks.py). `stop()` is asked once a second: a `down` of the fleet ends the run early."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Proof:
 
 @dataclass
 class Soaked:
-    """What the run recorded; verdict.py judges it and shows it (soak.md, soak.json, the plots)."""
+    """What the run recorded; leaks.py judges it and shows it (soak.md, soak.json, the plots)."""
 
     opts: SoakOptions
     load: MixedLoad

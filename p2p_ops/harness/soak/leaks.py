@@ -221,7 +221,7 @@ def soak_markdown(s: Soaked, checks: list[Check], ts: list[Trend], fleet: str) -
              f"{o.concurrency} client(s){' through the router' if o.via_router else ''}: shared documents, "
              f"{o.sessions} multi-turn sessions, fresh prompts; a sample every {o.sample_every_s:g} s, a "
              f"cross-node proof every {o.proof_every_s:g} s. Slopes from {o.warmup_s:g} s on (warm-up left out); "
-             "a leak is a rise through three equal windows in a row (harness/soak/verdict.py).", "",
+             "a leak is a rise through three equal windows in a row (harness/soak/leaks.py).", "",
              f"**Overall: {'PASS' if passed(checks) else 'FAIL'}**", "", *check_table(checks)]
     lines += ["", "## Per process (after warm-up: first → last sample, least-squares slope)", "",
               "| process | anonymous MiB (slope) | RSS MiB | fds | threads | CPU % after warm-up |",

@@ -8,7 +8,7 @@ from p2p_ops.errors import BadInput
 from p2p_ops.harness.soak.load import MIX, MixedLoad
 from p2p_ops.harness.soak.options import LeakRule, SoakOptions, parse_duration
 from p2p_ops.harness.soak.sampler import Row
-from p2p_ops.harness.soak.verdict import cpu_percent, per_minute, slope_per_hour, trend, trends
+from p2p_ops.harness.soak.leaks import cpu_percent, per_minute, slope_per_hour, trend, trends
 from p2p_ops.observe.records import RequestRecord
 
 RULE = LeakRule(min_per_hour=30.0, min_growth=16.0)
