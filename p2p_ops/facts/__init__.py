@@ -44,7 +44,7 @@ def node_facts(labels: Iterable[str], python: str = "", run_dir: str = "", model
     """The facts of a node as a whole, read in one round trip (`sections.read_node`), by label; `p2pctl probe`,
     `doctor` and `bundle` each pick theirs. `python`, `vllm_python`: the node's interpreters (servers', vLLM's);
     `run_dir`: where the fleet's files go (its disk); `model`: a folder or hub id to find (None: nothing)."""
-    every = {"host": HOST, "host_txt": HOST_TXT, "python": python_env_fact(python),
+    every: dict[str, CommandFact] = {"host": HOST, "host_txt": HOST_TXT, "python": python_env_fact(python),
              "vllm_python": python_env_fact(vllm_python), "gpus": GPUS, "rdma": SYSFS_IB, "listeners": LISTENERS,
              "sessions": SESSIONS, "ipv4": IPV4_INTERFACES, "disk": disk_fact(run_dir),
              "model": model_cache_fact(model), **dict(zip(TOOL_LABELS, COMMAND_FACTS))}

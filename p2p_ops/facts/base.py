@@ -97,6 +97,6 @@ def entries(directory: Path) -> list[Path]:
 def read_int(path: Path) -> int | None:
     value = read_sysfs(path)
     try:
-        return int(value, 0)
-    except (TypeError, ValueError):
+        return None if value is None else int(value, 0)
+    except ValueError:
         return None

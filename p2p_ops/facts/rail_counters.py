@@ -42,8 +42,8 @@ def parse_rail_counters(text: str) -> dict[str, RailBytes]:
         if m := _IB_LINE.match(line.strip()):
             rail = out.setdefault(f"{m[1]}:{m[2]}", RailBytes(f"{m[1]}:{m[2]}", "rdma"))
             setattr(rail, "tx_bytes" if m[3] == "xmit" else "rx_bytes", int(m[4]) * IB_WORD_BYTES)
-        elif (rail := _netdev_line(line)) is not None:
-            out[rail.name] = rail
+        elif (net := _netdev_line(line)) is not None:
+            out[net.name] = net
     return out
 
 

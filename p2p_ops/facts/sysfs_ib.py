@@ -31,10 +31,10 @@ def _read_gids(port_dir: Path) -> list[Gid]:
 
 def read_ib_port(port_dir: Path) -> IbPort:
     code, state = split_prefixed(read_sysfs(port_dir / "state"))
-    text = {name: read_sysfs(port_dir / name) or "" for name in ("link_layer", "rate", "lid", "sm_lid")}
+    link_layer, rate, lid, sm_lid = (read_sysfs(port_dir / n) or "" for n in ("link_layer", "rate", "lid", "sm_lid"))
     counters = {name: value for name in PORT_COUNTERS if (value := read_int(port_dir / "counters" / name)) is not None}
     return IbPort(int(port_dir.name), state, code, split_prefixed(read_sysfs(port_dir / "phys_state"))[1],
-                  gids=_read_gids(port_dir), counters=counters, **text)
+                  link_layer, rate, lid, sm_lid, gids=_read_gids(port_dir), counters=counters)
 
 
 def read_ib_device(dev_dir: Path) -> IbDevice:

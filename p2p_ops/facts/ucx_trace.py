@@ -34,7 +34,7 @@ def dump_lane(line: str) -> tuple[str, str] | None:
     m = _DUMP_LANE.match(line)
     before, arrow, after = line[m.end():].rpartition("->") if m else ("", "", "")
     target_uses = after.split(None, 1)
-    return (m["lane"], target_uses[1]) if arrow and len(target_uses) == 2 else None
+    return (m["lane"], target_uses[1]) if m and arrow and len(target_uses) == 2 else None
 
 
 def lane_class(lane: str) -> str:
@@ -164,7 +164,7 @@ class _Collector:
         elif (m := _VERSION.match(msg)) and m[1] not in self.summary.ucx_versions:
             self.summary.ucx_versions.append(m[1])
         elif m := _ENV.match(msg):
-            self.summary.ucx_env.update(kv.split("=", 1) for kv in m[1].split() if "=" in kv)
+            self.summary.ucx_env.update(kv.partition("=")[::2] for kv in m[1].split() if "=" in kv)
 
     def dump_lane(self, lane: str, uses: str) -> None:
         """A lane from a `ucx_info -e` dump; it belongs to the endpoint this stream printed last."""

@@ -12,7 +12,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
@@ -38,7 +38,7 @@ def _path_str(loc: tuple[Any, ...]) -> str:
     return path or "(top level)"
 
 
-def _pydantic_message(err: dict[str, Any]) -> str:
+def _pydantic_message(err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
     loc = err.get("loc", ())
     if kind == "extra_forbidden":
@@ -110,7 +110,7 @@ def _p2p_l1_checks(fleet: Fleet) -> None:
     if why := p2p_refused_l1(fleet.settings.server_extra_args):
         raise BadInput(f"settings.server_extra_args: {why}")
     for where, _, inst in fleet.placed_instances():
-        if why := p2p_refused_l1(inst.settings.server_extra_args or []):
+        if why := p2p_refused_l1(inst.settings.server_extra_args or []):  # type: ignore[attr-defined]  # dynamic field
             raise BadInput(f"{where}.settings.server_extra_args: {why}")
 
 

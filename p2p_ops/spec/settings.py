@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import fields
-from typing import Any, Callable, Literal, Optional, get_args
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -160,11 +160,11 @@ class Settings(_LMCacheChecks):
 INSTANCE_KEYS = ("l1_size_gb", "eviction_policy", "heartbeat_interval", "p2p_lookup_timeout", "p2p_load_timeout",
                  "max_workers", "log_level", "server_nice", "ucx_tls", "ucx_net_devices", "server_extra_args",
                  "shm_transport", "mooncake_device")
-InstanceSettings = create_model(
-    "InstanceSettings", __base__=_LMCacheChecks, __module__=__name__,
-    **{k: (Optional[Settings.model_fields[k].annotation],
-           FieldInfo.merge_field_infos(Settings.model_fields[k], default=None, default_factory=None))
-       for k in INSTANCE_KEYS})
+_INSTANCE_FIELDS: dict[str, Any] = {  # typed, or mypy checks a **dict's values against create_model's own parameters
+    k: (Optional[Settings.model_fields[k].annotation],
+        FieldInfo.merge_field_infos(Settings.model_fields[k], default=None, default_factory=None))
+    for k in INSTANCE_KEYS}
+InstanceSettings = create_model("InstanceSettings", __base__=_LMCacheChecks, __module__=__name__, **_INSTANCE_FIELDS)
 
 
 # The embedded engine's flags (p2p_runtime.config.EngineConfig) are the one source of the `engine:` section:
@@ -203,6 +203,10 @@ def engine_env_name(key: str) -> str:
 class EngineSection(StrictModel):
     """What the `engine:` section can do beyond its fields (EngineSettings adds them from EngineConfig)."""
 
+    if TYPE_CHECKING:  # EngineSettings' fields come from create_model, unknown to mypy: they read as Any
+        def __init__(self, **values: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
     @model_validator(mode="after")
     def _engine_accepts(self) -> "EngineSection":
         try:
@@ -229,12 +233,12 @@ class EngineSection(StrictModel):
         return [("--" + k.replace("_", "-"), engine_env_name(k)) for k in type(self).model_fields]
 
 
+_ENGINE_FIELDS: dict[str, Any] = {f.name: (flag_type(f), Field(f.default, **_ENGINE_LIMITS.get(f.name, {})))
+                                  for f in fields(EngineConfig) if f.name not in ENGINE_FROM_FLEET}
 EngineSettings = create_model(
     "EngineSettings", __base__=EngineSection, __module__=__name__,
     __doc__="The embedded CPU engine (runtime: embedded): EngineConfig's fields and defaults. Ignored by "
-            "runtime: vllm.",
-    **{f.name: (flag_type(f), Field(f.default, **_ENGINE_LIMITS.get(f.name, {}))) for f in fields(EngineConfig)
-       if f.name not in ENGINE_FROM_FLEET})
+            "runtime: vllm.", **_ENGINE_FIELDS)
 
 
 class VllmSettings(StrictModel):
@@ -284,8 +288,9 @@ class PrometheusSettings(StrictModel):
     retention: str = Field("2d", pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 
-ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
-                   "sticky_least_loaded")
+RouterPolicy = Literal["random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                       "sticky_least_loaded"]
+ROUTER_POLICIES = get_args(RouterPolicy)
 
 
 class RouterSettings(StrictModel):
@@ -297,7 +302,7 @@ class RouterSettings(StrictModel):
     """
 
     enabled: bool = False
-    policy: Literal[ROUTER_POLICIES] = "cache_aware"
+    policy: RouterPolicy = "cache_aware"
     # The node that runs it; empty = the coordinator's node.
     node: str = ""
     port: int = Field(8200, ge=1, le=65535)

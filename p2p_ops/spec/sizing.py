@@ -28,9 +28,9 @@ COORDINATOR_GIB = 0.35
 # The share of MemAvailable a fleet may take by default: a shared box keeps room for others.
 BUDGET_SHARE = 0.75
 # (L1 GiB, engine context tokens), most generous first; "kv" means: twice the engine's own KV of one context.
-REAL_LADDER: tuple[tuple[object, int], ...] = (("kv", 8192), (1.0, 8192), (0.5, 8192), (0.5, 4096),
-                                               (0.25, 4096), (0.25, 2048))
-TINY_LADDER: tuple[tuple[object, int], ...] = ((1.0, 8192), (0.5, 8192), (0.25, 8192), (0.125, 8192))
+REAL_LADDER: tuple[tuple[float | str, int], ...] = (("kv", 8192), (1.0, 8192), (0.5, 8192), (0.5, 4096),
+                                                     (0.25, 4096), (0.25, 2048))
+TINY_LADDER: tuple[tuple[float | str, int], ...] = ((1.0, 8192), (0.5, 8192), (0.25, 8192), (0.125, 8192))
 TINY_BLOCKS = 2048
 # The smallest L1 worth running: it must hold a few whole chunks of the profile and the pulls it stages.
 MIN_L1_CHUNKS = 8
@@ -65,7 +65,7 @@ def describe_sizing(data: dict, budget: Optional[float]) -> str:
             f"({e['num_blocks']} blocks, context {e['max_model_len']} tokens, {per_token // 1024} KiB per token)")
 
 
-def node_size(profile: KVProfile, l1: object, context: int) -> NodeSize:
+def node_size(profile: KVProfile, l1: float | str, context: int) -> NodeSize:
     """One ladder step for a profile: the engine holds one full context (its blocks), L1 at least MIN_L1_CHUNKS
     chunks (rounded up to 1/16 GiB). The tiny profile keeps the engine's default 2048 blocks (64 MiB), as before
     sizing existed: room for several requests in flight costs nothing there."""
@@ -81,9 +81,9 @@ def size_nodes(n: int, profile: KVProfile, budget: Optional[float]) -> NodeSize:
     """The most generous step that fits `budget` GiB for n nodes (None: no limit). When even the leanest step
     does not, BadInput names what it needs and how many nodes would fit."""
     steps = [node_size(profile, l1, ctx) for l1, ctx in (TINY_LADDER if profile.name == TINY else REAL_LADDER)]
-    fit = next((s for s in steps if budget is None or s.fleet_gib(n) <= budget), None)
-    if fit is not None:
-        return fit
+    fitting = [s for s in steps if budget is None or s.fleet_gib(n) <= budget]
+    if fitting or budget is None:
+        return fitting[0]
     lean = steps[-1]
     fits = max(0, int((budget - COORDINATOR_GIB) // lean.per_node_gib()))
     advice = f"use --local {fits} or fewer" if fits >= 2 else "free memory first"

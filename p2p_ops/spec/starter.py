@@ -33,7 +33,7 @@ def local_fleet(n: int, name: str = "local", base: Optional[dict[str, int]] = No
     if n < 1 or n > 64:
         raise BadInput(f"--local {n}: choose between 1 and 64 nodes")
     b = port_defaults.default_base() | (base or {})
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for i in range(n):
         letter = chr(ord("a") + i) if i < 26 else f"n{i}"
         nodes.append({"name": f"node-{letter}", "address": "127.0.0.1", "connection": "local",

@@ -69,7 +69,7 @@ class _Loader(yaml.SafeLoader):
                                                     f"{first}); keep one")
         return super().construct_mapping(node, deep=deep)
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | HugeInt:  # type: ignore[override]  # wider on purpose
         text = str(node.value)
         if ":" in text:
             raise _Refusal(node.start_mark, f"{text!r} is a YAML 1.1 sexagesimal (base 60) number, "

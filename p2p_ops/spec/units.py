@@ -8,7 +8,7 @@ recycled pid is never taken for it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Optional, cast
 
 from p2p_ops.endpoints import engine_api, fetch, lmcache_api
 from p2p_ops.spec.layout import COORDINATOR, PROMETHEUS, ROUTER, RunLayout
@@ -48,7 +48,7 @@ class Unit:
     marker: str
     ports: tuple[PlannedPort, ...]
     phase: Optional[int]    # units of a phase start together; None: not started by `up`
-    ready: Callable[[], bool] = field(compare=False, repr=False)
+    ready: Callable[..., bool] = field(compare=False, repr=False)   # called without arguments
     ready_says: str = ""
     # How long `up` waits for it at most when the caller's default is too short (vLLM loads its model).
     start_timeout_s: Optional[float] = None
@@ -91,7 +91,7 @@ def _servers(fleet: Fleet) -> list[Unit]:
     for where, node, inst in fleet.placed_instances():
         url = f"http://{hostport(node.address, inst.ports.http)}"
         ports = tuple(PlannedPort(node.name, getattr(inst.ports, k), f"{inst.id} {k}", node.bind_host, inst.id,
-                                  k, f"{inst.id}/server", f"{where}.ports.{k}") for k in SERVER_KINDS)
+                                  cast(Kind, k), f"{inst.id}/server", f"{where}.ports.{k}") for k in SERVER_KINDS)
         out.append(Unit("server", node, inst, inst.id, url, f"--http-port {inst.ports.http} ", ports, 0,
                         lambda u=url: lmcache_api.server_status(u).reachable, f"GET {url}/status answers"))
     return out

@@ -5,18 +5,8 @@ the notes on what the node holds itself and what a run recorded, and which key i
 
 from __future__ import annotations
 
-from p2p_ops.diagnose.explain.model import (
-    HIT,
-    PARTIAL,
-    PULL,
-    RECOMPUTE,
-    ChunkVerdict,
-    ExplainFacts,
-    Explanation,
-    InstanceView,
-    NodeExplanation,
-)
-from p2p_ops.diagnose.judge.chunk import FIELDS, judge_chunks, key_inputs
+from p2p_ops.diagnose.explain.model import HIT, PARTIAL, PULL, RECOMPUTE, Explanation, NodeExplanation
+from p2p_ops.diagnose.judge.chunk import FIELDS, ChunkVerdict, ExplainFacts, InstanceView, judge_chunks, key_inputs
 from p2p_ops.spec.agreement import split
 
 

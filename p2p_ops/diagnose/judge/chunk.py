@@ -1,6 +1,6 @@
 """Why one chunk of a prompt would miss on one instance (pure): a local hit, a pull from a named peer, or a
-recompute with the catalogue's reason and the evidence for it. explain gathers the evidence (`facts`: its
-ExplainFacts; `x`: the target's InstanceView; `c`: a ChunkVerdict to fill) and shows what this decides.
+recompute with the catalogue's reason and the evidence for it. explain gathers the evidence, whose types are
+here (`facts`: ExplainFacts; `x`: the target's InstanceView; `c`: a ChunkVerdict to fill), and shows the answer.
 
 LMCache serves a prefix: the engine asks its server for the longest run of leading chunks it can get (its own
 L1, then each P2P peer adapter in order), so after the first chunk it cannot get, every later chunk is
@@ -27,10 +27,13 @@ from a peer the judge finds at fault stays a pull, with that cause as its risk (
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Optional
 
 from p2p_ops.diagnose.judge.catalogue import CAUSES, measured_cause
+from p2p_ops.endpoints.lmcache_api import Placement
+from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
 # What a request would do with one chunk.
@@ -50,7 +53,89 @@ STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file name
 FIELDS = ("chunk_size", "hash_algorithm", "model_name", "world_size", "cache_salt")
 
 
-def key_inputs(v) -> dict[str, str]:
+@dataclass
+class InstanceView:
+    """One instance as explain reads it."""
+
+    instance: str
+    node: str
+    server_state: str = "unknown"            # running | dead | none | unreachable ...
+    engine_state: str = "unknown"
+    engine_degraded: bool = False            # the engine serves without its lmcache server
+    inputs: Optional[KeyInputs] = None       # what its server's keys depend on (None: server unread)
+    tokens: Optional[list[int]] = None       # what its engine's /tokenize made of the prompt
+    tokenize_error: str = ""
+    keys: Optional[ChunkKeys] = None         # LMCache's hasher on its node, under its server's settings
+    keys_from: str = ""                      # which LMCache process computed `keys`
+    logged_none_hash: Optional[str] = None   # `Computed NONE_HASH=` from its server.log
+    hash_fallback: Optional[str] = None      # LMCache fell back to Python's hash() for this algorithm
+    p2p_state: str = "unknown"
+    peers: list[str] = field(default_factory=list)          # p2p_peers of its /status
+    adapter_order: list[str] = field(default_factory=list)  # peer instance ids in its P2P adapter order
+    registered: bool = False                 # listed by the coordinator's /instances
+    evicted_keys: float = 0.0                # L1 chunks its server deleted since it started (evictions, and
+                                             # the temporary copies of pulls it served)
+    eviction_runs: float = 0.0               # eviction-loop passes that evicted (L1 over its watermark)
+    l1_used: int = 0
+    l1_total: int = 0
+    chunk_bytes: int = 0                     # one chunk's KV in L1 (the embedded engine's profile; 0: unknown)
+    lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
+    p2p_loads: float = 0.0                   # pulls from peers its server completed since it started
+    tokens_by_source: dict[str, float] = field(default_factory=dict)   # vLLM: prompt tokens by source
+
+    @property
+    def serving(self) -> bool:
+        return self.server_state == "running" and self.inputs is not None
+
+    def hashes(self) -> list[str]:
+        return self.keys.hashes() if self.keys and not self.keys.error else []
+
+
+@dataclass
+class ExplainFacts:
+    fleet: str
+    runtime: str
+    prompt_label: str
+    instances: list[InstanceView]
+    targets: list[str]                                   # the instances to explain
+    placements: dict[str, list[Placement]] = field(default_factory=dict)    # chunk hash -> where it lives
+    directory_error: str = ""                            # why the directory could not be read
+    reporting: dict[str, bool] = field(default_factory=dict)   # instance -> reports cache events
+    held_keys: int = 0          # L1 keys the directory lists fleet-wide (any prompt's)
+    causes: dict[str, str] = field(default_factory=dict)   # instance -> the one judge's cause of its state
+    listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
+    near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
+    sent: dict[str, str] = field(default_factory=dict)   # target -> the newest saved request that sent it this prompt
+    computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
+    run: str = ""               # that run's folder
+    recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)
+    timings: dict[str, float] = field(default_factory=dict)   # seconds per phase of the gather
+
+    def view(self, instance: str) -> Optional[InstanceView]:
+        return next((v for v in self.instances if v.instance == instance), None)
+
+
+@dataclass
+class ChunkVerdict:
+    index: int
+    start: int
+    end: int
+    key: str = ""                       # the chunk hash under the target's settings
+    here: str = ""                      # l1 | l2 | "" (the target's own server holds it)
+    holders: list[str] = field(default_factory=list)    # other instances holding this very key
+    action: str = RECOMPUTE             # hit | pull | recompute | partial
+    source: str = ""                    # the peer a pull reads from (its node name when it runs one instance)
+    reason: str = ""                    # a stable code: keys_differ, peer_not_connected, evicted, ...
+    detail: str = ""                    # the reason in words, with its evidence
+
+    def describe(self) -> str:
+        recompute = "recompute" + (f": {self.reason}" if self.reason else "")
+        pull = f"pull from {self.source}" + (f" (at risk: {self.reason})" if self.reason else "")
+        return {HIT: f"local hit ({self.here.upper()})", PULL: pull,
+                PARTIAL: "never cached (partial chunk)"}.get(self.action, recompute)
+
+
+def key_inputs(v: InstanceView) -> dict[str, str]:
     """What this instance's keys depend on, by name (only what is known)."""
     if v.inputs is None:
         return {}
@@ -64,7 +149,7 @@ def key_inputs(v) -> dict[str, str]:
     return out
 
 
-def differing_inputs(x, p) -> list[str]:
+def differing_inputs(x: InstanceView, p: InstanceView) -> list[str]:
     """`name: x=value, p=value` for each key input the two differ in (the seed only where NONE_HASH differs,
     since that is the only way it enters a key)."""
     a, b = key_inputs(x), key_inputs(p)
@@ -83,21 +168,21 @@ def first_difference(a: list[int], b: list[int], end: int) -> Optional[tuple[int
     return next(((i, ta, tb) for i, (ta, tb) in enumerate(pairs) if ta != tb), None)
 
 
-def _label(facts, instance: str) -> str:
+def _label(facts: ExplainFacts, instance: str) -> str:
     """A peer's name as people say it: its node, when that node runs only this instance."""
     view = facts.view(instance)
     alone = view is not None and sum(v.node == view.node for v in facts.instances) == 1
-    return view.node if alone else instance
+    return view.node if view is not None and alone else instance
 
 
-def _holders(facts, key: str, me: str) -> tuple[str, list[str]]:
+def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
     """(the tier the target holds the key in, or "", the other instances holding it)."""
     placed = facts.placements.get(key, [])
     return (next((p.tier for p in placed if p.instance_id == me and p.tier), ""),
             list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
 
 
-def _because(facts, about: list[str], reason: str, detail: str) -> tuple[str, str]:
+def _because(facts: ExplainFacts, about: list[str], reason: str, detail: str) -> tuple[str, str]:
     """A state explain saw (a server down, an engine degraded, a peer not connected) is what the miss follows
     from; where the one judge names what put those instances in it (a setting that differs, a transport the node
     lacks), that cause is the reason ("judged"), and the state its consequence."""
@@ -105,7 +190,7 @@ def _because(facts, about: list[str], reason: str, detail: str) -> tuple[str, st
     return ("judged", f"{detail}. Why (the one judge): {'; '.join(causes)}") if causes else (reason, detail)
 
 
-def _cannot_ask(facts, x) -> Optional[tuple[str, str]]:
+def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
     if x.server_state != "running":
         return _because(facts, [x.instance], "server_down",
                         f"{x.instance}'s server is {x.server_state}: its engine computes everything itself")
@@ -115,7 +200,7 @@ def _cannot_ask(facts, x) -> Optional[tuple[str, str]]:
     return None
 
 
-def _not_connected(facts, x, holders: list[str]) -> str:
+def _not_connected(facts: ExplainFacts, x: InstanceView, holders: list[str]) -> str:
     why = []
     for h in holders:
         v = facts.view(h)
@@ -127,10 +212,10 @@ def _not_connected(facts, x, holders: list[str]) -> str:
     return f"held by {', '.join(holders)}, but " + "; ".join(why or ["no connected peer holds it"])
 
 
-def _peer_copy(facts, x, end: int) -> Optional[tuple[str, str, str]]:
+def _peer_copy(facts: ExplainFacts, x: InstanceView, end: int) -> Optional[tuple[str, str, str]]:
     """A serving peer that holds this token range under its own keys: (reason, peer, detail)."""
     for p in facts.instances:
-        if p.instance == x.instance or not p.serving or not p.tokens or p.keys is None or p.keys.error:
+        if p.instance == x.instance or not (p.serving and p.inputs and p.tokens and p.keys) or p.keys.error:
             continue
         cs = p.inputs.chunk_size
         covering = (end + cs - 1) // cs
@@ -148,12 +233,12 @@ def _peer_copy(facts, x, end: int) -> Optional[tuple[str, str, str]]:
     return None
 
 
-def _evictions(v) -> str:
+def _evictions(v: InstanceView) -> str:
     return (f"its eviction loop evicted {v.eviction_runs:g} time(s) since it started "
             f"(lmcache_mp_l1_eviction_loop_triggered), {v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
 
 
-def _gone(facts, x, c) -> tuple[str, str]:
+def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, str]:
     """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
     near = facts.near.get(x.instance)
     # A held near-twin after the same parent shows that a prompt differing there was computed; that this one was
@@ -207,17 +292,17 @@ def _gone(facts, x, c) -> tuple[str, str]:
     return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
 
 
-def _down(facts) -> list:
+def _down(facts: ExplainFacts) -> list[InstanceView]:
     return [v for v in facts.instances if v.server_state != "running"]
 
 
-def _departs(facts, x, c) -> Optional[tuple[str, str]]:
+def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[tuple[str, str]]:
     """A running server holds the chunk before this one, and nothing could have removed this one (no eviction ran
     anywhere, no server is down): the computed prompt never continued with these tokens."""
     if c.index == 0:
         return None
     before = [p.instance_id for p in facts.placements.get(x.hashes()[c.index - 1], [])
-              if facts.view(p.instance_id) is not None and facts.view(p.instance_id).server_state == "running"]
+              if (view := facts.view(p.instance_id)) is not None and view.server_state == "running"]
     if not before or _down(facts) or any(v.eviction_runs > 0 for v in facts.instances):
         return None
     return "prompt_differs", (
@@ -226,13 +311,13 @@ def _departs(facts, x, c) -> Optional[tuple[str, str]]:
         f"computed departs from this prompt at chunk {c.index} (or ended before it){CHAIN}")
 
 
-def _l1(v) -> str:
+def _l1(v: InstanceView) -> str:
     if not v.l1_total:
         return "usage unknown"
     return f"{100 * v.l1_used / v.l1_total:.0f} % of {v.l1_total / 2**30:.1f} GiB"
 
 
-def _chunk(facts, x, c) -> None:
+def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
     """Fill one chunk's verdict as if nothing before it had missed."""
     c.here, c.holders = _holders(facts, c.key, x.instance)
     blocked = _cannot_ask(facts, x)
@@ -246,7 +331,7 @@ def _chunk(facts, x, c) -> None:
         c.reason, c.detail = "holdings_unknown", f"where chunks live is unknown: {facts.directory_error}"
         return
     connected = [h for h in x.adapter_order + sorted(x.peers) if h in c.holders and h in x.peers
-                 and (facts.view(h) is not None and facts.view(h).server_state == "running")]
+                 and ((view := facts.view(h)) is not None and view.server_state == "running")]
     if connected:
         timeouts = (f"{len(x.lookup_timeouts)} recent timed-out lookup(s) in its server.log, last: "
                     f"{x.lookup_timeouts[-1][:160]}") if x.lookup_timeouts else ""
@@ -296,7 +381,7 @@ def _chunk(facts, x, c) -> None:
     c.reason, c.detail = _gone(facts, x, c)
 
 
-def judge_chunks(facts, x, chunks: list) -> None:
+def judge_chunks(facts: ExplainFacts, x: InstanceView, chunks: list[ChunkVerdict]) -> None:
     """Fill each full chunk's verdict in prompt order: what it would do alone, then the prefix rule (after the first
     chunk not served, every later one is recomputed, and after a prompt that differs, every later key differs)."""
     broken: Optional[int] = None
