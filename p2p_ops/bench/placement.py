@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from p2p_ops import files
 from p2p_ops.bench import docqa
-from p2p_ops.bench.placement_verdict import (FULL_REPEATS, NAN, QUICK_REPEATS, ArmResult, aggregate, document,
+from p2p_ops.bench.placement_verdict import (NAN, ArmResult, PlacementOptions, aggregate, document,
                                              markdown, summarize)
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
@@ -29,55 +29,11 @@ from p2p_ops.lifecycle.render import render_fleet, write_rendered
 from p2p_ops.observe import bench_plots
 from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.load import load_fleet
-from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_ops.spec.starter import dump_yaml, local_fleet
-from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_PROFILES
 
-POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
 KV_HITS = "vllm_router_kv_placement_lookups_total"
 KV_INPUTS = "vllm_router_kv_routing_inputs_total"
-
-
-@dataclass
-class PlacementOptions:
-    policies: list[str] = field(default_factory=lambda: list(POLICIES))
-    p2p_arms: list[bool] = field(default_factory=lambda: [True, False])
-    nodes: int = 2
-    # One named profile (p2p_runtime.timing_profiles), the same `calibrate` projects with by default.
-    timing: str = DEFAULT_TIMING
-    workload: docqa.DocQAOptions = field(default_factory=docqa.DocQAOptions)
-    repeats: int = FULL_REPEATS
-    repeat_s: float = 1800.0
-    # The whole run's bound; None: repeat_s per repeat.
-    max_seconds: Optional[float] = None
-    # None: the first free offset of the default plan (free_ports.choose); else exactly this offset.
-    port_offset: Optional[int] = None
-    # "ours" (harness client) or "inference-perf" (the same sessions; its tokenizer folder and venv, resolved).
-    generator: str = "ours"
-    tokenizer: str = ""
-    iperf_venv: str = ""
-
-    @classmethod
-    def quick(cls, **kw) -> "PlacementOptions":
-        wl = docqa.DocQAOptions(sessions=8, questions=3, doc_tokens=2048, inflight=4, max_tokens=4,
-                                max_seconds=120.0)
-        return cls(workload=wl, repeats=QUICK_REPEATS, repeat_s=600.0, **kw)
-
-    def validate(self) -> None:
-        unknown = [p for p in self.policies if p not in ROUTER_POLICIES]
-        if unknown:
-            raise BadInput(f"--policies: unknown {', '.join(unknown)}; use some of {', '.join(ROUTER_POLICIES)}")
-        if not self.policies:
-            raise BadInput("--policies: name at least one policy, e.g. round_robin,cache_aware")
-        if self.repeats < 1:
-            raise BadInput(f"--repeats {self.repeats}: give 1 or more ({QUICK_REPEATS} shows a median with its spread)")
-        if not 2 <= self.nodes <= 8:
-            raise BadInput(f"--nodes {self.nodes}: placement needs 2..8 nodes (P2P needs a peer)")
-        w = self.workload
-        if w.sessions < 1 or w.questions < 2 or w.inflight < 1 or w.doc_tokens < 256:
-            raise BadInput("--sessions >= 1, --questions >= 2, --inflight >= 1 and --doc-tokens >= 256 "
-                           "(a second question is what a cache can serve)")
 
 
 def missing_setup(opts: PlacementOptions, checkout: Path = CHECKOUT, bin_dir: Path = Path(sys.executable).parent
@@ -87,7 +43,7 @@ def missing_setup(opts: PlacementOptions, checkout: Path = CHECKOUT, bin_dir: Pa
     needs = [(bin_dir / "lmcache", "make setup"), (bin_dir / "p2p-engine", "make setup"),
              (checkout / ".venv-router" / "bin" / "vllm-router", "make setup-router")]
     if opts.generator == "inference-perf":
-        needs.append((Path(opts.iperf_venv) / "bin" / "inference-perf", "make setup-iperf"))
+        needs.append((Path(opts.inference_perf_venv) / "bin" / "inference-perf", "make setup-inference-perf"))
     return next((f"bench placement: no {path}; run `{make}` first (nothing was started)"
                  for path, make in needs if not path.is_file()), "")
 
@@ -173,7 +129,7 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int,
     if opts.generator == "inference-perf":
         turns, wall = docqa.run_inference_perf(ctx.fleet.router_url, ctx.fleet.model, opts.workload,
                                                f"{label}-r{repeat}", out_dir / "inference-perf" / f"{label}-r{repeat}",
-                                               Path(opts.tokenizer), Path(opts.iperf_venv))
+                                               Path(opts.tokenizer), Path(opts.inference_perf_venv))
     else:
         turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, f"{label}-r{repeat}", progress)
     after, rafter = _scrape(ctx)

@@ -8,14 +8,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
+from p2p_ops.bench import docqa
 from p2p_ops.bench.strict_json import finite
 from p2p_ops.diagnose.judge import margin
+from p2p_ops.errors import BadInput
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import median, percentile, span, straddles, with_spread
+from p2p_ops.spec.settings import ROUTER_POLICIES
+from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_PROFILES, TimingProfile
 
 if TYPE_CHECKING:
-    from p2p_ops.bench.placement import PlacementOptions
     from p2p_ops.lifecycle.free_ports import PortChoice
 
 # Figures shown as median (min-max) over an arm's repeats; the others are medians only.
@@ -23,6 +26,48 @@ SPREAD = ("req_per_s", "ttft_p50_ms", "ttft_p90_ms")
 # 3: the fewest repeats whose median is not one of two ends; 5 for a full run, as llm-d's published medians.
 QUICK_REPEATS, FULL_REPEATS = 3, 5
 NAN = float("nan")
+POLICIES = ("round_robin", "power_of_two", "cache_aware", "kv_aware", "consistent_hash")
+
+
+@dataclass
+class PlacementOptions:
+    policies: list[str] = field(default_factory=lambda: list(POLICIES))
+    p2p_arms: list[bool] = field(default_factory=lambda: [True, False])
+    nodes: int = 2
+    # One named profile (p2p_runtime.timing_profiles), the same `calibrate` projects with by default.
+    timing: str = DEFAULT_TIMING
+    workload: docqa.DocQAOptions = field(default_factory=docqa.DocQAOptions)
+    repeats: int = FULL_REPEATS
+    repeat_s: float = 1800.0
+    # The whole run's bound; None: repeat_s per repeat.
+    max_seconds: Optional[float] = None
+    # None: the first free offset of the default plan (free_ports.choose); else exactly this offset.
+    port_offset: Optional[int] = None
+    # "ours" (harness client) or "inference-perf" (the same sessions; its tokenizer folder and venv, resolved).
+    generator: str = "ours"
+    tokenizer: str = ""
+    inference_perf_venv: str = ""
+
+    @classmethod
+    def quick(cls, **kw) -> "PlacementOptions":
+        wl = docqa.DocQAOptions(sessions=8, questions=3, doc_tokens=2048, inflight=4, max_tokens=4,
+                                max_seconds=120.0)
+        return cls(workload=wl, repeats=QUICK_REPEATS, repeat_s=600.0, **kw)
+
+    def validate(self) -> None:
+        unknown = [p for p in self.policies if p not in ROUTER_POLICIES]
+        if unknown:
+            raise BadInput(f"--policies: unknown {', '.join(unknown)}; use some of {', '.join(ROUTER_POLICIES)}")
+        if not self.policies:
+            raise BadInput("--policies: name at least one policy, e.g. round_robin,cache_aware")
+        if self.repeats < 1:
+            raise BadInput(f"--repeats {self.repeats}: give 1 or more ({QUICK_REPEATS} shows a median with its spread)")
+        if not 2 <= self.nodes <= 8:
+            raise BadInput(f"--nodes {self.nodes}: placement needs 2..8 nodes (P2P needs a peer)")
+        w = self.workload
+        if w.sessions < 1 or w.questions < 2 or w.inflight < 1 or w.doc_tokens < 256:
+            raise BadInput("--sessions >= 1, --questions >= 2, --inflight >= 1 and --doc-tokens >= 256 "
+                           "(a second question is what a cache can serve)")
 
 
 @dataclass

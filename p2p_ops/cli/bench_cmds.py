@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from p2p_ops import files
-from p2p_ops.bench.placement import FULL_REPEATS, QUICK_REPEATS, PlacementOptions
+from p2p_ops.bench.placement_verdict import FULL_REPEATS, QUICK_REPEATS, PlacementOptions
 from p2p_ops.cli.common import add_port_offset_arg, context, done, given, ints, names, repeats, verb
 from p2p_ops.cli.output import progress, say
 from p2p_ops.errors import BadInput
@@ -69,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--max-seconds", type=float, default=None, help="hard bound on the whole run (default 600 s "
                     "per repeat with --quick, 1800 s without)")
     pl.add_argument("--generator", choices=["ours", "inference-perf"], default="ours",
-                    help="who sends the sessions: ours (default) or inference-perf (`make setup-iperf`; the same "
-                         "sessions as conversations, x-session-id their id)")
+                    help="who sends the sessions: ours (default) or inference-perf (`make setup-inference-perf`; the "
+                         "same sessions as conversations, x-session-id their id)")
     pl.add_argument("--tokenizer", default=None, help="with inference-perf: a local Hugging Face tokenizer folder "
                     "(default models/tiny-llama)")
     add_port_offset_arg(pl, ports="the fleet's ports, the router's included,")
@@ -259,7 +259,7 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
     if args.generator == "inference-perf":   # resolved before any fleet starts: a missing one is bad input now
         from p2p_ops.harness.stress_inference_perf import tokenizer_dir, venv_dir
 
-        opts.generator, opts.iperf_venv = args.generator, str(venv_dir())
+        opts.generator, opts.inference_perf_venv = args.generator, str(venv_dir())
         opts.tokenizer = str(tokenizer_dir(args.tokenizer or "", ""))
     return opts
 

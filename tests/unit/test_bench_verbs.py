@@ -130,13 +130,13 @@ ROUTER = "checkout/.venv-router/bin/vllm-router"
     (VENV[:1], "ours", "venv/bin/p2p-engine; run `make setup` first"),
     (VENV, "ours", ".venv-router/bin/vllm-router; run `make setup-router` first"),
     ((*VENV, ROUTER), "ours", ""),
-    ((*VENV, ROUTER), "inference-perf", "iperf/bin/inference-perf; run `make setup-iperf` first"),
-    ((*VENV, ROUTER, "iperf/bin/inference-perf"), "inference-perf", ""),
+    ((*VENV, ROUTER), "inference-perf", "inference-perf/bin/inference-perf; run `make setup-inference-perf` first"),
+    ((*VENV, ROUTER, "inference-perf/bin/inference-perf"), "inference-perf", ""),
 ])
 def test_placement_names_the_make_target_of_the_first_thing_its_arms_lack(tmp_path, have, generator, refusal):
-    from p2p_ops.bench import placement
+    from p2p_ops.bench import placement, placement_verdict
 
-    opts = placement.PlacementOptions(generator=generator, iperf_venv=str(tmp_path / "iperf"))
+    opts = placement_verdict.PlacementOptions(generator=generator, inference_perf_venv=str(tmp_path / "inference-perf"))
     why = placement.missing_setup(opts, **_setup(tmp_path, *have))
     assert (refusal in why and why.startswith("bench placement: no ")) if refusal else why == ""
 

@@ -75,7 +75,7 @@ def test_each_margin_below_one_gets_its_measured_cause():
 
 def test_the_report_and_document_carry_the_profile_the_recommendation_and_the_causes(tmp_path):
     results = [arm("cache_aware", True, 0.8), arm("cache_aware", False, 1.0)]
-    opts = placement.PlacementOptions.quick()
+    opts = placement_verdict.PlacementOptions.quick()
     all_turns = turns("cache_aware-p2p-on", 100, 800) + turns("cache_aware-p2p-off", 100, 800)
     md = placement_verdict.markdown(results, opts, all_turns)
     assert "Timing profile h200-rdma (llm-d, gpt-oss-120b on H200" in md
@@ -129,7 +129,7 @@ def test_overlapping_req_s_ranges_are_inconclusive_naming_both_arms_and_what_wou
             "and round_robin with P2P off (2.80 (2.50-2.90) req/s") in line
     assert "more repeats (--repeats 6), an idle box or longer documents (--doc-tokens 4096)" in line
     assert "run cache_aware" not in line
-    md = placement_verdict.markdown(results, placement.PlacementOptions.quick(), [])
+    md = placement_verdict.markdown(results, placement_verdict.PlacementOptions.quick(), [])
     assert "| cache_aware | yes | 3 | 3.00 (2.60-3.40) | 500 / 1,000 | 0 / 1,000 / 10,000 | 0 | 0 |" in md
     assert "| cache_aware | 1.43x (1.30x-1.55x) | 1.00x |" in md
 
@@ -168,11 +168,11 @@ def test_arms_that_never_ran_get_no_margin_recommendation_or_comparison_only_the
     nan = float("nan")
     failed = [placement_verdict.ArmResult("(fleet)", p2p, 0, 0, 0, 0, nan, nan, 0, 0, 0, 0,
                                           error="CouldNotRun: no router") for p2p in (True, False)]
-    md = placement_verdict.markdown(failed, placement.PlacementOptions.quick(), [])
+    md = placement_verdict.markdown(failed, placement_verdict.PlacementOptions.quick(), [])
     assert md.count("error: CouldNotRun: no router") == 2
     assert "Recommendation" not in md and "llm-d (8 pods" not in md and "P2P margin" not in md
     assert placement_verdict.recommend(failed, {}, WORKLOAD, RDMA) == "none: no arm ran"
     ran = failed + [arm("a", True, 2.0, failed=24)]
     assert placement_verdict.recommend(ran, {}, WORKLOAD, RDMA) == "none: no arm finished without failures"
-    md = placement_verdict.markdown(ran, placement.PlacementOptions.quick())
+    md = placement_verdict.markdown(ran, placement_verdict.PlacementOptions.quick())
     assert "**Recommendation**: none: no arm finished" in md and "llm-d (8 pods" in md

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import calibrate, placement, placement_verdict
+from p2p_ops.bench import calibrate, placement_verdict
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.crossover import CrossoverRow
 from p2p_ops.lifecycle.render import render_fleet
@@ -101,17 +101,17 @@ def test_placement_summary_splits_tokens_and_margins():
     off = placement_verdict.summarize("round_robin", False, turns[:1] + [turn(1, 1.0, 0)], 4.0, peer_tokens=0)
     m = placement_verdict.margins([on, off])
     assert m["round_robin"]["throughput_x"] == pytest.approx(1.5 / 0.5)
-    md = placement_verdict.markdown([on, off], placement.PlacementOptions.quick())
+    md = placement_verdict.markdown([on, off], placement_verdict.PlacementOptions.quick())
     assert "| round_robin | yes | 1 | 1.50 |" in md and "3.00x" in md
 
 
 def test_placement_options_refuse_bad_input():
     with pytest.raises(BadInput, match="--policies"):
-        placement.PlacementOptions(policies=["nope"]).validate()
+        placement_verdict.PlacementOptions(policies=["nope"]).validate()
     with pytest.raises(BadInput, match="--nodes"):
-        placement.PlacementOptions(nodes=1).validate()
+        placement_verdict.PlacementOptions(nodes=1).validate()
     with pytest.raises(BadInput, match="--repeats 0: give 1 or more"):
-        placement.PlacementOptions(repeats=0).validate()
+        placement_verdict.PlacementOptions(repeats=0).validate()
 
 
 def row(tokens: int, pulled: float, recompute: float, cached: int = 1) -> CrossoverRow:
