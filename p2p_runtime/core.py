@@ -5,6 +5,7 @@ The HTTP layer (``api.py``) only sees :class:`EngineCore`; the CLI (``engine.py`
 
 from __future__ import annotations
 
+from dataclasses import replace
 import logging
 import os
 import zlib
@@ -14,7 +15,7 @@ from p2p_runtime.kv_cache import BlockAllocator, PagedKVCache
 from p2p_runtime.kv_events import KVEventRecorder, ZmqEventPublisher
 from p2p_runtime.lmcache_adapter import KVRegistration, LMCacheAdapter, probe_chunk_size
 from p2p_runtime.metrics import EngineMetrics
-from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
+from p2p_runtime.model import TinyTransformer, configure_threads
 from p2p_runtime.scheduler import ModelRunner, Scheduler
 from p2p_runtime.timing_profiles import TimingEmulator
 from p2p_runtime.tokenizer import ByteTokenizer
@@ -32,10 +33,7 @@ class EngineCore:
             "enable_prefix_caching": False, "kv_connector": "LMCache" if config.lmcache_url else ""})
         chunk_size = self._resolve_chunk_size() if config.lmcache_url else config.chunk_size
         self.chunk_size = chunk_size or DEFAULT_CHUNK_SIZE
-        self.model = TinyTransformer(ModelConfig(
-            seed=config.model_seed, num_layers=config.num_layers, num_heads=config.num_heads,
-            head_size=config.head_size, vocab_size=config.vocab_size,
-            max_model_len=config.max_model_len, chunk_size=self.chunk_size))
+        self.model = TinyTransformer(replace(config, chunk_size=self.chunk_size))
         self.cache = PagedKVCache(self.model.kv_spec(config.num_blocks, config.block_size, config.kv_profile))
         spec = self.cache.spec
         logger.info("paged KV: %s profile, %d layers x %d KV heads x %d %s, %.0f KiB per token, %d blocks of %d "

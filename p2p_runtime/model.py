@@ -16,41 +16,24 @@ Why it is built this way:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import logging
 import math
 
 import torch
 
+from p2p_runtime.config import EngineConfig
 from p2p_runtime.kv_cache import KVCacheSpec, PagedKVCache
 from p2p_runtime.profiles import TINY, KVProfile
 from p2p_runtime.tokenizer import EOS_ID, PRINTABLE_IDS
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape and behaviour of the tiny model; identical configs give identical weights (EngineConfig validates the
-    shape it is built from)."""
-
-    seed: int = 0
-    num_layers: int = 2
-    num_heads: int = 4
-    head_size: int = 32
-    vocab_size: int = 512
-    max_model_len: int = 8192
-    chunk_size: int = 256
-    mlp_ratio: int = 4
-    # Multiplies the usual 1/sqrt(head_size) attention scale: sharper attention lets a few
-    # positions dominate, so a wrong KV chunk visibly moves the hidden state.
-    attn_sharpness: float = 4.0
-    # Added to the EOS logit; negative keeps most generations running to max_tokens.
-    eos_bias: float = -2.0
-
-    @property
-    def hidden_size(self) -> int:
-        return self.num_heads * self.head_size
+MLP_RATIO = 4
+# Multiplies the usual 1/sqrt(head_size) attention scale: sharper attention lets a few
+# positions dominate, so a wrong KV chunk visibly moves the hidden state.
+ATTN_SHARPNESS = 4.0
+# Added to the EOS logit; negative keeps most generations running to max_tokens.
+EOS_BIAS = -2.0
 
 
 def configure_threads(num_threads: int) -> None:
@@ -64,19 +47,21 @@ def configure_threads(num_threads: int) -> None:
 
 
 class TinyTransformer:
-    """Pre-norm (RMSNorm with unit weights, rotary positions, SiLU MLP), greedy decoding."""
+    """Pre-norm (RMSNorm with unit weights, rotary positions, SiLU MLP), greedy decoding. Its shape is the
+    EngineConfig's (model_seed, num_layers, num_heads, head_size, vocab_size): equal shapes, equal weights; its
+    chunk_size must be set (the engine resolves it first)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        gen = torch.Generator().manual_seed(config.seed)
-        d, vocab = config.hidden_size, config.vocab_size
+        gen = torch.Generator().manual_seed(config.model_seed)
+        d, vocab = config.num_heads * config.head_size, config.vocab_size
 
         def normal(*shape: int, std: float) -> torch.Tensor:
             return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
 
         # Creation order is part of the model's identity: changing it changes every weight.
         self.embed = normal(vocab, d, std=1.0)
-        mlp = config.mlp_ratio * d
+        mlp = MLP_RATIO * d
         # Per layer: wqkv, wo, w1, w2.
         self.layers = [(normal(d, 3 * d, std=1 / math.sqrt(d)), normal(d, d, std=1 / math.sqrt(d)),
                         normal(d, mlp, std=1 / math.sqrt(d)), normal(mlp, d, std=1 / math.sqrt(mlp)))
@@ -86,12 +71,12 @@ class TinyTransformer:
         self.output_ids = torch.tensor([*PRINTABLE_IDS, EOS_ID], dtype=torch.long)
         self.lm_head = lm_head[:, self.output_ids].contiguous()
         self.output_bias = torch.zeros(len(self.output_ids))
-        self.output_bias[-1] = config.eos_bias
+        self.output_bias[-1] = EOS_BIAS
         half = config.head_size // 2
         inv_freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
         angles = torch.arange(config.max_model_len + config.chunk_size, dtype=torch.float64)[:, None] * inv_freq
         self._cos, self._sin = angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
-        self.scale = config.attn_sharpness / math.sqrt(config.head_size)
+        self.scale = ATTN_SHARPNESS / math.sqrt(config.head_size)
         self._masks: dict[int, torch.Tensor] = {}
 
     def kv_spec(self, num_blocks: int, block_size: int, profile: KVProfile | None = None) -> KVCacheSpec:
@@ -126,7 +111,7 @@ class TinyTransformer:
     def _forward(self, ids: torch.Tensor, start: int, valid: int, cache: PagedKVCache, table: list[int]
                  ) -> torch.Tensor:
         c = self.config
-        t, h, hs, d = ids.shape[0], c.num_heads, c.head_size, c.hidden_size
+        t, h, hs, d = ids.shape[0], c.num_heads, c.head_size, c.num_heads * c.head_size
         cos, sin = self._cos[start : start + t], self._sin[start : start + t]
         x = self.embed[ids]
         for index, (wqkv, wo, w1, w2) in enumerate(self.layers):

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from p2p_runtime.config import EngineConfig
 from p2p_runtime.kv_cache import PagedKVCache
-from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
+from p2p_runtime.model import TinyTransformer, configure_threads
 from p2p_runtime.tokenizer import EOS_ID, PRINTABLE_IDS, ByteTokenizer
 
 CS = 256
@@ -14,7 +15,7 @@ TOK = ByteTokenizer()
 @pytest.fixture(scope="module")
 def model():
     configure_threads(1)
-    return TinyTransformer(ModelConfig(seed=0, chunk_size=CS, max_model_len=4096))
+    return TinyTransformer(EngineConfig(model_seed=0, chunk_size=CS, max_model_len=4096))
 
 
 def prompt(kind: str, length: int) -> list[int]:
@@ -40,15 +41,14 @@ def new_cache(model, num_blocks=160):
 
 
 def test_same_seed_same_weights_other_seed_different():
-    a, b = TinyTransformer(ModelConfig(seed=3)), TinyTransformer(ModelConfig(seed=3))
-    c = TinyTransformer(ModelConfig(seed=4))
+    a, b, c = (TinyTransformer(EngineConfig(model_seed=seed, chunk_size=CS)) for seed in (3, 3, 4))
     assert torch.equal(a.embed, b.embed) and torch.equal(a.lm_head, b.lm_head)
     assert all(torch.equal(x, y) for la, lb in zip(a.layers, b.layers) for x, y in zip(la, lb))
     assert not torch.equal(a.embed, c.embed)
 
 
 def test_same_seed_same_output_in_separate_models(model):
-    twin = TinyTransformer(ModelConfig(seed=0, chunk_size=CS, max_model_len=4096))
+    twin = TinyTransformer(EngineConfig(model_seed=0, chunk_size=CS, max_model_len=4096))
     ids = prompt("prose", 600)
     out_a, _ = generate(model, ids, new_cache(model), list(range(60)))
     out_b, _ = generate(twin, ids, new_cache(twin), list(range(60)))

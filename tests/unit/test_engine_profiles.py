@@ -10,7 +10,7 @@ import torch
 
 from p2p_runtime.config import ConfigError, EngineConfig
 from p2p_runtime.kv_cache import PagedKVCache
-from p2p_runtime.model import ModelConfig, TinyTransformer, configure_threads
+from p2p_runtime.model import TinyTransformer, configure_threads
 from p2p_runtime.profiles import PROFILES, KVProfile, resolve
 from p2p_runtime.tokenizer import ByteTokenizer
 
@@ -44,7 +44,7 @@ def test_engine_config_reports_the_profiles_kv_size_and_refuses_bad_names():
 @pytest.fixture(scope="module")
 def model():
     configure_threads(1)
-    return TinyTransformer(ModelConfig(seed=0, chunk_size=CS, max_model_len=1024))
+    return TinyTransformer(EngineConfig(model_seed=0, chunk_size=CS, max_model_len=1024))
 
 
 def generate(model, cache, table, start=0, n=6):
