@@ -91,16 +91,10 @@ class BundleWriter:
                                  "error": redact_text(str(error), "manifest").text[:500]})
 
     def manifest(self, extra: dict) -> dict:
-        by_kind = dict(Counter(r.kind for r in self.redactions))
-        return {
-            "format": FORMAT, **extra,
-            "files": self.entries,
-            "redactions": manifest_entries(self.redactions),
-            "redaction_summary": {"total": len(self.redactions), "by_kind": by_kind,
-                                  "files": sorted({r.where for r in self.redactions})},
-            "unreachable": self.unreachable,
-            "refused": self.refused,
-        }
+        summary = {"total": len(self.redactions), "by_kind": dict(Counter(r.kind for r in self.redactions)),
+                   "files": sorted({r.where for r in self.redactions})}
+        return {"format": FORMAT, **extra, "files": self.entries, "redactions": manifest_entries(self.redactions),
+                "redaction_summary": summary, "unreachable": self.unreachable, "refused": self.refused}
 
     def write(self, out: Path, extra: dict, force: bool = False) -> dict:
         self.scrub_known()

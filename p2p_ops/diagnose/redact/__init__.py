@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from p2p_ops.diagnose.redact.rules import RULES, Rule, harmless, netrc
-from p2p_ops.diagnose.redact.scan import (BLOCK_INDICATOR, eol, inside_string_end, line_start, line_value_end,
-                                          pem_end, quoted_end)
+from p2p_ops.diagnose.redact.scan import BLOCK_INDICATOR, eol, inside_string_end, line_start, pem_end, quoted_end
 
 MASK = "<redacted>"
 
@@ -41,17 +40,11 @@ def _value_span(text: str, rule: Rule, m: re.Match) -> tuple[int, int] | None:
         end = pem_end(text, start)
         return None if end is None else (start, end)
     end = rule.scan(text, start) if rule.scan else m.end("s")
-    quote = m.groupdict().get("oq")
-    if rule.kind in ("authorization", "cookie"):
-        end = line_value_end(text, start)
-        if quote:  # the value opened a quote before the scheme word: it ends where that quote closes
-            close = text.find(quote, start, end + 1)
-            end = close if close >= 0 else end
-        else:
-            end = inside_string_end(text, m.start(), start, end)
-    elif quote:  # `curl -u 'bob:secret words'`: the quote opened before the secret closes it
+    if quote := m.groupdict().get("oq"):  # `curl -u 'bob:secret words'`: the quote opened before the secret closes it
         close = text.find(quote, start, eol(text, start))
         end = close if close >= 0 else eol(text, start)
+    elif rule.kind in ("authorization", "cookie"):
+        end = inside_string_end(text, m.start(), start, end)
     elif rule.kind == "secret_assignment" and text[m.start("n") - 1:m.start("n")] in ("\"", "'") \
             and not m.groupdict().get("q"):
         # `"X-Api-Key: abc"`: the name opened a string, so the value ends where that string does.
@@ -73,7 +66,7 @@ def _candidates(text: str) -> list[tuple[int, int, int, str]]:
             if m.start("s") < covered or (rule.check and not rule.check(m)):
                 continue
             span = _value_span(text, rule, m)
-            if span is not None and (hit := _keep(text, span, m.groupdict().get("n") or "")):
+            if span is not None and (hit := _keep(text, *span, m.groupdict().get("n") or "")):
                 found.append((*hit, idx, m.groupdict().get("n") or ""))
                 covered = max(covered, hit[1])
     for start, end, name in (netrc(text) if "machine" in text or "default" in text else ()):
@@ -82,8 +75,7 @@ def _candidates(text: str) -> list[tuple[int, int, int, str]]:
     return found
 
 
-def _keep(text: str, span: tuple[int, int], name: str) -> tuple[int, int] | None:
-    start, end = span
+def _keep(text: str, start: int, end: int, name: str) -> tuple[int, int] | None:
     value = text[start:end]
     if end <= start or harmless(name, value):
         return None

@@ -87,8 +87,8 @@ RULES: tuple[Rule, ...] = (
     # Any scheme (Basic, Token, Digest, AWS4-HMAC-SHA256, a bare key); the scheme word itself stays.
     Rule("authorization", re.compile(
         r"(?i)\b(?P<n>(?:proxy-)?authorization)[\"']?\s*[:=]\s*(?P<oq>[\"']?)(?:(?:Bearer|Basic|Token|Digest|Negotiate|"
-        r"AWS4-HMAC-SHA256)\s+)?(?P<s>\S)"), None, needles=("authorization",)),
-    Rule("cookie", re.compile(r"(?i)\b(?:set-)?cookie[\"']?\s*:\s*(?P<oq>[\"']?)(?P<s>\S)"), None,
+        r"AWS4-HMAC-SHA256)\s+)?(?P<s>\S)"), line_value_end, needles=("authorization",)),
+    Rule("cookie", re.compile(r"(?i)\b(?:set-)?cookie[\"']?\s*:\s*(?P<oq>[\"']?)(?P<s>\S)"), line_value_end,
          needles=("cookie",)),
     Rule("url_password", re.compile(
         r"\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://(?P<u>[^\s:/?#@\"'<>]{0,200}):(?P<s>[^\s/\"'<>]{0,500})@"),
@@ -146,9 +146,8 @@ _NETRC_TOKEN = re.compile(r"\S+")
 
 def netrc(text: str) -> Iterator[tuple[int, int, str]]:
     for entry in _NETRC_ENTRY.finditer(text):
-        tokens = _NETRC_TOKEN.finditer(text, entry.start())
         previous = ""
-        for n, tok in enumerate(tokens):
+        for n, tok in enumerate(_NETRC_TOKEN.finditer(text, entry.start())):
             word = tok.group()
             if n and word in ("machine", "default") or n > 64:
                 break

@@ -39,7 +39,7 @@ def quoted_end(text: str, i: int) -> int:
     """End (after the closing quote) of the quoted string opening at i; backslash escapes count inside `"`,
     in `$'...'` and in `'` strings that look like a Python/JSON repr (an escaped quote before the close)."""
     q = text[i]
-    escapes = q == '"' or _backslash_escapes_single(text, i)
+    escapes = q == '"' or text[i - 1:i] == "$" or next_at(text, r"\\'", i) < min(eol(text, i), i + _MAX_QUOTED)
     j, limit = i + 1, min(len(text), i + _MAX_QUOTED)
     while j < limit:
         c = text[j]
@@ -55,13 +55,9 @@ def quoted_end(text: str, i: int) -> int:
     return eol(text, i)  # never closed: everything to the line's end may be part of it
 
 
-def _backslash_escapes_single(text: str, i: int) -> bool:
-    # `$'..'` (bash ANSI-C quoting) and Python reprs escape a single quote with a backslash.
-    return (i > 0 and text[i - 1] == "$") or next_at(text, r"\\'", i) < min(eol(text, i), i + _MAX_QUOTED)
-
-
 _WORD_STOP = set(" \t\r\n;&|<>`\0")
 _TRAIL = ",)}]"
+_OPENER = {")": "(", "}": "{", "]": "["}
 
 
 def shell_word_end(text: str, i: int) -> int:
@@ -80,9 +76,6 @@ def shell_word_end(text: str, i: int) -> int:
             continue
         j += 1
     return _trim_closers(text, i, min(j, n))
-
-
-_OPENER = {")": "(", "}": "{", "]": "["}
 
 
 def _trim_closers(text: str, i: int, j: int) -> int:
@@ -133,12 +126,8 @@ def yaml_value_end(text: str, i: int) -> int:
 
 def _until(stops: str) -> Callable[[str, int], int]:
     """A scanner for a bare value: it ends at whitespace or at any of `stops`."""
-    def end(text: str, i: int) -> int:
-        j = i
-        while j < len(text) and not (text[j].isspace() or text[j] in stops):
-            j += 1
-        return j
-    return end
+    run = re.compile(rf"[^\s{re.escape(stops)}]*")
+    return lambda text, i: run.match(text, i).end()
 
 
 token_end = _until("\"'<>,;)}]&\\`|\0")
