@@ -7,6 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
+import jinja2
 import requests
 
 from p2p_ops import files
@@ -15,7 +16,7 @@ from p2p_ops.facts.logs import log_excerpt_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.lifecycle.render import template_env
+from p2p_ops.resources import template_text
 from p2p_ops.spec.layout import PROMETHEUS
 from p2p_ops.spec.model import hostport
 
@@ -31,18 +32,28 @@ def url(ctx: FleetContext) -> str:
 RULES_FILE = "rules.yml"
 
 
+def _render(template: str, **values: object) -> str:
+    env = jinja2.Environment(
+        # Package data, not a folder next to this file: an installed wheel has no checkout around it.
+        loader=jinja2.FunctionLoader(template_text),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    # `address | hp(port)`: host:port with an IPv6 address in brackets, as every URL needs.
+    env.filters["hp"] = lambda address, port: hostport(str(address), port)
+    return env.get_template(template).render(**values)
+
+
 def render_config(ctx: FleetContext, rules_file: str | None = None) -> str:
-    interval = f"{ctx.fleet.prometheus.scrape_interval_s:g}s"
-    rules_file = rules_file or str(prom_dir(ctx) / RULES_FILE)
-    return template_env().get_template("prometheus.yml.j2").render(fleet=ctx.fleet, interval=interval,
-                                                                   rules_file=rules_file)
+    return _render("prometheus.yml.j2", fleet=ctx.fleet, interval=f"{ctx.fleet.prometheus.scrape_interval_s:g}s",
+                   rules_file=rules_file or str(prom_dir(ctx) / RULES_FILE))
 
 
 def render_rules(fleet) -> str:
     """Alert and recording rules for this fleet: every server expects all other servers as peers."""
     n = len(fleet.instances())
-    return template_env().get_template("prometheus_rules.yml.j2").render(
-        fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
+    return _render("prometheus_rules.yml.j2", fleet=fleet, n_servers=n, expected_peers=max(n - 1, 0))
 
 
 def ready(ctx: FleetContext) -> bool:
@@ -86,21 +97,15 @@ def up(ctx: FleetContext, timeout: float = 60.0) -> str:
         # (a pid file judged "stale" for a moment) would leave it running with nobody to stop it.
         st = procs.states(conn, [proc])[0]
         if st.state in ("dead", "none"):
+            p = ctx.fleet.prometheus
+            taken = (f"\n{hostport(p.host, p.port)} is answered by another Prometheus (not this fleet's): stop it, "
+                     "or set prometheus.port in fleet.yaml to a free port") if ready(ctx) else ""
             raise CouldNotRun(f"prometheus exited during start (its pid file: {st.state}); from {proc.log}:\n"
-                              + read_fact(conn, log_excerpt_fact(proc.log, 10), timeout=15)
-                              + _port_taken(ctx))
+                              + read_fact(conn, log_excerpt_fact(proc.log, 10), timeout=15) + taken)
         if ready(ctx):
             return url(ctx)
         time.sleep(0.5)
     raise CouldNotRun(f"prometheus did not answer {url(ctx)}/-/ready within {timeout:.0f} s; see {proc.log}")
-
-
-def _port_taken(ctx: FleetContext) -> str:
-    p = ctx.fleet.prometheus
-    if not ready(ctx):
-        return ""
-    return (f"\n{hostport(p.host, p.port)} is answered by another Prometheus (not this fleet's): stop it, or set "
-            "prometheus.port in fleet.yaml to a free port")
 
 
 def down(ctx: FleetContext) -> str:

@@ -17,28 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Union
 
-import jinja2
-
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.nic_plan import InstancePlan
-from p2p_ops.resources import CHECKOUT, template_text
+from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.layout import COORDINATOR, ROUTER, RunLayout
 from p2p_ops.spec.model import Fleet, Instance, Node, hostport
 from p2p_ops.spec.settings import MOONCAKE_PORTS, Settings
-
-
-def template_env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        # Package data, not a folder next to this file: an installed wheel has no checkout around it.
-        loader=jinja2.FunctionLoader(template_text),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    # `address | hp(port)`: host:port with an IPv6 address in brackets, as every URL needs.
-    env.filters["hp"] = lambda address, port: hostport(str(address), port)
-    return env
 
 
 @dataclass(frozen=True)
