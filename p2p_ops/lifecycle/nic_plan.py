@@ -32,8 +32,6 @@ class Rail:
     port: int
     numa: Optional[int]
     state: str
-    link_layer: str = ""
-    rate: str = ""
     bond: bool = False
 
     @property
@@ -65,7 +63,7 @@ def rails_of(devices: Sequence[IbDevice]) -> list[Rail]:
     for dev in devices:
         numa = dev.numa_node if dev.numa_node is not None and dev.numa_node >= 0 else None
         bond = "bond" in dev.name or any(n.startswith("bond") for n in dev.netdevs)
-        out += [Rail(dev.name, p.port, numa, p.state, p.link_layer, p.rate, bond) for p in dev.ports]
+        out += [Rail(dev.name, p.port, numa, p.state, bond) for p in dev.ports]
     return out
 
 

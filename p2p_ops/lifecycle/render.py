@@ -187,13 +187,6 @@ def _coordinator_run(fleet: Fleet, layout_for: Callable[[Node], RunLayout]) -> F
     return run
 
 
-def _planned(fleet: Fleet, inst: Instance, plan: Optional[InstancePlan]) -> tuple[Settings, Optional[InstancePlan]]:
-    s = fleet.effective_settings(inst)
-    if plan is None or not plan.devices or s.ucx_net_devices:
-        return s, None
-    return s.model_copy(update={"ucx_net_devices": plan.net_devices}), plan
-
-
 def _instance_env(run: FolderRun, fleet: Fleet, node: Node, inst: Instance, s: Settings,
                   plan: Optional[InstancePlan], run_dir: Path) -> None:
     address, bind = node.address, node.bind_host
@@ -277,7 +270,9 @@ def _mooncake_env(run: FolderRun, node: Node, inst: Instance, s: Settings, plan:
 
 def _instance_run(fleet: Fleet, node: Node, inst: Instance, plan: Optional[InstancePlan],
                   layout_for: Callable[[Node], RunLayout]) -> FolderRun:
-    s, ucx_plan = _planned(fleet, inst, plan)
+    s = fleet.effective_settings(inst)
+    ucx_plan = plan if plan and plan.devices and not s.ucx_net_devices else None  # the spec's pin wins
+    s = s.model_copy(update={"ucx_net_devices": plan.net_devices}) if ucx_plan else s
     run = FolderRun(node.name, inst.id, f"instance {inst.id} on node {node.name} of fleet {fleet.name}")
     _instance_env(run, fleet, node, inst, s, ucx_plan, layout_for(node).dir(inst.id))
     if s.transfer_engine == "mooncake_te":
@@ -421,13 +416,7 @@ def write_rendered(rendered: list[RenderedFile], layout: RunLayout) -> list[Path
 def check_on_disk(rendered: list[RenderedFile], layout: RunLayout) -> None:
     """Before files on disk are used as they are (`up --no-render`, its dry run): the run folder, each unit's
     folder and each file must be ours and writable by nobody else, else someone else chose what runs."""
-    if not (layout.root.exists() or layout.root.is_symlink()):
-        return  # nothing on disk yet: the caller says to render first
-    files.check_trusted(layout.root)
-    for folder in sorted({layout.dir(f.unit) for f in rendered}):
-        if folder.exists() or folder.is_symlink():
-            files.check_trusted(folder)
-    for f in rendered:
-        path = layout.dir(f.unit) / f.name
-        if path.exists() or path.is_symlink():
+    folders = sorted({layout.dir(f.unit) for f in rendered})
+    for path in [layout.root, *folders, *(layout.dir(f.unit) / f.name for f in rendered)]:
+        if path.exists() or path.is_symlink():  # nothing there yet: the caller says to render first
             files.check_trusted(path)
