@@ -1,15 +1,30 @@
-"""Files that ship inside the package (templates, the decision tree). pyproject maps the repo's top-level
-templates/ folder to the `p2p_ops.templates` package, which is what a wheel reads.
+"""Files that ship inside the package (templates, the decision tree), and where the checkout and the paths a
+user gives point. pyproject maps the repo's top-level templates/ folder to the `p2p_ops.templates` package, which
+is what a wheel reads.
 """
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
 # The checkout this package was imported from (an editable install's source tree). Only checkout-relative
 # defaults use it: the router's venv, the Makefile's install steps, the skills' generated references.
 CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def given_path(text: str | Path) -> Path:
+    """A path a user gave (a flag, an environment variable), made absolute from the caller's working directory
+    once, where it is read: what it is handed to may run elsewhere (inference-perf runs in its output folder, an
+    engine in its run folder), where a relative path would name another place (issue 47)."""
+    return Path(os.path.abspath(Path(text).expanduser()))
+
+
+def env_path(var: str, default: Path) -> Path:
+    """$var as `given_path` reads it, else `default` (the checkout's own venv of a tool, say)."""
+    value = os.environ.get(var)
+    return given_path(value) if value else default
 
 
 def _templates():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates the inference-perf environment (default ./.venv-iperf): PyPI inference-perf, kubernetes-sigs' load
+# Creates the inference-perf environment (default ./.venv-inference-perf): PyPI inference-perf, kubernetes-sigs' load
 # generator (the one llm-d publishes its P2P figures with), in a venv of its own so its pins (transformers,
 # pandas, pydantic, ...) never move the project's .venv. It needs Python >= 3.12: the first of python3.13,
 # python3.12, python3 (or $PYTHON) that is new enough. Idempotent: a stamp marks a finished set-up.
@@ -8,7 +8,7 @@ set -euo pipefail
 VERSION=0.7.0
 usage() {
   cat <<USAGE
-usage: setup_inference_perf.sh [VENV]   (default .venv-iperf)
+usage: setup_inference_perf.sh [VENV]   (default .venv-inference-perf)
 
 Installs inference-perf $VERSION (about 800 MB with its dependencies, no torch; a few minutes) into a Python >= 3.12
 venv and checks that \`inference-perf --help\` runs. \`p2pctl test stress --generator inference-perf\` runs
@@ -17,8 +17,8 @@ USAGE
 }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 
-venv="${1:-.venv-iperf}"
-stamp="$venv/.p2p-iperf-setup-done"
+venv="${1:-.venv-inference-perf}"
+stamp="$venv/.p2p-inference-perf-setup-done"
 if [ -f "$stamp" ]; then
   echo "inference-perf environment ready in $venv"
   exit 0

@@ -30,8 +30,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def tool_venv(env_var: str, default: str) -> Path:
-    """A tool's own venv (vLLM, vllm-router): absolute, since engines and routers start in their run folders."""
-    return Path(os.environ.get(env_var, REPO / default)).resolve()
+    """A tool's own venv (vLLM, vllm-router): $env_var (relative: from the working directory), else the checkout's
+    `default`; absolute, since engines and routers start in their run folders."""
+    from p2p_ops.resources import env_path
+
+    return env_path(env_var, REPO / default)
 
 
 def skip_tier_without(venv: Path, stamp: str, require_var: str, make_target: str, tier_dir: Path, items) -> None:

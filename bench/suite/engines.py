@@ -6,14 +6,12 @@ after the first / the time after the first token. Lengths alternate within each 
 
 from __future__ import annotations
 
-import os
 import statistics
-from pathlib import Path
 
 from bench.suite.procs import engine
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
-from p2p_ops.resources import CHECKOUT
+from p2p_ops.resources import CHECKOUT, env_path
 
 PREFILL = {"tiny": [256], "quick": [512, 2048], "full": [512, 2048, 3584]}
 REPEATS = {"tiny": 1, "quick": 3, "full": 5}
@@ -59,7 +57,7 @@ def run_vllm(report) -> None:
     from p2p_ops.harness.local_model import make_model
     from p2p_ops.lifecycle.free_ports import free_port
 
-    venv = Path(os.environ.get("P2P_VLLM_VENV") or CHECKOUT / ".venv-vllm").resolve()
+    venv = env_path("P2P_VLLM_VENV", CHECKOUT / ".venv-vllm")
     python = venv / "bin" / "python"
     if not python.exists():
         report.failed("vllm", f"no vLLM venv at {venv} (make setup-vllm); vLLM engine speed not measured")

@@ -24,7 +24,7 @@ from bench.suite.loadgen import drive
 from bench.suite.procs import process
 from p2p_ops.lifecycle.free_ports import free_port
 from p2p_ops.observe.stats import percentile
-from p2p_ops.resources import CHECKOUT
+from p2p_ops.resources import CHECKOUT, env_path
 
 REQUESTS = {"tiny": 40, "quick": 300, "full": 1000}
 CONCURRENCY = 16
@@ -38,7 +38,7 @@ _VLLM_BENCH = ("import sys\nfrom vllm.benchmarks.serve import add_cli_args, main
 
 
 def vllm_python() -> Optional[Path]:
-    venv = Path(os.environ.get("P2P_VLLM_VENV") or CHECKOUT / ".venv-vllm")
+    venv = env_path("P2P_VLLM_VENV", CHECKOUT / ".venv-vllm")
     python = venv / "bin" / "python"
     return python if python.exists() else None
 

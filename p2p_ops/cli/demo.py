@@ -9,8 +9,9 @@ waits until every server is registered, then:
   3. measures like with like: TTFT on B for a prompt pulled from A against TTFT on B for a fresh prompt of
      the same length that B must recompute, median of 3 each.
 It prints a summary and takes the fleet down, also on failure. `make demo` runs it with a 2-node embedded
-fleet (`--profile llama-3-8b`: the engines store and pull that model's KV bytes); `--runtime vllm` (`make demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or
-./.venv-vllm, a tiny model made under ./models/ when missing); other callers pass their own fleet data.
+fleet (`--profile llama-3-8b`: the engines store and pull that model's KV bytes); `--runtime vllm` (`make
+demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or the checkout's .venv-vllm, a tiny model made
+under ./models/ when missing); other callers pass their own fleet data.
 
 Ports: the default plan (coordinator 9300, ...) at the first offset (0, 1000, 2000, ...) where every port is
 free, so the demo runs beside another fleet; `--port-offset K` takes exactly that offset. The first line on
@@ -34,7 +35,8 @@ from p2p_ops.harness.crossover import CrossoverRow, measure
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe.stats import fmt
-from p2p_ops.spec.starter import local_fleet
+from p2p_ops.resources import env_path
+from p2p_ops.spec.starter import DEFAULT_VLLM_VENV, local_fleet
 from p2p_runtime.profiles import PROFILE_NAMES, TINY
 
 REPEATS = 3
@@ -52,7 +54,7 @@ def vllm_fleet(base: dict[str, int], model_dir: str = "models/tiny-llama") -> di
     model = Path(model_dir).resolve()
     if not is_model_dir(model):
         make_model(model)
-    venv = Path(os.environ.get("P2P_VLLM_VENV", ".venv-vllm")).resolve()
+    venv = env_path("P2P_VLLM_VENV", DEFAULT_VLLM_VENV)
     data = local_fleet(2, name="demo-vllm", base=base, runtime="vllm",
                        vllm={"model_path": str(model), "venv": str(venv)}, cpu_count=os.cpu_count() or 1)
     # A dead peer must not hold a request for the default 30 s.

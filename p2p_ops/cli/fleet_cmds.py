@@ -13,6 +13,7 @@ from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.lock import WAIT_S
 from p2p_ops.observe.cache_map import cache_map
+from p2p_ops.resources import given_path
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.load import warnings as spec_warnings
 from p2p_ops.spec.sizing import BUDGET_SHARE, box_budget_gib, describe_sizing
@@ -44,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-path", default=None,
                    help=f"runtime vllm: the model folder vLLM loads (default: {DEFAULT_MODEL_DIR} beside the fleet "
                         "file, made by `p2pctl make-model`); written as an absolute path")
-    p.add_argument("--vllm-venv", default=None,
+    p.add_argument("--vllm-venv", default=None, type=given_path,
                    help=f"runtime vllm: the venv holding vLLM (default: {DEFAULT_VLLM_VENV}, made by "
                         "`make setup-vllm`); written as an absolute path")
     p.add_argument("--port-offset", type=int, default=0,

@@ -19,7 +19,7 @@ from p2p_ops.harness.lmcache_bench import run_lmcache_bench
 from p2p_ops.harness.matrix import MatrixResult, cell_text, run_matrix
 from p2p_ops.harness.rundir import RunFolder, run_folder
 from p2p_ops.harness.stress import StressOptions, run_stress
-from p2p_ops.harness.stress_inference_perf import IperfOptions, run_iperf_stress
+from p2p_ops.harness.stress_inference_perf import InferencePerfOptions, run_inference_perf_stress
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.report import Report, build_report
 from p2p_ops.observe.stats import fmt
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             s.add_argument("--generator", choices=["ours", "inference-perf"], default="ours",
                            help="ours (default): the ladder, long-document and sustained stages; inference-perf: "
                                 "llm-d's P2P workload shapes sent by kubernetes-sigs' inference-perf (`make "
-                                "setup-iperf`), a warm pass on one node, then a pass on every other node")
+                                "setup-inference-perf`), a warm pass on one node, then a pass on every other node")
             s.add_argument("--shapes", default=None, help="with inference-perf: comma list of "
                            f"{','.join(inference_perf.SHAPES)} (default: all three)")
             s.add_argument("--scale", choices=list(inference_perf.SCALES), default="local",
@@ -202,14 +202,14 @@ def stress_options(args: argparse.Namespace) -> StressOptions:
     return StressOptions.quick(**kw) if args.quick else StressOptions(**kw)
 
 
-def iperf_options(args: argparse.Namespace) -> IperfOptions:
+def inference_perf_options(args: argparse.Namespace) -> InferencePerfOptions:
     ours = [f"--{k.replace('_', '-')}" for k in ("quick", "ladder", "stages", "sustained", "concurrency", "doc_tokens",
                                                  "longdoc_tokens") if getattr(args, k) not in (None, False)]
     if ours:
         raise BadInput(f"{', '.join(ours)}: options of --generator ours; inference-perf takes --shapes, --scale, "
                        "--tokenizer, --via-router, --seed, --max-seconds")
-    opts = IperfOptions(scale=args.scale, tokenizer=args.tokenizer or "", via_router=args.via_router,
-                        seed=seed(args), max_seconds=args.max_seconds, tag=args.tag)
+    opts = InferencePerfOptions(scale=args.scale, tokenizer=args.tokenizer or "", via_router=args.via_router,
+                                seed=seed(args), max_seconds=args.max_seconds, tag=args.tag)
     if args.shapes:
         opts.shapes = names(args.shapes)
     opts.validate()
@@ -228,7 +228,7 @@ def _run_stages(ctx: FleetContext, opts, out_dir: Path) -> dict:
                 tasks[label] = bars.add_task(label, total=total)
             bars.update(tasks[label], completed=completed, total=total)
 
-        run = run_iperf_stress if isinstance(opts, IperfOptions) else run_stress
+        run = run_inference_perf_stress if isinstance(opts, InferencePerfOptions) else run_stress
         return run(ctx, opts, out_dir, bar)
 
 
@@ -251,7 +251,7 @@ def _run_and_report(args: argparse.Namespace, kind: str, body: Callable[[FleetCo
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
-    opts = iperf_options(args) if args.generator == "inference-perf" else stress_options(args)
+    opts = inference_perf_options(args) if args.generator == "inference-perf" else stress_options(args)
     return _run_and_report(args, "stress", lambda ctx, out: _run_stages(ctx, opts, out))
 
 

@@ -28,7 +28,7 @@ from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.observe.records import RequestRecord
 
 VERSION = "0.7.0"
-DEFAULT_VENV = ".venv-iperf"
+DEFAULT_VENV = ".venv-inference-perf"
 PER_REQUEST = "per_request_lifecycle_metrics.json"
 SUMMARY = "summary_lifecycle_metrics.json"
 PREFIX_CHARS = 32      # characters hashed into prefix_id: always inside a prefix of PREFIX_FLOOR tokens
@@ -227,7 +227,7 @@ def _run(cmd: list[str], out_dir: Path, timeout_s: float) -> str:
         proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
     except FileNotFoundError:
-        raise CouldNotRun(f"{cmd[0]} not found: run `make setup-iperf` (scripts/setup_inference_perf.sh "
+        raise CouldNotRun(f"{cmd[0]} not found: run `make setup-inference-perf` (scripts/setup_inference_perf.sh "
                           f"{Path(cmd[0]).parent.parent})") from None
     try:
         output, _ = proc.communicate(timeout=timeout_s)

@@ -14,7 +14,6 @@ name every request's warm node, which inference-perf's fixed concurrency and per
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -28,20 +27,21 @@ from p2p_ops.harness.stress import explain_misses, saved_prompts
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import p2p_between
-from p2p_ops.resources import CHECKOUT
+from p2p_ops.resources import CHECKOUT, env_path, given_path
 from p2p_ops.spec.starter import DEFAULT_MODEL_DIR
 
 RESULT = "inference-perf.json"
+VENV_VAR = "P2P_INFERENCE_PERF_VENV"
 
 Progress = Callable[[str, int, Optional[int]], None]
 
 
 @dataclass
-class IperfOptions:
+class InferencePerfOptions:
     shapes: list[str] = field(default_factory=lambda: list(inference_perf.SHAPES))
     scale: str = "local"
     tokenizer: str = ""          # a local Hugging Face folder; "" = the fleet's model folder or models/tiny-llama
-    venv: str = ""               # "" = $P2P_IPERF_VENV or this checkout's .venv-iperf
+    venv: str = ""               # "" = $P2P_INFERENCE_PERF_VENV or this checkout's .venv-inference-perf
     via_router: bool = False
     seed: int = 0
     max_seconds: float = 900.0   # bound on the whole run: a pass gets what is left, and none starts without 10 s
@@ -67,11 +67,12 @@ def tokenizer_dir(given: str, model: str) -> Path:
 
 
 def venv_dir(given: str = "") -> Path:
-    """`given`, else $P2P_IPERF_VENV, else this checkout's .venv-iperf; one without inference-perf is bad input."""
-    venv = Path(given or os.environ.get("P2P_IPERF_VENV") or CHECKOUT / inference_perf.DEFAULT_VENV)
+    """`given`, else $P2P_INFERENCE_PERF_VENV, else this checkout's .venv-inference-perf (relative ones from the
+    working directory); one without inference-perf is bad input."""
+    venv = given_path(given) if given else env_path(VENV_VAR, CHECKOUT / inference_perf.DEFAULT_VENV)
     if not (venv / "bin" / "inference-perf").is_file():
-        raise BadInput(f"{venv}: no inference-perf there; run `make setup-iperf` (or scripts/setup_inference_perf.sh "
-                       f"{venv}), or set P2P_IPERF_VENV")
+        raise BadInput(f"{venv}: no inference-perf there; run `make setup-inference-perf` (or "
+                       f"scripts/setup_inference_perf.sh {venv}), or set {VENV_VAR}")
     return venv
 
 
@@ -103,8 +104,8 @@ def _max_len(url: str) -> Optional[int]:
         return None
 
 
-def run_iperf_stress(ctx: FleetContext, opts: IperfOptions, out_dir: Path,
-                     progress: Progress = lambda *_: None) -> dict:
+def run_inference_perf_stress(ctx: FleetContext, opts: InferencePerfOptions, out_dir: Path,
+                              progress: Progress = lambda *_: None) -> dict:
     """Every shape's passes; writes inference-perf/<shape>-<k>-<instance>/ (its own output), requests.csv,
     prompts.jsonl, stages.json, inference-perf.json and the before/after snapshots into out_dir."""
     opts.validate()

@@ -178,7 +178,7 @@ def _pcts(figure: Optional[dict], spec: str = "{:.0f}") -> str:
     return " / ".join(fmt((figure or {}).get(k), spec, 1000) for k in ("median", "p90", "p99"))
 
 
-def _iperf(run_dir: Path) -> tuple[list[Check], list[str]]:
+def _inference_perf(run_dir: Path) -> tuple[list[Check], list[str]]:
     """inference-perf's own figures per pass (`test stress --generator inference-perf`) beside the P2P evidence
     of the same pass."""
     def read(doc: dict) -> tuple[list[Check], list[str]]:
@@ -264,15 +264,15 @@ def build_report(run_dir: Path) -> Report:
     basic_checks, basic_lines = _basic(run_dir)
     records = _records(run_dir)
     bench_checks, bench_lines = _bench(run_dir)
-    iperf_checks, iperf_lines = _iperf(run_dir)
-    checks = basic_checks + (stage_checks(records) if records else []) + iperf_checks + bench_checks
+    inference_perf_checks, inference_perf_lines = _inference_perf(run_dir)
+    checks = basic_checks + (stage_checks(records) if records else []) + inference_perf_checks + bench_checks
     checks += _interrupted(run_dir)
     if not checks:
         raise BadInput(f"{run_dir}: nothing to report (no requests.csv, basic/result.json or lmcache-bench/)")
     passed = all(c.ok for c in checks)
     lines = [f"# Fleet test report — {run_dir.name}", "", f"**Overall: {'PASS' if passed else 'FAIL'}**", "",
              *check_table(checks)]
-    lines += (basic_lines + iperf_lines + (_request_sections(run_dir, records) if records else [])
+    lines += (basic_lines + inference_perf_lines + (_request_sections(run_dir, records) if records else [])
               + _explained(run_dir) + bench_lines)
     lines += ["", "## Evidence", ""]
     for name in ("requests.csv", "prompts.jsonl", "stages.json", "status_before.json", "status_after.json",

@@ -17,7 +17,7 @@ from p2p_ops.observe.records import read_csv, write_csv
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = REPO / "tests/fixtures/inference_perf"
-IPERF_VENV = REPO / ip.DEFAULT_VENV
+VENV = REPO / ip.DEFAULT_VENV
 TOKENIZER = str(REPO / "models/tiny-llama")
 
 
@@ -181,7 +181,7 @@ def test_run_passes_the_config_file_and_returns_the_output_folder(tmp_path):
     assert json.loads(files.read_text(tmp_path / "out" / "seen.yaml")) == doc
 
 
-@pytest.mark.skipif(not (IPERF_VENV / ".p2p-iperf-setup-done").exists() or not Path(TOKENIZER).is_dir(),
+@pytest.mark.skipif(not (VENV / ".p2p-inference-perf-setup-done").exists() or not Path(TOKENIZER).is_dir(),
                     reason="needs scripts/setup_inference_perf.sh and the tiny model")
 def test_every_shape_and_scale_is_a_config_inference_perf_accepts(tmp_path):
     checks = []
@@ -192,6 +192,6 @@ def test_every_shape_and_scale_is_a_config_inference_perf_accepts(tmp_path):
             checks.append(str(path))
     code = ("import sys\nfrom inference_perf.config import read_config\n"
             "for p in sys.argv[1:]: read_config(p)\n")
-    res = subprocess.run([str(IPERF_VENV / "bin" / "python"), "-c", code, *checks], capture_output=True, text=True,
+    res = subprocess.run([str(VENV / "bin" / "python"), "-c", code, *checks], capture_output=True, text=True,
                          timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert res.returncode == 0, res.stderr[-2000:]

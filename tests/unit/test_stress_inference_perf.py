@@ -25,14 +25,14 @@ def tokenizer(tmp_path):
     return str(tok)
 
 
-def stand_in_run(tmp_path, n_nodes: int, **opts) -> tuple[dict, object, str, sip.IperfOptions]:
+def stand_in_run(tmp_path, n_nodes: int, **opts) -> tuple[dict, object, str, sip.InferencePerfOptions]:
     """A run whose inference-perf answers every pass with the captured shared-prefix-pool run (32 requests, 8
     entries kept): its meta, run folder, first instance and options."""
     venv = fake_venv(tmp_path, f'cp {CAPTURED}/pool_local/*_lifecycle_metrics.json "$PWD"/')
     out = files.make_dirs(tmp_path / "run")
-    o = sip.IperfOptions(venv=str(venv), tokenizer=tokenizer(tmp_path), **opts)
+    o = sip.InferencePerfOptions(**{"venv": str(venv), "tokenizer": tokenizer(tmp_path), **opts})
     with FleetContext.load(write_local_fleet(tmp_path / "fleet.yaml", n_nodes, name="ip")) as ctx:
-        return sip.run_iperf_stress(ctx, o, out), out, ctx.fleet.nodes[0].instances[0].id, o
+        return sip.run_inference_perf_stress(ctx, o, out), out, ctx.fleet.nodes[0].instances[0].id, o
 
 
 def test_passes_warm_on_the_first_node_then_one_engine_of_every_other_node(tmp_path):
@@ -49,10 +49,10 @@ def test_passes_warm_on_the_first_node_then_one_engine_of_every_other_node(tmp_p
 
 def test_options_name_an_unknown_shape_and_a_missing_tokenizer(tmp_path):
     with pytest.raises(BadInput, match="shape 'pool'.*shapes: shared-prefix-pool, hot-set, document-qa"):
-        sip.IperfOptions(shapes=["pool"]).validate()
+        sip.InferencePerfOptions(shapes=["pool"]).validate()
     with pytest.raises(BadInput, match=f"--tokenizer {tmp_path}: not a Hugging Face tokenizer folder"):
         sip.tokenizer_dir(str(tmp_path), "tiny-llm")
-    with pytest.raises(BadInput, match="no inference-perf there; run `make setup-iperf`"):
+    with pytest.raises(BadInput, match="no inference-perf there; run `make setup-inference-perf`"):
         sip.venv_dir(str(tmp_path))
 
 
@@ -78,6 +78,16 @@ def test_a_run_reads_every_pass_into_records_the_report_and_inference_perfs_figu
     assert text.count("| 695 / 1725 / 3891 |") == 3 and "| shared-prefix-pool | 2 |" in text
     assert any(c.name == "inference-perf: every pass ran" and c.ok for c in summary.checks)
     assert "prompt" in (out / "prompts.jsonl").read_text()
+
+
+def test_a_relative_venv_in_the_environment_is_the_callers_not_the_output_folders(tmp_path, monkeypatch):
+    """Issue 47: inference-perf runs in its output folder, so $P2P_INFERENCE_PERF_VENV=venv (relative) must name
+    the caller's ./venv, resolved once where it is read."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(sip.VENV_VAR, "venv")
+    meta, out, _, _ = stand_in_run(tmp_path, 2, shapes=["shared-prefix-pool"], venv="")
+    assert sip.venv_dir() == tmp_path / "venv" and sip.venv_dir("venv") == tmp_path / "venv"
+    assert len(read_csv(out / "requests.csv")) == 16 and not meta["stopped"]
 
 
 def test_a_run_past_its_bound_says_where_it_stopped_and_fails_the_report(tmp_path):
