@@ -7,7 +7,7 @@ VLLM_VENV ?= .venv-vllm
 # vllm-router (a Rust binary from PyPI) gets a small venv of its own too: its pins never move ours.
 ROUTER_VENV ?= .venv-router
 # inference-perf (kubernetes-sigs' load generator, Python >= 3.12) likewise: `test stress --generator inference-perf`.
-IPERF_VENV ?= .venv-iperf
+INFERENCE_PERF_VENV ?= .venv-inference-perf
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.p2p-setup-done
@@ -16,7 +16,7 @@ export DO_NOT_TRACK := 1
 export LMCACHE_DISABLE_BANNER := 1
 export PYTHONWARNINGS := ignore
 
-.PHONY: setup setup-vllm setup-router setup-iperf test-iperf setup-mooncake demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
+.PHONY: setup setup-vllm setup-router setup-inference-perf test-inference-perf setup-mooncake demo demo-vllm test test-fast test-vllm test-hostile test-explain test-diagnosis lint clean bench bench-quick bench-peers
 
 setup: $(STAMP)
 
@@ -48,8 +48,8 @@ setup-vllm: setup
 setup-router:
 	bash scripts/setup_router.sh $(ROUTER_VENV)
 
-setup-iperf:
-	bash scripts/setup_inference_perf.sh $(IPERF_VENV)
+setup-inference-perf:
+	bash scripts/setup_inference_perf.sh $(INFERENCE_PERF_VENV)
 
 demo: setup
 	$(PY) -m p2p_ops.cli.demo
@@ -70,9 +70,9 @@ test-vllm: setup-vllm
 
 # inference-perf's tier (~800 MB in its own venv, a few minutes to set up; the run ~5 min): opt-in, not in `test`.
 # Its config and output parsers are unit-tested in `test` from captured output.
-test-iperf: setup setup-iperf
-	P2P_IPERF_VENV=$(IPERF_VENV) P2P_REQUIRE_IPERF=1 $(PY) -m pytest -q -rs tests/e2e/test_stress_inference_perf.py \
-		tests/unit/test_inference_perf.py
+test-inference-perf: setup setup-inference-perf
+	P2P_INFERENCE_PERF_VENV=$(INFERENCE_PERF_VENV) P2P_REQUIRE_INFERENCE_PERF=1 $(PY) -m pytest -q -rs \
+		tests/e2e/test_stress_inference_perf.py tests/unit/test_inference_perf.py
 
 # explain's planted causes that restart servers or fill an L1 (~10 min on a 2-core box): opt-in, not in `test`.
 test-explain: setup
