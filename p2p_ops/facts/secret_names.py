@@ -21,12 +21,13 @@ _NOT_SECRET_BEFORE = {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "per", "
 # What a name about a secret is, when it is not the secret itself: `password_policy`, `secret_sharing_mode`.
 _ABOUT_A_SECRET = {"policy", "file", "path", "length", "min", "max", "rules", "prompt", "mode", "enabled",
                    "disabled", "type", "kind", "count", "size", "dir", "name", "names", "format", "version", "ttl"}
-# `<word>_key` names that identify data, never unlock anything (LMCache's cache, chunk, object and storage keys,
-# routing keys, `--block-hash-key`, a GID table's key, a request's or model's key, an SSH public key).
+# `<word>_key` names that identify data, never unlock anything (LMCache's cache, chunk and object keys, routing
+# keys, `--block-hash-key`, a GID table's key, an SSH public key).
 DIAGNOSTIC_KEYS = {"cache", "chunk", "object", "prefix", "routing", "hash", "gid", "lookup", "partition", "shard",
                    "sort", "primary", "foreign", "index", "block", "kv", "event", "metric", "label", "group",
-                   "dict", "map", "dedup", "bucket", "row", "column", "tokenizer", "model", "instance", "storage",
-                   "request", "public"}
+                   "dict", "map", "dedup", "bucket", "row", "column", "public"}
+# LMCache's own `storage_key`, `model_key`, ... name data only when they stand alone: `AZURE_STORAGE_KEY` unlocks.
+_BARE_DATA_KEYS = {"tokenizer", "model", "instance", "storage", "request"}
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -43,7 +44,8 @@ def is_secret_name(name: str) -> bool:
         return True
     if last in {"token", "tokens", "headers"} and len(parts) >= 2 and parts[-2] in _NOT_SECRET_BEFORE:
         return False
-    if last == "key" and len(parts) >= 2 and parts[-2] in DIAGNOSTIC_KEYS:
+    if last == "key" and len(parts) >= 2 and (parts[-2] in DIAGNOSTIC_KEYS or parts == [parts[0], "key"]
+                                               and parts[0] in _BARE_DATA_KEYS):
         return False
     if last in _LAST_WORDS:
         return len(parts) > 1 or last not in _NEEDS_PREFIX
