@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.bench.strict_json import finite
 from p2p_ops.diagnose.judge import margin
 from p2p_ops.harness import crossover
 from p2p_ops.lifecycle import launch
@@ -31,7 +30,7 @@ from p2p_ops.lifecycle import status as fleet_status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.free_ports import choose
 from p2p_ops.observe import bench_plots
-from p2p_ops.observe.stats import median, span, straddles, with_spread
+from p2p_ops.observe.stats import finite, median, span, straddles, with_spread
 from p2p_ops.spec.starter import local_fleet
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, l1_shortfall, size_plan
 from p2p_runtime.profiles import TINY

@@ -20,7 +20,7 @@ from p2p_ops.bench.placement_verdict import (NAN, ArmResult, PlacementOptions, a
                                              markdown, summarize)
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
-from p2p_ops.harness.basic import PEER_HIT_TOKENS
+from p2p_ops.harness.basic import PEER_HIT_TOKENS, grew
 from p2p_ops.lifecycle import launch, procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext
@@ -133,10 +133,8 @@ def _run_arm(ctx: FleetContext, data: dict, policy: str, p2p: bool, repeat: int,
     else:
         turns, wall = docqa.run(ctx.fleet.router_url, ctx.fleet.model, opts.workload, f"{label}-r{repeat}", progress)
     after, rafter = _scrape(ctx)
-    peer = sum(metrics_api.metric_sum(a, PEER_HIT_TOKENS) - metrics_api.metric_sum(b, PEER_HIT_TOKENS)
-               for a, b in zip(after, before))
-    hits = metrics_api.metric_sum(rafter, KV_HITS, result="hit") - metrics_api.metric_sum(rbefore, KV_HITS, result="hit")
-    inputs = metrics_api.metric_sum(rafter, KV_INPUTS) - metrics_api.metric_sum(rbefore, KV_INPUTS)
+    peer = sum(grew(b, a, PEER_HIT_TOKENS) for a, b in zip(after, before))
+    hits, inputs = grew(rbefore, rafter, KV_HITS, result="hit"), grew(rbefore, rafter, KV_INPUTS)
     turns_out += [{"arm": label, "repeat": repeat, **asdict(t)} for t in turns]
     res = replace(summarize(policy, p2p, turns, wall, peer, hits, inputs), repeat=repeat)
     progress(f"{label}: {res.req_per_s:.2f} req/s, TTFT p50 {res.ttft_p50_ms:.0f} ms, "

@@ -9,11 +9,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 from p2p_ops.bench import docqa
-from p2p_ops.bench.strict_json import finite
 from p2p_ops.diagnose.judge import margin
 from p2p_ops.errors import BadInput
 from p2p_ops.observe.records import RequestRecord
-from p2p_ops.observe.stats import median, percentile, span, straddles, with_spread
+from p2p_ops.observe.stats import finite, median, percentile, span, straddles, with_spread
 from p2p_ops.spec.settings import ROUTER_POLICIES
 from p2p_runtime.timing_profiles import DEFAULT as DEFAULT_TIMING
 from p2p_runtime.timing_profiles import TIMING_PROFILES, TimingProfile

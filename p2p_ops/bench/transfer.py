@@ -19,7 +19,6 @@ from typing import Callable, Optional, Sequence
 
 from p2p_ops import files
 from p2p_ops.bench import channel, transfer_patterns, transfer_rails
-from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.sections import read_fact
@@ -35,14 +34,6 @@ from p2p_ops.spec.transfer_sizes import fleet_size_plan, need_ms as fleet_need_m
 _MEMCPY = ("import sys, time\nn = int(sys.argv[1]); src = bytearray(n); dst = bytearray(n); best = 1e9\n"
            "for _ in range(5):\n    t = time.perf_counter(); dst[:] = src; best = min(best, time.perf_counter() - t)\n"
            "print(n / best / 1e9)\n")
-
-
-def _node(ctx: FleetContext, name: str) -> Node:
-    found = next((n for n in ctx.fleet.nodes if n.name == name), None)
-    if found is None:
-        raise BadInput(f"--{name!r}: no node of that name in the fleet; pick one of "
-                       + ", ".join(n.name for n in ctx.fleet.nodes))
-    return found
 
 
 def net_devices(ctx: FleetContext, node: Node) -> str:
@@ -115,7 +106,7 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
     """One sweep per transfer engine (default: the fleet's, nixl for `tcp`), rows tagged with it."""
     s = ctx.fleet.settings
     engines = engines or ("mooncake_te" if s.transfer_engine == "mooncake_te" else "nixl",)
-    src, dst = _node(ctx, source), _node(ctx, reader)
+    src, dst = ctx.fleet.named_node("--source", source), ctx.fleet.named_node("--reader", reader)
     plan = fleet_size_plan(ctx.fleet, prompt_tokens)
     need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
     # Mooncake's protocol and device as the fleet's env.sh hands them (the NIC plan's HCAs aside).
@@ -152,8 +143,7 @@ def _sweep(server: channel.Side, client: channel.Side, source: str, reader: str,
     rails: dict[int, list[dict]] = {}
 
     def around(count: int, run: Callable[[], channel.ChannelRun]) -> channel.ChannelRun:
-        reads = opts.warmup + opts.iters
-        rails[count], result = transfer_rails.measure(sides, reads * count * plan.chunk_bytes, run)
+        rails[count], result = transfer_rails.measure(sides, (opts.warmup + opts.iters) * count * plan.chunk_bytes, run)
         progress(f"  {count} chunk(s): {result.median_gbps or 0:.2f} GB/s, {'ok' if result.ok else result.error}")
         return result
 
@@ -173,7 +163,7 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
             repeats: int = 1) -> dict:
     """many-to-one (every other node serves, the hub reads) or one-to-many (the hub serves, the others read),
     one concurrent round per size (p2p_ops.bench.transfer_patterns); rails read on every node around each round."""
-    hub_node = _node(ctx, hub)
+    ctx.fleet.named_node("--reader" if pattern == "many-to-one" else "--source", hub)
     others = [n.name for n in ctx.fleet.nodes if n.name != hub]
     plan = fleet_size_plan(ctx.fleet, prompt_tokens)
     need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
@@ -187,8 +177,7 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
     rails: dict[int, list[dict]] = {}
 
     def around(count: int, run: Callable[[], list]) -> list:
-        nbytes = (opts.warmup + opts.iters) * count * plan.chunk_bytes
-        rails[count], result = transfer_rails.measure(roles, nbytes, run)
+        rails[count], result = transfer_rails.measure(roles, (opts.warmup + opts.iters) * count * plan.chunk_bytes, run)
         progress(f"  {count} chunk(s) x {len(links)}: " + ", ".join(
             f"{r.median_gbps or 0:.2f}" if r.ok else r.error[:40] for r in result) + " GB/s")
         return result
@@ -200,7 +189,7 @@ def run_fan(ctx: FleetContext, pattern: str, hub: str, prompt_tokens: int, iters
     ok, line = verdict(rows, need, f"{len(links)} prefixes at once")
     ends = (",".join(others), hub) if pattern == "many-to-one" else (hub, ",".join(others))
     return {"pattern": pattern, "source": ends[0], "reader": ends[1], "sizes": plan.to_dict(),
-            "env": dict(sides[hub_node.name].env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
+            "env": dict(sides[hub].env), "rows": rows, "ok": ok, "verdict": line, "need_ms": need,
             "need_why": need_why, "repeats": repeats}
 
 

@@ -68,16 +68,6 @@ def _fingerprint(key) -> str:
         return key.get_name()
 
 
-def _reject_policy():
-    import paramiko
-
-    class RejectUnknown(paramiko.MissingHostKeyPolicy):
-        def missing_host_key(self, client, hostname, key):
-            raise _UnknownHostKey(hostname, key)
-
-    return RejectUnknown()
-
-
 class SSHConnector:
     def __init__(self, host: str, address: str, user: str = "", port: Optional[int] = None, key: str = "",
                  ssh_config: str = "", insecure_host_keys: bool = False,
@@ -142,7 +132,12 @@ class SSHConnector:
         for path in self.known_hosts:
             if os.path.isfile(path):
                 conn.client.load_system_host_keys(path)
-        conn.client.set_missing_host_key_policy(_reject_policy())
+
+        class RejectUnknown(paramiko.MissingHostKeyPolicy):
+            def missing_host_key(self, client, hostname, key):
+                raise _UnknownHostKey(hostname, key)
+
+        conn.client.set_missing_host_key_policy(RejectUnknown())
 
     def _open(self):
         with self._lock:

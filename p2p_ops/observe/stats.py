@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 
 def percentile(values: Iterable[Optional[float]], q: float) -> Optional[float]:
@@ -52,3 +52,15 @@ def straddles(spread: Optional[Sequence[float]], threshold: float) -> bool:
     """Whether repeats whose min-max is `spread` lie on both sides of `threshold` (lo < threshold < hi), so that
     the median's side is chance; a repeat equal to it is on neither side, so a range that only touches it decides."""
     return bool(spread) and spread[0] < threshold < spread[1]
+
+
+def finite(value: Any) -> Any:
+    """A benchmark document as strict JSON: a figure never measured (NaN, inf) becomes null, so `jq` and other
+    strict readers take the results.json files and the verbs' --json output."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

@@ -154,7 +154,7 @@ class Fleet(StrictModel):
         fleets on one host: a server unlinks any segment of its name at start."""
         return f"p2p_{self.name}_{inst.id}_{inst.ports.mp}" if self.effective_settings(inst).shm_transport else ""
 
-    def _named_node(self, field: str, name: str) -> Node:
+    def named_node(self, field: str, name: str) -> Node:
         for node in self.nodes:
             if node.name == name:
                 return node
@@ -162,7 +162,7 @@ class Fleet(StrictModel):
 
     def coordinator_node(self) -> Node:
         if self.coordinator.node:
-            return self._named_node("coordinator.node", self.coordinator.node)
+            return self.named_node("coordinator.node", self.coordinator.node)
         for node in self.nodes:
             if host_key(node.address) == host_key(self.coordinator.host):
                 return node
@@ -173,7 +173,7 @@ class Fleet(StrictModel):
         return f"http://{hostport(self.coordinator.host, self.coordinator.port)}"
 
     def router_node(self) -> Node:
-        return self._named_node("router.node", self.router.node) if self.router.node else self.coordinator_node()
+        return self.named_node("router.node", self.router.node) if self.router.node else self.coordinator_node()
 
     @property
     def router_url(self) -> str:
