@@ -20,24 +20,13 @@ from p2p_ops.errors import CouldNotRun
 from p2p_ops.facts.envfile import file_diff
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.launch import launched_units
-from p2p_ops.lifecycle.render import FolderRun, RenderedFile, check_on_disk, file_mode, fleet_runs, render_fleet
+from p2p_ops.lifecycle.render import RenderedFile, check_on_disk, file_mode, fleet_runs, render_fleet
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.units import LAUNCHED_ROLES
 
 # Environment that decides how a process behaves beyond its flags; shown in front of exec lines when set.
 SHOWN_ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONHASHSEED",
              "UCX_TLS", "UCX_NET_DEVICES")
-
-
-def _exec_line(run: FolderRun, role: str) -> str:
-    shown = [f"{k}={shlex.quote(run.env[k])}" for k in SHOWN_ENV if run.env.get(k) and role != "coordinator"]
-    return " ".join(shown + [shlex.join(run.command(role))])
-
-
-def _start_line(proc) -> str:
-    q = shlex.quote
-    return (f"{proc.name}: cd {q(proc.workdir)} && setsid bash {q(proc.wrapper)} > {q(proc.log)} 2>&1 "
-            f"< /dev/null & (pidfile {proc.pidfile})")
 
 
 def _reach_line(node: Node) -> str:
@@ -85,10 +74,14 @@ def plan(ctx: FleetContext, only: str | None = None, rerender: bool = True,
                                   f"({file_mode(f.executable):04o}, over SFTP)")
         else:
             out[node.name].append(f"write    {local}")
+    q = shlex.quote
     for unit in launched_units(ctx, roles, only):
-        proc = ctx.proc(unit)
-        out[unit.node.name] += [f"start    {_start_line(proc)}", f"exec     {_exec_line(runs[unit.folder], unit.role)}",
-                                f"ready    {unit.ready_says}"]
+        p, run = ctx.proc(unit), runs[unit.folder]
+        shown = [f"{k}={q(run.env[k])}" for k in SHOWN_ENV if run.env.get(k) and unit.role != "coordinator"]
+        out[unit.node.name] += [
+            f"start    {p.name}: cd {q(p.workdir)} && setsid bash {q(p.wrapper)} > {q(p.log)} 2>&1 < /dev/null & "
+            f"(pidfile {p.pidfile})",
+            f"exec     {' '.join(shown + [shlex.join(run.command(unit.role))])}", f"ready    {unit.ready_says}"]
     return out
 
 

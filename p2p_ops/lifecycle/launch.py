@@ -257,19 +257,14 @@ def down(ctx: FleetContext, progress: Progress = _quiet, only: Optional[str] = N
         for role in reversed(LAUNCHED_ROLES):
             batch = [u for u in units if u.role == role]
             if batch:
-                outcome.update(_stop_units(ctx, batch, role))
+                stopped = _each_unit(ctx, batch, lambda u: procs.stop(ctx.conn(u.node), ctx.proc(u)))
+                for name, res in stopped.items():
+                    outcome.update({f"{name}/{role}s": f"error: {res}"} if isinstance(res, Exception) else res)
                 if role == "server":
                     _remove_shm(ctx, only)
         for name, done in outcome.items():
             progress(f"{name}: {done}")
         return outcome
-
-
-def _stop_units(ctx: FleetContext, units: list[Unit], role: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, res in _each_unit(ctx, units, lambda u: procs.stop(ctx.conn(u.node), ctx.proc(u))).items():
-        out.update({f"{name}/{role}s": f"error: {res}"} if isinstance(res, Exception) else res)
-    return out
 
 
 def down_errors(outcome: dict[str, str]) -> list[str]:

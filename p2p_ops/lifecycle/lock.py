@@ -46,6 +46,7 @@ class Holder:
     host: str
     command: str
     since: float  # wall clock (for people), seconds since the epoch
+    what: str = "the fleet"  # in .last-down: what it stopped (`record_down`)
 
     def describe(self) -> str:
         held = max(0.0, time.time() - self.since)
@@ -62,22 +63,18 @@ def command_line() -> str:
     return " ".join(words)[:200]
 
 
-def me(command: Optional[str] = None) -> Holder:
-    return Holder(os.getpid(), socket.gethostname(), command or command_line(), time.time())
-
-
-def _read(path: Path) -> tuple[Optional[Holder], dict]:
-    """The holder a file names and all it holds; (None, {}) when it is empty or unreadable: the holder has not
-    written yet."""
-    try:
-        data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
-        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"])), data
-    except (files.Refused, ValueError, TypeError, KeyError):
-        return None, {}
+def me(command: Optional[str] = None, what: str = "the fleet") -> Holder:
+    return Holder(os.getpid(), socket.gethostname(), command or command_line(), time.time(), what)
 
 
 def read_holder(path: Path) -> Optional[Holder]:
-    return _read(path)[0]
+    """The holder a file names; None when it is empty or unreadable: the holder has not written yet."""
+    try:
+        data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
+        return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]),
+                      str(data.get("what", "the fleet")))
+    except (files.Refused, ValueError, TypeError, KeyError):
+        return None
 
 
 @dataclass
@@ -174,9 +171,9 @@ LAST_DOWN = ".last-down"
 def record_down(root: Path, what: str, command: Optional[str] = None) -> None:
     """Note who stopped (part of) the fleet and when, for a test run that was writing its folder meanwhile
     (`harness.rundir` reads it and marks the run interrupted). `what`: the whole fleet, or the node/roles."""
-    files.write_json(files.private_dir(root) / LAST_DOWN, dict(me(command).__dict__, what=what))
+    files.write_json(files.private_dir(root) / LAST_DOWN, me(command, what).__dict__)
 
 
 def last_down(root: Path) -> Optional[tuple[Holder, str]]:
-    holder, data = _read(root / LAST_DOWN)
-    return None if holder is None else (holder, str(data.get("what", "the fleet")))
+    holder = read_holder(root / LAST_DOWN)
+    return None if holder is None else (holder, holder.what)

@@ -18,7 +18,7 @@ from p2p_ops.facts.listeners import Listener, parse_listeners
 from p2p_ops.facts.python_env import PythonEnv, parse_python
 from p2p_ops.facts.storage import Disk, ModelCache, hf_cache_dir_name, parse_df, parse_model_cache
 from p2p_ops.facts.sysfs_ib import SYSFS_IB_GREP, parse_sysfs_ib_grep
-from p2p_ops.lifecycle.preflight.bootstrap import PROJECT, bootstrap_script, pip_steps
+from p2p_ops.lifecycle.preflight.bootstrap import bootstrap_script, pip_steps
 from p2p_ops.facts import node_facts
 from p2p_ops.lifecycle.preflight.probe import (
     PROBE,
@@ -31,6 +31,7 @@ from p2p_ops.lifecycle.preflight.probe import (
     probe_fleet,
 )
 from p2p_ops.lifecycle.preflight.readiness import assess_fleet, assess_node
+from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.load import parse_fleet
 from p2p_ops.spec.starter import local_fleet
 from tests.conftest import write_local_fleet
@@ -237,7 +238,7 @@ def test_missing_venv_memlock_with_rdma_busy_port_and_version_skew():
 # ---- bootstrap ----------------------------------------------------------------------------------------
 
 def test_bootstrap_follows_the_makefile_setup_steps():
-    steps = pip_steps((PROJECT / "Makefile").read_text())
+    steps = pip_steps((CHECKOUT / "Makefile").read_text())
     # A node gets the node runtime extra (the engine, lmcache, nixl), not the checkout's charts and test tools.
     assert steps and steps[-1] == ["-q", "-e", ".[node]"]
     script = bootstrap_script("/opt/p2p venv", "/src/p2p", steps)
@@ -328,12 +329,12 @@ def test_bootstrap_runs_only_on_nodes_without_their_venv(tmp_path, fakes, p2pctl
     fleet = fakes.fleet(2, name="pr", edit=edit)
     ctx = fleet.ctx
     node_a, node_b = ctx.fleet.nodes
-    steps = pip_steps((PROJECT / "Makefile").read_text())
+    steps = pip_steps((CHECKOUT / "Makefile").read_text())
     # Both probes (before and after the bootstrap) read each node; only node-b is bootstrapped.
     fleet["node-a"].expect(probe_read(ctx, node_a, repeat=True), pid_states(ctx.procs(node_a), repeat=True))
     fleet["node-b"].expect(probe_read(ctx, node_b, python_missing=True, repeat=True),
                            pid_states(ctx.procs(node_b), repeat=True),
-                           expect(exactly(bootstrap_script(venv, str(PROJECT), steps)), f"bootstrapped {venv}\n",
+                           expect(exactly(bootstrap_script(venv, str(CHECKOUT), steps)), f"bootstrapped {venv}\n",
                                   label="bootstrap"))
     cli_through(monkeypatch, fleet)
     code, out, _ = p2pctl("probe", "-f", str(ctx.fleet_file), "--json", "--bootstrap")

@@ -20,8 +20,6 @@ from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.resources import CHECKOUT
 from p2p_ops.spec.model import Node
 
-PROJECT = CHECKOUT
-
 
 def pip_steps(makefile_text: str) -> list[list[str]]:
     return [shlex.split(line)[2:] for line in makefile_text.splitlines()
@@ -95,8 +93,8 @@ def bootstrap_node(ctx: FleetContext, node: Node, probe) -> str:
     # A failure raises CommandFailed with the output tail.
     if not node.venv:
         raise BadInput(f"node {node.name} has no `venv` in fleet.yaml: set the path its virtualenv should have")
-    steps = pip_steps((PROJECT / "Makefile").read_text())
-    script = bootstrap_script(node.venv, str(PROJECT), steps) if needs_bootstrap(probe) else ""
+    steps = pip_steps((CHECKOUT / "Makefile").read_text())
+    script = bootstrap_script(node.venv, str(CHECKOUT), steps) if needs_bootstrap(probe) else ""
     if needs_mooncake(ctx.fleet, probe):
         script += mooncake_script(node.venv, mooncake_wheel(probe.gpus, probe.python and probe.python.packages.get(
             "torch")))
