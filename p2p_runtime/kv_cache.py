@@ -163,10 +163,6 @@ class PagedKVCache:
         """One storage layer as (2, slots, values) of its integer view (exact bit patterns)."""
         return self.layer(storage_layer).view(self.expansion.int).view(2, -1, self.spec.num_heads * self.spec.head_size)
 
-    def copy_blocks(self, src: list[int], dst: list[int], other: PagedKVCache | None = None) -> None:
-        for name, t in self.tensors.items():
-            t[:, dst] = (other or self).tensors[name][:, src]
-
 
 def slot_runs(block_table: list[int], block_size: int, start: int, count: int) -> list[tuple[int, int]]:
     """[first, last) slot ranges covering positions [start, start + count) in order, one per run of consecutive

@@ -162,8 +162,7 @@ class LMCacheAdapter:
 
     def retrieve(self, session: str, token_ids: list[int], num_chunks: int, block_ids: list[int]) -> None:
         conn = self._require("retrieve")
-        cs = conn.chunk_size
-        end = num_chunks * cs
+        end = num_chunks * conn.chunk_size
         key = self._key(token_ids, 0, end, session, 0)
         started = time.monotonic()
         ok = self._transfer(conn, "retrieve", lambda: _done(self._load(conn, key, block_ids)))

@@ -7,6 +7,7 @@ from p2p_runtime.config import EngineConfig
 from p2p_runtime.kv_cache import PagedKVCache
 from p2p_runtime.model import TinyTransformer, configure_threads
 from p2p_runtime.tokenizer import EOS_ID, PRINTABLE_IDS, ByteTokenizer
+from tests.support import copy_blocks
 
 CS = 256
 TOK = ByteTokenizer()
@@ -74,7 +75,7 @@ def test_prefill_after_loaded_prefix_is_bitwise_identical(model, kind, length, p
     part_cache = new_cache(model)
     part_table = list(range(159, 79, -1))
     nblocks = prefix_chunks * CS // 16
-    part_cache.copy_blocks(full_table[:nblocks], part_table[:nblocks], other=full_cache)
+    copy_blocks(full_cache, full_table[:nblocks], part_cache, part_table[:nblocks])
     part_out, part_logits = generate(model, ids, part_cache, part_table,
                                      start=prefix_chunks * CS)
 
@@ -124,7 +125,7 @@ def test_one_corrupted_loaded_chunk_changes_the_output(model, kind, text, bad_ch
 
     dst, dst_table = new_cache(model), list(range(100, 160))
     nblocks = loaded_chunks * CS // 16
-    dst.copy_blocks(src_table[:nblocks], dst_table[:nblocks], other=src)
+    copy_blocks(src, src_table[:nblocks], dst, dst_table[:nblocks])
     per_chunk = CS // 16
     bad = slice(bad_chunk * per_chunk, (bad_chunk + 1) * per_chunk)
     corrupt(kind, dst, dst_table[bad], other, other_table[bad])

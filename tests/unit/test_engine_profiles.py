@@ -13,6 +13,7 @@ from p2p_runtime.kv_cache import PagedKVCache
 from p2p_runtime.model import TinyTransformer, configure_threads
 from p2p_runtime.profiles import PROFILES, KVProfile, resolve
 from p2p_runtime.tokenizer import ByteTokenizer
+from tests.support import copy_blocks
 
 # A small chunk keeps a 32-layer cache cheap; the checks do not depend on the chunk size.
 CS, BS = 64, 16
@@ -66,7 +67,7 @@ class Setup:
         self.nblocks = LOADED_CHUNKS * CS // BS
 
     def load(self):
-        self.dst.copy_blocks(self.src_table[: self.nblocks], self.dst_table[: self.nblocks], other=self.src)
+        copy_blocks(self.src, self.src_table[: self.nblocks], self.dst, self.dst_table[: self.nblocks])
 
     def answer_after_load(self):
         bad = self.dst.check_loaded(self.dst_table, LOADED_CHUNKS * CS)
