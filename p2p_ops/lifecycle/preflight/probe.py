@@ -187,14 +187,11 @@ def mooncake_missing(ctx: FleetContext, node: Node) -> str:
 
 def vllm_missing(ctx: FleetContext, node: Node) -> str:
     """With the fix; empty when nothing is missing."""
-    py = vllm_python(ctx.fleet, node)
-    model = ctx.fleet.vllm.model_path
-    wanted = {py: "executable"}
-    problems = {py: f"no vLLM interpreter at {py}; run `make setup-vllm` there or set vllm.venv / nodes[].vllm_venv"}
+    py, model = vllm_python(ctx.fleet, node), ctx.fleet.vllm.model_path
+    checks = {py: ("executable", f"no vLLM interpreter at {py}; run `make setup-vllm` there or set vllm.venv / "
+                                 "nodes[].vllm_venv")}
     if model.startswith("/"):
-        config = model + "/config.json"
-        wanted[config] = "file"
-        problems[config] = (f"no model at {model} (no config.json); make one with `p2pctl make-model {model}` or "
-                            "fix vllm.model_path")
-    found = read_fact(ctx.conn(node), paths_fact(wanted), timeout=30)
-    return next((problems[p] for p in wanted if not found[p]), "")
+        checks[model + "/config.json"] = ("file", f"no model at {model} (no config.json); make one with "
+                                                  f"`p2pctl make-model {model}` or fix vllm.model_path")
+    found = read_fact(ctx.conn(node), paths_fact({p: kind for p, (kind, _) in checks.items()}), timeout=30)
+    return next((why for p, (_, why) in checks.items() if not found[p]), "")
