@@ -1,21 +1,11 @@
 """`make demo` (`python -m p2p_ops.cli.demo`): a whole P2P fleet on this machine, the cross-node proof and an
 honest speed figure.
 
-`run_demo(fleet_data, title)` brings the fleet up (`launch.temporary`: spec and state in p2p-run/<name>/, kept),
-waits until every server is registered, then:
-  1. warms the pair: one throw-away pull on B of another prompt (the first pull of a fresh fleet pays NIXL's
-     connection set-up, which is not what P2P costs once running);
-  2. runs the cross-node proof (`p2pctl test basic`: cold on A, served from A's cache on B, identical outputs);
-  3. measures like with like: TTFT on B for a prompt pulled from A against TTFT on B for a fresh prompt of
-     the same length that B must recompute, median of 3 each.
-It prints a summary and takes the fleet down, also on failure. `make demo` runs it with a 2-node embedded
-fleet (`--profile llama-3-8b`: the engines store and pull that model's KV bytes); `--runtime vllm` (`make
-demo-vllm`) with two vLLMs (CPU build, venv from $P2P_VLLM_VENV or the checkout's .venv-vllm, a tiny model made
-under ./models/ when missing); other callers pass their own fleet data.
-
-Ports: the default plan (coordinator 9300, ...) at the first offset (0, 1000, 2000, ...) where every port is
-free, so the demo runs beside another fleet; `--port-offset K` takes exactly that offset. The first line on
-stderr says which.
+`run_demo` first makes one throw-away pull on B: the first pull of a fresh fleet pays NIXL's connection set-up,
+which is not what P2P costs once running. Then the proof (`p2pctl test basic`), then like with like: TTFT on B
+for a prompt pulled from A against a fresh prompt of the same length B must recompute, median of 3 each. The fleet
+(`launch.temporary`: spec and state kept in p2p-run/<name>/) is taken down also on failure. Ports: the default
+plan at the first offset (0, 1000, 2000, ...) where every port is free, so the demo runs beside another fleet.
 """
 
 from __future__ import annotations
@@ -62,10 +52,9 @@ def vllm_fleet(base: dict[str, int], model_dir: str = "models/tiny-llama") -> di
     return data
 
 
-def run_demo(fleet_data: dict, title: str, root: str = "p2p-run", wait_timeout: float = 60.0,
-             start_timeout: float = 120.0) -> int:
+def run_demo(fleet_data: dict, title: str, wait_timeout: float = 60.0, start_timeout: float = 120.0) -> int:
     started = time.monotonic()
-    where = Path(root) / fleet_data.get("name", "demo")
+    where = Path("p2p-run") / fleet_data.get("name", "demo")
     heading(title)
     console.print(f"fleet spec {where / 'fleet.yaml'}, state in {where.resolve()}", soft_wrap=True)
     timings: dict[str, float] = {}
@@ -115,7 +104,8 @@ def _summary(result: BasicResult, row: CrossoverRow | None, stamps: dict[str, fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m p2p_ops.cli.demo", description=__doc__.splitlines()[0],
-                                 epilog="exit codes: 0 the proof passed, 1 it failed or the fleet did not come up, 2 bad input")
+                                 epilog="exit codes: 0 the proof passed, 1 it failed or the fleet did not come up, "
+                                        "2 bad input")
     ap.add_argument("--runtime", choices=["embedded", "vllm"], default="embedded")
     add_port_offset_arg(ap)
     ap.add_argument("--profile", choices=PROFILE_NAMES, default=TINY,

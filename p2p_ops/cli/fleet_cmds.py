@@ -196,10 +196,9 @@ def _print_cache(cmap) -> None:
                   + (" ..." if len(n.prefixes) > 6 else ""))
     show(t)
     if cmap.prefixes:
-        pt = table("test-run prefixes: leading chunks held per instance", "prefix", "chunks", "held on")
-        for p in cmap.prefixes:
-            pt.add_row(p.label, str(p.chunks), ", ".join(f"{i}: {c}" for i, c in sorted(p.held.items())) or "-")
-        show(pt)
+        show(table("test-run prefixes: leading chunks held per instance", "prefix", "chunks", "held on",
+                   rows=([p.label, str(p.chunks), ", ".join(f"{i}: {c}" for i, c in sorted(p.held.items())) or "-"]
+                         for p in cmap.prefixes)))
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -209,13 +208,9 @@ def cmd_down(args: argparse.Namespace) -> int:
                               progress=lambda line: progress(line) if line.startswith("waiting for fleet") else None)
     errors = launch.down_errors(outcome)
 
-    def show_table() -> None:
-        t = table(f"p2pctl down — fleet {ctx.fleet.name}", "process", "result")
-        for name, what in outcome.items():
-            t.add_row(name, what)
-        show(t)
-
-    return done(args, {"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors}, show_table, not errors)
+    return done(args, {"fleet": ctx.fleet.name, "stopped": outcome, "ok": not errors},
+                lambda: show(table(f"p2pctl down — fleet {ctx.fleet.name}", "process", "result",
+                                   rows=outcome.items())), not errors)
 
 
 def _gib(n: int) -> str:
@@ -238,11 +233,9 @@ def _print_status(rep: fleet_status.FleetReport) -> None:
             i.engine_url, _engine_health(i))
     show(t)
     columns = ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url")
-    ctable = table(f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
-                   f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances", *columns)
-    for inst in rep.coordinator_instances or []:
-        ctable.add_row(*(str(inst.get(k, "")) for k in columns))
-    show(ctable)
+    show(table(f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
+               f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances", *columns,
+               rows=([str(inst.get(k, "")) for k in columns] for inst in rep.coordinator_instances or [])))
     if rep.router is not None:
         r = rep.router
         colour = "green" if r.ready else "red"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Iterable
 
 from rich.console import Console
 from rich.table import Table
@@ -70,10 +71,12 @@ def emit_json(doc) -> None:
     print(json.dumps(doc, indent=2, default=str))
 
 
-def table(title: str, *columns: str, **kwargs) -> Table:
+def table(title: str, *columns: str, rows: Iterable[Iterable[str]] = (), **kwargs) -> Table:
     t = Table(title=title, **kwargs)
     for col in columns:
         t.add_column(col)
+    for row in rows:
+        t.add_row(*row)
     return t
 
 

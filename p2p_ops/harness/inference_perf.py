@@ -101,7 +101,7 @@ def _fixed(v: int) -> dict:
 
 def config(shape: str | Shape, scale: str, base_url: str, model: str, out_dir: str | Path, tokenizer: str | Path, *,
            seed: int = 1234, request_timeout_s: float = 600.0, max_model_len: int | None = None,
-           workers: int | None = None, api_key: str = "", session_header: str = "") -> dict:
+           api_key: str = "", session_header: str = "") -> dict:
     """inference-perf's config for one pass of `shape` at `scale` (or of a Shape of the caller's own, as sized)
     against `base_url` (an engine or the router, without /v1): streamed /v1/completions, one concurrent stage, the
     per-request report with its computed TTFT/ITL and the prompt (for prefix_id), without the response bodies.
@@ -130,7 +130,7 @@ def config(shape: str | Shape, scale: str, base_url: str, model: str, out_dir: s
         "tokenizer": {"pretrained_model_name_or_path": str(tokenizer)},
         "data": data,
         "load": {"type": "concurrent", "base_seed": seed, "request_timeout": request_timeout_s,
-                 "num_workers": workers or max(1, min(8, s.concurrency // 16)),
+                 "num_workers": max(1, min(8, s.concurrency // 16)),
                  "stages": [{"num_requests": s.prefixes * s.questions, "concurrency_level": s.concurrency}]},
         "report": {"request_lifecycle": {"summary": True, "per_stage": False, "per_request": True,
                                          "per_request_fields": fields, "percentiles": [50, 90, 95, 99]},
@@ -213,15 +213,14 @@ def run(venv: str | Path, doc: dict, timeout_s: float) -> Path:
     cfg = files.write_json(out_dir / "inference-perf-config.yaml", doc)  # JSON is YAML
     cmd = [str(Path(venv) / "bin" / "inference-perf"), "--config_file", str(cfg), "--log-level", "WARNING"]
     try:
-        output = _run(cmd, out_dir, timeout_s)
+        _run(cmd, out_dir, timeout_s)
     finally:
         if doc["server"].get("api_key"):  # the fleet's key is not kept in a run folder
             files.write_json(cfg, {**doc, "server": {**doc["server"], "api_key": "<redacted>"}})
-    files.write_text(out_dir / "inference-perf.log", output)
     return out_dir
 
 
-def _run(cmd: list[str], out_dir: Path, timeout_s: float) -> str:
+def _run(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1")
     try:
         proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -231,13 +230,11 @@ def _run(cmd: list[str], out_dir: Path, timeout_s: float) -> str:
                           f"{Path(cmd[0]).parent.parent})") from None
     try:
         output, _ = proc.communicate(timeout=timeout_s)
+        failed = f"exited {proc.returncode}" if proc.returncode else ""
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):  # its worker processes too: the group started here
             os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        files.write_text(out_dir / "inference-perf.log", output)
-        raise CouldNotRun(f"{' '.join(cmd)} did not finish within {timeout_s:.0f} s:\n{tail(output)}") from None
-    if proc.returncode != 0:
-        files.write_text(out_dir / "inference-perf.log", output)
-        raise CouldNotRun(f"{' '.join(cmd)} exited {proc.returncode}:\n{tail(output)}")
-    return output
+        output, failed = proc.communicate()[0], f"did not finish within {timeout_s:.0f} s"
+    files.write_text(out_dir / "inference-perf.log", output)
+    if failed:
+        raise CouldNotRun(f"{' '.join(cmd)} {failed}:\n{tail(output)}")

@@ -7,13 +7,9 @@ peer that can serve it, and pair S -> T passes when T served every full chunk fr
 P2P load, T answered exactly as S did, and T's engine found no byte of the loaded KV out of place.
 
 One mis-advertised URL or one blocked port breaks some pairs while the rest pass: failing pairs get a likely
-cause. What the pair's own requests showed comes first (the request failed, the answer differed, a hit on the
-target's own L1); everything about the fleet (registration, advertised URLs, peer lists, reachability, must-agree
-settings) is the one judge's (`diagnose.judge`), read once for all failing pairs and narrowed to the pair's two
-instances and nodes. The run is bounded by `max_seconds`: pairs not reached in time are reported as skipped,
-never as passed. Results: an N x N table (pass/fail, cached tokens, pull ms, MB/s), a heatmap and JSON; rows
-are the instance that computed the prefix (source), columns the one that pulled it (target), and both the table
-and the heatmap are drawn from the result's JSON document, so a saved result.json redraws the same way.
+cause, first from what the pair's own requests showed, else from the one judge (`diagnose.judge`), read once for
+all failing pairs. Pairs not reached within `max_seconds` are skipped, never passed. The table and the heatmap
+are drawn from the result's JSON document, so a saved result.json redraws the same way.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ class Pair:
     cached_tokens: int = 0
     need: int = 0
     p2p_loads: float = 0.0
-    own_l1: bool = False            # the target's server counted L1 hits and nothing from a peer (judge.request.own_l1_hit)
+    own_l1: bool = False            # L1 hits and nothing from a peer on the target (judge.request.own_l1_hit)
     identical: bool = False
     kv_bytes: float = 0.0
     mismatch_tokens: float = 0.0

@@ -17,13 +17,13 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import inference_perf
 from p2p_ops.harness.basic import snapshot, write_prompts
-from p2p_ops.harness.stress import explain_misses, saved_prompts
+from p2p_ops.harness.stress import Progress, explain_misses, saved_prompts
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import p2p_between
@@ -32,8 +32,6 @@ from p2p_ops.spec.starter import DEFAULT_MODEL_DIR
 
 RESULT = "inference-perf.json"
 VENV_VAR = "P2P_INFERENCE_PERF_VENV"
-
-Progress = Callable[[str, int, Optional[int]], None]
 
 
 @dataclass

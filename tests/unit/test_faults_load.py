@@ -9,6 +9,8 @@ import struct
 import time
 
 from p2p_ops.harness.faults import core
+from p2p_ops.harness.load import Job
+from p2p_ops.observe.records import RequestRecord
 from tests.support.stream_server import ANSWER, StreamServer, read_request
 
 
@@ -23,11 +25,10 @@ def resetting(resets: int) -> StreamServer:
     return StreamServer(handle)
 
 
-def _one(resets: int) -> tuple[core.Sample, core.Figures, int]:
+def _one(resets: int) -> tuple[RequestRecord, core.Figures, int]:
     server = resetting(resets)
     try:
-        load = core.Load([], "m", core.FaultOptions.quick(), time.monotonic())
-        sample = load.one(server.url, "hello")
+        sample = core.clients("m", core.FaultOptions.quick(), time.monotonic()).send(Job(server.url, "hello"))
     finally:
         server.close()
     fig = core.Figures("s", "-")
@@ -52,6 +53,5 @@ def test_a_refused_connection_is_not_retried():
     s = socket.create_server(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{s.getsockname()[1]}"
     s.close()
-    load = core.Load([], "m", core.FaultOptions.quick(), time.monotonic())
-    sample = load.one(url, "hello")
+    sample = core.clients("m", core.FaultOptions.quick(), time.monotonic()).send(Job(url, "hello"))
     assert not sample.ok and sample.retried == "" and "Connection refused" in sample.error

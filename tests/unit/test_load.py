@@ -46,10 +46,11 @@ def test_workers_get_their_index_and_stop_ends_an_endless_source():
 
 
 def test_the_fault_load_sends_its_bounded_jobs_and_ends():
-    from p2p_ops.harness.faults.core import FaultOptions, Load as FaultLoad
+    from p2p_ops.harness.faults.core import FaultOptions, clients, closed_loop
 
     opts = FaultOptions(concurrency=2, max_requests=4, request_timeout_s=5.0)
-    load = FaultLoad([(closed_url(), "p")], "m", opts, t0=0.0).start()
-    load.join()
-    assert load.done and load.taken == 4
-    assert len(load.samples) == 4 and not any(s.ok for s in load.samples)
+    runner = clients("m", opts, t0=0.0)
+    workers = closed_loop(runner, [(closed_url(), "p")], opts, stage="fill")
+    workers.join()
+    assert workers.done and [r.stage for r in runner.records] == ["fill"] * 4
+    assert not any(r.ok for r in runner.records)

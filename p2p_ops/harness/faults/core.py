@@ -9,7 +9,7 @@ import itertools
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import load, prompts
@@ -72,46 +72,20 @@ class Figures:
         return asdict(self)
 
 
-class Load:
-    """Closed-loop clients over a fixed set of (url, prompt) jobs, recording every request (connection resets
-    before any answer retried once: `harness.load.Load.send`)."""
+def clients(model: str, opts: FaultOptions, t0: float) -> load.Load:
+    """The scenario's requests, recorded: a connection reset before any answer is sent once more
+    (`harness.load.Load.send`), and a client whose request failed pauses before its next."""
+    return load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens, retry_resets=True,
+                     pause_after_failure_s=0.2)
 
-    def __init__(self, jobs: list[tuple[str, str]], model: str, opts: FaultOptions, t0: float, cycle: bool = True,
-                 runner: Optional[load.Load] = None) -> None:
-        self.jobs, self.model, self.opts, self.t0, self.cycle = jobs, model, opts, t0, cycle
-        self.runner = runner or load.Load(model, t0=t0, timeout_s=opts.request_timeout_s,
-                                          max_tokens=opts.max_tokens, retry_resets=True, pause_after_failure_s=0.2)
-        self.taken = 0
-        self._workers: Optional[load.Workers] = None
 
-    @property
-    def samples(self) -> list[RequestRecord]:
-        return self.runner.records
-
-    def start(self) -> "Load":
-        self._workers = self.runner.start(load.jobs_of(self._jobs()), self.opts.concurrency, "fault-load")
-        return self
-
-    def stop(self) -> None:
-        if self._workers:
-            self._workers.stop()
-
-    def join(self) -> None:
-        if self._workers:
-            self._workers.join()
-
-    @property
-    def done(self) -> bool:
-        return self._workers is None or self._workers.done
-
-    def _jobs(self) -> Iterator[load.Job]:
-        for url, prompt in itertools.islice(itertools.cycle(self.jobs) if self.cycle else self.jobs,
-                                            self.opts.max_requests):
-            self.taken += 1  # under jobs_of's lock
-            yield load.Job(url, prompt)
-
-    def one(self, url: str, prompt: str, max_tokens: Optional[int] = None) -> RequestRecord:
-        return self.runner.send(load.Job(url, prompt, max_tokens=max_tokens))
+def closed_loop(runner: load.Load, jobs: list[tuple[str, str]], opts: FaultOptions, cycle: bool = True,
+                stage: str = "") -> load.Workers:
+    """`opts.concurrency` clients over the (url, prompt) jobs in turn (again and again with `cycle`), at most
+    `opts.max_requests` of them."""
+    sent = itertools.islice(itertools.cycle(jobs) if cycle else jobs, opts.max_requests)
+    return runner.start(load.jobs_of(load.Job(url, prompt, stage=stage) for url, prompt in sent), opts.concurrency,
+                        "fault-load")
 
 
 @dataclass
@@ -122,9 +96,9 @@ class Fault:
     restarted: bool = False          # restore() started a process again (re-registration time is a figure)
     extra: dict = field(default_factory=dict)
 
-    def inject(self, load: Load, progress: Progress) -> None: ...
+    def inject(self, runner: load.Load, progress: Progress) -> None: ...
 
-    def hold(self, load: Load, opts: FaultOptions, progress: Progress) -> None:
+    def hold(self, runner: load.Load, opts: FaultOptions, progress: Progress) -> None:
         time.sleep(opts.hold_s)
 
     def restore(self, progress: Progress) -> None: ...
@@ -141,7 +115,7 @@ class Kill(Fault):
         super().__init__(proc.name, dead_engine, "its engine was dead" if dead_engine else "", restarted=True)
         self.ctx, self.node, self.proc = ctx, node, proc
 
-    def inject(self, load, progress) -> None:
+    def inject(self, runner, progress) -> None:
         [st] = procs.states(self.ctx.conn(self.node), [self.proc])
         if not st.running or st.pid is None:
             raise BadInput(f"{self.proc.name} is {st.state}, not running: start the fleet (`p2pctl up`) "

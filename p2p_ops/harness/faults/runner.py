@@ -15,13 +15,12 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 from p2p_ops import files
 from p2p_ops.errors import BadInput
 from p2p_ops.harness.faults import drain
-from p2p_ops.harness.faults.core import (PHASES, FaultOptions, Figures, Load, Progress, fill_figures, shared_jobs,
-                                         wait_ready)
+from p2p_ops.harness.faults.core import (PHASES, FaultOptions, Figures, Progress, clients, closed_loop, fill_figures,
+                                         shared_jobs, wait_ready)
 from p2p_ops.harness.faults.scenarios import SCENARIOS, why_not
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle.context import FleetContext
@@ -29,11 +28,11 @@ from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.stats import fmt
 
 
-def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Progress = lambda _: None,
-                 seed: Optional[int] = None) -> tuple[Figures, list[RequestRecord]]:
+def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions,
+                 progress: Progress = lambda _: None) -> tuple[Figures, list[RequestRecord]]:
     if why := why_not(ctx, name):
         raise BadInput(f"scenario {name} cannot run on fleet {ctx.fleet.name}: {why}")
-    seed = seed if seed is not None else int(time.time() * 1000) % 10**6
+    seed = int(time.time() * 1000) % 10**6
     fault = SCENARIOS[name].make(ctx, opts, seed)
     model = ctx.fleet.model
     if wait_ready(ctx, opts.recover_timeout_s) is None:
@@ -49,14 +48,15 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     baseline = drain.total(drain.snapshot(ctx))
     figures = Figures(name, fault.part, lookups_inflight_before=baseline)
     t0 = time.monotonic()
-    load = Load(jobs, model, opts, t0).start()
+    runner = clients(model, opts, t0)
+    load = closed_loop(runner, jobs, opts)
     sampler = drain.Sampler(ctx).start()
     marks: dict[str, float] = {}
     try:
         time.sleep(opts.phase_s)
-        fault.inject(load, lambda m: progress(f"{name}: {m}"))
+        fault.inject(runner, lambda m: progress(f"{name}: {m}"))
         marks["fault"] = time.monotonic() - t0
-        fault.hold(load, opts, lambda m: progress(f"{name}: {m}"))
+        fault.hold(runner, opts, lambda m: progress(f"{name}: {m}"))
         fault.restore(lambda m: progress(f"{name}: {m}"))
         marks["restart"] = time.monotonic() - t0
         waited = wait_ready(ctx, opts.recover_timeout_s)
@@ -76,7 +76,7 @@ def run_scenario(ctx: FleetContext, name: str, opts: FaultOptions, progress: Pro
     d = drain.wait_drained(ctx, sampler.max_seen, timeout, baseline)
     figures.lookups_inflight_max, figures.lookups_inflight_end = d.inflight_max_during, d.inflight_at_end
     figures.lookups_drained, figures.lookups_drained_after_s = d.drained, d.drained_after_s
-    samples = sorted(load.samples, key=lambda s: s.t_start_s)
+    samples = sorted(runner.records, key=lambda s: s.t_start_s)
     fault.finish(marks, samples)
     figures.extra = dict(fault.extra, inflight_by_server=d.last)
     fill_figures(figures, samples, marks, fault.unreachable_url, fault.why_unreachable)
@@ -113,11 +113,6 @@ def _drained(f: Figures) -> str:
     return f"{word}, {f.lookups_inflight_before} at rest before, max {f.lookups_inflight_max} in flight"
 
 
-def _extra(f: Figures) -> str:
-    keep = {k: v for k, v in f.extra.items() if k != "inflight_by_server"}
-    return ", ".join(f"{k}={v}" for k, v in keep.items()) or "-"
-
-
 def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
     lines = [
         "# Faults under load", "",
@@ -134,12 +129,13 @@ def table_markdown(results: list[Figures], opts: FaultOptions) -> str:
             lines.append(f"| {f.scenario} | - | - | - | - | - | - | - | - | - | - | - | skipped: {f.skipped} |")
             continue
         failed = "/".join(str(f.failed_by_phase.get(ph, 0)) for ph in PHASES)
+        extra = ", ".join(f"{k}={v}" for k, v in f.extra.items() if k != "inflight_by_server")
         seconds = [f.p99_ttft_s.get(ph) for ph in PHASES] + [f.recovered_after_fault_s,
                                                              f.reregistered_after_restart_s]
         lines.append(
             f"| {f.scenario} | {f.part} | {f.sent} | {f.failed} ({failed}) | "
             f"{' | '.join(fmt(v, '{:.3f}') for v in seconds)} | {'yes' if f.recovered else 'NO'} | "
-            f"{_drained(f)} | {_extra(f)} | {f.note} |")
+            f"{_drained(f)} | {extra or '-'} | {f.note} |")
     return "\n".join(lines) + "\n"
 
 

@@ -38,9 +38,9 @@ from p2p_ops.endpoints import lmcache_api, metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.sections import read_fact
-from p2p_ops.harness import prompts
+from p2p_ops.harness import load, prompts
 from p2p_ops.harness.faults import drain
-from p2p_ops.harness.faults.core import Fault, FaultOptions, Kill, Load
+from p2p_ops.harness.faults.core import Fault, FaultOptions, Kill, closed_loop
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
@@ -112,75 +112,77 @@ def _schedule(ctx: FleetContext, node, body: str, what: str) -> None:
         raise CouldNotRun(f"node {node.name}: could not {what}: {(res.stderr or res.stdout).strip()[:300]}")
 
 
-def cut_link(ctx: FleetContext, node, seconds: float) -> NetFault:
-    """Take the node's interface down for `seconds`; the node brings it back by itself."""
-    iface = _iface(ctx, node)
-    q, n = shlex.quote(iface), max(1, int(round(seconds)))
-    up = f"ip link set dev {q} up"
-    # One second's grace: the SSH answer to this very command must leave before the link goes.
-    _schedule(ctx, node, f"sleep 1; ip link set dev {q} down; sleep {n}; {up}", f"take {iface} down")
-    time.sleep(1.2)
-    return NetFault(ctx, node, iface, up, f"{iface} down for {n} s")
-
-
 def rate_limit(ctx: FleetContext, node, seconds: float, rate_kbit: int) -> NetFault:
     """A token-bucket limit on the node's egress for `seconds` (undone by the node itself, and by undo())."""
     iface = _iface(ctx, node)
     q, n = shlex.quote(iface), max(1, int(round(seconds))) + 5
     burst = max(4, rate_kbit // 8)  # kbit: about 1/8 s of traffic (tbf needs at least one MTU)
     add = f"tc qdisc replace dev {q} root tbf rate {int(rate_kbit)}kbit burst {burst}kbit latency 2s"
-    delete = f"tc qdisc del dev {q} root"
+    limit = NetFault(ctx, node, iface, f"tc qdisc del dev {q} root", f"{iface} egress limited to {rate_kbit} kbit/s")
     # Added synchronously (so its failure is seen here); the undo is scheduled before it.
-    _schedule(ctx, node, f"sleep {n}; {delete}", f"schedule the removal of a rate limit on {iface}")
+    _schedule(ctx, node, f"sleep {n}; {limit.undo_cmd}", f"schedule the removal of a rate limit on {iface}")
     res = ctx.conn(node).run(add, timeout=20)
     if not res.ok:
-        ctx.conn(node).run(delete + " 2>/dev/null || true", timeout=20)
+        limit.undo()
         raise CouldNotRun(f"node {node.name}: `{add}` failed: {(res.stderr or res.stdout).strip()[:300]}")
-    return NetFault(ctx, node, iface, delete, f"{iface} egress limited to {rate_kbit} kbit/s")
+    return limit
 
 
-class LinkCut(Fault):
+class _InterfaceFault(Fault):
+    """A fault on a node's interface; cleanup() undoes it (`net`), whatever the node's own undo did."""
+
+    net: Optional[NetFault] = None
+
+    def cleanup(self) -> None:
+        if self.net:
+            self.net.undo()
+
+
+class LinkCut(_InterfaceFault):
     def __init__(self, ctx: FleetContext, opts: FaultOptions) -> None:
         node, inst = _b(ctx)
         super().__init__(f"{node.name}'s link", ctx.engine_url(node, inst), "its host's link was down")
-        self.ctx, self.node, self.opts, self.cut = ctx, node, opts, None
+        self.ctx, self.node, self.opts = ctx, node, opts
 
-    def inject(self, load, progress) -> None:
-        self.cut = cut_link(self.ctx, self.node, self.opts.hold_s)
-        self.until = time.monotonic() + max(1, round(self.opts.hold_s))
-        self.part = f"{self.node.name}:{self.cut.iface} down"
-        progress(f"{self.node.name}: {self.cut.what}")
+    def inject(self, runner, progress) -> None:
+        """The interface down for hold_s; the node brings it back by itself."""
+        iface, n = _iface(self.ctx, self.node), max(1, round(self.opts.hold_s))
+        q = shlex.quote(iface)
+        self.net = NetFault(self.ctx, self.node, iface, f"ip link set dev {q} up", f"{iface} down for {n} s")
+        # One second's grace: the SSH answer to this very command must leave before the link goes.
+        _schedule(self.ctx, self.node, f"sleep 1; ip link set dev {q} down; sleep {n}; {self.net.undo_cmd}",
+                  f"take {iface} down")
+        time.sleep(1.2)
+        self.until = time.monotonic() + n
+        self.part = f"{self.node.name}:{iface} down"
+        progress(f"{self.node.name}: {self.net.what}")
 
-    def hold(self, load, opts, progress) -> None:
+    def hold(self, runner, opts, progress) -> None:
         time.sleep(max(0.0, self.until - time.monotonic()) + 0.5)  # the node brings it back by itself
 
-    def cleanup(self) -> None:
-        if self.cut:
-            self.cut.undo()
 
-
-class SlowPeer(Fault):
+class SlowPeer(_InterfaceFault):
     def __init__(self, ctx: FleetContext, opts: FaultOptions, seed: int) -> None:
         node, _ = _a(ctx)
         super().__init__(f"{node.name}'s egress")
-        self.ctx, self.node, self.opts, self.seed, self.limit = ctx, node, opts, seed, None
+        self.ctx, self.node, self.opts, self.seed = ctx, node, opts, seed
         self.extra = {"p2p_load_timeout_s": ctx.fleet.effective_settings(_b(ctx)[1]).p2p_load_timeout,
                       "rate_kbit": opts.slow_rate_kbit}
 
-    def inject(self, load, progress) -> None:
+    def inject(self, runner, progress) -> None:
         limit_s = self.opts.docs * 2 * (self.opts.request_timeout_s + 5) + 30  # the node's own undo, a backstop
-        self.limit = rate_limit(self.ctx, self.node, limit_s, self.opts.slow_rate_kbit)
-        self.part = f"{self.node.name}:{self.limit.iface} {self.opts.slow_rate_kbit} kbit/s"
-        progress(f"{self.node.name}: {self.limit.what}")
+        self.net = rate_limit(self.ctx, self.node, limit_s, self.opts.slow_rate_kbit)
+        self.part = f"{self.node.name}:{self.net.iface} {self.opts.slow_rate_kbit} kbit/s"
+        progress(f"{self.node.name}: {self.net.what}")
 
-    def hold(self, load, opts, progress) -> None:
+    def hold(self, runner, opts, progress) -> None:
         """Fresh documents, computed on A only: B's pull of each crawls through A's limited egress."""
         a_url, b_url = self.ctx.engine_url(*_a(self.ctx)), self.ctx.engine_url(*_b(self.ctx))
         fresh = []
         for i in range(opts.docs):
             doc = prompts.document(self.seed + 7919, i, opts.doc_chars)
-            load.one(a_url, doc, max_tokens=1)
-            fresh.append(load.one(b_url, doc + "\n" + prompts.question(self.seed + 7919, i)))
+            runner.send(load.Job(a_url, doc, max_tokens=1))
+            fresh.append(runner.send(load.Job(b_url, doc + "\n" + prompts.question(self.seed + 7919, i))))
         ok = [s for s in fresh if s.ok]
         self.extra.update(fresh_docs=len(fresh), fresh_ok=len(ok),
                           fresh_from_cache=sum(s.cached_tokens > 0 for s in ok),
@@ -190,10 +192,6 @@ class SlowPeer(Fault):
 
     def restore(self, progress) -> None:
         self.cleanup()
-
-    def cleanup(self) -> None:
-        if self.limit:
-            self.limit.undo()
 
 
 def eviction_watermark(extra_args: list[str]) -> float:
@@ -224,18 +222,17 @@ class L1Full(Fault):
                       if "l1_evicted" in n and not n.endswith("_created"))
         return st.l1_used, st.l1_total, evicted
 
-    def inject(self, load, progress) -> None:
+    def inject(self, runner, progress) -> None:
         used, total, evicted = self._l1()
         self.extra.update(l1_total_bytes=total, l1_used_before=used, evicted_before=evicted,
                           watermark=self.watermark)
         progress(f"filling {self.part}: {used / 2**20:.0f} of {total / 2**20:.0f} MiB used")
 
-    def hold(self, load, opts, progress) -> None:
+    def hold(self, runner, opts, progress) -> None:
         jobs = [(self.engine, prompts.document(self.seed + 104729, i, opts.fill_chars))
                 for i in range(opts.fill_max_requests)]
         # The same runner: the fill's requests are client requests too, in the one record.
-        fill = Load(jobs, load.model, opts, load.t0, cycle=False, runner=load.runner)
-        fill.start()
+        fill = closed_loop(runner, jobs, opts, cycle=False, stage="fill")
         start, full = time.monotonic(), False
         while not fill.done and time.monotonic() - start < opts.fill_timeout_s:
             used, total, evicted = self._l1()
@@ -253,7 +250,7 @@ class L1Full(Fault):
         fill.stop()
         used, total, evicted = self._l1()
         self.extra.update(l1_used_after=used, evicted=evicted - self.extra["evicted_before"], full=full,
-                          fill_prompts=fill.taken)
+                          fill_prompts=sum(r.stage == "fill" for r in runner.snapshot()))
         progress(f"{self.part}: {used / 2**20:.0f} of {total / 2**20:.0f} MiB, {evicted:g} chunk(s) evicted")
 
 
@@ -264,7 +261,7 @@ def worker_value(samples: list[metrics_api.Sample], name: str, worker: str) -> O
 
 
 class RouterWatch(drain.Poller):
-    """Samples the router's per-worker metrics for one worker: (t, sent, healthy, breaker), t since load.t0."""
+    """Samples the router's per-worker metrics for one worker: (t, sent, healthy, breaker), t since the load's t0."""
 
     def __init__(self, metrics_url: str, worker: str, t0: float, period_s: float = 0.25) -> None:
         super().__init__(period_s, "router-watch")
@@ -326,9 +323,9 @@ class RoutedKill(Kill):
                       "cb_failure_threshold": r.cb_failure_threshold,
                       "health_check_interval_s": r.health_check_interval_s}
 
-    def inject(self, load: Load, progress) -> None:
-        self.watch = RouterWatch(self.metrics_url, self.engine_url, load.t0).start()
-        super().inject(load, progress)
+    def inject(self, runner: load.Load, progress) -> None:
+        self.watch = RouterWatch(self.metrics_url, self.engine_url, runner.t0).start()
+        super().inject(runner, progress)
 
     def cleanup(self) -> None:
         if self.watch:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import StatisticsError, linear_regression, median
+from statistics import StatisticsError, linear_regression
 from typing import Callable, Optional
 
 from p2p_ops import files
@@ -46,7 +46,7 @@ def slope_per_hour(points: list[Point]) -> Optional[float]:
         return None
 
 
-def windows(points: list[Point], stat: Callable[[list[float]], float] = median) -> list[float]:
+def windows(points: list[Point], stat: Callable[[list[float]], float]) -> list[float]:
     """`stat` of each third of the span the points cover (empty when a third holds no point)."""
     if len(points) < 6:
         return []
@@ -71,9 +71,9 @@ class Trend:
     too_short: bool = False  # rising, but the span after warm-up is too short to tell it from warm-up
 
 
-def trend(unit: str, metric: str, points: list[Point], rule: Optional[LeakRule], floor: bool = True) -> Trend:
+def trend(unit: str, metric: str, points: list[Point], rule: Optional[LeakRule]) -> Trend:
     slope = slope_per_hour(points)
-    wins = windows(points, min if floor else median)
+    wins = windows(points, min)
     tr = Trend(unit, metric, points[0][1] if points else None, points[-1][1] if points else None,
                None if slope is None else round(slope, 2), [round(w, 2) for w in wins], False)
     if rule is None or not wins or slope is None:

@@ -60,21 +60,15 @@ class MixedLoad:
         self.runner = load.Load(model, t0=t0, timeout_s=opts.request_timeout_s, max_tokens=opts.max_tokens,
                                 pause_after_failure_s=0.2)
         self._count = itertools.count()
-        self._workers: Optional[load.Workers] = None
 
     def warm(self) -> None:
         """Every shared document computed once on the first engine: the others pull it over P2P."""
         for doc in self.docs:
             self.runner.send(self.job_for("warm", self.urls[0], doc, max_tokens=1))
 
-    def start(self) -> "MixedLoad":
-        self._workers = self.runner.start(lambda _: self.job_for(*self.job(next(self._count))),
-                                          self.opts.concurrency, "soak-load")
-        return self
-
-    def stop(self) -> None:
-        if self._workers:
-            self._workers.stop()
+    def start(self) -> load.Workers:
+        return self.runner.start(lambda _: self.job_for(*self.job(next(self._count))), self.opts.concurrency,
+                                 "soak-load")
 
     def job_for(self, kind: str, url: str, prompt: str, max_tokens: Optional[int] = None) -> load.Job:
         """The request as sent: through the router when the soak goes through one."""

@@ -102,7 +102,7 @@ def run_soak(ctx: FleetContext, opts: SoakOptions, out_dir: Path, progress: Prog
     load.warm()
     progress(f"soak: {opts.concurrency} client(s) for {opts.duration_s / 60:.1f} min on {len(urls)} engine(s)"
              f"{' through the router' if opts.via_router else ''}; warm-up {opts.warmup_s:.0f} s")
-    load.start()
+    clients = load.start()
     if opts.fill_l1:
         s.filler = L1Filler(ctx, load, opts.warmup_s * 0.9).start()
     try:
@@ -110,7 +110,7 @@ def run_soak(ctx: FleetContext, opts: SoakOptions, out_dir: Path, progress: Prog
     finally:
         if s.filler:
             s.filler.stop()
-        load.stop()
+        clients.stop()
         s.wall_s = round(time.monotonic() - t0, 1)
     if not s.stopped_early:
         s.drained = drain.wait_drained(ctx, 0, drain.lookup_timeout_s(ctx) + 5, s.inflight_at_rest_before)
