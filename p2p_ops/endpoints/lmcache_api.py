@@ -52,9 +52,7 @@ def server_status(http_url: str) -> ServerStatus:
 
 def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:
     body = get_json(coordinator_url.rstrip("/") + "/instances")
-    if isinstance(body, dict) and isinstance(body.get("instances"), list):
-        return body["instances"]
-    return None
+    return body["instances"] if isinstance(body, dict) and isinstance(body.get("instances"), list) else None
 
 
 def coordinator_healthy(coordinator_url: str) -> bool:

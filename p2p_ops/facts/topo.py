@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass, field
 
 from p2p_ops.facts.base import CommandFact
+from p2p_ops.facts.logs import strip_ansi
 
 # Best first: a NIC behind the same PCIe switch as the GPU beats one across the CPU interconnect. SOC is the
 # old name of SYS.
 LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 LINK_RANK = {**{link: rank for rank, link in enumerate(LINKS)}, "SOC": 4}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 
@@ -53,7 +53,7 @@ def _cells(line: str) -> list[str]:
 
 def parse_topo(text: str) -> Topology:
     topo = Topology()
-    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    lines = strip_ansi(text).splitlines()
     header_at = next((i for i, line in enumerate(lines) if line.startswith("\t") and "GPU0" in line), None)
     if header_at is None:
         topo.error = next((line.strip() for line in lines if line.strip()), "no topology matrix in output")

@@ -98,8 +98,8 @@ def ttft_vs_concurrency(out: Path, records: list[RequestRecord]) -> bool:
     levels = sorted({r.level for r in ladder})
     if not levels:
         return False
-    p50 = [_nan(percentile([r.ttft_s for r in ladder if r.level == c], 50)) * 1000 for c in levels]
-    p99 = [_nan(percentile([r.ttft_s for r in ladder if r.level == c], 99)) * 1000 for c in levels]
+    p50, p99 = ([_nan(percentile([r.ttft_s for r in ladder if r.level == c], q)) * 1000 for c in levels]
+                for q in (50, 99))
     return _by_concurrency(out, levels, [(p50, "o-", {"label": "p50"}), (p99, "s--", {"label": "p99"})],
                            "time to first token (ms)", "TTFT vs concurrency (ladder, cross-node prefixes)")
 

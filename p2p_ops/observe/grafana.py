@@ -1,7 +1,7 @@
 """`p2pctl grafana`: a Grafana dashboard (JSON model) for the fleet's Prometheus.
 
 Every panel is one PromQL expression over the series this fleet's Prometheus scrapes (labels `node` and
-`fleet_instance` come from templates/prometheus.yml.j2). `expressions()` lists them so a test can evaluate each
+`fleet_instance` come from templates/prometheus.yml.j2). `panels()` lists them so a test can evaluate each
 one against a running fleet.
 """
 

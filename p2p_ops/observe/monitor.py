@@ -59,12 +59,9 @@ def buckets(samples: Samples, name: str) -> list[tuple[float, float]]:
 
 def histogram_quantile(q: float, cumulative: list[tuple[float, float]]) -> Optional[float]:
     """Prometheus' histogram_quantile: linear interpolation inside the bucket that holds the q-th rank."""
-    if not cumulative:
+    if not cumulative or cumulative[-1][1] <= 0:
         return None
-    total = cumulative[-1][1]
-    if total <= 0:
-        return None
-    rank = q * total
+    rank = q * cumulative[-1][1]
     prev_le, prev_count = 0.0, 0.0
     for le, count in cumulative:
         if count >= rank:
