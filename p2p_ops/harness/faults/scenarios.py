@@ -16,14 +16,12 @@
   when it stopped sending to the dead engine, marked it down and sent there again after the restart, how many
   requests it retried on another engine (what kept clients from seeing the kill) and what failed clients got.
 
-link_cut and slow_peer need SSH nodes with their own interface (`eligible` says why not otherwise); the
-*_via_router ones a fleet with `router.enabled`. Network faults are injected on the node itself, through its
-connector (so they work on a real cluster as on the netns testbed), on the interface that holds the node's
-address. Each schedules its own undo *on the node* (`nohup sh -c '...; sleep N; undo'`) before it bites, so
-losing the SSH session to the cut node (which the cut causes) can never leave the link down or the rate limit
-on. `tc netem` would be the natural slow-peer tool, but this kernel has no netem qdisc ("Specified qdisc kind is
-unknown"), so the slow peer is a token-bucket rate limit (`tbf`) on the node's egress: bytes it serves to a peer
-(a P2P pull) crawl, requests still get through.
+Network faults are injected on the node itself, through its connector (so they work on a real cluster as on the
+netns testbed), on the interface that holds the node's address. Each schedules its own undo *on the node*
+(`nohup sh -c '...; sleep N; undo'`) before it bites, so losing the SSH session to the cut node (which the cut
+causes) can never leave the link down or the rate limit on. `tc netem` would be the natural slow-peer tool, but
+this kernel has no netem qdisc ("Specified qdisc kind is unknown"), so the slow peer is a token-bucket rate limit
+(`tbf`) on the node's egress: bytes it serves to a peer (a P2P pull) crawl, requests still get through.
 """
 
 from __future__ import annotations
