@@ -48,20 +48,18 @@ def advice(rows: list, doc_tokens: int, bytes_per_token: Optional[int] = None, c
     fraction of a typical request such a prefix is); with the fleet's bytes per token, also what that prefix
     weighs on the wire (the sizes `bench transfer` sweeps)."""
     wins = [r.ttft_pulled_b_s < r.ttft_recompute_b_s and r.cached_tokens_b > 0 for r in rows]
-    crossover_tokens = first_lasting_win([r.tokens for r in rows], wins)
-    out = {"min_pull_tokens": crossover_tokens, "doc_tokens": doc_tokens, "cache_threshold": None}
-    if crossover_tokens is not None and doc_tokens:
-        out["cache_threshold"] = round(min(1.0, crossover_tokens / doc_tokens), 2)
-    if bytes_per_token and crossover_tokens is not None and crossover_tokens >= chunk_tokens:
-        sizes = size_plan(bytes_per_token, chunk_tokens, crossover_tokens, page_size)
+    first = first_lasting_win([r.tokens for r in rows], wins)
+    out = {"min_pull_tokens": first, "doc_tokens": doc_tokens,
+           "cache_threshold": round(min(1.0, first / doc_tokens), 2) if first is not None and doc_tokens else None}
+    if bytes_per_token and first is not None and first >= chunk_tokens:
+        sizes = size_plan(bytes_per_token, chunk_tokens, first, page_size)
         out.update(chunk_bytes=sizes.chunk_bytes, min_pull_bytes=sizes.prefix_bytes)
     return out
 
 
 def prompt_limit(ctx: FleetContext) -> Optional[int]:
     """The longest prefix the engines take (prompt + one generated token); None when the model decides."""
-    fleet = ctx.fleet
-    context = fleet.vllm.max_model_len if fleet.runtime == "vllm" else fleet.engine.max_model_len
+    context = ctx.fleet.vllm.max_model_len if ctx.fleet.runtime == "vllm" else ctx.fleet.engine.max_model_len
     return context - _CONTEXT_MARGIN if context else None
 
 
@@ -166,9 +164,7 @@ def summary(doc: dict[str, Any]) -> str:
         pulled = with_spread(r["ttft_pulled_b_s"] * 1000, span(s * 1000 for s in r.get("pulled_runs_s") or []))
         lines.append(f"| {r['tokens']} | {r['ttft_cold_a_s'] * 1000:.0f} | {pulled} | "
                      f"{r['ttft_recompute_b_s'] * 1000:.0f} | {speed} | {r['cached_tokens_b']} |")
-    for f in doc["failures"]:
-        lines.append(f"| {f['tokens']} | failed: {f['error'][:60]} | | | | |")
-    lines.append("")
+    lines += [f"| {f['tokens']} | failed: {f['error'][:60]} | | | | |" for f in doc["failures"]] + [""]
     if doc["skipped"]:
         lines += [f"Skipped {doc['skipped']}: longer than the engines' context.", ""]
     adv = doc["advice"]

@@ -8,10 +8,8 @@ and parses what the client printed (`parse_client_output`, tested on tests/fixtu
 
 The client runs LMCache's tool unchanged, from a wrapper (`CLIENT_WRAPPER`) that also prints each measured read's
 time, because the tool itself prints only best, median and mean: p50/p99 come from those times. On an LMCache
-whose tool lacks the hook the wrapper patches, p50/p99 fall back to the median (`times_ms=None`). A client that
-exits non-zero after its complete report and `[p2p] main returned 0` (LMCache 0.5.6 segfaults at interpreter
-exit) keeps its figures with a `note` (`judge_exit`). With `P2P_START_AT` (a Unix time) set, a client waits after
-connecting until then and prints `[p2p] start wait S` (negative: it came late).
+whose tool lacks the hook the wrapper patches, p50/p99 fall back to the median (`times_ms=None`). The wrapper
+also says what LMCache's main() returned (`judge_exit`) and, with `P2P_START_AT` set, how long it waited.
 """
 
 from __future__ import annotations

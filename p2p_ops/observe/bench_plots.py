@@ -38,21 +38,15 @@ def placement(out_dir: Path, arms: list) -> list[str]:
     bars(axes[1], "ttft_p90_ms", "TTFT p90 (ms)", "TTFT p90 by placement")
     written.append(charts.save(fig, out_dir / "placement_ttft.png").name)
     fig, ax = charts.figure((8, 4))
-    labels, local, peer, recomputed = [], [], [], []
-    for p in policies:
-        for side, tag in ((on, "on"), (off, "off")):
-            if p in side:
-                labels.append(f"{p}\nP2P {tag}")
-                local.append(side[p].local_tokens)
-                peer.append(side[p].peer_tokens)
-                recomputed.append(side[p].recomputed_tokens)
+    shown = [(f"{p}\nP2P {tag}", side[p]) for p in policies for side, tag in ((on, "on"), (off, "off")) if p in side]
+    labels = [name for name, _ in shown]
+    local, peer, recomputed = ([getattr(a, f) for _, a in shown]
+                               for f in ("local_tokens", "peer_tokens", "recomputed_tokens"))
     ax.bar(labels, local, label="local cache")
     ax.bar(labels, peer, bottom=local, label="from a peer")
     ax.bar(labels, recomputed, bottom=[a + b for a, b in zip(local, peer)], label="recomputed")
-    ax.set_ylabel("prompt tokens")
-    ax.set_title("Where prompt tokens came from")
     ax.tick_params(axis="x", labelsize=7)
-    ax.legend()
+    charts.label(ax, "", "prompt tokens", "Where prompt tokens came from", grid="y")
     written.append(charts.save(fig, out_dir / "placement_tokens.png").name)
     return written
 
