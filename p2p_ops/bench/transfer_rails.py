@@ -34,9 +34,7 @@ def _hosts(sides: Mapping[str, Sequence[tuple[str, object]]]) -> dict[str, tuple
 
 def moved(usage: list[rail_counters.RailUsage], roles: set[str], nbytes: int) -> list[rail_counters.RailUsage]:
     def flow(u: rail_counters.RailUsage) -> int:
-        if roles == {"source"}:
-            return u.tx_bytes
-        return u.rx_bytes if roles == {"reader"} else max(u.tx_bytes, u.rx_bytes)
+        return u.tx_bytes if roles == {"source"} else u.rx_bytes if roles == {"reader"} else max(u.rx_bytes, u.tx_bytes)
     return [u for u in usage if not u.reset and flow(u) >= SHARE * nbytes]
 
 

@@ -23,9 +23,7 @@ def engine_lmcache_state(engine_url: str) -> str:
     text = fetch.get_text(engine_url.rstrip("/") + "/metrics") or ""
     wanted = "".join(line + "\n" for line in text.splitlines() if line.startswith("p2p_engine_lmcache_connected"))
     values = [v for n, _, v in parse_metrics(wanted) if n == "p2p_engine_lmcache_connected"]
-    if not values:
-        return "n/a"
-    return "connected" if max(values) >= 1 else "disconnected"
+    return "n/a" if not values else "connected" if max(values) >= 1 else "disconnected"
 
 
 def served_models(body: Any) -> list[str]:
@@ -50,9 +48,7 @@ def engine_ready(runtime: str, url: str, model: Optional[str] = None) -> bool:
 
 def describe_ready(runtime: str, url: str, model: str) -> str:
     """What `engine_ready` checks, in words (for dry-run output)."""
-    if runtime == "vllm":
-        return f"GET {url}/health answers 200, then GET {url}/v1/models lists {model}"
-    return f"GET {url}/health answers 200"
+    return f"GET {url}/health answers 200" + (f", then GET {url}/v1/models lists {model}" if runtime == "vllm" else "")
 
 
 def tokenize(engine_url: str, model: str, prompt: Optional[str] = None,
