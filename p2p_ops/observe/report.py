@@ -192,7 +192,8 @@ def _inference_perf(run_dir: Path) -> tuple[list[Check], list[str]]:
             lines.append(f"| {p['shape']} | {p['pass'] + 1}{' (warm)' if p['stage'].endswith('-warm') else ''} | "
                          f"{p['instance']} | {ip['requests']} | {ip['failed']} | {_pcts(ip['ttft_s'])} | "
                          f"{_pcts(ip['itl_s'], '{:.1f}')} | {p['cached_tokens']} / {p['prompt_tokens']} | "
-                         f"{fmt(p2p.get('p2p_loads'), '{:g}')} | {fmt(p2p.get('kv_bytes_loaded'), '{:.1f}', 1 / 2**20)} |")
+                         f"{fmt(p2p.get('p2p_loads'), '{:g}')} | "
+                         f"{fmt(p2p.get('kv_bytes_loaded'), '{:.1f}', 1 / 2**20)} |")
         lines += ["", "Sizes sent (scaled from llm-d's P2P guide; lengths in tokenizer tokens):", "",
                   "| shape | prefixes | prefix tokens | questions each | question tokens | output tokens | "
                   "concurrency |", "|" + "---|" * 7]
@@ -261,10 +262,9 @@ def build_report(run_dir: Path) -> Report:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"{run_dir}: no such run folder (look under p2p-run/<fleet>/tests/)")
-    basic_checks, basic_lines = _basic(run_dir)
+    (basic_checks, basic_lines), (inference_perf_checks, inference_perf_lines), (bench_checks, bench_lines) = (
+        _basic(run_dir), _inference_perf(run_dir), _bench(run_dir))
     records = _records(run_dir)
-    bench_checks, bench_lines = _bench(run_dir)
-    inference_perf_checks, inference_perf_lines = _inference_perf(run_dir)
     checks = basic_checks + (stage_checks(records) if records else []) + inference_perf_checks + bench_checks
     checks += _interrupted(run_dir)
     if not checks:
@@ -274,11 +274,10 @@ def build_report(run_dir: Path) -> Report:
              *check_table(checks)]
     lines += (basic_lines + inference_perf_lines + (_request_sections(run_dir, records) if records else [])
               + _explained(run_dir) + bench_lines)
-    lines += ["", "## Evidence", ""]
-    for name in ("requests.csv", "prompts.jsonl", "stages.json", "status_before.json", "status_after.json",
-                 "inference-perf.json", "inference-perf/", "explain.json", "basic/result.json", "basic/explain.txt", "env/"):
-        if (run_dir / name).exists():
-            lines.append(f"- `{name}`")
+    evidence = ("requests.csv", "prompts.jsonl", "stages.json", "status_before.json", "status_after.json",
+                "inference-perf.json", "inference-perf/", "explain.json", "basic/result.json", "basic/explain.txt",
+                "env/")
+    lines += ["", "## Evidence", ""] + [f"- `{name}`" for name in evidence if (run_dir / name).exists()]
     return Report(files.write_text(run_dir / "summary.md", "\n".join(lines) + "\n"), passed, checks)
 
 
