@@ -60,6 +60,6 @@ def test_every_cause_of_the_catalogue_is_one_a_rule_can_name():
     from pathlib import Path
     root = Path(__file__).resolve().parents[2] / "p2p_ops" / "diagnose"
     rules = "".join((root / p).read_text() for p in ("judge/chunk.py", "judge/margin.py", "judge/request.py",
-                                                     "explain/verdict.py"))
+                                                     "explain/answer.py"))
     unused = [c for c in CAUSES if c not in MEASURED and f'"{c}"' not in rules and f"{c}:" not in rules]
     assert not unused

@@ -1,7 +1,7 @@
 """What `explain` knows and what it concludes: per instance what its server uses and sees, per chunk a verdict.
 
 `gather.py` fills `ExplainFacts` (impure, read-only; defined with `InstanceView` and `ChunkVerdict` by their judge,
-`judge/chunk.py`); `verdict.py` turns them into an `Explanation` (pure): every verdict is tested on hand-built facts.
+`judge/chunk.py`); `answer.py` turns them into an `Explanation` (pure): every verdict is tested on hand-built facts.
 """
 
 from __future__ import annotations

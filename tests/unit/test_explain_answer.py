@@ -5,7 +5,7 @@ from __future__ import annotations
 from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor.model import FleetFacts
 from p2p_ops.diagnose.explain.render import render_text
-from p2p_ops.diagnose.explain.verdict import explain
+from p2p_ops.diagnose.explain.answer import explain
 from p2p_ops.diagnose.findings import Finding, Report
 from p2p_ops.diagnose.judge.chunk import ExplainFacts, InstanceView
 from p2p_ops.endpoints.lmcache_api import Placement
