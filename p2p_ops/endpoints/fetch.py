@@ -9,7 +9,9 @@ from typing import Any, Callable, Optional
 
 import requests
 
+from p2p_ops import files
 from p2p_ops.endpoints import auth
+from p2p_ops.errors import BadInput
 
 TIMEOUT = 3.0
 
@@ -23,11 +25,12 @@ def _request(send: Callable[..., requests.Response], url: str, timeout: float, *
 
 
 def _answer(resp: Optional[requests.Response]) -> tuple[int, Optional[Any]]:
+    """A body that is not JSON, or JSON nested past `files.JSON_DEPTH` (a crafted answer), decodes to None."""
     if resp is None:
         return 0, None
     try:
-        return resp.status_code, resp.json()
-    except ValueError:
+        return resp.status_code, files.parse_json(resp.text, resp.url)
+    except BadInput:
         return resp.status_code, None
 
 

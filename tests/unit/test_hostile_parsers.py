@@ -156,3 +156,16 @@ def test_a_requests_csv_over_the_cap_is_one_line_and_the_cap_keeps_memory_bounde
     code, _, err = p2pctl("report", str(tmp_path))
     one_line_exit_2(code, err, "requests.csv", f"{CSV_CAP:,}")
     assert CSV_CAP <= 64 << 20
+
+
+def test_an_answer_nested_past_the_json_depth_is_no_answer_not_a_recursion_error():
+    """A crafted /status 100,000 levels deep once raised RecursionError out of resp.json() (issue 44)."""
+    import requests
+
+    from p2p_ops.endpoints.fetch import _answer
+
+    resp = requests.Response()
+    resp.status_code, resp._content, resp.url = 200, b"[" * 100_000 + b"]" * 100_000, "http://127.0.0.1:1/status"
+    assert _answer(resp) == (200, None)
+    resp._content = b'{"p2p_state": "registered"}'
+    assert _answer(resp) == (200, {"p2p_state": "registered"})
