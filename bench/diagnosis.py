@@ -12,7 +12,13 @@ Scores, per verb: correct / wrong / abstained ("no cause confirmed", or a health
 that the verb cannot see the cause) / error. Contradictions: cases where two verbs name different causes
 (abstentions excluded). Confident wrong: a named cause that is not the planted one.
 
-    python -m bench.diagnosis [--quick] [--json PATH] [--only id,id] [--out DIR]
+    python -m bench.diagnosis [--quick | --one-verb] [--json PATH] [--only id,id] [--out DIR]
+
+Exit 1 when any verb names a wrong cause or errs, two verbs contradict each other, a plant fails, or a verb
+abstains where its case does not allow it (the same rule as tests/e2e/test_diagnosis_quick.py); 0 otherwise.
+`--one-verb` (CI's form, `make test-diagnosis-ci`) runs every case but judges each by one verb: the verb, among
+those the case expects an answer from, that the cases before it used least (the order of VERBS breaks ties), so
+every verb is exercised and nothing is left to chance; it leaves out only the verbs that would repeat.
 
 One fleet for the run (3 nodes; --quick: 2), reused across cases: each case restarts only the server or engine
 its cause needs and puts it back (re-rendered from fleet.yaml) before the next. The fleet is always taken down.
@@ -45,7 +51,6 @@ from p2p_ops.harness import prompts  # noqa: E402
 from p2p_ops.harness.openai_client import complete  # noqa: E402
 from p2p_ops.lifecycle import launch  # noqa: E402
 from p2p_ops.lifecycle.context import FleetContext  # noqa: E402
-from tests.conftest import write_local_fleet  # noqa: E402
 
 VERBS = ("explain", "doctor", "diagnose", "basic", "matrix", "wait", "validate")
 CHUNK = 256
@@ -596,7 +601,31 @@ def named(cell: Cell) -> bool:
     return cell.cause not in ("n/a", "error", ABSTAIN, HEALTHY)
 
 
-def run_case(b: Bench, case: Case) -> CaseResult:
+def one_verb_each(cases: list[Case]) -> dict[str, str]:
+    """case id -> the one verb that judges it in the CI form (see the module's docstring)."""
+    used = dict.fromkeys(VERBS, 0)
+    chosen = {}
+    for case in cases:
+        answering = [v for v in case.verbs if not case.verbs[v]] or list(case.verbs)
+        verb = min(answering, key=lambda v: (used[v], VERBS.index(v)))
+        used[verb] += 1
+        chosen[case.id] = verb
+    return chosen
+
+
+def failures(results: list[CaseResult]) -> list[str]:
+    """What makes a run red: a wrong or failed answer, a contradiction, a failed plant, an abstention the case
+    does not allow."""
+    allowed = {c.id: c.verbs for c in CASES}
+    bad = [f"{r.id}: plant failed: {r.plant_error}" for r in results if r.plant_error]
+    bad += [f"{r.id}: verbs contradict each other" for r in results if r.contradiction]
+    bad += [f"{r.id} / {verb}: {cell.score} {cell.cause}: {cell.raw[:300]}" for r in results
+            for verb, cell in r.cells.items() if cell.score in ("wrong", "error")
+            or (cell.score == "abstained" and not allowed[r.id][verb])]
+    return bad
+
+
+def run_case(b: Bench, case: Case, only_verb: str = "") -> CaseResult:
     res = CaseResult(case.id, case.title, case.expect)
     t = time.monotonic()
     log(f"case {case.id}: {case.title}")
@@ -608,7 +637,7 @@ def run_case(b: Bench, case: Case) -> CaseResult:
     try:
         doctor = None
         order = [v for v in ("doctor", "explain", "diagnose", "wait", "validate", "basic", "matrix")
-                 if v in case.verbs]
+                 if v in case.verbs and v == (only_verb or v)]
         for verb in order:
             cell, doc = run_verb(b, case, verb, doctor)
             if verb == "doctor":
@@ -701,8 +730,10 @@ def render_text(results: list[CaseResult], summary: dict, width: int = 220) -> s
 
 
 def fleet_data(tmp: Path, nodes: int) -> Path:
-    path = write_local_fleet(tmp / "fleet.yaml", nodes, name="diagbench")
-    data = yaml.safe_load(path.read_text())
+    from p2p_ops.lifecycle.free_ports import choose
+    from p2p_ops.spec.starter import local_fleet
+
+    path, data = tmp / "fleet.yaml", local_fleet(nodes, name="diagbench", base=choose(nodes).base)
     # node-a alone evicts from 10 % of its 1 GB L1: the eviction case fills it with a bounded number of prompts.
     data["nodes"][0]["instances"][0]["settings"] = {"server_extra_args": ["--eviction-trigger-watermark", "0.1"]}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -710,15 +741,16 @@ def fleet_data(tmp: Path, nodes: int) -> Path:
 
 
 def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Path] = None,
-        on_case: Optional[Callable[[list], None]] = None) -> dict:
+        on_case: Optional[Callable[[list], None]] = None, one_verb: bool = False) -> dict:
     cases = [c for c in CASES if (not quick or c.id in QUICK) and (not only or c.id in only)]
+    verb_of = one_verb_each(cases) if one_verb else {}
     own_tmp = tmp is None
     tmp = Path(tempfile.mkdtemp(prefix="diagbench-")) if own_tmp else tmp
     t0 = time.monotonic()
     results: list[CaseResult] = []
     b = Bench(None, tmp)
     for case in [c for c in cases if not c.needs_fleet]:
-        results.append(run_case(b, case))
+        results.append(run_case(b, case, verb_of.get(case.id, "")))
         if on_case:
             on_case(results)
     fleet_cases = [c for c in cases if c.needs_fleet]
@@ -730,13 +762,14 @@ def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Pat
             b.ctx = ctx
             log(f"fleet ready (up {timings.get('up_s', 0):.0f} s, wait {timings.get('wait_s', 0):.0f} s)")
             for case in fleet_cases:
-                results.append(run_case(b, case))
+                results.append(run_case(b, case, verb_of.get(case.id, "")))
                 if on_case:
                     on_case(results)
     summary = summarise(results)
     summary["seconds"] = round(time.monotonic() - t0, 1)
     summary["fleet"] = {k: round(v, 1) for k, v in timings.items()}
     summary["quick"] = quick
+    summary["one_verb"] = verb_of
     return {"summary": summary, "cases": [asdict(r) for r in results],
             "load_average": os.getloadavg(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
@@ -744,6 +777,8 @@ def run(quick: bool = False, only: Optional[list[str]] = None, tmp: Optional[Pat
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.diagnosis", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)} (2 nodes, one restart)")
+    ap.add_argument("--one-verb", action="store_true",
+                    help="every case, each judged by one verb, chosen so every verb is used (CI's form)")
     ap.add_argument("--only", default="", help="comma-separated case ids")
     ap.add_argument("--json", default="", help="also write the results JSON here")
     ap.add_argument("--out", default="", help="results folder (default bench/results/diagnosis-<stamp>/)")
@@ -763,12 +798,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{c.id:16} {c.expect:18} {', '.join(c.verbs)}  {c.title}")
         return 0
     out = Path(args.out) if args.out else REPO / "bench" / "results" / (
-        f"diagnosis-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else ""))
+        f"diagnosis-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else "-one-verb" if args.one_verb else ""))
     out.mkdir(parents=True, exist_ok=True)
 
     def partial(results: list) -> None:     # every finished case is kept, also when a later one fails
         (out / "partial.json").write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
-    data = run(args.quick, [x for x in args.only.split(",") if x] or None, on_case=partial)
+    data = run(args.quick, [x for x in args.only.split(",") if x] or None, on_case=partial, one_verb=args.one_verb)
     results = [CaseResult(**{**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}) for r in data["cases"]]
     from rich.console import Console
     t, foot = table(results, data["summary"])
@@ -784,7 +819,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {out}/table.txt and results.json")
-    return 0
+    bad = failures(results)
+    for line in bad:
+        print(f"FAILED: {line}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

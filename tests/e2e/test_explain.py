@@ -11,6 +11,7 @@ fill is bounded). Every wait polls against a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -54,6 +55,20 @@ def _restart_server(ctx, node: str, rerender: bool) -> None:
     until(f"{inst}'s server registered with both peers", meshed, timeout=90)
 
 
+@contextlib.contextmanager
+def planted_on_node_c(ctx, key: str, value: str):
+    """node-c-0's env.sh edited by hand and its server restarted from it; afterwards, pass or fail, node-c is
+    re-rendered from fleet.yaml, restarted and linked again, so the next test sees a healthy fleet."""
+    _edit_env(ctx, "node-c-0", key, value)
+    try:
+        _restart_server(ctx, "node-c", rerender=False)
+        yield
+    finally:
+        _restart_server(ctx, "node-c", rerender=True)
+        until("node-c's engine linked again", lambda: engine_api.engine_lmcache_state(
+            urls(ctx, "node-c-0")[0]) == "connected", timeout=60)
+
+
 def _edit_env(ctx, inst: str, key: str, value: str) -> None:
     env = ctx.layout.env(inst)
     lines = [f"export {key}={value}" if line.startswith(f"export {key}=") else line
@@ -62,10 +77,9 @@ def _edit_env(ctx, inst: str, key: str, value: str) -> None:
 
 
 def test_a_different_hash_seed_on_one_server_is_named_and_shown_harmless_under_blake3(fleet3, p2pctl, tmp_path):
-    _edit_env(fleet3, "node-c-0", "PYTHONHASHSEED", "7")
-    _restart_server(fleet3, "node-c", rerender=False)
-    _, path = computed_on_a(fleet3, tmp_path, 103)
-    code, doc = explain(p2pctl, fleet3, "--prompt-file", path, "--node", "node-c")
+    with planted_on_node_c(fleet3, "PYTHONHASHSEED", "7"):
+        _, path = computed_on_a(fleet3, tmp_path, 103)
+        code, doc = explain(p2pctl, fleet3, "--prompt-file", path, "--node", "node-c")
     seed = next(d for d in doc["differences"] if d.startswith("PYTHONHASHSEED"))
     assert "node-c-0=7 (the odd one out; node-a-0, node-b-0 use PYTHONHASHSEED=0)" in seed
     assert "harmless here: NONE_HASH is identical" in seed
@@ -74,38 +88,36 @@ def test_a_different_hash_seed_on_one_server_is_named_and_shown_harmless_under_b
 
 
 def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fleet3, p2pctl, tmp_path):
-    """The odd one out: node-c's env.sh edited to chunk size 512 and its server restarted from it by hand."""
+    """The odd one out: node-c's env.sh edited to chunk size 512 and its server restarted from it by hand. explain
+    and the doctor name node-c; `test basic` refuses before it starts (exit 2: the fleet is not ready), naming
+    node-c-0 and the cause; the doctor's one-server fix, run afterwards, clears every finding."""
     f = str(fleet3.fleet_file)
-    _edit_env(fleet3, "node-c-0", "LMCACHE_CHUNK_SIZE", "512")
-    _restart_server(fleet3, "node-c", rerender=False)
-    _, path = computed_on_a(fleet3, tmp_path, 104)
-    code, doc = explain(p2pctl, fleet3, "--prompt-file", path, "--node", "node-c")
-    c = node(doc, "node-c-0")
-    assert code == 1 and c["chunk_size"] == 512 and "x" in c["strip"]
-    assert any("chunk_size: node-c-0=512 (the odd one out; node-a-0, node-b-0 use chunk_size=256)" in d
-               for d in doc["differences"])
-    assert c["chunks"][0]["reason"] == "judged" and "chunk_size" in c["chunks"][0]["detail"]
-    show("chunk size 512 on node-c", doc)
+    with planted_on_node_c(fleet3, "LMCACHE_CHUNK_SIZE", "512"):
+        _, path = computed_on_a(fleet3, tmp_path, 104)
+        code, doc = explain(p2pctl, fleet3, "--prompt-file", path, "--node", "node-c")
+        c = node(doc, "node-c-0")
+        assert code == 1 and c["chunk_size"] == 512 and "x" in c["strip"]
+        assert any("chunk_size: node-c-0=512 (the odd one out; node-a-0, node-b-0 use chunk_size=256)" in d
+                   for d in doc["differences"])
+        assert c["chunks"][0]["reason"] == "judged" and "chunk_size" in c["chunks"][0]["detail"]
+        show("chunk size 512 on node-c", doc)
 
-    code, out, err = p2pctl("doctor", "-f", f, "--json", "--no-reach")
-    findings = json.loads(out)["findings"]
-    [agree] = [x for x in findings if x["check"] == "agree:chunk_size"]
-    assert agree["subject"] == "node-c-0" and "node-c-0 is the odd one out" in agree["message"]
-    fix = "p2pctl down --node node-c --role server && p2pctl up --node node-c --role server"
-    assert agree["fix"].endswith(fix)
-    [drift] = [x for x in findings if x["check"] == "env_drift"]
-    assert drift["subject"] == "node-c-0" and "LMCACHE_CHUNK_SIZE: env.sh 512, fleet.yaml renders 256" in drift["value"]
-    assert any(x["check"] == "engine_degraded" and x["subject"] == "node-c-0/engine" for x in findings), findings
-    print("\n".join(f"[{x['severity']}] {x['subject']}: {x['message'][:160]}\n    fix: {x['fix']}" for x in findings
-                    if "node-c" in x["subject"]), file=sys.__stderr__)
+        code, out, err = p2pctl("doctor", "-f", f, "--json", "--no-reach")
+        findings = json.loads(out)["findings"]
+        [agree] = [x for x in findings if x["check"] == "agree:chunk_size"]
+        assert agree["subject"] == "node-c-0" and "node-c-0 is the odd one out" in agree["message"]
+        fix = "p2pctl down --node node-c --role server && p2pctl up --node node-c --role server"
+        assert agree["fix"].endswith(fix)
+        [drift] = [x for x in findings if x["check"] == "env_drift"]
+        assert drift["subject"] == "node-c-0" and "LMCACHE_CHUNK_SIZE: env.sh 512, fleet.yaml renders 256" in drift["value"]
+        assert any(x["check"] == "engine_degraded" and x["subject"] == "node-c-0/engine" for x in findings), findings
+        print("\n".join(f"[{x['severity']}] {x['subject']}: {x['message'][:160]}\n    fix: {x['fix']}" for x in findings
+                        if "node-c" in x["subject"]), file=sys.__stderr__)
 
-    code, out, _ = p2pctl("test", "basic", "-f", f, "--a", "node-a-0", "--b", "node-c-0", "--json")
-    basic = json.loads(out)
-    assert code == 1 and basic["explain"]["instance"] == "node-c-0" and "x" in basic["explain"]["strip"]
+        code, out, err = p2pctl("test", "basic", "-f", f, "--a", "node-a-0", "--b", "node-c-0", "--json")
+        assert code == 2 and "node-c-0" in err and "chunk_size" in err.split("likely cause:")[-1], err[-2000:]
 
-    _restart_server(fleet3, "node-c", rerender=True)            # the doctor's fix: up --node re-renders node-c
-    until("node-c's engine linked again", lambda: engine_api.engine_lmcache_state(
-        urls(fleet3, "node-c-0")[0]) == "connected", timeout=60)
+    # planted_on_node_c ran the doctor's fix (up --node re-renders node-c): nothing is left to find.
     code, out, _ = p2pctl("doctor", "-f", f, "--json", "--no-reach")
     left = {x["check"] for x in json.loads(out)["findings"] if x["severity"] != "info"}
     assert not left & {"agree:chunk_size", "agree:PYTHONHASHSEED", "env_drift", "engine_degraded"}, left

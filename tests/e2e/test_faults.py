@@ -1,6 +1,7 @@
 """Faults under load on a real local fleet: each scenario is a test, bounded in time, with its figures.
 
-One fleet for the module (CPU is scarce); each scenario leaves it healthy again (that is what it measures).
+On the shared healthy fleet (tests/e2e/conftest.py): each scenario leaves it healthy again (that is what it
+measures).
 """
 
 from __future__ import annotations
@@ -10,17 +11,15 @@ import json
 import pytest
 
 from p2p_ops.harness import faults
-from tests.e2e.conftest import running_fleet
 
 pytestmark = pytest.mark.e2e
 
 OPTS = faults.FaultOptions.quick()
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    with running_fleet(tmp_path_factory.mktemp("faults"), name="faults") as ctx:
-        yield ctx
+@pytest.fixture
+def fleet(fleet2):
+    return fleet2
 
 
 def _check(fig: faults.Figures) -> None:
@@ -54,7 +53,7 @@ def test_engine_killed_fails_only_its_own_requests(fleet):
 
 def test_cli_writes_the_table_into_the_run_folder(fleet, p2pctl):
     code, out, err = p2pctl("test", "faults", "--quick", "--scenarios", "engine_killed", "-f", str(fleet.fleet_file))
-    assert code in (0, 1), err
+    assert code == 0, err  # the scenario recovered with no failure but its own engine's: a PASS
     [table] = sorted(fleet.layout.tests.glob("*-faults/faults.md"))[-1:]
     assert "| engine_killed |" in table.read_text() and "lookups drained" in table.read_text()
     data = json.loads((table.parent / "faults.json").read_text())

@@ -42,27 +42,27 @@ def fleet_listeners(ctx) -> list[tuple[str, str, int]]:
     return out
 
 
-def test_local_fleet_listens_only_on_loopback_and_still_shares(tmp_path, p2pctl):
-    with running_fleet(tmp_path, name="loopback") as ctx:
-        assert "export UCX_NET_DEVICES=lo" in ctx.layout.env("node-a-0").read_text()
-        result = run_basic(ctx, chunks=4, max_tokens=4)  # a real NIXL transfer: UCX opened what it needs
-        assert result.passed, result.likely_cause
-        with_prometheus = shutil.which("prometheus") is not None  # CI installs it (scripts/test_deps.sh)
-        try:
-            if with_prometheus:
-                prom.up(ctx)
-            listeners = fleet_listeners(ctx)
-            owners = {o for o, _, _ in listeners}
-            expected = {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"}
-            assert expected | ({"prometheus/prometheus"} if with_prometheus else set()) <= owners, listeners
-            wide = [(o, a, p) for o, a, p in listeners
-                    if not ipaddress.ip_address(a.strip("[]").split("%")[0]).is_loopback]
-            assert not wide, wide
-            code, out, err = p2pctl("doctor", "-f", str(ctx.fleet_file), "--json")
-            assert not [f for f in json.loads(out)["findings"] if f["check"] == "bind:wide"], out
-        finally:
-            if with_prometheus:
-                prom.down(ctx)
+def test_local_fleet_listens_only_on_loopback_and_still_shares(fleet2, p2pctl):
+    ctx = fleet2
+    assert "export UCX_NET_DEVICES=lo" in ctx.layout.env("node-a-0").read_text()
+    result = run_basic(ctx, chunks=4, max_tokens=4)  # a real NIXL transfer: UCX opened what it needs
+    assert result.passed, result.likely_cause
+    with_prometheus = shutil.which("prometheus") is not None  # CI installs it (scripts/test_deps.sh)
+    try:
+        if with_prometheus:
+            prom.up(ctx)
+        listeners = fleet_listeners(ctx)
+        owners = {o for o, _, _ in listeners}
+        expected = {"coordinator/coordinator", "node-a-0/server", "node-b-0/engine"}
+        assert expected | ({"prometheus/prometheus"} if with_prometheus else set()) <= owners, listeners
+        wide = [(o, a, p) for o, a, p in listeners
+                if not ipaddress.ip_address(a.strip("[]").split("%")[0]).is_loopback]
+        assert not wide, wide
+        code, out, err = p2pctl("doctor", "-f", str(ctx.fleet_file), "--json")
+        assert not [f for f in json.loads(out)["findings"] if f["check"] == "bind:wide"], out
+    finally:
+        if with_prometheus:
+            prom.down(ctx)
 
 
 def test_a_mooncake_fleet_listens_on_loopback_but_for_mooncakes_two_per_server_and_shares(tmp_path, p2pctl):

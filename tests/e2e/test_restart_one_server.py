@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle import launch, procs
 from tests.conftest import pid_alive
-from tests.e2e.conftest import running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -22,12 +21,13 @@ def _pid(ctx, node_name: str, role: str) -> int | None:
     return st.pid if st.running else None
 
 
-def test_server_only_restart_keeps_the_engine(tmp_path, p2pctl):
-    with running_fleet(tmp_path, name="restart") as ctx:
-        f = str(ctx.fleet_file)
-        engine_pid, server_pid = _pid(ctx, "node-b", "engine"), _pid(ctx, "node-b", "server")
-        assert engine_pid and server_pid
+def test_server_only_restart_keeps_the_engine(fleet2, p2pctl):
+    ctx = fleet2
+    f = str(ctx.fleet_file)
+    engine_pid, server_pid = _pid(ctx, "node-b", "engine"), _pid(ctx, "node-b", "server")
+    assert engine_pid and server_pid
 
+    try:
         code, out, err = p2pctl("down", "-f", f, "--node", "node-b", "--role", "server", "--json")
         assert code == 0, err
         assert json.loads(out)["stopped"] == {"node-b-0/server": "stopped"}
@@ -43,7 +43,9 @@ def test_server_only_restart_keeps_the_engine(tmp_path, p2pctl):
         code, out, err = p2pctl("up", "-f", f, "--node", "node-b")
         assert code == 0, err
         assert "kept node-b-0/server" in err and "kept node-b-0/engine" in err and "started" not in err
+    finally:  # the shared fleet: whatever happened, both units run again
+        launch.up(ctx, only="node-b")
 
-        code, out, err = p2pctl("wait", "-f", f, "--timeout", "90", "--json")
-        assert code == 0, err
-        assert json.loads(out)["ready"]
+    code, out, err = p2pctl("wait", "-f", f, "--timeout", "90", "--json")
+    assert code == 0, err
+    assert json.loads(out)["ready"]

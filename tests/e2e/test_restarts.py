@@ -19,7 +19,6 @@ from p2p_ops.lifecycle import launch, procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import read_csv
 from tests.conftest import REPO, pid_alive, write_local_fleet
-from tests.e2e.conftest import running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -92,10 +91,10 @@ def test_two_ups_racing_start_one_copy_each_and_down_leaves_nothing(tmp_path):
         ctx.close()
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    with running_fleet(tmp_path_factory.mktemp("restarts"), name="restarts") as ctx:
-        yield ctx
+@pytest.fixture
+def fleet(fleet2):
+    """The shared healthy fleet: each test below brings it back up (and waits for it) before it ends."""
+    return fleet2
 
 
 def _crash(ctx: FleetContext) -> dict[str, procs.ProcState]:
@@ -135,11 +134,12 @@ def test_up_after_a_reboot_ignores_stale_and_recycled_pidfiles(fleet):
 
 def test_down_during_a_test_leaves_a_complete_run_folder_marked_interrupted(fleet):
     ctx = fleet
+    earlier = set(ctx.layout.tests.glob("*-stress/run.json"))  # the shared fleet may hold other runs
     test = subprocess.Popen([*P2PCTL, "test", "stress", "--quick", "--stages", "sustained", "--sustained", "40",
                              "-f", str(ctx.fleet_file), "--json"], env=ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        run_json = poll(lambda: next(iter(sorted(ctx.layout.tests.glob("*-stress/run.json"))), None),
+        run_json = poll(lambda: next(iter(sorted(set(ctx.layout.tests.glob("*-stress/run.json")) - earlier)), None),
                         "the test's run folder", 180)
         poll(lambda: json.loads(run_json.read_text())["state"] == "running", "run.json says running")
         time.sleep(3)  # some requests in flight: the down cuts into a run that is writing  # noqa: fixed pause is the point

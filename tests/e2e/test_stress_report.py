@@ -19,8 +19,8 @@ from p2p_ops.observe.report import build_report
 pytestmark = pytest.mark.e2e
 
 
-def test_engine_killed_mid_stage_is_reported_as_failures_on_that_node(disposable_fleet2):
-    fleet2 = disposable_fleet2
+@pytest.mark.breaks_fleet2(1)
+def test_engine_killed_mid_stage_is_reported_as_failures_on_that_node(fleet2):
     node, inst = fleet2.fleet.instance("node-b-0")
     out_dir = new_run_dir(fleet2.layout, "killed")
     opts = StressOptions(stages=["sustained"], sustained_s=12, sustained_concurrency=2, doc_tokens=512,

@@ -11,10 +11,10 @@ from p2p_ops.diagnose import bundle, doctor
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.harness import prompts
 from p2p_ops.harness.openai_client import complete
+from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.lifecycle import status as fleet_status
 from tests.conftest import pid_alive
-from tests.router.conftest import running_router_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -31,55 +31,61 @@ def router_metric(ctx, name: str, **labels: str) -> float:
                              **labels)
 
 
-def test_kv_aware_router_follows_the_engines_blocks(tmp_path):
-    with running_router_fleet(tmp_path, "kv_aware") as ctx:
-        rep = fleet_status.report(ctx).to_json()
-        assert rep["ready"] and rep["router"]["ready"], rep["router"]
-        assert sorted(rep["router"]["workers"]) == sorted(ctx.engine_url(n, i) for n, i in ctx.fleet.instances())
-        pid = int(open(ctx.proc("router").pidfile).read())
-        url, model = ctx.fleet.router_url, ctx.fleet.model
-        doc = prompts.document(7, 1, 2048)
+def test_kv_aware_router_follows_the_engines_blocks(use_policy):
+    ctx = use_policy("kv_aware")
+    rep = fleet_status.report(ctx).to_json()
+    assert rep["ready"] and rep["router"]["ready"], rep["router"]
+    assert sorted(rep["router"]["workers"]) == sorted(ctx.engine_url(n, i) for n, i in ctx.fleet.instances())
+    url, model = ctx.fleet.router_url, ctx.fleet.model
+    doc = prompts.document(7, 1, 2048)
 
-        first = complete(url, model, doc + prompts.question(7, 0), max_tokens=4)
-        assert first.ok, first.error
-        inputs_before = router_metric(ctx, "vllm_router_kv_routing_inputs_total")
-        # The first request's blocks are published before its answer returns; give the router's subscriber a
-        # moment to apply them (events are asynchronous by design, as with vLLM).
-        time.sleep(1.0)
-        before = served_by(ctx)
-        owner_hits_before = router_metric(ctx, "vllm_router_kv_placement_lookups_total", result="hit")
-        follow = [complete(url, model, doc + prompts.question(7, q), max_tokens=4) for q in range(1, 4)]
-        assert all(r.ok for r in follow), [r.error for r in follow]
-        after = served_by(ctx)
-        moved = {k: after[k] - before[k] for k in after}
-        # Every follow-up went to one engine (the one holding the document) and was served from cache.
-        assert sorted(moved.values()) == [0, 3], moved
-        assert all(r.cached_tokens > 0 for r in follow), [r.cached_tokens for r in follow]
-        assert router_metric(ctx, "vllm_router_kv_routing_inputs_total") > inputs_before
-        assert router_metric(ctx, "vllm_router_kv_placement_lookups_total", result="hit") >= owner_hits_before + 3
+    first = complete(url, model, doc + prompts.question(7, 0), max_tokens=4)
+    assert first.ok, first.error
+    inputs_before = router_metric(ctx, "vllm_router_kv_routing_inputs_total")
+    # The first request's blocks are published before its answer returns; give the router's subscriber a
+    # moment to apply them (events are asynchronous by design, as with vLLM).
+    time.sleep(1.0)
+    before = served_by(ctx)
+    owner_hits_before = router_metric(ctx, "vllm_router_kv_placement_lookups_total", result="hit")
+    follow = [complete(url, model, doc + prompts.question(7, q), max_tokens=4) for q in range(1, 4)]
+    assert all(r.ok for r in follow), [r.error for r in follow]
+    after = served_by(ctx)
+    moved = {k: after[k] - before[k] for k in after}
+    # Every follow-up went to one engine (the one holding the document) and was served from cache.
+    assert sorted(moved.values()) == [0, 3], moved
+    assert all(r.cached_tokens > 0 for r in follow), [r.cached_tokens for r in follow]
+    assert router_metric(ctx, "vllm_router_kv_routing_inputs_total") > inputs_before
+    assert router_metric(ctx, "vllm_router_kv_placement_lookups_total", result="hit") >= owner_hits_before + 3
+
+
+def test_round_robin_router_spreads_a_session_and_p2p_serves_it(use_policy):
+    ctx = use_policy("round_robin")
+    url, model = ctx.fleet.router_url, ctx.fleet.model
+    doc = prompts.document(8, 1, 2048)
+    before = served_by(ctx)
+    results = [complete(url, model, doc + prompts.question(8, q), max_tokens=4) for q in range(4)]
+    assert all(r.ok for r in results), [r.error for r in results]
+    moved = {k: v - before[k] for k, v in served_by(ctx).items()}
+    assert sorted(moved.values()) == [2, 2], moved
+    # Questions after the first are served from cache on either engine: locally or pulled from the peer.
+    assert all(r.cached_tokens > 0 for r in results[1:]), [r.cached_tokens for r in results]
+    # The router is scraped by the fleet's Prometheus and collected by bundle.
+    assert f'"{ctx.fleet.router_node().address}:{ctx.fleet.router.prometheus_port}"' in prom.render_config(ctx)
+    names = tarfile.open(bundle.collect(ctx, with_doctor=False)["path"]).getnames()
+    for part in ("router/router.log", "router/status.json", "router/workers.json", "router/metrics.txt"):
+        assert any(n.endswith(part) for n in names), part
+    # The doctor reads the router's sockets too: it is a fleet process, and it stays on loopback.
+    facts, report = doctor.run(ctx, reach=False)
+    router_node = facts.node(ctx.fleet.router_node().name)
+    assert "router/router" in router_node.fleet_pids.values(), router_node.fleet_pids
+    assert any(ln.pid in router_node.fleet_pids or router_node.sessions.get(ln.pid) in router_node.fleet_pids
+               for ln in router_node.listeners if ln.port == ctx.fleet.router.port), router_node.listeners
+    assert not [f for f in report.findings if f.check == "bind:wide"], report.render()
+
+
+def test_down_stops_the_router_with_the_fleet(router_fleet):
+    """The tier's last test: `down` takes the router down with everything else."""
+    pid = int(open(router_fleet.proc("router").pidfile).read())
+    assert pid_alive(pid)
+    launch.down(router_fleet)
     assert not pid_alive(pid), "down left the router running"
-
-
-def test_round_robin_router_spreads_a_session_and_p2p_serves_it(tmp_path):
-    with running_router_fleet(tmp_path, "round_robin", name="rr") as ctx:
-        url, model = ctx.fleet.router_url, ctx.fleet.model
-        doc = prompts.document(8, 1, 2048)
-        before = served_by(ctx)
-        results = [complete(url, model, doc + prompts.question(8, q), max_tokens=4) for q in range(4)]
-        assert all(r.ok for r in results), [r.error for r in results]
-        moved = {k: v - before[k] for k, v in served_by(ctx).items()}
-        assert sorted(moved.values()) == [2, 2], moved
-        # Questions after the first are served from cache on either engine: locally or pulled from the peer.
-        assert all(r.cached_tokens > 0 for r in results[1:]), [r.cached_tokens for r in results]
-        # The router is scraped by the fleet's Prometheus and collected by bundle.
-        assert f'"{ctx.fleet.router_node().address}:{ctx.fleet.router.prometheus_port}"' in prom.render_config(ctx)
-        names = tarfile.open(bundle.collect(ctx, with_doctor=False)["path"]).getnames()
-        for part in ("router/router.log", "router/status.json", "router/workers.json", "router/metrics.txt"):
-            assert any(n.endswith(part) for n in names), part
-        # The doctor reads the router's sockets too: it is a fleet process, and it stays on loopback.
-        facts, report = doctor.run(ctx, reach=False)
-        router_node = facts.node(ctx.fleet.router_node().name)
-        assert "router/router" in router_node.fleet_pids.values(), router_node.fleet_pids
-        assert any(ln.pid in router_node.fleet_pids or router_node.sessions.get(ln.pid) in router_node.fleet_pids
-                   for ln in router_node.listeners if ln.port == ctx.fleet.router.port), router_node.listeners
-        assert not [f for f in report.findings if f.check == "bind:wide"], report.render()
