@@ -174,6 +174,9 @@ def _channel_mbps(report, t, profile: KVProfile, lengths: list[int], ucx: tuple[
     from p2p_ops.connectors import LocalConnector
     from p2p_ops.lifecycle.free_ports import free_port
 
+    if engine == "mooncake_te" and (why := _mooncake_absent()):
+        report.note(t, f"the mooncake_te channel column did not run: {why}")
+        return {}
     counts = [n // profile.chunk_size for n in lengths]  # pull_once pulls n // chunk of n + 1 tokens
     opts = channel.Options(object_size=profile.chunk_bytes, counts=counts, page_size=profile.l1_align_bytes,
                            channel_type=engine)
@@ -193,6 +196,18 @@ def _channel_mbps(report, t, profile: KVProfile, lengths: list[int], ucx: tuple[
         else:
             report.note(t, f"{engine} channel at {run.num_objects} objects: {run.error or 'no figure'}")
     return out
+
+
+def _mooncake_absent() -> str:
+    """Why Mooncake's transfer engine cannot run here, in one line; "" when it imports. Without this check the
+    channel's own server printed LMCache's `Unsupported transfer_channel_type` traceback into the run (issue 47)."""
+    import sys
+
+    from p2p_ops.facts.python_env import python_env_fact
+    from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX, mooncake_problem
+
+    problem = mooncake_problem("mooncake_te", python_env_fact(sys.executable).collect())
+    return f"{problem}; {MOONCAKE_FIX}" if problem else ""
 
 
 def _row(report, t, profile: KVProfile, n: int, rows: list[dict], chan: float | None, moon: float | None) -> None:
