@@ -115,13 +115,13 @@ def run_fleet(ctx: FleetContext, opts: PeersOptions, progress: Callable[[str], N
         return [], run.notes
     progress(f"N={len(insts)}: one warm-up pull from each of {len(order)} peer(s) (NIXL connection set-up)")
     for peer in order:
-        warm = judge(_one(run, ONE_HOLDER, "warm-up", [peer]))
+        warm = check_sample(_one(run, ONE_HOLDER, "warm-up", [peer]))
         if warm.error:
             run.notes.append(f"warm-up pull from {peer}: {warm.error}")
     samples = []
     for r in range(opts.repeats):
         progress(f"N={len(insts)}: repetition {r + 1}/{opts.repeats}")
-        samples += [judge(_one(run, scenario, where, holders)) for scenario, where, holders in plan(order)]
+        samples += [check_sample(_one(run, scenario, where, holders)) for scenario, where, holders in plan(order)]
     return samples, run.notes
 
 
@@ -283,7 +283,7 @@ def serving_peer(holding: Iterable[str], adapter_order: list[str]) -> str:
     return next((peer for peer in adapter_order if peer in held), "")
 
 
-def judge(s: Sample) -> Sample:
+def check_sample(s: Sample) -> Sample:
     """ok: a hit read from exactly the expected peer, or a clean miss."""
     if s.error:
         return s

@@ -54,13 +54,13 @@ def running_context(args: argparse.Namespace):
     from p2p_ops.lifecycle.status import require_ready
 
     with context(args) as ctx:
-        with judged(ctx):
+        with refusal_with_cause(ctx):
             require_ready(ctx)
         yield ctx
 
 
 @contextmanager
-def judged(ctx):
+def refusal_with_cause(ctx):
     """A refusal of a fleet that is not ready, with the judge's cause for the instances it names: the readiness
     check says *what* is wrong (an engine degraded), the one judge *why* (its server's chunk size differs)."""
     try:

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from p2p_ops.cli.common import context, done, judged, verb
+from p2p_ops.cli.common import context, done, refusal_with_cause, verb
 from p2p_ops.cli.output import console, err_console, progress, show, table
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle import launch
@@ -159,7 +159,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    with context(args) as ctx, judged(ctx):
+    with context(args) as ctx, refusal_with_cause(ctx):
         rep = launch.wait(ctx, timeout=args.timeout, progress=progress)
 
     def show() -> None:

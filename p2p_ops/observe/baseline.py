@@ -348,12 +348,12 @@ def compare(baseline: dict, runs: list[Path]) -> list[dict]:
                 raise BadInput(f"{old.name} was measured differently from baseline {baseline['name']!r}: "
                                f"{_first_diff(old.how, f.how)}; rerun it the baseline's way or save a new baseline")
             row.update(now=f.value, change=(f.value - old.value) / old.value if old.value else None,
-                       verdict=judge(old, f.value))
+                       verdict=movement(old, f.value))
         rows.append(row)
     return rows
 
 
-def judge(old: Figure, now: float) -> str:
+def movement(old: Figure, now: float) -> str:
     """Beyond the spread and the tolerance. Fewer than THIN_SAMPLES make no spread to trust (one slow repeat of
     three once hid an 8x slower pull behind its 732 ms): those move on the median alone, by more than THIN_TOLERANCE."""
     thin = len(old.samples) < THIN_SAMPLES

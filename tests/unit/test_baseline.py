@@ -190,7 +190,7 @@ def test_a_stress_figure_sent_by_another_generator_is_not_compared(fleet, p2pctl
 ])
 def test_a_figure_regresses_beyond_its_spread_and_the_tolerance(now, verdict):
     old = bl.Figure("x", "ms", "lower", [90, 95, 100, 105, 110])
-    assert bl.judge(old, now) == verdict
+    assert bl.movement(old, now) == verdict
 
 
 @pytest.mark.parametrize("now, verdict", [
@@ -199,15 +199,15 @@ def test_a_figure_regresses_beyond_its_spread_and_the_tolerance(now, verdict):
     (20, "improved"),
 ])
 def test_a_figure_of_few_samples_moves_on_its_median_beyond_the_thin_tolerance(now, verdict):
-    assert bl.judge(bl.Figure("pull", "ms", "lower", [63.2, 62.8, 732]), now) == verdict
+    assert bl.movement(bl.Figure("pull", "ms", "lower", [63.2, 62.8, 732]), now) == verdict
 
 
 def test_floors_keep_small_absolute_moves_quiet_and_higher_is_better_for_bandwidth():
-    assert bl.judge(bl.Figure("soak slope", "/h", "lower", [0.1], floor=30), 20) == "within"
-    assert bl.judge(bl.Figure("soak slope", "/h", "lower", [0.1], floor=30), 45) == "REGRESSED"
+    assert bl.movement(bl.Figure("soak slope", "/h", "lower", [0.1], floor=30), 20) == "within"
+    assert bl.movement(bl.Figure("soak slope", "/h", "lower", [0.1], floor=30), 45) == "REGRESSED"
     gbps = bl.Figure("transfer", "GB/s", "higher", [9.0, 10.0, 11.0])
-    assert bl.judge(gbps, 4.0) == "REGRESSED" and bl.judge(gbps, 16.0) == "improved"
-    assert bl.judge(gbps, 6.0) == "within"
+    assert bl.movement(gbps, 4.0) == "REGRESSED" and bl.movement(gbps, 16.0) == "improved"
+    assert bl.movement(gbps, 6.0) == "within"
 
 
 @pytest.mark.parametrize("name, value", [("DB_PASSWD", "hunter2"), ("MY_PASSPHRASE", "Zq8correct-horse"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.bench import peers as judge
+from p2p_ops.bench import peers
 from p2p_ops.bench.peers import PeersOptions, plan
 from p2p_ops.errors import BadInput
 from p2p_ops.observe import peers_plot
@@ -16,21 +16,21 @@ CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "peers" 
 
 def test_holders_are_the_instances_with_every_needed_chunk():
     per_chunk = [["b-0", "c-0"], ["c-0", "b-0"], ["c-0"]]
-    assert judge.holders(per_chunk, 2) == ["b-0", "c-0"]
-    assert judge.holders(per_chunk, 3) == ["c-0"]
-    assert judge.holders(per_chunk[:1], 2) == [] and judge.holders([], 1) == []
+    assert peers.holders(per_chunk, 2) == ["b-0", "c-0"]
+    assert peers.holders(per_chunk, 3) == ["c-0"]
+    assert peers.holders(per_chunk[:1], 2) == [] and peers.holders([], 1) == []
 
 
 def test_the_serving_peer_is_the_first_holder_in_the_requesters_adapter_order():
-    assert judge.serving_peer(["b-0", "d-0"], ["d-0", "c-0", "b-0"]) == "d-0"
-    assert judge.serving_peer(["b-0"], ["d-0", "c-0", "b-0"]) == "b-0"
-    assert judge.serving_peer(["x-0"], ["d-0"]) == "" and judge.serving_peer([], ["d-0"]) == ""
+    assert peers.serving_peer(["b-0", "d-0"], ["d-0", "c-0", "b-0"]) == "d-0"
+    assert peers.serving_peer(["b-0"], ["d-0", "c-0", "b-0"]) == "b-0"
+    assert peers.serving_peer(["x-0"], ["d-0"]) == "" and peers.serving_peer([], ["d-0"]) == ""
 
 
-def sample(scenario=judge.ONE_HOLDER, **kw) -> judge.Sample:
+def sample(scenario=peers.ONE_HOLDER, **kw) -> peers.Sample:
     base = dict(nodes=4, requester="a-0", holders=["c-0"], served_by="c-0", cached_tokens=512, need=512,
                 load_tasks=1.0, lookup_ms=8.0, retrieve_ms=2.0)
-    return judge.Sample(scenario, **{**base, **kw})
+    return peers.Sample(scenario, **{**base, **kw})
 
 
 @pytest.mark.parametrize("s,ok,words", [
@@ -38,26 +38,26 @@ def sample(scenario=judge.ONE_HOLDER, **kw) -> judge.Sample:
     (sample(load_tasks=2.0), False, "2 P2P load task(s)"),
     (sample(cached_tokens=256), False, "256/512 tokens cached"),
     (sample(served_by=""), False, "want all, from one peer)"),
-    (sample(judge.NO_HOLDER, holders=[], served_by="", cached_tokens=0, load_tasks=0), True, ""),
-    (sample(judge.NO_HOLDER, holders=[], served_by="", cached_tokens=256, load_tasks=1), False, "nobody holds"),
+    (sample(peers.NO_HOLDER, holders=[], served_by="", cached_tokens=0, load_tasks=0), True, ""),
+    (sample(peers.NO_HOLDER, holders=[], served_by="", cached_tokens=256, load_tasks=1), False, "nobody holds"),
     (sample(error="could not compute the prefix cold on c-0"), False, "could not compute"),
 ])
 def test_a_request_passes_only_when_served_whole_by_one_peer_or_cleanly_missed(s, ok, words):
-    got = judge.judge(s)
+    got = peers.check_sample(s)
     assert got.ok is ok and words in got.error
 
 
-def fleet_samples(n: int, miss_ms: float) -> list[judge.Sample]:
+def fleet_samples(n: int, miss_ms: float) -> list[peers.Sample]:
     out = []
     for ms in (miss_ms, miss_ms + 1, miss_ms + 4):
-        out.append(judge.judge(sample(judge.NO_HOLDER, nodes=n, holders=[], served_by="", cached_tokens=0,
+        out.append(peers.check_sample(sample(peers.NO_HOLDER, nodes=n, holders=[], served_by="", cached_tokens=0,
                                       load_tasks=0, lookup_ms=ms, retrieve_ms=None)))
-        out.append(judge.judge(sample(nodes=n, where="first", lookup_ms=ms * 2)))
+        out.append(peers.check_sample(sample(nodes=n, where="first", lookup_ms=ms * 2)))
     return out
 
 
 def test_rows_group_by_size_and_scenario_with_percentiles_and_pull():
-    rows = judge.rows(fleet_samples(2, 3.0) + fleet_samples(8, 9.0))
+    rows = peers.rows(fleet_samples(2, 3.0) + fleet_samples(8, 9.0))
     assert [(r["nodes"], r["scenario"]) for r in rows] == [(2, "no holder"), (2, "one holder"),
                                                             (8, "no holder"), (8, "one holder")]
     hit8 = rows[3]
@@ -72,7 +72,7 @@ def test_rows_group_by_size_and_scenario_with_percentiles_and_pull():
     ([], None, "not measured (no miss lookup"),
 ])
 def test_the_target_is_judged_on_the_miss_lookup_of_the_largest_fleet(samples, reached, words):
-    t = judge.target(judge.rows(samples))
+    t = peers.target(peers.rows(samples))
     assert t["reached"] is reached and words in t["line"]
 
 
@@ -131,9 +131,9 @@ def test_bench_peers_refuses_bad_input_in_one_line(spec, p2pctl, argv, words):
 
 
 def test_a_missed_target_names_the_fan_out_and_the_cpus_the_fleet_shared():
-    rows = judge.rows(fleet_samples(2, 3.0) + fleet_samples(8, 40.0))
-    goal = judge.target(rows)
-    why = judge.why_missed(goal, rows, [{"nodes": 8, "cpus": 2, "loadavg_start": [9.5, 8.0, 7.0]}])
+    rows = peers.rows(fleet_samples(2, 3.0) + fleet_samples(8, 40.0))
+    goal = peers.target(rows)
+    why = peers.why_missed(goal, rows, [{"nodes": 8, "cpus": 2, "loadavg_start": [9.5, 8.0, 7.0]}])
     assert "asks its 7 peers one after another" in why and "4.0 ms at N=2" in why
     assert "8 lmcache servers" in why and "shared 2 CPUs at load average 9.5 8.0 7.0" in why
-    assert judge.why_missed(judge.target(judge.rows(fleet_samples(8, 3.0))), rows, []) == ""
+    assert peers.why_missed(peers.target(peers.rows(fleet_samples(8, 3.0))), rows, []) == ""

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from p2p_ops.cli.common import judged
+from p2p_ops.cli.common import refusal_with_cause
 from p2p_ops.diagnose import judge as judge_mod
 from p2p_ops.diagnose.doctor.model import FleetFacts
 from p2p_ops.diagnose.findings import Finding, Report
@@ -27,7 +27,7 @@ def _judge(findings):
 @pytest.mark.parametrize("error", [CouldNotRun, CheckFailed])
 def test_the_refusal_gains_the_judges_cause_for_the_instance_it_names(monkeypatch, error):
     monkeypatch.setattr(judge_mod, "judge", _judge([CHUNK, DEGRADED]))
-    with pytest.raises(error) as got, judged(CTX):
+    with pytest.raises(error) as got, refusal_with_cause(CTX):
         raise error("fleet 'f' is not ready (node-c-0: engine is degraded)")
     text = str(got.value)
     assert text.startswith("fleet 'f' is not ready (node-c-0: engine is degraded)\nlikely cause: node-c-0: peers")
@@ -36,7 +36,7 @@ def test_the_refusal_gains_the_judges_cause_for_the_instance_it_names(monkeypatc
 
 def test_without_a_confirmed_cause_the_refusal_stands_as_it_was(monkeypatch):
     monkeypatch.setattr(judge_mod, "judge", _judge([]))
-    with pytest.raises(CouldNotRun) as got, judged(CTX):
+    with pytest.raises(CouldNotRun) as got, refusal_with_cause(CTX):
         raise CouldNotRun("fleet 'f' is not ready (node-c-0: engine is degraded)")
     assert str(got.value) == "fleet 'f' is not ready (node-c-0: engine is degraded)"
 
@@ -52,6 +52,6 @@ def test_a_peer_missing_from_the_refusal_is_explained_by_what_its_node_cannot_re
                     "check the advertised address")
     found = judge_mod.judgement(FleetFacts("f", "embedded", "http://c", "node-a"), Report("doctor", [peers, reach]))
     monkeypatch.setattr(judge_mod, "judge", lambda ctx: found)
-    with pytest.raises(CouldNotRun) as got, judged(CTX):
+    with pytest.raises(CouldNotRun) as got, refusal_with_cause(CTX):
         raise CouldNotRun("fleet 'f' is not ready (node-a-0: sees 1 peer(s) ['node-b-0'], expected 2)")
     assert "likely cause: node-a -> node-c-0 p2p (advertised): node node-a cannot open" in str(got.value)
