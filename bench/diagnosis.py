@@ -70,6 +70,7 @@ def log(msg: str) -> None:
 RULES: list[tuple[str, str]] = [
     (r"no cause confirmed", ABSTAIN),
     (r"gds[-_ ]l1|--gds|devdax", "gds_l1"),
+    (r"not a multiple of (settings\.)?l1_align_bytes|NIXL_ERR_NOT_FOUND|l1_misaligned", "l1_misaligned"),
     (r"shorter than (one|a) chunk|shorter_than_chunk", "shorter_than_chunk"),
     (r"PYTHONHASHSEED", "hash_seed"),
     (r"hash[_ ]algorithm|HASH_ALGORITHM|'builtin'|builtin_fallback", "hash_algorithm"),
@@ -437,8 +438,9 @@ def plant_transport(b: Bench) -> None:
 
 
 def plant_l1_too_small(b: Bench) -> None:
-    """node-c's L1 2 MB (hand-edited; the spec's smallest is 1 GB) against an 8-chunk prefix of ~4 MiB."""
-    _restart_planted(b, "node-c", {"LMCACHE_L1_SIZE_GB": "0.002"})
+    """node-c's L1 2 MiB (hand-edited; the spec's smallest is 1 GB) against an 8-chunk prefix of ~4 MiB. Whole 64 KiB
+    pages: 0.002 GiB is not, and killed node-c's server at start (NIXL_ERR_NOT_FOUND) instead of filling its L1."""
+    _restart_planted(b, "node-c", {"LMCACHE_L1_SIZE_GB": "0.001953125"})
     b.compute("node-a-0")
 
 
@@ -468,13 +470,22 @@ def plant_evicted(b: Bench) -> None:
     raise RuntimeError("node-a never evicted the prompt's chunks after 150 fill prompts")
 
 
-def plant_gds(b: Bench) -> None:
+def _plant_spec(b: Bench, name: str, **settings) -> None:
     from p2p_ops.spec.starter import local_fleet
-    data = local_fleet(2, name="gds")
-    data["settings"]["server_extra_args"] = ["--gds-l1-path", "/mnt/nvme"]
-    path = b.tmp / "gds-fleet.yaml"
+    data = local_fleet(2, name=name)
+    data["settings"].update(settings)
+    path = b.tmp / f"{name}-fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     b.validate_file = str(path)
+
+
+def plant_gds(b: Bench) -> None:
+    _plant_spec(b, "gds", server_extra_args=["--gds-l1-path", "/mnt/nvme"])
+
+
+def plant_l1_misaligned(b: Bench) -> None:
+    """The L1 a user met: 0.1 GiB is not whole 65536-byte pages, and the server died at start (NIXL_ERR_NOT_FOUND)."""
+    _plant_spec(b, "l1", l1_size_gb=0.1)
 
 
 # Seen in bench/results/diagnosis-2026-12-02b (run b): node-a-0 loaded 1,024 tokens from node-c-0 after its
@@ -487,6 +498,8 @@ FLEET_VERBS = {"explain": "", "doctor": "", "diagnose": "", "basic": "", "matrix
 
 CASES: list[Case] = [
     Case("gds_l1", "P2P with a GDS L1 path (spec)", "gds_l1", {"validate": ""}, plant_gds, needs_fleet=False),
+    Case("l1_misaligned", "an L1 of 0.1 GiB, not whole 64 KiB pages (spec)", "l1_misaligned", {"validate": ""},
+         plant_l1_misaligned, needs_fleet=False),
     Case("first_sentence", "a different first sentence", "prompt_differs",
          {**PROMPT_VERBS, "explain": "abstain ok: on engine-driven (CPU) fleets the key directory keeps no tokens and "
                                      "no run saved the original, so a different first chunk and a prompt never "
@@ -512,7 +525,7 @@ CASES: list[Case] = [
     Case("transport", "node-c's UCX_TLS=rc (no RDMA here)", "transport", {**FLEET_VERBS, "wait": ""},
          plant_transport, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
          symptom="server exits with NIXL_ERR_BACKEND", about="node-c-0"),
-    Case("l1_too_small", "node-c's L1 2 MB, the prefix ~4 MiB", "l1_too_small", FLEET_VERBS,
+    Case("l1_too_small", "node-c's L1 2 MiB, the prefix ~4 MiB", "l1_too_small", FLEET_VERBS,
          plant_l1_too_small, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
          symptom="l1_oom", about="node-c-0"),
     Case("engine_unlinked", "node-c's engine started without its server link", "engine_unlinked",

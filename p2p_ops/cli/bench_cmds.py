@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pairwise (--source to --reader), many-to-one (every other node serves, --reader reads "
                         "from all at once) or one-to-many (--source serves, every other node reads at once)")
     t.add_argument("--engine", default=None, help="transfer engine(s) to time, comma-separated, side by side "
-                   "(nixl,mooncake_te; default: the fleet's settings.transfer_engine, nixl for tcp); pairwise only")
+                   "(nixl,mooncake_te; default: the fleet's settings.transfer_engine); pairwise only")
     t.add_argument("--prompt-tokens", type=int, default=4096, help="longest prefix to test (default 4096)")
     t.add_argument("--iters", type=int, default=5, help="measured reads per size (default 5)")
     t.add_argument("--repeats", type=int, default=None, metavar="N",

@@ -69,6 +69,7 @@ LMCACHE_SERVER = Program("lmcache server", prefixes=True, owned={
     "--l1-size-gb": "p2pctl sets from settings.l1_size_gb",
     "--l1-init-size-gb": "p2pctl sets from settings.l1_size_gb",
     "--l1-align-bytes": "p2pctl sets from settings.l1_align_bytes (every peer must agree)",
+    "--l1-manager": "would replace the L1 p2pctl sets from settings.l1_size_gb (LMCache refuses both at start)",
     "--eviction-policy": "p2pctl sets from settings.eviction_policy",
     "--coordinator-url": "p2pctl sets from coordinator.host and coordinator.port",
     "--coordinator-advertise-ip": "p2pctl sets from nodes[].address",
@@ -107,15 +108,3 @@ ROUTER = Program("vllm-router", owned={
     "--kv-event-block-size": "p2pctl sets from the engines' block size",
     "--kv-event-model": "p2pctl sets from model",
 })
-
-# LMCache refuses P2P at start when L1 is not one contiguous registered region (reference/lmcache-p2p.md: "refuses
-# it when L1 is GDS (--gds-l1-path) or Device-DAX (--l1-devdax-path)"): validate says so before a server dies.
-P2P_REFUSED_L1 = {"--gds-l1-path": "a GDS L1", "--l1-devdax-path": "a Device-DAX L1"}
-
-
-def p2p_refused_l1(args: list[str]) -> Optional[str]:
-    for word in args:
-        if flag := LMCACHE_SERVER.flag_of(word, P2P_REFUSED_L1):
-            return (f"{word[:60]!r} reads as lmcache server {flag}: {P2P_REFUSED_L1[flag]}, which LMCache refuses "
-                    "with P2P (it registers one contiguous L1 for transfers); remove it, or set settings.p2p: false")
-    return None

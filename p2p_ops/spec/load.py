@@ -18,9 +18,8 @@ from pydantic import ValidationError
 
 from p2p_ops import files
 from p2p_ops.errors import BadInput
-from p2p_ops.spec import strict_yaml
+from p2p_ops.spec import startup, strict_yaml
 from p2p_ops.spec.agreement import FLEET_WIDE_ONLY
-from p2p_ops.spec.flags import p2p_refused_l1
 from p2p_ops.spec.model import Fleet, host_key, is_loopback
 from p2p_ops.spec.ports import INSTANCE_KINDS
 from p2p_ops.spec.settings import CPU_BLOCK_SIZE, MOONCAKE_PORTS, SECRET_FIELDS
@@ -90,7 +89,7 @@ def _cross_checks(fleet: Fleet) -> None:
                        f"so use a multiple such as {block * max(1, round(chunk / block))}")
     _vllm_checks(fleet)
     _mooncake_checks(fleet)
-    _p2p_l1_checks(fleet)
+    startup.check(fleet)
     seen_ids: dict[str, str] = {}
     for where, _, inst in fleet.placed_instances():
         if inst.id in seen_ids:
@@ -101,16 +100,6 @@ def _cross_checks(fleet: Fleet) -> None:
         raise BadInput(f"router.venv: {fleet.router.venv!r} is relative; use an absolute path (the router starts "
                        "in its own run folder)")
     _port_clashes(fleet)
-
-
-def _p2p_l1_checks(fleet: Fleet) -> None:
-    if not fleet.settings.p2p:
-        return
-    if why := p2p_refused_l1(fleet.settings.server_extra_args):
-        raise BadInput(f"settings.server_extra_args: {why}")
-    for where, _, inst in fleet.placed_instances():
-        if why := p2p_refused_l1(inst.settings.server_extra_args or []):  # type: ignore[attr-defined]  # dynamic field
-            raise BadInput(f"{where}.settings.server_extra_args: {why}")
 
 
 def _port_clashes(fleet: Fleet) -> None:

@@ -115,7 +115,9 @@ class Settings(_LMCacheChecks):
     # "P2P off" arm of `p2pctl bench placement`.
     p2p: bool = True
     eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
-    transfer_engine: Literal["nixl", "tcp", "mooncake_te"] = "nixl"
+    # LMCache 0.5.6 has no other transfer channel: a server given `tcp` dies at start ("Unsupported
+    # transfer_channel_type", lmcache/v1/distributed/transfer_channel/factory.py:90). nixl carries P2P over TCP too.
+    transfer_engine: Literal["nixl", "mooncake_te"] = "nixl"
     # mooncake_te only: what LMCache hands Mooncake (MC_TE_PROTOCOL, MC_TE_DEVICE). rdma needs HCA names (else the
     # instance's NIC plan's); without an RNIC, Mooncake falls back to TCP without a word.
     mooncake_protocol: Literal["tcp", "rdma"] = "tcp"

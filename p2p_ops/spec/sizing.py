@@ -67,8 +67,9 @@ def describe_sizing(data: dict, budget: Optional[float]) -> str:
 
 def node_size(profile: KVProfile, l1: float | str, context: int) -> NodeSize:
     """One ladder step for a profile: the engine holds one full context (its blocks), L1 at least MIN_L1_CHUNKS
-    chunks (rounded up to 1/16 GiB). The tiny profile keeps the engine's default 2048 blocks (64 MiB), as before
-    sizing existed: room for several requests in flight costs nothing there."""
+    chunks (rounded up to 1/16 GiB: whole l1_align_bytes pages for any alignment up to 64 MiB, as spec.startup
+    requires). The tiny profile keeps the engine's default 2048 blocks (64 MiB), as before sizing existed: room for
+    several requests in flight costs nothing there."""
     blocks = TINY_BLOCKS if profile.name == TINY else math.ceil(context / profile.block_size)
     kv_gib = blocks * profile.block_size * profile.bytes_per_token / GIB
     l1_gib = 2 * context * profile.bytes_per_token / GIB if l1 == "kv" else float(l1)

@@ -55,11 +55,11 @@ def test_the_fleet_judges_cause_says_the_scope_of_its_fix():
 
 
 def test_every_cause_of_the_catalogue_is_one_a_rule_can_name():
-    """No dead entry: each cause is named by a rule of the judge (or explain's summary), or is a reason LMCache's
-    own counters report (MEASURED)."""
+    """No dead entry: each cause is named by a rule of the judge (or explain's summary, or the doctor's start-up
+    refusals), or is a reason LMCache's own counters report (MEASURED)."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[2] / "p2p_ops" / "diagnose"
     rules = "".join((root / p).read_text() for p in ("judge/chunk.py", "judge/margin.py", "judge/request.py",
-                                                     "explain/answer.py"))
+                                                     "explain/answer.py", "doctor/checks.py"))
     unused = [c for c in CAUSES if c not in MEASURED and f'"{c}"' not in rules and f"{c}:" not in rules]
     assert not unused

@@ -20,7 +20,7 @@ REQUIRED = {"peers-not-registered", "nixl-err-backend", "zero-cached-tokens", "l
 DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
                  "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
                  "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin",
-                 "mooncake"}
+                 "mooncake", "l1_misaligned", "no_transfer_channel", "server_args_clash"}
 
 
 def known_check(check: str) -> bool:
@@ -109,7 +109,7 @@ def test_logs_only_diagnosis_finds_the_transport_signature(tmp_path):
     assert all(o.subject == str(log) for o in hits)
     assert steps["ucx-tls"].verdict == "unknown"  # no fleet: the doctor cannot run
     out = "\n".join(render.render_text(d))
-    assert "likely cause (step 2" in out and "no fleet" in out
+    assert "likely cause (step 3" in out and "no fleet" in out
     assert json.loads(json.dumps(d.to_dict()))["likely_cause"]["step"] == "transport-signature"
 
 

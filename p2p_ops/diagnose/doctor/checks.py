@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from itertools import takewhile
 from typing import Optional
+
+import yaml
 
 from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
@@ -14,8 +18,10 @@ from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.rdma.check import FIXES
 from p2p_ops.facts.python_env import version_of
 from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX
+from p2p_ops.resources import tree_text
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
+from p2p_ops.spec.startup import l1_misaligned
 
 _NET_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
             "dc_x", "dc_mlx5", "ib", "all"}
@@ -300,6 +306,47 @@ def _check_processes(report: Report, facts: FleetFacts) -> None:
                                              f"NIXL_ERR_BACKEND'`), then {start}")
 
 
+# What LMCache refuses at start (`validate` refuses each in a spec; a dead server still shows one after an env.sh
+# edited by hand, or with a spec older than the refusal): tree.yaml's signature of that id, which is a cause of the
+# judge's catalogue too, with its fix ("": worked out from the instance's env.sh).
+START_REFUSALS = {"l1_misaligned": "", "no_transfer_channel": "set settings.transfer_engine: nixl (or mooncake_te)",
+                  "server_args_clash": "remove the flag the line names from server_extra_args"}
+
+
+@cache
+def start_signatures() -> dict[str, dict]:
+    return {k: v for k, v in yaml.safe_load(tree_text())["signatures"].items() if k in START_REFUSALS}
+
+
+def _l1_misaligned(inst: InstanceFacts) -> Optional[tuple[str, str]]:
+    """(message, fix); None when env.sh's L1 is whole pages (the NIXL error had another cause) or unknown."""
+    env, rendered = inst.env_file or {}, (inst.spec_env or {}).get("LMCACHE_L1_SIZE_GB")
+    try:
+        why = l1_misaligned(float(env["LMCACHE_L1_SIZE_GB"]), int(env["LMCACHE_L1_ALIGN_BYTES"]))
+    except (KeyError, ValueError):
+        return None
+    # An env.sh that drifted from fleet.yaml: the restart renders fleet.yaml's value again.
+    fix = (f"fleet.yaml renders l1_size_gb {rendered}: restart re-renders env.sh" if rendered not in (
+        None, env["LMCACHE_L1_SIZE_GB"]) else f"set l1_size_gb of {inst.instance} in fleet.yaml to a nearest valid size")
+    return (f"because its l1_size_gb {why}", fix) if why else None
+
+
+def _check_start_refusals(report: Report, facts: FleetFacts) -> None:
+    """A dead server's log ends in LMCache's own start-up refusal: that is why it died (`gather` greps it)."""
+    for inst in facts.instances:
+        for cause, fix in START_REFUSALS.items() if inst.server_state in ("dead", "stale") else ():
+            sig = start_signatures()[cause]
+            line = next((ln.strip() for ln in reversed(inst.start_log) if re.search(sig["pattern"], ln)), None)
+            if line is None:
+                continue
+            said = _l1_misaligned(inst) if cause == "l1_misaligned" else (f": {sig['meaning']}", fix)
+            if said:
+                report.add("error", cause, f"{inst.instance}/server", line[:300],
+                           f"{inst.instance}'s server died at start {said[0]}",
+                           f"{said[1]}, then {restart(facts, [inst.instance], 'server')}")
+                break
+
+
 def _check_engines(report: Report, facts: FleetFacts) -> None:
     """Every engine the fleet runs belongs in the report, a degraded one too: an embedded engine whose lmcache
     server refused it (a chunk size that differs, the server down) keeps serving as a plain engine. It answers
@@ -358,6 +405,7 @@ def check(facts: FleetFacts) -> Report:
     _check_binds(report, facts)
     _check_ucx_tls(report, facts)
     _check_nic_pin(report, facts)
+    _check_start_refusals(report, facts)
     if facts.any_running:
         _check_processes(report, facts)
         _check_coordinator(report, facts)

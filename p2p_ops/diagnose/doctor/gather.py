@@ -3,9 +3,10 @@
 Per node, one batched read through its connector (`facts.sections.read_node`, so over SSH too): package
 versions from the node's interpreter, RDMA devices, listening sockets and sessions, each instance's env.sh, and
 for each running server its log's NONE_HASH and hash-fallback lines, `/proc/<pid>/limits`, its process
-environment (must-agree keys and a few more, never the whole of it), plus TCP connects to every advertised P2P
-URL, mq port and the coordinator. Over HTTP: each running server's /status, /config, /lmc_version and the
-coordinator's /healthz and /instances. One unreachable node or server becomes a fact, never an exception.
+environment (must-agree keys and a few more, never the whole of it), for each dead one its log's start-up refusal,
+plus TCP connects to every advertised P2P URL, mq port and the coordinator. Over HTTP: each running server's
+/status, /config, /lmc_version and the coordinator's /healthz and /instances. One unreachable node or server
+becomes a fact, never an exception.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import time
 from dataclasses import asdict
 
+from p2p_ops.diagnose.doctor.checks import start_signatures
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
 from p2p_ops.diagnose.redact import redact_text
@@ -157,6 +159,9 @@ def doctor_batch(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[st
             batch[f"server_env {inst.id}"] = process_env_fact(sproc.pidfile, SERVER_ENV_KEYS)
             if ctx.fleet.runtime == "embedded" and eproc.name in pids:
                 batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ENGINE_MODEL_ENV)
+        elif facts.proc_states.get(sproc.name) in ("dead", "stale"):  # its log's end says why it died
+            batch[f"startlog {inst.id}"] = recent_grep_fact(
+                sproc.log, [s["pattern"] for s in start_signatures().values()], 400, 5)
         if eproc.name in pids:
             batch[f"engine_log {inst.id}"] = recent_grep_fact(eproc.log, [ENGINE_LINK_LINES], 2000, 3)
             batch[f"engine_argv {inst.id}"] = process_argv_fact(eproc.pidfile)
@@ -172,7 +177,7 @@ def doctor_batch(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[st
 _INSTANCE_FIELDS = {"nonehash": ("none_hash", None), "hashfallback": ("hash_fallback", None),
                     "limits": ("memlock", asdict), "server_env": ("process_env", None),
                     "engine_env": ("engine_env", None), "engine_log": ("engine_log", None),
-                    "engine_argv": ("engine_flags", engine_flags)}
+                    "engine_argv": ("engine_flags", engine_flags), "startlog": ("start_log", None)}
 
 
 def fill_node(nf: NodeFacts, batch: dict[str, CommandFact], read: dict, facts: FleetFacts) -> NodeFacts:

@@ -40,6 +40,7 @@ class InstanceFacts:
     # the server really hashes with Python's hash(), whatever its settings say.
     hash_fallback: Optional[str] = None
     gpu: Optional[int] = None                      # the spec's GPU index (the NIC plan's anchor)
+    start_log: list[str] = field(default_factory=list)   # a dead server's last lines matching a start-up refusal
 
     @property
     def running(self) -> bool:

@@ -105,6 +105,22 @@ CAUSES = _causes(
           "-", "none: LMCache stores and looks up full chunks only", "request"),
     Cause("shorter_than_chunk", "the prompt is shorter than one chunk", "fewer tokens than the chunk size", "-",
           "none, or a smaller settings.chunk_size (every server's, as keys depend on it)", "request"),
+    # --- what kills a server at start (`validate` refuses each in a spec; the doctor names it from a dead server's log,
+    # where an env.sh edited by hand or a spec from before the refusal put it: doctor/start.py) ---
+    Cause("l1_misaligned", "the server died at start: its L1 is not a whole number of l1_align_bytes pages, so NIXL "
+          "could not lay its transfer descriptors over it", "the dead server's log has NIXL_ERR_NOT_FOUND from "
+          "prep_xfer_dlist and its env.sh's int(l1_size_gb * 2**30) bytes are not a multiple of l1_align_bytes",
+          "an L1 of whole pages", "one of the nearest whole-page sizes as l1_size_gb (`p2pctl validate` names "
+          "them), then restart the server", "instance"),
+    Cause("no_transfer_channel", "the server died at start: LMCache 0.5.6 has no transfer channel of the engine it "
+          "was given (only nixl and mooncake_te)", "the dead server's log says 'Unsupported transfer_channel_type'",
+          "a server that built its transfer channel", "settings.transfer_engine nixl (or mooncake_te), then restart "
+          "every server", "fleet"),
+    Cause("server_args_clash", "the server died at start: LMCache refused an extra server flag beside what the spec "
+          "sets (--l1-manager beside the L1 flags, a GDS or Device-DAX L1 with P2P, a hugepage or Device-DAX L1 with "
+          "shm_transport, --disable-observability with cache_events)", "the dead server's log has LMCache's refusal "
+          "naming both", "-", "remove the flag from server_extra_args (`p2pctl validate` names it and the setting), "
+          "then restart the server", "instance"),
     # --- what a proof's own requests show (request.py: `test basic`, `test matrix`) ---
     Cause("request_failed", "a request of the proof failed", "the request's error", "a completed request",
           "check its engine (`p2pctl status`, engine.log)", "instance"),
@@ -174,7 +190,7 @@ CHECK_RANK = {"doctor:engine_degraded": 0, **dict.fromkeys((
         "log:endpoint_timeout", "metric:l1_usage", "metric:l1_evictions", "metric:active_lookup_jobs",
         "status:locks"), 2)}
 # The scope of a doctor finding's fix by check (`agree:<key>` as `agree`); every other check's is its instance.
-CHECK_SCOPE = {**dict.fromkeys(("agree", "coordinator", "ports", "kv_events"), "fleet"),
+CHECK_SCOPE = {**dict.fromkeys(("agree", "coordinator", "ports", "kv_events", "no_transfer_channel"), "fleet"),
                **dict.fromkeys(("memlock", "mooncake", "node", "port_busy"), "node")}
 # Doctor findings that are true but explain no missed pull: a listener wider than loopback, the router's KV
 # events, a missing env.sh the doctor rendered in its place.
