@@ -27,6 +27,7 @@ from p2p_ops.lifecycle.nic_plan import read_plans
 from p2p_ops.lifecycle.render import bin_dir_for
 from p2p_ops.observe import bench_plots
 from p2p_ops.observe.stats import median, span, straddles, with_spread
+from p2p_ops.spec.load import require_mooncake_opt_in
 from p2p_ops.spec.model import Node
 from p2p_ops.spec.transfer_sizes import fleet_size_plan, need_ms as fleet_need_ms
 
@@ -107,6 +108,8 @@ def run_transfer(ctx: FleetContext, source: str, reader: str, prompt_tokens: int
     s = ctx.fleet.settings
     engines = engines or ("mooncake_te" if s.transfer_engine == "mooncake_te" else "nixl",)
     src, dst = ctx.fleet.named_node("--source", source), ctx.fleet.named_node("--reader", reader)
+    if "mooncake_te" in engines:
+        require_mooncake_opt_in(ctx.fleet, "--engine mooncake_te")
     plan = fleet_size_plan(ctx.fleet, prompt_tokens)
     need, need_why = (need_ms, "--need-ms") if need_ms else fleet_need_ms(ctx.fleet, plan)
     # Mooncake's protocol and device as the fleet's env.sh hands them (the NIC plan's HCAs aside).

@@ -152,18 +152,24 @@ def _relative(where: str, value: str) -> bool:
             or Path(value).exists())
 
 
+def require_mooncake_opt_in(fleet: Fleet, what: str = "settings.transfer_engine: mooncake_te") -> None:
+    """Mooncake's wildcard listeners only on a fleet that accepted them: validate (`what` the spec's engine) and
+    every verb that starts a transfer engine itself (`bench transfer --engine mooncake_te`) apply this one rule."""
+    if not fleet.settings.mooncake_listen_any:
+        ports = f"{MOONCAKE_PORTS.start}-{MOONCAKE_PORTS.stop - 1}"
+        raise BadInput(
+            f"{what} opens two listeners per Mooncake transfer engine on every interface, whatever nodes[].bind "
+            "says: Mooncake's handshake RPC on 0.0.0.0 and its TCP transport on [::], each on "
+            f"a random port in {ports} (hard-coded wildcard binds in Mooncake 0.3.13, no setting moves them); "
+            "set settings.mooncake_listen_any: true to accept that (firewall those ports), or use "
+            "transfer_engine: nixl, which stays on the bind address")
+
+
 def _mooncake_checks(fleet: Fleet) -> None:
     s = fleet.settings
     if s.transfer_engine != "mooncake_te":
         return
-    if not s.mooncake_listen_any:
-        ports = f"{MOONCAKE_PORTS.start}-{MOONCAKE_PORTS.stop - 1}"
-        raise BadInput(
-            "settings.transfer_engine: mooncake_te opens two listeners per lmcache server on every interface, "
-            "whatever nodes[].bind says: Mooncake's handshake RPC on 0.0.0.0 and its TCP transport on [::], each on "
-            f"a random port in {ports} (hard-coded wildcard binds in Mooncake 0.3.13, no setting moves them); "
-            "set settings.mooncake_listen_any: true to accept that (firewall those ports), or use "
-            "transfer_engine: nixl, which stays on the bind address")
+    require_mooncake_opt_in(fleet)
     # Loopback fleets have no NIC plan to take the HCAs from.
     if s.mooncake_protocol == "rdma" and fleet.all_loopback and not all(
             fleet.effective_settings(inst).mooncake_device for _, inst in fleet.instances()):

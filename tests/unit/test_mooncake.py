@@ -46,7 +46,7 @@ def refusal(data: dict) -> str:
 
 def test_validate_refuses_mooncake_without_the_opt_in_and_names_its_sockets_and_the_ways_out():
     msg = refusal(mooncake_data(mooncake_listen_any=False))
-    assert msg.startswith("settings.transfer_engine: mooncake_te opens two listeners per lmcache server")
+    assert msg.startswith("settings.transfer_engine: mooncake_te opens two listeners per Mooncake transfer engine")
     for part in ("handshake RPC on 0.0.0.0", "TCP transport on [::]", "15000-17000", "hard-coded",
                  "Mooncake 0.3.13", "settings.mooncake_listen_any: true", "transfer_engine: nixl"):
         assert part in msg
@@ -289,3 +289,16 @@ def test_up_refuses_to_start_a_mooncake_fleet_whose_venv_cannot_import_it(tmp_pa
     msg = str(exc.value)
     assert msg.startswith("Mooncake cannot start on every node, so nothing was started:\n- node-b: ")
     assert "ImportError: libcudart.so.12" in msg and "make setup-mooncake" in msg and "node-a" not in msg
+
+
+def test_bench_transfer_on_mooncake_keeps_the_opt_in_validate_enforces(fakes):
+    """`bench transfer --engine mooncake_te` starts Mooncake's wildcard listeners itself: on a nixl fleet that
+    never accepted them it refuses before anything starts (the fakes are scripted with no command at all, so any
+    command it ran would fail the test). It once skipped the opt-in (issue 44)."""
+    from p2p_ops.bench.transfer import run_transfer
+
+    fleet = fakes.fleet(2)
+    with pytest.raises(BadInput) as got:
+        run_transfer(fleet.ctx, "node-a", "node-b", 1024, engines=("mooncake_te",))
+    assert str(got.value).startswith("--engine mooncake_te opens two listeners per Mooncake transfer engine")
+    assert "settings.mooncake_listen_any: true" in str(got.value)
