@@ -49,9 +49,11 @@ def nic_plans(ctx: FleetContext, only: Optional[str] = None) -> dict[str, Instan
 
 
 def render(ctx: FleetContext, only: Optional[str] = None) -> list[RenderedFile]:
-    """Write every file here (the control copy, kept as evidence), then copy each node's files to its run
-    folder when that is elsewhere (an SSH host, or a local node with its own run_dir), nodes in parallel."""
-    files = render_fleet(ctx.fleet, ctx.node_layout, nic_plans(ctx, only))
+    """Write the files here (the control copy, kept as evidence), then copy each node's files to its run folder
+    when that is elsewhere (an SSH host, or a local node with its own run_dir), nodes in parallel. With `only`,
+    that node's files alone: another node's env.sh, hand-edited or not, is left as it is."""
+    files = [f for f in render_fleet(ctx.fleet, ctx.node_layout, nic_plans(ctx, only))
+             if only is None or f.node == only]
     write_rendered(files, ctx.layout)
 
     def copy(node: Node) -> None:
@@ -156,7 +158,8 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
             raise BadInput(why)
         if rerender or not ctx.layout.env(COORDINATOR).is_file():
             render(ctx, only)
-            progress(f"rendered env.sh for {len(fleet.instances())} instance(s) under {ctx.layout.root}")
+            count = sum(1 for n, _ in fleet.instances() if only in (None, n.name))
+            progress(f"rendered env.sh for {count} instance(s) under {ctx.layout.root}")
         else:
             check_on_disk(render_fleet(fleet, ctx.node_layout), ctx.layout)
             progress(f"starting from the env.sh files already under {ctx.layout.root} (not re-rendered)")

@@ -82,6 +82,25 @@ def test_up_node_and_role_starts_only_that_unit(fakes):
     assert [s for s in said if s.startswith(("started", "kept"))] == ["started node-b-0/server on node-b"]
 
 
+def test_up_node_re_renders_that_node_alone_and_keeps_a_hand_edit_elsewhere(fakes):
+    """`up --node node-b` once re-rendered every instance's env.sh, undoing a hand edit on node-a (issue 42)."""
+    fleet = fakes.fleet(2, {"node-b": []})
+    ctx = fleet.ctx
+    launch.render(ctx)
+    edited = ctx.layout.env("node-a-0")
+    edited.write_text(edited.read_text() + "export HAND_EDIT=1\n")
+    before_b = ctx.layout.env("node-b-0").read_text()
+    ctx.layout.env("node-b-0").write_text(before_b + "export STALE=1\n")
+    server = ctx.unit("server", "node-b-0")
+    fleet["node-b"].expect(fact(NODE_ANSWERS), start(ctx.proc(server), 201))
+    said: list[str] = []
+    with serve_ready([server]):
+        launch.up(ctx, progress=said.append, only="node-b", roles=("server",), start_timeout=30)
+    assert "export HAND_EDIT=1" in edited.read_text()
+    assert ctx.layout.env("node-b-0").read_text() == before_b
+    assert said[0].startswith("rendered env.sh for 1 instance(s)"), said
+
+
 def _up_with_a_silent_engine(fakes, engine_state, log: str):
     """Every unit answers its readiness probe but node-b-0's engine, whose pidfile says `engine_state`."""
     fleet = fakes.fleet(2, reached_then_started)
