@@ -25,7 +25,7 @@ _ABOUT_A_SECRET = {"policy", "file", "path", "length", "min", "max", "rules", "p
 # keys, `--block-hash-key`, a GID table's key, an SSH public key).
 DIAGNOSTIC_KEYS = {"cache", "chunk", "object", "prefix", "routing", "hash", "gid", "lookup", "partition", "shard",
                    "sort", "primary", "foreign", "index", "block", "kv", "event", "metric", "label", "group",
-                   "dict", "map", "dedup", "bucket", "row", "column", "public"}
+                   "dict", "map", "dedup", "bucket", "row", "column", "public", "affinity"}
 # LMCache's own `storage_key`, `model_key`, ... name data only when they stand alone: `AZURE_STORAGE_KEY` unlocks.
 _BARE_DATA_KEYS = {"tokenizer", "model", "instance", "storage", "request"}
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")

@@ -167,6 +167,8 @@ DIAGNOSTIC = [
     "request_key=r-17", "uses Bearer authentication for /v1", "Authorization: disabled",
     "ssh_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host",
     "public_key: ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 op@box", "max_headers=64",
+    # issue 42: LMCache logs its worker pool's affinity_key; the bundle masked 5 of 5
+    "submit(affinity_key=1734, fn=store)",
 ]
 
 

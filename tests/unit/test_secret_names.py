@@ -12,7 +12,7 @@ from p2p_ops.observe.baseline import settings_of
 NAMES = [("DB_PASSWD", True), ("MY_PASSPHRASE", True), ("OTEL_EXPORTER_OTLP_HEADERS", True),
          ("P2P_CACHE_KEY", False), ("LMCACHE_MAX_TOKENS", False), ("TOKENIZER_KEY", False),
          ("HF_TOKEN", True), ("AWS_ACCESS_KEY_ID", True), ("PWD", False), ("EOS_TOKEN", False),
-         ("AZURE_STORAGE_KEY", True), ("STORAGE_KEY", False)]
+         ("AZURE_STORAGE_KEY", True), ("STORAGE_KEY", False), ("AFFINITY_KEY", False)]
 
 
 @pytest.mark.parametrize("name, secret", NAMES)
