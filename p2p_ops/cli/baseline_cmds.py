@@ -8,7 +8,7 @@ from pathlib import Path
 from p2p_ops import files
 from p2p_ops.cli.common import context, done, verb
 from p2p_ops.cli.output import say, show, table
-from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput
+from p2p_ops.errors import EXIT_CHECK_FAILED, EXIT_OK, BadInput, CouldNotRun
 from p2p_ops.observe import baseline as bl
 from p2p_ops.observe.stats import fmt
 
@@ -32,9 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
              f"beyond the baseline's spread in the worse direction and moved more than {bl.TOLERANCE:.0%} (and "
              f"more than its floor, e.g. {bl.MS_FLOOR:g} ms); a figure of fewer than {bl.THIN_SAMPLES} samples (a "
              f"pull, a proof TTFT) when its median moved more than {bl.THIN_TOLERANCE:.0%}. Improvements are shown, "
-             "never a failure. Exit 1 on a regression or a figure the run could not measure; "
-             "exit 2 when the runs cannot be compared (another fleet, other settings, a figure "
-             "measured another way), naming what differs.")
+             "never a failure. Settings that differ from the baseline's are the first finding, and every figure "
+             "is still compared (marked \"settings differ\"). Exit 1 on a regression, a figure the run could not "
+             "measure, or (runs chosen by default) a newer run that did not finish or a fleet running but not "
+             "ready now; exit 2 when nothing can be compared (another fleet, every figure measured another way), "
+             "naming what differs.")
     c.add_argument("baseline", nargs="?", default=None, help="baseline name (default: the newest saved)")
     c.add_argument("run", nargs="*", default=[], help=RUN_HELP.replace("of each kind", "of each kind the baseline "
                                                                         "holds, newer than its runs"))
@@ -94,14 +96,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not runs:
             raise BadInput(f"no {'/'.join(sorted(kinds))} run finished after baseline {base['name']!r}; run the "
                            "test again (e.g. `p2pctl test matrix`), then compare")
+        settings = bl.setting_changes(base, runs)
         rows = bl.compare(base, runs)
         versions = bl.installed_versions(ctx)
+        blockers = [] if args.run else _blockers(ctx, runs)
     regressed = [r["figure"] for r in rows if r["verdict"] in ("REGRESSED", "FAILED")]
     changed = {k: (v, versions.get(k)) for k, v in base["versions"].items() if versions.get(k) != v}
     doc = {"baseline": base["name"], "runs": [str(r) for r in runs], "tolerance": bl.TOLERANCE,
-           "regressed": regressed, "versions": {"baseline": base["versions"], "now": versions}, "figures": rows}
-    code = EXIT_CHECK_FAILED if regressed else EXIT_OK
+           "settings_changed": settings, "blockers": blockers, "regressed": regressed,
+           "versions": {"baseline": base["versions"], "now": versions}, "figures": rows}
+    code = EXIT_CHECK_FAILED if regressed or blockers else EXIT_OK
     return done(args, doc, lambda: _show(doc, rows, changed), code)
+
+
+def _blockers(ctx, runs: list[Path]) -> list[str]:
+    """What the newest finished runs cannot speak for: a newer run that did not finish, or a fleet that runs but is
+    not ready now (a fleet that is down entirely leaves the runs' figures as the last word)."""
+    from p2p_ops.endpoints import lmcache_api
+    from p2p_ops.lifecycle.status import require_ready
+
+    out = [f"a newer run did not finish: {x}" for x in bl.later_unfinished(ctx.layout.tests, max(r.name for r in runs))]
+    fleet = ctx.fleet
+    if lmcache_api.coordinator_healthy(fleet.coordinator_url) or any(
+            lmcache_api.server_status(ctx.server_url(n, i)).reachable for n, i in fleet.instances()):
+        try:
+            require_ready(ctx)
+        except (BadInput, CouldNotRun) as exc:
+            out.append(f"the fleet is not ready now: {exc}")
+    return out
 
 
 def _num(v) -> str:
@@ -110,14 +132,18 @@ def _num(v) -> str:
 
 
 def _show(doc: dict, rows: list[dict], changed: dict) -> None:
+    if doc["settings_changed"]:
+        say(f"settings changed since baseline {doc['baseline']} (every figure below is marked so):",
+            *(f"  {c}" for c in doc["settings_changed"]), markup=False)
     t = table(f"compare with baseline {doc['baseline']} ({', '.join(Path(r).name for r in doc['runs'])})",
               "figure", "baseline (spread)", "now", "change", "verdict")
     colour = {"REGRESSED": "red", "FAILED": "red", "improved": "green"}
     for r in rows:
         spread = f"{_num(r['baseline'])} ({_num(r['spread'][0])}-{_num(r['spread'][1])})"
         v = r["verdict"]
+        v = f"[{colour[v]}]{v}[/{colour[v]}]" if v in colour else v
         t.add_row(r["figure"], f"{spread} {r['unit']}", _num(r["now"]), fmt(r["change"], "{:+.0%}"),
-                  f"[{colour[v]}]{v}[/{colour[v]}]" if v in colour else v)
+                  v + (" (settings differ)" if doc["settings_changed"] and r["now"] is not None else ""))
     show(t)
     say(*(f"{r['figure']}: {r['why']}" for r in rows if r.get("why")), markup=False)
     if thin := [r["figure"] for r in rows if r["verdict"] == "REGRESSED" and r["samples"] < bl.THIN_SAMPLES]:
@@ -128,6 +154,9 @@ def _show(doc: dict, rows: list[dict], changed: dict) -> None:
     unread = next((v["error"] for v in doc["versions"].values() if "error" in v), "")
     n = len(doc["regressed"])
     say(f"versions not compared: {unread}" if unread else f"versions since the baseline: {moved or 'unchanged'}",
-        f"[bold red]REGRESSED[/bold red]: {n} of {len(rows)} figures regressed or failed" if n else
+        markup=False)
+    say(*(f"NOT OK: {b}" for b in doc["blockers"]), markup=False)
+    say(f"[bold red]REGRESSED[/bold red]: {n} of {len(rows)} figures regressed or failed" if n else
+        "[bold red]NOT OK[/bold red]: the runs compared are not the fleet's state now (above)" if doc["blockers"] else
         f"[bold green]OK[/bold green]: no figure regressed beyond its spread and {doc['tolerance']:.0%} "
         f"({bl.THIN_TOLERANCE:.0%} on the median of a figure of fewer than {bl.THIN_SAMPLES} samples)")

@@ -8,9 +8,12 @@ run (a proof TTFT, a matrix pull) has no spread worth the name: on the shared 2-
 47-83 ms over five unchanged runs, another's 63-732 ms over three; with fewer than THIN_SAMPLES its median must
 move by more than THIN_TOLERANCE, and reruns given together (`compare NAME RUN RUN RUN`) are judged on their median.
 
-What makes two runs comparable is checked, never assumed: the same fleet, the same settings (the env.sh files
-the run folder copied: profile, chunk size, timings, transfer engine) and, per figure, the same way of measuring
-it (prompt length, ladder, generator options). Anything else is one line naming it (BadInput, exit 2).
+What a comparison stands on is checked, never assumed: the same fleet (else one line, exit 2); the settings (the
+env.sh files the run folder copied: profile, chunk size, L1, timings, transfer engine), where every difference is
+named as the first finding and the figures are still compared, since an accidental change is the regression an
+operator asks about; and, per figure, the same way of measuring it (prompt length, ladder, generator options),
+else that figure is "measured differently". Runs chosen by default are the newest finished ones: a newer run that
+did not finish, or a fleet that is not ready now, is the verdict (`later_unfinished`), never "OK".
 """
 
 from __future__ import annotations
@@ -314,27 +317,38 @@ def _first_diff(a: dict, b: dict) -> str:
     return f"{key} is {a.get(key, '(unset)')!r} there, {b.get(key, '(unset)')!r} here"
 
 
-def comparable(baseline: dict, run: Path) -> None:
-    """Refuse (one line) a run of another fleet or made with other settings than the baseline's."""
-    where = f"run {run.name}"
-    if fleet_of(run) != baseline["fleet"]:
-        raise BadInput(f"{where} is of fleet {fleet_of(run)!r}, baseline {baseline['name']!r} of "
-                       f"{baseline['fleet']!r}; compare runs of the same fleet")
-    if (kept := _kept(baseline["settings"])) != (theirs := settings_of(run)):
-        raise BadInput(f"{where} was measured differently from baseline {baseline['name']!r}: "
-                       f"{_first_diff(kept, theirs)}; save a baseline for these settings (`p2pctl baseline save NAME "
-                       f"--run {run.name}`)")
+def setting_changes(baseline: dict, runs: list[Path]) -> list[str]:
+    """Each setting a run was made with that differs from the baseline's, `file:VAR: old -> new (run NAME)`: the
+    first finding of a comparison, since an accidental settings change is the regression an operator asks about.
+    A run of another fleet is refused (one line)."""
+    kept, changes = _kept(baseline["settings"]), []
+    for run in runs:
+        if fleet_of(run) != baseline["fleet"]:
+            raise BadInput(f"run {run.name} is of fleet {fleet_of(run)!r}, baseline {baseline['name']!r} of "
+                           f"{baseline['fleet']!r}; compare runs of the same fleet")
+        theirs = settings_of(run)
+        changes += [f"{k}: {kept.get(k, '(unset)')} -> {theirs.get(k, '(unset)')} (run {run.name})"
+                    for k in sorted(set(kept) | set(theirs)) if kept.get(k) != theirs.get(k)]
+    return changes
 
 
 def compare(baseline: dict, runs: list[Path]) -> list[dict]:
     """One row per figure of the baseline, the runs' repeats pooled: REGRESSED, FAILED (the run could not measure
-    it), improved, within, or not measured (the run did not try)."""
-    for run in runs:
-        comparable(baseline, run)
+    it), improved, within, not measured (the run did not try) or measured differently (another prompt length,
+    ladder, ...: not comparable). Runs made with other settings are compared all the same (`setting_changes`
+    names what differs): what the change did to each figure is the point."""
     mine = {f.name: f for f in pooled(runs)}
     if not set(mine) & {f["name"] for f in baseline["figures"]}:
         raise BadInput(f"{', '.join(r.name for r in runs)}: none of baseline {baseline['name']!r}'s figures measured "
                        f"there (it holds {'/'.join(sorted(baseline['kinds']))} runs); give a run of the same kind")
+    rows = _rows(baseline, mine)
+    if not any(r["now"] is not None or r["verdict"] == "FAILED" for r in rows):
+        why = next(f"{r['figure']}: {r['why']}" for r in rows if r["verdict"] == "measured differently")
+        raise BadInput(f"no figure of baseline {baseline['name']!r} was measured the same way there ({why})")
+    return rows
+
+
+def _rows(baseline: dict, mine: dict[str, Figure]) -> list[dict]:
     rows = []
     for doc in baseline["figures"]:
         old, f = Figure(**doc), mine.get(doc["name"])
@@ -343,14 +357,20 @@ def compare(baseline: dict, runs: list[Path]) -> list[dict]:
                "samples": 0 if f is None else len(f.samples)}
         if f is not None and f.failed:
             row.update(verdict="FAILED", why=f.failed)
+        elif f is not None and f.how != old.how:
+            row.update(verdict="measured differently", why=f"{_first_diff(old.how, f.how)}; rerun it the "
+                       "baseline's way to compare it")
         elif f is not None:
-            if f.how != old.how:
-                raise BadInput(f"{old.name} was measured differently from baseline {baseline['name']!r}: "
-                               f"{_first_diff(old.how, f.how)}; rerun it the baseline's way or save a new baseline")
             row.update(now=f.value, change=(f.value - old.value) / old.value if old.value else None,
                        verdict=movement(old, f.value))
         rows.append(row)
     return rows
+
+
+def later_unfinished(tests: Path, after: str) -> list[str]:
+    """Run folders newer than `after` that did not finish (cut short, interrupted): `NAME: state reason`."""
+    folders = sorted(tests.iterdir()) if tests.is_dir() else []
+    return [f"{f.name}: {why}" for f in folders if f.is_dir() and f.name > after and (why := unfinished(f))]
 
 
 def movement(old: Figure, now: float) -> str:
