@@ -8,6 +8,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from p2p_ops.cli.common import add_fleet_args, context, done, progress_unless_json, verb
+from p2p_ops.cli.output import plain
 from p2p_ops.diagnose.tree import evidence, model, render, walk
 from p2p_ops.errors import BadInput
 
@@ -18,7 +19,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     with context(args) as ctx:
         facts, report = doctor.run(ctx, reach=not args.no_reach)
     doc = report.to_dict() | ({"gathered": facts.to_dict()} if args.facts else {})
-    return done(args, doc, lambda: print("\n".join(doctor.summary_lines(report))), report.exit_code)
+    return done(args, doc, lambda: print(plain("\n".join(doctor.summary_lines(report)))), report.exit_code)
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
@@ -42,7 +43,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     # Without a fleet file the logs alone are checked (ctx None).
     with context(args) if Path(args.fleet).is_file() else nullcontext() as ctx:
         result = walk.diagnose(data, symptom, evidence.Evidence(ctx, data, logs, reach=not args.no_reach))
-    return done(args, result.to_dict(), lambda: print("\n".join(render.render_text(result))), result.exit_code)
+    return done(args, result.to_dict(), lambda: print(plain("\n".join(render.render_text(result)))), result.exit_code)
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:

@@ -6,8 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
+from rich.markup import escape
+
 from p2p_ops.cli.common import context, done, refusal_with_cause, verb
-from p2p_ops.cli.output import console, err_console, progress, show, table
+from p2p_ops.cli.output import console, err_console, outside, plain, progress, show, table
 from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import status as fleet_status
@@ -226,20 +228,22 @@ def _print_status(rep: fleet_status.FleetReport) -> None:
               "p2p_state", "peers", "peer ids", "L1 used/total GiB", "engine", "engine health")
     for i in rep.instances:
         ok = i.ready(rep.expected_peers)
+        # What the servers and the coordinator answer is printed as plain text (outside): an id or state a
+        # service reports may hold markup or terminal control sequences.
         t.add_row(
             f"[green]{i.instance}[/green]" if ok else f"[red]{i.instance}[/red]",
-            i.node, i.server_proc, i.server.p2p_state, f"{i.server.peer_count}/{rep.expected_peers}",
-            ",".join(i.server.peers) or "-", f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
+            i.node, i.server_proc, outside(i.server.p2p_state), f"{i.server.peer_count}/{rep.expected_peers}",
+            outside(",".join(map(str, i.server.peers)) or "-"), f"{_gib(i.server.l1_used)}/{_gib(i.server.l1_total)}",
             i.engine_url, _engine_health(i))
     show(t)
     columns = ("instance_id", "ip", "http_port", "mq_port", "p2p_advertised_url")
     show(table(f"coordinator {rep.coordinator_url} ({rep.coordinator_proc}, "
                f"{'healthy' if rep.coordinator_healthy else 'not healthy'}) — /instances", *columns,
-               rows=([str(inst.get(k, "")) for k in columns] for inst in rep.coordinator_instances or [])))
+               rows=([outside(inst.get(k, "")) for k in columns] for inst in rep.coordinator_instances or [])))
     if rep.router is not None:
         r = rep.router
         colour = "green" if r.ready else "red"
-        console.print(f"router {r.url} ({r.process}): [{colour}]{r.problem()}[/{colour}]; workers "
-                      f"{', '.join(r.workers) or '-'}", soft_wrap=True)
+        console.print(f"router {r.url} ({r.process}): [{colour}]{escape(plain(r.problem()))}[/{colour}]; workers "
+                      f"{escape(plain(', '.join(r.workers) or '-'))}", soft_wrap=True)
     for node, err in rep.node_errors.items():
-        err_console.print(f"[red]node {node} unreachable:[/red] {err}")
+        err_console.print(f"[red]node {node} unreachable:[/red] {escape(plain(err))}")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Iterable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 # Wide enough that no table or message of ours wraps when piped; rich sizes tables to their content.
 PIPE_WIDTH = 100_000
@@ -49,6 +51,22 @@ def configure(no_color: bool = False, quiet: bool = False) -> None:
     console._console = err_console._console = None
 
 
+# Characters that move the cursor, recolour, rewrite or reorder a terminal line, or hide text: C0 but tab and
+# newline, DEL and C1, zero-width and bidi marks, line and paragraph separators, the byte order mark.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def plain(text: object) -> str:
+    """Text from outside (a service's answer, a log line, a file or model output) as it may be printed: every
+    unsafe character shown escaped (`\\x1b`, `\\u202e`), so nothing it holds drives the terminal."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))
+
+
+def outside(text: object) -> Text:
+    """`plain`, as a rich Text: a table cell or line whose brackets are never read as markup (`[/x]`)."""
+    return Text(plain(text))
+
+
 def quiet() -> bool:
     return _opts["quiet"]
 
@@ -63,7 +81,7 @@ def say(*lines: str, markup: bool = True) -> None:
     """Result lines on stdout, each printed whole; empty ones are left out."""
     for line in lines:
         if line:
-            console.print(line, soft_wrap=True, markup=markup)
+            console.print(line if markup else plain(line), soft_wrap=True, markup=markup)
 
 
 def emit_json(doc) -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 
 from p2p_ops.cli import output
 from p2p_ops.cli.common import done, given, ints, names, running_context, seed, verb, verdict
-from p2p_ops.cli.output import console, heading, progress, say, show, table
+from p2p_ops.cli.output import console, heading, outside, plain, progress, say, show, table
 from p2p_ops.diagnose.explain.prompt import from_file
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import inference_perf
@@ -161,7 +162,7 @@ def print_matrix(result: MatrixResult) -> None:
     show(t)
     for p in result.pairs:
         if not p.ok and not p.skipped:
-            console.print(f"[red]{p.source} -> {p.target}:[/red] {p.cause or p.error}", soft_wrap=True)
+            console.print(f"[red]{p.source} -> {p.target}:[/red] {escape(plain(p.cause or p.error))}", soft_wrap=True)
     c = result.counts
     console.print(f"{verdict(result.passed)} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap "
                   f"and table in {result.run_dir}", soft_wrap=True)
@@ -173,7 +174,7 @@ def print_basic(result: BasicResult) -> None:
     t = table(f"cross-node proof {result.a} -> {result.b}", "check", "result")
     t.add_column("detail", overflow="fold")
     for c in result.checks:
-        t.add_row(c.name, "[green]PASS[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
+        t.add_row(c.name, "[green]PASS[/green]" if c.ok else "[red]FAIL[/red]", outside(c.detail))
     show(t)
     n = result.numbers
     nums = table("numbers", "TTFT cold on A", "TTFT on B (from peer)", "TTFT control on B", "prompt tokens",
@@ -184,10 +185,10 @@ def print_basic(result: BasicResult) -> None:
     show(nums)
     console.print(f"{verdict(result.passed)} — evidence in {result.run_dir}")
     if result.explain.get("strip"):
-        console.print(f"explain on {result.explain['instance']}: [{result.explain['strip']}] "
-                      f"{result.explain['verdict']}", markup=False, soft_wrap=True)
+        console.print(plain(f"explain on {result.explain['instance']}: [{result.explain['strip']}] "
+                            f"{result.explain['verdict']}"), markup=False, soft_wrap=True)
     if result.likely_cause:
-        console.print(f"[red]likely cause:[/red] {result.likely_cause}")
+        console.print(f"[red]likely cause:[/red] {escape(plain(result.likely_cause))}", soft_wrap=True)
 
 
 def stress_options(args: argparse.Namespace) -> StressOptions:
