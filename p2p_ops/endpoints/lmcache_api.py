@@ -25,29 +25,48 @@ class ServerStatus:
     raw: dict = field(default_factory=dict)
 
 
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _count(value: object) -> int:
+    """A count a server reports; anything but a finite non-negative number (a string, 1e400, a list) is 0: a
+    crafted answer is 'unknown', never a traceback."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**63 else 0
+
+
 def l1_manager(status: dict) -> dict:
     """The L1 manager's part of a /status: `l1_manager` (0.5.6) or the default of `l1_managers`."""
-    sm = status.get("storage_manager") or {}
-    return sm.get("l1_manager") or (sm.get("l1_managers") or {}).get("_default") or {}
+    sm = _dict(status.get("storage_manager"))
+    return _dict(sm.get("l1_manager")) or _dict(_dict(sm.get("l1_managers")).get("_default"))
 
 
 def server_status(http_url: str) -> ServerStatus:
-    """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both."""
+    """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both. Every field is read by its type:
+    one of another type reads as unknown (0, empty), whatever the server (or whoever answers on its port) says."""
     for path in ("/status", "/api/status"):
         if (body := get_json(http_url.rstrip("/") + path)) is not None:
             break
     if not isinstance(body, dict):
         return ServerStatus(reachable=False)
-    sm = body.get("storage_manager") or {}
-    l1 = l1_manager(body)
-    used, total = l1.get("memory_used_bytes", 0), l1.get("memory_total_bytes", 0)
+    sm, l1 = _dict(body.get("storage_manager")), l1_manager(body)
+    used, total = l1.get("memory_used_bytes"), l1.get("memory_total_bytes")
     if isinstance(sm.get("l1_usage"), list) and len(sm["l1_usage"]) == 2:
         used, total = sm["l1_usage"]
-    adapters = [a for a in sm.get("l2_adapters") or [] if isinstance(a, dict) and a.get("type") == "P2PL2Adapter"]
+    adapters, peers, chunk = _list(sm.get("l2_adapters")), _list(body.get("p2p_peers")), body.get("chunk_size")
+    algorithm = body.get("hash_algorithm")
     return ServerStatus(reachable=True, p2p_state=str(body.get("p2p_state", "unknown")),
-                        peer_count=int(body.get("p2p_peer_count") or 0), peers=list(body.get("p2p_peers") or []),
-                        chunk_size=body.get("chunk_size"), hash_algorithm=body.get("hash_algorithm"),
-                        l1_used=int(used or 0), l1_total=int(total or 0), p2p_adapters=len(adapters), raw=body)
+                        peer_count=_count(body.get("p2p_peer_count")),
+                        peers=[str(p) for p in peers if isinstance(p, (str, int)) and not isinstance(p, bool)],
+                        chunk_size=None if chunk is None else _count(chunk) or None,
+                        hash_algorithm=algorithm if isinstance(algorithm, str) else None,
+                        l1_used=_count(used), l1_total=_count(total),
+                        p2p_adapters=sum(isinstance(a, dict) and a.get("type") == "P2PL2Adapter" for a in adapters),
+                        raw=body)
 
 
 def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:

@@ -169,3 +169,30 @@ def test_an_answer_nested_past_the_json_depth_is_no_answer_not_a_recursion_error
     assert _answer(resp) == (200, None)
     resp._content = b'{"p2p_state": "registered"}'
     assert _answer(resp) == (200, {"p2p_state": "registered"})
+
+
+CRAFTED_STATUS = [
+    {"storage_manager": ["not", "a", "dict"]},                       # AttributeError before
+    {"p2p_peer_count": "abc"}, {"p2p_peer_count": 1e400}, {"p2p_peer_count": -3}, {"p2p_peer_count": True},
+    {"p2p_peers": [{}]}, {"p2p_peers": "node-b-0"},                  # TypeError before
+    {"storage_manager": {"l1_manager": {"memory_used_bytes": "lots", "memory_total_bytes": [1]}}},
+    {"storage_manager": {"l1_usage": ["a", None]}, "chunk_size": "256"},
+    {"storage_manager": {"l2_adapters": [None, 3, {"type": "P2PL2Adapter"}]}, "hash_algorithm": ["blake3"]},
+]
+
+
+@pytest.mark.parametrize("body", CRAFTED_STATUS, ids=range(len(CRAFTED_STATUS)))
+def test_a_crafted_status_reads_as_unknown_fields_never_a_traceback(body):
+    """Issue 44: crafted /status answers raised AttributeError, ValueError, OverflowError or TypeError in every
+    verb that reads a server (33 tracebacks in that class)."""
+    from p2p_ops.endpoints import lmcache_api
+    from p2p_ops.lifecycle.free_ports import free_port
+    from tests.support.fake_connector import serve
+
+    url = f"http://127.0.0.1:{free_port(['127.0.0.1'])}"
+    with serve(url, {"/status": {"p2p_state": "registered", **body}}):
+        st = lmcache_api.server_status(url)
+    assert st.reachable and st.p2p_state == "registered"
+    assert isinstance(st.peer_count, int) and st.peer_count >= 0 and all(isinstance(p, str) for p in st.peers)
+    assert isinstance(st.l1_used, int) and isinstance(st.l1_total, int) and st.p2p_adapters in (0, 1)
+    assert st.chunk_size is None or isinstance(st.chunk_size, int)
