@@ -53,7 +53,10 @@ def router_fleet(tmp_path_factory):
 
 @pytest.fixture
 def use_policy(router_fleet):
+    """Switch the router to `policy` once the fleet is ready again: a test before may have restarted an engine or
+    a server, whose peers must see it again before a pull can be expected."""
     def use(policy: str):
+        launch.wait(router_fleet, timeout=120)
         switch_policy(router_fleet, yaml.safe_load(router_fleet.fleet_file.read_text()), policy)
         return router_fleet
     return use

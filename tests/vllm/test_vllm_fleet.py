@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.endpoints import engine_api, metrics_api
 from p2p_ops.facts.logs import log_tail_fact
 from p2p_ops.facts.sections import read_fact
-from p2p_ops.harness import prompts
+from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle import procs
 from tests.conftest import pid_alive
@@ -110,18 +110,18 @@ def test_doctor_diagnose_and_bundle_read_a_vllm_fleet(vllm_fleet, p2pctl, tmp_pa
     assert any("vllm" in n for n in names) or any(n.endswith("env.sh") for n in names)
 
 
-def _stored(ctx, inst_id: str, prompt: str, timeout: float = 60.0) -> int:
-    """Wait until the coordinator's key directory lists every full chunk of `prompt` (the connector stores after
-    the forward pass, asynchronously); the number of chunks."""
+def _l1_objects(ctx, inst_id: str) -> int:
     node, inst = ctx.fleet.instance(inst_id)
-    tokens, why = engine_api.tokenize(ctx.engine_url(node, inst), ctx.fleet.model, prompt)
-    assert tokens, why
-    full = len(tokens) // ctx.fleet.settings.chunk_size
-    deadline = time.monotonic() + timeout
-    while (lmcache_api.directory_held_chunks(ctx.fleet.coordinator_url, ctx.fleet.model, tokens) or 0) < full:
-        assert time.monotonic() < deadline, f"{inst_id}'s server never stored the prompt's {full} chunks"
-        time.sleep(0.2)
-    return full
+    return basic.l1_objects(ctx.server_url(node, inst))
+
+
+def _stored(ctx, inst_id: str, before: int, prompt_tokens: int, timeout: float = 60.0) -> None:
+    """Wait until the server's L1 holds every full chunk of the prompt just sent (vLLM's connector stores after
+    the forward pass, asynchronously): its object count grown by that many."""
+    node, inst = ctx.fleet.instance(inst_id)
+    chunks = prompt_tokens // ctx.fleet.settings.chunk_size
+    basic.wait_l1_objects(ctx.server_url(node, inst), before + chunks, time.monotonic() + timeout)
+    assert _l1_objects(ctx, inst_id) >= before + chunks, f"{inst_id}'s server never stored the prompt's {chunks} chunks"
 
 
 def _restart_engine(ctx, inst_id: str) -> None:
@@ -142,9 +142,10 @@ def test_restarted_vllm_is_served_from_its_lmcache_server(vllm_fleet):
     node, inst = ctx.fleet.instance("node-a-0")
     url = ctx.engine_url(node, inst)
     prompt = prompts.document(7007, 7, 9000)
+    objects = _l1_objects(ctx, "node-a-0")
     first = complete(url, ctx.fleet.model, prompt, max_tokens=16)
     assert first.ok and first.cached_tokens == 0, first
-    _stored(ctx, "node-a-0", prompt)
+    _stored(ctx, "node-a-0", objects, first.prompt_tokens)
     _restart_engine(ctx, "node-a-0")
     again = complete(url, ctx.fleet.model, prompt, max_tokens=16)
     # A fresh vLLM has an empty prefix cache: every cached token came from its lmcache server, which holds
@@ -162,9 +163,10 @@ def test_peer_server_killed_mid_run_vllm_recomputes(vllm_fleet):
     (na, ia), (nb, ib) = ctx.fleet.instance("node-a-0"), ctx.fleet.instance("node-b-0")
     a_url, b_url = ctx.engine_url(na, ia), ctx.engine_url(nb, ib)
     prompt = prompts.document(7011, 11, 9000)
+    objects = _l1_objects(ctx, "node-a-0")
     on_a = complete(a_url, ctx.fleet.model, prompt, max_tokens=16)
     assert on_a.ok
-    _stored(ctx, "node-a-0", prompt)
+    _stored(ctx, "node-a-0", objects, on_a.prompt_tokens)
     server = ctx.proc("server", ia)
     pid = int(Path(server.pidfile).read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
