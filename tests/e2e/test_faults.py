@@ -44,18 +44,16 @@ def test_coordinator_killed_and_restarted(fleet):
     assert fig.unexpected_failures == 0, fig.note
 
 
-def test_engine_killed_fails_only_its_own_requests(fleet):
-    fig, _ = faults.run_scenario(fleet, "engine_killed", OPTS)
-    _check(fig)
-    assert fig.unexpected_failures == 0, fig.note
-    assert set(fig.failed_urls) <= {fleet.engine_url(*fleet.fleet.instances()[1])}
-
-
-def test_cli_writes_the_table_into_the_run_folder(fleet, p2pctl):
+def test_engine_killed_fails_only_its_own_requests_and_the_cli_writes_the_table(fleet, p2pctl):
+    """Through `p2pctl test faults`: its run folder's figures are the scenario's (one run serves both checks)."""
     code, out, err = p2pctl("test", "faults", "--quick", "--scenarios", "engine_killed", "-f", str(fleet.fleet_file))
     assert code == 0, err  # the scenario recovered with no failure but its own engine's: a PASS
     [table] = sorted(fleet.layout.tests.glob("*-faults/faults.md"))[-1:]
     assert "| engine_killed |" in table.read_text() and "lookups drained" in table.read_text()
     data = json.loads((table.parent / "faults.json").read_text())
-    assert data["scenarios"][0]["scenario"] == "engine_killed" and data["scenarios"][0]["sent"] > 0
+    fig = faults.Figures(**data["scenarios"][0])
+    assert fig.scenario == "engine_killed" and fig.sent > 0
+    _check(fig)
+    assert fig.unexpected_failures == 0, fig.note
+    assert set(fig.failed_urls) <= {fleet.engine_url(*fleet.fleet.instances()[1])}
     assert (table.parent / "faults-engine_killed-requests.csv").read_text().startswith("stage,level,instance")
