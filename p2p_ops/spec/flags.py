@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Optional
 
+from p2p_ops.causes import Verdict, verdict
+
 _BIND = "nodes[].bind (else nodes[].address)"
 
 
@@ -113,9 +115,11 @@ ROUTER = Program("vllm-router", owned={
 P2P_REFUSED_L1 = {"--gds-l1-path": "a GDS L1", "--l1-devdax-path": "a Device-DAX L1"}
 
 
-def p2p_refused_l1(args: list[str]) -> Optional[str]:
+def p2p_refused_l1(args: list[str], subject: str, field: str) -> Optional[Verdict]:
+    """The catalogue's verdict when `args` (the server extra args at `field`) give an L1 LMCache refuses with P2P."""
     for word in args:
         if flag := LMCACHE_SERVER.flag_of(word, P2P_REFUSED_L1):
-            return (f"{word[:60]!r} reads as lmcache server {flag}: {P2P_REFUSED_L1[flag]}, which LMCache refuses "
-                    "with P2P (it registers one contiguous L1 for transfers); remove it, or set settings.p2p: false")
+            return verdict("p2p_refused_l1", subject, (field, f"{word[:60]!r} reads as lmcache server {flag}: "
+                           f"{P2P_REFUSED_L1[flag]}, which LMCache refuses with P2P (it registers one contiguous L1 "
+                           "for transfers)"), flag=flag)
     return None

@@ -106,11 +106,11 @@ def _cross_checks(fleet: Fleet) -> None:
 def _p2p_l1_checks(fleet: Fleet) -> None:
     if not fleet.settings.p2p:
         return
-    if why := p2p_refused_l1(fleet.settings.server_extra_args):
-        raise BadInput(f"settings.server_extra_args: {why}")
-    for where, _, inst in fleet.placed_instances():
-        if why := p2p_refused_l1(inst.settings.server_extra_args or []):  # type: ignore[attr-defined]  # dynamic field
-            raise BadInput(f"{where}.settings.server_extra_args: {why}")
+    refused = [p2p_refused_l1(fleet.settings.server_extra_args, "fleet", "settings.server_extra_args")]
+    refused += [p2p_refused_l1(inst.settings.server_extra_args or [], inst.id,  # type: ignore[attr-defined]
+                               f"{where}.settings.server_extra_args") for where, _, inst in fleet.placed_instances()]
+    if v := next((v for v in refused if v), None):
+        raise BadInput(f"{v.evidence[0].source}: {v.line()}", cause=v)
 
 
 def _port_clashes(fleet: Fleet) -> None:

@@ -261,7 +261,8 @@ def test_a_server_stopped_cleanly_while_the_fleet_runs_is_named():
     stopped.engine_state = "running"
     [f] = problems(D.check(fleet([inst("node-a-0"), stopped])), "process")
     assert f.subject == "node-b-0/server" and "stopped while the fleet runs" in f.message
-    assert f.fix.startswith("start it again from fleet.yaml: p2pctl") and "NIXL_ERR_BACKEND" not in f.fix
+    assert f.cause.id == "server_down" and f.cause.subject == "node-b-0/server"
+    assert "start it again from fleet.yaml: p2pctl down --node node-b --role server" in f.fix
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------

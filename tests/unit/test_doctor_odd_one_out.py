@@ -30,8 +30,9 @@ def test_the_odd_one_out_is_the_subject_and_the_fix_restarts_only_its_server():
     [f] = problems(D.check(three()), "agree:chunk_size")
     assert f.subject == "node-c-0"
     assert "node-c-0 is the odd one out (coordinator, node-a-0, node-b-0 use 256)" in f.message
-    assert f.fix == ("restart the server of node-c-0 from fleet.yaml (chunk_size=256): p2pctl down --node node-c "
-                     "--role server && p2pctl up --node node-c --role server")
+    assert f.cause.id == "chunk_size_differs" and f.cause.scope == "fleet"
+    assert f.fix.endswith("(chunk_size=256): p2pctl down --node node-c --role server && p2pctl up --node node-c "
+                          "--role server")
 
 
 def test_a_hand_edited_env_sh_is_drift_from_the_spec_on_that_node_only():
