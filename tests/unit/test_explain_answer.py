@@ -352,7 +352,7 @@ def test_a_first_chunk_nobody_holds_is_cold_only_on_a_fleet_that_holds_nothing()
     assert "differs in its first chunk" in c.detail
 
 
-def test_a_node_whose_keys_no_peer_shares_is_keys_differ_even_where_nobody_holds_the_prompt():
+def test_a_node_whose_keys_no_peer_shares_names_what_sets_it_apart_even_where_nobody_holds_the_prompt():
     """Issue 28's hash_seed case: node-c-0 hashes with builtin under PYTHONHASHSEED 4242; LMCache's hasher cannot
     reproduce a builtin-hash peer's keys (its NONE_HASH is per process), so no held copy is found and explain
     said not_confirmed. Every serving peer keys chunks otherwise: that alone says no pull can hit. One peer with
