@@ -1,10 +1,9 @@
 """The one vocabulary of causes: every cause any verb names, once, with what it means, its one fix (placeholders
 for what it names), the fix's scope and how specific its evidence is (`rank`); and the verdict a verb gives.
 
-The catalogue is data in three parts (`fleet`, `transport`, `cache`); the judge (`diagnose/judge/`) decides
-which cause applies, the doctor, the decision tree, `rdma`, the NIXL failure rules and the preflight name their
-findings by id, and every verb's --json carries the verdict (`Verdict.to_dict`). Every layer may name a cause,
-so this sits at the floor and imports nothing of ours.
+The catalogue is data (`catalogue.yaml`); the judge (`diagnose/judge/`) decides which cause applies, the doctor, the
+decision tree, `rdma`, the NIXL failure rules and the preflight name their findings by id, and every verb's --json
+carries the verdict (`Verdict.to_dict`). Every layer may name a cause, so this sits at the floor.
 
     verdict("chunk_size_differs", "node-c-0", ("doctor:agree:chunk_size", "node-a-0=256, node-c-0=512"),
             want=256, restart="p2pctl down --node node-c ...")
@@ -12,19 +11,25 @@ so this sits at the floor and imports nothing of ours.
 
 from __future__ import annotations
 
+import re
+from importlib import resources
 from typing import Union
 
-from p2p_ops.causes import cache, fleet, transport
+import yaml
+
 from p2p_ops.causes.verdict import SCOPES, Cause, Evidence, Verdict, fill, restart, template
 
-__all__ = ["CAUSES", "SCOPES", "Cause", "Evidence", "Verdict", "markdown", "rank_key", "restart", "template",
-           "verdict"]
+__all__ = ["CAUSES", "SCOPES", "Cause", "Evidence", "Verdict", "rank_key", "restart", "template", "verdict"]
 
-CAUSES: dict[str, Cause] = {}
-for _c in (*fleet.CAUSES, *transport.CAUSES, *cache.CAUSES):
-    if _c.id in CAUSES:
-        raise ValueError(f"cause {_c.id} is in the catalogue twice")
-    CAUSES[_c.id] = _c
+
+def _catalogue(text: str) -> dict[str, Cause]:
+    data = yaml.safe_load(text)
+    if len(data) != len(re.findall(r"^\w+:", text, flags=re.M)):
+        raise ValueError("a cause is in the catalogue twice")
+    return {k: Cause(k, **v) for k, v in data.items()}
+
+
+CAUSES = _catalogue(resources.files(__name__).joinpath("catalogue.yaml").read_text(encoding="utf-8"))
 
 
 def verdict(cause: str, subject: str, *evidence: Union[Evidence, tuple[str, str]], **values: object) -> Verdict:
@@ -42,12 +47,3 @@ def rank_key(v: Verdict, error: bool = True) -> tuple[int, bool, bool]:
     it; the sort is stable, so the caller's order breaks the last ties): the most specific evidence first, a
     confirmed cause before one only seen, an error before a warning."""
     return (-CAUSES[v.id].rank, not v.confirmed, not error)
-
-
-def markdown() -> str:
-    """The table of every cause, for the diagnose skill's references/causes.md (a unit test keeps it current)."""
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-    return "\n".join(["| id | scope | means | fix |", "|---|---|---|---|"] + [
-        f"| `{c.id}` | {c.scope} | {cell(c.means)}{'' if c.confirmed else ' (confirms no reason)'} | "
-        f"{cell(template(c.fix))} |" for c in CAUSES.values()]) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from p2p_ops.causes import Verdict, verdict
+from p2p_ops.causes import CAUSES, Verdict, verdict
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 
 SEVERITIES = ("error", "warn", "info")
@@ -18,7 +18,8 @@ SEVERITIES = ("error", "warn", "info")
 
 @dataclass
 class Finding:
-    """One observation. `subject` is what it is about (`mlx5_0/1`, `eth0`, `memlock`), `value` what was seen."""
+    """One observation. `subject` is what it is about (`mlx5_0/1`, `eth0`, `memlock`), `value` what was seen,
+    `message` what it means there (the cause's meaning in the catalogue's words, where it adds nothing of its own)."""
 
     severity: str
     check: str
@@ -32,6 +33,7 @@ class Finding:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
         if self.severity != "info" and self.cause is None:
             raise ValueError(f"{self.check} {self.subject}: a {self.severity} names its cause")
+        self.message = self.message or (CAUSES[self.cause.id].means if self.cause else "")
 
     @property
     def fix(self) -> str:

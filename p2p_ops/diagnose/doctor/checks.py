@@ -27,10 +27,8 @@ def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
     NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
     fell = {i.instance: i.hash_fallback for i in facts.instances if i.hash_fallback}
     if fell:
-        report.add("error", "hash:builtin_fallback", names_of(fell), pairs(fell),
-                   "LMCache logged \"Could not load '<algorithm>' from vLLM. Using builtin hash\": these servers hash "
-                   "with Python's hash(), whose NONE_HASH differs per process even with equal PYTHONHASHSEED, so "
-                   "they share nothing", "builtin_hash", restart=restart(facts, sorted(fell), "server"))
+        report.add("error", "hash:builtin_fallback", names_of(fell), pairs(fell), "", "builtin_hash",
+                   restart=restart(facts, sorted(fell), "server"))
 
 
 def _check_mooncake(report: Report, facts: FleetFacts) -> None:
@@ -54,25 +52,21 @@ def _check_coordinator(report: Report, facts: FleetFacts) -> None:
     for inst in running:
         url = inst.process_env.get("LMCACHE_COORDINATOR_URL") or (inst.env_file or {}).get("LMCACHE_COORDINATOR_URL")
         if url and url.rstrip("/") != facts.coordinator_url.rstrip("/"):
-            report.add("error", "coordinator_url", inst.instance,
-                       f"{inst.instance}={url}, fleet={facts.coordinator_url}",
-                       f"{inst.instance}'s server talks to {url}, not to the fleet's coordinator: it registers "
-                       "nowhere (or in another fleet) and sees no peers", "coordinator_url_wrong",
-                       url=facts.coordinator_url, restart=restart(facts, [inst.instance], "server"))
+            report.add("error", "coordinator_url", inst.instance, f"{inst.instance}={url}, fleet={facts.coordinator_url}",
+                       "", "coordinator_url_wrong", url=facts.coordinator_url,
+                       restart=restart(facts, [inst.instance], "server"))
     if facts.coordinator_healthy:
         _check_membership(report, facts, running)
     for inst in running:
         if inst.status is None:
-            report.add("error", "server_http", inst.instance, "no answer",
-                       f"{inst.instance}'s server process runs but does not answer /status", "server_unresponsive",
+            report.add("error", "server_http", inst.instance, "no answer", "", "server_unresponsive",
                        instance=inst.instance)
             continue
         state = inst.status.get("p2p_state", "unknown")
         peers = inst.status.get("p2p_peer_count")
         if state != "registered":
-            report.add("error", "p2p_state", inst.instance, f"p2p_state={state}",
-                       f"{inst.instance} is {state}: its last GET /instances failed or did not list itself, so it "
-                       "has no peers", "not_registered")
+            report.add("error", "p2p_state", inst.instance, f"p2p_state={state}", f"{inst.instance} is {state}: its "
+                       "last GET /instances failed or did not list itself, so it has no peers", "not_registered")
         elif isinstance(peers, int) and peers != len(running) - 1:
             report.add("warn", "peer_count", inst.instance, f"{peers} peer(s) {inst.status.get('p2p_peers')}",
                        f"{inst.instance} sees {peers} peer(s), {len(running) - 1} other server(s) are running",
@@ -85,25 +79,20 @@ def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceF
     for inst in running:
         entry = listed.get(inst.instance)
         if entry is None:
-            report.add("error", "registration", inst.instance, "absent from /instances",
-                       f"{inst.instance}'s server runs but the coordinator does not list it: peers cannot find it",
-                       "not_registered")
+            report.add("error", "registration", inst.instance, "absent from /instances", "", "not_registered")
             continue
         want = inst.process_env.get("LMCACHE_P2P_ADVERTISE_URL") or (inst.env_file or {}).get(
             "LMCACHE_P2P_ADVERTISE_URL")
         got = entry.get("p2p_advertised_url") or ""
         if not got or not entry.get("mq_port"):
             report.add("error", "registration", inst.instance, f"p2p_advertised_url={got!r} mq_port="
-                       f"{entry.get('mq_port')}", f"{inst.instance} registered without a P2P URL or mq port: "
-                       "peers skip it", "not_advertised")
+                       f"{entry.get('mq_port')}", "", "not_advertised")
         elif want and got != want:
             report.add("error", "registration", inst.instance, f"advertised {got}, env {want}",
                        f"{inst.instance} advertises {got} but is configured for {want}", "advertise_stale",
                        restart=restart(facts, [inst.instance], "server"))
     for iid in sorted(set(listed) - known):
-        report.add("warn", "registration", iid, listed[iid].get("p2p_advertised_url"),
-                   f"the coordinator lists {iid}, which is not in this fleet (a stale entry, or another fleet "
-                   "shares this coordinator)", "foreign_instance")
+        report.add("warn", "registration", iid, listed[iid].get("p2p_advertised_url"), "", "foreign_instance")
 
 
 def _check_reach(report: Report, facts: FleetFacts) -> None:
@@ -176,9 +165,7 @@ def _check_memlock(report: Report, facts: FleetFacts) -> None:
         rdma = bool(node and node.rdma_devices) or bool(set(_tls_tokens(observed(inst, {})["UCX_TLS"][0])) & _RDMA_TLS)
         soft = m["soft"]
         if rdma:
-            report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
-                       f"{inst.instance}'s server may lock only {soft} bytes: RDMA memory registration of its L1 "
-                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)", "memlock")
+            report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})", "", "memlock")
         else:
             report.add("info", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
                        "memlock is limited; fine for TCP/shared memory, RDMA registration would need it unlimited")
@@ -205,9 +192,7 @@ def _check_gpu_tls(report: Report, inst: InstanceFacts, node: NodeFacts | None, 
     nixl = version_of(node.packages, "nixl") if node else None
     known = tuple(int(p) for p in takewhile(str.isdecimal, (nixl or "").split("."))) >= _NIXL_CUDA_TLS_CHECK
     report.add("error" if known else "warn", "ucx_tls", inst.instance, f"{seen}, GPUs present, nixl {nixl or '?'}",
-               f"{inst.instance}'s node has GPUs and UCX_TLS enables no CUDA transport: NIXL "
-               f"{'refuses' if known else 'may refuse'} it at start ('Invalid UCX_TLS=... NVIDIA GPU(s) are present, "
-               "but this setting does not enable CUDA memory support', NIXL PR #1617)", "tls_without_cuda")
+               "" if known else "older NIXL was not checked: it may refuse it", "tls_without_cuda")
     return True
 
 
@@ -221,33 +206,27 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
         gpus = inst.gpu is not None or bool(node and "GPU0" in node.topo_text)  # the spec's, or nvidia-smi's
         subject, seen = inst.instance, f"UCX_TLS={value}"
         if any("^" in t for t in tokens[1:]) or "^" in tokens[0].lstrip("^") or tokens[0].startswith("^^"):
-            report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "
-                       "UCX_TLS (NIXL refuses it: NIXL_ERR_BACKEND)", "tls_caret")
+            report.add("error", "ucx_tls", subject, seen, "", "tls_caret")
             continue
         if gpus and _check_gpu_tls(report, inst, node, tokens, seen):
             continue
         if tokens[0].startswith("^"):
             denied = {tokens[0][1:], *tokens[1:]}
             if facts.multi_host and "tcp" in denied and not (node and node.rdma_devices):
-                report.add("error", "ucx_tls", subject, seen, "UCX_TLS denies tcp on a node without RDMA: no "
-                           "transport is left between hosts", "tls_no_network")
+                report.add("error", "ucx_tls", subject, seen, "UCX_TLS denies tcp on a node without RDMA",
+                           "tls_no_network")
             continue
         names = {t.lower() for t in tokens}
         if not names & _HOST_TLS:
-            report.add("error", "ucx_tls", subject, seen, "UCX_TLS lists only GPU transports, but LMCache's L1 is "
-                       "host DRAM: NIXL fails with NIXL_ERR_BACKEND ('transports cuda_ipc,cuda_copy are not "
-                       "available')", "tls_unavailable")
+            report.add("error", "ucx_tls", subject, seen, "UCX_TLS lists only GPU transports", "tls_unavailable")
             continue
         if facts.multi_host and not names & _NET_TLS:
-            report.add("error", "ucx_tls", subject, seen, "UCX_TLS has no network transport (tcp, rc, ud, dc): "
-                       "peers on other hosts cannot be reached", "tls_no_network")
+            report.add("error", "ucx_tls", subject, seen, "", "tls_no_network")
         elif names & _NET_TLS and not names & {"tcp", "all"} and node is not None and node.rdma_devices == 0:
             report.add("error", "ucx_tls", subject, seen, f"UCX_TLS asks for RDMA transports but node "
                        f"{inst.node} has no RDMA device", "tls_unavailable")
         if names & _CUDA_TLS and not gpus:
-            report.add("warn", "ucx_tls", subject, seen, f"UCX_TLS lists CUDA transports on node {inst.node}, "
-                       "which has no GPU: they carry nothing, and cuda_copy alone lowers throughput "
-                       "(openucx/ucx#11652)", "tls_cuda_without_gpu")
+            report.add("warn", "ucx_tls", subject, seen, "", "tls_cuda_without_gpu")
 
 
 def rdma_expected(facts: FleetFacts) -> tuple[bool, str]:
@@ -299,10 +278,7 @@ def _check_engines(report: Report, facts: FleetFacts) -> None:
                        **again)
         elif inst.engine_health == "degraded":
             said = inst.engine_log[-1][:300] if inst.engine_log else "its log names no reason"
-            report.add("error", "engine_degraded", subject, said,
-                       f"{inst.instance}'s engine is degraded: it serves without its lmcache server, so it "
-                       "neither stores nor pulls anything (the fleet shares nothing through it)", "engine_degraded",
-                       instance=inst.instance)
+            report.add("error", "engine_degraded", subject, said, "", "engine_degraded", instance=inst.instance)
 
 
 def _check_kv_events(report: Report, facts: FleetFacts) -> None:
@@ -312,8 +288,7 @@ def _check_kv_events(report: Report, facts: FleetFacts) -> None:
     for inst in facts.instances:
         if inst.engine_state == "running" and inst.engine_flags.get("kv_events") == "off":
             report.add("error", "kv_events", f"{inst.instance}/engine", "no --kv-events-config with "
-                       "enable_kv_cache_events", f"{inst.instance}'s engine publishes no KV events, so the router "
-                       "cannot see what it holds", "kv_events_off", restart=restart(facts, [inst.instance], "engine"))
+                       "enable_kv_cache_events", "", "kv_events_off", restart=restart(facts, [inst.instance], "engine"))
 
 
 def check(facts: FleetFacts) -> Report:
@@ -329,8 +304,7 @@ def check(facts: FleetFacts) -> Report:
         return report
     for inst in facts.instances:
         if inst.env_file_rendered:
-            report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
-                       "env_not_rendered")
+            report.add("info", "env_file", inst.instance, "missing", "", "env_not_rendered")
     per_inst = check_agreement(report, facts)
     _check_hash_fallback(report, facts)
     _check_mooncake(report, facts)

@@ -85,20 +85,17 @@ def _check_roce_gid(report: Report, subject: str, dev: IbDevice, port: IbPort) -
     ndev = next((g.ndev for g in port.gids if g.ndev), dev.netdevs[0] if dev.netdevs else "<netdev>")
     if not v4:
         seen = ", ".join(f"{g.index}:{g.gid} {g.type}".strip() for g in port.gids) or "no GIDs"
-        report.add("error", "roce_gid", subject, seen,
-                   "RoCE port has no RoCE v2 GID with an IPv4 address: UCX fails with 'Destination is "
-                   "unreachable' or picks a link-local GID", "no_ipv4_gid", netdev=ndev)
+        report.add("error", "roce_gid", subject, seen, "", "no_ipv4_gid", netdev=ndev)
     elif all(g.index != 3 for g in v4):
-        report.add("info", "roce_gid", subject, f"index {v4[0].index} = {gid_ipv4(v4[0].gid)}",
-                   "the IPv4 RoCE v2 GID is not at index 3", "gid_index", index=v4[0].index)
+        report.add("info", "roce_gid", subject, f"index {v4[0].index} = {gid_ipv4(v4[0].gid)}", "", "gid_index",
+                   index=v4[0].index)
 
 
 def check_ports(report: Report, inputs: RdmaInputs) -> None:
     rows = []
     for dev in inputs.devices:
         if not dev.ports:
-            report.add("error", "port_state", dev.name, "no ports", "device has no ports in sysfs",
-                       "port_down")
+            report.add("error", "port_state", dev.name, "no ports", "device has no ports in sysfs", "port_down")
         for port in dev.ports:
             subject = f"{dev.name}/{port.port}"
             v4 = port.roce_v2_ipv4_gids()
@@ -137,13 +134,11 @@ def check_uverbs(report: Report, inputs: RdmaInputs) -> None:
     uverbs_nodes = [n for n in inputs.dev_nodes if n.startswith("uverbs")]
     if not inputs.dev_nodes:
         names = ", ".join(d.name for d in inputs.devices)
-        report.add("error", "uverbs", "/dev/infiniband", "missing",
-                   f"RDMA devices are visible in sysfs ({names}) but /dev/infiniband is absent: verbs cannot "
-                   "open them ('Failed to open device')", "no_uverbs")
+        report.add("error", "uverbs", "/dev/infiniband", "missing", f"RDMA devices are visible in sysfs ({names}) but "
+                   "/dev/infiniband is absent ('Failed to open device')", "no_uverbs")
         return
     if not inputs.uverbs_class_present:
-        report.add("error", "uverbs", "ib_uverbs", "no /sys/class/infiniband_verbs",
-                   "the verbs user-space interface is not loaded", "uverbs_module")
+        report.add("error", "uverbs", "ib_uverbs", "no /sys/class/infiniband_verbs", "", "uverbs_module")
         return
     by_dev = {ibdev: node for node, ibdev in inputs.uverbs.items()}
     for dev in inputs.devices:
@@ -156,12 +151,10 @@ def check_uverbs(report: Report, inputs: RdmaInputs) -> None:
 def check_memlock(report: Report, inputs: RdmaInputs) -> None:
     mem = inputs.memlock
     if mem.error:
-        report.add("warn", "memlock", "memlock", mem.error, "could not read the locked-memory limit",
-                   "memlock")
+        report.add("warn", "memlock", "memlock", mem.error, "could not read the locked-memory limit", "memlock")
     elif not mem.unlimited and (mem.soft or 0) < MEMLOCK_MIN_BYTES:
-        report.add("error", "memlock", mem.source, f"soft {mem.soft} bytes, hard {mem.hard or 'unlimited'}",
-                   "locked memory is limited: registering the L1 buffer for RDMA fails with 'Cannot allocate "
-                   "memory' (ibv_reg_mr / ibv_create_cq)", "memlock")
+        report.add("error", "memlock", mem.source, f"soft {mem.soft} bytes, hard {mem.hard or 'unlimited'}", "",
+                   "memlock")
 
 
 def check_gpudirect(report: Report, inputs: RdmaInputs) -> None:
@@ -178,9 +171,7 @@ def check_gpudirect(report: Report, inputs: RdmaInputs) -> None:
         report.add("info", "gpudirect", "gpu", "/proc/modules unreadable, no ucx_info",
                    "cannot tell whether GPUDirect RDMA is available")
     else:
-        report.add("warn", "gpudirect", "gpu", "no nvidia_peermem module, no dmabuf memory type",
-                   "GPUDirect RDMA unavailable: GPU memory is staged through host memory",
-                   "no_peermem")
+        report.add("warn", "gpudirect", "gpu", "no nvidia_peermem module, no dmabuf memory type", "", "no_peermem")
 
 
 def check_affinity(report: Report, inputs: RdmaInputs) -> None:
@@ -194,14 +185,11 @@ def check_affinity(report: Report, inputs: RdmaInputs) -> None:
         link, nics = topo.closest_nics(gpu)
         affinity[gpu] = {"link": link, "nics": nics}
         if link and LINK_RANK[link] >= LINK_RANK["NODE"]:
-            report.add("warn", "affinity", gpu, f"closest NIC(s) {','.join(nics)} via {link}",
-                       f"{gpu} has no NIC on its PCIe switch: transfers cross the host bridge",
-                       "gpu_nic_far")
+            report.add("warn", "affinity", gpu, f"closest NIC(s) {','.join(nics)} via {link}", "", "gpu_nic_far")
         down = [n for n in nics if n in known and n not in active]
         if down and len(down) == len(nics):
             report.add("error", "affinity", gpu, f"nearest NIC(s) {','.join(down)} not ACTIVE ({link})",
-                       f"{gpu}'s own rail is down",
-                       "gpu_nic_down", nics=",".join(down))
+                       f"{gpu}'s own rail is down", "gpu_nic_down", nics=",".join(down))
     report.facts["affinity"] = affinity
 
 
@@ -214,8 +202,7 @@ def check_tcp_path(report: Report, inputs: RdmaInputs, require_rdma: bool) -> No
     report.facts["interfaces"] = [{"name": n.name, "operstate": n.operstate, "mtu": n.mtu}
                                   for n in inputs.netdevs]
     if not real_up:
-        report.add("warn", "tcp_path", "interfaces", "only lo is up",
-                   "no non-loopback interface is up", "only_loopback")
+        report.add("warn", "tcp_path", "interfaces", "only lo is up", "", "only_loopback")
     else:
         report.add("info", "tcp_path", "interfaces", ",".join(real_up), "interfaces up for TCP transfers")
     if inputs.ucx_devices is not None:
@@ -232,5 +219,4 @@ def check_tcp_path(report: Report, inputs: RdmaInputs, require_rdma: bool) -> No
     if lanes:
         report.add("info", "tcp_path", "ucx", f"{', '.join(lanes)} (from {source})", "UCX sees tcp transports")
     else:
-        report.add("error", "tcp_path", "ucx", f"no tcp transport (from {source})",
-                   "UCX lists no tcp transport, so transfers have no path", "no_tcp_transport")
+        report.add("error", "tcp_path", "ucx", f"no tcp transport (from {source})", "", "no_tcp_transport")

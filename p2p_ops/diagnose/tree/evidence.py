@@ -30,6 +30,10 @@ class Observation:
     cause: Optional[Verdict] = None     # what a problem's evidence confirms (the catalogue's verdict)
     error: bool = True                  # False: a warning (it ranks after an error of the same cause rank)
 
+    def __post_init__(self) -> None:
+        if self.status == "problem" and self.cause is None:
+            raise ValueError(f"{self.check} {self.subject}: a problem names its cause")
+
     @property
     def fix(self) -> str:
         return self.cause.fix if self.cause else ""
@@ -76,8 +80,7 @@ class Evidence:
             patterns = [s.pattern for s in self.tree.signatures.values() if s.logs]
             units = self.ctx.units(roles=LAUNCHED_ROLES) if self.ctx is not None else []
             where = [(f"{u.folder}/{u.role}.log", u.role, u.node.name if u.node else "", self.ctx.conn(u.node),
-                      self.ctx.proc(u).log)
-                     for u in units]
+                      self.ctx.proc(u).log) for u in units]
             where += [(str(p), "any", "", LocalConnector(), str(p)) for p in self.extra_logs]
             self._logs = [(label, role, node, read_fact(conn, log_grep_fact(path, patterns, LOG_MATCH_LIMIT),
                                                         timeout=30)) for label, role, node, conn, path in where]

@@ -38,8 +38,9 @@ class Diagnosis:
 
     def likely(self) -> Optional[tuple[StepResult, Observation]]:
         """(step, observation) of the most specific problem found; None when no check found one."""
-        found = [(step, o) for step in self.steps for o in step.observations if o.status == "problem" and o.cause]
-        return min(found, key=lambda f: rank_key(f[1].cause, f[1].error)) if found else None
+        found = [(step, o, o.cause) for step in self.steps for o in step.observations if o.cause and
+                 o.status == "problem"]
+        return min(found, key=lambda f: rank_key(f[2], f[1].error))[:2] if found else None
 
     @property
     def exit_code(self) -> int:
