@@ -19,8 +19,9 @@ L1_RATIO = "lmcache_mp_l1_usage_ratio"
 P2P_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 LOAD_THROUGHPUT_BUCKETS = "lmcache_mp_l2_load_throughput_GB_per_second_bucket"
 PREFETCH_ADAPTERS = "lmcache_mp_l2_prefetch_adapters"     # label state="active": the peers a server reads from
-# Chunks whose prefetch fell back to recompute, by reason (l1_oom, l1_contended, not_found: causes of the catalogue).
+# Chunks whose prefetch fell back to recompute, by reason: LMCache 0.5.6's reasons are causes of the catalogue.
 PREFETCH_FAILURES = "lmcache_mp_l2_prefetch_failure_chunks_total"
+PREFETCH_REASONS = ("l1_oom", "l1_contended", "not_found")
 ACTIVE_LOOKUP_JOBS = "lmcache_mp_active_p2p_lookup_jobs"  # owner-side P2P lookup jobs held
 HIT_TOKENS = "lmcache_mp_lookup_hit_tokens_total"
 REQ_TOKENS = "lmcache_mp_lookup_requested_tokens_total"

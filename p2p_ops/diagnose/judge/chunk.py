@@ -60,6 +60,8 @@ FIELDS = ("chunk_size", "hash_algorithm", "model_name", "world_size", "cache_sal
 KEY_CAUSES = {"chunk_size": "chunk_size_differs", "hash_algorithm": "hash_algorithm_differs",
               "model_name": "model_differs", "world_size": "world_size_differs", "cache_salt": "cache_salt_differs",
               "PYTHONHASHSEED": "hash_seed_differs", "NONE_HASH": "none_hash_differs", "hash_fallback": "builtin_hash"}
+# A reason in words and as the catalogue's verdict.
+Why = tuple[str, Verdict]
 
 
 @dataclass
@@ -211,10 +213,6 @@ def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
     placed = facts.placements.get(key, [])
     return (next((p.tier for p in placed if p.instance_id == me and p.tier), ""),
             list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
-
-
-# A reason in words and as the catalogue's verdict.
-Why = tuple[str, Verdict]
 
 
 def _why(facts: ExplainFacts, cause: str, subject: str, detail: str) -> Why:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from p2p_ops.causes import CAUSES, Verdict, verdict
+from p2p_ops.endpoints.metrics_api import PREFETCH_REASONS
 from p2p_ops.observe.stats import median
 
 # A margin's cause: its words (what the figures show, and the fix where they confirm it) and its verdict.
@@ -119,7 +120,8 @@ def missed(rows: list[dict]) -> Said:
     if oom:
         shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
                           for n, f in oom.items())
-        reasons = [r for r in sorted({r for f in oom.values() for r in f}) if r in CAUSES] or ["not_confirmed"]
+        reasons = [r if r in PREFETCH_REASONS else "prefetch_fallback" for r in sorted({r for f in oom.values()
+                                                                                        for r in f})]
         text, v = said(reasons[0], f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute "
                        f"({shown})", "reader")
         return text + "".join(f"; {r}: {CAUSES[r].fix}" for r in reasons[1:]) + " (or measure shorter prefixes)", v

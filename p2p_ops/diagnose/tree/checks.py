@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from p2p_ops import causes
-from p2p_ops.causes import verdict
+from p2p_ops.causes import restart, verdict
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
 from p2p_ops.diagnose.doctor.checks import rdma_expected
@@ -61,7 +60,7 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
         if live:
             last = redact_text(live[-1].strip(), label).text[:300]
             owner = label.split("/", 1)[0] if node else label      # a fleet log's instance, or the --log file
-            again = causes.restart((node or "<node>", role if role != "any" else "server"))
+            again = restart((node or "<node>", role if role != "any" else "server"))
             out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(live)} line(s), last: {last}",
                                    verdict(sig.cause, owner, (f"log:{sig_id} {label}", last), log=label,
                                            instance=owner, node=node or "<node>", restart=again)))
@@ -115,7 +114,7 @@ def _metric_prefetch_failure(ev: Evidence) -> list[Observation]:
     for _, inst, url in ev.running_servers():
         bad = metrics_api.prefetch_failures(ev.metrics(url))
         out += [Observation("metric:prefetch_failure", "problem", inst.id, f"l2_prefetch_failure {r}={v:g}",
-                            verdict(r if r in causes.CAUSES else "ucx_error", inst.id,
+                            verdict(r if r in metrics_api.PREFETCH_REASONS else "prefetch_fallback", inst.id,
                                     (f"metric:{metrics_api.PREFETCH_FAILURES}", f"reason={r}: {v:g}")))
                 for r, v in sorted(bad.items())]
         if not bad:

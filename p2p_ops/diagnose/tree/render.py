@@ -16,8 +16,9 @@ def render_text(d: Diagnosis) -> list[str]:
             if o.status == "problem" or (s.verdict != "problem" and o.status in ("info", "unknown", "n/a")):
                 lines.append(f"      - {o.subject}: {o.detail}")
                 if o.cause and o.status == "problem":
-                    lines.append(f"        cause {o.cause.id}: {CAUSES[o.cause.id].means}")
-                    lines.append(f"        fix: {o.fix}")
+                    means = CAUSES[o.cause.id].means
+                    lines += [f"        cause {o.cause.id}" + ("" if means in o.detail else f": {means}"),
+                              f"        fix: {o.fix}"]
         if s.manual and s.verdict != "ok":
             lines += [f"      run: {m}" for m in s.manual]
     got = d.likely()
