@@ -129,7 +129,7 @@ def _fmt(n: int) -> str:
 
 def assess(usage: list[RailUsage], expected: list[str] | None = None, min_bytes: int = 1 << 20,
            imbalance_ratio: float = 2.0) -> Report:
-    report = Report("Rail check")
+    report = Report("Rail check", source="rails")
     report.facts["rails"] = [dict(asdict(u), total=u.total) for u in usage if u.total or u.reset]
     for rail in (u for u in usage if u.reset):
         report.add("warn", "counter_reset", rail.name, "counter went backwards",

@@ -145,3 +145,15 @@ def test_no_step_tells_a_gpu_node_to_drop_its_cuda_transport():
     assert named
     for c in named:
         assert "GPU node" in CAUSES[c].fix or "GPU-less node" in CAUSES[c].fix or "has GPUs" in CAUSES[c].means, c
+
+
+def test_a_problem_that_confirms_no_reason_is_shown_but_never_named_as_the_likely_cause(tmp_path):
+    """Mooncake logs 'Local segment descriptor not found' at every start: the step shows it, and the walk says no
+    cause is confirmed rather than name it (its cause is not `confirmed` in the catalogue)."""
+    log = tmp_path / "server.log"
+    log.write_text("E20261201 mooncake: Local segment descriptor not found\n")
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "NIXL_ERR_BACKEND"), evidence.Evidence(None, TREE, (log,)))
+    [seen] = [o for s in d.steps for o in s.observations if o.check == "log:mooncake_segment_desc"]
+    assert seen.status == "problem" and seen.cause.id == "mooncake_segment_desc" and not seen.cause.confirmed
+    assert d.likely() is None and d.exit_code == 0 and d.to_dict()["likely_cause"] is None
+    assert any("Local segment descriptor" in s for s in d.seen())

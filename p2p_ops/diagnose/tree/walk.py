@@ -37,9 +37,10 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
 
     def likely(self) -> Optional[tuple[StepResult, Observation]]:
-        """(step, observation) of the most specific problem found; None when no check found one."""
-        found = [(step, o, o.cause) for step in self.steps for o in step.observations if o.cause and
-                 o.status == "problem"]
+        """(step, observation) of the most specific problem whose evidence confirms its cause; None when no check
+        found one (a problem that confirms no reason is shown, never named as the cause)."""
+        found = [(step, o, o.cause) for step in self.steps for o in step.observations
+                 if o.status == "problem" and o.cause and o.cause.confirmed]
         return min(found, key=lambda f: rank_key(f[2], f[1].error))[:2] if found else None
 
     @property
@@ -49,7 +50,7 @@ class Diagnosis:
     def seen(self) -> list[str]:
         """What the checks observed, for an answer that confirms no cause."""
         return [f"{o.check} {o.subject}: {o.detail}" for s in self.steps for o in s.observations
-                if o.status in ("ok", "info", "n/a")]
+                if o.status in ("ok", "info", "n/a") or o.cause and not o.cause.confirmed]
 
     def to_dict(self) -> dict:
         data = asdict(self)
