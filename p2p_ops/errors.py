@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+from p2p_ops.causes import Verdict
+
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
 class P2POpsError(Exception):
+    """`cause`: the catalogue's verdict on why, where one is confirmed (a refusal's --json carries it)."""
+
     exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, *args: object, cause: Optional[Verdict] = None):
+        super().__init__(*args)
+        self.cause = cause
 
 
 class BadInput(P2POpsError):

@@ -1,4 +1,4 @@
-"""Files that ship inside the package (templates, the decision tree), and where the checkout and the paths a
+"""Files that ship inside the package (templates, the decision tree, the log signatures), and where the checkout and the paths a
 user gives point. pyproject maps the repo's top-level templates/ folder to the `p2p_ops.templates` package, which
 is what a wheel reads.
 """
@@ -41,5 +41,6 @@ def template_text(name: str) -> str:
     return _templates().joinpath(name).read_text(encoding="utf-8")
 
 
-def tree_text() -> str:
-    return resources.files("p2p_ops.diagnose.tree").joinpath("tree.yaml").read_text(encoding="utf-8")
+def data_text(package: str, name: str) -> str:
+    """A data file of a package (the decision tree, the log signatures)."""
+    return resources.files(package).joinpath(name).read_text(encoding="utf-8")

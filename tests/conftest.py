@@ -74,11 +74,29 @@ def mooncake_settings(**more) -> dict:
     return local_fleet(1)["settings"] | {"transfer_engine": "mooncake_te", "mooncake_listen_any": True, **more}
 
 
+def free_base(n_nodes: int, router: bool = False) -> dict:
+    """The first free port plan for `n_nodes`, searched from this xdist worker's own share of the offsets: two
+    workers that look at the same moment never pick one plan (the unit tier runs on two)."""
+    from p2p_ops.errors import BadInput
+    from p2p_ops.lifecycle.free_ports import OFFSET_LIMIT, OFFSET_STEP, choose
+
+    worker, count = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]), int(os.environ.get(
+        "PYTEST_XDIST_WORKER_COUNT", "1"))
+    offsets = list(range(0, OFFSET_LIMIT, OFFSET_STEP))
+    share = len(offsets) // max(count, 1)
+    for off in offsets[worker * share:] + offsets[:worker * share]:
+        try:
+            return choose(n_nodes, offset=off, router=router).base
+        except BadInput:
+            continue
+    return choose(n_nodes, router=router).base    # none free: choose() says so in one line
+
+
 def write_local_fleet(path: Path, n_nodes: int = 2, name: str = "t", **overrides) -> Path:
-    from p2p_ops.lifecycle.free_ports import choose, planned_ports, port_free
+    from p2p_ops.lifecycle.free_ports import planned_ports, port_free
     from p2p_ops.spec.starter import local_fleet
 
-    base = choose(n_nodes).base
+    base = free_base(n_nodes)
     data = local_fleet(n_nodes, name=name, base=base)
     # Each test fleet's Prometheus on a port nothing holds now (one left behind by another test cannot answer for
     # it), counted up from the starter's, outside the kernel's ephemeral range a client socket may take meanwhile.

@@ -208,7 +208,7 @@ def recommendation(doc: dict[str, Any]) -> str:
     longest = max(r["tokens"] for r in doc["rows"])
     if profile.emulated:
         m, basis = proj["min_pull_tokens"], f"this box's measured pull against {profile.name}'s emulated prefill"
-        why = proj["cause"]
+        why = proj["why"]
     else:
         m, basis = adv["min_pull_tokens"], "this box's measured pull and recompute, no GPU emulation"
         why = f"the pull did not win at every length up to {longest} tokens"
@@ -257,10 +257,11 @@ def project(rows: list[dict], profile: TimingProfile, bytes_per_token: Optional[
         t["pays"] = "inconclusive" if unsure else "yes" if won else "no"
     published = profile.crossover_tokens
     fit = pull_fit(rows)
+    why, cause = margin.crossover(fit, profile, table, bytes_per_token)
     return {"profile": profile.name, "rows": table,
             "min_pull_tokens": first_lasting_win([t["tokens"] for t in table], wins) if table else None,
             "published_min_pull_tokens": None if published is None or math.isinf(published) else round(published),
-            "pull_fit": fit, "cause": margin.crossover(fit, profile, table, bytes_per_token),
+            "pull_fit": fit, "why": why, "cause": cause.to_dict() if cause else None,
             "inconclusive": [t["tokens"] for t in table if t["pays"] == "inconclusive"]}
 
 
@@ -273,4 +274,4 @@ def projection_markdown(proj: dict[str, Any], describe: str) -> list[str]:
         own = f"{t['pull_published_ms']:.0f}" if t["pull_published_ms"] is not None else "n/a"
         lines.append(f"| {t['tokens']} | {with_spread(t['pull_measured_ms'], t.get('pull_range_ms'))} | "
                      f"{t['prefill_emulated_ms']:.0f} | {own} | {t['pays']} |")
-    return lines + ["", f"Measured cause: {proj['cause']}.", ""]
+    return lines + ["", f"Measured cause: {proj['why']}.", ""]

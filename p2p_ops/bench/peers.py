@@ -35,7 +35,6 @@ from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
 from p2p_ops.harness.basic import grew
-from p2p_ops.harness.matrix import OP_SECONDS
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle import launch
@@ -190,11 +189,12 @@ def _ask(run: _Run, s: Sample, prompt: str) -> None:
     after = (metrics_api.scrape(srv), metrics_api.scrape(url))
     s.cached_tokens, s.error = r.cached_tokens, r.error
     s.load_tasks = grew(before[0], after[0], metrics_api.P2P_LOADS, l2_name="p2p")
-    lookup, retrieve = (grew(before[1], after[1], OP_SECONDS, op=op) for op in ("lookup", "retrieve"))
+    op_sum = metrics_api.ENGINE_OP_SECONDS + "_sum"
+    lookup, retrieve = (grew(before[1], after[1], op_sum, op=op) for op in ("lookup", "retrieve"))
     s.lookup_ms = lookup * 1000 if lookup > 0 else None
     s.retrieve_ms = retrieve * 1000 if retrieve > 0 else None
     if s.lookup_ms is None and not s.error:
-        s.error = f"{s.requester}'s engine reports no LMCache lookup time ({OP_SECONDS}): not the embedded engine?"
+        s.error = f"{s.requester}'s engine reports no LMCache lookup time ({op_sum}): not the embedded engine?"
 
 
 def document(samples: list[Sample], notes: list[str], fleets: list[dict], opts: PeersOptions) -> dict:

@@ -20,7 +20,8 @@ from p2p_ops.bench.placement_verdict import (NAN, ArmResult, PlacementOptions, a
                                              markdown, summarize)
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.errors import BadInput, CouldNotRun
-from p2p_ops.harness.basic import PEER_HIT_TOKENS, grew
+from p2p_ops.endpoints.metrics_api import PEER_HIT_TOKENS
+from p2p_ops.harness.basic import grew
 from p2p_ops.lifecycle import launch, procs
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.context import FleetContext

@@ -180,7 +180,7 @@ def markdown(results: list[ArmResult], opts: PlacementOptions, turns: Optional[l
             lines.append(f"| {policy} | {_x(v, 'throughput_x')} | {_x(v, 'ttft_p50_x')} | {_x(v, 'ttft_p90_x')} |")
     causes = explanations(results, m, turns or [], profile)
     lines += ["", f"**Recommendation**: {recommend(results, m, w, profile)}."]
-    lines += [f"- P2P margin below 1 under {policy}: {why}." for policy, why in causes.items()]
+    lines += [f"- P2P margin below 1 under {policy}: {why}." for policy, (why, _) in causes.items()]
     lines += ["", "llm-d (8 pods, TCP, 48K-token documents): the pull added ~1.15x under token/cache-aware "
               "placement and ~1.55x under load-aware placement; cache-aware + P2P served 1.4x load-aware + P2P "
               "and 2.2x the affinity default.", ""]
@@ -231,17 +231,18 @@ def recommend(results: list, margins: dict[str, dict], workload: Any, profile: T
 
 
 def explanations(results: list, margins: dict[str, dict], turns: list[dict],
-                 profile: TimingProfile) -> dict[str, str]:
-    """Why P2P's margin fell below 1, per policy where it did (turns carry their arm's label)."""
+                 profile: TimingProfile) -> dict[str, margin.Said]:
+    """Why P2P's margin fell below 1, per policy where it did (turns carry their arm's label): its words and the
+    catalogue's verdict."""
     out = {}
     arms = aggregate(results)
     for policy, v in ((p, v) for p, v in margins.items() if min(v["throughput_x"], v["ttft_p50_x"]) < 1):
         on, off = (next(r for r in arms if r.policy == policy and r.p2p == p and not r.error) for p in (True, False))
         arm = {p: [t for t in turns if t.get("arm") == f"{policy}-p2p-{p}"] for p in ("on", "off")}
-        out[policy] = margin.placement(on, off, arm["on"], arm["off"], profile)
+        why, cause = out[policy] = margin.placement(on, off, arm["on"], arm["off"], profile)
         if straddles(v["range"]["throughput_x"], 1.0):
             out[policy] = (f"inconclusive on this box, the {v['repeats']} repeats' req/s margins lie on both sides "
-                           f"of 1 ({_x(v, 'throughput_x')}); if real: {out[policy]}")
+                           f"of 1 ({_x(v, 'throughput_x')}); if real: {why}", cause)
     return out
 
 
@@ -249,9 +250,11 @@ def document(results: list[ArmResult], opts: PlacementOptions, ports: PortChoice
              turns: Optional[list[dict]] = None) -> dict[str, Any]:
     profile = TIMING_PROFILES[opts.timing]
     m = margins(results)
+    below = explanations(results, m, turns or [], profile)
     return finite({"options": asdict(opts), "ports": ports.to_json(),
                    "timing": {"profile": profile.name, "describe": profile.describe(),
                               "settings": profile.engine_settings()},
                    "arms": [asdict(r) for r in aggregate(results)], "runs": [asdict(r) for r in results], "margins": m,
                    "recommendation": recommend(results, m, opts.workload, profile),
-                   "below_one": explanations(results, m, turns or [], profile)})
+                   "below_one": {p: why for p, (why, _) in below.items()},
+                   "causes": {p: v.to_dict() if v else None for p, (_, v) in below.items()}})

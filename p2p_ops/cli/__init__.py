@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"p2pctl {args.command}: {exc}", file=sys.stderr)
         if getattr(args, "json", False):
             # A script that asked for JSON still gets exactly one document on stdout.
-            output.emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})
+            output.emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code}
+                             | ({"cause": exc.cause.to_dict()} if exc.cause else {}))
         return exc.exit_code
     except KeyboardInterrupt:
         print("p2pctl: interrupted", file=sys.stderr)

@@ -62,7 +62,8 @@ def running_context(args: argparse.Namespace):
 @contextmanager
 def refusal_with_cause(ctx):
     """A refusal of a fleet that is not ready, with the judge's cause for the instances it names: the readiness
-    check says *what* is wrong (an engine degraded), the one judge *why* (its server's chunk size differs)."""
+    check says *what* is wrong (an engine degraded), the one judge *why* (its server's chunk size differs); the
+    refusal carries the cause's verdict (--json: "cause")."""
     try:
         yield
     except (CouldNotRun, CheckFailed) as err:
@@ -77,7 +78,8 @@ def refusal_with_cause(ctx):
             found = None    # the judge could not read the fleet: the refusal stands as it is
         if found is None or found.top(about) is None:
             raise
-        raise type(err)(f"{err}\nlikely cause: {found.cause(about)}") from err
+        kind = CheckFailed if isinstance(err, CheckFailed) else CouldNotRun
+        raise kind(f"{err}\nlikely cause: {found.said(about)}", cause=found.cause(about)) from err
 
 
 def done(args: argparse.Namespace, doc, show: Callable[[], object] | list[str], code: int | bool = EXIT_OK) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from p2p_ops import files
+from p2p_ops.causes import CAUSES
 from p2p_ops.cli.common import done, verb
 from p2p_ops.diagnose.findings import Report
 from p2p_ops.errors import BadInput, CouldNotRun
@@ -82,8 +83,9 @@ def _probe_lines(result) -> list[str]:
                 f"  UCX {result.ucx_version or '?'}; transports: {', '.join(result.transports) or '?'}",
                 f"  READ path: {path.get('class', '?')} ({how or '?'}) [{path.get('source', '')}]"]
     f = result.failure
-    lines = [f"  READ failed on the {f.side} at stage {f.stage}: {f.exc_class}: {f.message}",
-             f"  cause: {f.cause}", f"  fix:   {f.fix}"]
+    lines = [f"  READ failed on the {f.side} at stage {f.stage}: {f.exc_class}: {f.message}"]
+    lines += ([f"  cause ({f.cause.id}): {CAUSES[f.cause.id].means}", f"  fix:   {f.cause.fix}"] if f.cause else
+              ["  cause: not recognised: read the exception and the UCX/NIXL lines below"])
     return lines + [f"  evidence: {e}" for e in f.evidence]
 
 

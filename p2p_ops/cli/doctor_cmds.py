@@ -15,10 +15,11 @@ from p2p_ops.errors import BadInput
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from p2p_ops.diagnose import doctor
+    from p2p_ops.diagnose.judge.fleet import document
 
     with context(args) as ctx:
         facts, report = doctor.run(ctx, reach=not args.no_reach)
-    doc = report.to_dict() | ({"gathered": facts.to_dict()} if args.facts else {})
+    doc = document(facts, report) | ({"gathered": facts.to_dict()} if args.facts else {})
     return done(args, doc, lambda: print(plain("\n".join(doctor.summary_lines(report)))), report.exit_code)
 
 
@@ -78,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--facts", action="store_true", help="with --json: include everything gathered")
 
     p = verb(sub, "diagnose", cmd_diagnose, fleet=False,
-             json="machine-readable result; \"likely_cause\" names the first failing step and its subjects",
+             json="machine-readable result; \"likely_cause\" names the step, its subjects and the cause (id, fix)",
              help="walk the decision tree of a symptom, running its checks",
              description="Walk a symptom's decision tree: each step runs its automated checks (doctor "
              "findings, log signatures, metrics, /status) and prints what it found, the cause and the fix; "

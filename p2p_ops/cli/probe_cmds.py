@@ -101,8 +101,9 @@ def _print_node(p: NodeProbe) -> None:
     verdict = f"[{colour}]{p.verdict.upper()}[/{colour}]"
     t = table(f"node {p.node} ({p.connection} {p.address}) — {verdict}", "check", title_justify="left")
     t.add_column("value", overflow="fold")
-    rows = [("error", p.error)] if p.error else [*node_rows(p), *(("[red]problem[/red]", m) for m in p.problems),
-                                                 *(("[yellow]warning[/yellow]", m) for m in p.warnings)]
+    rows = [("error", p.error)] if p.error else [
+        *node_rows(p), *((f"[red]problem[/red] ({v.id})", v.line()) for v in p.problems),
+        *((f"[yellow]warning[/yellow] ({v.id})", v.line()) for v in p.warnings)]
     for check, value in rows:
         t.add_row(check, value)
     show(t)

@@ -162,7 +162,8 @@ def print_matrix(result: MatrixResult) -> None:
     show(t)
     for p in result.pairs:
         if not p.ok and not p.skipped:
-            console.print(f"[red]{p.source} -> {p.target}:[/red] {escape(plain(p.cause or p.error))}", soft_wrap=True)
+            console.print(f"[red]{p.source} -> {p.target}{f' ({p.cause.id})' if p.cause else ''}:[/red] "
+                          f"{escape(plain(p.likely_cause or p.error))}", soft_wrap=True)
     c = result.counts
     console.print(f"{verdict(result.passed)} — {c['passed']}/{c['pairs']} pairs in {result.seconds:.0f} s; heatmap "
                   f"and table in {result.run_dir}", soft_wrap=True)
@@ -188,7 +189,8 @@ def print_basic(result: BasicResult) -> None:
         console.print(plain(f"explain on {result.explain['instance']}: [{result.explain['strip']}] "
                             f"{result.explain['verdict']}"), markup=False, soft_wrap=True)
     if result.likely_cause:
-        console.print(f"[red]likely cause:[/red] {escape(plain(result.likely_cause))}", soft_wrap=True)
+        console.print(f"[red]likely cause{f' ({result.cause.id})' if result.cause else ''}:[/red] "
+                      f"{escape(plain(result.likely_cause))}", soft_wrap=True)
 
 
 def stress_options(args: argparse.Namespace) -> StressOptions:

@@ -219,7 +219,7 @@ def _add_explain(w: BundleWriter, ctx: FleetContext, progress: Progress, judged:
         return
     progress(f"explaining the last request that missed the cache ({folder.name})")
     try:
-        _, ex = explain.run_saved(ctx, str(folder), judged)
+        _, ex = explain.run_saved(ctx, str(folder), (lambda: judged) if judged else None)
         w.add_json("explain.json", ex.to_dict(), "`p2pctl explain --json` on the last request that missed the cache",
                    f"p2pctl explain --run {folder}")
         w.add_text("explain.txt", "\n".join(explain.render_text(ex)) + "\n", "`p2pctl explain` output",
@@ -264,14 +264,15 @@ def collect(ctx: FleetContext, out: Optional[Path] = None, with_doctor: bool = T
         progress("running the fleet doctor")
         try:
             facts, report = doctor.run(ctx)
-            w.add_json("doctor.json", {"report": report.to_dict(), "facts": facts.to_dict()},
+            w.add_json("doctor.json", {"report": judge.fleet.document(facts, report), "facts": facts.to_dict()},
                        "`p2pctl doctor --json`: findings and the facts they came from", "p2pctl doctor")
             w.add_text("doctor.txt", "\n".join(doctor.summary_lines(report)) + "\n", "`p2pctl doctor` output",
                        "p2pctl doctor")
             # The one judge's answer, as every other verb gives it (redacted: a finding quotes what it saw).
             judged = judge.judgement(facts, report)
-            cause = redact_text(judged.cause(), "manifest.json").text
-            doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems), "likely_cause": cause}
+            v = judged.cause()
+            doctor_summary = {"exit_code": report.exit_code, "problems": len(report.problems),
+                              "likely_cause": _redacted(judged.said()), "cause": _redacted(v.to_dict()) if v else None}
         except Exception as exc:  # noqa: BLE001
             w.missing("doctor", "p2pctl doctor", f"{type(exc).__name__}: {exc}")
         _add_explain(w, ctx, progress, judged)
@@ -302,5 +303,15 @@ def summary_lines(manifest: dict) -> list[str]:
         lines.append(f"doctor: {'healthy' if doc['exit_code'] == 0 else str(doc['problems']) + ' problem(s)'} "
                      "(doctor.txt in the bundle)")
         if doc.get("likely_cause"):
-            lines.append(f"likely cause: {doc['likely_cause']}")
+            lines.append(f"likely cause{' (' + doc['cause']['id'] + ')' if doc.get('cause') else ''}: "
+                         f"{doc['likely_cause']}")
     return lines
+
+
+def _redacted(data):
+    """Text, or a verdict's JSON, with every secret its strings quote redacted."""
+    if isinstance(data, str):
+        return redact_text(data, "manifest.json").text
+    if isinstance(data, dict):
+        return {k: _redacted(v) for k, v in data.items()}
+    return [_redacted(x) for x in data] if isinstance(data, list) else data

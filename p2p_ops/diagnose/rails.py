@@ -129,22 +129,21 @@ def _fmt(n: int) -> str:
 
 def assess(usage: list[RailUsage], expected: list[str] | None = None, min_bytes: int = 1 << 20,
            imbalance_ratio: float = 2.0) -> Report:
-    report = Report("Rail check")
+    report = Report("Rail check", source="rails")
     report.facts["rails"] = [dict(asdict(u), total=u.total) for u in usage if u.total or u.reset]
     for rail in (u for u in usage if u.reset):
         report.add("warn", "counter_reset", rail.name, "counter went backwards",
-                   "counter reset or wrapped during the window; its bytes are unknown", "re-run the rail check")
+                   "counter reset or wrapped during the window; its bytes are unknown", "rail_counter_reset")
     if expected:
         for name in [e for e in expected if not any(_matches(u, e) for u in usage)]:
             report.add("error", "expected_rail", name, "not present",
-                       "expected interface has no counters on this host", "check the name against "
-                       "`ls /sys/class/infiniband /sys/class/net` (RDMA ports as mlx5_0:1)")
+                       "expected interface has no counters on this host", "rail_missing")
         rails = [u for u in usage if any(_matches(u, e) for e in expected)]
         for rail in usage:
             if rail not in rails and rail.total >= min_bytes:
                 report.add("warn", "unexpected_rail", rail.name, _fmt(rail.total),
-                           "traffic on an interface that is not an expected rail",
-                           "pin UCX to the rails: UCX_NET_DEVICES=" + ",".join(expected))
+                           "traffic on an interface that is not an expected rail", "rail_imbalance",
+                           rails=",".join(expected))
     else:
         rails = [u for u in usage if u.kind == "rdma"]
     _balance(report, rails, min_bytes, imbalance_ratio)
@@ -158,8 +157,7 @@ def _balance(report: Report, rails: list[RailUsage], min_bytes: int, ratio: floa
                    "nothing to compare; pass the expected interfaces")
         return
     if total < min_bytes:
-        report.add("warn", "traffic", "rails", _fmt(total), "expected rails carried (almost) nothing",
-                   "check the transfer ran during the window and UCX picked these rails (UCX_LOG_LEVEL=info)")
+        report.add("warn", "traffic", "rails", _fmt(total), "expected rails carried (almost) nothing", "rails_idle")
         return
     report.add("info", "traffic", "rails", _fmt(total),
                ", ".join(f"{r.name} {_fmt(r.total)} ({100 * r.total / total:.0f}%)" for r in rails))
@@ -167,6 +165,5 @@ def _balance(report: Report, rails: list[RailUsage], min_bytes: int, ratio: floa
     for rail in rails:
         if rail.total * ratio < heaviest.total:
             report.add("warn", "imbalance", rail.name, f"{_fmt(rail.total)} vs {_fmt(heaviest.total)} on "
-                       f"{heaviest.name}", "rail carried far less than the busiest one",
-                       "raise UCX_MAX_RMA_RAILS / UCX_MAX_RNDV_RAILS to the rail count and list every rail "
-                       "in UCX_NET_DEVICES; check the port's state and NUMA affinity")
+                       f"{heaviest.name}", "rail carried far less than the busiest one", "rail_imbalance",
+                       rails=",".join(r.name for r in rails))

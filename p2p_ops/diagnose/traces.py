@@ -1,7 +1,8 @@
 """Turn a parsed UCX/NIXL trace (`p2p_ops.facts.ucx_trace.TraceSummary`) into a diagnose `Report`.
 
-Findings: each grouped ERROR/FATAL (error) and WARN (warn) line with its likely cause, each endpoint whose payload
-is emulated or not on RDMA when RDMA was expected, and an info line per endpoint naming its lanes.
+Findings: each grouped ERROR/FATAL (error) and WARN (warn) line with the cause its signature names (`ucx_error`
+where none does), each endpoint whose payload is emulated or not on RDMA when RDMA was
+expected, and an info line per endpoint naming its lanes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ _SEVERITY = {"FATAL": "error", "ERROR": "error", "WARN": "warn"}
 
 
 def trace_report(summary: TraceSummary, expect_rdma: bool = False) -> Report:
-    report = Report("UCX/NIXL trace")
+    report = Report("UCX/NIXL trace", source="ucx-trace")
     report.facts.update(
         ucx_versions=summary.ucx_versions, ucx_env=summary.ucx_env, nixl_ucx_config=summary.nixl_ucx_config,
         nixl_agents=summary.nixl_agents, transports=summary.transports, exceptions=summary.exceptions,
@@ -37,9 +38,9 @@ def trace_report(summary: TraceSummary, expect_rdma: bool = False) -> Report:
         severity = _SEVERITY.get(group.level)
         if severity is None:
             continue  # DIAG lines (e.g. no rdmacm on a host without RDMA) are context, not faults
-        diagnosis = classify(group.message)
-        fix = diagnosis.fix if diagnosis.rule != "unknown" else ""
-        report.add(severity, f"{group.source}_log", group.first_seen, f"x{group.count}", group.message, fix)
+        cause = classify(group.message)
+        report.add(severity, f"{group.source}_log", group.first_seen, f"x{group.count}", group.message,
+                   cause.id if cause else "ucx_error")
     for ep in summary.endpoints:
         subject = f"{ep.host}:{ep.pid} {ep.name}".strip()
         lanes = ", ".join(ep.payload_lanes) or "?"
@@ -48,8 +49,7 @@ def trace_report(summary: TraceSummary, expect_rdma: bool = False) -> Report:
         if expect_rdma and remote and ep.payload_lanes and (ep.emulated or ep.payload_class != "rdma"):
             report.add("error", "payload_path", subject, f"{ep.payload_class or '?'} ({lanes})",
                        "payload does not move by RDMA" + (" (software emulation)" if ep.emulated else ""),
-                       "check `p2pctl rdma`, include rc (or dc) in UCX_TLS and the RDMA ports in "
-                       "UCX_NET_DEVICES")
+                       "payload_not_rdma")
         else:
             kind = "emulated over " if ep.emulated else ""
             report.add("info", "payload_path", subject, ep.payload_source or "no data protocol logged",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from p2p_ops.endpoints import fetch
-from p2p_ops.endpoints.metrics_api import parse_metrics
+from p2p_ops.endpoints.metrics_api import ENGINE_CONNECTED, TOKENS_BY_SOURCE, parse_metrics
 
 
 def engine_healthy(engine_url: str) -> bool:
@@ -21,8 +21,8 @@ def engine_lmcache_state(engine_url: str) -> str:
     # Only this metric's lines are parsed: a full parse of an engine's /metrics took 0.1 s of CPU per engine,
     # serial in `status`, and most of status's time at 8 hosts (bench/suite/fleet_scale.py profiles).
     text = fetch.get_text(engine_url.rstrip("/") + "/metrics") or ""
-    wanted = "".join(line + "\n" for line in text.splitlines() if line.startswith("p2p_engine_lmcache_connected"))
-    values = [v for n, _, v in parse_metrics(wanted) if n == "p2p_engine_lmcache_connected"]
+    wanted = "".join(line + "\n" for line in text.splitlines() if line.startswith(ENGINE_CONNECTED))
+    values = [v for n, _, v in parse_metrics(wanted) if n == ENGINE_CONNECTED]
     return "n/a" if not values else "connected" if max(values) >= 1 else "disconnected"
 
 
@@ -62,11 +62,6 @@ def tokenize(engine_url: str, model: str, prompt: Optional[str] = None,
     if code == 200 and isinstance(data, dict) and isinstance(data.get("tokens"), list):
         return [int(t) for t in data["tokens"]], ""
     return None, f"POST /tokenize answered {code or 'nothing'}: {str(data)[:200]}"
-
-
-# vLLM's account of where each prompt token came from (`vllm:prompt_tokens_by_source_total{source=...}`):
-# local_compute, local_cache_hit (vLLM's own prefix cache), external_kv_transfer (its KV connector: LMCache).
-TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 
 
 def tokens_by_source(samples: list) -> dict[str, float]:

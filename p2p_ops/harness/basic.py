@@ -10,7 +10,8 @@ Both prompts are checked against the coordinator's key directory before they are
 already holds a chunk of is replaced by the next document, so neither can collide with a prefix the fleet
 holds. The run folder keeps the evidence to replay and explain it: prompts.jsonl (each request's prompt, where
 it went, who computed it first), requests.csv, /status and metrics snapshots before and after, and, when B
-was not served from cache, `p2pctl explain`'s verdict for B (explain.json, explain.txt).
+was not served from cache, `p2pctl explain`'s verdict for B (explain.json, explain.txt). A failed proof names its
+cause with `judge.request.proof_cause`, from the same evidence `test matrix` reads for a pair.
 """
 
 from __future__ import annotations
@@ -22,23 +23,22 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.diagnose import explain, judge
+from p2p_ops.causes import Verdict
+from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.judge import request
+from p2p_ops.diagnose.judge.fleet import Judgement, once
 from p2p_ops.diagnose.explain.prompt import PROMPTS_FILE
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
-from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
+from p2p_ops.endpoints.metrics_api import (ENGINE_LOADED_BYTES, KV_MISMATCH, L1_HIT_TOKENS, L1_USED, PEER_HIT_TOKENS,
+                                           TOKENS_BY_SOURCE)
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import prompts
-from p2p_ops.harness.openai_client import Completion, complete
+from p2p_ops.harness.openai_client import complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
-from p2p_ops.observe.monitor import L1_USED
 from p2p_ops.observe.records import RequestRecord, write_csv
 from p2p_ops.observe.report import Check, check_table, figure_table
 
-PEER_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens_total"
-L1_HIT_TOKENS = "lmcache_mp_lookup_hit_l1_tokens_total"
-ENGINE_LOADED_BYTES = "p2p_engine_lmcache_loaded_bytes_total"
 L1_OBJECTS_WAIT_S = 15.0
 
 
@@ -52,13 +52,14 @@ class BasicResult:
     checks: list[Check]
     numbers: dict
     requests: dict
-    likely_cause: str = ""
+    likely_cause: str = ""                          # the cause in words (`cause`: its verdict)
     run_dir: str = ""
     notes: list[str] = field(default_factory=list)
     explain: dict = field(default_factory=dict)     # explain's verdict for B when B was not served from cache
+    cause: Optional[Verdict] = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"cause": self.cause.to_dict() if self.cause else None}
 
 
 def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
@@ -112,17 +113,18 @@ def write_prompts(out_dir: Path, rows: list[dict]) -> None:
 
 
 def explain_request(ctx: FleetContext, out_dir: Path, request, prompt: str, computed_on: str,
-                    instance: str) -> tuple[dict, Optional[explain.Explanation]]:
+                    instance: str, judged: Optional[Callable[[], Judgement]] = None
+                    ) -> tuple[dict, Optional[explain.Explanation]]:
     """explain's verdict on `instance` for a request of this run that was not served from cache."""
     spec = explain.PromptSpec(f"request {request} of {out_dir.name}", text=prompt, computed_on=computed_on,
                               run=str(out_dir))
     try:
-        ex = explain.run(ctx, spec, [instance])
+        ex = explain.run(ctx, spec, [instance], judged=judged)
     except Exception as exc:  # noqa: BLE001 - the run's own verdict must survive a failing explanation
         return {"error": f"{type(exc).__name__}: {exc}"}, None
     n = ex.nodes[0] if ex.nodes else None
     return {"instance": instance, "strip": n.strip if n else "", "verdict": n.verdict if n else "",
-            "reasons": n.reasons if n else []}, ex
+            "reasons": n.reasons if n else [], "causes": [v.to_dict() for v in n.causes] if n else []}, ex
 
 
 def _fresh_prompt(ctx: FleetContext, url: str, seed: int, index: int, target: int,
@@ -191,6 +193,7 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
         return grew(before[which], after[which], name, **labels)
 
     p2p_loads = delta("b", metrics_api.P2P_LOADS, l2_name="p2p")
+    mismatch = delta("b_engine", KV_MISMATCH)
     peer_hit_tokens = delta("b", PEER_HIT_TOKENS)
     own_l1 = request.own_l1_hit(p2p_loads, peer_hit_tokens, delta("b", L1_HIT_TOKENS))
     vllm = ctx.fleet.runtime == "vllm"
@@ -239,13 +242,17 @@ def run_basic(ctx: FleetContext, a: Optional[str] = None, b: Optional[str] = Non
     by_source = ({k: v - engine_api.tokens_by_source(before["b_engine"]).get(k, 0.0)
                   for k, v in engine_api.tokens_by_source(b_between).items()} if vllm else {})
     write_requests(out_dir, sent, starts, {"b": by_source} if by_source else {})
+    judged, explained = once(ctx), None      # the fleet judge, read at most once for explain and the cause
     if not served:
         progress(f"{ib.id} was not served from cache: explaining why (p2pctl explain, read-only)")
-        result.explain = explain_miss(ctx, out_dir, prompt, ia.id, ib.id)
+        result.explain, explained = explain_miss(ctx, out_dir, prompt, ia.id, ib.id, judged)
     if not passed:
-        result.likely_cause = likely_cause(ctx, na, ia, nb, ib, r_a, r_b, own_l1)
-        if result.explain.get("verdict"):
-            result.likely_cause = f"explain on {ib.id}: {result.explain['verdict']}; " + result.likely_cause
+        bad = next(((i.id, r.error) for i, r in ((ia, r_a), (ib, r_b)) if not r.ok), ("", ""))
+        proved = request.request_cause(ib.id, ia.id, failed_on=bad[0], error=bad[1], cached_tokens=r_b.cached_tokens,
+                                       mismatch_tokens=mismatch, own_l1=own_l1, identical=r_a.text == r_b.text)
+        result.cause, said = request.proof_cause(proved, explained, judged, {ia.id, ib.id, na.name, nb.name})
+        head = result.explain.get("verdict") if result.cause is not explained else ""
+        result.likely_cause = f"explain on {ib.id}: {head}; {said}" if head else said
     write_result(out_dir, result)
     return result
 
@@ -265,22 +272,19 @@ def write_requests(out_dir: Path, sent: list[tuple], starts: list[float], by_sou
     write_csv(out_dir / "requests.csv", records)
 
 
-def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str, target: str) -> dict:
-    """explain's verdict for B, saved next to the proof's results."""
-    found, ex = explain_request(ctx, out_dir, "b", prompt, computed_on, target)
+def explain_miss(ctx: FleetContext, out_dir: Path, prompt: str, computed_on: str, target: str,
+                 judged: Callable[[], Judgement]) -> tuple[dict, Optional[Verdict]]:
+    """explain's verdict for B, saved next to the proof's results, and the cause of its first chunk not served."""
+    found, ex = explain_request(ctx, out_dir, "b", prompt, computed_on, target, judged)
     if ex is not None:
         files.write_json(out_dir / "explain.json", ex.to_dict())
         files.write_text(out_dir / "explain.txt", "\n".join(explain.render_text(ex)) + "\n")
         found["differences"] = ex.differences
-    return found
+    return found, first_miss(ex)
 
 
-def likely_cause(ctx: FleetContext, na, ia, nb, ib, r_a: Completion, r_b: Completion, own_l1: bool) -> str:
-    """What the proof measured about its own requests first; every cause about the fleet from the one judge."""
-    bad = next(((i.id, r.error) for i, r in ((ia, r_a), (ib, r_b)) if not r.ok), ("", ""))
-    return (request.request_cause(ib.id, ia.id, failed_on=bad[0], error=bad[1], cached_tokens=r_b.cached_tokens,
-                                  own_l1=own_l1, identical=r_a.text == r_b.text)
-            or judge.judge(ctx).cause({ia.id, ib.id, na.name, nb.name}))
+def first_miss(ex: Optional[explain.Explanation]) -> Optional[Verdict]:
+    return next((v for n in (ex.nodes if ex else []) for v in n.causes[:1]), None)
 
 
 def write_result(out_dir: Path, result: BasicResult) -> None:

@@ -75,11 +75,6 @@ FALLBACK = "fallback:"
 
 def _counters(server_url: str) -> dict[str, float]:
     """A server's eviction-loop passes and its prefetch fallbacks by reason (`fallback:<reason>`)."""
-    out: dict[str, float] = {}
-    for name, labels, value in metrics_api.scrape(server_url):
-        if name == metrics_api.L1_EVICTION_RUNS:
-            out[name] = out.get(name, 0.0) + value
-        elif name.startswith("lmcache_mp_l2_prefetch_failure") and name.endswith("_total"):
-            key = FALLBACK + labels.get("reason", "?")
-            out[key] = out.get(key, 0.0) + value
-    return out
+    samples = metrics_api.scrape(server_url)
+    runs = {metrics_api.L1_EVICTION_RUNS: metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)}
+    return runs | {FALLBACK + r: v for r, v in metrics_api.prefetch_failures(samples).items()}

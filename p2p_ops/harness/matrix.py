@@ -6,9 +6,10 @@ is computed cold; S's server stores it. Then it goes to every other instance T. 
 peer that can serve it, and pair S -> T passes when T served every full chunk from cache, T's server counted a
 P2P load, T answered exactly as S did, and T's engine found no byte of the loaded KV out of place.
 
-One mis-advertised URL or one blocked port breaks some pairs while the rest pass: failing pairs get a likely
-cause, first from what the pair's own requests showed, else from the one judge (`diagnose.judge`), read once for
-all failing pairs. Pairs not reached within `max_seconds` are skipped, never passed. The table and the heatmap
+One mis-advertised URL or one blocked port breaks some pairs while the rest pass: a failing pair's cause is
+`judge.request.proof_cause`'s, from the evidence `test basic` reads too: what the pair's own requests showed (the
+target engine's KV-mismatch counter among them), explain's verdict on the target (once per source), else the one
+judge's (`diagnose.judge`), read once for all failing pairs. Pairs not reached within `max_seconds` are skipped, never passed. The table and the heatmap
 are drawn from the result's JSON document, so a saved result.json redraws the same way.
 """
 
@@ -20,18 +21,19 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from p2p_ops import files
-from p2p_ops.diagnose import judge
+from p2p_ops.causes import Verdict
+from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.judge import request
+from p2p_ops.diagnose.judge.fleet import once
 from p2p_ops.endpoints import lmcache_api, metrics_api
+from p2p_ops.endpoints.metrics_api import (ENGINE_LOADED_BYTES, ENGINE_OP_SECONDS, KV_MISMATCH, L1_HIT_TOKENS,
+                                           PEER_HIT_TOKENS)
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import Completion, complete
 from p2p_ops.harness.rundir import new_run_dir
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe import charts
-
-MISMATCH = "p2p_engine_lmcache_kv_mismatch_tokens_total"
-OP_SECONDS = "p2p_engine_lmcache_op_seconds_sum"
 
 
 @dataclass
@@ -53,7 +55,8 @@ class Pair:
     pull_measure: str = ""
     ttft_ms: Optional[float] = None
     error: str = ""
-    cause: str = ""
+    likely_cause: str = ""          # the cause in words (`cause`: its verdict)
+    cause: Optional[Verdict] = None
 
     @property
     def mbps(self) -> Optional[float]:
@@ -62,7 +65,7 @@ class Pair:
         return self.kv_bytes / (self.pull_ms / 1000) / 1e6
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"mbps": self.mbps}
+        return asdict(self) | {"mbps": self.mbps, "cause": self.cause.to_dict() if self.cause else None}
 
 
 @dataclass
@@ -111,18 +114,21 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
     seed = int(time.time() * 1000) % 10**9 if seed is None else seed
     chunk = lmcache_api.server_status(ctx.server_url(*insts[0])).chunk_size or ctx.fleet.settings.chunk_size
     pairs: list[Pair] = []
+    sent: dict[str, str] = {}       # source -> the prefix it computed
     for index, src in enumerate(insts):
         targets = [t for t in insts if t[1].id != src[1].id]
         if time.monotonic() > deadline:
             pairs += [Pair(src[1].id, t[1].id, skipped=True, error="time bound reached") for t in targets]
             continue
-        pairs += _from_source(ctx, src, targets, chunk, chunks, max_tokens, seed, index, deadline, progress)
+        got, sent[src[1].id] = _from_source(ctx, src, targets, chunk, chunks, max_tokens, seed, index, deadline,
+                                            progress)
+        pairs += got
+    out_dir = out_dir or new_run_dir(ctx.layout, "matrix")
+    files.make_dirs(out_dir)
     failing = [p for p in pairs if not p.ok and not p.skipped]
     if failing:
         progress(f"{len(failing)} pair(s) failed: gathering likely causes")
-        explain_failing(ctx, failing)
-    out_dir = out_dir or new_run_dir(ctx.layout, "matrix")
-    files.make_dirs(out_dir)
+        explain_failing(ctx, failing, sent, out_dir)
     result = MatrixResult(not any(not p.ok for p in pairs), [i.id for _, i in insts], pairs, chunk, chunks,
                           time.monotonic() - started, max_seconds, run_dir=str(out_dir),
                           profile=ctx.fleet.engine.profile if ctx.fleet.runtime == "embedded" else "")
@@ -134,7 +140,8 @@ def run_matrix(ctx: FleetContext, chunks: int = 4, max_tokens: int = 8, seed: Op
 
 
 def _from_source(ctx: FleetContext, src, targets, chunk: int, chunks: int, max_tokens: int, seed: int, index: int,
-                 deadline: float, progress: Callable[[str], None]) -> list[Pair]:
+                 deadline: float, progress: Callable[[str], None]) -> tuple[list[Pair], str]:
+    """Every pair from this source, and the prefix it computed."""
     (ns, is_), model = src, ctx.fleet.model
     src_url, src_srv = ctx.engine_url(ns, is_), ctx.server_url(ns, is_)
     prompt, n = prompts.sized_document(src_url, model, seed, index, chunks * chunk + chunk // 2)
@@ -145,7 +152,7 @@ def _from_source(ctx: FleetContext, src, targets, chunk: int, chunks: int, max_t
     if not cold.ok or cold.cached_tokens:
         why = cold.error or f"it reported {cold.cached_tokens} cached tokens for a fresh prompt"
         return [Pair(is_.id, t[1].id, need=need, error=f"source {is_.id} could not compute the prefix cold: {why}")
-                for t in targets]
+                for t in targets], prompt
     until = min(deadline, time.monotonic() + basic.L1_OBJECTS_WAIT_S)
     basic.wait_l1_objects(src_srv, objects + need // chunk, until)
     out = []
@@ -157,7 +164,7 @@ def _from_source(ctx: FleetContext, src, targets, chunk: int, chunks: int, max_t
         p = out[-1]
         progress(f"  {is_.id} -> {it.id}: {'PASS' if p.ok else 'FAIL'} ({p.cached_tokens}/{need} cached"
                  + (f", {p.mbps:.0f} MB/s" if p.mbps else "") + ")")
-    return out
+    return out, prompt
 
 
 def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completion, need: int, max_tokens: int,
@@ -173,11 +180,12 @@ def _pull(ctx: FleetContext, target, source_id: str, prompt: str, cold: Completi
 
     loads = delta(0, metrics_api.P2P_LOADS, l2_name="p2p")
     pair = Pair(source_id, it.id, cached_tokens=r.cached_tokens, need=need, p2p_loads=loads,
-                kv_bytes=delta(1, basic.ENGINE_LOADED_BYTES),
-                own_l1=request.own_l1_hit(loads, delta(0, basic.PEER_HIT_TOKENS), delta(0, basic.L1_HIT_TOKENS)),
-                identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, MISMATCH),
+                kv_bytes=delta(1, ENGINE_LOADED_BYTES),
+                own_l1=request.own_l1_hit(loads, delta(0, PEER_HIT_TOKENS), delta(0, L1_HIT_TOKENS)),
+                identical=r.ok and bool(cold.text) and r.text == cold.text, mismatch_tokens=delta(1, KV_MISMATCH),
                 ttft_ms=r.ttft_s * 1000 if r.ttft_s else None, error=r.error)
-    engine_pull = delta(1, OP_SECONDS, op="lookup") + delta(1, OP_SECONDS, op="retrieve")
+    op = ENGINE_OP_SECONDS + "_sum"
+    engine_pull = delta(1, op, op="lookup") + delta(1, op, op="retrieve")
     if engine_pull > 0:
         pair.pull_ms, pair.pull_measure = engine_pull * 1000, "engine lookup + retrieve"
     elif pair.ttft_ms:
@@ -201,32 +209,32 @@ def write_result(out_dir: Path, result: MatrixResult) -> None:
         files.write_json(out_dir / "result.json", result.to_dict())
 
 
-def explain_failing(ctx: FleetContext, failing: list[Pair]) -> None:
-    verdict: Optional[judge.Judgement] = None
-    for pair in failing:
-        pair.cause = request_cause(pair)
-        if pair.cause:
-            continue
-        if verdict is None:
-            verdict = judge.judge(ctx)
-        about = {pair.source, pair.target} | {ctx.fleet.instance(i)[0].name for i in (pair.source, pair.target)}
-        pair.cause = pair_cause(verdict, about)
+def explain_failing(ctx: FleetContext, failing: list[Pair], sent: dict[str, str], out_dir: Path) -> None:
+    """Each failing pair's cause, as `test basic` names its own (`judge.request.proof_cause`): explain runs once per
+    source on the targets whose requests prove nothing, the fleet judge once for all."""
+    judged, proved = once(ctx), {id(p): request_cause(p) for p in failing}
+    unexplained = {p.source: [q.target for q in failing if q.source == p.source and proved[id(q)] is None]
+                   for p in failing}
+    explained: dict[tuple[str, str], Verdict] = {}
+    for source, targets in unexplained.items():
+        spec = explain.PromptSpec(f"the prefix {source} computed ({out_dir.name})", text=sent[source],
+                                  computed_on=source, run=str(out_dir))
+        try:
+            ex = explain.run(ctx, spec, targets, judged=judged) if targets else None
+        except Exception:  # noqa: BLE001 - the pairs' own evidence and the judge still name a cause
+            ex = None
+        explained |= {(source, n.instance): n.causes[0] for n in (ex.nodes if ex else []) if n.causes}
+    for p in failing:
+        about = {p.source, p.target} | {ctx.fleet.instance(i)[0].name for i in (p.source, p.target)}
+        p.cause, p.likely_cause = request.proof_cause(proved[id(p)], explained.get((p.source, p.target)), judged,
+                                                      about)
 
 
-def request_cause(p: Pair) -> str:
-    """What the pair's requests themselves prove ("" when they prove nothing about why)."""
-    if p.error.startswith("source "):
-        return p.error      # the source's own request failed: its message names it
-    return request.request_cause(p.target, p.source, failed_on=p.target if p.error else "", error=p.error,
-                                 cached_tokens=p.cached_tokens, mismatch_tokens=p.mismatch_tokens, own_l1=p.own_l1,
-                                 identical=p.identical)
-
-
-def pair_cause(verdict: judge.Judgement, about: set[str]) -> str:
-    if verdict.top(about) is not None:
-        return verdict.cause(about)
-    return (verdict.cause(about) + "; look for P2P lookup/load timeouts in the target's server.log "
-            "(`p2pctl diagnose 'zero cached tokens'`)")
+def request_cause(p: Pair) -> Optional[Verdict]:
+    """What the pair's requests themselves prove (None when they prove nothing about why)."""
+    failed = p.source if p.error.startswith("source ") else p.target if p.error else ""
+    return request.request_cause(p.target, p.source, failed_on=failed, error=p.error, cached_tokens=p.cached_tokens,
+                                 mismatch_tokens=p.mismatch_tokens, own_l1=p.own_l1, identical=p.identical)
 
 
 def _pairs(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -261,7 +269,7 @@ def markdown(doc: dict[str, Any]) -> str:
     causes = [p for p in doc["pairs"] if not p["ok"] and not p["skipped"]]
     if causes:
         lines += ["", "| failing pair | likely cause |", "|---|---|"]
-        lines += [f"| {p['source']} -> {p['target']} | {p['cause'] or p['error']} |" for p in causes]
+        lines += [f"| {p['source']} -> {p['target']} | {p['likely_cause'] or p['error']} |" for p in causes]
     lines += [""] + [f"- {n}" for n in doc.get("notes") or []]
     return "\n".join(lines).rstrip() + "\n"
 

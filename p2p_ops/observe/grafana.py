@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from p2p_ops.endpoints import metrics_api as m
 from p2p_ops.errors import BadInput
 
 WINDOW = "1m"
@@ -27,28 +28,28 @@ def panels(window: str = WINDOW) -> list[Panel]:
     w = window
     return [
         Panel("P2P loads from peers per node",
-              f'sum by (node) (rate(lmcache_mp_l2_load_completed_requests_total{{l2_name="p2p"}}[{w}]))',
+              f'sum by (node) (rate({m.P2P_LOADS}{{l2_name="p2p"}}[{w}]))',
               "{{node}}", "reqps", "Completed KV loads a node's lmcache server read from its peers."),
         Panel("KV bytes loaded per node",
-              f"sum by (node) (rate(p2p_engine_lmcache_loaded_bytes_total[{w}]))",
+              f"sum by (node) (rate({m.ENGINE_LOADED_BYTES}[{w}]))",
               "{{node}}", "Bps", "KV bytes each engine loaded from its lmcache server (local or pulled from peers)."),
         Panel("Peers seen per server",
-              'sum by (fleet_instance) (lmcache_mp_l2_prefetch_adapters{state="active"})',
+              f'sum by (fleet_instance) ({m.PREFETCH_ADAPTERS}{{state="active"}})',
               "{{fleet_instance}}", "short", "Active peer adapters; every server should see all other servers."),
         Panel("TTFT p50 per engine",
               f"histogram_quantile(0.5, sum by (le, fleet_instance) "
-              f"(rate(vllm:time_to_first_token_seconds_bucket[{w}])))",
+              f"(rate({m.TTFT}_bucket[{w}])))",
               "{{fleet_instance}}", "s", "Median time to first token."),
         Panel("Cached-token ratio per engine",
-              f"sum by (fleet_instance) (rate(vllm:prefix_cache_hits_total[{w}]) "
-              f"+ rate(vllm:external_prefix_cache_hits_total[{w}])) "
-              f"/ sum by (fleet_instance) (rate(vllm:prompt_tokens_total[{w}]))",
+              f"sum by (fleet_instance) (rate({m.PREFIX_CACHE_HITS}[{w}]) "
+              f"+ rate({m.EXTERNAL_PREFIX_CACHE_HITS}[{w}])) "
+              f"/ sum by (fleet_instance) (rate({m.PROMPT_TOKENS}[{w}]))",
               "{{fleet_instance}}", "percentunit", "Prompt tokens served from a cache (local or LMCache/peers)."),
-        Panel("L1 use per server", "max by (fleet_instance) (lmcache_mp_l1_usage_ratio)",
+        Panel("L1 use per server", f"max by (fleet_instance) ({m.L1_RATIO})",
               "{{fleet_instance}}", "percentunit", "lmcache L1 memory in use; eviction starts near 0.8."),
         Panel("LMCache lookup latency p90 per engine",
               f'histogram_quantile(0.9, sum by (le, fleet_instance) '
-              f'(rate(p2p_engine_lmcache_op_seconds_bucket{{op="lookup"}}[{w}])))',
+              f'(rate({m.ENGINE_OP_SECONDS}_bucket{{op="lookup"}}[{w}])))',
               "{{fleet_instance}}", "s", "How long an engine waits for its lmcache server's lookup (peers included)."),
     ]
 

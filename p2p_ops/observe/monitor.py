@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator, Optional
 
 from p2p_ops.endpoints import metrics_api
+from p2p_ops.endpoints.metrics_api import HIT_TOKENS, L1_RATIO, L1_USED, REQ_TOKENS, RUNNING, TTFT, WAITING
 from p2p_ops.errors import CouldNotRun
 from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.lifecycle.context import FleetContext
@@ -19,13 +20,6 @@ from p2p_ops.observe.stats import fmt
 
 Samples = list[tuple[str, dict[str, str], float]]
 
-HIT_TOKENS = "lmcache_mp_lookup_hit_tokens_total"
-REQ_TOKENS = "lmcache_mp_lookup_requested_tokens_total"
-L1_USED = "lmcache_mp_l1_memory_usage_bytes"
-L1_RATIO = "lmcache_mp_l1_usage_ratio"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-TTFT = "vllm:time_to_first_token_seconds"
 
 
 @dataclass

@@ -15,7 +15,6 @@ from typing import Any, Callable, Optional, TypeVar
 
 from p2p_ops import files
 from p2p_ops.endpoints import metrics_api
-from p2p_ops.endpoints.engine_api import TOKENS_BY_SOURCE
 from p2p_ops.errors import BadInput
 from p2p_ops.observe.records import RequestRecord, read_csv
 from p2p_ops.observe.stats import fmt, percentile
@@ -136,8 +135,9 @@ def p2p_between(before: dict, after: dict) -> dict[str, dict[str, Optional[float
             return None  # this engine does not export it (vLLM counts tokens, not bytes)
         return total(a, section, prefix, must) - total(b, section, prefix, must)
 
-    return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", "p2p_engine_lmcache_loaded_bytes_total"),
-                   "external_tokens": delta(inst, "engine_metrics", TOKENS_BY_SOURCE, '"external_kv_transfer"'),
+    return {inst: {"kv_bytes_loaded": delta(inst, "engine_metrics", metrics_api.ENGINE_LOADED_BYTES),
+                   "external_tokens": delta(inst, "engine_metrics", metrics_api.TOKENS_BY_SOURCE,
+                                             '"external_kv_transfer"'),
                    "p2p_loads": delta(inst, "server_metrics", metrics_api.P2P_LOADS, '"p2p"') or 0.0} for inst in after}
 
 

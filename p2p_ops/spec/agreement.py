@@ -15,50 +15,36 @@ from typing import Literal, Mapping, Optional
 @dataclass(frozen=True)
 class MustAgree:
     key: str
-    fix: str
+    cause: str                        # the catalogue's id (p2p_ops.causes), whose fix says how to make them agree
     spec: Optional[str] = None        # the fleet spec setting (fleet-wide only), if the spec sets it
     env: Optional[str] = None         # the variable env.sh sets and the server's process carries
     severity: Literal["error", "warn"] = "error"   # warn: peers may still share, but should not differ
 
 
 MUST_AGREE: tuple[MustAgree, ...] = (
-    MustAgree("PYTHONHASHSEED", "set settings.python_hash_seed once in fleet.yaml and restart every server; it seeds "
-              "the hash chain with the builtin hash or whenever vLLM is importable",
-              spec="python_hash_seed", env="PYTHONHASHSEED"),
-    MustAgree("chunk_size", "set settings.chunk_size once in fleet.yaml (and the coordinator's --chunk-size), "
-              "re-render, restart", spec="chunk_size", env="LMCACHE_CHUNK_SIZE"),
-    MustAgree("hash_algorithm", "set settings.hash_algorithm once in fleet.yaml, re-render, restart every server",
-              spec="hash_algorithm", env="LMCACHE_HASH_ALGORITHM"),
-    MustAgree("l1_align_bytes", "set settings.l1_align_bytes once (65536), restart every server",
-              spec="l1_align_bytes", env="LMCACHE_L1_ALIGN_BYTES"),
-    MustAgree("transfer_engine", "use one settings.transfer_engine for every server",
-              spec="transfer_engine", env="LMCACHE_P2P_TRANSFER_ENGINE"),
-    MustAgree("model", "serve one model name on every engine (it is part of every cache key)",
-              spec="model", env="P2P_MODEL"),
-    MustAgree("world_size", "run every engine with the same tensor-parallel size (world size is part of every "
-              "cache key)"),
-    MustAgree("lmcache_version", "install one lmcache version on every node (`pip install lmcache==<v>`); P2P RPC "
-              "payloads are not compatible across versions"),
-    MustAgree("nixl_version", "install one nixl version on every node (`pip install nixl==<v> nixl-cu12==<v>`)",
-              severity="warn"),
-    MustAgree("NONE_HASH", "the hash chain starts differently on these servers: make PYTHONHASHSEED, "
-              "hash_algorithm and the vLLM version identical, then restart every server"),
-    MustAgree("engine_model", "use one engine.model_seed for the fleet: the same KV means something else to "
-              "another model"),
-    MustAgree("UCX_TLS", "use one settings.ucx_tls for the fleet (peers must share a transport), re-render, "
-              "restart", env="UCX_TLS", severity="warn"),
+    MustAgree("PYTHONHASHSEED", "hash_seed_differs", spec="python_hash_seed", env="PYTHONHASHSEED"),
+    MustAgree("chunk_size", "chunk_size_differs", spec="chunk_size", env="LMCACHE_CHUNK_SIZE"),
+    MustAgree("hash_algorithm", "hash_algorithm_differs", spec="hash_algorithm", env="LMCACHE_HASH_ALGORITHM"),
+    MustAgree("l1_align_bytes", "l1_align_differs", spec="l1_align_bytes", env="LMCACHE_L1_ALIGN_BYTES"),
+    MustAgree("transfer_engine", "transfer_engine_differs", spec="transfer_engine", env="LMCACHE_P2P_TRANSFER_ENGINE"),
+    MustAgree("model", "model_differs", spec="model", env="P2P_MODEL"),
+    MustAgree("world_size", "world_size_differs"),
+    # P2P RPC payloads are not compatible across versions.
+    MustAgree("lmcache_version", "versions_differ"),
+    MustAgree("nixl_version", "versions_differ", severity="warn"),
+    MustAgree("NONE_HASH", "none_hash_differs"),
+    MustAgree("engine_model", "engine_model_differs"),
+    MustAgree("UCX_TLS", "ucx_tls_differs", env="UCX_TLS", severity="warn"),
     # runtime: vllm. What llm-d's P2P path seeds on and LMCache's connector needs too: a KV block means the same
     # bytes on every engine only with one block size, parallel layout, dtype, KV-cache dtype and model revision,
     # and vLLM's own block hashes (its prefix cache, its KV events) agree only with one PYTHONHASHSEED.
-    MustAgree("vllm_block_size", "set vllm.block_size once in fleet.yaml (not in vllm.args), restart every engine"),
-    MustAgree("vllm_parallel", "run every vLLM with the same --tensor-parallel-size and --pipeline-parallel-size "
-              "(vllm.args), restart every engine"),
-    MustAgree("vllm_dtype", "one --dtype for every vLLM (vllm.args), restart every engine"),
-    MustAgree("vllm_kv_cache_dtype", "one --kv-cache-dtype for every vLLM (vllm.args), restart every engine"),
-    MustAgree("vllm_model", "serve the same model and revision on every vLLM (vllm.model_path, --revision)"),
-    MustAgree("vllm_version", "install one vLLM version on every node (nodes[].vllm_venv / vllm.venv)"),
-    MustAgree("vllm_hash_seed", "set settings.python_hash_seed once (env.sh exports it to vLLM too), restart every "
-              "engine: vLLM's block hashes (its prefix cache, its KV events) depend on it"),
+    MustAgree("vllm_block_size", "vllm_args_differ"),
+    MustAgree("vllm_parallel", "vllm_args_differ"),
+    MustAgree("vllm_dtype", "vllm_args_differ"),
+    MustAgree("vllm_kv_cache_dtype", "vllm_args_differ"),
+    MustAgree("vllm_model", "vllm_args_differ"),
+    MustAgree("vllm_version", "versions_differ"),
+    MustAgree("vllm_hash_seed", "hash_seed_differs"),
 )
 BY_KEY = {m.key: m for m in MUST_AGREE}
 FLEET_WIDE_ONLY = tuple(m.spec for m in MUST_AGREE if m.spec)

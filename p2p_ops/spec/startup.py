@@ -13,6 +13,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING, Optional
 
+from p2p_ops.causes import Verdict, restart, verdict
 from p2p_ops.errors import BadInput
 from p2p_ops.spec.flags import LMCACHE_SERVER
 
@@ -50,22 +51,31 @@ def l1_misaligned(gb: float, align: int) -> Optional[str]:
             f"prep_xfer_dlist); nearest valid {' or '.join(near)}") if near else None
 
 
-def clash(args: list[str], s: Settings) -> Optional[str]:
+def clash(args: list[str], s: Settings, subject: str = "fleet", field: str = "settings.server_extra_args",
+          restart_cmd: str = "p2pctl down && p2pctl up") -> Optional[Verdict]:
+    """The catalogue's verdict on the first extra server flag LMCache refuses beside a setting that is on."""
     for setting, flags, why in CLASHES:
         for word in args if getattr(s, setting) else ():
             if flag := LMCACHE_SERVER.flag_of(word, flags):
-                return (f"{word[:60]!r} reads as lmcache server {flag}: {flags[flag]}, which LMCache refuses {why}; "
-                        f"remove it, or set settings.{setting}: false")
+                seen = f"{word[:60]!r} reads as lmcache server {flag}: {flags[flag]}, which LMCache refuses {why}"
+                cause = "p2p_refused_l1" if setting == "p2p" else "server_args_clash"
+                return verdict(cause, subject, (field, seen), flag=flag, setting=setting, restart=restart_cmd)
     return None
 
 
 def check(fleet: Fleet) -> None:
-    """BadInput naming the first field whose value an instance's server would refuse or die of at start."""
-    for where, _, inst in fleet.placed_instances():
+    """BadInput naming the first field whose value an instance's server would refuse or die of at start, with the
+    catalogue's verdict (l1_misaligned, p2p_refused_l1, server_args_clash) as its cause."""
+    for where, node, inst in fleet.placed_instances():
         s = fleet.effective_settings(inst)
         at = {k: f"{where}.settings.{k}" if getattr(inst.settings, k) is not None else f"settings.{k}"
               for k in ("l1_size_gb", "server_extra_args")}
         if why := l1_misaligned(s.l1_size_gb, s.l1_align_bytes):
-            raise BadInput(f"{at['l1_size_gb']}: {why}")
-        if why := clash(s.server_extra_args, s):
-            raise BadInput(f"{at['server_extra_args']}: {why}")
+            raise BadInput(f"{at['l1_size_gb']}: {why}", cause=verdict(
+                "l1_misaligned", inst.id, (at["l1_size_gb"], why),
+                nearest=" or ".join(nearest_l1(s.l1_size_gb, s.l1_align_bytes)),
+                restart=restart((node.name, "server"))))
+        field = at["server_extra_args"]
+        if v := clash(s.server_extra_args, s, inst.id if field.startswith("nodes") else "fleet", field,
+                      restart((node.name, "server"))):
+            raise BadInput(f"{at['server_extra_args']}: {v.line()}", cause=v)

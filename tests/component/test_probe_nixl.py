@@ -54,4 +54,5 @@ def test_probe_maps_an_unusable_ucx_tls_to_cause_and_fix():
     assert not result.ok and result.bytes_checked == 0
     failure = result.failure
     assert failure.exc_class == "nixlBackendError" and failure.stage == "create_agent"
-    assert failure.rule == "tls_unavailable" and "'rc'" in failure.cause and "UCX_TLS" in failure.fix
+    assert failure.cause.id == "tls_unavailable" and "'rc'" in failure.cause.evidence[0].seen
+    assert "UCX_TLS" in failure.cause.fix

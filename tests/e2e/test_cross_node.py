@@ -33,7 +33,7 @@ def _start_with_edited_env(tmp_path: Path, edit: dict[str, str], **overrides) ->
 # The PYTHONHASHSEED case (builtin hash) runs on the fleet of tests/e2e/test_diagnose.py, which also checks
 # that the cross-node proof names it; PYTHONHASHSEED only changes keys when the hash depends on it.
 @pytest.mark.parametrize("edit,settings,cause", [
-    ({"LMCACHE_CHUNK_SIZE": "512"}, {}, "chunk_size differs across peers"),
+    ({"LMCACHE_CHUNK_SIZE": "512"}, {}, "chunk_size_differs"),
 ], ids=["chunk-size"])
 def test_peers_that_hash_differently_share_nothing_and_fail_names_why(tmp_path, edit, settings, cause):
     from p2p_ops.spec.settings import Settings
@@ -48,7 +48,8 @@ def test_peers_that_hash_differently_share_nothing_and_fail_names_why(tmp_path, 
         assert not result.passed
         assert result.numbers["cached_tokens_b"] == 0
         assert result.numbers["p2p_loads_b"] == 0
-        assert cause in result.likely_cause, result.likely_cause
+        assert result.cause is not None and result.cause.id == cause, (result.cause, result.likely_cause)
+        assert "chunk_size" in result.likely_cause, result.likely_cause
     finally:
         if ctx is None:
             ctx = FleetContext.load(tmp_path / "fleet.yaml")

@@ -84,7 +84,9 @@ def test_different_pythonhashseed_shares_nothing_and_doctor_names_it(mismatched,
     result = run_basic(mismatched, chunks=4, max_tokens=4)
     assert not result.passed
     assert result.numbers["cached_tokens_b"] == 0 and result.numbers["p2p_loads_b"] == 0
-    assert "PYTHONHASHSEED differs across peers" in result.likely_cause, result.likely_cause
+    # explain on node-b-0 names the key input that sets it apart from its peers: its seed
+    assert result.cause is not None and result.cause.id == "hash_seed_differs", (result.cause, result.likely_cause)
+    assert "PYTHONHASHSEED" in result.likely_cause, result.likely_cause
 
     code, out, err = p2pctl("doctor", "-f", str(mismatched.fleet_file), "--json")
     assert code == 1, err
@@ -92,16 +94,19 @@ def test_different_pythonhashseed_shares_nothing_and_doctor_names_it(mismatched,
     assert seed["severity"] == "error" and seed["subject"] == "node-a-0, node-b-0"
     assert seed["value"] == "node-a-0=0, node-b-0=4242" and "(read from process)" in seed["message"]
     assert "PYTHONHASHSEED=0" in seed["fix"] and "--node node-b --role server" in seed["fix"]  # the one-server fix
+    assert seed["cause"]["id"] == "hash_seed_differs" and seed["cause"]["fix"] == seed["fix"]
     [none_hash] = _findings(out, "agree:NONE_HASH")  # the servers' own evidence, from their logs
     assert none_hash["subject"] == "node-a-0, node-b-0"
     [fallback] = _findings(out, "hash:builtin_fallback")  # LMCache's "Could not load 'builtin'" line
     assert fallback["subject"] == "node-a-0, node-b-0" and "blake3" in fallback["fix"]
+    assert fallback["cause"]["id"] == "builtin_hash" and json.loads(out)["causes"][0]["id"] == "hash_seed_differs"
     assert not _findings(out, "coordinator") and not _findings(out, "p2p_state")
     assert MARKER not in out  # the planted credentials in env.sh never reach the doctor's output
 
     code, out, _ = p2pctl("diagnose", "zero cached tokens", "-f", str(mismatched.fleet_file), "--json")
     diag = json.loads(out)
     assert code == 1 and diag["likely_cause"]["step"] == "settings-agree"
+    assert diag["likely_cause"]["cause"]["id"] == "hash_seed_differs"
     # the peers' disagreement, and each env.sh the seed was planted in (env_drift: the same cause, by node)
     assert "node-a-0, node-b-0" in diag["likely_cause"]["subjects"]
     assert set(diag["likely_cause"]["subjects"]) <= {"node-a-0, node-b-0", "node-a-0", "node-b-0"}

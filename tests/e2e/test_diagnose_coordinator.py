@@ -62,6 +62,7 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     diag = json.loads(out)
     assert code == 1, err
     assert diag["likely_cause"]["step"] == "coordinator-url" and diag["likely_cause"]["subjects"] == ["node-b-0"]
+    assert diag["likely_cause"]["cause"]["id"] == "coordinator_url_wrong"
     steps = {s["id"]: s for s in diag["steps"]}
     assert steps["coordinator-up"]["verdict"] == "ok"
     logged = {o["subject"] for o in steps["registration-errors"]["observations"] if o["status"] == "problem"}
@@ -80,6 +81,7 @@ def test_unregistered_server_then_stopped_coordinator(lost_server, p2pctl, tmp_p
     assert code == 1 and coord["severity"] == "error" and "not running" in coord["message"]
     code, out, _ = p2pctl("diagnose", "peers not registered", "-f", fleet_file, "--json")
     assert code == 1 and json.loads(out)["likely_cause"]["step"] == "coordinator-up"
+    assert json.loads(out)["likely_cause"]["cause"]["id"] == "coordinator_down"
 
     out_file = tmp_path / "partial.tar.gz"
     code, out, err = p2pctl("bundle", "-f", fleet_file, "-o", str(out_file), "--no-doctor", "--json")

@@ -99,7 +99,9 @@ def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fl
         assert code == 1 and c["chunk_size"] == 512 and "x" in c["strip"]
         assert any("chunk_size: node-c-0=512 (the odd one out; node-a-0, node-b-0 use chunk_size=256)" in d
                    for d in doc["differences"])
-        assert c["chunks"][0]["reason"] == "judged" and "chunk_size" in c["chunks"][0]["detail"]
+        # the engine degraded is the state; the judge's cause of it (the chunk size) is the chunk's
+        assert c["chunks"][0]["reason"] == "chunk_size_differs" and "chunk_size" in c["chunks"][0]["detail"]
+        assert c["causes"][0]["id"] == "chunk_size_differs" and c["causes"][0]["subject"] == "node-c-0"
         show("chunk size 512 on node-c", doc)
 
         code, out, err = p2pctl("doctor", "-f", f, "--json", "--no-reach")
@@ -107,7 +109,7 @@ def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fl
         [agree] = [x for x in findings if x["check"] == "agree:chunk_size"]
         assert agree["subject"] == "node-c-0" and "node-c-0 is the odd one out" in agree["message"]
         fix = "p2pctl down --node node-c --role server && p2pctl up --node node-c --role server"
-        assert agree["fix"].endswith(fix)
+        assert agree["fix"].endswith(fix) and agree["cause"]["id"] == "chunk_size_differs"
         [drift] = [x for x in findings if x["check"] == "env_drift"]
         assert drift["subject"] == "node-c-0" and "LMCACHE_CHUNK_SIZE: env.sh 512, fleet.yaml renders 256" in drift["value"]
         assert any(x["check"] == "engine_degraded" and x["subject"] == "node-c-0/engine" for x in findings), findings
@@ -116,6 +118,7 @@ def test_a_different_chunk_size_on_node_c_names_node_c_and_the_one_server_fix(fl
 
         code, out, err = p2pctl("test", "basic", "-f", f, "--a", "node-a-0", "--b", "node-c-0", "--json")
         assert code == 2 and "node-c-0" in err and "chunk_size" in err.split("likely cause:")[-1], err[-2000:]
+        assert json.loads(out)["cause"]["id"] == "chunk_size_differs", out   # the refusal's --json names it
 
     # planted_on_node_c ran the doctor's fix (up --node re-renders node-c): nothing is left to find.
     code, out, _ = p2pctl("doctor", "-f", f, "--json", "--no-reach")
@@ -129,7 +132,7 @@ def test_a_peers_server_stopped_is_named(fleet3, p2pctl, tmp_path):
     try:
         code, doc = explain(p2pctl, fleet3, "--prompt-file", path, "--node", "node-b")
         first = node(doc, "node-b-0")["chunks"][0]
-        assert code == 1 and first["reason"] in ("holder_down", "peer_not_connected"), first
+        assert code == 1 and first["reason"] in ("server_down", "peer_not_connected"), first
         assert "node-a-0's server is stopped" in first["detail"], first
         show("node-a's server stopped", doc)
     finally:

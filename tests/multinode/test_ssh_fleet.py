@@ -53,7 +53,7 @@ def test_fleet_over_ssh_registers_shares_across_hosts_and_stops_from_a_fresh_she
 
         # Every ordered pair of the three hosts, over the same SSH fleet.
         matrix = run_matrix(ctx, chunks=2, out_dir=tmp_path / "matrix")
-        assert matrix.passed, [(p.source, p.target, p.cause or p.error) for p in matrix.pairs if not p.ok]
+        assert matrix.passed, [(p.source, p.target, p.likely_cause or p.error) for p in matrix.pairs if not p.ok]
         assert len(matrix.pairs) == 6 and all(p.p2p_loads > 0 and p.identical for p in matrix.pairs)
         assert (tmp_path / "matrix" / "heatmap.png").is_file()
 

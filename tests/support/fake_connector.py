@@ -370,9 +370,9 @@ def fake_fleet(tmp_path: Path, n: int = 2, script_per_node: Scripts = None, name
     """Write a local starter fleet of n nodes (free loopback ports) under tmp_path and load it with `connect=`
     the fakes. `script_per_node`: {node name: declarations}, or a function (ctx, node) -> declarations (most
     declarations need the loaded context: its process paths). `edit` changes the spec data before it is written."""
-    from p2p_ops.lifecycle.free_ports import choose
+    from tests.conftest import free_base
 
-    data = local_fleet(n, name=name, base=choose(n).base)
+    data = local_fleet(n, name=name, base=free_base(n))
     if edit is not None:
         edit(data)
     path = tmp_path / f"{name}.yaml"

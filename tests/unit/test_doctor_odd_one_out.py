@@ -3,6 +3,7 @@ lookup-job leak and engines without KV events (pure, on hand-built facts)."""
 
 from __future__ import annotations
 
+from p2p_ops.causes import CAUSES
 from p2p_ops.diagnose import doctor as D
 from tests.unit.test_doctor import STATUS, env, fleet, inst, problems
 
@@ -30,8 +31,9 @@ def test_the_odd_one_out_is_the_subject_and_the_fix_restarts_only_its_server():
     [f] = problems(D.check(three()), "agree:chunk_size")
     assert f.subject == "node-c-0"
     assert "node-c-0 is the odd one out (coordinator, node-a-0, node-b-0 use 256)" in f.message
-    assert f.fix == ("restart the server of node-c-0 from fleet.yaml (chunk_size=256): p2pctl down --node node-c "
-                     "--role server && p2pctl up --node node-c --role server")
+    assert f.cause.id == "chunk_size_differs" and f.cause.scope == "fleet"
+    assert f.fix.endswith("(chunk_size=256): p2pctl down --node node-c --role server && p2pctl up --node node-c "
+                          "--role server")
 
 
 def test_a_hand_edited_env_sh_is_drift_from_the_spec_on_that_node_only():
@@ -79,6 +81,7 @@ def test_lookup_jobs_nobody_waits_for_are_the_named_leak_with_the_fix_that_works
     [f] = problems(D.check(fleet([a, b])), "lookup_leak")
     assert f.subject == "node-a-0" and "15 P2P lookup job(s)" in f.message and "lmcache 0.5.6" in f.message
     assert "p2p_controller.py" in f.message and "#4691" not in f.message and "30 s" in f.message
+    assert f.cause.id == "lookup_leak"
     assert "p2pctl down --node node-a --role server" in f.fix and "--l1-read-ttl-seconds" in f.fix
 
 
@@ -92,7 +95,7 @@ def test_jobs_a_requester_still_waits_for_are_not_a_leak():
 def test_read_locks_left_with_nothing_in_flight_are_a_warning():
     a = inst("node-a-0", lookup_samples=_samples(0, 8))
     [f] = problems(D.check(fleet([a, inst("node-b-0", lookup_samples=_samples(0, 0))])), "stale_read_locks")
-    assert f.severity == "warn" and "300 s" in f.message
+    assert f.severity == "warn" and f.cause.id == "stale_read_locks" and "300 s" in f.fix + CAUSES[f.cause.id].means
 
 
 def test_vllm_flags_that_differ_are_must_agree_findings():

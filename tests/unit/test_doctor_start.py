@@ -10,9 +10,10 @@ import pytest
 
 from p2p_ops.diagnose import doctor as D
 from p2p_ops.diagnose.doctor.gather import doctor_batch
-from p2p_ops.diagnose.doctor.checks import start_signatures
+from p2p_ops.diagnose.doctor.checks import START_REFUSALS
 from p2p_ops.diagnose.judge import judgement
-from p2p_ops.diagnose.judge.catalogue import check_scope
+from p2p_ops.causes import CAUSES
+from p2p_ops.diagnose.signatures import SIGNATURES
 from p2p_ops.facts.logs import recent_grep_fact
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "start_refusals"
@@ -22,7 +23,7 @@ CLASH = ("[2026-12-04 18:30:02,114] LMCache ERROR: ValueError: --coordinator-eve
 
 
 def _start_log(name: str) -> list[str]:
-    patterns = [s["pattern"] for s in start_signatures().values()]
+    patterns = [SIGNATURES[c].pattern for c in START_REFUSALS]
     return recent_grep_fact(str(LOGS / name), patterns, 400, 5).collect()
 
 
@@ -46,19 +47,20 @@ def test_a_server_dead_of_an_l1_that_is_not_whole_pages_is_named_with_the_neares
                          "multiple of l1_align_bytes (65536 bytes): NIXL registers L1 in pages of that size and a "
                          "partial last one stops the server at start (NIXL_ERR_NOT_FOUND in prep_xfer_dlist); nearest "
                          "valid 0.0999755859375 or 0.10003662109375")
-    assert f.fix.startswith("set l1_size_gb of node-d-0 in fleet.yaml to a nearest valid size, then p2pctl down "
-                            "--node node-d --role server && p2pctl up --node node-d --role server")
+    assert f.cause.id == "l1_misaligned" and f.cause.fix.startswith(
+        "an L1 of whole pages (0.0999755859375 or 0.10003662109375 GiB are the nearest to this one")
+    assert f.cause.fix.endswith("p2pctl down --node node-d --role server && p2pctl up --node node-d --role server")
     # The judge names it, not the dead process it explains.
     report = D.check(facts)
-    assert judgement(facts, report).cause(["node-d-0"]).startswith("node-d-0/server: node-d-0's server died at start "
-                                                                   "because its l1_size_gb 0.1 GiB")
-    assert check_scope("l1_misaligned") == "instance"
+    assert judgement(facts, report).cause(["node-d-0"]).id == "l1_misaligned"
+    assert CAUSES["l1_misaligned"].scope == "instance"
 
 
 def test_an_env_sh_edited_by_hand_is_fixed_by_the_restart_that_renders_it_again():
+    """The restart re-renders env.sh from fleet.yaml, whose L1 (1 GiB) is whole pages: the same fix."""
     [f] = _found(_facts(_start_log("l1_misaligned.log"), spec_env={**ENV, "LMCACHE_L1_SIZE_GB": "1"}),
                  "l1_misaligned")
-    assert f.fix.startswith("fleet.yaml renders l1_size_gb 1: restart re-renders env.sh, then p2pctl down")
+    assert f.cause.id == "l1_misaligned" and "p2pctl up --node node-d --role server" in f.cause.fix
 
 
 @pytest.mark.parametrize("why,facts", [
@@ -74,10 +76,10 @@ def test_no_l1_cause_without_its_evidence(why, facts):
 
 def test_a_transfer_engine_lmcache_lacks_and_a_clashing_flag_are_named():
     [f] = _found(_facts(_start_log("no_transfer_channel.log")), "no_transfer_channel")
-    assert "Unsupported transfer_channel_type: 'tcp'" in f.value and "set settings.transfer_engine: nixl" in f.fix
-    assert check_scope("no_transfer_channel") == "fleet"
+    assert "Unsupported transfer_channel_type: 'tcp'" in f.value and f.cause.id == "no_transfer_channel"
+    assert "settings.transfer_engine to nixl" in f.cause.fix and CAUSES["no_transfer_channel"].scope == "fleet"
     [f] = _found(_facts([CLASH]), "server_args_clash")
-    assert "LMCache refused an extra server flag" in f.message and "server_extra_args" in f.fix
+    assert f.cause.id == "server_args_clash" and "server_extra_args" in f.cause.fix
 
 
 def test_the_doctor_reads_the_end_of_a_dead_servers_log_only(fakes):

@@ -1,4 +1,5 @@
-"""explain's judgement on hand-built facts: one test per miss reason, plus the healthy pull and the strip."""
+"""explain's judgement on hand-built facts: one test per miss reason (each a cause id of the catalogue, its verdict
+on the chunk), plus the healthy pull and the strip."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from p2p_ops.diagnose import judge
 from p2p_ops.diagnose.doctor.model import FleetFacts
 from p2p_ops.diagnose.explain.render import render_text
 from p2p_ops.diagnose.explain.answer import explain
-from p2p_ops.diagnose.findings import Finding, Report
+from p2p_ops.diagnose.findings import Report
 from p2p_ops.diagnose.judge.chunk import ExplainFacts, InstanceView
 from p2p_ops.endpoints.lmcache_api import Placement
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
@@ -72,8 +73,8 @@ def test_a_different_chunk_size_is_named_as_the_setting_that_makes_the_keys_diff
     c = view("node-c-0", prefix="c", cs=8, peers=["node-a-0"], adapter_order=["node-a-0"])
     ex = explain(fleet(a, c, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}, targets=("node-c-0",)))
     chunk = ex.nodes[0].chunks[0]
-    assert chunk.action == "recompute" and chunk.reason == "keys_differ"
-    assert "chunk_size: node-c-0=8, node-a-0=4" in chunk.detail
+    assert chunk.action == "recompute" and chunk.reason == "chunk_size_differs" == chunk.cause.id
+    assert "chunk_size: node-c-0=8, node-a-0=4" in chunk.detail and chunk.cause.subject == "node-c-0"
     assert any(d.startswith("chunk_size:") for d in ex.differences)
 
 
@@ -125,7 +126,7 @@ def test_a_held_prefix_with_nothing_evicted_or_down_says_the_prompt_departs_at_t
     assert explain(fleet(a, b, held={"k0": ["node-a-0"]})).nodes[0].chunks[1].reason == "not_confirmed"
     a.eviction_runs, a.server_state = 0, "dead"   # the holder of chunk 1 may have been a server now down
     b.peers = []
-    assert explain(fleet(a, b, held={"k0": ["node-b-0"]})).nodes[0].chunks[1].reason == "holder_down"
+    assert explain(fleet(a, b, held={"k0": ["node-b-0"]})).nodes[0].chunks[1].reason == "server_down"
 
 
 def test_a_holder_the_node_is_not_connected_to():
@@ -141,14 +142,15 @@ def test_a_stopped_peer_that_computed_the_prompt_is_named():
     a.server_state, a.inputs, a.keys = "dead", None, None
     ex = explain(fleet(a, b, computed_on="node-a-0", run="r1"))
     c = ex.nodes[0].chunks[0]
-    assert c.reason == "holder_down" and "node-a-0 computed this prompt (run r1)" in c.detail and "dead" in c.detail
+    assert c.reason == "server_down" and "node-a-0 computed this prompt (run r1)" in c.detail and "dead" in c.detail
+    assert c.cause.subject == "node-a-0" and "p2pctl down --node node-a --role server" in c.cause.fix
 
 
 def test_a_stopped_server_without_a_run_record_is_named_as_stopped():
     a, b = connected()
     a.server_state, a.inputs, a.keys = "none", None, None
     c = explain(fleet(a, b)).nodes[0].chunks[0]
-    assert c.reason == "holder_down" and "node-a-0's server is stopped (no pid file)" in c.detail, c.detail
+    assert c.reason == "server_down" and "node-a-0's server is stopped (no pid file)" in c.detail, c.detail
 
 
 def test_evicted_chunks_name_the_holder_and_its_eviction_counter():
@@ -205,16 +207,18 @@ def test_a_degraded_engine_asks_nobody():
 # partial.json): node-c-0's env.sh set a chunk size of 512 and its server restarted; its engine refused it.
 CHUNK_SIZE_FINDINGS = [
     ("error", "engine_degraded", "node-c-0/engine", "LMCache server tcp://127.0.0.1:5603 stopped answering",
-     "node-c-0's engine is degraded: it serves without its lmcache server", "fix the server it cannot use"),
+     "node-c-0's engine is degraded: it serves without its lmcache server", "engine_degraded"),
     ("error", "agree:chunk_size", "node-c-0", "coordinator=256, node-a-0=256, node-b-0=256, node-c-0=512",
      "chunk_size differs across peers (read from /status). node-c-0 is the odd one out (coordinator, node-a-0, "
-     "node-b-0 use 256).", "restart the server of node-c-0 from fleet.yaml (chunk_size=256)"),
+     "node-b-0 use 256).", "chunk_size_differs"),
 ]
 
 
-def judged(findings) -> dict[str, str]:
-    """What gather hands the verdict: the one judge's cause of each instance's state."""
-    report = Report("doctor", [Finding(*f) for f in findings])
+def judged(findings) -> dict:
+    """What gather hands the verdict: the one judge's finding about each instance's state."""
+    report = Report("doctor", source="doctor")
+    for f in findings:
+        report.add(*f)
     found = judge.judgement(FleetFacts("f", "embedded", "http://c", "node-a"), report)
     return {i: why for i in ("node-a-0", "node-b-0", "node-c-0") if (why := found.why(i))}
 
@@ -227,25 +231,27 @@ def test_an_engine_degraded_by_its_servers_chunk_size_names_the_chunk_size():
     c.inputs = KeyInputs(8, "blake3", "m", 1, "", "0")
     ex = explain(fleet(a, c, held={"k0": ["node-a-0"]}, targets=("node-c-0",), causes=judged(CHUNK_SIZE_FINDINGS)))
     chunk = ex.nodes[0].chunks[0]
-    assert chunk.reason == "judged" and ex.nodes[0].reasons == ["judged"]
+    assert chunk.reason == "chunk_size_differs" and ex.nodes[0].reasons == ["chunk_size_differs"]
+    assert chunk.cause.evidence[0].source == "doctor:agree:chunk_size"       # the judge's own verdict
     assert "node-c-0's engine is degraded" in chunk.detail and "chunk_size differs across peers" in chunk.detail
     assert explain(fleet(a, c, held={"k0": ["node-a-0"]}, targets=("node-c-0",))).nodes[0].reasons == [
         "engine_degraded"]
 
 
-def test_a_stopped_holder_stays_holder_down_when_the_judge_knows_only_that_it_stopped():
+def test_a_stopped_holder_stays_server_down_when_the_judge_knows_only_that_it_stopped():
     """A process state is all the judge has about node-a-0 (its engine degraded is the consequence): explain's
     own reason stands, and a peer the judge knows a setting of names it."""
     a, b = connected()
     a.server_state, a.inputs, a.keys = "none", None, None
     causes = judged([("error", "process", "node-a-0/server", "none", "node-a-0's server is stopped while the fleet "
-                      "runs", "start it again"), CHUNK_SIZE_FINDINGS[0]])
+                      "runs", "server_down"), CHUNK_SIZE_FINDINGS[0]])
     assert causes == {}
-    assert explain(fleet(a, b, causes=causes)).nodes[0].reasons == ["holder_down"]
+    assert explain(fleet(a, b, causes=causes)).nodes[0].reasons == ["server_down"]
     causes = judged([("warn", "env_drift", "node-a-0", "LMCACHE_P2P_ADVERTISE_URL: env.sh 127.0.0.1:9, fleet.yaml "
-                      "renders 127.0.0.1:5701", "node-a-0's env.sh no longer matches what fleet.yaml renders", "")])
+                      "renders 127.0.0.1:5701", "node-a-0's env.sh no longer matches what fleet.yaml renders",
+                      "env_drift")])
     c = explain(fleet(a, b, causes=causes)).nodes[0].chunks[0]
-    assert c.reason == "judged" and "LMCACHE_P2P_ADVERTISE_URL" in c.detail and "no running server" in c.detail
+    assert c.reason == "env_drift" and "LMCACHE_P2P_ADVERTISE_URL" in c.detail and "no running server" in c.detail
 
 
 
@@ -255,12 +261,12 @@ def test_a_pull_from_a_peer_the_judge_finds_at_fault_stays_a_pull_and_names_the_
     the fault the doctor reported. The pull stands; the judge's cause is its risk."""
     a, b = connected()
     causes = judged([("error", "reach", "node-b -> node-a-0 p2p (advertised)", "127.0.0.1:9", "node node-b cannot "
-                      "open a TCP connection to node-a-0 p2p (advertised) at 127.0.0.1:9", "check the address")])
+                      "open a TCP connection to node-a-0 p2p (advertised) at 127.0.0.1:9", "peer_unreachable")])
     assert "node-a-0" in causes
     n = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}, causes=causes)).nodes[0]
-    assert n.strip == "PP." and [c.reason for c in n.chunks[:2]] == ["judged", "judged"]
-    assert n.reasons == ["judged"] and "at risk from chunk 0" in n.verdict and "127.0.0.1:9" in n.verdict
-    assert n.chunks[0].describe() == "pull from node-a (at risk: judged)"
+    assert n.strip == "PP." and [c.reason for c in n.chunks[:2]] == ["peer_unreachable", "peer_unreachable"]
+    assert n.reasons == ["peer_unreachable"] and "at risk from chunk 0" in n.verdict and "127.0.0.1:9" in n.verdict
+    assert n.chunks[0].describe() == "pull from node-a (at risk: peer_unreachable)"
     healthy = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]})).nodes[0]
     assert healthy.reasons == [] and "at risk" not in healthy.verdict
 
@@ -291,7 +297,8 @@ def test_a_different_seed_that_changes_none_hash_is_a_key_difference():
     b = view("node-b-0", prefix="b", seed="7", logged_none_hash="b'other'", peers=["node-a-0"])
     ex = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]}))
     c = ex.nodes[0].chunks[0]
-    assert c.reason == "keys_differ" and "NONE_HASH" in c.detail and "PYTHONHASHSEED: node-b-0=7, node-a-0=0" in c.detail
+    assert c.reason == "hash_seed_differs" and "NONE_HASH" in c.detail
+    assert "PYTHONHASHSEED: node-b-0=7, node-a-0=0" in c.detail
 
 
 def test_text_shows_a_table_the_strip_and_the_legend():
@@ -345,7 +352,7 @@ def test_a_first_chunk_nobody_holds_is_cold_only_on_a_fleet_that_holds_nothing()
     assert "differs in its first chunk" in c.detail
 
 
-def test_a_node_whose_keys_no_peer_shares_is_keys_differ_even_where_nobody_holds_the_prompt():
+def test_a_node_whose_keys_no_peer_shares_names_what_sets_it_apart_even_where_nobody_holds_the_prompt():
     """Issue 28's hash_seed case: node-c-0 hashes with builtin under PYTHONHASHSEED 4242; LMCache's hasher cannot
     reproduce a builtin-hash peer's keys (its NONE_HASH is per process), so no held copy is found and explain
     said not_confirmed. Every serving peer keys chunks otherwise: that alone says no pull can hit. One peer with
@@ -353,7 +360,7 @@ def test_a_node_whose_keys_no_peer_shares_is_keys_differ_even_where_nobody_holds
     a, b = connected("node-a-0", "node-c-0", prefix="c", seed="4242", logged_none_hash="b'c'")
     b.inputs = KeyInputs(CS, "builtin", "m", 1, "", "4242")
     c = explain(fleet(a, b, targets=("node-c-0",), held_keys=16)).nodes[0].chunks[0]
-    assert c.reason == "keys_differ" and "hash_algorithm: node-c-0=builtin, node-a-0=blake3" in c.detail
+    assert c.reason == "hash_algorithm_differs" and "hash_algorithm: node-c-0=builtin, node-a-0=blake3" in c.detail
     assert "PYTHONHASHSEED: node-c-0=4242, node-a-0=0" in c.detail
     twin = view("node-b-0", prefix="c", seed="4242", logged_none_hash="b'c'")
     twin.inputs = b.inputs
@@ -370,7 +377,7 @@ def test_a_pull_whose_restore_buffers_do_not_fit_the_targets_l1_is_l1_oom():
     n = explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0]
     assert n.strip == "PPPxx" and n.reasons == ["l1_oom"]
     assert "cannot hold the restore buffers of chunks 0-3 (2.0 MiB)" in n.chunks[3].detail
-    assert "raise settings.l1_size_gb" in n.chunks[3].detail
+    assert "raise settings.l1_size_gb" in n.chunks[3].cause.fix
     c.l1_total = 2**30
     assert explain(fleet(a, c, held={f"k{i}": ["node-a-0"] for i in range(5)}, targets=("node-c-0",))).nodes[0].strip \
         == "PPPPP"
@@ -382,9 +389,9 @@ def test_a_target_whose_server_did_not_start_is_explained_not_refused():
     size), and the doctor's finding from that run says why."""
     a, c = connected("node-a-0", "node-c-0", server_state="dead", inputs=None, keys=None)
     ucx = ("error", "ucx_tls", "node-c-0", "UCX_TLS=rc", "UCX_TLS asks for RDMA transports but node node-c has no "
-           "RDMA device", "add tcp, or fix the RDMA stack (`p2pctl rdma`)")
+           "RDMA device", "tls_unavailable")
     n = explain(fleet(a, c, targets=("node-c-0",), causes=judged([ucx]))).nodes[0]
-    assert n.strip == "xx." and n.reasons == ["judged"] and n.chunk_size == CS
+    assert n.strip == "xx." and n.reasons == ["tls_unavailable"] and n.chunk_size == CS
     assert "node-c-0's server is dead" in n.chunks[0].detail and "UCX_TLS asks for RDMA" in n.chunks[0].detail
     assert explain(fleet(a, c, targets=("node-c-0",))).nodes[0].reasons == ["server_down"]
 
@@ -399,7 +406,8 @@ def test_a_near_match_is_no_difference_while_a_server_that_may_have_held_the_pro
     near = {"chunk": 0, "holder": "node-a-0", "positions": [0], "mine": [7], "theirs": [100], "key": "k0"}
     ex = explain(fleet(a, b, c, held={"k0": ["node-a-0"]}, near={"node-b-0": near}))
     first = ex.nodes[0].chunks[0]
-    assert first.reason == "holder_down" and "node-c-0's server is stopped" in first.detail
+    assert first.reason == "server_down" and "node-c-0's server is stopped" in first.detail
+    assert first.cause.subject == "node-c-0"
 
 
 def test_each_reason_shows_the_catalogues_fix_and_scope_and_an_unconfirmed_one_only_a_next_step():
@@ -409,8 +417,12 @@ def test_each_reason_shows_the_catalogues_fix_and_scope_and_an_unconfirmed_one_o
     ex = explain(fleet(a, b, held={"k0": ["node-a-0"]}))
     text = "\n".join(render_text(ex))
     assert "why engine_degraded (from chunk 0)" in text
-    assert "fix: start the server, then the engine (`p2pctl up`)" in text and "(scope: instance)" in text
-    assert ex.to_dict()["nodes"][0]["causes"]["engine_degraded"]["scope"] == "instance"
+    assert "fix: fix the server it cannot use (the other causes about node-b-0 name why)" in text
+    assert "(scope: instance)" in text
+    [cause] = ex.to_dict()["nodes"][0]["causes"]
+    assert cause["id"] == "engine_degraded" and cause["scope"] == "instance" and cause["subject"] == "node-b-0"
+    assert cause["evidence"][0]["source"] == "explain" and "engine is degraded" in cause["evidence"][0]["seen"]
+    assert ex.to_dict()["nodes"][0]["chunks"][0]["cause"] == cause
     a, b = connected()
     text = "\n".join(render_text(explain(fleet(a, b))))
     assert "next: send it once" in text and "(scope: request)" in text and "fix: " not in text

@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from p2p_ops.causes import verdict
 from p2p_ops.diagnose.nixl.probe import Failure, ProbeResult
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, BadInput, CouldNotRun
 from p2p_ops.lifecycle import launch
@@ -101,22 +102,23 @@ def test_all_up_needs_every_instance():
     assert monitor.all_up([up, up]) and not monitor.all_up([up, down])
 
 
-def _failure(rule: str) -> Failure:
-    return Failure("initiator", "read", "nixlBackendError", "NIXL_ERR_BACKEND", "cause", "fix", rule)
+def _failure(cause: str) -> Failure:
+    return Failure("initiator", "read", "nixlBackendError", "NIXL_ERR_BACKEND", verdict(cause, "the initiator"))
 
 
 def test_nixl_probe_exit_code():
     assert ProbeResult(True, {}, 1, 1).exit_code == EXIT_OK
-    assert ProbeResult(False, {}, 1, 1, failure=_failure("ucx_tls_missing")).exit_code == EXIT_CHECK_FAILED
+    assert ProbeResult(False, {}, 1, 1, failure=_failure("tls_unavailable")).exit_code == EXIT_CHECK_FAILED
     assert ProbeResult(False, {}, 1, 1, failure=_failure("nixl_missing")).exit_code == EXIT_BAD_INPUT
 
 
 def test_node_probe_verdicts_and_the_fleet_exit_code():
-    ok = NodeProbe("a", "127.0.0.1", "local", warnings=["memlock limited"])
-    bad = NodeProbe("b", "127.0.0.1", "local", problems=["lmcache 0.5.5 here, 0.5.6 on a"])
+    ok = NodeProbe("a", "127.0.0.1", "local", warnings=[verdict("memlock", "a", ("probe", "memlock limited"))])
+    bad = NodeProbe("b", "127.0.0.1", "local", problems=[verdict("versions_differ", "b", (
+        "probe", "lmcache 0.5.5 here, 0.5.6 on a"), package="lmcache")])
     gone = NodeProbe("c", "10.0.0.3", "ssh", error="c (root@10.0.0.3:22): unreachable")
     assert [p.verdict for p in (ok, bad, gone)] == ["ok", "problems", "unreachable"]
-    assert bad.to_json()["verdict"] == "problems"
+    assert bad.to_json()["verdict"] == "problems" and bad.to_json()["problems"][0]["id"] == "versions_differ"
     assert fleet_ok({"a": ok}) and fleet_exit_code({"a": ok}) == EXIT_OK
     assert not fleet_ok({"a": ok, "b": bad}) and fleet_exit_code({"a": ok, "b": bad}) == EXIT_CHECK_FAILED
     assert fleet_exit_code({"a": ok, "b": bad, "c": gone}) == EXIT_BAD_INPUT

@@ -190,8 +190,10 @@ def test_probe_refuses_a_mooncake_fleet_whose_venv_cannot_import_it_and_names_th
     if says is None:
         assert p.problems == []
     else:
-        [msg] = p.problems
-        assert says in msg and "make setup-mooncake" in msg and "p2pctl probe --bootstrap" in msg
+        [v] = p.problems
+        msg = v.line()
+        assert v.id == "mooncake_broken" and says in msg and "make setup-mooncake" in msg
+        assert "p2pctl probe --bootstrap" in msg
     nixl = parse_fleet(local_fleet(2, name="n"))
     p = Probe(py_env(mooncake))
     assess_node(nixl, nixl.nodes[0], p)
@@ -232,8 +234,9 @@ def test_one_server_restarted_on_the_other_engine_is_the_odd_one_out_with_the_on
     [f] = problems(D.check(fleet([*peers, odd], transfer_engine="mooncake_te")), "agree:transfer_engine")
     assert f.subject == "node-c-0"
     assert "node-c-0 is the odd one out (node-a-0, node-b-0 use mooncake_te)" in f.message
-    assert f.fix == ("restart the server of node-c-0 from fleet.yaml (transfer_engine=mooncake_te): p2pctl down "
-                     "--node node-c --role server && p2pctl up --node node-c --role server")
+    assert f.cause.id == "transfer_engine_differs"
+    assert f.fix.endswith("(transfer_engine=mooncake_te) and every server that logged 'Object missing required "
+                          "field': p2pctl down --node node-c --role server && p2pctl up --node node-c --role server")
 
 
 # ---- bundle ------------------------------------------------------------------------------------------------

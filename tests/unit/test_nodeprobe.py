@@ -204,35 +204,38 @@ def test_vllm_nodes_need_gpus_vllm_and_want_the_model_cached():
     fleet = parse_fleet(data)
     p = _probe(model_cache=ModelCache(False, "/r/hub/models--Qwen--Qwen3-8B"))
     assess_node(fleet, fleet.nodes[0], p)
-    text = "\n".join(p.problems)
+    text = "\n".join(v.line() for v in p.problems)
     assert "no GPU is visible" in text and "vllm is not installed" in text
-    assert any("not in the cache" in w for w in p.warnings)
+    assert {v.id for v in p.problems} >= {"no_gpu", "vllm_missing"}
+    assert [v.id for v in p.warnings] == ["model_not_cached"] and "not in the cache" in p.warnings[0].line()
+    assert "huggingface-cli download Qwen/Qwen3-8B" in p.warnings[0].fix
     p2 = _probe(gpus=parse_gpus(NVIDIA_SMI))
     assess_node(fleet, fleet.nodes[0], p2)
-    assert any("GPU(s) [3]" in m for m in p2.problems)
+    assert any(v.id == "gpus_missing" and "GPU(s) [3]" in v.line() for v in p2.problems)
 
 
 def test_cpu_vllm_nodes_need_no_gpu_and_their_vllm_venv_is_left_to_preflight():
     fleet = parse_fleet(local_fleet(2, name="v", runtime="vllm", vllm={"venv": "/opt/vllm"}))
     p = _probe()
     assess_node(fleet, fleet.nodes[0], p)
-    assert not any("GPU" in m or "vllm is not installed" in m for m in p.problems), p.problems
+    assert not any("GPU" in v.line() or v.id == "vllm_missing" for v in p.problems), p.problems
 
 
 def test_missing_venv_memlock_with_rdma_busy_port_and_version_skew():
     fleet = fleet2()
     a = _probe(python=PythonEnv("/v/bin/python", error="no python at /v/bin/python"))
     assess_node(fleet, fleet.nodes[0], a)
-    assert any("--bootstrap" in m for m in a.problems)
+    assert [v.id for v in a.problems] == ["python_missing"] and "--bootstrap" in a.problems[0].fix
     b = _probe(rdma=[IbDevice("mlx5_0", 0)],
                ports=[PortCheck(8081, "x http", "127.0.0.1", "busy", "nginx pid 1")])
     assess_node(fleet, fleet.nodes[1], b)
-    assert any("port 8081 (x http) is held by nginx pid 1" in m for m in b.problems)
-    assert any("memlock" in w and "unlimited" in w for w in b.warnings)
+    assert any(v.id == "port_busy" and "port 8081 (x http) is held by nginx pid 1" in v.line() for v in b.problems)
+    assert any(v.id == "memlock" and "unlimited" in v.line() for v in b.warnings)
     c = _probe(python=PythonEnv("/v/bin/python", "3.11.7", {"lmcache": "0.5.5", "nixl": "1.5.1"}))
     d = _probe()
     assess_fleet(fleet, {"node-a": c, "node-b": d})
-    assert any("lmcache versions differ across nodes (node-a=0.5.5, node-b=0.5.6)" in m for m in c.problems)
+    assert any(v.id == "versions_differ" and "lmcache versions differ across nodes (node-a=0.5.5, node-b=0.5.6)"
+               in v.line() for v in c.problems)
 
 
 # ---- bootstrap ----------------------------------------------------------------------------------------
@@ -316,7 +319,7 @@ def test_probe_tells_the_fleets_own_listeners_from_a_stranger(fakes):
     states = {pc.port: (pc.state, pc.holder) for pc in probes["node-a"].ports}
     assert states[http] == ("this fleet", "lmcache pid 4121 on 127.0.0.1 (node-a-0/server)")
     assert states[mp] == ("busy", "nginx pid 911 on 0.0.0.0")
-    assert any(f"port {mp} (node-a-0 mp) is held by nginx pid 911" in m for m in probes["node-a"].problems)
+    assert any(f"port {mp} (node-a-0 mp) is held by nginx pid 911" in v.line() for v in probes["node-a"].problems)
     assert probes["node-b"].ok and not probes["node-a"].ok
 
 
@@ -341,7 +344,8 @@ def test_bootstrap_runs_only_on_nodes_without_their_venv(tmp_path, fakes, p2pctl
     result = json.loads(out)
     calls = [host for host, label in fleet.labels() if label == "bootstrap"]
     assert calls == ["node-b"] and result["bootstrap"] == {"node-b": f"bootstrapped {tmp_path / 'no venv yet'}"}
-    assert code == 1 and any("--bootstrap" in p for p in result["nodes"]["node-b"]["problems"])
+    assert code == 1 and any(p["id"] == "python_missing" and "--bootstrap" in p["fix"]
+                             for p in result["nodes"]["node-b"]["problems"])
     assert result["nodes"]["node-a"]["ok"]
 
 

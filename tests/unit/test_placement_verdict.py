@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from p2p_ops.bench import docqa, placement, placement_verdict
+from p2p_ops.causes import CAUSES
 from p2p_ops.diagnose.judge import margin
 from p2p_ops.observe.stats import span, with_spread
 from p2p_runtime.timing_profiles import TIMING_PROFILES
@@ -61,16 +62,18 @@ def test_each_margin_below_one_gets_its_measured_cause():
         "run-to-run variation": (arm("a", True, 0.95, peer=4096, recomputed=6000), arm("a", False, 1.0),
                                  100, 800, 100, 800),
     }
-    for words, (on, off, hit_on, cold_on, hit_off, cold_off) in cases.items():
-        why = margin.placement(on, off, turns("a-p2p-on", hit_on, cold_on),
-                                        turns("a-p2p-off", hit_off, cold_off), RDMA)
-        assert words in why, (words, why)
-    moved = margin.placement(arm("a", True, 0.9), arm("a", False, 1.0), turns("a-p2p-on", 100, 800, moved=2),
-                              turns("a-p2p-off", 100, 800), RDMA)
+    ids = ["no_pull_needed", "channel_poll", "pull_replaced_nothing", "cores_contended", "pull_costlier", "variation"]
+    for (words, (on, off, hit_on, cold_on, hit_off, cold_off)), cause in zip(cases.items(), ids):
+        why, v = margin.placement(on, off, turns("a-p2p-on", hit_on, cold_on),
+                                  turns("a-p2p-off", hit_off, cold_off), RDMA)
+        assert words in why and v.id == cause, (words, why, v)
+    moved, v = margin.placement(arm("a", True, 0.9), arm("a", False, 1.0), turns("a-p2p-on", 100, 800, moved=2),
+                                turns("a-p2p-off", 100, 800), RDMA)
     assert "no pull happened, yet 2 later turn(s) recomputed their document with P2P on" in moved
+    assert v.id == "moved_unserved" and not v.confirmed and "fix:" not in moved
     assert "the cause is not confirmed here" in moved and "kept each session" not in moved
-    failed = margin.placement(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
-    assert failed.startswith("3 requests failed with P2P on")
+    failed, v = margin.placement(arm("a", True, 0.5, failed=3), arm("a", False, 1.0), [], [], RDMA)
+    assert failed.startswith("3 requests failed with P2P on") and v.id == "failed_requests"
 
 
 def test_the_report_and_document_carry_the_profile_the_recommendation_and_the_causes(tmp_path):
@@ -83,6 +86,7 @@ def test_the_report_and_document_carry_the_profile_the_recommendation_and_the_ca
     assert "- P2P margin below 1 under cache_aware: no pull happened" in md
     doc = placement_verdict.document(results, opts, placement.choose(2, None, router=True), all_turns)
     assert doc["timing"]["profile"] == "h200-rdma" and "cache_aware" in doc["below_one"]
+    assert doc["causes"]["cache_aware"]["id"] == "no_pull_needed"
     assert doc["timing"]["settings"]["prefill_us_per_token"] == round(RDMA.prefill_us_per_token, 2)
 
 
@@ -144,8 +148,9 @@ def test_disjoint_ranges_give_a_clear_recommendation_and_a_p2p_margin_across_one
     line = placement_verdict.recommend(across, placement_verdict.margins(across), WORKLOAD, RDMA)
     assert line.count("would decide it") == 1 and "between kv_aware with P2P off (4.20 (4.00-4.40) req/s" in line
     assert "P2P's margin under kv_aware is inconclusive on this box (0.80x (0.71x-1.12x) req/s over 3" in line
-    why = placement_verdict.explanations(across, placement_verdict.margins(across), [], RDMA)["kv_aware"]
+    why, v = placement_verdict.explanations(across, placement_verdict.margins(across), [], RDMA)["kv_aware"]
     assert why.startswith("inconclusive on this box, the 3 repeats' req/s margins lie on both sides of 1")
+    assert v is not None and v.id in CAUSES
 
 
 def test_a_single_run_per_arm_says_it_measured_no_spread():

@@ -1,7 +1,8 @@
 """RDMA readiness on fixture host trees: one folder per scenario with its `expected.json`.
 
 Each tree under tests/fixtures/diagnose/rdma/<case>/ holds sys/, dev/, proc/ and tools/<fact>.txt; expected.json
-gives the exit code, the exact set of (severity, check, subject) problems, and info findings that must appear.
+gives the exit code, the exact set of (severity, check, subject) problems with the causes they name (catalogue
+ids), and info findings that must appear.
 Adding a scenario means adding a folder.
 """
 
@@ -34,6 +35,7 @@ def test_scenario(case):
     report = check_rdma(gather_rdma(HostView.snapshot(TREES / case)))
     got = sorted([f.severity, f.check, f.subject] for f in report.problems)
     assert got == sorted(expected["problems"]), report.render()
+    assert sorted(f.cause.id for f in report.problems) == expected["causes"], report.render()
     infos = [[f.severity, f.check, f.subject] for f in report.findings if f.severity == "info"]
     for item in expected.get("info", []):
         assert item in infos, report.render()

@@ -55,20 +55,23 @@ def test_projection_finds_where_the_measured_pull_beats_the_emulated_prefill_and
     proj = calibrate.project(rows({n: 100 + n * 0.005 for n in (1024, 2048, 4096, 8192)}), RDMA)
     assert proj["min_pull_tokens"] == 4096
     assert proj["pull_fit"] == pytest.approx({"fixed_ms": 100.0, "us_per_token": 5.0})
-    assert proj["cause"].startswith("round trips: a pull costs 100 ms fixed + 5.0 us/token")
+    assert proj["why"].startswith("round trips: a pull costs 100 ms fixed + 5.0 us/token")
+    assert proj["cause"]["id"] == "round_trips" and proj["cause"]["fix"] in proj["why"]
     assert proj["published_min_pull_tokens"] == round(RDMA.crossover_tokens)
 
 
 def test_a_pull_slower_per_token_than_the_gpu_prefill_is_named_as_the_limit():
     proj = calibrate.project(rows({n: 20 + n * 0.060 for n in (1024, 4096)}), RDMA, bytes_per_token=2048)
     assert proj["min_pull_tokens"] is None
-    assert proj["cause"].startswith("per-token cost: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
-    assert f"{60 / RDMA.pull_us_per_token:.1f}x the profile's RDMA" in proj["cause"]
+    assert proj["why"].startswith("per-token cost: each pulled token costs 60.0 us here, 34 MB/s of 2 KiB tokens")
+    assert f"{60 / RDMA.pull_us_per_token:.1f}x the profile's RDMA" in proj["why"]
+    assert proj["cause"]["id"] == "per_token_cost"
 
 
 def test_without_a_gpu_profile_or_a_p2p_hit_the_projection_says_so():
-    assert "no GPU profile" in calibrate.project(rows({1024: 10.0, 2048: 20.0}), TIMING_PROFILES["off"])["cause"]
-    assert "no P2P hit at [1024]" in calibrate.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
+    off = calibrate.project(rows({1024: 10.0, 2048: 20.0}), TIMING_PROFILES["off"])
+    assert "no GPU profile" in off["why"] and off["cause"]["id"] == "no_gpu_profile"
+    assert "no P2P hit at [1024]" in calibrate.project(rows({1024: 10.0}, cached=0), RDMA)["why"]
     assert math.isinf(TIMING_PROFILES["h200-rdma"].crossover_tokens) is False
 
 
@@ -119,18 +122,23 @@ def test_a_fleet_at_cpu_speed_gets_the_gpu_answer_of_the_default_profile(tmp_pat
 
 def test_a_missed_pull_with_l1_oom_fallbacks_names_them_and_the_setting():
     missed = [dict(r, fallbacks_b={"l1_oom": 32.0}) for r in rows({4096: 10.0}, cached=0)]
-    cause = calibrate.project(missed, RDMA)["cause"]
+    proj = calibrate.project(missed, RDMA)
+    cause = proj["why"]
     assert "l1_oom=32" in cause and "settings.l1_size_gb" in cause and "did not happen" not in cause
+    assert proj["cause"]["id"] == "l1_oom"
 
 
 def test_a_missed_pull_while_the_holder_evicted_names_the_eviction():
     missed = [dict(r, evictions_a=3.0) for r in rows({4096: 10.0}, cached=0)]
-    cause = calibrate.project(missed, RDMA)["cause"]
-    assert "evicted during the measurement" in cause and "3 eviction pass(es)" in cause
+    proj = calibrate.project(missed, RDMA)
+    assert "evicted during the measurement" in proj["why"] and "3 eviction pass(es)" in proj["why"]
+    assert proj["cause"]["id"] == "evicted"
 
 
 def test_a_missed_pull_without_evidence_is_not_confirmed():
-    assert "cause not confirmed" in calibrate.project(rows({1024: 10.0}, cached=0), RDMA)["cause"]
+    proj = calibrate.project(rows({1024: 10.0}, cached=0), RDMA)
+    assert "cause not confirmed" in proj["why"] and proj["cause"]["id"] == "no_pull_seen"
+    assert not proj["cause"]["confirmed"]
 
 
 def test_lengths_whose_restore_buffers_cannot_fit_l1_are_named_with_the_setting(tmp_path):

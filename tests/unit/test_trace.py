@@ -103,7 +103,7 @@ def test_trace_report_findings_and_expect_rdma():
                                                                                  "inter-node cfg#3")]
     failing = trace_report(parse_trace((FIX / "nixl/probe_tls_rc_initiator.log").read_text()))
     assert failing.exit_code == 1
-    assert any("UCX_TLS" in f.fix for f in failing.problems)
+    assert any(f.cause.id == "tls_unavailable" and "UCX_TLS" in f.fix for f in failing.problems)
 
 
 def test_cli_json_and_nothing_to_parse(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""NIXL/UCX failure -> cause and fix mapping, on the exception text plus log evidence."""
+"""NIXL/UCX failure -> the catalogue's cause, on the exception text plus log evidence (the signature that matched
+names it; the line it matched is the evidence)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from p2p_ops.facts.ucx_trace import parse_traces
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 
 
-@pytest.mark.parametrize("text,rule,needle", [
+@pytest.mark.parametrize("text,cause,seen", [
     ("nixlBackendError: NIXL_ERR_BACKEND\nucx WARN: transports 'cuda_ipc','cuda_copy' are not available, please "
      "use one or more of: cma, mm, posix, self, shm, sm, sysv, tcp", "tls_unavailable", "'cuda_ipc','cuda_copy'"),
     ("nixlBackendError: NIXL_ERR_BACKEND\nucx WARN: network device 'mlx5_0:1' is not available, please use one or "
@@ -22,18 +23,21 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
      "net_device_unavailable", "mlx5_0:1"),
     ("Invalid UCX_TLS=rc,sm,self for NIXL UCX backend: NVIDIA GPU(s) are present, but ...", "tls_without_cuda",
      "UCX_TLS=rc,sm,self"),
-    ("nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT", "remote_disconnect", "peer agent"),
-    ("ucx ERROR: ibv_create_cq(cqe=4096) failed: Cannot allocate memory", "memlock", "locked-memory"),
-    ("ucx FATAL: Transport retry count exceeded on mlx5_0:1/RoCE", "retry_exceeded", "not acknowledged"),
-    ("TimeoutError: timed out waiting for target.meta from the target agent", "timeout", "did not finish"),
-    ("ValueError: data mismatch: 12 of 100 bytes differ after the READ", "mismatch", "bytes differ"),
-    ("ModuleNotFoundError: No module named 'nixl'", "nixl_missing", "not installed"),
-    ("nixlBackendError: NIXL_ERR_BACKEND", "backend", "UCX backend failed"),
-    ("SomethingElse: odd", "unknown", "unrecognised"),
+    ("nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT", "remote_disconnect", "NIXL_ERR_REMOTE_DISCONNECT"),
+    ("ucx ERROR: ibv_create_cq(cqe=4096) failed: Cannot allocate memory", "memlock", "ibv_create_cq"),
+    ("ucx FATAL: Transport retry count exceeded on mlx5_0:1/RoCE", "transport_retry", "mlx5_0:1/RoCE"),
+    ("TimeoutError: timed out waiting for target.meta from the target agent", "transfer_timeout", "target.meta"),
+    ("ValueError: data mismatch: 12 of 100 bytes differ after the READ", "read_mismatch", "12 of 100"),
+    ("ModuleNotFoundError: No module named 'nixl'", "nixl_missing", "No module named"),
+    ("nixlBackendError: NIXL_ERR_BACKEND", "ucx_backend_failed", "NIXL_ERR_BACKEND"),
 ])
-def test_rules(text, rule, needle):
-    d = classify(text)
-    assert d.rule == rule and needle in d.cause and d.fix
+def test_rules(text, cause, seen):
+    v = classify(text)
+    assert v.id == cause and v.fix and seen in v.evidence[0].seen and v.evidence[0].source.startswith("log:")
+
+
+def test_a_failure_no_rule_recognises_names_no_cause():
+    assert classify("SomethingElse: odd") is None
 
 
 def test_probe_failure_from_captured_run_blames_the_target_that_failed_first():
@@ -42,7 +46,8 @@ def test_probe_failure_from_captured_run_blames_the_target_that_failed_first():
     target = dict(state, role="target")
     failure = explain_failure({"target": target, "initiator": state}, trace)
     assert (failure.side, failure.stage, failure.exc_class) == ("target", "create_agent", "nixlBackendError")
-    assert failure.rule == "tls_unavailable" and "'rc'" in failure.cause
+    assert failure.cause.id == "tls_unavailable" and "'rc'" in failure.cause.evidence[0].seen
+    assert failure.cause.subject == "the target" and "UCX_TLS" in failure.cause.fix
     assert any("transport 'rc' is not available" in e for e in failure.evidence)
 
 
@@ -51,4 +56,4 @@ def test_probe_failure_initiator_timeout_while_target_serves():
     failure = explain_failure({"target": {"ok": False, "stage": "serve"},
                         "initiator": {"ok": False, "stage": "transfer", "exc_class": "TimeoutError",
                                       "message": "timed out waiting for the READ to complete (state PROC)"}}, trace)
-    assert failure.side == "initiator" and failure.rule == "timeout"
+    assert failure.side == "initiator" and failure.cause.id == "transfer_timeout"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from p2p_ops.causes import CAUSES
 from p2p_ops.diagnose.tree import checks, evidence, model, render, walk
 from p2p_ops.errors import BadInput
 
@@ -20,7 +21,7 @@ REQUIRED = {"peers-not-registered", "nixl-err-backend", "zero-cached-tokens", "l
 DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
                  "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
                  "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin",
-                 "mooncake", "l1_misaligned", "no_transfer_channel", "server_args_clash"}
+                 "mooncake", "hash:builtin_fallback", "l1_misaligned", "no_transfer_channel", "server_args_clash"}
 
 
 def known_check(check: str) -> bool:
@@ -43,20 +44,23 @@ def test_every_symptom_has_automated_checks_causes_and_fixes(symptom):
     assert sum(len(st.checks) for st in symptom.steps) >= 2, "a symptom needs automated checks"
     assert len({st.id for st in symptom.steps}) == len(symptom.steps)
     for st in symptom.steps:
-        assert st.ask.endswith("?") and st.cause and st.fix, st.id
+        assert st.ask.endswith("?") and st.causes and set(st.causes) <= set(CAUSES), st.id
         assert st.checks or st.manual, f"{symptom.id}/{st.id} has neither checks nor a manual command"
         for check in st.checks:
             assert known_check(check), f"{symptom.id}/{st.id}: unknown check {check}"
 
 
-def test_every_signature_is_used_and_is_valid_for_python_and_grep(tmp_path):
+def test_every_fleet_log_signature_is_used_and_is_valid_for_python_and_grep(tmp_path):
+    """A signature the tree greps (one with `logs`) is named by a step, and grep -E reads it as Python does; one
+    without logs is only for a failed transfer's text (the NIXL failure rules)."""
     used = {c.split(":", 1)[1] for s in TREE.symptoms for st in s.steps for c in st.checks if c.startswith("log:")}
-    assert used == set(TREE.signatures), f"unused signatures: {set(TREE.signatures) - used}"
+    grepped = {k for k, sig in TREE.signatures.items() if sig.logs}
+    assert used == grepped, f"unused: {grepped - used}; not grepped: {used - grepped}"
     log = tmp_path / "empty.log"
     log.write_text("nothing to see\n")
     for sig in TREE.signatures.values():
         sig.regex  # compiles
-        assert sig.logs and set(sig.logs) <= {"server", "engine", "coordinator"}
+        assert set(sig.logs) <= {"server", "engine", "coordinator"} and sig.cause in CAUSES
         res = subprocess.run(["grep", "-a", "-E", "-e", sig.pattern, str(log)], capture_output=True)
         assert res.returncode == 1, f"{sig.id}: grep -E rejects {sig.pattern!r}: {res.stderr!r}"
 
@@ -71,7 +75,8 @@ def test_reference_page_is_generated_from_the_tree():
 def test_failure_modes_reference_covers_every_signature():
     text = (SKILL / "references" / "failure-modes.md").read_text()
     for sig in TREE.signatures.values():
-        first = re.sub(r"\\(.)", r"\1", sig.pattern.split("|")[0]).split(".*")[0].split("[0-9]")[0].strip()
+        # The literal text the pattern starts with, up to its first regex construct.
+        first = re.split(r"\.\*|\[|\(|\?|\{", re.sub(r"\\(.)", r"\1", sig.pattern.split("|")[0]))[0].strip()
         assert first in text, f"failure-modes.md does not mention {sig.id} ({first!r})"
 
 
@@ -135,8 +140,20 @@ def test_cli_list_and_markdown(p2pctl):
 def test_no_step_tells_a_gpu_node_to_drop_its_cuda_transport():
     """Issue 28: the slow-pulls step said "drop cuda_copy from UCX_TLS" for every node, while NIXL 1.5.1 refuses
     a UCX_TLS without a CUDA transport where GPUs are present (the doctor's ucx_tls finding already depends on
-    the node). Every step that names cuda_copy says which nodes keep it."""
-    named = [(s.id, st.id, st.fix) for s in TREE.symptoms for st in s.steps if "cuda_copy" in st.fix]
+    the node). Every cause a step looks for whose fix names cuda_copy says which nodes keep or drop it."""
+    named = {c for s in TREE.symptoms for st in s.steps for c in st.causes if "cuda_copy" in CAUSES[c].fix}
     assert named
-    for symptom, step, fix in named:
-        assert "GPU node" in fix, (symptom, step, fix)
+    for c in named:
+        assert "GPU node" in CAUSES[c].fix or "GPU-less node" in CAUSES[c].fix or "has GPUs" in CAUSES[c].means, c
+
+
+def test_a_problem_that_confirms_no_reason_is_shown_but_never_named_as_the_likely_cause(tmp_path):
+    """Mooncake logs 'Local segment descriptor not found' at every start: the step shows it, and the walk says no
+    cause is confirmed rather than name it (its cause is not `confirmed` in the catalogue)."""
+    log = tmp_path / "server.log"
+    log.write_text("E20261201 mooncake: Local segment descriptor not found\n")
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "NIXL_ERR_BACKEND"), evidence.Evidence(None, TREE, (log,)))
+    [seen] = [o for s in d.steps for o in s.observations if o.check == "log:mooncake_segment_desc"]
+    assert seen.status == "problem" and seen.cause.id == "mooncake_segment_desc" and not seen.cause.confirmed
+    assert d.likely() is None and d.exit_code == 0 and d.to_dict()["likely_cause"] is None
+    assert any("Local segment descriptor" in s for s in d.seen())

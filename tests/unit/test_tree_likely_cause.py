@@ -50,9 +50,10 @@ def test_the_setting_beats_the_dead_process_as_the_likely_cause(tmp_path):
     assert steps["server-alive"].verdict == "problem"      # found, but it is the symptom, not the why
     step, obs = d.likely()
     assert (step.id, obs.check) == ("ucx-tls", "doctor:ucx_tls"), render.render_text(d)
-    assert "asks for RDMA transports but node" in obs.detail and "add tcp" in obs.fix
+    assert "asks for RDMA transports but node" in obs.detail and obs.cause.id == "tls_unavailable"
     cause = d.to_dict()["likely_cause"]
-    assert cause["evidence"] == "doctor:ucx_tls" and "mooncake" not in cause["cause"] + cause["fix"]
+    assert cause["evidence"] == "doctor:ucx_tls" and cause["cause"]["id"] == "tls_unavailable"
+    assert "mooncake" not in cause["detail"] + cause["cause"]["fix"]
     assert "mooncake" not in render.render_text(d)[-2]
 
 
@@ -83,7 +84,7 @@ def test_a_stopped_holder_is_the_likely_cause_of_zero_cached_tokens_not_the_engi
     cause, the degraded engine its consequence, and the zero-cached-tokens walk reads the processes."""
     facts = _fleet("127.0.0.1", "", state="dead")
     report = check(facts)
-    report.add("error", "engine_degraded", "node-a-0/engine", "lmcache unreachable", "degraded", "fix the server")
+    report.add("error", "engine_degraded", "node-a-0/engine", "lmcache unreachable", "degraded", "engine_degraded")
     top = judge.judgement(facts, report).top(["node-a-0"])
     assert (top.check, top.subject) == ("process", "node-a-0/server")
     step = next(st for st in model.find_symptom(TREE, "zero cached tokens").steps if st.id == "registered")
@@ -104,7 +105,8 @@ def test_a_peer_nobody_reaches_at_its_advertised_url_is_the_likely_cause_of_zero
     facts.nodes[0].reach = [Reach("node-a", "node-b-0 p2p (advertised)", "127.0.0.1", 9, False)]
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"), _Given(facts))
     cause = d.to_dict()["likely_cause"]
-    assert cause["evidence"] == "doctor:reach" and "node-b-0 p2p (advertised) at 127.0.0.1:9" in cause["cause"]
+    assert cause["evidence"] == "doctor:reach" and "node-b-0 p2p (advertised) at 127.0.0.1:9" in cause["detail"]
+    assert cause["cause"]["id"] == "peer_unreachable"
     drift = [o for s in d.steps for o in s.observations if o.check == "doctor:env_drift"]
     assert drift and "LMCACHE_P2P_ADVERTISE_URL: env.sh 127.0.0.1:9" in drift[0].detail
 
@@ -117,7 +119,8 @@ def test_an_l1_set_smaller_than_the_spec_is_the_likely_cause_of_l1_oom():
     a.env_file, a.spec_env = {"LMCACHE_L1_SIZE_GB": "0.002"}, {"LMCACHE_L1_SIZE_GB": "1"}
     d = walk.diagnose(TREE, model.find_symptom(TREE, "l1_oom"), _Given(facts))
     cause = d.to_dict()["likely_cause"]
-    assert cause["evidence"] == "doctor:env_drift" and "LMCACHE_L1_SIZE_GB: env.sh 0.002" in cause["cause"]
+    assert cause["evidence"] == "doctor:env_drift" and "LMCACHE_L1_SIZE_GB: env.sh 0.002" in cause["detail"]
+    assert cause["cause"]["id"] == "env_drift" and "--node node-a --role server" in cause["cause"]["fix"]
 
 
 class _Logged(_Given):
@@ -128,7 +131,7 @@ class _Logged(_Given):
         self._lines = lines
 
     def logs(self):
-        return [(label, "server", lines) for label, lines in self._lines.items()]
+        return [(label, "server", "node-a", lines) for label, lines in self._lines.items()]
 
 
 # node-a-0's server.log in the diagnosis benchmark (bench/results/diagnosis-2026-12-02b, run b): the advertise_url
@@ -159,7 +162,9 @@ def test_an_adapter_failure_for_a_peer_connected_now_is_ruled_out():
     assert obs.status == "info" and "ruled out" in obs.detail and d.likely() is None
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
                       _Logged(facts, {"node-a-0/server.log": [ADAPTER_FAILED]}))
-    assert d.to_dict()["likely_cause"]["evidence"] == "log:adapter_failed"
+    cause = d.to_dict()["likely_cause"]
+    assert cause["evidence"] == "log:adapter_failed" and cause["cause"]["id"] == "adapter_failed"
+    assert cause["cause"]["subject"] == "node-a-0" and "node-a-0/server.log" in cause["cause"]["fix"]
 
 
 class _Scraped(_Given):
@@ -185,9 +190,9 @@ def test_an_l1_that_evicted_is_the_likely_cause_of_zero_cached_tokens_when_nothi
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
                       _Scraped(facts, {"node-a-0": evicted, "node-b-0": []}))
     cause = d.to_dict()["likely_cause"]
-    assert cause["evidence"] == "metric:l1_evictions" and "node-a-0" in cause["cause"], cause
-    assert "eviction loop ran 3 time(s) since it started (120 chunks deleted)" in cause["cause"]
-    assert "l1_size_gb" in cause["fix"]
+    assert cause["evidence"] == "metric:l1_evictions" and "node-a-0" in cause["detail"], cause
+    assert "eviction loop ran 3 time(s) since it started (120 chunks deleted)" in cause["detail"]
+    assert cause["cause"]["id"] == "evicted" and "l1_size_gb" in cause["cause"]["fix"]
     # Pulled chunks freed after their read count as evicted chunks too: without an eviction pass, no eviction.
     pulled = [("lmcache_mp_l1_evicted_chunks_total", {}, 8.0)]
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),

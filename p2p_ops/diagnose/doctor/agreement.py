@@ -6,17 +6,19 @@ A fleet of three where node-c's server was restarted by hand at chunk size 512 r
 
     [ERROR] node-c-0: chunk_size differs across peers: node-c-0=512 is the odd one out (coordinator,
             node-a-0, node-b-0 use 256) ...
-            fix: restart node-c's server from fleet.yaml (chunk_size=256): p2pctl down --node node-c --role
-            server && p2pctl up --node node-c --role server
+            fix (chunk_size_differs): one settings.chunk_size in fleet.yaml (the coordinator's --chunk-size
+            too); restart what differs from it (chunk_size=256): p2pctl down --node node-c --role server &&
+            p2pctl up --node node-c --role server
 
 (`up --node X` re-renders that node's env.sh from fleet.yaml first). With two peers there is no majority and
-both are named.
+both are named. The wording of each fix is the catalogue's (`p2p_ops.causes`); here are its values.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from p2p_ops import causes
 from p2p_ops.diagnose.doctor.model import FleetFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
@@ -25,7 +27,7 @@ from p2p_ops.spec.layout import COORDINATOR
 
 # Which process holds a must-agree value (the one to restart when it is wrong).
 ENGINE_KEYS = ("model", "engine_model", "world_size", "vllm_block_size", "vllm_parallel", "vllm_dtype",
-               "vllm_kv_cache_dtype", "vllm_model", "vllm_revision")
+               "vllm_kv_cache_dtype", "vllm_model", "vllm_revision", "vllm_hash_seed")
 
 
 def names_of(values: dict[str, object]) -> str:
@@ -40,11 +42,8 @@ def restart(facts: FleetFacts, who: list[str], role: str) -> str:
     """The commands that restart `role` on the nodes of these instances (the coordinator's own role for it),
     re-rendering their env.sh from fleet.yaml (`up --node` renders that node first)."""
     by_inst = {i.instance: i.node for i in facts.instances}
-    steps = []
-    for w in sorted(who):
-        node, r = (facts.coordinator_node, "coordinator") if w == COORDINATOR else (by_inst.get(w, w), role)
-        steps.append(f"p2pctl down --node {node} --role {r} && p2pctl up --node {node} --role {r}")
-    return " && ".join(dict.fromkeys(steps))  # each node and role once
+    return causes.restart(*((facts.coordinator_node, "coordinator") if w == COORDINATOR else (by_inst.get(w, w), role)
+                            for w in sorted(who)))
 
 
 def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
@@ -57,20 +56,17 @@ def _spec_value(facts: FleetFacts, inst: str, key: str) -> Optional[str]:
     return (i.spec_env or {}).get(rule.env) if i else None
 
 
-def smallest_fix(facts: FleetFacts, key: str, values: dict[str, str]) -> str:
-    """Restart only what differs from the spec (or, for keys the spec does not set, the odd ones out)."""
+def smallest_fix(facts: FleetFacts, key: str, values: dict[str, str]) -> dict[str, str]:
+    """The values of the cause's fix: restart only what differs from the spec (or, for keys the spec does not
+    set, the odd ones out; with no majority, every one), and the value it must have."""
     role = "engine" if key in ENGINE_KEYS else "server"
     spec = {inst: _spec_value(facts, inst, key) for inst in values}
     off_spec = sorted(inst for inst, v in values.items() if spec[inst] is not None and v != spec[inst])
-    if off_spec:
-        want = next(iter({spec[i] for i in off_spec}))
-        what = f"{role}s" if len(off_spec) > 1 else role
-        return (f"restart the {what} of {', '.join(off_spec)} from fleet.yaml ({key}={want}): "
-                f"{restart(facts, off_spec, role)}")
     sp = split(values)
-    if sp.odd and not sp.tie:
-        return f"on {', '.join(sorted(sp.odd))} only: {BY_KEY[key].fix} ({restart(facts, sorted(sp.odd), role)})"
-    return BY_KEY[key].fix
+    who = off_spec or (sorted(sp.odd) if sp.odd and not sp.tie else sorted(values))
+    want = next((spec[i] for i in off_spec), None) or sp.majority_value or "one value"
+    return {"want": str(want), "restart": restart(facts, who, role), "setting": key,
+            "package": key.removesuffix("_version")}
 
 
 def _seed_mismatch_severity(facts: FleetFacts, per_inst: dict[str, dict]) -> tuple[str, str]:
@@ -108,8 +104,8 @@ def check_agreement(report: Report, facts: FleetFacts) -> dict[str, dict[str, tu
                f"({names_of(dict.fromkeys(sp.majority))} use {sp.majority_value})."
                if sp.odd and not sp.tie else "")
         report.add(severity, f"agree:{key}", subject, pairs(values),
-                   f"{key} differs across peers (read from {', '.join(sources)}).{odd}{note}",
-                   smallest_fix(facts, key, values))
+                   f"{key} differs across peers (read from {', '.join(sources)}).{odd}{note}", BY_KEY[key].cause,
+                   **smallest_fix(facts, key, values))
     report.facts["agreed"] = agreed
     check_stale_env(report, facts)
     check_env_drift(report, facts)
@@ -126,8 +122,7 @@ def check_stale_env(report: Report, facts: FleetFacts) -> None:
             if live is not None and on_disk is not None and live != on_disk:
                 report.add("warn", "stale_env", inst.instance, f"process {key}={live}, env.sh {key}={on_disk}",
                            f"env.sh changed after {inst.instance}'s server started; the running server uses the "
-                           "old value", f"restart {inst.instance}'s server: {restart(facts, [inst.instance], 'server')}"
-                           " (re-renders env.sh from fleet.yaml; or revert the edit)")
+                           "old value", "stale_env", restart=restart(facts, [inst.instance], "server"))
 
 
 def check_env_drift(report: Report, facts: FleetFacts) -> None:
@@ -144,5 +139,5 @@ def check_env_drift(report: Report, facts: FleetFacts) -> None:
             report.add("warn", "env_drift", inst.instance, ", ".join(shown),
                        f"{inst.instance}'s env.sh (node {inst.node}) no longer matches what fleet.yaml renders: "
                        "it was edited by hand or rendered from an older spec (a line not in p2pctl's "
-                       "`export KEY=value` format is shown, never read as harmless: bash would run it)",
-                       f"re-render and restart only what reads it: {restart(facts, [inst.instance], 'server')}")
+                       "`export KEY=value` format is shown, never read as harmless: bash would run it)", "env_drift",
+                       restart=restart(facts, [inst.instance], "server"))

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import re
-from functools import cache
 from itertools import takewhile
 from typing import Optional
 
-import yaml
-
+from p2p_ops.causes import CAUSES
 from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.nic import pin_views
 from p2p_ops.diagnose.doctor.peers import observed
 from p2p_ops.diagnose.findings import Report
-from p2p_ops.diagnose.rdma.check import FIXES
+from p2p_ops.diagnose.signatures import SIGNATURES
 from p2p_ops.facts.python_env import version_of
-from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX
-from p2p_ops.resources import tree_text
 from p2p_ops.spec.model import is_loopback
 from p2p_ops.spec.layout import COORDINATOR
-from p2p_ops.spec.startup import l1_misaligned
+from p2p_ops.spec.startup import l1_misaligned, nearest_l1
 
 _NET_TLS = {"tcp", "rc", "rc_v", "rc_x", "rc_mlx5", "rc_verbs", "ud", "ud_v", "ud_x", "ud_mlx5", "ud_verbs", "dc",
             "dc_x", "dc_mlx5", "ib", "all"}
@@ -35,19 +30,15 @@ def _check_hash_fallback(report: Report, facts: FleetFacts) -> None:
     NONE_HASH (and every chunk key) differs per process even with equal PYTHONHASHSEEDs."""
     fell = {i.instance: i.hash_fallback for i in facts.instances if i.hash_fallback}
     if fell:
-        report.add("error", "hash:builtin_fallback", names_of(fell), pairs(fell),
-                   "LMCache logged \"Could not load '<algorithm>' from vLLM. Using builtin hash\": these servers hash "
-                   "with Python's hash(), whose NONE_HASH differs per process even with equal PYTHONHASHSEED, so "
-                   "they share nothing",
-                   "set settings.hash_algorithm: blake3 (only runtime: vllm may use builtin/sha256_cbor), "
-                   "re-render and restart")
+        report.add("error", "hash:builtin_fallback", names_of(fell), pairs(fell), "", "builtin_hash",
+                   restart=restart(facts, sorted(fell), "server"))
 
 
 def _check_mooncake(report: Report, facts: FleetFacts) -> None:
     for n in facts.nodes:
         if n.mooncake and not n.error:
             report.add("error", "mooncake", n.node, version_of(n.packages, "mooncake") or "not installed",
-                       n.mooncake, MOONCAKE_FIX)
+                       n.mooncake, "mooncake_broken")
 
 
 def _check_coordinator(report: Report, facts: FleetFacts) -> None:
@@ -59,37 +50,30 @@ def _check_coordinator(report: Report, facts: FleetFacts) -> None:
             msg = (f"the coordinator is not running (process {facts.coordinator_state}): servers cannot register "
                    "or discover peers; each drops its peer adapters after 4 missed polls")
         report.add("error", "coordinator", "coordinator", f"{facts.coordinator_url} process "
-                   f"{facts.coordinator_state}", msg, "read coordinator/coordinator.log, then start it again "
-                   f"from fleet.yaml: {restart(facts, [COORDINATOR], 'coordinator')}")
+                   f"{facts.coordinator_state}", msg, "coordinator_down",
+                   restart=restart(facts, [COORDINATOR], "coordinator"))
     for inst in running:
         url = inst.process_env.get("LMCACHE_COORDINATOR_URL") or (inst.env_file or {}).get("LMCACHE_COORDINATOR_URL")
         if url and url.rstrip("/") != facts.coordinator_url.rstrip("/"):
-            report.add("error", "coordinator_url", inst.instance,
-                       f"{inst.instance}={url}, fleet={facts.coordinator_url}",
-                       f"{inst.instance}'s server talks to {url}, not to the fleet's coordinator: it registers "
-                       "nowhere (or in another fleet) and sees no peers",
-                       f"set LMCACHE_COORDINATOR_URL={facts.coordinator_url} (re-render with `p2pctl render`) and "
-                       f"restart {inst.instance}")
+            report.add("error", "coordinator_url", inst.instance, f"{inst.instance}={url}, fleet={facts.coordinator_url}",
+                       "", "coordinator_url_wrong", url=facts.coordinator_url,
+                       restart=restart(facts, [inst.instance], "server"))
     if facts.coordinator_healthy:
         _check_membership(report, facts, running)
     for inst in running:
         if inst.status is None:
-            report.add("error", "server_http", inst.instance, "no answer",
-                       f"{inst.instance}'s server process runs but does not answer /status",
-                       f"read {inst.instance}/server.log; the HTTP port may be taken or the server is stuck")
+            report.add("error", "server_http", inst.instance, "no answer", "", "server_unresponsive",
+                       instance=inst.instance)
             continue
         state = inst.status.get("p2p_state", "unknown")
         peers = inst.status.get("p2p_peer_count")
         if state != "registered":
-            report.add("error", "p2p_state", inst.instance, f"p2p_state={state}",
-                       f"{inst.instance} is {state}: its last GET /instances failed or did not list itself, so it "
-                       "has no peers", "check the coordinator (finding above) and LMCACHE_COORDINATOR_URL; grep its "
-                       "server.log for 'P2P instance discovery failed' and 'Coordinator registration/heartbeat "
-                       "failed'")
+            report.add("error", "p2p_state", inst.instance, f"p2p_state={state}", f"{inst.instance} is {state}: its "
+                       "last GET /instances failed or did not list itself, so it has no peers", "not_registered")
         elif isinstance(peers, int) and peers != len(running) - 1:
             report.add("warn", "peer_count", inst.instance, f"{peers} peer(s) {inst.status.get('p2p_peers')}",
                        f"{inst.instance} sees {peers} peer(s), {len(running) - 1} other server(s) are running",
-                       "wait one poll interval; a peer missing for longer is not registered (see its findings)")
+                       "peer_not_connected")
 
 
 def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceFacts]) -> None:
@@ -98,27 +82,20 @@ def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceF
     for inst in running:
         entry = listed.get(inst.instance)
         if entry is None:
-            report.add("error", "registration", inst.instance, "absent from /instances",
-                       f"{inst.instance}'s server runs but the coordinator does not list it: peers cannot find it",
-                       "check its LMCACHE_COORDINATOR_URL and that it reaches the coordinator; its server.log "
-                       "shows 'Coordinator registration/heartbeat failed' with the reason")
+            report.add("error", "registration", inst.instance, "absent from /instances", "", "not_registered")
             continue
         want = inst.process_env.get("LMCACHE_P2P_ADVERTISE_URL") or (inst.env_file or {}).get(
             "LMCACHE_P2P_ADVERTISE_URL")
         got = entry.get("p2p_advertised_url") or ""
         if not got or not entry.get("mq_port"):
             report.add("error", "registration", inst.instance, f"p2p_advertised_url={got!r} mq_port="
-                       f"{entry.get('mq_port')}", f"{inst.instance} registered without a P2P URL or mq port: "
-                       "peers skip it", "start the server with --p2p-advertise-url (LMCACHE_P2P_ADVERTISE_URL)")
+                       f"{entry.get('mq_port')}", "", "not_advertised")
         elif want and got != want:
             report.add("error", "registration", inst.instance, f"advertised {got}, env {want}",
-                       f"{inst.instance} advertises {got} but is configured for {want}",
-                       "restart the server so it registers its current URL")
+                       f"{inst.instance} advertises {got} but is configured for {want}", "advertise_stale",
+                       restart=restart(facts, [inst.instance], "server"))
     for iid in sorted(set(listed) - known):
-        report.add("warn", "registration", iid, listed[iid].get("p2p_advertised_url"),
-                   f"the coordinator lists {iid}, which is not in this fleet (a stale entry, or another fleet "
-                   "shares this coordinator)", "give each fleet its own coordinator port; stale entries leave "
-                   "after --instance-timeout (30 s)")
+        report.add("warn", "registration", iid, listed[iid].get("p2p_advertised_url"), "", "foreign_instance")
 
 
 def _check_reach(report: Report, facts: FleetFacts) -> None:
@@ -127,8 +104,7 @@ def _check_reach(report: Report, facts: FleetFacts) -> None:
             if not r.ok:
                 report.add("error", "reach", f"{r.source} -> {r.target}", f"{r.host}:{r.port}",
                            f"node {r.source} cannot open a TCP connection to {r.target} at {r.host}:{r.port}",
-                           "bind the server to an address peers can reach (node.bind / --host), open the port in "
-                           "the firewall, and check the advertised address")
+                           "peer_unreachable")
 
 
 def wide_binds(node: NodeFacts) -> list[tuple[str, str, int, Optional[int]]]:
@@ -152,14 +128,12 @@ def _check_binds(report: Report, facts: FleetFacts) -> None:
         if node.error:
             continue
         for owner, address, port, pid in wide_binds(node):
+            # A listener on a port the fleet did not plan is UCX's (NIXL's transfer channel).
             planned = any(p.node == node.node and p.port == port for p in facts.ports)
             scope = "127.0.0.0/8" if node.bind_ok == ("loopback",) else f"{node.address} (and loopback)"
-            fix = ("set the node's bind (or coordinator.host / prometheus.host) to its address and re-render"
-                   if planned else
-                   "a listener on a random port is UCX's (NIXL transfer channel): set settings.ucx_net_devices "
-                   "to the interface of the node's address (lo for a local fleet), re-render and restart")
             report.add("error", "bind:wide", f"{owner} on {node.node}", f"{address}:{port} (pid {pid})",
-                       f"{owner} listens on {address}:{port}, outside {scope}", fix)
+                       f"{owner} listens on {address}:{port}, outside {scope}",
+                       "bind_wide" if planned else "ucx_listens_wide")
 
 
 def _check_ports(report: Report, facts: FleetFacts) -> None:
@@ -174,13 +148,13 @@ def _check_ports(report: Report, facts: FleetFacts) -> None:
         if owner_running and not holders:
             report.add("error", "port_listening", p.role,
                        f"{p.bind}:{p.port}", f"{p.process} runs but nothing listens on {p.bind}:{p.port} ({p.role})",
-                       f"read {p.process}.log: the process may still be starting, or it failed to bind")
+                       "port_not_listening", log=f"{p.process}.log")
         elif not owner_running and holders:
             who = holders[0].process or "another process"
             pid = f" pid {holders[0].pid}" if holders[0].pid else ""
             report.add("error", "port_busy", p.role, f"{p.bind}:{p.port} held by {who}{pid}",
                        f"port {p.port} ({p.role}) on {p.node} is taken while {p.process} is not running: it will "
-                       "fail to start", "stop what holds it, or pick another port in fleet.yaml and re-render")
+                       "fail to start", "port_busy")
     if not facts.any_running and len(report.problems) == before and facts.ports:
         report.add("info", "ports", "fleet", f"{len(facts.ports)} ports", "every planned port is free on its node")
 
@@ -194,9 +168,7 @@ def _check_memlock(report: Report, facts: FleetFacts) -> None:
         rdma = bool(node and node.rdma_devices) or bool(set(_tls_tokens(observed(inst, {})["UCX_TLS"][0])) & _RDMA_TLS)
         soft = m["soft"]
         if rdma:
-            report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
-                       f"{inst.instance}'s server may lock only {soft} bytes: RDMA memory registration of its L1 "
-                       "fails (ibv_reg_mr / ibv_create_cq: Cannot allocate memory)", FIXES["memlock"])
+            report.add("error", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})", "", "memlock")
         else:
             report.add("info", "memlock", inst.instance, f"{soft} bytes ({m.get('source')})",
                        "memlock is limited; fine for TCP/shared memory, RDMA registration would need it unlimited")
@@ -223,11 +195,7 @@ def _check_gpu_tls(report: Report, inst: InstanceFacts, node: NodeFacts | None, 
     nixl = version_of(node.packages, "nixl") if node else None
     known = tuple(int(p) for p in takewhile(str.isdecimal, (nixl or "").split("."))) >= _NIXL_CUDA_TLS_CHECK
     report.add("error" if known else "warn", "ucx_tls", inst.instance, f"{seen}, GPUs present, nixl {nixl or '?'}",
-               f"{inst.instance}'s node has GPUs and UCX_TLS enables no CUDA transport: NIXL "
-               f"{'refuses' if known else 'may refuse'} it at start ('Invalid UCX_TLS=... NVIDIA GPU(s) are present, "
-               "but this setting does not enable CUDA memory support', NIXL PR #1617)",
-               "add cuda_copy (rc,sm,self,cuda_copy on RDMA, tcp,sm,self,cuda_copy without), or a deny-list such "
-               "as ^cuda_ipc; set settings.ucx_tls, re-render and restart")
+               "" if known else "older NIXL was not checked: it may refuse it", "tls_without_cuda")
     return True
 
 
@@ -241,35 +209,27 @@ def _check_ucx_tls(report: Report, facts: FleetFacts) -> None:
         gpus = inst.gpu is not None or bool(node and "GPU0" in node.topo_text)  # the spec's, or nvidia-smi's
         subject, seen = inst.instance, f"UCX_TLS={value}"
         if any("^" in t for t in tokens[1:]) or "^" in tokens[0].lstrip("^") or tokens[0].startswith("^^"):
-            report.add("error", "ucx_tls", subject, seen, "'^' may only appear as the first character of "
-                       "UCX_TLS (NIXL refuses it: NIXL_ERR_BACKEND)", "write a deny-list as ^a,b or an allow-list")
+            report.add("error", "ucx_tls", subject, seen, "", "tls_caret")
             continue
         if gpus and _check_gpu_tls(report, inst, node, tokens, seen):
             continue
         if tokens[0].startswith("^"):
             denied = {tokens[0][1:], *tokens[1:]}
             if facts.multi_host and "tcp" in denied and not (node and node.rdma_devices):
-                report.add("error", "ucx_tls", subject, seen, "UCX_TLS denies tcp on a node without RDMA: no "
-                           "transport is left between hosts", "drop ^tcp, or give the node an RDMA NIC")
+                report.add("error", "ucx_tls", subject, seen, "UCX_TLS denies tcp on a node without RDMA",
+                           "tls_no_network")
             continue
         names = {t.lower() for t in tokens}
         if not names & _HOST_TLS:
-            report.add("error", "ucx_tls", subject, seen, "UCX_TLS lists only GPU transports, but LMCache's L1 is "
-                       "host DRAM: NIXL fails with NIXL_ERR_BACKEND ('transports cuda_ipc,cuda_copy are not "
-                       "available')", "use UCX_TLS=rc,sm,self on RDMA fabrics or tcp,sm,self without RDMA "
-                       "(or leave it unset)" + (", adding cuda_copy on GPU nodes" if gpus else ""))
+            report.add("error", "ucx_tls", subject, seen, "UCX_TLS lists only GPU transports", "tls_unavailable")
             continue
         if facts.multi_host and not names & _NET_TLS:
-            report.add("error", "ucx_tls", subject, seen, "UCX_TLS has no network transport (tcp, rc, ud, dc): "
-                       "peers on other hosts cannot be reached", "add rc (RDMA) or tcp")
+            report.add("error", "ucx_tls", subject, seen, "", "tls_no_network")
         elif names & _NET_TLS and not names & {"tcp", "all"} and node is not None and node.rdma_devices == 0:
             report.add("error", "ucx_tls", subject, seen, f"UCX_TLS asks for RDMA transports but node "
-                       f"{inst.node} has no RDMA device", "add tcp, or fix the RDMA stack (`p2pctl rdma`)")
+                       f"{inst.node} has no RDMA device", "tls_unavailable")
         if names & _CUDA_TLS and not gpus:
-            report.add("warn", "ucx_tls", subject, seen, f"UCX_TLS lists CUDA transports on node {inst.node}, "
-                       "which has no GPU: they carry nothing, and cuda_copy alone lowers throughput "
-                       "(openucx/ucx#11652)", "on this GPU-less node drop cuda_copy/cuda_ipc: rc,sm,self (RDMA) "
-                       "or tcp,sm,self")
+            report.add("warn", "ucx_tls", subject, seen, "", "tls_cuda_without_gpu")
 
 
 def rdma_expected(facts: FleetFacts) -> tuple[bool, str]:
@@ -291,59 +251,49 @@ def _check_nic_pin(report: Report, facts: FleetFacts) -> None:
         for problem in view.wrong:
             report.add("error", "nic_pin", view.instance, f"UCX_NET_DEVICES={view.pin} ({view.where})",
                        f"{view.instance}'s P2P reads go through a NIC that cannot serve them well: {problem}",
-                       view.fix)
+                       "nic_pin", **view.fix)
 
 
 def _check_processes(report: Report, facts: FleetFacts) -> None:
     for inst in facts.instances:
         # "none": stopped cleanly (no pid file), yet the spec has it and its peers and engine go on without it.
         if inst.server_state in ("dead", "stale", "none"):
-            stopped = inst.server_state == "none"       # stopped on purpose: no crash to read about
-            start = f"start it again from fleet.yaml: {restart(facts, [inst.instance], 'server')}"
+            state = "stopped" if inst.server_state == "none" else inst.server_state
             report.add("error", "process", f"{inst.instance}/server", inst.server_state,
-                       f"{inst.instance}'s server is {'stopped' if stopped else inst.server_state} while the fleet runs",
-                       start if stopped else f"read {inst.instance}/server.log (`p2pctl diagnose 'server exits with "
-                                             f"NIXL_ERR_BACKEND'`), then {start}")
+                       f"{inst.instance}'s server is {state} while the fleet runs", "server_down",
+                       instance=inst.instance, restart=restart(facts, [inst.instance], "server"))
 
 
 # What LMCache refuses at start (`validate` refuses each in a spec; a dead server still shows one after an env.sh
-# edited by hand, or with a spec older than the refusal): tree.yaml's signature of that id, which is a cause of the
-# judge's catalogue too, with its fix ("": worked out from the instance's env.sh).
-START_REFUSALS = {"l1_misaligned": "", "no_transfer_channel": "set settings.transfer_engine: nixl (or mooncake_te)",
-                  "server_args_clash": "remove the flag the line names from server_extra_args"}
-
-
-@cache
-def start_signatures() -> dict[str, dict]:
-    return {k: v for k, v in yaml.safe_load(tree_text())["signatures"].items() if k in START_REFUSALS}
+# edited by hand, or with a spec older than the refusal): each a signature (diagnose/signatures.yaml) and a cause.
+START_REFUSALS = ("l1_misaligned", "no_transfer_channel", "server_args_clash")
 
 
 def _l1_misaligned(inst: InstanceFacts) -> Optional[tuple[str, str]]:
-    """(message, fix); None when env.sh's L1 is whole pages (the NIXL error had another cause) or unknown."""
-    env, rendered = inst.env_file or {}, (inst.spec_env or {}).get("LMCACHE_L1_SIZE_GB")
+    """(why, the nearest sizes); None when env.sh's L1 is whole pages (the NIXL error had another cause) or unknown."""
+    env = inst.env_file or {}
     try:
-        why = l1_misaligned(float(env["LMCACHE_L1_SIZE_GB"]), int(env["LMCACHE_L1_ALIGN_BYTES"]))
+        gb, align = float(env["LMCACHE_L1_SIZE_GB"]), int(env["LMCACHE_L1_ALIGN_BYTES"])
     except (KeyError, ValueError):
         return None
-    # An env.sh that drifted from fleet.yaml: the restart renders fleet.yaml's value again.
-    fix = (f"fleet.yaml renders l1_size_gb {rendered}: restart re-renders env.sh" if rendered not in (
-        None, env["LMCACHE_L1_SIZE_GB"]) else f"set l1_size_gb of {inst.instance} in fleet.yaml to a nearest valid size")
-    return (f"because its l1_size_gb {why}", fix) if why else None
+    why = l1_misaligned(gb, align)
+    return (f" because its l1_size_gb {why}", " or ".join(nearest_l1(gb, align))) if why else None
 
 
 def _check_start_refusals(report: Report, facts: FleetFacts) -> None:
     """A dead server's log ends in LMCache's own start-up refusal: that is why it died (`gather` greps it)."""
     for inst in facts.instances:
-        for cause, fix in START_REFUSALS.items() if inst.server_state in ("dead", "stale") else ():
-            sig = start_signatures()[cause]
-            line = next((ln.strip() for ln in reversed(inst.start_log) if re.search(sig["pattern"], ln)), None)
+        for cause in START_REFUSALS if inst.server_state in ("dead", "stale") else ():
+            sig = SIGNATURES[cause]
+            line = next((ln.strip() for ln in reversed(inst.start_log) if sig.regex.search(ln)), None)
             if line is None:
                 continue
-            said = _l1_misaligned(inst) if cause == "l1_misaligned" else (f": {sig['meaning']}", fix)
+            said = _l1_misaligned(inst) if cause == "l1_misaligned" else (f": {CAUSES[cause].means}", "")
             if said:
                 report.add("error", cause, f"{inst.instance}/server", line[:300],
-                           f"{inst.instance}'s server died at start {said[0]}",
-                           f"{said[1]}, then {restart(facts, [inst.instance], 'server')}")
+                           f"{inst.instance}'s server died at start{said[0]}", cause, nearest=said[1],
+                           flag="the flag LMCache's line names", setting="<the setting that line names>",
+                           restart=restart(facts, [inst.instance], "server"))
                 break
 
 
@@ -354,21 +304,17 @@ def _check_engines(report: Report, facts: FleetFacts) -> None:
     engine's own log line as the evidence."""
     for inst in facts.instances:
         subject = f"{inst.instance}/engine"
+        again = {"instance": inst.instance, "restart": restart(facts, [inst.instance], "engine")}
         if inst.engine_state in ("dead", "stale"):
             report.add("error", "engine", subject, inst.engine_state,
-                       f"{inst.instance}'s engine is {inst.engine_state} while the fleet runs",
-                       f"read {inst.instance}/engine.log, then {restart(facts, [inst.instance], 'engine')}")
+                       f"{inst.instance}'s engine is {inst.engine_state} while the fleet runs", "engine_down", **again)
         elif inst.engine_health == "no answer":
             report.add("error", "engine", subject, "process runs, /health does not answer",
-                       f"{inst.instance}'s engine runs but does not answer (still loading, or wedged)",
-                       f"read {inst.instance}/engine.log; if it stays so, {restart(facts, [inst.instance], 'engine')}")
+                       f"{inst.instance}'s engine runs but does not answer (still loading, or wedged)", "engine_down",
+                       **again)
         elif inst.engine_health == "degraded":
             said = inst.engine_log[-1][:300] if inst.engine_log else "its log names no reason"
-            report.add("error", "engine_degraded", subject, said,
-                       f"{inst.instance}'s engine is degraded: it serves without its lmcache server, so it "
-                       "neither stores nor pulls anything (the fleet shares nothing through it)",
-                       "fix the server it cannot use (see the findings on "
-                       f"{inst.instance}); the engine relinks by itself once its server agrees")
+            report.add("error", "engine_degraded", subject, said, "", "engine_degraded", instance=inst.instance)
 
 
 def _check_kv_events(report: Report, facts: FleetFacts) -> None:
@@ -378,26 +324,23 @@ def _check_kv_events(report: Report, facts: FleetFacts) -> None:
     for inst in facts.instances:
         if inst.engine_state == "running" and inst.engine_flags.get("kv_events") == "off":
             report.add("error", "kv_events", f"{inst.instance}/engine", "no --kv-events-config with "
-                       "enable_kv_cache_events", f"{inst.instance}'s engine publishes no KV events, so the router "
-                       "cannot see what it holds", f"restart it from fleet.yaml (router.kv_events: true): "
-                       f"{restart(facts, [inst.instance], 'engine')}")
+                       "enable_kv_cache_events", "", "kv_events_off", restart=restart(facts, [inst.instance], "engine"))
 
 
 def check(facts: FleetFacts) -> Report:
     """Judge gathered facts (pure). A stopped fleet gets the pre-launch subset."""
     mode = "running" if facts.any_running else "stopped (pre-launch checks)"
-    report = Report(f"fleet doctor: {facts.fleet} ({mode})")
+    report = Report(f"fleet doctor: {facts.fleet} ({mode})", source="doctor")
     for n in facts.nodes:
         if n.error:
-            report.add("error", "node", n.node, n.address, f"cannot read node {n.node}: {n.error}",
-                       "check the connection (`p2pctl probe`)")
+            report.add("error", "node", n.node, n.address, f"cannot read node {n.node}: {n.error}", "node_unreadable",
+                       node=n.node)
     if facts.nodes and all(n.error for n in facts.nodes):
         report.could_not_check = "no node could be read"
         return report
     for inst in facts.instances:
         if inst.env_file_rendered:
-            report.add("info", "env_file", inst.instance, "missing", "no env.sh yet; compared the spec's rendering",
-                       "`p2pctl render` (or `p2pctl up`) writes it")
+            report.add("info", "env_file", inst.instance, "missing", "", "env_not_rendered")
     per_inst = check_agreement(report, facts)
     _check_hash_fallback(report, facts)
     _check_mooncake(report, facts)

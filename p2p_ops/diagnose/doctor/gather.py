@@ -15,7 +15,8 @@ import re
 import time
 from dataclasses import asdict
 
-from p2p_ops.diagnose.doctor.checks import start_signatures
+from p2p_ops.diagnose.doctor.checks import START_REFUSALS
+from p2p_ops.diagnose.signatures import SIGNATURES
 from p2p_ops.diagnose.doctor.model import FleetFacts, InstanceFacts, NodeFacts
 from p2p_ops.diagnose.doctor.peers import safe_env
 from p2p_ops.diagnose.redact import redact_text
@@ -161,7 +162,7 @@ def doctor_batch(ctx: FleetContext, node: Node, facts: FleetFacts, pids: dict[st
                 batch[f"engine_env {inst.id}"] = process_env_fact(eproc.pidfile, ENGINE_MODEL_ENV)
         elif facts.proc_states.get(sproc.name) in ("dead", "stale"):  # its log's end says why it died
             batch[f"startlog {inst.id}"] = recent_grep_fact(
-                sproc.log, [s["pattern"] for s in start_signatures().values()], 400, 5)
+                sproc.log, [SIGNATURES[c].pattern for c in START_REFUSALS], 400, 5)
         if eproc.name in pids:
             batch[f"engine_log {inst.id}"] = recent_grep_fact(eproc.log, [ENGINE_LINK_LINES], 2000, 3)
             batch[f"engine_argv {inst.id}"] = process_argv_fact(eproc.pidfile)

@@ -22,7 +22,6 @@ from p2p_ops.diagnose.findings import Report
 
 UPSTREAM = ("lmcache 0.5.6's own p2p_controller.py: p2p_lookup_and_lock keeps the job until "
             "p2p_query_lookup_results pops it, with no time limit (see also the review of LMCache PR #3740)")
-READ_TTL_FIX = 'settings.server_extra_args: ["--l1-read-ttl-seconds", "60"]'
 
 
 def _waiting_on(facts: FleetFacts, owner: str) -> int:
@@ -51,17 +50,11 @@ def check_lookup_leak(report: Report, facts: FleetFacts) -> None:
                 f"{prefetching}")
         if jobs and not waiting:
             report.add("error", "lookup_leak", inst.instance, seen,
-                       f"{jobs} P2P lookup job(s) held on {inst.instance} with no requester waiting for them: "
-                       f"lmcache {inst.lmc_version or '?'} keeps a job until its requester queries it, and one that "
-                       f"gave up (after its --p2p-lookup-timeout of {facts.lookup_timeout_s:g} s, or by dying) never "
-                       "does, so these jobs are older than that timeout and never leave; their read locks pin L1 "
-                       f"chunks until --l1-read-ttl-seconds (300 s). Upstream: {UPSTREAM}",
-                       f"today: restart {inst.instance}'s server to drop them ({restart(facts, [inst.instance], 'server')}"
-                       f"; its L1 cache is lost); to bound what stale locks pin, {READ_TTL_FIX}")
+                       f"{jobs} P2P lookup job(s) held on {inst.instance} with no requester waiting for them, older "
+                       f"than its requesters' --p2p-lookup-timeout ({facts.lookup_timeout_s:g} s) by construction "
+                       f"(lmcache {inst.lmc_version or '?'}). Upstream: {UPSTREAM}", "lookup_leak",
+                       restart=restart(facts, [inst.instance], "server"))
         elif locks and not waiting and not prefetching:
             report.add("warn", "stale_read_locks", inst.instance, seen,
-                       f"{locks} L1 object(s) of {inst.instance} stay read-locked with nothing in flight: locks of "
-                       "an abandoned lookup, held until --l1-read-ttl-seconds (300 s); meanwhile they cannot be "
-                       f"evicted (l1_oom / l1_contended fallbacks on peers). Upstream: {UPSTREAM}",
-                       f"wait out the read TTL, or restart {inst.instance}'s server "
-                       f"({restart(facts, [inst.instance], 'server')}); to bound it, {READ_TTL_FIX}")
+                       f"{locks} L1 object(s) of {inst.instance} stay read-locked with nothing in flight. Upstream: "
+                       f"{UPSTREAM}", "stale_read_locks", restart=restart(facts, [inst.instance], "server"))

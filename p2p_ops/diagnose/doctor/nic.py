@@ -9,8 +9,8 @@ On a node without RDMA (TCP only) a pin is `wrong` when it names an interface th
 (absent or unaddressed: UCX's TCP transport cannot use it) or, off loopback, none that holds the node's own
 address (the one its peers connect to); the fix names the interface that does.
 
-Every fix names the instance, the plan's devices, the env vars and the command that restarts the servers of its
-node from fleet.yaml (`up --node` re-renders their env.sh; there is no finer restart)::
+Every fix (the catalogue's `nic_pin`) names the instance, the plan's devices, the env vars and the command that
+restarts the servers of its node from fleet.yaml (`up --node` re-renders their env.sh; there is no finer restart)::
 
     pin_views(facts) -> [PinView("gpu-a-0", "gpu-a", pin="eth0", where="env.sh", plan=..., narrow="...")]
 """
@@ -35,7 +35,7 @@ class PinView:
     plan: InstancePlan
     wrong: list[str] = field(default_factory=list)
     narrow: str = ""
-    fix: str = ""
+    fix: dict[str, str] = field(default_factory=dict)      # the values of the catalogue's `nic_pin` fix
 
     @property
     def ok(self) -> bool:
@@ -56,11 +56,10 @@ def _narrow(pin: str, plan: InstancePlan, node: NodeFacts) -> str:
     return ""
 
 
-def pin_fix(facts: FleetFacts, inst: InstanceFacts, plan: InstancePlan) -> str:
-    devices = plan.net_devices or "(none active: leave it unset)"
-    return (f"give {inst.instance} UCX_NET_DEVICES={devices} UCX_MAX_RMA_RAILS={plan.max_rma_rails} ({plan.why}): "
-            f"set its settings.ucx_net_devices in fleet.yaml to that, or unset it so render writes the plan; then "
-            f"restart the server(s) of {inst.node}: {restart(facts, [inst.instance], 'server')}")
+def pin_fix(facts: FleetFacts, inst: InstanceFacts, plan: InstancePlan, devices: str = "") -> dict[str, str]:
+    return {"instance": inst.instance, "devices": devices or plan.net_devices or "(none active: leave it unset)",
+            "rails": str(plan.max_rma_rails or 1), "why": plan.why, "node": inst.node,
+            "restart": restart(facts, [inst.instance], "server")}
 
 
 def tcp_pin_problems(pin: str, address: str, ipv4: dict[str, str], node: str) -> list[str]:
@@ -82,13 +81,9 @@ def _tcp_views(facts: FleetFacts, node: NodeFacts) -> list[PinView]:
     for inst in (i for i in facts.instances if i.node == node.node and not i.address.startswith("127.")):
         pin, where = observed(inst, {})["UCX_NET_DEVICES"]
         plan = InstancePlan(inst.instance, inst.gpu, why="no RDMA device: TCP on the interface of the node's address")
-        own = node.ipv4.get(inst.address)
-        fix = (f"give {inst.instance} UCX_NET_DEVICES={own or '<the interface of ' + inst.address + '>'}: unset its "
-               f"settings.ucx_net_devices in fleet.yaml (env.sh then pins the interface that holds {inst.address}) "
-               f"or set it to that; then restart the server(s) of {inst.node}: "
-               f"{restart(facts, [inst.instance], 'server')}")
+        own = node.ipv4.get(inst.address) or f"<the interface of {inst.address}>"
         out.append(PinView(inst.instance, node.node, pin, where, plan,
-                           tcp_pin_problems(pin, inst.address, node.ipv4, node.node), "", fix))
+                           tcp_pin_problems(pin, inst.address, node.ipv4, node.node), "", pin_fix(facts, inst, plan, own)))
     return out
 
 

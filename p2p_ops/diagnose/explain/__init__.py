@@ -4,7 +4,7 @@ why a node would miss it.
 Modules, one concept each: `prompt` (what to explain: text, a file, chat messages, a test run's request),
 `gather` (the reading: processes, /status, metrics, logs, the engines' /tokenize, LMCache's hasher run on
 each node through `facts.chunk_keys`, the coordinator's key directory), `near` (a held chunk that nearly
-matches the first one), `verdict` (the answer per target: each chunk as the one judge's `judge.chunk` decides
+matches the first one), `answer` (the answer per target: each chunk as the one judge's `judge.chunk` decides
 it, the summary, the notes, which key inputs differ), `render` (tables and the per-chunk strip), `model` (the
 types).
 
@@ -61,14 +61,16 @@ def time_line(ex: Explanation) -> str:
 
 
 def run(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
-        progress: Callable[[str], None] = lambda _: None, judged: Optional[Judgement] = None) -> Explanation:
+        progress: Callable[[str], None] = lambda _: None,
+        judged: Optional[Callable[[], Judgement]] = None) -> Explanation:
     facts = gather(ctx, prompt, targets, salt, progress, judged)
     out = explain(facts)
     out.sources, out.timings = sources(facts), facts.timings
     return out
 
 
-def run_saved(ctx: FleetContext, folder: str, judged: Optional[Judgement] = None) -> tuple[PromptSpec, Explanation]:
+def run_saved(ctx: FleetContext, folder: str,
+              judged: Optional[Callable[[], Judgement]] = None) -> tuple[PromptSpec, Explanation]:
     """A saved run's request that missed (`from_run`), explained on the instance the run sent it to."""
     spec = from_run(folder, None)
     target = spec.recorded.get("instance")

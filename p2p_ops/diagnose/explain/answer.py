@@ -5,6 +5,7 @@ the notes on what the node holds itself and what a run recorded, and which key i
 
 from __future__ import annotations
 
+from p2p_ops.causes import Verdict, verdict
 from p2p_ops.diagnose.explain.model import HIT, PARTIAL, PULL, RECOMPUTE, Explanation, NodeExplanation
 from p2p_ops.diagnose.judge.chunk import FIELDS, ChunkVerdict, ExplainFacts, InstanceView, judge_chunks, key_inputs
 from p2p_ops.spec.agreement import split
@@ -49,10 +50,11 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
     judge_chunks(facts, x, out.chunks)
     if len(x.tokens) % cs or not hashes:
         start = len(hashes) * cs
+        seen = f"tokens {start}-{len(x.tokens)} do not fill a chunk of {cs}"
         out.chunks.append(ChunkVerdict(len(hashes), start, len(x.tokens), action=PARTIAL, reason="partial",
-                                       detail=f"tokens {start}-{len(x.tokens)} do not fill a chunk of {cs}: "
-                                              "LMCache stores and looks up full chunks only"))
-    out.verdict, out.reasons = _summary(out, cs)
+                                       detail=f"{seen}: LMCache stores and looks up full chunks only",
+                                       cause=verdict("partial", x.instance, ("explain", seen))))
+    out.verdict, out.causes = _summary(out, cs)
     full = [c for c in out.chunks if c.action != PARTIAL]
     if full and all(c.action == HIT for c in full):
         head = f"{x.instance}'s own server holds every chunk now: this describes a request sent now. "
@@ -87,11 +89,12 @@ def _recorded(facts: ExplainFacts, x: InstanceView) -> list[str]:
     return notes
 
 
-def _summary(out: NodeExplanation, cs: int) -> tuple[str, list[str]]:
+def _summary(out: NodeExplanation, cs: int) -> tuple[str, list[Verdict]]:
+    """The line, and the causes of its misses and risks: each chunk's, first miss first, each once."""
     full = [c for c in out.chunks if c.action != PARTIAL]
     if not full:
-        return (f"nothing to cache: the prompt has {out.tokens} tokens, shorter than one chunk of {cs}",
-                ["shorter_than_chunk"])
+        head = f"nothing to cache: the prompt has {out.tokens} tokens, shorter than one chunk of {cs}"
+        return head, [verdict("shorter_than_chunk", out.instance, ("explain", head))]
     served = [c for c in full if c.action in (HIT, PULL)]
     sources = sorted({c.source for c in served if c.action == PULL})
     parts = []
@@ -101,14 +104,14 @@ def _summary(out: NodeExplanation, cs: int) -> tuple[str, list[str]]:
         parts.append(f"{out.count(PULL)} pulled from {', '.join(sources)}")
     misses = [c for c in full if c.action == RECOMPUTE]
     at_risk = [c for c in served if c.reason]
-    reasons = list(dict.fromkeys(c.reason for c in misses + at_risk))
+    causes = list({(c.cause.id, c.cause.subject): c.cause for c in misses + at_risk if c.cause}.values())
     head = f"{len(served)}/{len(full)} full chunks served" + (f" ({'; '.join(parts)})" if parts else "")
     if misses:
         first = misses[0]
         head += f"; recompute from chunk {first.index}: {first.reason}: {first.detail}"
     elif at_risk:
         head += f"; at risk from chunk {at_risk[0].index}: {at_risk[0].detail}"
-    return head, reasons
+    return head, causes
 
 
 def explain(facts: ExplainFacts) -> Explanation:

@@ -19,6 +19,7 @@ from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt, s
 from p2p_ops.diagnose.explain.prompt import PromptSpec
 from p2p_ops.diagnose.judge import Judgement, judge
 from p2p_ops.diagnose.judge.chunk import ExplainFacts, InstanceView
+from p2p_ops.diagnose.signatures import SIGNATURES
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import P2POpsError
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs, chunk_keys_fact
@@ -33,7 +34,7 @@ from p2p_ops.lifecycle.status import misadvertised
 from p2p_ops.spec.model import Instance, Node
 from p2p_ops.spec.transfer_sizes import fleet_size_plan
 
-LOOKUP_TIMEOUT = r"P2P lookup .*timed out"
+TIMEOUTS = SIGNATURES["p2p_lookup_timeout"]
 # How far back "recent" reaches in a server log (LMCache writes a few lines per request at INFO).
 RECENT_LINES = 2000
 NOT_USED = ("not used (they change the fleet): POST /cache/prefetches (loads L2 into L1) and the engine's "
@@ -87,7 +88,7 @@ def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -
             batch |= {f"env {inst.id}": process_env_fact(pidfile, ("PYTHONHASHSEED",)),
                       f"logged_none_hash {inst.id}": none_hash_fact(log),
                       f"hash_fallback {inst.id}": hash_fallback_fact(log),
-                      f"lookup_timeouts {inst.id}": recent_grep_fact(log, [LOOKUP_TIMEOUT], RECENT_LINES, 20)}
+                      f"lookup_timeouts {inst.id}": recent_grep_fact(log, [TIMEOUTS.pattern], RECENT_LINES, 20)}
     read = read_node(ctx.conn(node), batch, timeout=30)
     for label, fact in batch.items():
         field, iid = label.split(" ", 1)
@@ -173,9 +174,10 @@ def _placements(ctx: FleetContext, facts: ExplainFacts) -> None:
 
 
 def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] = None, salt: str = "",
-           progress: Callable[[str], None] = lambda _: None, judged: Optional[Judgement] = None) -> ExplainFacts:
-    """Read what explain needs; `judged`: the fleet judge's answer when the caller already has it (bundle), so the
-    fleet is not read twice."""
+           progress: Callable[[str], None] = lambda _: None,
+           judged: Optional[Callable[[], Judgement]] = None) -> ExplainFacts:
+    """Read what explain needs; `judged`: the fleet judge's answer where the caller has it or will read it too
+    (bundle, the tests' proofs: `judge.fleet.once`), so the fleet is not read twice."""
     fleet = ctx.fleet
     timings: dict[str, float] = {}
     marks = [time.monotonic()]
@@ -215,7 +217,7 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
         # A peer listed under another URL than the spec's may still serve a pull, but at risk: the judge says why.
         progress("asking the one judge what put those instances in that state")
         try:
-            found = judged or judge(ctx)
+            found = judged() if judged else judge(ctx)
             facts.causes = {i: why for i in views if (why := found.why(i))}
         except P2POpsError:
             pass    # the judge could not read the fleet: explain's own states stand

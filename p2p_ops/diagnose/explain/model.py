@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from p2p_ops.diagnose.judge.catalogue import CAUSES
+from p2p_ops.causes import Verdict
 from p2p_ops.diagnose.judge.chunk import HIT, PARTIAL, PULL, RECOMPUTE, ChunkVerdict
 
 # One character per chunk in the strip.
@@ -24,8 +24,13 @@ class NodeExplanation:
     tokens: int
     chunks: list[ChunkVerdict] = field(default_factory=list)
     verdict: str = ""                   # one line: what a request would do, and why it misses
-    reasons: list[str] = field(default_factory=list)    # the distinct miss reasons, in chunk order
+    causes: list[Verdict] = field(default_factory=list)  # its misses' and risks' causes, first miss first
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def reasons(self) -> list[str]:
+        """The distinct miss reasons (cause ids), in chunk order."""
+        return list(dict.fromkeys(v.id for v in self.causes))
 
     @property
     def strip(self) -> str:
@@ -52,6 +57,7 @@ class Explanation:
     def to_dict(self) -> dict:
         data = asdict(self)
         for node, out in zip(self.nodes, data["nodes"]):
-            out["strip"] = node.strip
-            out["causes"] = {r: asdict(CAUSES[r]) for r in node.reasons if r in CAUSES}   # the catalogue's words
+            out |= {"strip": node.strip, "reasons": node.reasons, "causes": [v.to_dict() for v in node.causes]}
+            for c, chunk in zip(node.chunks, out["chunks"]):
+                chunk["cause"] = c.cause.to_dict() if c.cause else None
         return data

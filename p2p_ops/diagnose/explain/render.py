@@ -8,7 +8,6 @@ fix, and where the evidence came from.
 from __future__ import annotations
 
 from p2p_ops.diagnose.explain.model import STRIP, Explanation, NodeExplanation
-from p2p_ops.diagnose.judge.catalogue import CAUSES
 
 LEGEND = "strip: " + ", ".join(f"{ch} {what}" for what, ch in (
     ("local hit", STRIP["hit"]), ("pull from a peer", STRIP["pull"]), ("recompute", STRIP["recompute"]),
@@ -48,10 +47,9 @@ def node_lines(n: NodeExplanation) -> list[str]:
         if c.reason and c.reason not in seen and c.reason != "partial":
             seen.add(c.reason)
             lines.append(f"  why {c.reason} (from chunk {c.index}): {c.detail}")
-            cause = CAUSES.get(c.reason)
-            # The judge's cause carries its own fix; a broken prefix takes the first miss's.
-            if cause and c.reason not in ("judged", "prefix_broken"):
-                lines.append(f"    {'fix' if cause.confirmed else 'next'}: {cause.fix} (scope: {cause.scope})")
+            # A broken prefix takes the first miss's fix.
+            if c.cause and c.reason != "prefix_broken":
+                lines.append(f"    {'fix' if c.cause.confirmed else 'next'}: {c.cause.fix} (scope: {c.cause.scope})")
     lines += [f"  note: {note}" for note in n.notes]
     return lines
 

@@ -11,18 +11,20 @@ not_registered); a connected peer holds it but lookups time out and no pull has 
 timeouts beside completed pulls are intermittent, and the pull is shown at risk), or the target's L1 cannot
 hold the restore buffers of the prefix up to it (l1_oom, the prefetch fallback's own name); only peers the target
 is not connected to hold it (peer_not_connected); a peer holds the same tokens under other keys, or no serving
-peer keys chunks as the target does (keys_differ, naming the settings), or holds what its own engine made of the
+peer keys chunks as the target does (the key input that sets the target apart from its peers names the cause:
+chunk_size_differs, hash_algorithm_differs, hash_seed_differs, ...), or holds what its own engine made of the
 prompt (tokens_differ); the fleet holds a chunk whose tokens nearly match this one after the same parent, or
 holds the chunks before this one while nothing could have removed this one (prompt_differs: every later chunk
-misses too, as keys chain); the run that computed it says where, and that server stopped (holder_down) or
-evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and a different first chunk
+misses too, as keys chain); the run that computed it says where, and that server stopped (server_down, about the
+holder) or evicted (evicted); evictions ran but nothing ties this prompt to them, so eviction and a different first chunk
 cannot be told apart (not_confirmed, naming both); nobody ever had it (cold). Each reason is a cause of the
-catalogue, whose ruling-out evidence is checked before it is named (a chunk a live server holds is no eviction).
+catalogue (`p2p_ops.causes`), and its ruling-out evidence is checked here before it is named (a chunk a live server
+holds is no eviction).
 
 A state of the fleet (a server down, an engine degraded, a peer not connected) is a consequence where the fleet
 judge (`fleet.py`, read by explain's gather into `facts.causes`) names what put those instances in it with more
-specific evidence: the miss is then "judged", with that cause, so explain and the doctor name one cause. A pull
-from a peer the judge finds at fault stays a pull, with that cause as its risk ("judged").
+specific evidence: the miss then takes the judge's cause, so explain and the doctor name one cause. A pull from a
+peer the judge finds at fault stays a pull, with that cause as its risk.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Optional
 
-from p2p_ops.diagnose.judge.catalogue import CAUSES, measured_cause
+from p2p_ops.causes import Verdict, restart, verdict
+from p2p_ops.diagnose.findings import Finding
 from p2p_ops.endpoints.lmcache_api import Placement
+from p2p_ops.endpoints.metrics_api import L1_EVICTION_RUNS
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
@@ -51,6 +55,13 @@ STATE_WORDS = {"none": "stopped (no pid file)", "dead": "dead (its pid file name
 # cache salt. Any of these differing makes every key differ; PYTHONHASHSEED only through NONE_HASH (blake3 does
 # not use it).
 FIELDS = ("chunk_size", "hash_algorithm", "model_name", "world_size", "cache_salt")
+# The cause each key input names when it sets an instance apart, in the order they are weighed: the settings, then
+# what they feed (NONE_HASH; LMCache's fallback to Python's hash()).
+KEY_CAUSES = {"chunk_size": "chunk_size_differs", "hash_algorithm": "hash_algorithm_differs",
+              "model_name": "model_differs", "world_size": "world_size_differs", "cache_salt": "cache_salt_differs",
+              "PYTHONHASHSEED": "hash_seed_differs", "NONE_HASH": "none_hash_differs", "hash_fallback": "builtin_hash"}
+# A reason in words and as the catalogue's verdict.
+Why = tuple[str, Verdict]
 
 
 @dataclass
@@ -102,7 +113,7 @@ class ExplainFacts:
     directory_error: str = ""                            # why the directory could not be read
     reporting: dict[str, bool] = field(default_factory=dict)   # instance -> reports cache events
     held_keys: int = 0          # L1 keys the directory lists fleet-wide (any prompt's)
-    causes: dict[str, str] = field(default_factory=dict)   # instance -> the one judge's cause of its state
+    causes: dict[str, Finding] = field(default_factory=dict)   # instance -> the one judge's cause of its state
     listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
     near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
     sent: dict[str, str] = field(default_factory=dict)   # target -> the newest saved request that sent it this prompt
@@ -125,8 +136,9 @@ class ChunkVerdict:
     holders: list[str] = field(default_factory=list)    # other instances holding this very key
     action: str = RECOMPUTE             # hit | pull | recompute | partial
     source: str = ""                    # the peer a pull reads from (its node name when it runs one instance)
-    reason: str = ""                    # a stable code: keys_differ, peer_not_connected, evicted, ...
+    reason: str = ""                    # the cause's id: chunk_size_differs, peer_not_connected, evicted, ...
     detail: str = ""                    # the reason in words, with its evidence
+    cause: Optional[Verdict] = None     # the reason as the catalogue's verdict (its subject may be a peer)
 
     def describe(self) -> str:
         recompute = "recompute" + (f": {self.reason}" if self.reason else "")
@@ -149,17 +161,38 @@ def key_inputs(v: InstanceView) -> dict[str, str]:
     return out
 
 
-def differing_inputs(x: InstanceView, p: InstanceView) -> list[str]:
-    """`name: x=value, p=value` for each key input the two differ in (the seed only where NONE_HASH differs,
-    since that is the only way it enters a key)."""
+def differing_inputs(x: InstanceView, p: InstanceView) -> dict[str, str]:
+    """{name: `name: x=value, p=value`} for each key input the two differ in (the seed only where NONE_HASH
+    differs, since that is the only way it enters a key)."""
     a, b = key_inputs(x), key_inputs(p)
-    out = [f"{name}: {x.instance}={a.get(name, '-')}, {p.instance}={b.get(name, '-')}"
+    out = {name: f"{name}: {x.instance}={a.get(name, '-')}, {p.instance}={b.get(name, '-')}"
            for name in (*FIELDS, "NONE_HASH", "PYTHONHASHSEED", "hash_fallback") if a.get(name) != b.get(name)
-           and not (name == "PYTHONHASHSEED" and a.get("NONE_HASH") == b.get("NONE_HASH"))]
+           and not (name == "PYTHONHASHSEED" and a.get("NONE_HASH") == b.get("NONE_HASH"))}
     if x.keys and x.keys.builtin_hash:
-        out.append(f"{x.instance}'s server hashes with Python's builtin hash(), whose NONE_HASH differs per "
-                   "process: no other process can have its keys")
+        out["builtin"] = (f"{x.instance}'s server hashes with Python's builtin hash(), whose NONE_HASH differs per "
+                          "process: no other process can have its keys")
     return out
+
+
+def key_cause(apart: list[dict[str, str]]) -> str:
+    """The key input that sets an instance's keys apart (`apart`: its differences from each serving peer): the one
+    it differs in from every peer (it is the odd one out), else the first it differs in from any."""
+    common = set.intersection(*(set(d) for d in apart)) if apart else set()
+    for names in (common, set(apart[0]) if apart else set()):
+        if name := next((n for n in KEY_CAUSES if n in names), None):
+            return name
+    return "hash_fallback" if any("builtin" in d for d in apart) else "NONE_HASH"
+
+
+def _keys_apart(facts: ExplainFacts, x: InstanceView, detail: str) -> Why:
+    """Keys that differ, as the catalogue's cause of the key input that sets `x` apart, with the value its serving
+    peers use (what it must be) and the restart of what reads it."""
+    peers = [p for p in facts.instances if p.instance != x.instance and p.serving]
+    name = key_cause([d for p in peers if (d := differing_inputs(x, p))])
+    values = [key_inputs(p).get(name) for p in peers if key_inputs(p).get(name) != key_inputs(x).get(name)]
+    role = "engine" if name in ("model_name", "world_size") else "server"
+    return detail, verdict(KEY_CAUSES[name], x.instance, ("explain", detail), want=max(set(values), key=values.count)
+                           if values else "one value", restart=restart((x.node, role)))
 
 
 def first_difference(a: list[int], b: list[int], end: int) -> Optional[tuple[int, object, object]]:
@@ -182,21 +215,36 @@ def _holders(facts: ExplainFacts, key: str, me: str) -> tuple[str, list[str]]:
             list(dict.fromkeys(p.instance_id for p in placed if p.instance_id != me)))
 
 
-def _because(facts: ExplainFacts, about: list[str], reason: str, detail: str) -> tuple[str, str]:
+def _why(facts: ExplainFacts, cause: str, subject: str, detail: str) -> Why:
+    view = facts.view(subject)
+    node = view.node if view else subject
+    return detail, verdict(cause, subject, ("explain", detail), instance=subject, node=node,
+                           restart=restart((node, "server")))
+
+
+def _judged(found: Finding, detail: str) -> Why:
+    assert found.cause is not None     # the judge names a finding only with its cause
+    return detail, found.cause
+
+
+def _because(facts: ExplainFacts, about: list[str], cause: str, subject: str, detail: str) -> Why:
     """A state explain saw (a server down, an engine degraded, a peer not connected) is what the miss follows
     from; where the one judge names what put those instances in it (a setting that differs, a transport the node
-    lacks), that cause is the reason ("judged"), and the state its consequence."""
-    causes = list(dict.fromkeys(facts.causes[a] for a in about if a in facts.causes))
-    return ("judged", f"{detail}. Why (the one judge): {'; '.join(causes)}") if causes else (reason, detail)
+    lacks), that is the cause, and the state its consequence."""
+    found = list({id(f): f for f in (facts.causes[a] for a in about if a in facts.causes)}.values())
+    if not found:
+        return _why(facts, cause, subject, detail)
+    return _judged(found[0], f"{detail}. Why (the one judge): " + "; ".join(
+        f"{f.subject}: {f.message} (seen: {f.value})" for f in found))
 
 
-def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[tuple[str, str]]:
+def _cannot_ask(facts: ExplainFacts, x: InstanceView) -> Optional[Why]:
     if x.server_state != "running":
-        return _because(facts, [x.instance], "server_down",
+        return _because(facts, [x.instance], "server_down", x.instance,
                         f"{x.instance}'s server is {x.server_state}: its engine computes everything itself")
     if x.engine_degraded:
-        return _because(facts, [x.instance], "engine_degraded", f"{x.instance}'s engine is degraded (not linked to "
-                        "its lmcache server): it asks no cache and computes every chunk")
+        return _because(facts, [x.instance], "engine_degraded", x.instance, f"{x.instance}'s engine is degraded "
+                        "(not linked to its lmcache server): it asks no cache and computes every chunk")
     return None
 
 
@@ -213,7 +261,8 @@ def _not_connected(facts: ExplainFacts, x: InstanceView, holders: list[str]) -> 
 
 
 def _peer_copy(facts: ExplainFacts, x: InstanceView, end: int) -> Optional[tuple[str, str, str]]:
-    """A serving peer that holds this token range under its own keys: (reason, peer, detail)."""
+    """A serving peer that holds this token range under its own keys: (tokens_differ, or "keys" where its keys
+    differ, the peer, the detail)."""
     for p in facts.instances:
         if p.instance == x.instance or not (p.serving and p.inputs and p.tokens and p.keys) or p.keys.error:
             continue
@@ -227,18 +276,17 @@ def _peer_copy(facts: ExplainFacts, x: InstanceView, end: int) -> Optional[tuple
                 f"{p.instance} holds this range as its own engine tokenizes the prompt, and the two engines "
                 f"differ at token {diff[0]} ({x.instance}={diff[1]}, {p.instance}={diff[2]}): a tokenizer or "
                 "chat-template difference")
-        settings = differing_inputs(x, p) or ["the hash chain (NONE_HASH)"]
-        return "keys_differ", p.instance, (
-            f"{p.instance} holds the same tokens under other keys: {'; '.join(settings)}")
+        settings = list(differing_inputs(x, p).values()) or ["the hash chain (NONE_HASH)"]
+        return "keys", p.instance, f"{p.instance} holds the same tokens under other keys: {'; '.join(settings)}"
     return None
 
 
 def _evictions(v: InstanceView) -> str:
-    return (f"its eviction loop evicted {v.eviction_runs:g} time(s) since it started "
-            f"(lmcache_mp_l1_eviction_loop_triggered), {v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
+    return (f"its eviction loop evicted {v.eviction_runs:g} time(s) since it started ({L1_EVICTION_RUNS}), "
+            f"{v.evicted_keys:g} L1 chunks deleted (L1 {_l1(v)})")
 
 
-def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, str]:
+def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Why:
     """Nobody holds it and no peer has it under other keys: where did it go, if it ever was anywhere?"""
     near = facts.near.get(x.instance)
     # A held near-twin after the same parent shows that a prompt differing there was computed; that this one was
@@ -247,56 +295,58 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> tuple[str, s
     if near and near.get("chunk", 0) == c.index and not _down(facts):
         saved = f" ({near['saved']})" if near.get("saved") else ""
         where = "first chunk" if c.index == 0 else f"chunk {c.index} (after the same {c.index} chunk(s))"
-        return "prompt_differs", (
+        return _why(facts, "prompt_differs", x.instance, (
             f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's {where} except at token "
             f"position(s) {near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs "
-            f"there from what was computed{CHAIN}")
+            f"there from what was computed{CHAIN}"))
     departs = _departs(facts, x, c)
     if departs:
         return departs
     w = facts.view(facts.computed_on) if facts.computed_on else None
     if w is not None and w.server_state != "running":
-        return _because(facts, [w.instance], "holder_down", f"{w.instance} computed this prompt (run {facts.run}), "
-                        f"but its server is {w.server_state}: what it held went with it")
+        return _because(facts, [w.instance], "server_down", w.instance, f"{w.instance} computed this prompt (run "
+                        f"{facts.run}), but its server is {w.server_state}: what it held went with it")
     if w is not None:
         if w.eviction_runs > 0:
-            return "evicted", (f"{w.instance} computed this prompt (run {facts.run}) and no longer lists it: "
-                               f"{_evictions(w)}; {measured_cause('evicted')}")
-        return "not_held", (f"{w.instance} computed this prompt (run {facts.run}) but no server lists it now "
-                            "(no eviction ran there: its server restarted, or the cache was cleared)")
+            return _why(facts, "evicted", w.instance, f"{w.instance} computed this prompt (run {facts.run}) and no "
+                        f"longer lists it: {_evictions(w)}")
+        return _why(facts, "not_held", w.instance, f"{w.instance} computed this prompt (run {facts.run}) but no "
+                    "server lists it now (no eviction ran there: its server restarted, or the cache was cleared)")
     down = _down(facts)
     if down:
-        return _because(facts, [v.instance for v in down], "holder_down", "no running server holds it; " + "; ".join(
-            f"{v.instance}'s server is {STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
-            + ": what it held is gone")
+        return _because(facts, [v.instance for v in down], "server_down", down[0].instance, "no running server "
+                        "holds it; " + "; ".join(f"{v.instance}'s server is "
+                                                 f"{STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
+                        + ": what it held is gone")
     evicting = [v for v in facts.instances if v.eviction_runs > 0]
     if evicting:
         # Evictions ran, but nothing ties this prompt to them: a prompt whose first chunk differs from the one a
         # server holds misses the same way (keys chain, so every later chunk misses too, even where its tokens
         # match). Naming either would be a guess.
-        return "not_confirmed", (
+        return _why(facts, "not_confirmed", x.instance, (
             "no server holds it, and the evidence does not say why: either it was evicted ("
             + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting) + "), or this prompt differs in "
             "its first chunk from the one that was computed (every chained key then differs, even where later "
             "tokens match). Explain the original prompt (or `--run` of the run that sent it): a server that "
-            "still holds it rules out eviction")
+            "still holds it rules out eviction"))
     if c.index == 0 and facts.held_keys:
         # The fleet holds other prompts' chunks: a prompt whose first chunk differs from one of them (a changed
         # first sentence) misses exactly like one never sent. Without its tokens nothing tells the two apart.
-        return "not_confirmed", (
+        return _why(facts, "not_confirmed", x.instance, (
             f"no server holds this prompt's first chunk, while the fleet holds {facts.held_keys} chunk(s) of other "
             "prompts: either it was never computed here, or it differs in its first chunk from one that was (every "
             "later key chains on it, so everything misses even where tokens match). No held chunk's tokens nearly "
             "match (the key directory keeps tokens only on LMCache's lmcache-driven path, vLLM on GPU); a prompt "
-            "sent by `p2pctl test basic --prompt-file` is saved, and explain then compares against it")
-    return "cold", "no server holds it: this prompt was never computed on this fleet (or not since a restart)"
+            "sent by `p2pctl test basic --prompt-file` is saved, and explain then compares against it"))
+    return _why(facts, "cold", x.instance, "no server holds it: this prompt was never computed on this fleet (or not "
+                "since a restart)")
 
 
 def _down(facts: ExplainFacts) -> list[InstanceView]:
     return [v for v in facts.instances if v.server_state != "running"]
 
 
-def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[tuple[str, str]]:
+def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[Why]:
     """A running server holds the chunk before this one, and nothing could have removed this one (no eviction ran
     anywhere, no server is down): the computed prompt never continued with these tokens."""
     if c.index == 0:
@@ -305,10 +355,10 @@ def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[
               if (view := facts.view(p.instance_id)) is not None and view.server_state == "running"]
     if not before or _down(facts) or any(v.eviction_runs > 0 for v in facts.instances):
         return None
-    return "prompt_differs", (
+    return _why(facts, "prompt_differs", x.instance, (
         f"{', '.join(sorted(set(before)))} hold(s) chunks 0-{c.index - 1} of this prompt but no server holds chunk "
         f"{c.index} (tokens {c.start}-{c.end - 1}), no eviction ran on any server and none is down: what was "
-        f"computed departs from this prompt at chunk {c.index} (or ended before it){CHAIN}")
+        f"computed departs from this prompt at chunk {c.index} (or ended before it){CHAIN}"))
 
 
 def _l1(v: InstanceView) -> str:
@@ -317,68 +367,64 @@ def _l1(v: InstanceView) -> str:
     return f"{100 * v.l1_used / v.l1_total:.0f} % of {v.l1_total / 2**30:.1f} GiB"
 
 
-def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> None:
-    """Fill one chunk's verdict as if nothing before it had missed."""
+def _set(c: ChunkVerdict, why: Why) -> None:
+    c.detail, c.cause = why
+    c.reason = c.cause.id
+
+
+def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[Why]:
+    """One chunk's action as if nothing before it had missed, and why it misses (or is at risk)."""
     c.here, c.holders = _holders(facts, c.key, x.instance)
     blocked = _cannot_ask(facts, x)
     if blocked:
-        c.reason, c.detail = blocked
-        return
+        return blocked
     if c.here:
         c.action = HIT
-        return
+        return None
     if facts.directory_error:
-        c.reason, c.detail = "holdings_unknown", f"where chunks live is unknown: {facts.directory_error}"
-        return
+        return _why(facts, "holdings_unknown", x.instance, f"where chunks live is unknown: {facts.directory_error}")
     connected = [h for h in x.adapter_order + sorted(x.peers) if h in c.holders and h in x.peers
                  and ((view := facts.view(h)) is not None and view.server_state == "running")]
     if connected:
         timeouts = (f"{len(x.lookup_timeouts)} recent timed-out lookup(s) in its server.log, last: "
                     f"{x.lookup_timeouts[-1][:160]}") if x.lookup_timeouts else ""
         if timeouts and not x.p2p_loads:
-            c.reason, c.detail = "lookup_timeout", (
+            return _why(facts, "lookup_timeout", x.instance, (
                 f"{connected[0]} holds it, but {x.instance}'s lookups time out ({timeouts}) and none of its pulls "
-                "from a peer has completed since its server started: a timed-out lookup counts as a miss")
-            return
+                "from a peer has completed since its server started: a timed-out lookup counts as a miss"))
         if x.chunk_bytes and x.l1_total and (c.index + 1) * x.chunk_bytes > EVICTION_WATERMARK * x.l1_total:
-            c.reason, c.detail = "l1_oom", (
+            return _why(facts, "l1_oom", x.instance, (
                 f"{connected[0]} holds it, but {x.instance}'s L1 ({_l1(x)}) cannot hold the restore buffers of "
                 f"chunks 0-{c.index} ({(c.index + 1) * x.chunk_bytes / 2**20:.1f} MiB) below the "
-                f"{EVICTION_WATERMARK:.0%} eviction watermark, so its prefetch falls back to recompute: "
-                + measured_cause("l1_oom"))
-            return
-        c.action, c.source = PULL, _label(facts, connected[0])
+                f"{EVICTION_WATERMARK:.0%} eviction watermark, so its prefetch falls back to recompute"))
+        c.action, c.source, risk = PULL, _label(facts, connected[0]), None
         if timeouts:
             # Its pulls also complete, so the timeouts are intermittent (a busy peer, a slow poll): a request whose
             # lookup times out is recomputed, one whose lookup answers is served. A risk, not a confirmed miss.
-            c.reason, c.detail = "lookup_timeout", (
+            risk = _why(facts, "lookup_timeout", x.instance, (
                 f"{x.instance}'s lookups time out at times ({timeouts}), while {x.p2p_loads:g} of its pulls from "
-                "a peer completed since its server started: a request whose lookup times out is recomputed")
+                "a peer completed since its server started: a request whose lookup times out is recomputed"))
         if connected[0] in facts.causes:
             # It may well be served (a loopback pull can outlive a failed handshake), but the source is at fault.
-            c.reason, c.detail = "judged", (f"{connected[0]} would serve it, but the one judge finds it at fault: "
-                                            f"{facts.causes[connected[0]]}")
-        return
+            f = facts.causes[connected[0]]
+            risk = _judged(f, f"{connected[0]} would serve it, but the one judge finds it at fault: {f.subject}: "
+                              f"{f.message} (seen: {f.value})")
+        return risk
     if c.holders:
-        c.reason, c.detail = _because(facts, c.holders, "peer_not_connected", _not_connected(facts, x, c.holders))
-        return
+        return _because(facts, c.holders, "peer_not_connected", x.instance, _not_connected(facts, x, c.holders))
     if x.p2p_state != "registered" and x.p2p_state != "unknown":
-        c.reason, c.detail = _because(facts, [x.instance], "not_registered",
-                                      f"{x.instance} is {x.p2p_state}: it asks no peer")
-        return
+        return _because(facts, [x.instance], "not_registered", x.instance,
+                        f"{x.instance} is {x.p2p_state}: it asks no peer")
     copy = _peer_copy(facts, x, c.end)
     if copy:
-        c.reason, c.detail = copy[0], copy[2]
-        return
+        return _keys_apart(facts, x, copy[2]) if copy[0] == "keys" else _why(facts, copy[0], x.instance, copy[2])
     apart = {p.instance: differing_inputs(x, p) for p in facts.instances if p.instance != x.instance and p.serving}
     if apart and all(apart.values()):
         # No serving peer keys chunks as this instance does: none can hold its keys, whether or not the prompt was
         # ever computed (a peer with the same key inputs would rule this out).
-        c.reason, c.detail = "keys_differ", (f"no serving peer keys chunks as {x.instance} does, so none can hold "
-                                             "its keys: " + "; ".join(dict.fromkeys(d for ds in apart.values()
-                                                                                    for d in ds)))
-        return
-    c.reason, c.detail = _gone(facts, x, c)
+        return _keys_apart(facts, x, f"no serving peer keys chunks as {x.instance} does, so none can hold its keys: "
+                           + "; ".join(dict.fromkeys(d for ds in apart.values() for d in ds.values())))
+    return _gone(facts, x, c)
 
 
 def judge_chunks(facts: ExplainFacts, x: InstanceView, chunks: list[ChunkVerdict]) -> None:
@@ -386,13 +432,13 @@ def judge_chunks(facts: ExplainFacts, x: InstanceView, chunks: list[ChunkVerdict
     chunk not served, every later one is recomputed, and after a prompt that differs, every later key differs)."""
     broken: Optional[int] = None
     for c in chunks:
-        _chunk(facts, x, c)
+        if why := _chunk(facts, x, c):
+            _set(c, why)
         if broken is not None and (c.action in (HIT, PULL) or chunks[broken].reason == "prompt_differs"):
-            c.action, c.reason = RECOMPUTE, "prefix_broken"
-            c.detail = (f"its key chains on chunk {broken}'s, which differs from what the fleet computed"
-                        if chunks[broken].reason == "prompt_differs" else
-                        f"LMCache serves only a prefix, and chunk {broken} is not served")
+            c.action = RECOMPUTE
+            _set(c, _why(facts, "prefix_broken", x.instance,
+                         f"its key chains on chunk {broken}'s, which differs from what the fleet computed"
+                         if chunks[broken].reason == "prompt_differs" else
+                         f"LMCache serves only a prefix, and chunk {broken} is not served"))
         if c.action == RECOMPUTE and broken is None:
             broken = c.index
-        if c.reason and c.reason not in CAUSES:
-            raise KeyError(f"chunk {c.index}: reason {c.reason!r} is not a cause of the catalogue")

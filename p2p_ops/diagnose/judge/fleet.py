@@ -1,20 +1,21 @@
-"""The judge of a fleet's state: the doctor's findings about the instances involved, ranked by how specific their
-evidence is (the catalogue's `specificity`), or "no cause confirmed" with what was seen.
+"""The judge of a fleet's state: the doctor's findings about the instances involved, ranked by the catalogue's one
+ranking (`causes.rank_key`), or "no cause confirmed" with what was seen.
 
-`test basic`, `test matrix` and the decision tree's likely cause all read it, so they cannot name different
-causes for one fleet. What a verb measured about its own request (the request failed, it hit the node's own
-L1, the answer differed) stays with that verb; every cause about the fleet comes from here.
+`test basic`, `test matrix`, explain, the refusals of `wait` and the tests, and the bundle all read it, so they
+cannot name different causes for one fleet. What a verb measured about its own request (the request failed, it
+hit the node's own L1, the answer differed) is `request.py`'s; every cause about the fleet comes from here.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Collection, Optional
+from functools import cache
+from typing import Any, Callable, Collection, Optional, cast
 
+from p2p_ops.causes import CAUSES, Verdict, rank_key
 from p2p_ops.diagnose.doctor import FleetFacts, run
 from p2p_ops.diagnose.findings import Finding, Report
-from p2p_ops.diagnose.judge.catalogue import NOT_A_MISS, check_scope, specificity
 from p2p_ops.lifecycle.context import FleetContext
 
 
@@ -35,24 +36,31 @@ class Judgement:
                 return f
         return None
 
-    def why(self, instance: str) -> Optional[str]:
+    def why(self, instance: str) -> Optional[Finding]:
         """What put an instance in the state another verb saw (its server down, its engine degraded, not among its
-        peers' peers): the cause about it when that evidence is more specific than a state (rank above 1); None
+        peers' peers): the finding about it when that evidence is more specific than a state (rank above 1); None
         when the state is all the evidence says."""
         f = self.top([instance])
-        return self.cause([instance]) if f is not None and specificity(f"doctor:{f.check}") > 1 else None
+        return f if f is not None and f.cause is not None and CAUSES[f.cause.id].rank > 1 else None
 
-    def cause(self, about: Collection[str] = ()) -> str:
+    def cause(self, about: Collection[str] = ()) -> Optional[Verdict]:
         f = self.top(about)
-        if f is not None:
-            return f"{f.subject}: {f.message} (seen: {f.value}); fix: {f.fix} (scope: {check_scope(f.check)})"
+        return f.cause if f is not None else None
+
+    def said(self, about: Collection[str] = ()) -> str:
+        """The cause in words: what was seen and its fix, or that none is confirmed and what was seen instead."""
+        f = self.top(about)
+        if f is not None and f.cause is not None:
+            return (f"{f.subject}: {f.message} (seen: {f.value}); fix: {f.fix} (cause {f.cause.id}, scope "
+                    f"{f.cause.scope})")
         return "no cause confirmed; evidence seen: " + ("; ".join(self.seen[:6]) or "nothing")
 
 
 def judgement(facts: FleetFacts, report: Report) -> Judgement:
-    """Rank a doctor report (pure): specificity, then errors before warnings, then the doctor's own order."""
-    problems = [f for f in report.problems if f.check not in NOT_A_MISS]
-    ranked = sorted(problems, key=lambda f: (-specificity(f"doctor:{f.check}"), f.severity != "error"))
+    """Rank a doctor report (pure) by the catalogue's ranking, the doctor's own order breaking ties; a finding
+    that explains no missed pull (rank below 0: a listener wider than loopback) is left out."""
+    problems = [f for f in report.problems if f.cause is not None and CAUSES[f.cause.id].rank >= 0]
+    ranked = sorted(problems, key=lambda f: rank_key(cast(Verdict, f.cause), f.severity == "error"))
     seen = [f"{f.check} {f.subject}: {f.message}" for f in report.findings if f.severity == "info"]
     agreed = report.facts.get("agreed") or {}
     if agreed:
@@ -62,7 +70,18 @@ def judgement(facts: FleetFacts, report: Report) -> Judgement:
     return Judgement(ranked, seen)
 
 
+def document(facts: FleetFacts, report: Report) -> dict[str, Any]:
+    """The doctor's --json: its report, each finding with its cause's verdict, and `causes`, the problems in the
+    judge's order (the likely cause first)."""
+    return report.to_dict() | {"causes": [f.cause.to_dict() for f in judgement(facts, report).findings if f.cause]}
+
+
 def judge(ctx: FleetContext, reach: bool = True) -> Judgement:
     """Gather the fleet's evidence once (the doctor's read) and rank what it found."""
     facts, report = run(ctx, reach=reach)
     return judgement(facts, report)
+
+
+def once(ctx: FleetContext) -> Callable[[], Judgement]:
+    """The judgement of this fleet, read at the first call and kept: several verbs' steps share one read."""
+    return cache(lambda: judge(ctx))

@@ -1,14 +1,19 @@
 """Why a measured P2P margin is what it is (pure): placement's P2P margin under a policy (`placement`) and
 calibrate's pull-versus-prefill crossover (`crossover`, `missed`), each a cause of the catalogue decided from the
-run's own figures. A margin the figures do not explain is "run-to-run variation", never a guess.
+run's own figures, given as (its words, its verdict). A margin the figures do not explain is "run-to-run
+variation", never a guess.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from p2p_ops.diagnose.judge.catalogue import CAUSES, measured_cause
+from p2p_ops.causes import CAUSES, Verdict, verdict
+from p2p_ops.endpoints.metrics_api import PREFETCH_REASONS
 from p2p_ops.observe.stats import median
+
+# A margin's cause: its words (what the figures show, and the fix where they confirm it) and its verdict.
+Said = tuple[str, Optional[Verdict]]
 
 # Below this difference a margin is run-to-run variation on a shared box (bench/README.md: runs swing ~10 %).
 NOISE = 0.10
@@ -24,7 +29,7 @@ def _ms(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v:,.0f} ms"
 
 
-def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: Any) -> str:
+def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], profile: Any) -> Said:
     """Why P2P's margin under one placement policy fell below 1, from the arms' figures (`on`, `off`: their
     aggregates) and turns, with the catalogue's fix where the figures confirm the cause."""
     hit_on, hit_off = _ttft_p50(on_turns, True), _ttft_p50(off_turns, True)
@@ -66,10 +71,10 @@ def placement(on: Any, off: Any, on_turns: list[dict], off_turns: list[dict], pr
     return said("variation", f"within run-to-run variation on this shared box (under {NOISE:.0%}) ({figures})")
 
 
-def said(cause: str, text: str) -> str:
-    """A margin's cause in words, with the catalogue's fix where its evidence confirms it."""
-    c = CAUSES[cause]
-    return f"{text}; fix: {c.fix}" if c.confirmed else text
+def said(cause: str, text: str, subject: str = "run") -> Said:
+    """A margin's cause in words, with the catalogue's fix where its evidence confirms it, and its verdict."""
+    v = verdict(cause, subject, ("the run's figures", text))
+    return (f"{text}; fix: {v.fix}" if v.confirmed else text), v
 
 
 def _recomputed_later(turns: list[dict]) -> int:
@@ -81,18 +86,18 @@ def _recomputed_later(turns: list[dict]) -> int:
 
 
 def crossover(fit: Optional[dict[str, float]], profile: Any, table: list[dict],
-              bytes_per_token: Optional[int] = None) -> str:
+              bytes_per_token: Optional[int] = None) -> Said:
     """What limits calibrate's crossover: a profile that says nothing about a GPU, a miss (`missed`), one length
     only, the per-token pull cost, or the pull's fixed round trips."""
     if not profile.emulated:
         return said("no_gpu_profile", "no GPU profile: the recompute leg is this box's CPU, so the crossover says "
                     "nothing about a GPU")
     if not table:
-        return "nothing measured"
+        return "nothing measured", None
     if not all(t["pulled"] for t in table):
         return missed([t for t in table if not t["pulled"]])
     if fit is None:
-        return "one length only: measure two or more to split the pull into round trips and bandwidth"
+        return "one length only: measure two or more to split the pull into round trips and bandwidth", None
     p, f, t = profile.prefill_us_per_token, fit["fixed_ms"], fit["us_per_token"]
     rate = (f", {bytes_per_token / t:,.0f} MB/s of {bytes_per_token // 1024} KiB tokens"
             if bytes_per_token and t > 0 else "")
@@ -107,7 +112,7 @@ def crossover(fit: Optional[dict[str, float]], profile: Any, table: list[dict],
                 f"pays from about {breakeven:,.0f} tokens against the profile's {p:.1f} us/token prefill")
 
 
-def missed(rows: list[dict]) -> str:
+def missed(rows: list[dict]) -> Said:
     """Why calibrate saw no P2P hit at these lengths: the reader's prefetch fallbacks, else the holder's evictions,
     counted during the measurement; "not confirmed" when neither was."""
     lengths = [t["tokens"] for t in rows]
@@ -115,13 +120,14 @@ def missed(rows: list[dict]) -> str:
     if oom:
         shown = "; ".join(f"{n} tokens: " + ", ".join(f"{r}={v:g}" for r, v in sorted(f.items()))
                           for n, f in oom.items())
-        reasons = sorted({r for f in oom.values() for r in f})
-        return (f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute ({shown}); "
-                + "; ".join(measured_cause(r) for r in reasons) + " (or measure shorter prefixes)")
+        reasons = [r if r in PREFETCH_REASONS else "prefetch_fallback" for r in sorted({r for f in oom.values()
+                                                                                        for r in f})]
+        text, v = said(reasons[0], f"no P2P hit at {lengths} tokens: the reader's prefetches fell back to recompute "
+                       f"({shown})", "reader")
+        return text + "".join(f"; {r}: {CAUSES[r].fix}" for r in reasons[1:]) + " (or measure shorter prefixes)", v
     evicted = {t["tokens"]: t["evictions_a"] for t in rows if t.get("evictions_a")}
     if evicted:
-        return (f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
-                + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items())
-                + "); " + measured_cause("evicted"))
+        return said("evicted", f"no P2P hit at {lengths} tokens: the holder's L1 evicted during the measurement ("
+                    + ", ".join(f"{n} tokens: {v:g} eviction pass(es)" for n, v in evicted.items()) + ")", "holder")
     return said("no_pull_seen", f"no P2P hit at {lengths} tokens, and no fallback or eviction was counted: cause "
                 "not confirmed (run `p2pctl test basic`, which explains a miss)")

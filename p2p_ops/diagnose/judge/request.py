@@ -1,9 +1,17 @@
-"""What a proof's own requests show about why it failed (pure): `test basic` and `test matrix` send a prompt to
-one instance, then to another that should pull it, and measure each request; these causes come from those
-measurements, before any read of the fleet (`fleet.py`) is needed.
+"""The one cause of a failed proof pair (pure): `test basic` and `test matrix` send a prompt to one instance, then to
+another that should pull it, and measure each request; both judge a pair that failed with `proof_cause`, from the
+same evidence in the same order: what the requests themselves prove (a failed request, pulled KV bytes that the
+engine's mismatch counter found out of place, a hit on the target's own L1, an answer that differs), then
+explain's verdict on the first chunk the target did not get, then the fleet judge's cause about the pair.
 """
 
 from __future__ import annotations
+
+from typing import Callable, Collection, Optional
+
+from p2p_ops.causes import Verdict, verdict
+from p2p_ops.diagnose.judge.fleet import Judgement
+from p2p_ops.endpoints.metrics_api import KV_MISMATCH
 
 
 def own_l1_hit(p2p_loads: float, peer_hit_tokens: float, l1_hit_tokens: float) -> bool:
@@ -13,18 +21,32 @@ def own_l1_hit(p2p_loads: float, peer_hit_tokens: float, l1_hit_tokens: float) -
 
 
 def request_cause(target: str, source: str, *, failed_on: str = "", error: str = "", cached_tokens: float = 0.0,
-                  mismatch_tokens: float = 0.0, own_l1: bool = False, identical: bool = True) -> str:
-    """The cause the requests prove, with its catalogue id ("" when they prove nothing about why): `failed_on`
-    the instance whose request failed with `error`; `identical`: the target's answer equals the source's."""
+                  mismatch_tokens: float = 0.0, own_l1: bool = False, identical: bool = True) -> Optional[Verdict]:
+    """The cause the requests prove (None when they prove nothing about why): `failed_on` the instance whose request
+    failed with `error`; `mismatch_tokens` what the target engine's KV-mismatch counter rose by; `identical`: the
+    target's answer equals the source's."""
     if failed_on:
-        return (f"request_failed: the request to {failed_on} failed ({error[:120]}): check its engine "
-                "(`p2pctl status`, engine.log)")
+        return verdict("request_failed", failed_on, (f"request to {failed_on}", error[:200] or "failed"),
+                       instance=failed_on)
     if cached_tokens > 0 and mismatch_tokens:
-        return (f"kv_mismatch: {target} loaded {mismatch_tokens:g} token(s) whose KV bytes disagree: a corrupted or "
-                "mis-laid transfer, or the peers' engine.profile differs")
+        return verdict("kv_mismatch", target, (f"metric:{KV_MISMATCH} on {target}", f"rose by {mismatch_tokens:g} "
+                                               "token(s) during the pull"))
     if cached_tokens > 0 and own_l1:
-        return f"own_l1: {target} hit its own L1: the prompt was seen there before (rerun with a new --seed)"
+        return verdict("own_l1", target, (f"lookups of {target}'s server", "L1-hit tokens, neither a P2P load nor "
+                                          "peer-served tokens: the prompt was seen there before"))
     if cached_tokens > 0 and not identical:
-        return (f"answer_differs: {target} used cached KV from {source} but answered differently: the engines "
-                "disagree on the model (engine.model_seed, layers, profile) or the pulled KV bytes are wrong")
-    return ""
+        return verdict("answer_differs", target, ("completions", f"{target} used cached KV from {source} but "
+                                                  "answered differently"))
+    return None
+
+
+def proof_cause(requests: Optional[Verdict], explained: Optional[Verdict], fleet: Callable[[], Judgement],
+                about: Collection[str]) -> tuple[Optional[Verdict], str]:
+    """The cause of a failed pair and its words: what its requests prove (`request_cause`), else explain's verdict
+    on the first chunk the target did not get where it confirms a cause, else the fleet judge's about the pair
+    (`about`: its instances and nodes, read only when needed); (None, what was seen) when none is confirmed."""
+    for v, how in ((requests, ""), (explained, "explain: ")):
+        if v is not None and v.confirmed:
+            return v, f"{how}{v.id}: {v.subject}: {'; '.join(e.seen for e in v.evidence)}; fix: {v.fix}"
+    judged = fleet()
+    return judged.cause(about), judged.said(about)

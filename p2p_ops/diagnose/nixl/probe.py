@@ -4,7 +4,7 @@
 (`p2p_ops.diagnose.nixl.peer`) with that environment plus `UCX_LOG_LEVEL=info` and `UCX_PROTO_INFO=y`, which
 make UCX log its endpoint configurations and protocol tables. The result says whether the READ worked, how many
 bytes were verified, the median throughput, the transports and READ path UCX picked (parsed with
-`p2p_ops.facts.ucx_trace`), and on failure the exception mapped to cause and fix (`diagnose.nixl.failures`).
+`p2p_ops.facts.ucx_trace`), and on failure the exception mapped to the catalogue's cause (`diagnose.nixl.failures`).
 
 Two agents on one host talk intra-node (cma/shared memory) unless UCX_TLS excludes those; to exercise a NIC,
 pass e.g. `UCX_TLS=rc,self` or `UCX_TLS=tcp` with `UCX_NET_DEVICES` naming it.
@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from p2p_ops import files
+from p2p_ops.causes import Verdict
 from p2p_ops.diagnose.nixl.failures import classify
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.facts.ucx_trace import TraceSummary, parse_traces
@@ -48,9 +49,7 @@ class Failure:
     stage: str
     exc_class: str
     message: str
-    cause: str
-    fix: str
-    rule: str
+    cause: Verdict | None             # None: no rule recognises it
     evidence: list[str] = field(default_factory=list)
 
 
@@ -78,7 +77,7 @@ class ProbeResult:
     @property
     def exit_code(self) -> int:
         """0 the READ worked, 1 it failed, 2 it could not run here (NIXL is not installed)."""
-        if self.failure and self.failure.rule == "nixl_missing":
+        if self.failure and self.failure.cause and self.failure.cause.id == "nixl_missing":
             return EXIT_BAD_INPUT
         return EXIT_OK if self.ok else EXIT_CHECK_FAILED
 
@@ -122,9 +121,8 @@ def explain_failure(states: dict[str, dict], trace: TraceSummary) -> Failure:
     state = states[side] if not states[side].get("ok") else states["target"]
     evidence = [f"{g.source} {g.level}: {g.message}" for g in trace.errors if g.level in ("FATAL", "ERROR", "WARN")][:6]
     text = f"{state.get('exc_class', '')}: {state.get('message', '')}\n" + "\n".join(evidence)
-    diagnosis = classify(text)
     return Failure(side, state.get("stage", ""), state.get("exc_class", ""), state.get("message", ""),
-                   diagnosis.cause, diagnosis.fix, diagnosis.rule, evidence)
+                   classify(text, f"the {side}"), evidence)
 
 
 def run_probe(options: ProbeOptions) -> ProbeResult:

@@ -3,7 +3,7 @@
 `gather_rdma(host)` reads the facts (sysfs, /dev, /proc, `nvidia-smi topo -m`, `ucx_info -d`) from a host view:
 the live host, a fixture tree or a bundle's snapshot. `check_rdma(inputs)` is pure and returns a `Report`: ports,
 then the host-wide checks (uverbs, memlock, GPUDirect, GPU/NIC affinity, the TCP fallback). Each finding names
-the device/port, the value and the fix; the fix texts are `FIXES`, one wording for the CLI, docs and tests.
+the device/port, the value and its cause, whose fix the catalogue words (`p2p_ops.causes`).
 """
 
 from __future__ import annotations
@@ -20,39 +20,7 @@ from p2p_ops.facts.sysfs_ib import list_dev_infiniband, read_ib_devices, read_uv
 from p2p_ops.facts.topo import LINK_RANK, NVIDIA_SMI_TOPO, Topology
 from p2p_ops.facts.ucx_info import UCX_INFO_DEVICES, UcxDevices
 
-__all__ = ["FIXES", "RdmaInputs", "check_rdma", "gather_rdma"]
-
-FIXES = {
-    "no_sm": "start a subnet manager on this fabric (`systemctl start opensm` on one node, or enable the "
-             "switch's SM); the port turns ACTIVE within seconds",
-    "armed": "the subnet manager is still configuring this port; re-check in a minute, else restart the SM",
-    "polling": "no link partner: check the cable/transceiver and the switch port (`ibstat`, `rdma link`); "
-               "for RoCE also `ip link set <netdev> up`",
-    "disabled": "the port is administratively disabled: enable it on the switch or with `ibportstate`",
-    "port_down": "bring the port up (cable, switch port, `ip link set <netdev> up` for RoCE) and re-run",
-    "no_ipv4_gid": "give {ndev} an IPv4 address (`ip addr add A.B.C.D/NN dev {ndev}`, interface up, right "
-                   "VLAN); the kernel then adds a RoCE v2 GID ::ffff:A.B.C.D. Keep UCX_IB_GID_INDEX=auto",
-    "gid_index": "do not hard-code UCX_IB_GID_INDEX/NCCL_IB_GID_INDEX=3; leave it `auto` or use {index}",
-    "no_uverbs": "expose the RDMA devices to this container: `--device /dev/infiniband` (Docker) or the RDMA "
-                 "shared-device plugin (Kubernetes), plus capability IPC_LOCK",
-    "uverbs_module": "load the verbs user-space interface: `modprobe ib_uverbs` (and `rdma_ucm`)",
-    "memlock": "start the server with unlimited locked memory: `ulimit -l unlimited` in the launching shell "
-               "(needs the hard limit or root), `LimitMEMLOCK=infinity` in a systemd unit, "
-               "`--ulimit memlock=-1` for Docker",
-    "peermem": "`modprobe nvidia_peermem`, or use DMA-BUF (UCX >= 1.14, rdma-core >= 41, CUDA >= 11.7). "
-               "LMCache keeps L1 in host DRAM, so server-to-server P2P does not need it; VRAM NIXL buffers do",
-    "affinity": "give each GPU's process the NIC on its own PCIe switch: UCX_NET_DEVICES=<nic>:1 "
-                "(closest NICs per GPU are listed under facts.affinity)",
-    "nic_down": "{gpu}'s nearest NIC is not ACTIVE, so its traffic crosses to a farther NIC: fix {nics} "
-                "(see the port finding) or point UCX_NET_DEVICES at a healthy nearby NIC",
-    "only_loopback": "no non-loopback interface is up: peers on other hosts cannot reach this one; bring up the "
-                     "data interface (`ip link set <if> up`) and give it an address",
-    "no_tcp": "UCX lists no tcp transport: check UCX_TLS includes tcp and UCX_NET_DEVICES names an interface "
-              "that is up (`ucx_info -d | grep -A3 'Transport: tcp'`)",
-    "require_rdma": "this host has no RDMA device: install the NIC driver and rdma-core, or run P2P over TCP "
-                    "(slower: ~1 GB/s per stream) by dropping the RDMA requirement",
-}
-
+__all__ = ["RdmaInputs", "check_rdma", "gather_rdma"]
 
 @dataclass
 class RdmaInputs:
@@ -98,18 +66,18 @@ def _check_state(report: Report, subject: str, port: IbPort) -> None:
     value = f"state {port.state or '?'}, phys_state {port.phys_state or '?'}, rate {port.rate or '?'}"
     if port.state == "INIT" and port.link_layer != "Ethernet":
         report.add("error", "port_state", subject, f"{value}, sm_lid {port.sm_lid or '?'}",
-                   "link is up but the port is INIT: no subnet manager has configured it", FIXES["no_sm"])
+                   "link is up but the port is INIT: no subnet manager has configured it", "port_no_sm")
     elif port.state == "ARMED":
         report.add("warn", "port_state", subject, value, "port ARMED: subnet manager mid-configuration",
-                   FIXES["armed"])
+                   "port_no_sm")
     elif port.phys_state.lower() == "polling":
         report.add("error", "port_state", subject, value, "port DOWN and polling: no link partner",
-                   FIXES["polling"])
+                   "port_down")
     elif port.phys_state.lower() == "disabled":
-        report.add("error", "port_state", subject, value, "port DOWN: disabled", FIXES["disabled"])
+        report.add("error", "port_state", subject, value, "port DOWN: disabled", "port_down")
     else:
         report.add("error", "port_state", subject, value, f"port is {port.state or 'in an unknown state'}",
-                   FIXES["port_down"])
+                   "port_down")
 
 
 def _check_roce_gid(report: Report, subject: str, dev: IbDevice, port: IbPort) -> None:
@@ -117,20 +85,17 @@ def _check_roce_gid(report: Report, subject: str, dev: IbDevice, port: IbPort) -
     ndev = next((g.ndev for g in port.gids if g.ndev), dev.netdevs[0] if dev.netdevs else "<netdev>")
     if not v4:
         seen = ", ".join(f"{g.index}:{g.gid} {g.type}".strip() for g in port.gids) or "no GIDs"
-        report.add("error", "roce_gid", subject, seen,
-                   "RoCE port has no RoCE v2 GID with an IPv4 address: UCX fails with 'Destination is "
-                   "unreachable' or picks a link-local GID", FIXES["no_ipv4_gid"].format(ndev=ndev))
+        report.add("error", "roce_gid", subject, seen, "", "no_ipv4_gid", netdev=ndev)
     elif all(g.index != 3 for g in v4):
-        report.add("info", "roce_gid", subject, f"index {v4[0].index} = {gid_ipv4(v4[0].gid)}",
-                   "the IPv4 RoCE v2 GID is not at index 3", FIXES["gid_index"].format(index=v4[0].index))
+        report.add("info", "roce_gid", subject, f"index {v4[0].index} = {gid_ipv4(v4[0].gid)}", "", "gid_index",
+                   index=v4[0].index)
 
 
 def check_ports(report: Report, inputs: RdmaInputs) -> None:
     rows = []
     for dev in inputs.devices:
         if not dev.ports:
-            report.add("error", "port_state", dev.name, "no ports", "device has no ports in sysfs",
-                       FIXES["port_down"])
+            report.add("error", "port_state", dev.name, "no ports", "device has no ports in sysfs", "port_down")
         for port in dev.ports:
             subject = f"{dev.name}/{port.port}"
             v4 = port.roce_v2_ipv4_gids()
@@ -149,7 +114,7 @@ def check_ports(report: Report, inputs: RdmaInputs) -> None:
 
 
 def check_rdma(inputs: RdmaInputs, require_rdma: bool = False) -> Report:
-    report = Report("RDMA readiness")
+    report = Report("RDMA readiness", source="rdma")
     if not inputs.devices:
         check_tcp_path(report, inputs, require_rdma)
         return report
@@ -169,31 +134,27 @@ def check_uverbs(report: Report, inputs: RdmaInputs) -> None:
     uverbs_nodes = [n for n in inputs.dev_nodes if n.startswith("uverbs")]
     if not inputs.dev_nodes:
         names = ", ".join(d.name for d in inputs.devices)
-        report.add("error", "uverbs", "/dev/infiniband", "missing",
-                   f"RDMA devices are visible in sysfs ({names}) but /dev/infiniband is absent: verbs cannot "
-                   "open them ('Failed to open device')", FIXES["no_uverbs"])
+        report.add("error", "uverbs", "/dev/infiniband", "missing", f"RDMA devices are visible in sysfs ({names}) but "
+                   "/dev/infiniband is absent ('Failed to open device')", "no_uverbs")
         return
     if not inputs.uverbs_class_present:
-        report.add("error", "uverbs", "ib_uverbs", "no /sys/class/infiniband_verbs",
-                   "the verbs user-space interface is not loaded", FIXES["uverbs_module"])
+        report.add("error", "uverbs", "ib_uverbs", "no /sys/class/infiniband_verbs", "", "uverbs_module")
         return
     by_dev = {ibdev: node for node, ibdev in inputs.uverbs.items()}
     for dev in inputs.devices:
         node = by_dev.get(dev.name)
         if node is None or node not in uverbs_nodes:
             report.add("error", "uverbs", dev.name, node or "no uverbs device",
-                       f"{dev.name} has no usable /dev/infiniband/{node or 'uverbsN'}", FIXES["no_uverbs"])
+                       f"{dev.name} has no usable /dev/infiniband/{node or 'uverbsN'}", "no_uverbs")
 
 
 def check_memlock(report: Report, inputs: RdmaInputs) -> None:
     mem = inputs.memlock
     if mem.error:
-        report.add("warn", "memlock", "memlock", mem.error, "could not read the locked-memory limit",
-                   FIXES["memlock"])
+        report.add("warn", "memlock", "memlock", mem.error, "could not read the locked-memory limit", "memlock")
     elif not mem.unlimited and (mem.soft or 0) < MEMLOCK_MIN_BYTES:
-        report.add("error", "memlock", mem.source, f"soft {mem.soft} bytes, hard {mem.hard or 'unlimited'}",
-                   "locked memory is limited: registering the L1 buffer for RDMA fails with 'Cannot allocate "
-                   "memory' (ibv_reg_mr / ibv_create_cq)", FIXES["memlock"])
+        report.add("error", "memlock", mem.source, f"soft {mem.soft} bytes, hard {mem.hard or 'unlimited'}", "",
+                   "memlock")
 
 
 def check_gpudirect(report: Report, inputs: RdmaInputs) -> None:
@@ -210,9 +171,7 @@ def check_gpudirect(report: Report, inputs: RdmaInputs) -> None:
         report.add("info", "gpudirect", "gpu", "/proc/modules unreadable, no ucx_info",
                    "cannot tell whether GPUDirect RDMA is available")
     else:
-        report.add("warn", "gpudirect", "gpu", "no nvidia_peermem module, no dmabuf memory type",
-                   "GPUDirect RDMA unavailable: GPU memory is staged through host memory",
-                   FIXES["peermem"])
+        report.add("warn", "gpudirect", "gpu", "no nvidia_peermem module, no dmabuf memory type", "", "no_peermem")
 
 
 def check_affinity(report: Report, inputs: RdmaInputs) -> None:
@@ -226,14 +185,11 @@ def check_affinity(report: Report, inputs: RdmaInputs) -> None:
         link, nics = topo.closest_nics(gpu)
         affinity[gpu] = {"link": link, "nics": nics}
         if link and LINK_RANK[link] >= LINK_RANK["NODE"]:
-            report.add("warn", "affinity", gpu, f"closest NIC(s) {','.join(nics)} via {link}",
-                       f"{gpu} has no NIC on its PCIe switch: transfers cross the host bridge",
-                       FIXES["affinity"])
+            report.add("warn", "affinity", gpu, f"closest NIC(s) {','.join(nics)} via {link}", "", "gpu_nic_far")
         down = [n for n in nics if n in known and n not in active]
         if down and len(down) == len(nics):
             report.add("error", "affinity", gpu, f"nearest NIC(s) {','.join(down)} not ACTIVE ({link})",
-                       f"{gpu}'s own rail is down",
-                       FIXES["nic_down"].format(gpu=gpu, nics=",".join(down)))
+                       f"{gpu}'s own rail is down", "gpu_nic_down", nics=",".join(down))
     report.facts["affinity"] = affinity
 
 
@@ -241,13 +197,12 @@ def check_tcp_path(report: Report, inputs: RdmaInputs, require_rdma: bool) -> No
     """No RDMA devices: say so plainly, then check what P2P will use instead (UCX over TCP)."""
     report.add("error" if require_rdma else "info", "no_rdma", "rdma", "no /sys/class/infiniband devices",
                "this host has no RDMA devices: NIXL/UCX will carry P2P transfers over TCP (and shared memory "
-               "between processes on the same host)", FIXES["require_rdma"] if require_rdma else "")
+               "between processes on the same host)", "no_rdma" if require_rdma else "")
     real_up = [n.name for n in inputs.netdevs if n.up and n.name != "lo"]
     report.facts["interfaces"] = [{"name": n.name, "operstate": n.operstate, "mtu": n.mtu}
                                   for n in inputs.netdevs]
     if not real_up:
-        report.add("warn", "tcp_path", "interfaces", "only lo is up",
-                   "no non-loopback interface is up", FIXES["only_loopback"])
+        report.add("warn", "tcp_path", "interfaces", "only lo is up", "", "only_loopback")
     else:
         report.add("info", "tcp_path", "interfaces", ",".join(real_up), "interfaces up for TCP transfers")
     if inputs.ucx_devices is not None:
@@ -264,5 +219,4 @@ def check_tcp_path(report: Report, inputs: RdmaInputs, require_rdma: bool) -> No
     if lanes:
         report.add("info", "tcp_path", "ucx", f"{', '.join(lanes)} (from {source})", "UCX sees tcp transports")
     else:
-        report.add("error", "tcp_path", "ucx", f"no tcp transport (from {source})",
-                   "UCX lists no tcp transport, so transfers have no path", FIXES["no_tcp"])
+        report.add("error", "tcp_path", "ucx", f"no tcp transport (from {source})", "", "no_tcp_transport")

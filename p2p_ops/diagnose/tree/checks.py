@@ -1,6 +1,7 @@
-"""The tree's automated checks: each reads an `Evidence` and returns `Observation`s naming subject and fix.
+"""The tree's automated checks: each reads an `Evidence` and returns `Observation`s naming the subject and, for
+a problem, the catalogue's cause its evidence confirms (whose fix the catalogue words).
 
-Add a check: an entry in `CHECKS` (or a `log:` signature in tree.yaml), then name it in a step.
+Add a check: an entry in `CHECKS` (or a signature in diagnose/signatures.yaml for `log:`), then name it in a step.
 """
 
 from __future__ import annotations
@@ -8,12 +9,11 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from p2p_ops.causes import restart, verdict
 from p2p_ops.diagnose import explain
 from p2p_ops.diagnose.explain.prompt import latest_failed_run
-from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.doctor.checks import rdma_expected
 from p2p_ops.diagnose.doctor.nic import PinView, pin_views
-from p2p_ops.diagnose.judge import UNCONFIRMED, measured_cause
 from p2p_ops.diagnose.redact import redact_text
 from p2p_ops.diagnose.traces import trace_report
 from p2p_ops.diagnose.tree.evidence import Evidence, Observation
@@ -21,6 +21,7 @@ from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.facts.logs import log_tail_fact
 from p2p_ops.facts.sections import read_fact
 from p2p_ops.facts.ucx_trace import parse_traces
+from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
 
 # How much of each server log the UCX trace check reads (UCX_LOG_LEVEL=info writes a few lines per endpoint).
 TRACE_TAIL_LINES = 20000
@@ -43,22 +44,26 @@ def _check_doctor(ev: Evidence, name: str) -> list[Observation]:
     if not matches:
         return [Observation(f"doctor:{name}", "ok", "fleet", "no finding")]
     return [Observation(f"doctor:{f.check}", "info" if f.severity == "info" else "problem", f.subject,
-                        f"{f.message} (seen: {f.value})", f.fix) for f in matches]
+                        f"{f.message} (seen: {f.value})", f.cause, f.severity == "error") for f in matches]
 
 
 def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     sig = ev.tree.signatures[sig_id]
-    logs = [(label, lines) for label, role, lines in ev.logs() if role in sig.logs or role == "any"]
+    logs = [(label, role, node, lines) for label, role, node, lines in ev.logs() if role in sig.logs or role == "any"]
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
     out = []
-    for label, lines in logs:
+    for label, role, node, lines in logs:
         found = [ln for ln in lines if sig.regex.search(ln)]
         peers = _peers_now(ev, label) if sig.ruled_out_by_peer else set()
         live = [ln for ln in found if not any(re.search(rf"\b{re.escape(p)}\b", ln) for p in peers)]
         if live:
-            out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(live)} line(s), last: "
-                                   f"{redact_text(live[-1].strip(), label).text[:300]}", sig.meaning))
+            last = redact_text(live[-1].strip(), label).text[:300]
+            owner = label.split("/", 1)[0] if node else label      # a fleet log's instance, or the --log file
+            again = restart((node or "<node>", role if role != "any" else "server"))
+            out.append(Observation(f"log:{sig_id}", "problem", label, f"{len(live)} line(s), last: {last}",
+                                   verdict(sig.cause, owner, (f"log:{sig_id} {label}", last), log=label,
+                                           instance=owner, node=node or "<node>", restart=again)))
         elif found:
             out.append(Observation(f"log:{sig_id}", "info", label, f"{len(found)} line(s) about peer(s) this server "
                                    f"now lists ({', '.join(sorted(peers))}): ruled out, since recovered"))
@@ -86,7 +91,7 @@ def _per_server(check: str):
 
 @_per_server("metric:p2p_loads")
 def _metric_p2p_loads(ev: Evidence, iid: str, url: str) -> Observation:
-    n = metrics_api.metric_sum(ev.metrics(url), "lmcache_mp_l2_load_completed_requests_total", l2_name="p2p")
+    n = metrics_api.metric_sum(ev.metrics(url), metrics_api.P2P_LOADS, l2_name="p2p")
     return Observation("metric:p2p_loads", "info", iid, f"{n:g} completed loads from peers")
 
 
@@ -97,34 +102,33 @@ def _metric_l1_evictions(ev: Evidence, iid: str, url: str) -> Observation:
     runs = metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)
     if not runs:
         return Observation("metric:l1_evictions", "ok", iid, "its L1's eviction loop never ran since it started")
-    return Observation("metric:l1_evictions", "problem", iid,
-                       f"its L1's eviction loop ran {runs:g} time(s) since it started "
-                       f"({metrics_api.metric_sum(samples, metrics_api.L1_EVICTED):g} chunks deleted): a prefix "
-                       "computed before then may be gone from it",
-                       measured_cause("evicted") + "; `p2pctl explain --run RUN` tells for one request whether its "
-                       "holder evicted it")
+    seen = (f"its L1's eviction loop ran {runs:g} time(s) since it started "
+            f"({metrics_api.metric_sum(samples, metrics_api.L1_EVICTED):g} chunks deleted)")
+    return Observation("metric:l1_evictions", "problem", iid, f"{seen}: a prefix computed before then may be gone "
+                       "from it", verdict("evicted", iid, (f"metric:{metrics_api.L1_EVICTION_RUNS}", seen)))
 
 
-@_per_server("metric:prefetch_failure")
-def _metric_prefetch_failure(ev: Evidence, iid: str, url: str) -> Observation:
-    bad: dict[str, float] = {}
-    for name, labels, value in ev.metrics(url):
-        if name.startswith("lmcache_mp_l2_prefetch_failure") and not name.endswith(("_created", "_bucket")):
-            bad[labels.get("reason", "?")] = bad.get(labels.get("reason", "?"), 0) + value
-    bad = {r: v for r, v in bad.items() if v > 0}
-    if not bad:
-        return Observation("metric:prefetch_failure", "ok", iid, "no l2_prefetch_failure")
-    return Observation("metric:prefetch_failure", "problem", iid,
-                       "l2_prefetch_failure " + ", ".join(f"{r}={v:g}" for r, v in sorted(bad.items())),
-                       "; ".join(measured_cause(r) for r in sorted(bad)))
+def _metric_prefetch_failure(ev: Evidence) -> list[Observation]:
+    """One observation per server and fallback reason: each reason is a cause of the catalogue."""
+    out = []
+    for _, inst, url in ev.running_servers():
+        bad = metrics_api.prefetch_failures(ev.metrics(url))
+        out += [Observation("metric:prefetch_failure", "problem", inst.id, f"l2_prefetch_failure {r}={v:g}",
+                            verdict(r if r in metrics_api.PREFETCH_REASONS else "prefetch_fallback", inst.id,
+                                    (f"metric:{metrics_api.PREFETCH_FAILURES}", f"reason={r}: {v:g}")))
+                for r, v in sorted(bad.items())]
+        if not bad:
+            out.append(Observation("metric:prefetch_failure", "ok", inst.id, "no l2_prefetch_failure"))
+    return out or [Observation("metric:prefetch_failure", "unknown", "fleet", "no server is running")]
 
 
-def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str):
+def _metric_gauge(check: str, metric: str, limit: float, message: str, cause: str):
     @_per_server(check)
     def one(ev: Evidence, iid: str, url: str) -> Observation:
         v = metrics_api.metric_sum(ev.metrics(url), metric)
         if v >= limit:
-            return Observation(check, "problem", iid, f"{metric}={v:g}: {message}", fix)
+            return Observation(check, "problem", iid, f"{metric}={v:g}: {message}",
+                               verdict(cause, iid, (f"metric:{metric}", f"{v:g}"), restart=ev.restart(iid)))
         return Observation(check, "ok", iid, f"{metric}={v:g}")
     return one
 
@@ -132,8 +136,7 @@ def _metric_gauge(check: str, metric: str, limit: float, message: str, fix: str)
 @_per_server("metric:load_throughput")
 def _metric_load_throughput(ev: Evidence, iid: str, url: str) -> Observation:
     buckets = sorted(((float(lab.get("le", "inf")), v) for n, lab, v in ev.metrics(url)
-                      if n == "lmcache_mp_l2_load_throughput_GB_per_second_bucket"
-                      and lab.get("l2_name") == "p2p"), key=lambda b: b[0])
+                      if n == metrics_api.LOAD_THROUGHPUT_BUCKETS and lab.get("l2_name") == "p2p"), key=lambda b: b[0])
     total = buckets[-1][1] if buckets else 0
     if not total:
         return Observation("metric:load_throughput", "unknown", iid, "no peer loads measured yet")
@@ -149,8 +152,7 @@ def _status_locks(ev: Evidence, iid: str, url: str) -> Observation:
     detail = f"read_locked_count={read_locked}, active_p2p_lookup_jobs={jobs}"
     if read_locked or jobs:
         return Observation("status:locks", "problem", iid, detail + " (both should be 0 when idle)",
-                           "if they never drain at idle, restart this server; abandoned lookups hold read "
-                           "locks until the 300 s read TTL")
+                           verdict("stale_read_locks", iid, ("status:locks", detail), restart=ev.restart(iid)))
     return Observation("status:locks", "ok", iid, detail)
 
 
@@ -158,15 +160,15 @@ def _explain_last_failed(ev: Evidence) -> list[Observation]:
     """`p2pctl explain` on the newest saved request that missed the cache (a failed proof or stress miss)."""
     folder = latest_failed_run(ev.ctx.layout.tests)
     if folder is None:
-        return [Observation("explain:last_failed", "unknown", "test runs", "no saved request missed the cache",
-                            "run `p2pctl test basic`; when B misses, it saves the prompt and explain's verdict")]
+        return [Observation("explain:last_failed", "unknown", "test runs", "no saved request missed the cache (run "
+                            "`p2pctl test basic`: when B misses, it saves the prompt and explain's verdict)")]
     spec, ex = explain.run_saved(ev.ctx, str(folder))
-    fix = f"p2pctl explain --run {folder} --request {spec.recorded.get('request')}"
+    again = f"`p2pctl explain --run {folder} --request {spec.recorded.get('request')}`"
     # A miss whose reason confirms no cause (never computed, not held any more for want of evidence, ...) is what
     # that run saw, not a cause of anything now.
     out = [Observation("explain:last_failed", "ok" if not n.count("recompute") else
-                       "problem" if n.reasons and n.reasons[0] not in UNCONFIRMED else "info", n.instance,
-                       f"[{n.strip}] {n.verdict}", fix) for n in ex.nodes]
+                       "problem" if n.causes and n.causes[0].confirmed else "info", n.instance,
+                       f"[{n.strip}] {n.verdict} ({again})", n.causes[0] if n.causes else None) for n in ex.nodes]
     return out or [Observation("explain:last_failed", "unknown", str(folder), "nothing to explain")]
 
 
@@ -174,16 +176,13 @@ def _engines_health(ev: Evidence) -> list[Observation]:
     out = []
     for node, inst in ev.ctx.fleet.instances():
         state = next((i.engine_state for i in ev.facts.instances if i.instance == inst.id), "unknown")
-        if state != "running":
-            if ev.facts.any_running:
-                out.append(Observation("engines:health", "problem", inst.id, f"engine process {state}",
-                                       f"read {inst.id}/engine.log, then start it again from fleet.yaml: "
-                                       f"{restart(ev.facts, [inst.id], 'engine')}"))
+        if state != "running" and not ev.facts.any_running:
             continue
-        ok = engine_api.engine_healthy(ev.ctx.engine_url(node, inst))
-        out.append(Observation("engines:health", "ok" if ok else "problem", inst.id,
-                               "answers /health" if ok else "process runs but /health does not answer",
-                               "" if ok else f"read {inst.id}/engine.log; the engine may be wedged on its server"))
+        ok = state == "running" and engine_api.engine_healthy(ev.ctx.engine_url(node, inst))
+        seen = "answers /health" if ok else f"engine process {state}" if state != "running" else \
+            "process runs but /health does not answer"
+        out.append(Observation("engines:health", "ok" if ok else "problem", inst.id, seen, None if ok else verdict(
+            "engine_down", inst.id, ("engines:health", seen), instance=inst.id, restart=ev.restart(inst.id, "engine"))))
     return out or [Observation("engines:health", "unknown", "fleet", "the fleet is not running")]
 
 
@@ -197,9 +196,9 @@ def _node_rdma(ev: Evidence) -> list[Observation]:
         elif n.rdma_devices is None:
             out.append(Observation("node:rdma", "unknown", n.node, n.error or "could not list /sys/class/infiniband"))
         elif n.rdma_devices == 0:
-            out.append(Observation("node:rdma", "problem", n.node, "no RDMA device (/sys/class/infiniband is empty): "
-                                   "NIXL/UCX moves KV over TCP", "install the NIC driver and rdma-core (or pass "
-                                   "/dev/infiniband into the container); run scripts/check_rdma.sh"))
+            seen = "no RDMA device (/sys/class/infiniband is empty)"
+            out.append(Observation("node:rdma", "problem", n.node, f"{seen}: NIXL/UCX moves KV over TCP",
+                                   verdict("no_rdma", n.node, ("node:rdma", seen))))
         else:
             out.append(Observation("node:rdma", "ok", n.node, f"{n.rdma_devices} RDMA device(s)"))
     return out
@@ -219,8 +218,9 @@ def _env_ucx_rails(ev: Evidence) -> list[Observation]:
         if (single or rails == "1") and i.instance not in planned_one:
             planned = views.get(i.instance)
             out.append(Observation("env:ucx_rails", "problem", i.instance, detail + ": one rail only",
-                                   planned.fix if planned and planned.plan.devices else
-                                   "UCX_NET_DEVICES=all (or every GPU-local NIC) and UCX_MAX_RMA_RAILS=2..8"))
+                                   verdict("nic_pin", i.instance, ("env:ucx_rails", detail), **planned.fix)
+                                   if planned and planned.plan.devices else
+                                   verdict("single_rail", i.instance, ("env:ucx_rails", detail))))
         else:
             out.append(Observation("env:ucx_rails", "ok", i.instance, detail))
     return out or [Observation("env:ucx_rails", "unknown", "fleet", "no server is running")]
@@ -239,7 +239,7 @@ def _nic_plan(ev: Evidence) -> list[Observation]:
     for view in pin_views(ev.facts):
         if view.narrow:
             out.append(Observation("nic:plan", "problem", view.instance, f"{view.narrow}; {_pin_shown(view)}",
-                                   view.fix))
+                                   verdict("nic_pin", view.instance, ("nic:plan", view.narrow), **view.fix)))
         elif view.wrong:
             out.append(Observation("nic:plan", "info", view.instance,
                                    f"{_pin_shown(view)}; see nic_pin: {'; '.join(view.wrong)}"))
@@ -257,9 +257,9 @@ def _trace_server_logs(ev: Evidence) -> list[Observation]:
     report = trace_report(parse_traces(texts), expect_rdma=rdma)
     if not report.facts.get("endpoints") and not report.problems:
         return [Observation("trace:server_logs", "unknown", "server logs", "no UCX endpoint lines in the server logs",
-                            "set UCX_LOG_LEVEL=info and UCX_PROTO_INFO=y in env.sh, restart, pull once")]
-    out = [Observation("trace:server_logs", "problem", f.subject, f"{f.message} (seen: {f.value})", f.fix)
-           for f in report.problems]
+                            verdict("no_ucx_trace", "server logs"))]
+    out = [Observation("trace:server_logs", "problem", f.subject, f"{f.message} (seen: {f.value})", f.cause,
+                       f.severity == "error") for f in report.problems]
     lanes = ", ".join(f"{e['name']}: {e['payload_class'] or '?'}" for e in report.facts.get("endpoints", []))
     return out or [Observation("trace:server_logs", "ok", "server logs", f"payload lanes: {lanes}")]
 
@@ -268,11 +268,10 @@ CHECKS: dict[str, Callable[[Evidence], list[Observation]]] = {
     "metric:p2p_loads": _metric_p2p_loads,
     "metric:prefetch_failure": _metric_prefetch_failure,
     "metric:l1_evictions": _metric_l1_evictions,
-    "metric:l1_usage": _metric_gauge("metric:l1_usage", "lmcache_mp_l1_usage_ratio", 0.8,
-                                     "L1 at the 0.8 eviction watermark", "raise settings.l1_size_gb"),
-    "metric:active_lookup_jobs": _metric_gauge("metric:active_lookup_jobs", "lmcache_mp_active_p2p_lookup_jobs", 1,
-                                               "owner-side lookup jobs held (0 when idle)",
-                                               "if it never returns to 0 at idle, restart this server"),
+    "metric:l1_usage": _metric_gauge("metric:l1_usage", metrics_api.L1_RATIO, EVICTION_WATERMARK,
+                                     f"L1 at its {EVICTION_WATERMARK:.0%} eviction watermark", "l1_full"),
+    "metric:active_lookup_jobs": _metric_gauge("metric:active_lookup_jobs", metrics_api.ACTIVE_LOOKUP_JOBS, 1,
+                                               "owner-side lookup jobs held (0 when idle)", "stale_read_locks"),
     "metric:load_throughput": _metric_load_throughput,
     "status:locks": _status_locks,
     "engines:health": _engines_health,

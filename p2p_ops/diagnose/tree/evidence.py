@@ -6,8 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from p2p_ops import causes
+from p2p_ops.causes import Verdict
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.diagnose.doctor import run
+from p2p_ops.diagnose.doctor.agreement import restart
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.endpoints import metrics_api
 from p2p_ops.facts.logs import log_grep_fact
@@ -24,7 +27,16 @@ class Observation:
     status: str               # problem | info | ok | n/a (not applicable to this fleet, with why) | unknown
     subject: str
     detail: str
-    fix: str = ""
+    cause: Optional[Verdict] = None     # what a problem's evidence confirms (the catalogue's verdict)
+    error: bool = True                  # False: a warning (it ranks after an error of the same cause rank)
+
+    def __post_init__(self) -> None:
+        if self.status == "problem" and self.cause is None:
+            raise ValueError(f"{self.check} {self.subject}: a problem names its cause")
+
+    @property
+    def fix(self) -> str:
+        return self.cause.fix if self.cause else ""
 
 
 class Evidence:
@@ -33,7 +45,7 @@ class Evidence:
     def __init__(self, ctx: FleetContext, tree: Tree, extra_logs: tuple[Path, ...] = (), reach: bool = True):
         self.ctx, self.tree, self.extra_logs, self.reach = ctx, tree, tuple(extra_logs), reach
         self._doctor = None
-        self._logs: Optional[list[tuple[str, str, list[str]]]] = None
+        self._logs: Optional[list[tuple[str, str, str, list[str]]]] = None
         self._metrics: dict[str, list] = {}
 
     def doctor(self):
@@ -46,6 +58,10 @@ class Evidence:
         got = self.doctor()
         return got[0] if got else None
 
+    def restart(self, instance: str, role: str = "server") -> str:
+        """The commands that restart one unit of an instance, for a fix that names them."""
+        return restart(self.facts, [instance], role) if self.facts is not None else causes.restart(("<node>", role))
+
     def running_servers(self) -> list[tuple]:
         if self.facts is None:
             return []
@@ -57,14 +73,15 @@ class Evidence:
             self._metrics[url] = metrics_api.scrape(url)
         return self._metrics[url]
 
-    def logs(self) -> list[tuple[str, str, list[str]]]:
-        """(label, role, matching lines) per log: one grep per log for the union of all signatures."""
+    def logs(self) -> list[tuple[str, str, str, list[str]]]:
+        """(label, role, node, matching lines) per log: one grep per log for the union of the fleet-log
+        signatures."""
         if self._logs is None:
-            patterns = [s.pattern for s in self.tree.signatures.values()]
+            patterns = [s.pattern for s in self.tree.signatures.values() if s.logs]
             units = self.ctx.units(roles=LAUNCHED_ROLES) if self.ctx is not None else []
-            where = [(f"{u.folder}/{u.role}.log", u.role, self.ctx.conn(u.node), self.ctx.proc(u).log)
-                     for u in units]
-            where += [(str(p), "any", LocalConnector(), str(p)) for p in self.extra_logs]
-            self._logs = [(label, role, read_fact(conn, log_grep_fact(path, patterns, LOG_MATCH_LIMIT), timeout=30))
-                          for label, role, conn, path in where]
+            where = [(f"{u.folder}/{u.role}.log", u.role, u.node.name if u.node else "", self.ctx.conn(u.node),
+                      self.ctx.proc(u).log) for u in units]
+            where += [(str(p), "any", "", LocalConnector(), str(p)) for p in self.extra_logs]
+            self._logs = [(label, role, node, read_fact(conn, log_grep_fact(path, patterns, LOG_MATCH_LIMIT),
+                                                        timeout=30)) for label, role, node, conn, path in where]
         return self._logs

@@ -9,31 +9,17 @@ from pathlib import Path
 import yaml
 
 from p2p_ops import files
-from p2p_ops.diagnose.judge.catalogue import CAUSES
+from p2p_ops.causes import CAUSES
+from p2p_ops.diagnose.signatures import SIGNATURES, Signature
 from p2p_ops.errors import BadInput
-from p2p_ops.resources import tree_text
-
-
-@dataclass(frozen=True)
-class Signature:
-    id: str
-    pattern: str
-    logs: tuple[str, ...]
-    meaning: str
-    # A line naming a peer that its server now lists among its peers is ruled out (a failure since recovered).
-    ruled_out_by_peer: bool = False
-
-    @property
-    def regex(self) -> re.Pattern:
-        return re.compile(self.pattern)
+from p2p_ops.resources import data_text
 
 
 @dataclass(frozen=True)
 class Step:
     id: str
     ask: str
-    cause: str
-    fix: str
+    causes: tuple[str, ...]           # what it looks for: ids of the catalogue (p2p_ops/causes/)
     checks: tuple[str, ...] = ()
     manual: tuple[str, ...] = ()
 
@@ -50,31 +36,24 @@ class Symptom:
 @dataclass(frozen=True)
 class Tree:
     symptoms: tuple[Symptom, ...]
-    signatures: dict[str, Signature]
+    signatures: dict[str, Signature]      # the log signatures its `log:` checks grep (signatures.yaml)
 
 
 def load_tree(path: Path | None = None) -> Tree:
     """The shipped tree (package data, so an installed wheel has it), or the YAML file at `path`."""
-    data = yaml.safe_load(files.read_text(path) if path else tree_text())
-    sigs = {k: Signature(k, v["pattern"], tuple(v["logs"]), v["meaning"], bool(v.get("ruled_out_by_peer")))
-            for k, v in data["signatures"].items()}
+    data = yaml.safe_load(files.read_text(path) if path else data_text("p2p_ops.diagnose.tree", "tree.yaml"))
     symptoms = tuple(Symptom(s["id"], s["title"], tuple(s.get("aliases", ())), s["looks_like"], tuple(
-        Step(st["id"], st["ask"], *_cause_fix(st), tuple(st.get("checks", ())), tuple(st.get("manual", ())))
+        Step(st["id"], st["ask"], _causes(st), tuple(st.get("checks", ())), tuple(st.get("manual", ())))
         for st in s["steps"])) for s in data["symptoms"])
-    return Tree(symptoms, sigs)
+    return Tree(symptoms, SIGNATURES)
 
 
-def _cause_fix(step: dict) -> tuple[str, str]:
-    """A step's own cause and fix, or those of the catalogue's causes it names (`causes: [id, ...]`)."""
-    if "causes" not in step:
-        return step["cause"], step["fix"]
-    unknown = [c for c in step["causes"] if c not in CAUSES]
-    if unknown:
-        raise BadInput(f"tree step {step['id']}: causes {unknown} are not in the catalogue of causes "
-                       "(p2p_ops/diagnose/judge/catalogue.py)")
-    causes = [CAUSES[c] for c in step["causes"]]
-    return ("; ".join(f"{c.id}: {c.means}" for c in causes) + ".",
-            "; ".join(f"{c.id}: {c.fix}" for c in causes) + ".")
+def _causes(step: dict) -> tuple[str, ...]:
+    unknown = [c for c in step.get("causes") or [] if c not in CAUSES]
+    if unknown or not step.get("causes"):
+        raise BadInput(f"tree step {step['id']}: name the causes it looks for from the catalogue (p2p_ops/causes/)"
+                       + (f"; not in it: {unknown}" if unknown else ""))
+    return tuple(step["causes"])
 
 
 def _norm(text: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from p2p_ops.causes import CAUSES, template
 from p2p_ops.diagnose.tree.model import Tree
 from p2p_ops.diagnose.tree.walk import Diagnosis
 
@@ -14,17 +15,18 @@ def render_text(d: Diagnosis) -> list[str]:
         for o in s.observations:
             if o.status == "problem" or (s.verdict != "problem" and o.status in ("info", "unknown", "n/a")):
                 lines.append(f"      - {o.subject}: {o.detail}")
-                if o.fix and o.status == "problem":
-                    lines.append(f"        fix: {o.fix}")
-        if s.verdict == "problem":
-            lines += [f"      cause: {s.cause}", f"      fix:   {s.fix}"]
+                if o.cause and o.status == "problem":
+                    means = CAUSES[o.cause.id].means
+                    lines += [f"        cause {o.cause.id}" + ("" if means in o.detail else f": {means}"),
+                              f"        fix: {o.fix}"]
         if s.manual and s.verdict != "ok":
             lines += [f"      run: {m}" for m in s.manual]
     got = d.likely()
     if got:
         step, obs = got
-        lines.append(f"likely cause (step {d.steps.index(step) + 1}, evidence {obs.check}): {obs.subject}: {obs.detail}")
-        lines.append(f"  fix: {obs.fix or step.fix}")
+        lines.append(f"likely cause (step {d.steps.index(step) + 1}, evidence {obs.check}, cause "
+                     f"{obs.cause.id if obs.cause else '-'}): {obs.subject}: {obs.detail}")
+        lines.append(f"  fix: {obs.fix}")
     else:
         seen = d.seen()
         lines.append("no cause confirmed" + (f"; evidence seen: {'; '.join(seen[:8])}" if seen else "")
@@ -51,9 +53,10 @@ def render_markdown(tree: Tree) -> str:
                     for c in st.checks))
             for m in st.manual:
                 out.append(f"   - run: `{m}`")
-            out += [f"   - cause: {st.cause}", f"   - fix: {st.fix}"]
-    out += ["", "## Log signatures", "", "| id | pattern (grep -E) | logs | meaning |", "|---|---|---|---|"]
+            out += [f"   - cause `{c}`: {CAUSES[c].means}. Fix: {template(CAUSES[c].fix)}" for c in st.causes]
+    out += ["", "## Log signatures", "", "Each names a cause of the catalogue (references/causes.md).", "",
+            "| id | pattern (grep -E) | logs | cause |", "|---|---|---|---|"]
     pipe = "\\|"  # a literal | inside a table cell, even within a code span (GFM)
-    out += [f"| `{g.id}` | `{g.pattern.replace('|', pipe)}` | {', '.join(g.logs)} | {g.meaning} |"
+    out += [f"| `{g.id}` | `{g.pattern.replace('|', pipe)}` | {', '.join(g.logs) or '-'} | `{g.cause}` |"
             for g in tree.signatures.values()]
     return "\n".join(out) + "\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from p2p_ops.causes import Verdict, verdict
 from p2p_ops.connectors.base import Result
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, CouldNotRun
 from p2p_ops.facts import node_facts
@@ -32,7 +33,7 @@ from p2p_ops.facts.storage import Disk, ModelCache
 from p2p_ops.lifecycle import procs
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.lifecycle.nic_plan import InstancePlan, plan_from_reads
-from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX, assess_fleet, assess_node, mooncake_problem
+from p2p_ops.lifecycle.preflight.readiness import assess_fleet, assess_node, mooncake_problem
 from p2p_ops.lifecycle.render import bin_dir_for, vllm_python
 from p2p_ops.spec.model import Fleet, Node
 from p2p_ops.spec.units import port_plan
@@ -67,8 +68,8 @@ class NodeProbe:
     disk: Optional[Disk] = None
     memlock: Optional[Memlock] = None
     model_cache: Optional[ModelCache] = None
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    problems: list[Verdict] = field(default_factory=list)    # each names the catalogue's cause and fix
+    warnings: list[Verdict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -80,7 +81,8 @@ class NodeProbe:
         return "unreachable" if self.error else "ok" if self.ok else "problems"
 
     def to_json(self) -> dict:
-        return {**asdict(self), "ok": self.ok, "verdict": self.verdict}
+        return {**asdict(self), "ok": self.ok, "verdict": self.verdict,
+                **{k: [v.to_dict() for v in getattr(self, k)] for k in ("problems", "warnings")}}
 
 
 def planned_ports(fleet: Fleet, node: Node) -> list[tuple[int, str, str]]:
@@ -182,16 +184,15 @@ def preflight(ctx: FleetContext, only: Optional[str] = None) -> None:
 def mooncake_missing(ctx: FleetContext, node: Node) -> str:
     py = read_fact(ctx.conn(node), python_env_fact(node_python(node)), timeout=60)
     problem = mooncake_problem(ctx.fleet.settings.transfer_engine, py)
-    return f"{problem}; {MOONCAKE_FIX}" if problem else ""
+    return verdict("mooncake_broken", node.name, ("probe", problem)).line() if problem else ""
 
 
 def vllm_missing(ctx: FleetContext, node: Node) -> str:
     """With the fix; empty when nothing is missing."""
     py, model = vllm_python(ctx.fleet, node), ctx.fleet.vllm.model_path
-    checks = {py: ("executable", f"no vLLM interpreter at {py}; run `make setup-vllm` there or set vllm.venv / "
-                                 "nodes[].vllm_venv")}
+    checks = {py: ("executable", verdict("vllm_missing", node.name, ("probe", f"no vLLM interpreter at {py}")))}
     if model.startswith("/"):
-        checks[model + "/config.json"] = ("file", f"no model at {model} (no config.json); make one with "
-                                                  f"`p2pctl make-model {model}` or fix vllm.model_path")
+        checks[model + "/config.json"] = ("file", verdict("model_missing", node.name, (
+            "probe", f"no model at {model} (no config.json)"), path=model))
     found = read_fact(ctx.conn(node), paths_fact({p: kind for p, (kind, _) in checks.items()}), timeout=30)
-    return next((why for p, (_, why) in checks.items() if not found[p]), "")
+    return next((why.line() for p, (_, why) in checks.items() if not found[p]), "")

@@ -1,0 +1,39 @@
+"""The log signatures (`signatures.yaml`), each defined once with the catalogue cause it names: the decision tree
+greps the fleet's logs for them, explain reads the lookup timeouts, the NIXL failure rules classify a failed
+transfer by them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import yaml
+
+from p2p_ops.causes import CAUSES
+from p2p_ops.resources import data_text
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    pattern: str                  # read alike by grep -E and by Python's re
+    cause: str
+    logs: tuple[str, ...] = ()    # the fleet logs the tree greps for it (none: only a failed transfer's text)
+    # A line naming a peer that its server now lists among its peers is ruled out (a failure since recovered).
+    ruled_out_by_peer: bool = False
+
+    @cached_property
+    def regex(self) -> re.Pattern:
+        return re.compile(self.pattern)
+
+
+def load(text: str) -> dict[str, Signature]:
+    sigs = {k: Signature(k, v["pattern"], v["cause"], tuple(v.get("logs", ())), bool(v.get("ruled_out_by_peer")))
+            for k, v in yaml.safe_load(text).items()}
+    if unknown := sorted(s.id for s in sigs.values() if s.cause not in CAUSES):
+        raise ValueError(f"signatures {unknown} name a cause that is not in the catalogue (p2p_ops/causes/)")
+    return sigs
+
+
+SIGNATURES = load(data_text("p2p_ops.diagnose", "signatures.yaml"))
