@@ -141,6 +141,9 @@ def _read(text: str, source: str, construct: bool) -> Any:
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line, whatever YAML says
         raise BadInput(f"{source}:{where}: {problem}" if isinstance(exc, _Refusal)
                        else f"{source}:{where} is not valid YAML ({problem})") from None
+    except (ValueError, OverflowError) as exc:
+        # PyYAML's scanner passes an escape such as "\\U7fffffff" to chr() unguarded: not a YAMLError
+        raise BadInput(f"{source} is not valid YAML (an escape names no character: {exc})") from None
     finally:
         if loader is not None:
             loader.dispose()

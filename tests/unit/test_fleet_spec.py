@@ -125,6 +125,16 @@ def test_invalid_yaml_names_the_line(tmp_path, p2pctl):
     assert "is not valid YAML" in err and "line" in err
 
 
+@pytest.mark.parametrize("escape", ["\\U7fffffff", "\\Uffffffff"])
+def test_an_escape_naming_no_character_is_one_line(tmp_path, p2pctl, escape):
+    # PyYAML hands these to chr() unguarded (ValueError, not a YAMLError); the fuzz tier found it
+    f = tmp_path / "fleet.yaml"
+    f.write_text(f'name: "{escape}"\n')
+    code, _, err = p2pctl("validate", "-f", str(f))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is not valid YAML (an escape names no character" in err and "Traceback" not in err
+
+
 def test_missing_file_says_how_to_make_one(tmp_path, p2pctl):
     code, _, err = p2pctl("validate", "-f", str(tmp_path / "nope.yaml"))
     assert code == 2
