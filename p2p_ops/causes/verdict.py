@@ -26,6 +26,11 @@ class Cause:
     fix: str
     rank: int = 3
     confirmed: bool = True
+    # A failure operators reported upstream: the thread (checked against its tracker), the versions it affects,
+    # and what here reproduces or covers it (the diagnose skill's references/known-issues.md is these three).
+    upstream: str = ""
+    affects: str = ""
+    covered: str = ""
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 PRODUCT = sorted((REPO / "p2p_ops").rglob("*.py"))
 CATALOGUE = REPO / "p2p_ops" / "causes"
 # Calls that name a cause by a literal id, and which positional argument it is (or its keyword `cause`).
-NAMING_CALLS = {"verdict": 0, "said": 0, "_why": 1, "_because": 2, "add": 5, "MustAgree": 1, "_metric_gauge": 4}
+NAMING_CALLS = {"verdict": 0, "said": 0, "_why": 1, "_because": 2, "add": 5, "MustAgree": 1, "_metric_gauge": 4,
+                "_known": 3}
 
 
 def _trees() -> list[tuple[Path, ast.Module]]:

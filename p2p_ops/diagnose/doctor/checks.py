@@ -327,6 +327,52 @@ def _check_kv_events(report: Report, facts: FleetFacts) -> None:
                        "enable_kv_cache_events", "", "kv_events_off", restart=restart(facts, [inst.instance], "engine"))
 
 
+# Field failures of installed versions, each warned before it happens (the catalogue's cause cites the upstream
+# thread): Mooncake's TCP transport rejects the first transfer after a few seconds idle (Mooncake #4209); NIXL
+# throughput drops once one registered L1 region passes ~4 GiB on RDMA (LMCache PR #4432, open in 0.5.6).
+MOONCAKE_TCP_IDLE = ("0.3.13.post1", "0.3.14rc1")
+NIXL_MR_CLIFF_GB = 4.0
+
+
+def _setting(inst: InstanceFacts, key: str) -> Optional[str]:
+    """What the running server was started with, else its env.sh."""
+    return inst.process_env.get(key) or (inst.env_file or {}).get(key)
+
+
+def _number(value: Optional[str]) -> Optional[float]:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _known(report: Report, subject: str, seen: str, cause: str) -> None:
+    c = CAUSES[cause]
+    report.add("warn", "known_issue", subject, seen, f"{c.means} (known issue: {c.upstream}; affects {c.affects})",
+               cause)
+
+
+def _check_known_issues(report: Report, facts: FleetFacts) -> None:
+    rdma, _ = rdma_expected(facts)
+    keep_alive = _number((facts.coordinator_env or {}).get("LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE"))
+    beats = {i.instance: b for i in facts.instances
+             if (b := _number(_setting(i, "LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL"))) is not None}
+    if keep_alive is not None and beats and keep_alive <= max(beats.values()):
+        report.add("error", "keep_alive", "coordinator", f"coordinator keep-alive {keep_alive:g} s, heartbeat "
+                   f"interval {pairs({k: f'{v:g} s' for k, v in beats.items()})}", "", "keepalive_short")
+    for inst in facts.instances:
+        node = facts.node(inst.node)
+        mooncake = version_of(node.packages, "mooncake") if node else None
+        protocol = _setting(inst, "MC_TE_PROTOCOL") or "tcp"
+        if facts.transfer_engine == "mooncake_te" and protocol == "tcp" and mooncake in MOONCAKE_TCP_IDLE:
+            _known(report, inst.instance, f"mooncake {mooncake}, MC_TE_PROTOCOL=tcp", "mooncake_tcp_idle")
+        l1 = _number(_setting(inst, "LMCACHE_L1_SIZE_GB"))
+        if facts.transfer_engine == "nixl" and rdma and l1 is not None and l1 > NIXL_MR_CLIFF_GB:
+            _known(report, inst.instance, f"l1_size_gb {l1:g} over RDMA, lmcache "
+                   f"{inst.lmc_version or version_of(node.packages if node else {}, 'lmcache') or '?'}",
+                   "nixl_l1_over_4gib")
+
+
 def check(facts: FleetFacts) -> Report:
     """Judge gathered facts (pure). A stopped fleet gets the pre-launch subset."""
     mode = "running" if facts.any_running else "stopped (pre-launch checks)"
@@ -349,6 +395,7 @@ def check(facts: FleetFacts) -> Report:
     _check_ucx_tls(report, facts)
     _check_nic_pin(report, facts)
     _check_start_refusals(report, facts)
+    _check_known_issues(report, facts)
     if facts.any_running:
         _check_processes(report, facts)
         _check_coordinator(report, facts)
