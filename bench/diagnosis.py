@@ -4,9 +4,10 @@ Each case plants one cause on a running local fleet (a prompt that differs, a st
 env.sh and one server restarted, an engine started without its server link, an L1 filled until it evicts) or,
 for a spec-level cause, on a fleet file (`validate`). Every verb that judges that kind of cause then runs through
 the CLI (`python -m p2p_ops.cli ... --json`, a subprocess with a timeout): explain, doctor, diagnose on the
-matching symptom, `test basic`, `test matrix`, and the verbs that refuse (`wait` for a running fleet, `validate`
+matching symptom, `test basic`, `test matrix`, `triage` (a bundle taken during the case, judged offline), and
+the verbs that refuse (`wait` for a running fleet, `validate`
 for a spec). Each verb's top cause is the catalogue id its --json names (`top_*` below: explain's first cause of
-the node, the doctor's ranked `causes`, diagnose's `likely_cause`, a test's `cause` or a refusal's `cause`; never
+the node, the doctor's ranked `causes`, diagnose's and triage's `likely_cause`, a test's `cause` or a refusal's `cause`; never
 its prose), compared with the ids the case planted (a case may accept a less specific id, such as `env_drift` for
 a hand-edited env.sh). Not every verb applies to every case ("n/a"): a prompt is explain's; a GDS L1 path is
 validate's.
@@ -35,6 +36,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,7 +57,7 @@ from p2p_ops.harness.openai_client import complete  # noqa: E402
 from p2p_ops.lifecycle import launch  # noqa: E402
 from p2p_ops.lifecycle.context import FleetContext  # noqa: E402
 
-VERBS = ("explain", "doctor", "diagnose", "basic", "matrix", "wait", "validate")
+VERBS = ("explain", "doctor", "diagnose", "basic", "matrix", "wait", "validate", "triage")
 CHUNK = 256
 PROMPT_CHARS = 8 * CHUNK + 100      # the byte-level engine: ~1 token per character, 8 full chunks + a partial one
 ABSTAIN = "no cause confirmed"
@@ -97,6 +99,14 @@ def top_doctor(doc: dict) -> tuple[str, str]:
     return cause_id(causes[0]), f"{causes[0]['id']} {causes[0]['subject']}: {seen(causes[0])}"
 
 
+def top_triage(doc: dict) -> tuple[str, str]:
+    """triage --json of a bundle taken during the case: the doctor's judge on the facts it captured, offline."""
+    lc = doc.get("likely_cause")
+    agree = {True: "same as the live doctor", False: "NOT the live doctor's", None: "no live doctor recorded"}[
+        doc.get("agrees_with_live_doctor")]
+    return (cause_id(lc), f"{lc['id']} {lc['subject']}: {seen(lc)} ({agree})") if lc else (HEALTHY, f"no cause ({agree})")
+
+
 def top_diagnose(doc: dict) -> tuple[str, str]:
     lc = doc.get("likely_cause")
     if not lc:
@@ -132,7 +142,8 @@ def top_matrix(doc: dict, about: str) -> tuple[str, str]:
 
 TOP = {"explain": lambda doc, case: top_explain(doc, f"{case.explain_node}-0"),
        "doctor": lambda doc, case: top_doctor(doc), "diagnose": lambda doc, case: top_diagnose(doc),
-       "basic": lambda doc, case: top_basic(doc), "matrix": lambda doc, case: top_matrix(doc, case.about)}
+       "basic": lambda doc, case: top_basic(doc), "matrix": lambda doc, case: top_matrix(doc, case.about),
+       "triage": lambda doc, case: top_triage(doc)}
 
 
 # ---- the cases ----------------------------------------------------------------------------------------
@@ -314,6 +325,23 @@ def restore_holder_stopped(b: Bench) -> None:
     b.heal("node-a")
 
 
+def _signal_server(b: Bench, node: str, sig: signal.Signals) -> None:
+    """Signal a server's whole process group (it leads its own session: the pid its pidfile holds)."""
+    inst = next(n for n in b.ctx.fleet.nodes if n.name == node).instances[0]
+    os.killpg(int(Path(b.ctx.proc("server", inst).pidfile).read_text().strip()), sig)
+
+
+def plant_holder_frozen(b: Bench) -> None:
+    """LMCache #4676's state, made with SIGSTOP: node-a's server alive, its ports open, answering nothing."""
+    b.compute()
+    _signal_server(b, "node-a", signal.SIGSTOP)
+
+
+def restore_holder_frozen(b: Bench) -> None:
+    _signal_server(b, "node-a", signal.SIGCONT)     # a stopped process cannot honour the SIGINT of `down`
+    b.heal("node-a")
+
+
 def _restart_planted(b: Bench, node: str, edits: dict[str, str], role: str = "server", mesh: bool = True) -> None:
     inst = f"{node}-0"
     for key, value in edits.items():
@@ -413,11 +441,12 @@ def plant_l1_misaligned(b: Bench) -> None:
 PULLS_WORK = ("abstain ok: on a loopback fleet the pulls still work once the handshake to the bad URL has failed; "
               "only reach (doctor), wait and the mesh state show it")
 NOT_THE_FLEET = "abstain ok: the fleet is healthy; the cause is in the prompt, which this verb does not read"
-PROMPT_VERBS = {"explain": "", "doctor": NOT_THE_FLEET, "diagnose": NOT_THE_FLEET}
+PROMPT_VERBS = {"explain": "", "doctor": NOT_THE_FLEET, "diagnose": NOT_THE_FLEET, "triage": NOT_THE_FLEET}
 # A case planted by editing env.sh and restarting one unit: the doctor's env_drift names exactly that, less
 # specifically than a cause of the setting itself (which the judge ranks first where it sees one).
 EDITED = "env_drift"
-FLEET_VERBS = {"explain": "", "doctor": "", "diagnose": "", "basic": "", "matrix": ""}
+# triage: a bundle taken during the case, judged offline (`p2pctl bundle`, then `p2pctl triage`): the doctor's answer.
+FLEET_VERBS = {"explain": "", "doctor": "", "diagnose": "", "basic": "", "matrix": "", "triage": ""}
 
 CASES: list[Case] = [
     Case("gds_l1", "P2P with a GDS L1 path (spec)", ("p2p_refused_l1",), {"validate": ""}, plant_gds, needs_fleet=False),
@@ -433,6 +462,9 @@ CASES: list[Case] = [
     Case("short_prompt", "a prompt shorter than a chunk", ("shorter_than_chunk",), PROMPT_VERBS, plant_short_prompt),
     Case("holder_stopped", "the holder's (node-a) server stopped", ("server_down",), {**FLEET_VERBS, "wait": ""},
          plant_holder_stopped, restore_holder_stopped, about="node-a-0"),
+    Case("holder_frozen", "the holder's (node-a) server frozen (SIGSTOP: alive, answering nothing)",
+         ("server_unresponsive", "instance_evicted"), {**FLEET_VERBS, "wait": ""}, plant_holder_frozen,
+         restore_holder_frozen, about="node-a-0"),
     Case("chunk_size", "node-c's chunk size 512 (env.sh)", ("chunk_size_differs", EDITED), {**FLEET_VERBS, "wait": ""},
          plant_chunk_size, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
          about="node-c-0"),
@@ -460,6 +492,7 @@ CASES: list[Case] = [
     Case("evicted", "node-a's L1 filled until it evicts the prefix", ("evicted",),
          {"explain": "abstain ok: a prompt file ties the prompt to no server (eviction vs another first chunk)",
           "doctor": "abstain ok: an L1 that evicts under load is the cache at work, not a fault of the fleet",
+          "triage": "abstain ok: the bundle's doctor facts, as the doctor's",
           "diagnose": ""}, plant_evicted, explain_node="node-b"),
 ]
 # --quick: no restart beyond one server, 2 nodes.
@@ -476,7 +509,8 @@ def verb_argv(b: Bench, case: Case, verb: str) -> list[str]:
                       "--max-tokens", "4"],
             "matrix": ["test", "matrix", "-f", b.f, "--chunks", "2", "--max-tokens", "2"],
             "wait": ["wait", "-f", b.f, "--timeout", "20"],
-            "validate": ["validate", "-f", b.validate_file]}[verb] + ["--json"]
+            "validate": ["validate", "-f", b.validate_file],
+            "triage": ["triage", str(b.tmp / "bundle.tar.gz")]}[verb] + ["--json"]
 
 
 def answer(verb: str, case: Case, code: int, doc: dict) -> tuple[str, str]:
@@ -494,6 +528,10 @@ def run_verb(b: Bench, case: Case, verb: str) -> Cell:
     t = time.monotonic()
     code, out, err = 0, "", ""
     try:
+        if verb == "triage":      # the bundle first: triage reads it offline
+            code, out, err = b.cli("bundle", "-f", b.f, "-o", str(b.tmp / "bundle.tar.gz"), "--force", "--json")
+            if code != 0:
+                raise RuntimeError(f"bundle exit {code}: {(err or out)[-300:]}")
         code, out, err = b.cli(*verb_argv(b, case, verb))
         cell.exit_code = code
         cell.cause, cell.raw = answer(verb, case, code, json.loads(out))
@@ -560,7 +598,7 @@ def run_case(b: Bench, case: Case, only_verb: str = "") -> CaseResult:
         res.plant_error = f"{type(exc).__name__}: {exc}"
         log(f"  plant: {res.plant_error}")
     try:
-        order = [v for v in ("doctor", "explain", "diagnose", "wait", "validate", "basic", "matrix")
+        order = [v for v in ("doctor", "triage", "explain", "diagnose", "wait", "validate", "basic", "matrix")
                  if v in case.verbs and v == (only_verb or v)]
         for verb in order:
             cell = run_verb(b, case, verb)

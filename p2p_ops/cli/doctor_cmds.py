@@ -1,4 +1,4 @@
-"""Why does this fleet not share: `p2pctl doctor`, `p2pctl diagnose SYMPTOM`, `p2pctl bundle`."""
+"""Why does this fleet not share: `p2pctl doctor`, `p2pctl diagnose SYMPTOM`, `p2pctl bundle`, `p2pctl triage`."""
 
 from __future__ import annotations
 
@@ -61,6 +61,13 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return done(args, manifest, lambda: print("\n".join(bundle.summary_lines(manifest))))
 
 
+def cmd_triage(args: argparse.Namespace) -> int:
+    from p2p_ops.diagnose.triage import triage
+
+    t = triage(Path(args.bundle))
+    return done(args, t.to_dict(), lambda: print(plain("\n".join(t.lines()))), 1 if t.causes else 0)
+
+
 NO_REACH = "skip the TCP connects between nodes"
 
 
@@ -106,3 +113,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bundle path, mode 0600 (default: p2p-run/<fleet>/bundles/p2p-bundle-<fleet>-<UTC>.tar.gz)")
     p.add_argument("--no-doctor", action="store_true", help="do not run the doctor into the bundle")
     p.add_argument("--force", action="store_true", help="replace an existing -o file")
+
+    p = verb(sub, "triage", cmd_triage, fleet=False, json="machine-readable: causes (ids), likely_cause, logs, lacks",
+             help="judge a debug bundle offline: the doctor's causes from its captured facts, no fleet needed",
+             description="Read a bundle `p2pctl bundle` wrote (never extracted) and run the doctor's judge on the "
+             "facts it captured, with no fleet and no network: the causes in the judge's order with the same ids the "
+             "live doctor gave (compared with what it recorded), the log lines in it that name a cause, explain's "
+             "verdict on the last request that missed, and what the bundle lacks to decide more. Exit 0 no cause, "
+             "1 causes found, 2 not a bundle.")
+    p.add_argument("bundle", help="the .tar.gz `p2pctl bundle` wrote")
