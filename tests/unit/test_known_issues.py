@@ -90,6 +90,14 @@ def test_a_frozen_server_is_named_unresponsive_with_the_upstream_deadlock_cited(
     assert f.subject == "node-a-0" and f.cause.id == "server_unresponsive"
     assert judgement(facts, report).cause(["node-a-0"]).id == "server_unresponsive"
     assert "LMCache #4676" in CAUSES["server_unresponsive"].upstream
+    # Its listen backlog full, peers' connects to it fail: a consequence, not a second cause.
+    facts.nodes[1].reach = [D.Reach("node-b", "node-a-0 p2p", "127.0.0.1", 8551, False)]
+    assert not problems(D.check(facts), "reach")
+    # 30 s later the coordinator has dropped it: evicted for missed heartbeats, not "not registered" (a setting)
+    facts.coordinator_instances = [e for e in facts.coordinator_instances if e["instance_id"] != "node-a-0"]
+    report = D.check(facts)
+    assert [f.cause.id for f in problems(report, "registration")] == ["instance_evicted"]
+    assert judgement(facts, report).cause(["node-a-0"]).id == "instance_evicted"
 
 
 def known_issues() -> str:

@@ -81,6 +81,11 @@ def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceF
     known = {i.instance for i in facts.instances}
     for inst in running:
         entry = listed.get(inst.instance)
+        if entry is None and inst.status is None:     # frozen or wedged: its heartbeats stopped, so it was dropped
+            report.add("error", "registration", inst.instance, "absent from /instances, /status unanswered",
+                       f"{inst.instance}'s server runs but answers nothing, and the coordinator dropped it for "
+                       "missed heartbeats", "instance_evicted")
+            continue
         if entry is None:
             report.add("error", "registration", inst.instance, "absent from /instances", "", "not_registered")
             continue
@@ -99,9 +104,12 @@ def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceF
 
 
 def _check_reach(report: Report, facts: FleetFacts) -> None:
+    # A server that runs but answers nothing (frozen, wedged) accepts no connection once its backlog is full: the
+    # server_http finding says why, a failed connect to it is that finding's consequence.
+    mute = {i.instance for i in facts.instances if i.running and i.status is None}
     for node in facts.nodes:
         for r in node.reach:
-            if not r.ok:
+            if not r.ok and r.target.split(" ")[0] not in mute:
                 report.add("error", "reach", f"{r.source} -> {r.target}", f"{r.host}:{r.port}",
                            f"node {r.source} cannot open a TCP connection to {r.target} at {r.host}:{r.port}",
                            "peer_unreachable")

@@ -292,7 +292,7 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Why:
     # A held near-twin after the same parent shows that a prompt differing there was computed; that this one was
     # not is what an eviction would leave unseen too, but a stored sibling with no copy of this chunk beside it
     # speaks for the difference (issue 28). A server down rules it out: what it held is not listed.
-    if near and near.get("chunk", 0) == c.index and not _down(facts):
+    if near and near.get("chunk", 0) == c.index and not _down(facts) and not _mute(facts):
         saved = f" ({near['saved']})" if near.get("saved") else ""
         where = "first chunk" if c.index == 0 else f"chunk {c.index} (after the same {c.index} chunk(s))"
         return _why(facts, "prompt_differs", x.instance, (
@@ -318,6 +318,12 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Why:
                         "holds it; " + "; ".join(f"{v.instance}'s server is "
                                                  f"{STATE_WORDS.get(v.server_state, v.server_state)}" for v in down)
                         + ": what it held is gone")
+    mute = _mute(facts)
+    if mute:    # frozen or wedged (LMCache #4676): the coordinator drops its keys once its heartbeats stop
+        return _because(facts, [v.instance for v in mute], "server_unresponsive", mute[0].instance,
+                        "no server that answers holds it; " + "; ".join(f"{v.instance}'s server runs but does not "
+                                                                       "answer /status" for v in mute)
+                        + ": what it holds is out of every peer's reach")
     evicting = [v for v in facts.instances if v.eviction_runs > 0]
     if evicting:
         # Evictions ran, but nothing ties this prompt to them: a prompt whose first chunk differs from the one a
@@ -346,6 +352,11 @@ def _down(facts: ExplainFacts) -> list[InstanceView]:
     return [v for v in facts.instances if v.server_state != "running"]
 
 
+def _mute(facts: ExplainFacts) -> list[InstanceView]:
+    """Servers whose process runs but which could not be read (their /status did not answer)."""
+    return [v for v in facts.instances if v.server_state == "running" and v.inputs is None]
+
+
 def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[Why]:
     """A running server holds the chunk before this one, and nothing could have removed this one (no eviction ran
     anywhere, no server is down): the computed prompt never continued with these tokens."""
@@ -353,7 +364,7 @@ def _departs(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[
         return None
     before = [p.instance_id for p in facts.placements.get(x.hashes()[c.index - 1], [])
               if (view := facts.view(p.instance_id)) is not None and view.server_state == "running"]
-    if not before or _down(facts) or any(v.eviction_runs > 0 for v in facts.instances):
+    if not before or _down(facts) or _mute(facts) or any(v.eviction_runs > 0 for v in facts.instances):
         return None
     return _why(facts, "prompt_differs", x.instance, (
         f"{', '.join(sorted(set(before)))} hold(s) chunks 0-{c.index - 1} of this prompt but no server holds chunk "
