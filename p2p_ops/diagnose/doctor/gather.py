@@ -82,6 +82,8 @@ def _instance_http(ctx: FleetContext, node: Node, inst: Instance, i: InstanceFac
     url = ctx.server_url(node, inst)
     st = lmcache_api.server_status(url)
     i.status = st.raw if st.reachable else None
+    if i.status is None:
+        return      # a server that does not answer /status (frozen, wedged) answers nothing else: no more waits
     i.config = fetch.get_json(url + "/config")
     ver = fetch.get_json(url + "/lmc_version")
     if not isinstance(ver, (str, int, float)):  # older servers: /version is "0.5.6-g<commit>"
@@ -135,7 +137,7 @@ def sample_inflight(ctx: FleetContext, facts: FleetFacts, samples: int, period_s
         if k:
             time.sleep(period_s)
         for node, inst in ctx.fleet.instances():
-            if by_id[inst.id].running:
+            if by_id[inst.id].running and by_id[inst.id].status is not None:
                 st = lmcache_api.server_status(ctx.server_url(node, inst))
                 if st.reachable:
                     by_id[inst.id].lookup_samples.append(_inflight(st.raw, by_mq))

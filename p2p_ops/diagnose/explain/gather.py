@@ -65,7 +65,8 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
             if fleet.runtime == "embedded":    # vLLM's KV size is its model's, which the spec does not describe
                 view.chunk_bytes = fleet_size_plan(fleet, view.inputs.chunk_size, view.inputs.chunk_size).chunk_bytes
             view.adapter_order = [by_mq[(h, p)] for h, p, _ in lmcache_api.p2p_adapters(st.raw) if (h, p) in by_mq]
-        samples = metrics_api.scrape(surl)
+        # A server that does not answer /status (frozen, wedged) answers no scrape either: no second wait.
+        samples = metrics_api.scrape(surl) if st.reachable else []
         view.evicted_keys = metrics_api.metric_sum(samples, metrics_api.L1_EVICTED)
         view.eviction_runs = metrics_api.metric_sum(samples, metrics_api.L1_EVICTION_RUNS)
         view.p2p_loads = metrics_api.metric_sum(samples, metrics_api.P2P_LOADS, l2_name="p2p")
