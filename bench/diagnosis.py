@@ -325,20 +325,21 @@ def restore_holder_stopped(b: Bench) -> None:
     b.heal("node-a")
 
 
-def _signal_server(b: Bench, node: str, sig: signal.Signals) -> None:
-    """Signal a server's whole process group (it leads its own session: the pid its pidfile holds)."""
-    inst = next(n for n in b.ctx.fleet.nodes if n.name == node).instances[0]
-    os.killpg(int(Path(b.ctx.proc("server", inst).pidfile).read_text().strip()), sig)
+def signal_unit(b: Bench, role: str, node: Optional[str], sig: signal.Signals) -> None:
+    """Signal a unit's whole process group (it leads its own session: the pid its pidfile holds); `node` names
+    the instance's node for a server or an engine, None for the coordinator or the router."""
+    inst = next(n for n in b.ctx.fleet.nodes if n.name == node).instances[0] if node else None
+    os.killpg(int(Path(b.ctx.proc(role, inst).pidfile).read_text().strip()), sig)
 
 
 def plant_holder_frozen(b: Bench) -> None:
     """LMCache #4676's state, made with SIGSTOP: node-a's server alive, its ports open, answering nothing."""
     b.compute()
-    _signal_server(b, "node-a", signal.SIGSTOP)
+    signal_unit(b, "server", "node-a", signal.SIGSTOP)
 
 
 def restore_holder_frozen(b: Bench) -> None:
-    _signal_server(b, "node-a", signal.SIGCONT)     # a stopped process cannot honour the SIGINT of `down`
+    signal_unit(b, "server", "node-a", signal.SIGCONT)     # a stopped process cannot honour the SIGINT of `down`
     b.heal("node-a")
 
 
