@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from p2p_ops.causes import CAUSES, Verdict, rank_key, verdict
 from p2p_ops.diagnose.doctor import check
@@ -30,7 +30,6 @@ MEMBER_CAP = 64 << 20          # one file read from a bundle
 TOTAL_CAP = 2 << 30            # every member's size together: a bundle is megabytes; past this it is not ours
 MEMBERS_CAP = 20_000
 LOG_ROLES = {"server.log": "server", "engine.log": "engine", "coordinator.log": "coordinator"}
-_FACTS = TypeAdapter(FleetFacts)
 
 
 @dataclass
@@ -110,7 +109,7 @@ def _json(members: dict[str, bytes], name: str) -> Any:
 
 def _facts(doctor: Any) -> FleetFacts:
     try:
-        return _FACTS.validate_python(doctor["facts"])
+        return FleetFacts.from_dict(doctor["facts"])
     except (ValidationError, TypeError, KeyError) as exc:
         where = ""
         if isinstance(exc, ValidationError):

@@ -28,18 +28,14 @@ from p2p_ops.endpoints.lmcache_api import Placement
 from p2p_ops.endpoints.metrics_api import KV_MISMATCH, metric_sum, parse_metrics
 from p2p_ops.errors import BadInput
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
-from p2p_ops.facts.reach import Reach
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "causes"
 TREE = model.load_tree()
 
 
 def fleet_facts(d: dict) -> doctor.FleetFacts:
-    """The doctor's gathered facts from their JSON (the dataclasses, rebuilt)."""
-    nodes = [doctor.NodeFacts(**{**n, "reach": [Reach(**r) for r in n.get("reach") or []],
-                                 "bind_ok": tuple(n.get("bind_ok") or ())}) for n in d["nodes"]]
-    return doctor.FleetFacts(**{**d, "instances": [doctor.InstanceFacts(**i) for i in d["instances"]],
-                                "nodes": nodes, "ports": [doctor.PlannedPort(**p) for p in d.get("ports") or []]})
+    """The doctor's gathered facts from their JSON (the doctor's own reader, as triage uses it)."""
+    return doctor.FleetFacts.from_dict(d)
 
 
 def by_doctor(case: dict, here: Path):
@@ -155,6 +151,8 @@ def test_cause_case(here: Path):
     assert got is not None and got.id == case["expect"], f"GOT {got}\nWANT {case['expect']}"
     assert got.subject == case.get("subject", got.subject) and "{" not in got.fix, got
     assert got.confirmed == CAUSES[got.id].confirmed and got.evidence, got
+    # `says`: what the verdict's evidence must state, where the id alone does not pin it (a chunk, a value)
+    assert case.get("says", "") in " ".join(e.seen for e in got.evidence), got
 
 
 def test_every_judge_has_a_case():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Optional
+
+from pydantic import TypeAdapter
 
 from p2p_ops.facts.ib_model import IbDevice
 from p2p_ops.facts.listeners import Listener
@@ -100,5 +102,11 @@ class FleetFacts:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FleetFacts:
+        """Facts as `to_dict` wrote them (a bundle's doctor.json, a captured case), rebuilt and type-checked:
+        pydantic.ValidationError names the first field that is not what the doctor writes."""
+        return TypeAdapter(cls).validate_python(data)
 
 

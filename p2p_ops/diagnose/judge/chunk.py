@@ -331,8 +331,9 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Why:
         # match). Naming either would be a guess.
         return _why(facts, "not_confirmed", x.instance, (
             "no server holds it, and the evidence does not say why: either it was evicted ("
-            + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting) + "), or this prompt differs in "
-            "its first chunk from the one that was computed (every chained key then differs, even where later "
+            + "; ".join(f"{v.instance}: {_evictions(v)}" for v in evicting) + "), or this prompt differs "
+            + (f"in chunk {held} (the {held} chunk(s) before it are held) " if (held := _held_prefix(facts, x))
+               else "in its first chunk ") + "from the one that was computed (every chained key then differs, even where later "
             "tokens match). Explain the original prompt (or `--run` of the run that sent it): a server that "
             "still holds it rules out eviction"))
     if c.index == 0 and facts.held_keys:
@@ -350,6 +351,12 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Why:
 
 def _down(facts: ExplainFacts) -> list[InstanceView]:
     return [v for v in facts.instances if v.server_state != "running"]
+
+
+def _held_prefix(facts: ExplainFacts, x: InstanceView) -> int:
+    """How many of the prompt's chunks, from the first, some server holds: where a different prompt would part."""
+    hashes = x.hashes()
+    return next((i for i, h in enumerate(hashes) if not facts.placements.get(h)), len(hashes))
 
 
 def _mute(facts: ExplainFacts) -> list[InstanceView]:
