@@ -9,7 +9,7 @@ import pytest
 
 from p2p_ops.diagnose import bundle, doctor
 from p2p_ops.endpoints import metrics_api
-from p2p_ops.harness import prompts
+from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import prometheus as prom
@@ -63,7 +63,15 @@ def test_round_robin_router_spreads_a_session_and_p2p_serves_it(use_policy):
     url, model = ctx.fleet.router_url, ctx.fleet.model
     doc = prompts.document(8, 1, 2048)
     before = served_by(ctx)
-    results = [complete(url, model, doc + prompts.question(8, q), max_tokens=4) for q in range(4)]
+    servers = {i.id: ctx.server_url(n, i) for n, i in ctx.fleet.instances()}
+    stored = {k: basic.l1_objects(u) for k, u in servers.items()}
+    first = complete(url, model, doc + prompts.question(8, 0), max_tokens=4)
+    # The next question goes to the other engine, whose server pulls what the first one's stored: wait for the
+    # store (a peer asked before the chunks land computes them; on a busy box that took longer than a request).
+    owner = next(k for k, v in served_by(ctx).items() if v > before[k])
+    basic.wait_l1_objects(servers[owner], stored[owner] + len(doc) // ctx.fleet.settings.chunk_size,
+                          time.monotonic() + 60)
+    results = [first] + [complete(url, model, doc + prompts.question(8, q), max_tokens=4) for q in range(1, 4)]
     assert all(r.ok for r in results), [r.error for r in results]
     moved = {k: v - before[k] for k, v in served_by(ctx).items()}
     assert sorted(moved.values()) == [2, 2], moved
