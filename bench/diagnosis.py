@@ -189,7 +189,7 @@ class Bench:
         self.ctx, self.tmp = ctx, tmp
         self.prompt_file = ""
         self.text = ""
-        self.seed = int(time.time()) % 100000
+        self.seed = 1000                          # each run starts its own fleet: fixed prompts repeat
         self.validate_file = ""
 
     # -- the CLI
@@ -503,15 +503,19 @@ QUICK = ("gds_l1", "first_sentence", "first_sentence_saved", "middle_chunk", "sh
 # ---- running and scoring ---------------------------------------------------------------------------
 
 def verb_argv(b: Bench, case: Case, verb: str) -> list[str]:
-    """The CLI line of one verb on one case; every one prints one JSON document."""
-    return {"explain": ["explain", "-f", b.f, "--prompt-file", b.prompt_file, "--node", case.explain_node],
-            "doctor": ["doctor", "-f", b.f], "diagnose": ["diagnose", case.symptom, "-f", b.f],
-            "basic": ["test", "basic", "-f", b.f, "--a", case.basic[0], "--b", case.basic[1], "--chunks", "4",
-                      "--max-tokens", "4"],
-            "matrix": ["test", "matrix", "-f", b.f, "--chunks", "2", "--max-tokens", "2"],
-            "wait": ["wait", "-f", b.f, "--timeout", "20"],
-            "validate": ["validate", "-f", b.validate_file],
-            "triage": ["triage", str(b.tmp / "bundle.tar.gz")]}[verb] + ["--json"]
+    """The CLI line of one verb on one case; every one prints one JSON document. `validate` reads a spec file and
+    runs without a fleet (b.ctx is None then), so each line is built only for its own verb."""
+    lines: dict[str, Callable[[], list[str]]] = {
+        "explain": lambda: ["explain", "-f", b.f, "--prompt-file", b.prompt_file, "--node", case.explain_node],
+        "doctor": lambda: ["doctor", "-f", b.f],
+        "diagnose": lambda: ["diagnose", case.symptom, "-f", b.f],
+        "basic": lambda: ["test", "basic", "-f", b.f, "--a", case.basic[0], "--b", case.basic[1], "--chunks", "4",
+                          "--max-tokens", "4"],
+        "matrix": lambda: ["test", "matrix", "-f", b.f, "--chunks", "2", "--max-tokens", "2"],
+        "wait": lambda: ["wait", "-f", b.f, "--timeout", "20"],
+        "validate": lambda: ["validate", "-f", b.validate_file],
+        "triage": lambda: ["triage", str(b.tmp / "bundle.tar.gz")]}
+    return lines[verb]() + ["--json"]
 
 
 def answer(verb: str, case: Case, code: int, doc: dict) -> tuple[str, str]:

@@ -203,11 +203,12 @@ def _mooncake_absent() -> str:
     channel's own server printed LMCache's `Unsupported transfer_channel_type` traceback into the run (issue 47)."""
     import sys
 
+    from p2p_ops.causes import CAUSES
     from p2p_ops.facts.python_env import python_env_fact
-    from p2p_ops.lifecycle.preflight.readiness import MOONCAKE_FIX, mooncake_problem
+    from p2p_ops.lifecycle.preflight.readiness import mooncake_problem
 
     problem = mooncake_problem("mooncake_te", python_env_fact(sys.executable).collect())
-    return f"{problem}; {MOONCAKE_FIX}" if problem else ""
+    return f"{problem}; {CAUSES['mooncake_broken'].fix}" if problem else ""
 
 
 def _row(report, t, profile: KVProfile, n: int, rows: list[dict], chan: float | None, moon: float | None) -> None:

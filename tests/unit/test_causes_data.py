@@ -20,7 +20,7 @@ import yaml
 from p2p_ops.causes import CAUSES, Evidence, Verdict, verdict
 from p2p_ops.diagnose import doctor, judge
 from p2p_ops.diagnose.explain.answer import explain
-from p2p_ops.diagnose.judge.chunk import ExplainFacts, InstanceView
+from p2p_ops.diagnose.judge.views import ExplainFacts, InstanceView
 from p2p_ops.diagnose.judge.request import proof_cause, request_cause
 from p2p_ops.diagnose.nixl.failures import classify
 from p2p_ops.diagnose.tree import evidence, model, walk

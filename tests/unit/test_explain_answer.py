@@ -8,7 +8,7 @@ from p2p_ops.diagnose.doctor.model import FleetFacts
 from p2p_ops.diagnose.explain.render import render_text
 from p2p_ops.diagnose.explain.answer import explain
 from p2p_ops.diagnose.findings import Report
-from p2p_ops.diagnose.judge.chunk import ExplainFacts, InstanceView
+from p2p_ops.diagnose.judge.views import ExplainFacts, InstanceView
 from p2p_ops.endpoints.lmcache_api import Placement
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 

@@ -22,7 +22,7 @@ from p2p_ops.diagnose.explain.prompt import PromptSpec, from_file, from_messages
 from p2p_ops.diagnose.explain.render import render_text, strip_line
 from p2p_ops.diagnose.explain.answer import explain
 from p2p_ops.diagnose.judge import Judgement
-from p2p_ops.diagnose.judge.chunk import ExplainFacts
+from p2p_ops.diagnose.judge.views import ExplainFacts
 from p2p_ops.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 from p2p_ops.lifecycle.context import FleetContext
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from p2p_ops.causes import Verdict, verdict
 from p2p_ops.diagnose.explain.model import HIT, PARTIAL, PULL, RECOMPUTE, Explanation, NodeExplanation
-from p2p_ops.diagnose.judge.chunk import FIELDS, ChunkVerdict, ExplainFacts, InstanceView, judge_chunks, key_inputs
+from p2p_ops.diagnose.judge.chunk import FIELDS, judge_chunks, key_inputs
+from p2p_ops.diagnose.judge.views import ChunkVerdict, ExplainFacts, InstanceView
 from p2p_ops.spec.agreement import split
 
 

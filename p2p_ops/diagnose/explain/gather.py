@@ -18,7 +18,7 @@ from p2p_ops.diagnose.doctor.peers import context_meta
 from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt, sent_by
 from p2p_ops.diagnose.explain.prompt import PromptSpec
 from p2p_ops.diagnose.judge import Judgement, judge
-from p2p_ops.diagnose.judge.chunk import ExplainFacts, InstanceView
+from p2p_ops.diagnose.judge.views import ExplainFacts, InstanceView
 from p2p_ops.diagnose.signatures import SIGNATURES
 from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.errors import P2POpsError

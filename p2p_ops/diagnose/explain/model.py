@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from p2p_ops.causes import Verdict
-from p2p_ops.diagnose.judge.chunk import HIT, PARTIAL, PULL, RECOMPUTE, ChunkVerdict
+from p2p_ops.diagnose.judge.views import HIT, PARTIAL, PULL, RECOMPUTE, ChunkVerdict
 
 # One character per chunk in the strip.
 STRIP = {HIT: "H", PULL: "P", RECOMPUTE: "x", PARTIAL: "."}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from p2p_ops.diagnose.explain.prompt import saved_requests
-from p2p_ops.diagnose.judge.chunk import InstanceView
+from p2p_ops.diagnose.judge.views import InstanceView
 from p2p_ops.endpoints import engine_api, lmcache_api
 
 MAX_KEYS = 20_000

@@ -1,6 +1,6 @@
 """Why one chunk of a prompt would miss on one instance (pure): a local hit, a pull from a named peer, or a
 recompute with the catalogue's reason and the evidence for it. explain gathers the evidence, whose types are
-here (`facts`: ExplainFacts; `x`: the target's InstanceView; `c`: a ChunkVerdict to fill), and shows the answer.
+in `views.py` (`facts`: ExplainFacts; `x`: the target's InstanceView; `c`: a ChunkVerdict to fill), and shows the answer.
 
 LMCache serves a prefix: the engine asks its server for the longest run of leading chunks it can get (its own
 L1, then each P2P peer adapter in order), so after the first chunk it cannot get, every later chunk is
@@ -29,19 +29,14 @@ peer the judge finds at fault stays a pull, with that cause as its risk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Optional
 
 from p2p_ops.causes import Verdict, restart, verdict
 from p2p_ops.diagnose.findings import Finding
-from p2p_ops.endpoints.lmcache_api import Placement
+from p2p_ops.diagnose.judge.views import HIT, PULL, RECOMPUTE, ChunkVerdict, ExplainFacts, InstanceView
 from p2p_ops.endpoints.metrics_api import L1_EVICTION_RUNS
-from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs
 from p2p_ops.spec.transfer_sizes import EVICTION_WATERMARK
-
-# What a request would do with one chunk.
-HIT, PULL, RECOMPUTE, PARTIAL = "hit", "pull", "recompute", "partial"
 
 # Why one differing chunk makes every later one miss (LMCache's chunk key hashes the parent key with the tokens).
 CHAIN = "; each later chunk's key chains on this one's, so they miss even where their tokens match"
@@ -62,89 +57,6 @@ KEY_CAUSES = {"chunk_size": "chunk_size_differs", "hash_algorithm": "hash_algori
               "PYTHONHASHSEED": "hash_seed_differs", "NONE_HASH": "none_hash_differs", "hash_fallback": "builtin_hash"}
 # A reason in words and as the catalogue's verdict.
 Why = tuple[str, Verdict]
-
-
-@dataclass
-class InstanceView:
-    """One instance as explain reads it."""
-
-    instance: str
-    node: str
-    server_state: str = "unknown"            # running | dead | none | unreachable ...
-    engine_state: str = "unknown"
-    engine_degraded: bool = False            # the engine serves without its lmcache server
-    inputs: Optional[KeyInputs] = None       # what its server's keys depend on (None: server unread)
-    tokens: Optional[list[int]] = None       # what its engine's /tokenize made of the prompt
-    tokenize_error: str = ""
-    keys: Optional[ChunkKeys] = None         # LMCache's hasher on its node, under its server's settings
-    keys_from: str = ""                      # which LMCache process computed `keys`
-    logged_none_hash: Optional[str] = None   # `Computed NONE_HASH=` from its server.log
-    hash_fallback: Optional[str] = None      # LMCache fell back to Python's hash() for this algorithm
-    p2p_state: str = "unknown"
-    peers: list[str] = field(default_factory=list)          # p2p_peers of its /status
-    adapter_order: list[str] = field(default_factory=list)  # peer instance ids in its P2P adapter order
-    registered: bool = False                 # listed by the coordinator's /instances
-    evicted_keys: float = 0.0                # L1 chunks its server deleted since it started (evictions, and
-                                             # the temporary copies of pulls it served)
-    eviction_runs: float = 0.0               # eviction-loop passes that evicted (L1 over its watermark)
-    l1_used: int = 0
-    l1_total: int = 0
-    chunk_bytes: int = 0                     # one chunk's KV in L1 (the embedded engine's profile; 0: unknown)
-    lookup_timeouts: list[str] = field(default_factory=list)   # recent 'P2P lookup ... timed out' lines
-    p2p_loads: float = 0.0                   # pulls from peers its server completed since it started
-    tokens_by_source: dict[str, float] = field(default_factory=dict)   # vLLM: prompt tokens by source
-
-    @property
-    def serving(self) -> bool:
-        return self.server_state == "running" and self.inputs is not None
-
-    def hashes(self) -> list[str]:
-        return self.keys.hashes() if self.keys and not self.keys.error else []
-
-
-@dataclass
-class ExplainFacts:
-    fleet: str
-    runtime: str
-    prompt_label: str
-    instances: list[InstanceView]
-    targets: list[str]                                   # the instances to explain
-    placements: dict[str, list[Placement]] = field(default_factory=dict)    # chunk hash -> where it lives
-    directory_error: str = ""                            # why the directory could not be read
-    reporting: dict[str, bool] = field(default_factory=dict)   # instance -> reports cache events
-    held_keys: int = 0          # L1 keys the directory lists fleet-wide (any prompt's)
-    causes: dict[str, Finding] = field(default_factory=dict)   # instance -> the one judge's cause of its state
-    listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
-    near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
-    sent: dict[str, str] = field(default_factory=dict)   # target -> the newest saved request that sent it this prompt
-    computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
-    run: str = ""               # that run's folder
-    recorded: dict = field(default_factory=dict)   # what the run recorded for the request (instance, figures)
-    timings: dict[str, float] = field(default_factory=dict)   # seconds per phase of the gather
-
-    def view(self, instance: str) -> Optional[InstanceView]:
-        return next((v for v in self.instances if v.instance == instance), None)
-
-
-@dataclass
-class ChunkVerdict:
-    index: int
-    start: int
-    end: int
-    key: str = ""                       # the chunk hash under the target's settings
-    here: str = ""                      # l1 | l2 | "" (the target's own server holds it)
-    holders: list[str] = field(default_factory=list)    # other instances holding this very key
-    action: str = RECOMPUTE             # hit | pull | recompute | partial
-    source: str = ""                    # the peer a pull reads from (its node name when it runs one instance)
-    reason: str = ""                    # the cause's id: chunk_size_differs, peer_not_connected, evicted, ...
-    detail: str = ""                    # the reason in words, with its evidence
-    cause: Optional[Verdict] = None     # the reason as the catalogue's verdict (its subject may be a peer)
-
-    def describe(self) -> str:
-        recompute = "recompute" + (f": {self.reason}" if self.reason else "")
-        pull = f"pull from {self.source}" + (f" (at risk: {self.reason})" if self.reason else "")
-        return {HIT: f"local hit ({self.here.upper()})", PULL: pull,
-                PARTIAL: "never cached (partial chunk)"}.get(self.action, recompute)
 
 
 def key_inputs(v: InstanceView) -> dict[str, str]:
