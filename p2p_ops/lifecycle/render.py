@@ -118,8 +118,7 @@ def kv_events_config(fleet: Fleet, node: Node, inst: Instance) -> str:
     """
     if not fleet.kv_events_on:
         return ""
-    index = [i.id for _, i in fleet.instances()].index(inst.id)
-    pub, replay = fleet.router.kv_event_ports(index)
+    pub, replay = fleet.kv_event_ports_of(inst.id)
     host = node.bind_host
     if fleet.runtime == "vllm" and ":" not in host:
         host = f"::ffff:{host}"
@@ -142,11 +141,11 @@ def router_args(fleet: Fleet) -> list[str]:
         args += ["--cache-threshold", str(r.cache_threshold)]
     # vllm-router refuses KV-event sources under any other policy; the engines publish regardless.
     if fleet.kv_events_on and r.policy == "kv_aware":
-        for i, (node, inst) in enumerate(fleet.instances()):
-            pub, replay = r.kv_event_ports(i)
+        for node, inst in fleet.instances():
+            pub, _ = fleet.kv_event_ports_of(inst.id)
             worker = f"http://{hostport(node.address, inst.ports.engine)}"
             args += ["--kv-event-source", f"{worker}=tcp://{hostport(node.address, pub)}",
-                     "--kv-event-replay-source", f"{worker}=tcp://{hostport(node.address, replay)}"]
+                     "--kv-event-replay-source", f"{worker}={fleet.kv_replay_url(node, inst.id)}"]
         args += ["--kv-event-block-size", str(fleet.kv_block_size), "--kv-event-model", fleet.model]
     return args + list(r.args)
 

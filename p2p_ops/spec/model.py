@@ -188,6 +188,13 @@ class Fleet(StrictModel):
     def kv_events_on(self) -> bool:
         return self.router.enabled and self.router.kv_events
 
+    def kv_event_ports_of(self, inst_id: str) -> tuple[int, int]:
+        """(PUB, replay) ports of one instance's KV events: router.kv_event_ports of its place in the fleet."""
+        return self.router.kv_event_ports([i.id for _, i in self.instances()].index(inst_id))
+
+    def kv_replay_url(self, node: Node, inst_id: str) -> str:
+        return f"tcp://{hostport(node.address, self.kv_event_ports_of(inst_id)[1])}"
+
 
 def is_loopback(address: str) -> bool:
     try:

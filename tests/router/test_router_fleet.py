@@ -8,13 +8,15 @@ import time
 import pytest
 
 from p2p_ops.diagnose import bundle, doctor
-from p2p_ops.endpoints import metrics_api
+from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
 from p2p_ops.harness import basic, prompts
 from p2p_ops.harness.openai_client import complete
 from p2p_ops.lifecycle import launch
 from p2p_ops.lifecycle import prometheus as prom
 from p2p_ops.lifecycle import status as fleet_status
 from tests.conftest import pid_alive
+from tests.e2e.explain_support import explain
+from tests.e2e.explain_support import node as explained
 
 pytestmark = pytest.mark.e2e
 
@@ -89,6 +91,33 @@ def test_round_robin_router_spreads_a_session_and_p2p_serves_it(use_policy):
     assert any(ln.pid in router_node.fleet_pids or router_node.sessions.get(ln.pid) in router_node.fleet_pids
                for ln in router_node.listeners if ln.port == ctx.fleet.router.port), router_node.listeners
     assert not [f for f in report.findings if f.check == "bind:wide"], report.render()
+
+
+def test_explain_names_the_token_where_a_prompt_sent_straight_to_an_engine_departs(router_fleet, p2pctl, tmp_path):
+    """The fleet's engines publish KV events (the router reads them): explain reads what node-a's engine stored and
+    names the chunk and the token where a copy with a changed middle sentence departs from it (issue 40 item 4)."""
+    ctx = router_fleet
+    launch.wait(ctx, timeout=120)
+    node, inst = ctx.fleet.instance("node-a-0")
+    url, model, cs = ctx.engine_url(node, inst), ctx.fleet.model, ctx.fleet.settings.chunk_size
+    text = prompts.document(4242, 0, 6000)
+    assert complete(url, model, text, max_tokens=4).ok
+    tokens, _ = engine_api.tokenize(url, model, text)
+    deadline = time.monotonic() + 60       # the store is asynchronous: wait until the directory lists it all
+    while (lmcache_api.directory_held_chunks(ctx.fleet.coordinator_url, model, tokens) or 0) < len(tokens) // cs:
+        assert time.monotonic() < deadline, "node-a's server never listed the document's chunks"
+        time.sleep(0.3)
+    mid = len(text) // 2
+    changed = text[:mid] + " Nothing here was said before. " + text[mid:]
+    theirs, _ = engine_api.tokenize(url, model, changed)
+    t = next(i for i, (a, b) in enumerate(zip(tokens, theirs)) if a != b)
+    path = tmp_path / "changed.txt"
+    path.write_text(changed)
+    code, doc = explain(p2pctl, ctx, "--prompt-file", str(path), "--node", "node-b")
+    b = explained(doc, "node-b-0")
+    miss = next(c for c in b["chunks"] if c["action"] == "recompute")
+    assert code == 1 and (miss["index"], miss["reason"]) == (t // cs, "prompt_differs"), (miss, b["strip"])
+    assert f"from token {t} on" in miss["detail"] and "KV events" in miss["detail"], miss["detail"]
 
 
 def test_down_stops_the_router_with_the_fleet(router_fleet):

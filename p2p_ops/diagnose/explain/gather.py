@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from p2p_ops.diagnose.doctor.peers import context_meta
-from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt, sent_by
+from p2p_ops.diagnose.explain.near import near_first_chunk, near_saved_prompt, near_stored, sent_by
 from p2p_ops.diagnose.explain.prompt import PromptSpec
 from p2p_ops.diagnose.judge import Judgement, judge
 from p2p_ops.diagnose.judge.views import ExplainFacts, InstanceView
 from p2p_ops.diagnose.signatures import SIGNATURES
-from p2p_ops.endpoints import engine_api, lmcache_api, metrics_api
+from p2p_ops.endpoints import engine_api, kv_events_api, lmcache_api, metrics_api
 from p2p_ops.errors import P2POpsError
 from p2p_ops.facts.chunk_keys import ChunkKeys, KeyInputs, chunk_keys_fact
 from p2p_ops.facts.envfile import process_env_fact
@@ -227,13 +227,17 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
     _placements(ctx, facts)
     _sources(ctx, facts)
     lap("key directory")
+    stored: Optional[dict[str, list[list[int]]]] = None      # read at most once, for the first target that needs it
     for t in facts.targets:
         v = views.get(t)
         missing = [i for i, h in enumerate(v.hashes() if v and v.tokens else []) if not facts.placements.get(h)]
         if missing and not facts.directory_error:
             near = near_first_chunk(fleet.coordinator_url, v) if missing[0] == 0 else None
+            node, inst = fleet.instance(t)
+            if near is None and fleet.kv_events_on:
+                stored = _stored(ctx, facts) if stored is None else stored
+                near = near_stored(fleet.coordinator_url, fleet.model, v.tokens, v.inputs.chunk_size, stored)
             if near is None:
-                node, inst = fleet.instance(t)
                 near = near_saved_prompt(fleet.coordinator_url, fleet.model, ctx.engine_url(node, inst),
                                          ctx.layout.tests, v.tokens, v.inputs.chunk_size)
             if near and near["chunk"] == missing[0]:
@@ -243,6 +247,19 @@ def gather(ctx: FleetContext, prompt: PromptSpec, targets: Optional[list[str]] =
         facts.sent = {t: label for t in facts.targets if (label := sent_by(ctx.layout.tests, prompt.text, t))}
     facts.timings = timings
     return facts
+
+
+def _stored(ctx: FleetContext, facts: ExplainFacts) -> dict[str, list[list[int]]]:
+    """instance -> the prompts its engine stored (its KV-event replay); an engine whose replay could not be read is
+    named in facts.events_error, with why."""
+    stored = {}
+    for node, inst in ctx.fleet.instances():
+        payloads, why = kv_events_api.replay(ctx.fleet.kv_replay_url(node, inst.id))
+        if payloads is None:
+            facts.events_error[inst.id] = why
+        else:
+            stored[inst.id] = kv_events_api.stored_sequences(payloads)
+    return stored
 
 
 def _sources(ctx: FleetContext, facts: ExplainFacts) -> None:

@@ -1,7 +1,9 @@
 """A held chunk whose tokens nearly equal one of the prompt's: the evidence for "the prompt differs at chunk k"
 (a timestamp, a user id or a changed sentence breaks that chunk's key and, since keys chain, every later one).
 
-Two sources, compared position by position: the token ids the coordinator's key directory keeps per chunk
+Three sources. The engines' KV events (`endpoints/kv_events_api`, where the fleet publishes them): the prompts
+each engine stored, compared token by token, so the first token where this prompt departs is known. And two
+compared position by position: the token ids the coordinator's key directory keeps per chunk
 (LMCache binds them only on its lmcache-driven store path, i.e. vLLM on GPU; engine-driven CPU engines store
 none), which only the first chunk can use (a later chunk's parent is not listed); and the prompts the fleet's
 test runs saved (prompts.jsonl), tokenized by the target's engine: a saved prompt that shares the first k chunks
@@ -16,11 +18,13 @@ from typing import Optional
 from p2p_ops.diagnose.explain.prompt import saved_requests
 from p2p_ops.diagnose.judge.views import InstanceView
 from p2p_ops.endpoints import engine_api, lmcache_api
+from p2p_ops.endpoints.kv_events_api import departure
 
 MAX_KEYS = 20_000
 BATCH = 1000
 SAVED_RUNS = 5
 SAVED_PROMPTS = 30
+STORED_LOOKUPS = 5      # directory lookups for the stored prompts that share the most tokens with this one
 
 
 def mismatches(mine: list[int], theirs: list[int]) -> list[int]:
@@ -105,3 +109,34 @@ def near_saved_prompt(coordinator_url: str, model: str, engine_url: str, tests_d
             span = slice(k * cs, (k + 1) * cs)
             best = _near(k, k * cs, tokens[span], theirs[span], entries[k]) | {"saved": label}
     return best
+
+
+def departures(tokens: list[int], cs: int, stored: dict[str, list[list[int]]]) -> list[tuple[int, str, list[int]]]:
+    """(token where `tokens` departs, engine, its stored prompt), the most shared first: prompts an engine stored
+    (its KV events; instance -> token sequences) that this one leaves inside a whole chunk of both. In the first
+    chunk most of it must be shared (or at most 1 position in 4 differ, as `closest`): a prompt that shares a few
+    leading tokens is another prompt, not this one changed."""
+    found = []
+    for engine, sequences in stored.items():
+        for theirs in sequences:
+            t = departure(tokens, theirs)
+            if t is None or (t // cs + 1) * cs > min(len(tokens), len(theirs)):
+                continue
+            if t < cs // 2 and len(mismatches(tokens[:cs], theirs[:cs])) > max(1, cs // 4):
+                continue
+            found.append((t, engine, theirs))
+    return sorted(found, key=lambda f: -f[0])
+
+
+def near_stored(coordinator_url: str, model: str, tokens: list[int], cs: int,
+                stored: dict[str, list[list[int]]]) -> Optional[dict]:
+    """Of `departures`, the first whose chunk where this prompt departs the directory places: the chunk and the
+    token where this prompt departs from one the fleet computed and still holds."""
+    for t, engine, theirs in departures(tokens, cs, stored)[:STORED_LOOKUPS]:
+        k = t // cs
+        entries = lmcache_api.directory_lookup_tokens(coordinator_url, model, theirs[:(k + 1) * cs]) or []
+        if len(entries) > k and entries[k].placements:
+            span = slice(k * cs, (k + 1) * cs)
+            return _near(k, k * cs, tokens[span], theirs[span], entries[k]) | {
+                "saved": f"a prompt {engine}'s engine stored, by its KV events", "token": t}
+    return None

@@ -210,7 +210,8 @@ def _gone(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Why:
         return _why(facts, "prompt_differs", x.instance, (
             f"{near['holder']} holds a chunk{saved} whose tokens equal this prompt's {where} except at token "
             f"position(s) {near['positions']} (prompt {near['mine']} vs held {near['theirs']}): the prompt differs "
-            f"there from what was computed{CHAIN}"))
+            + (f"from token {near['token']} on " if near.get("token") is not None else "there ")
+            + f"from what was computed{CHAIN}"))
     departs = _departs(facts, x, c)
     if departs:
         return departs

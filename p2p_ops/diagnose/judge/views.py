@@ -66,7 +66,8 @@ class ExplainFacts:
     held_keys: int = 0          # L1 keys the directory lists fleet-wide (any prompt's)
     causes: dict[str, Finding] = field(default_factory=dict)   # instance -> the one judge's cause of its state
     listing: dict[str, str] = field(default_factory=dict)      # instance -> what /cache/objects?tier=l1 said
-    near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk whose tokens nearly match chunk 0
+    near: dict[str, dict] = field(default_factory=dict)  # target -> a held chunk nearly matching its first missing one
+    events_error: dict[str, str] = field(default_factory=dict)  # instance -> why its engine's KV events went unread
     sent: dict[str, str] = field(default_factory=dict)   # target -> the newest saved request that sent it this prompt
     computed_on: str = ""       # the instance a saved test run says computed this prompt ("" = not known)
     run: str = ""               # that run's folder
