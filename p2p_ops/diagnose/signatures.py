@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Optional
 
 import yaml
 
@@ -26,6 +27,17 @@ class Signature:
     @cached_property
     def regex(self) -> re.Pattern:
         return re.compile(self.pattern)
+
+    def search(self, line: str) -> Optional[re.Match]:
+        """The signature in one log line; never in an HTTP access line, whose quoted request is a client's words."""
+        return None if ACCESS_LINE.search(line) else self.regex.search(line)
+
+
+# An HTTP server's access line (uvicorn's in the coordinator, the servers and the engines; a proxy's): the request
+# it quotes (method, path, query) was written by whoever sent it, so `GET /Traceback (most recent call last)` is
+# not a traceback.
+# It ends `HTTP/1.1" 404 ...` whatever the request held: that end marks it (and stays linear on a huge line).
+ACCESS_LINE = re.compile(r' HTTP/[0-9.]+" [1-5][0-9][0-9]\b')
 
 
 def load(text: str) -> dict[str, Signature]:

@@ -129,7 +129,7 @@ def _log_verdicts(members: dict[str, bytes]) -> list[Verdict]:
         sigs = [s for s in SIGNATURES.values() if role in s.logs]
         for line in raw.decode("utf-8", "replace").splitlines():
             for s in sigs:
-                if s.regex.search(line):
+                if s.search(line):
                     found[(s.id, name)] = verdict(s.cause, subject, (f"log:{s.id}", f"{name}: {line.strip()[:240]}"))
     return sorted(found.values(), key=rank_key)
 

@@ -214,3 +214,35 @@ def test_bench_peers_on_the_running_pair_names_the_serving_peer_and_a_clean_miss
     assert miss["cached_tokens"] == 0 and miss["load_tasks"] == 0 and miss["lookup_ms_p50"] > 0
     assert (Path(doc["run_dir"]) / "lookup.png").read_bytes()[:4] == b"\x89PNG"
     assert "not measured at 8" in doc["target"]["line"]
+
+
+# What a client can make a server log: each request's path quotes a log signature (issue 44 item 1). The access
+# log keeps a path's spaces as %20, so the signatures a client can really write there are those without a space.
+SIGNED_PATHS = ("/NIXL_ERR_BACKEND", "/RLIMIT_MEMLOCK", "/NIXL_ERR_REMOTE_DISCONNECT", "/nixlRemoteDisconnectError",
+                "/Traceback (most recent call last)")
+SIGNED_CAUSES = {"ucx_backend_failed", "memlock", "remote_disconnect", "traceback"}
+
+
+def test_requests_that_quote_log_signatures_give_a_healthy_fleet_no_cause(fleet2, p2pctl):
+    ctx = fleet2
+    urls = [ctx.fleet.coordinator_url] + [u for n, i in ctx.fleet.instances()
+                                          for u in (ctx.server_url(n, i), ctx.engine_url(n, i))]
+    for url in urls:
+        for path in SIGNED_PATHS:
+            requests.get(url + path, timeout=10)
+    node, inst = ctx.fleet.instance("node-a-0")
+    assert '"GET /NIXL_ERR_BACKEND HTTP/1.1" 404' in Path(ctx.proc("server", inst).log).read_text(errors="replace")
+    for argv in (("doctor",), ("diagnose", "NIXL_ERR_BACKEND"), ("diagnose", "pulls fail with NIXL_ERR_REMOTE_DISCONNECT")):
+        code, out, _ = p2pctl(*argv, "-f", str(ctx.fleet_file), "--json")
+        named = verdict_ids(json.loads(out))
+        assert not named & SIGNED_CAUSES, (argv, code, named)
+
+
+def verdict_ids(doc) -> set[str]:
+    """Every cause id a --json document names (each verdict is a dict with id, subject, fix and confirmed)."""
+    if isinstance(doc, list):
+        return set().union(*map(verdict_ids, doc)) if doc else set()
+    if not isinstance(doc, dict):
+        return set()
+    own = {doc["id"]} if {"id", "subject", "fix", "confirmed"} <= doc.keys() else set()
+    return own.union(*map(verdict_ids, doc.values()))

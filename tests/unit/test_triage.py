@@ -132,3 +132,21 @@ def test_links_absolute_and_parent_paths_are_never_read(tmp_path):
                            _reg("/abs/nodes/n/k/server.log", DISCONNECT.encode())])
     t = triage(path)
     assert t.logs == [] and any("no server.log" in x for x in t.lacks)
+
+
+def test_a_signature_quoted_in_an_http_access_line_is_no_evidence():
+    """Anyone who can reach a server's port writes its access log: the request they quote signs nothing (issue 44
+    item 1), while the program's own line still does."""
+    from p2p_ops.diagnose.signatures import SIGNATURES
+    from p2p_ops.diagnose.triage import _log_verdicts
+
+    access = ('INFO:     127.0.0.1:5555 - "GET /Traceback%20(most%20recent%20call%20last)?x=Traceback (most recent '
+              'call last) HTTP/1.1" 404 Not Found')
+    evicted = 'INFO:     127.0.0.1:5556 - "PUT /instances/node-a-0 timed out; evicted HTTP/1.1" 404 Not Found'
+    real = "[2026-12-06 13:43:01,284] LMCache WARNING: Instance node-b-0 heartbeat timed out; evicted"
+    assert not SIGNATURES["traceback"].search(access) and SIGNATURES["traceback"].regex.search(access)
+    assert not SIGNATURES["instance_evicted"].search(evicted) and SIGNATURES["instance_evicted"].search(real)
+    logs = {"bundle/coordinator/coordinator.log": f"{access}\n{evicted}\n".encode()}
+    assert _log_verdicts(logs) == []
+    logs["bundle/coordinator/coordinator.log"] += f"{real}\n".encode()
+    assert [v.id for v in _log_verdicts(logs)] == ["instance_evicted"]

@@ -293,7 +293,7 @@ def _check_start_refusals(report: Report, facts: FleetFacts) -> None:
     for inst in facts.instances:
         for cause in START_REFUSALS if inst.server_state in ("dead", "stale") else ():
             sig = SIGNATURES[cause]
-            line = next((ln.strip() for ln in reversed(inst.start_log) if sig.regex.search(ln)), None)
+            line = next((ln.strip() for ln in reversed(inst.start_log) if sig.search(ln)), None)
             if line is None:
                 continue
             said = _l1_misaligned(inst) if cause == "l1_misaligned" else (f": {CAUSES[cause].means}", "")

@@ -94,6 +94,8 @@ def _node_reads(ctx: FleetContext, node: Node, views: dict[str, InstanceView]) -
     for label, fact in batch.items():
         field, iid = label.split(" ", 1)
         got, v = fact.parse(read[label].output), views[iid]
+        if field == "lookup_timeouts":
+            got = [ln for ln in got if TIMEOUTS.search(ln)]      # grep matched access lines too
         if field != "env":
             setattr(v, field, got)
         elif v.inputs is not None:

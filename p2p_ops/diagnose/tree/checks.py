@@ -54,7 +54,7 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
     out = []
     for label, role, node, lines in logs:
-        found = [ln for ln in lines if sig.regex.search(ln)]
+        found = [ln for ln in lines if sig.search(ln)]
         peers = _peers_now(ev, label) if sig.ruled_out_by_peer else set()
         live = [ln for ln in found if not any(re.search(rf"\b{re.escape(p)}\b", ln) for p in peers)]
         if live:
