@@ -100,14 +100,21 @@ def test_status_cache_maps_objects_duplicates_and_the_proofs_prefix(fleet2, p2pc
     code, out, err = p2pctl("test", "basic", "-f", str(fleet2.fleet_file), "--json")
     run = json.loads(out)["run_dir"].rstrip("/").rsplit("/", 1)[-1]
     assert code == 0, err[-2000:]
-    code, out, err = p2pctl("status", "-f", str(fleet2.fleet_file), "--cache", "--json")
-    cmap = json.loads(out)["cache"]
-    assert code == 0 and not cmap["error"], cmap
+    # The directory learns of stores from the servers' event batches, which lag the store itself (on a loaded box
+    # by seconds): wait until it lists the proof's prompt, as a reader of `status --cache` would.
+    deadline = time.monotonic() + 60
+    while True:
+        code, out, err = p2pctl("status", "-f", str(fleet2.fleet_file), "--cache", "--json")
+        cmap = json.loads(out)["cache"]
+        assert code == 0 and not cmap["error"], cmap
+        [proof] = [p for p in cmap["prefixes"] if p["label"] == f"{run}/a"]
+        if proof["held"].get("node-a-0", 0) == proof["chunks"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     by = {n["instance"]: n for n in cmap["nodes"]}
     assert all(by[i]["directory_objects"] > 0 and by[i]["directory_bytes"] > 0 for i in ("node-a-0", "node-b-0"))
     assert sum(n["directory_objects"] for n in cmap["nodes"]) == cmap["total_keys"] + sum(
         n["duplicated"] for n in cmap["nodes"]) - cmap["duplicated_keys"]   # each duplicate counted on every holder
-    [proof] = [p for p in cmap["prefixes"] if p["label"] == f"{run}/a"]
     assert proof["chunks"] >= 7 and proof["held"].get("node-a-0", 0) == proof["chunks"], proof     # computed on a
 
 
