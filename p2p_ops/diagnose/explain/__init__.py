@@ -50,6 +50,8 @@ def sources(facts: ExplainFacts) -> list[str]:
                       "reporting: its holdings are invisible)" if silent else ""))
     for inst, said in facts.listing.items():
         out.append(f"GET /cache/objects?tier=l1 on {inst}: {said}")
+    for inst, why in facts.events_error.items():
+        out.append(f"KV events of {inst}'s engine (its replay socket): UNKNOWN, {why}")
     out.append(NOT_USED)
     return out
 

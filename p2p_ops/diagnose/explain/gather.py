@@ -255,12 +255,18 @@ def _stored(ctx: FleetContext, facts: ExplainFacts) -> dict[str, list[list[int]]
     """instance -> the prompts its engine stored (its KV-event replay); an engine whose replay could not be read is
     named in facts.events_error, with why."""
     stored = {}
-    for node, inst in ctx.fleet.instances():
-        payloads, why = kv_events_api.replay(ctx.fleet.kv_replay_url(node, inst.id))
-        if payloads is None:
-            facts.events_error[inst.id] = why
-        else:
-            stored[inst.id] = kv_events_api.stored_sequences(payloads)
+    # Every node at once: an engine that does not answer costs one replay timeout, not one per engine.
+    replies = ctx.for_each_node(lambda n: {i.id: kv_events_api.replay(ctx.fleet.kv_replay_url(n, i.id))
+                                           for i in n.instances})
+    for node in ctx.fleet.nodes:
+        got = replies.get(node.name, {})
+        if isinstance(got, Exception):
+            got = {i.id: (None, f"node {node.name}: {got}") for i in node.instances}
+        for inst_id, (payloads, why) in got.items():
+            if payloads is None:
+                facts.events_error[inst_id] = why
+            else:
+                stored[inst_id] = kv_events_api.stored_sequences(payloads)
     return stored
 
 
