@@ -23,6 +23,9 @@ class Signature:
     logs: tuple[str, ...] = ()    # the fleet logs the tree greps for it (none: only a failed transfer's text)
     # A line naming a peer that its server now lists among its peers is ruled out (a failure since recovered).
     ruled_out_by_peer: bool = False
+    # A doctor check that must find the same cause now for a line to confirm it: the line alone is history (it
+    # stays in the log after the setting that made it was fixed) or anyone's words.
+    confirmed_by: str = ""
 
     @cached_property
     def regex(self) -> re.Pattern:
@@ -41,8 +44,8 @@ ACCESS_LINE = re.compile(r' HTTP/[0-9.]+" [1-5][0-9][0-9]\b')
 
 
 def load(text: str) -> dict[str, Signature]:
-    sigs = {k: Signature(k, v["pattern"], v["cause"], tuple(v.get("logs", ())), bool(v.get("ruled_out_by_peer")))
-            for k, v in yaml.safe_load(text).items()}
+    sigs = {k: Signature(k, v["pattern"], v["cause"], tuple(v.get("logs", ())), bool(v.get("ruled_out_by_peer")),
+                         v.get("confirmed_by", "")) for k, v in yaml.safe_load(text).items()}
     if unknown := sorted(s.id for s in sigs.values() if s.cause not in CAUSES):
         raise ValueError(f"signatures {unknown} name a cause that is not in the catalogue (p2p_ops/causes/)")
     return sigs

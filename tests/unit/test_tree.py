@@ -21,7 +21,8 @@ REQUIRED = {"peers-not-registered", "nixl-err-backend", "zero-cached-tokens", "l
 DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_url", "registration", "p2p_state",
                  "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
                  "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin",
-                 "mooncake", "hash:builtin_fallback", "l1_misaligned", "no_transfer_channel", "server_args_clash"}
+                 "mooncake", "hash:builtin_fallback", "l1_misaligned", "no_transfer_channel", "server_args_clash",
+                 "keep_alive"}
 
 
 def known_check(check: str) -> bool:

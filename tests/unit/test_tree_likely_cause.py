@@ -198,3 +198,39 @@ def test_an_l1_that_evicted_is_the_likely_cause_of_zero_cached_tokens_when_nothi
     d = walk.diagnose(TREE, model.find_symptom(TREE, "zero cached tokens"),
                       _Scraped(facts, {"node-a-0": [], "node-b-0": pulled}))
     assert d.likely() is None
+
+
+# node-a-0's server.log on a local fleet whose coordinator was restarted with a keep-alive equal to the servers'
+# 2 s heartbeat (LMCache PR #3876's failure, reproduced with lmcache 0.5.6): the restart's refusals, then the flap.
+RESTART_REFUSED = ("[2026-12-06 19:55:29,649] LMCache WARNING: Coordinator registration/heartbeat failed: All "
+                   "connection attempts failed (registrar.py:154:lmcache.v1.mp_coordinator.registrar)")
+KEEPALIVE_FLAP = ("[2026-12-06 19:56:13,887] LMCache WARNING: Coordinator registration/heartbeat failed: Server "
+                  "disconnected without sending a response. (registrar.py:154:lmcache.v1.mp_coordinator.registrar)")
+
+
+def _keep_alive(facts: FleetFacts, seconds: str) -> FleetFacts:
+    for i in facts.instances:
+        i.process_env["LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL"] = "2.0"
+    facts.coordinator_env = {"LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE": seconds}
+    return facts
+
+
+def test_a_keep_alive_at_the_heartbeat_is_the_likely_cause_of_flapping_registration_not_its_log_lines():
+    """The flap's lines also read 'registration/heartbeat failed', as the restart's refusals do; the setting the
+    doctor finds is the reason, and it outranks the generic failure."""
+    logs = {"node-a-0/server.log": [RESTART_REFUSED, KEEPALIVE_FLAP]}
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "peers not registered"), _Logged(_keep_alive(_meshed(), "2"), logs))
+    step, obs = d.likely()
+    assert obs.cause.id == "keepalive_short" and step.id == "registration-errors", render.render_text(d)
+
+
+def test_keep_alive_disconnects_logged_before_the_setting_was_fixed_confirm_nothing():
+    """A frozen coordinator on a fleet whose keep-alive was fixed earlier: the old disconnect lines stay in the
+    servers' logs. Read alone they named keepalive_short for 'requests stall'; the setting rules them out now."""
+    facts = _keep_alive(_meshed(), "10")
+    facts.coordinator_healthy = False
+    d = walk.diagnose(TREE, model.find_symptom(TREE, "requests stall"),
+                      _Logged(facts, {"node-a-0/server.log": [KEEPALIVE_FLAP]}))
+    [obs] = [o for s in d.steps for o in s.observations if o.check == "log:keepalive_disconnect"]
+    assert obs.status == "info" and "does not find keepalive_short now" in obs.detail
+    assert d.likely()[1].cause.id == "coordinator_down", render.render_text(d)

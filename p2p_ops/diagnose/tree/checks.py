@@ -53,11 +53,15 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
     if not logs:
         return [Observation(f"log:{sig_id}", "unknown", "logs", "no logs to read")]
     out = []
+    unconfirmed = _not_found_now(ev, sig.confirmed_by, sig.cause) if sig.confirmed_by else ""
     for label, role, node, lines in logs:
         found = [ln for ln in lines if sig.search(ln)]
         peers = _peers_now(ev, label) if sig.ruled_out_by_peer else set()
         live = [ln for ln in found if not any(re.search(rf"\b{re.escape(p)}\b", ln) for p in peers)]
-        if live:
+        if live and unconfirmed:
+            out.append(Observation(f"log:{sig_id}", "info", label, f"{len(live)} line(s), last: "
+                                   f"{redact_text(live[-1].strip(), label).text[:200]}; not confirmed: {unconfirmed}"))
+        elif live:
             last = redact_text(live[-1].strip(), label).text[:300]
             owner = label.split("/", 1)[0] if node else label      # a fleet log's instance, or the --log file
             again = restart((node or "<node>", role if role != "any" else "server"))
@@ -68,6 +72,17 @@ def _check_log(ev: Evidence, sig_id: str) -> list[Observation]:
             out.append(Observation(f"log:{sig_id}", "info", label, f"{len(found)} line(s) about peer(s) this server "
                                    f"now lists ({', '.join(sorted(peers))}): ruled out, since recovered"))
     return out or [Observation(f"log:{sig_id}", "ok", "logs", f"'{sig.pattern}' not in {len(logs)} log(s)")]
+
+
+def _not_found_now(ev: Evidence, check: str, cause: str) -> str:
+    """Why a signature's lines do not confirm `cause` ('' when they do): the doctor's `check`, which reads the
+    setting behind them, does not find it now."""
+    got = ev.doctor()
+    if got is None or got[1].could_not_check:
+        return ""
+    if any(f.check == check and f.cause and f.cause.id == cause for f in got[1].findings):
+        return ""
+    return f"the doctor's {check} check does not find {cause} now (the lines predate a fix, or another cause)"
 
 
 def _peers_now(ev: Evidence, label: str) -> set[str]:
