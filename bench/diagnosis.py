@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ from p2p_ops.harness import prompts  # noqa: E402
 from p2p_ops.harness.openai_client import complete  # noqa: E402
 from p2p_ops.lifecycle import launch  # noqa: E402
 from p2p_ops.lifecycle.context import FleetContext  # noqa: E402
+from p2p_ops.spec.layout import COORDINATOR  # noqa: E402
 
 VERBS = ("explain", "doctor", "diagnose", "basic", "matrix", "wait", "validate", "triage")
 CHUNK = 256
@@ -255,20 +257,35 @@ class Bench:
         except Exception as exc:  # noqa: BLE001 - a planted cause may stop the unit from starting
             return f"{type(exc).__name__}: {str(exc)[:300]}"
         inst = next(n for n in self.ctx.fleet.nodes if n.name == node).instances[0].id
+        if role == "server":
+            self.wait_mesh([inst], 90 if mesh else 20)
+        else:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and engine_api.engine_lmcache_state(self.urls(inst)[0]) != "connected":
+                time.sleep(1)
+        return ""
+
+    def wait_mesh(self, insts: list[str], timeout_s: float) -> bool:
+        """Wait (bounded) until each of `insts`' servers is registered and sees every other one."""
         peers = len(self.ctx.fleet.instances()) - 1
-        deadline = time.monotonic() + (90 if mesh else 20)
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                if role == "server":
-                    st = lmcache_api.server_status(self.urls(inst)[1])
-                    if st.p2p_state == "registered" and st.peer_count == peers:
-                        break
-                elif engine_api.engine_lmcache_state(self.urls(inst)[0]) == "connected":
-                    break
+                if all((st := lmcache_api.server_status(self.urls(i)[1])).p2p_state == "registered"
+                       and st.peer_count == peers for i in insts):
+                    return True
             except Exception:  # noqa: BLE001 - not up yet
                 pass
             time.sleep(1)
-        return ""
+        return False
+
+    def restart_coordinator(self, rerender: bool) -> None:
+        """Restart the coordinator (from its env.sh as it stands, or re-rendered from fleet.yaml), then wait for
+        every server to register with it again."""
+        launch.down(self.ctx, roles=(COORDINATOR,))
+        launch.up(self.ctx, rerender=rerender, roles=(COORDINATOR,), start_timeout=60)
+        if not self.wait_mesh([i.id for _, i in self.ctx.fleet.instances()], 90):
+            log("not every server registered again with the restarted coordinator within 90 s")
 
     def heal(self, node: str, role: str = "server") -> None:
         """Put one node's unit back as fleet.yaml renders it (the doctor's one-server fix)."""
@@ -341,6 +358,79 @@ def plant_holder_frozen(b: Bench) -> None:
 def restore_holder_frozen(b: Bench) -> None:
     signal_unit(b, "server", "node-a", signal.SIGCONT)     # a stopped process cannot honour the SIGINT of `down`
     b.heal("node-a")
+
+
+def plant_holder_killed(b: Bench) -> None:
+    """A holder that crashed (SIGKILL: no deregistration, the coordinator lists it until --instance-timeout), the
+    peer of LMCache PR #3740's review that dies mid-lookup."""
+    b.compute()
+    signal_unit(b, "server", "node-a", signal.SIGKILL)
+
+
+def plant_lookup_leak(b: Bench) -> None:
+    """The requester that crashed mid-lookup (the review of LMCache PR #3740): node-a frozen while node-b's server
+    looks a prefix up on it, node-b's server killed, node-a thawed. node-a then takes the queued lookup, read-locks
+    the chunks and keeps the job (lmcache 0.5.6 has no time limit on it) for a requester that will never query it:
+    reproduced here, 1 job and 8 read-locked objects held for good. node-b's server is started again before the
+    verbs run, so the leak on node-a is what is left."""
+    text = b.compute()
+    signal_unit(b, "server", "node-a", signal.SIGSTOP)
+    try:
+        done: dict = {}
+        asking = threading.Thread(target=lambda: done.update(r=complete(b.urls("node-b-0")[0], b.ctx.fleet.model,
+                                                                          text, 2, timeout=60)))
+        asking.start()
+        time.sleep(1.5)                              # node-b's lookup is on its way to frozen node-a
+        signal_unit(b, "server", "node-b", signal.SIGKILL)
+        asking.join(90)
+    finally:
+        signal_unit(b, "server", "node-a", signal.SIGCONT)
+    b.heal("node-b")
+    if not b.wait_mesh(["node-a-0", "node-b-0"], 90):
+        log("node-a and node-b did not both register again within 90 s")
+
+
+def restore_lookup_leak(b: Bench) -> None:
+    b.heal("node-a")            # the fix: a restart drops the held jobs (and node-a's L1)
+
+
+def plant_engine_killed(b: Bench) -> None:
+    """node-b's engine killed (SIGKILL), its server left running: LMCache #4676 begins so (a server whose engine
+    died)."""
+    b.compute()
+    signal_unit(b, "engine", "node-b", signal.SIGKILL)
+
+
+def plant_engine_frozen(b: Bench) -> None:
+    """node-b's engine frozen (SIGSTOP): alive, its port open, /health answering nothing."""
+    b.compute()
+    signal_unit(b, "engine", "node-b", signal.SIGSTOP)
+
+
+def restore_engine_frozen(b: Bench) -> None:
+    signal_unit(b, "engine", "node-b", signal.SIGCONT)
+    b.heal("node-b", "engine")
+
+
+def plant_keepalive_short(b: Bench) -> None:
+    """LMCache PR #3876's failure: the coordinator's keep-alive at the servers' heartbeat interval (its env.sh
+    edited, the coordinator restarted), so it closes idle connections just as a heartbeat reuses them."""
+    beat = re.search(r"^export LMCACHE_COORDINATOR_HEARTBEAT_INTERVAL=([\d.]+)",
+                     b.ctx.layout.env("node-a-0").read_text(), flags=re.M)
+    b.edit_env(COORDINATOR, "LMCACHE_MP_COORDINATOR_TIMEOUT_KEEP_ALIVE", str(int(float(beat.group(1)))))
+    b.restart_coordinator(rerender=False)
+    b.compute()
+
+
+def plant_coordinator_frozen(b: Bench) -> None:
+    """The coordinator frozen (SIGSTOP): its port open, answering nothing; servers keep their peers a few polls."""
+    b.compute(wait_chunks=0)
+    signal_unit(b, COORDINATOR, None, signal.SIGSTOP)
+
+
+def restore_coordinator_frozen(b: Bench) -> None:
+    signal_unit(b, COORDINATOR, None, signal.SIGCONT)
+    b.restart_coordinator(rerender=True)
 
 
 def _restart_planted(b: Bench, node: str, edits: dict[str, str], role: str = "server", mesh: bool = True) -> None:
@@ -466,6 +556,32 @@ CASES: list[Case] = [
     Case("holder_frozen", "the holder's (node-a) server frozen (SIGSTOP: alive, answering nothing)",
          ("server_unresponsive", "instance_evicted"), {**FLEET_VERBS, "wait": ""}, plant_holder_frozen,
          restore_holder_frozen, about="node-a-0"),
+    # Field failures (issue 41): what operators report upstream, made here on real processes.
+    Case("holder_killed", "the holder's (node-a) server killed (SIGKILL: no deregistration)",
+         ("server_down", "instance_evicted"), {**FLEET_VERBS, "wait": ""}, plant_holder_killed,
+         restore_holder_stopped, about="node-a-0"),
+    Case("lookup_leak", "node-b's server killed mid-lookup on frozen node-a; thawed, node-a holds the job for good",
+         ("lookup_leak", "stale_read_locks"),
+         {"doctor": "", "diagnose": "", "triage": "",
+          "explain": "abstain ok: every chunk still pulls; the leak pins L1 until it fills",
+          "basic": "abstain ok: pulls still work while L1 has room", "wait": "abstain ok: every server registered"},
+         plant_lookup_leak, restore_lookup_leak, symptom="l1_oom", about="node-a-0"),
+    Case("engine_killed", "node-b's engine killed (SIGKILL), its server running", ("engine_down",),
+         {**FLEET_VERBS, "wait": ""}, plant_engine_killed, lambda b: b.heal("node-b", "engine")),
+    Case("engine_frozen", "node-b's engine frozen (SIGSTOP: alive, answering nothing)", ("engine_down",),
+         {**FLEET_VERBS, "wait": ""}, plant_engine_frozen, restore_engine_frozen),
+    Case("keepalive_short", "the coordinator's keep-alive at the heartbeat interval (its env.sh, restarted)",
+         ("keepalive_short", EDITED),
+         {"doctor": "", "diagnose": "", "triage": "",
+          **dict.fromkeys(("explain", "basic", "matrix", "wait"), "abstain ok: servers register again after each "
+                          "disconnect, and pulls between registered peers work")},
+         plant_keepalive_short, lambda b: b.restart_coordinator(rerender=True), symptom="peers not registered"),
+    Case("coordinator_frozen", "the coordinator frozen (SIGSTOP: its port open, answering nothing)",
+         ("coordinator_down",),
+         {"doctor": "", "diagnose": "", "triage": "", "wait": "",
+          **dict.fromkeys(("explain", "basic", "matrix"), "abstain ok: servers keep their peer adapters for a few "
+                          "polls, so pulls may still work")},
+         plant_coordinator_frozen, restore_coordinator_frozen, symptom="peers not registered"),
     Case("chunk_size", "node-c's chunk size 512 (env.sh)", ("chunk_size_differs", EDITED), {**FLEET_VERBS, "wait": ""},
          plant_chunk_size, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
          about="node-c-0"),

@@ -51,6 +51,10 @@ def describe_ready(runtime: str, url: str, model: str) -> str:
     return f"GET {url}/health answers 200" + (f", then GET {url}/v1/models lists {model}" if runtime == "vllm" else "")
 
 
+# How tokenize's error begins when the engine did not answer at all (down, frozen, unreachable), not refused.
+ANSWERED_NOTHING = "POST /tokenize answered nothing"
+
+
 def tokenize(engine_url: str, model: str, prompt: Optional[str] = None,
              messages: Optional[list[dict]] = None) -> tuple[Optional[list[int]], str]:
     """The token ids the engine itself makes of a prompt or of chat messages (its chat template applied, with
@@ -61,7 +65,8 @@ def tokenize(engine_url: str, model: str, prompt: Optional[str] = None,
     code, data = fetch.post_json(engine_url.rstrip("/") + "/tokenize", body, timeout=30)
     if code == 200 and isinstance(data, dict) and isinstance(data.get("tokens"), list):
         return [int(t) for t in data["tokens"]], ""
-    return None, f"POST /tokenize answered {code or 'nothing'}: {str(data)[:200]}"
+    head = f"POST /tokenize answered {code}" if code else ANSWERED_NOTHING
+    return None, f"{head}: {str(data)[:200]}"
 
 
 def tokens_by_source(samples: list) -> dict[str, float]:

@@ -9,6 +9,7 @@ import pytest
 from p2p_ops.connectors import LocalConnector
 from p2p_ops.diagnose import doctor as D
 from p2p_ops.diagnose.doctor.gather import fill_node
+from p2p_ops.diagnose.judge import judgement
 from p2p_ops.facts import node_facts
 from p2p_ops.facts.envfile import env_file_fact, read_env_sh
 from p2p_ops.facts.listeners import Listener, parse_listeners, parse_sessions
@@ -187,6 +188,17 @@ def test_unreachable_target_is_named_with_source_and_address():
                             D.Reach("node-a", "coordinator", "127.0.0.1", 9300, True)]
     [f] = problems(D.check(facts), "reach")
     assert f.subject == "node-a -> node-b-0 p2p" and f.value == "127.0.0.1:8552"
+
+
+def test_a_dead_server_still_listed_is_named_dead_not_unreachable():
+    """SIGKILL leaves no deregistration: the coordinator lists the server until it drops it, and every peer's
+    connect to it fails; that is the dead process's consequence, not a network cause ranked above it."""
+    dead = inst("node-b-0")
+    dead.server_state, dead.status = "dead", None
+    facts = fleet([inst("node-a-0"), dead])
+    facts.nodes[0].reach = [D.Reach("node-a", "node-b-0 p2p", "127.0.0.1", 8552, False)]
+    report = D.check(facts)
+    assert not problems(report, "reach") and judgement(facts, report).cause().id == "server_down", report.render()
 
 
 def test_ports_busy_before_launch_and_silent_after():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from p2p_ops.causes import CAUSES
 from p2p_ops.diagnose import doctor as D
+from p2p_ops.diagnose.judge import judgement
 from tests.unit.test_doctor import STATUS, env, fleet, inst, problems
 
 
@@ -83,6 +84,19 @@ def test_lookup_jobs_nobody_waits_for_are_the_named_leak_with_the_fix_that_works
     assert "p2p_controller.py" in f.message and "#4691" not in f.message and "30 s" in f.message
     assert f.cause.id == "lookup_leak"
     assert "p2pctl down --node node-a --role server" in f.fix and "--l1-read-ttl-seconds" in f.fix
+
+
+def test_held_jobs_that_lock_nothing_are_said_but_never_the_cause():
+    """The diagnosis benchmark's engine_killed case on a busy box: node-c held 1 abandoned lookup job with 0 read
+    locks, and the doctor ranked lookup_leak above the dead engine. Such a job pins no L1 object."""
+    a = inst("node-a-0", lookup_samples=_samples(1, 0))
+    dead = inst("node-b-0", lookup_samples=_samples(0, 0))
+    dead.engine_state = "dead"
+    report = D.check(fleet([a, dead]))
+    assert not problems(report, "lookup_leak")
+    [f] = [f for f in report.findings if f.check == "lookup_leak"]
+    assert f.severity == "info" and "pin nothing" in f.message and f.cause is None
+    assert judgement(fleet([a, dead]), report).cause().id == "engine_down"
 
 
 def test_jobs_a_requester_still_waits_for_are_not_a_leak():

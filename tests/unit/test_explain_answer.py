@@ -137,6 +137,15 @@ def test_a_holder_the_node_is_not_connected_to():
     assert c.reason == "peer_not_connected" and "not among node-b-0's P2P peers" in c.detail
 
 
+def test_a_holder_killed_while_still_listed_is_named_dead_not_unconnected():
+    """The diagnosis benchmark's holder_killed: SIGKILL leaves node-a listed as the chunks' holder until the
+    coordinator drops it; explain said peer_not_connected about node-b, while every other verb named server_down."""
+    a = view("node-a-0", peers=[], server_state="dead", inputs=None, keys=None)
+    b = view("node-b-0", peers=[], p2p_state="registered")
+    c = explain(fleet(a, b, held={"k0": ["node-a-0"], "k1": ["node-a-0"]})).nodes[0].chunks[0]
+    assert c.reason == "server_down" and c.cause.subject == "node-a-0" and "node-a-0's server is dead" in c.detail
+
+
 def test_a_stopped_peer_that_computed_the_prompt_is_named():
     a, b = connected()
     a.server_state, a.inputs, a.keys = "dead", None, None
@@ -426,3 +435,24 @@ def test_each_reason_shows_the_catalogues_fix_and_scope_and_an_unconfirmed_one_o
     a, b = connected()
     text = "\n".join(render_text(explain(fleet(a, b))))
     assert "next: send it once" in text and "(scope: request)" in text and "fix: " not in text
+
+
+def test_an_engine_that_is_dead_or_answers_nothing_is_the_cause_not_a_refusal():
+    """The diagnosis benchmark's engine_killed and engine_frozen cases: explain said 'cannot explain' with no cause and
+    exited 2, while every other verb named engine_down. A request sent there fails; that is the answer. An engine
+    that refused the prompt (an HTTP error) or whose state is unknown (its node did not answer) names nothing."""
+    from p2p_ops.diagnose.explain import exit_code
+
+    a = view("node-a-0")
+    for mute, error in ((True, "node-b-0's engine is not running (dead)"),
+                        (True, "POST /tokenize answered nothing: timed out"),
+                        (False, "POST /tokenize answered 400: prompt too long")):
+        b = view("node-b-0", tokens=[], tokenize_error=error, engine_mute=mute)
+        ex = explain(fleet(a, b))
+        n = ex.nodes[0]
+        assert n.verdict == f"cannot explain: {error}"
+        assert [c.id for c in n.causes] == (["engine_down"] if mute else []), n.causes
+        assert exit_code(ex) == (1 if mute else 2)
+        if mute:
+            assert "p2pctl down" in n.causes[0].fix and "--node node-b" in n.causes[0].fix and error in str(
+                n.causes[0].to_dict())

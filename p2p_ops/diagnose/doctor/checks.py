@@ -104,9 +104,10 @@ def _check_membership(report: Report, facts: FleetFacts, running: list[InstanceF
 
 
 def _check_reach(report: Report, facts: FleetFacts) -> None:
-    # A server that runs but answers nothing (frozen, wedged) accepts no connection once its backlog is full: the
-    # server_http finding says why, a failed connect to it is that finding's consequence.
-    mute = {i.instance for i in facts.instances if i.running and i.status is None}
+    # A server that runs but answers nothing (frozen, wedged) accepts no connection once its backlog is full, and
+    # one that died (still listed until the coordinator drops it) accepts none at all: the process and server_http
+    # findings say why, a failed connect to it is their consequence.
+    mute = {i.instance for i in facts.instances if (i.running and i.status is None) or i.server_state == "dead"}
     for node in facts.nodes:
         for r in node.reach:
             if not r.ok and r.target.split(" ")[0] not in mute:

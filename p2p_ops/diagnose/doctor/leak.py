@@ -48,7 +48,13 @@ def check_lookup_leak(report: Report, facts: FleetFacts) -> None:
         seen = (f"active_p2p_lookup_jobs>={jobs}, read_locked_count>={locks} in {len(inst.lookup_samples)} samples "
                 f"over {span:.0f} s; requesters' lookups in flight toward it: {waiting}; its own prefetches: "
                 f"{prefetching}")
-        if jobs and not waiting:
+        if jobs and not waiting and not locks:
+            # Seen on a busy 2-core box beside a dead engine: a lookup that found nothing, abandoned. It pins no L1
+            # object, so it explains no miss and no fallback: said, never ranked as the cause.
+            report.add("info", "lookup_leak", inst.instance, seen,
+                       f"{jobs} P2P lookup job(s) held on {inst.instance} with no requester waiting and no read lock: "
+                       f"they pin nothing now (the lmcache {inst.lmc_version or '?'} leak; a restart drops them)")
+        elif jobs and not waiting:
             report.add("error", "lookup_leak", inst.instance, seen,
                        f"{jobs} P2P lookup job(s) held on {inst.instance} with no requester waiting for them, older "
                        f"than its requesters' --p2p-lookup-timeout ({facts.lookup_timeout_s:g} s) by construction "

@@ -80,6 +80,6 @@ def run_saved(ctx: FleetContext, folder: str,
 
 
 def exit_code(ex: Explanation) -> int:
-    if not ex.nodes or all(not n.chunks and n.verdict.startswith("cannot") for n in ex.nodes):
+    if not ex.nodes or all(not n.chunks and not n.causes and n.verdict.startswith("cannot") for n in ex.nodes):
         return EXIT_BAD_INPUT
-    return EXIT_CHECK_FAILED if ex.misses else EXIT_OK
+    return EXIT_CHECK_FAILED if ex.misses or any(n.causes for n in ex.nodes) else EXIT_OK

@@ -5,7 +5,7 @@ the notes on what the node holds itself and what a run recorded, and which key i
 
 from __future__ import annotations
 
-from p2p_ops.causes import Verdict, verdict
+from p2p_ops.causes import Verdict, restart, verdict
 from p2p_ops.diagnose.explain.model import HIT, PARTIAL, PULL, RECOMPUTE, Explanation, NodeExplanation
 from p2p_ops.diagnose.judge.chunk import FIELDS, judge_chunks, key_inputs
 from p2p_ops.diagnose.judge.views import ChunkVerdict, ExplainFacts, InstanceView
@@ -41,6 +41,9 @@ def explain_instance(facts: ExplainFacts, x: InstanceView) -> NodeExplanation:
     out = NodeExplanation(x.instance, x.node, cs, len(x.tokens or []))
     if not x.tokens:
         out.verdict = f"cannot explain: {x.tokenize_error or 'its engine did not tokenize the prompt'}"
+        if x.engine_mute:      # no request reaches that engine: that, not a chunk, is why it misses
+            out.causes = [verdict("engine_down", x.instance, ("explain:tokenize", x.tokenize_error),
+                                  instance=x.instance, restart=restart((x.node, "engine")))]
         return out
     if cs is None or not down and (x.keys is None or x.keys.error):
         out.verdict = "cannot explain: " + (x.keys.error if x.keys and x.keys.error else

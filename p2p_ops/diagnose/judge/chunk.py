@@ -342,7 +342,12 @@ def _chunk(facts: ExplainFacts, x: InstanceView, c: ChunkVerdict) -> Optional[Wh
                               f"{f.message} (seen: {f.value})")
         return risk
     if c.holders:
-        return _because(facts, c.holders, "peer_not_connected", x.instance, _not_connected(facts, x, c.holders))
+        # A holder that died without deregistering (SIGKILL, a crash) stays listed until the coordinator drops it:
+        # its death, not the connection, is why no peer serves the chunk.
+        gone = [h for h in c.holders if (v := facts.view(h)) is not None and v.server_state != "running"]
+        cause, about = ("server_down", gone[0]) if gone and len(gone) == len(c.holders) else (
+            "peer_not_connected", x.instance)
+        return _because(facts, c.holders, cause, about, _not_connected(facts, x, c.holders))
     if x.p2p_state != "registered" and x.p2p_state != "unknown":
         return _because(facts, [x.instance], "not_registered", x.instance,
                         f"{x.instance} is {x.p2p_state}: it asks no peer")

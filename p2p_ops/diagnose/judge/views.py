@@ -27,6 +27,7 @@ class InstanceView:
     inputs: Optional[KeyInputs] = None       # what its server's keys depend on (None: server unread)
     tokens: Optional[list[int]] = None       # what its engine's /tokenize made of the prompt
     tokenize_error: str = ""
+    engine_mute: bool = False                # its engine is not running or answered nothing (a request fails)
     keys: Optional[ChunkKeys] = None         # LMCache's hasher on its node, under its server's settings
     keys_from: str = ""                      # which LMCache process computed `keys`
     logged_none_hash: Optional[str] = None   # `Computed NONE_HASH=` from its server.log
