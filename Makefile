@@ -81,8 +81,8 @@ test-inference-perf: setup setup-inference-perf
 test-explain: setup
 	P2P_EXPLAIN_E2E=1 $(PY) -m pytest -q -rs -s tests/e2e/test_explain.py
 
-# The diagnosis benchmark (bench/diagnosis.py): 14 planted causes on one local fleet, every verb that judges
-# each, top-1 accuracy per verb, contradictions and confident wrong answers (~20 min on a 2-core box); it exits 1
+# The diagnosis benchmark (bench/diagnosis.py): 22 planted causes on one local fleet, every verb that judges
+# each, top-1 accuracy per verb, contradictions and confident wrong answers (~30 min on a 2-core box); it exits 1
 # on a wrong answer, a contradiction or an abstention its case does not allow. Opt-in; its quick subset runs in
 # `make test` (tests/e2e/test_diagnosis_quick.py). test-diagnosis-ci is CI's form: every case, each judged by one
 # verb chosen so that every verb is used (bench/diagnosis.py says how).
