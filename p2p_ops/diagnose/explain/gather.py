@@ -72,7 +72,8 @@ def _http(ctx: FleetContext, node: Node, inst: Instance, view: InstanceView, pro
         view.p2p_loads = metrics_api.metric_sum(samples, metrics_api.P2P_LOADS, l2_name="p2p")
     if view.engine_state != "running":
         view.tokenize_error = f"{inst.id}'s engine is not running ({view.engine_state})"
-        view.engine_mute = view.engine_state != "unknown"      # unknown: its node did not answer, not the engine
+        # A dead engine is the cause; one not started (a stopped fleet) or unread (its node did not answer) is not.
+        view.engine_mute = view.engine_state in ("dead", "stale")
         return
     view.tokens, view.tokenize_error = engine_api.tokenize(eurl, fleet.model, prompt.text, prompt.messages)
     view.engine_mute = view.tokens is None and view.tokenize_error.startswith(engine_api.ANSWERED_NOTHING)
