@@ -13,11 +13,14 @@ import pytest
 from p2p_ops import files
 from p2p_ops.errors import BadInput, CouldNotRun
 from p2p_ops.harness import inference_perf as ip
+from p2p_ops.harness.stress_inference_perf import VENV_VAR
 from p2p_ops.observe.records import read_csv, write_csv
+from p2p_ops.resources import env_path
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = REPO / "tests/fixtures/inference_perf"
-VENV = REPO / ip.DEFAULT_VENV
+# make test-inference-perf sets up its own venv and names it in $P2P_INFERENCE_PERF_VENV (CI: a second one)
+VENV = env_path(VENV_VAR, REPO / ip.DEFAULT_VENV)
 TOKENIZER = str(REPO / "models/tiny-llama")
 
 
