@@ -11,7 +11,6 @@ missed request, and `lacks` says what the bundle does not hold that would decide
 
 from __future__ import annotations
 
-import json
 import tarfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
+from p2p_ops import files
 from p2p_ops.causes import CAUSES, Verdict, rank_key, verdict
 from p2p_ops.diagnose.doctor import check
 from p2p_ops.diagnose.doctor.model import FleetFacts
@@ -100,11 +100,8 @@ def _json(members: dict[str, bytes], name: str) -> Any:
     raw = members.get(name)
     if raw is None:
         return None
-    try:
-        return json.loads(raw.decode("utf-8", "replace"))
-    except ValueError as exc:
-        raise BadInput(f"{name} in the bundle is not JSON ({exc}); the bundle was changed after p2pctl wrote it") \
-            from None
+    return files.parse_json(raw.decode("utf-8", "replace"), f"{name} in the bundle",
+                            "the bundle was changed after p2pctl wrote it")
 
 
 def _facts(doctor: Any) -> FleetFacts:

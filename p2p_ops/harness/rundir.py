@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import socket
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from p2p_ops import files
+from p2p_ops.errors import BadInput
 from p2p_ops.lifecycle.lock import last_down
 from p2p_ops.spec.layout import COORDINATOR, TESTS, RunLayout
 
@@ -53,11 +53,13 @@ def copy_env_files(layout: RunLayout, run: Path) -> None:
 
 
 def run_state(path: Path) -> dict:
-    """The run's run.json ({} for folders written before it existed, or one that is no file of its own)."""
+    """The run's run.json ({} for folders written before it existed, or one that is no file of its own or no
+    object)."""
     try:
-        return json.loads(files.read_text(path / RUN_FILE, 1 << 20, within=path))
-    except (files.Refused, ValueError):
+        doc = files.read_json(path / RUN_FILE, 1 << 20, within=path)
+    except BadInput:
         return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from p2p_ops import files
-from p2p_ops.errors import CouldNotRun
+from p2p_ops.errors import BadInput, CouldNotRun
 
 LOCK_NAME = ".lock"
 # How long a second `up`/`down` waits by default: longer than a slow vLLM `up`, shorter than forever.
@@ -70,10 +70,10 @@ def me(command: Optional[str] = None, what: str = "the fleet") -> Holder:
 def read_holder(path: Path) -> Optional[Holder]:
     """The holder a file names; None when it is empty or unreadable: the holder has not written yet."""
     try:
-        data = json.loads(files.read_text(path, 1 << 16, follow=False) or "null")
+        data = files.parse_json(files.read_text(path, 1 << 16, follow=False) or "null", str(path))
         return Holder(int(data["pid"]), str(data["host"]), str(data["command"]), float(data["since"]),
                       str(data.get("what", "the fleet")))
-    except (files.Refused, ValueError, TypeError, KeyError):
+    except (BadInput, ValueError, TypeError, KeyError, OverflowError):
         return None
 
 

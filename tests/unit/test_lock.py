@@ -182,3 +182,18 @@ def test_the_holder_is_named_as_it_was_typed(monkeypatch):
     assert command_line() == "python -m p2p_ops.cli up -f f.yaml"
     monkeypatch.setattr(sys, "orig_argv", ["/v/bin/python3", "/v/bin/p2pctl", "down"])
     assert command_line() == "p2pctl down"
+
+
+@pytest.mark.parametrize("text", ["[" * 60_000, "[1]", '{"pid": 1e999, "host": "h", "command": "c", "since": 1}'])
+def test_a_hostile_holder_or_last_down_file_reads_as_no_holder(tmp_path, text):
+    """Issue 44 item 5: a `.last-down` or lock file nested deep under its cap, or of another shape, is no holder,
+    never a RecursionError that would end every later stress, soak and faults run."""
+    (tmp_path / lock.LAST_DOWN).write_text(text)
+    assert read_holder(tmp_path / lock.LAST_DOWN) is None
+    assert last_down(tmp_path) is None
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "[1, 2]", "nope"])
+def test_a_hostile_run_json_reads_as_a_run_folder_without_one(tmp_path, text):
+    (tmp_path / "run.json").write_text(text)
+    assert run_state(tmp_path) == {}

@@ -104,7 +104,9 @@ def _reg(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
 @pytest.mark.parametrize("build,message", [
     (lambda p: p.write_bytes(b"not a tar at all"), "not a bundle p2pctl wrote (cannot read it as tar.gz"),
     (lambda p: _tar(p.parent, [_reg("r/doctor.json", b"{}")]).replace(p), "no manifest.json at its root"),
-    (lambda p: _tar(p.parent, [_reg("r/manifest.json", b"{nope")]).replace(p), "manifest.json in the bundle is not JSON"),
+    (lambda p: _tar(p.parent, [_reg("r/manifest.json", b"{nope")]).replace(p), "manifest.json in the bundle: is not valid JSON"),
+    (lambda p: _tar(p.parent, [_reg("r/manifest.json", b"[" * 100_000)]).replace(p),
+     "manifest.json in the bundle: JSON nested deeper than"),
     (lambda p: _tar(p.parent, [_reg("r/manifest.json", b"{}"), _reg("r/doctor.json", json.dumps(
         {"facts": {"fleet": "t", "runtime": "x", "coordinator_url": "u", "coordinator_node": "n",
                    "nodes": [{"node": "n", "address": "a", "listeners": [{"address": "a", "port": "x"}]}]}}
