@@ -111,8 +111,8 @@ def log_grep_fact(path: str, patterns: Sequence[str], limit: int) -> CommandFact
 def recent_grep_fact(path: str, patterns: Sequence[str], window: int, limit: int) -> CommandFact[list[str]]:
     """Among the log's last `window` lines: what the process logged lately, not since it started."""
     args = " ".join(f"-e {shlex.quote(p)}" for p in patterns)
-    cmd = f"tail -n {int(window)} {shlex.quote(path)} 2>/dev/null | grep -a -E {args} | tail -n {int(limit)}"
-    return CommandFact("recent_grep", ("sh", "-c", cmd), _lines)
+    cmd = f"{read_cmd(path, TAIL_WINDOW)} | tail -n {int(window)} | grep -a -E {args} | tail -n {int(limit)}"
+    return CommandFact("recent_grep", _guarded(path, cmd), _lines)
 
 
 def first_match_argv(path: str, pattern: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p_ops.facts.logs import file_copy_fact, log_excerpt_fact, log_grep_fact, log_tail_fact
+from p2p_ops.facts.logs import file_copy_fact, log_excerpt_fact, log_grep_fact, log_tail_fact, recent_grep_fact
 from p2p_ops.facts.memory import MEMINFO
 from p2p_ops.facts.netdev import IPV4_INTERFACES
 from p2p_ops.facts.paths import paths_fact
@@ -105,7 +105,7 @@ def test_log_readers_refuse_links_fifos_and_folders_out_of_bounds(tmp_path):
     conn = LocalConnector()
     for name, why in (("link.log", "symbolic link"), ("fifo.log", "not a regular file")):
         path = str(run / name)
-        for fact in (log_tail_fact(path, 5), log_grep_fact(path, ["S"], 5)):
+        for fact in (log_tail_fact(path, 5), log_grep_fact(path, ["S"], 5), recent_grep_fact(path, ["S"], 100, 5)):
             [line] = read_fact(conn, fact, timeout=20)
             assert why in line and "SECRET" not in line
         assert why in read_fact(conn, log_excerpt_fact(path), timeout=20)
@@ -116,6 +116,8 @@ def test_log_readers_refuse_links_fifos_and_folders_out_of_bounds(tmp_path):
     ok = read_fact(conn, file_copy_fact(str(run / "ok.log"), 12, within=str(run)), timeout=20)
     assert ok.size == 25 and ok.text == "boom\nline 3\n" and not ok.refused
     assert read_fact(conn, log_tail_fact(str(run / "ok.log"), 2), timeout=20) == ["ERROR boom", "line 3"]
+    assert read_fact(conn, recent_grep_fact(str(run / "ok.log"), ["line"], 1, 5), timeout=20) == ["line 3"]
+    assert read_fact(conn, recent_grep_fact(str(run / "none.log"), ["line"], 1, 5), timeout=20) == []
     assert read_fact(conn, file_copy_fact(str(run / "none.log"), 10), timeout=20).exists is False
 
 
