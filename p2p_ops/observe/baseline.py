@@ -18,6 +18,7 @@ did not finish, or a fleet that is not ready now, is the verdict (`later_unfinis
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -198,8 +199,8 @@ def _figures_of(run: Path) -> list[Figure]:
     return {"matrix": _matrix, "basic": _basic}[kind](_json(run / "result.json"))
 
 
-def _json(path: Path) -> dict:
-    doc = files.read_json(path, 64 << 20)
+def _json(path: Path, follow: bool = True) -> dict:
+    doc = files.read_json(path, 64 << 20, follow=follow)
     if not isinstance(doc, dict):
         raise BadInput(f"{path}: not a JSON object; not a file p2pctl wrote")
     return doc
@@ -293,16 +294,27 @@ def load(layout: RunLayout, name: str) -> dict:
         have = ", ".join(saved(layout)) or "none yet"
         raise BadInput(f"no baseline {name!r} for this fleet (saved: {have}); save one with `p2pctl baseline save "
                        f"{name}`")
-    doc = _json(path)
+    doc = _json(path, follow=False)
     try:
         ok = all(k in doc for k in ("fleet", "runs", "kinds", "versions", "settings")) and all(
-            Figure(**f).spread for f in doc["figures"])
+            _sound(Figure(**f)) for f in doc["figures"])
     except (KeyError, TypeError, ValueError):
         ok = False
     if not ok:
         raise BadInput(f"{path}: not a baseline p2pctl wrote (a field is missing or malformed); save it again "
                        f"with `p2pctl baseline save {name}`")
     return doc
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _sound(f: Figure) -> bool:
+    """What p2pctl writes: finite samples (a NaN or an Infinity turns any regression into "within"), a known
+    direction, a percentile and a floor that are numbers."""
+    return (bool(f.samples) and all(map(_finite, f.samples)) and f.better in ("lower", "higher")
+            and _finite(f.q) and 0 <= f.q <= 100 and _finite(f.floor) and f.floor >= 0)
 
 
 def saved(layout: RunLayout) -> list[str]:

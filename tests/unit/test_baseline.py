@@ -259,12 +259,16 @@ def test_a_baseline_keeps_no_trace_of_a_secret_setting(fleet, p2pctl, name, valu
         f"node-a-0:{name}: set (not kept) -> (unset) (run {run.name})"], err
 
 
-def test_a_baseline_file_not_written_by_p2pctl_is_refused_in_one_line(fleet, p2pctl):
+@pytest.mark.parametrize("field,value", [
+    ("samples", []), ("samples", [float("nan")]), ("samples", [float("inf")]), ("samples", ["40"]),
+    ("samples", [True]), ("better", "sideways"), ("q", float("nan")), ("floor", -1)])
+def test_a_baseline_file_not_written_by_p2pctl_is_refused_in_one_line(fleet, p2pctl, field, value):
+    """Issue 44 item 5: NaN, Infinity or `better: sideways` made a 40 -> 130 ms regression "within", exit 0."""
     matrix_run(fleet.ctx.layout.tests, "20261202T080000Z", (40, 160))
     assert _cli(p2pctl, fleet, "baseline", "save", "before")[0] == 0
     path = fleet.ctx.layout.root / "baselines" / "before.json"
     doc = json.loads(path.read_text())
-    doc["figures"][0]["samples"] = []
+    doc["figures"][0][field] = value
     path.write_text(json.dumps(doc))
     code, _, err = _cli(p2pctl, fleet, "compare", "before")
     assert code == 2 and "before.json: not a baseline p2pctl wrote" in err and len(err.strip().splitlines()) == 1
@@ -330,3 +334,14 @@ def test_a_version_change_is_shown_never_refused(fakes, monkeypatch, p2pctl):
     matrix_run(fleet.ctx.layout.tests, "20261202T080100Z", (41, 158))
     code, out, _ = _cli(p2pctl, fleet, "compare")
     assert code == 0 and "versions since the baseline: lmcache 0.5.6 -> 0.5.7" in out
+
+
+def test_a_baseline_that_is_a_link_is_not_followed(fleet, p2pctl, tmp_path):
+    matrix_run(fleet.ctx.layout.tests, "20261202T080000Z", (40, 160))
+    assert _cli(p2pctl, fleet, "baseline", "save", "before")[0] == 0
+    path = fleet.ctx.layout.root / "baselines" / "before.json"
+    real = tmp_path / "elsewhere.json"
+    path.replace(real)
+    path.symlink_to(real)
+    code, _, err = _cli(p2pctl, fleet, "compare", "before")
+    assert code == 2 and "before.json" in err and "link" in err and len(err.strip().splitlines()) == 1, err
