@@ -171,7 +171,8 @@ def latest_runs(tests: Path, kinds=None, after: str = "") -> list[Path]:
     with their UTC time, so they sort)."""
     newest: dict[str, Path] = {}
     for folder in sorted(tests.iterdir()) if tests.is_dir() else []:
-        kind = kind_of(folder) if folder.is_dir() and folder.name > after else None
+        # A link there names a folder elsewhere, of another fleet maybe: never this fleet's run.
+        kind = kind_of(folder) if not folder.is_symlink() and folder.is_dir() and folder.name > after else None
         if kind and (kinds is None or kind in kinds):
             newest[kind] = folder
     return list(newest.values())
@@ -320,7 +321,8 @@ def _sound(f: Figure) -> bool:
 def saved(layout: RunLayout) -> list[str]:
     """The fleet's baselines, oldest first."""
     folder = layout.root / BASELINES
-    found = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    found = [p for p in folder.glob("*.json") if not p.is_symlink()] if folder.is_dir() else []
+    found.sort(key=lambda p: p.stat().st_mtime)
     return [p.stem for p in found]
 
 

@@ -345,3 +345,17 @@ def test_a_baseline_that_is_a_link_is_not_followed(fleet, p2pctl, tmp_path):
     path.symlink_to(real)
     code, _, err = _cli(p2pctl, fleet, "compare", "before")
     assert code == 2 and "before.json" in err and "link" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_links_in_baselines_and_tests_are_passed_over(fleet, p2pctl, tmp_path):
+    """Issue 44 item 5: a dangling link in baselines/ ended `baseline list` in a traceback, and a link in tests/ to
+    a run folder elsewhere was taken as this fleet's newest run."""
+    tests = fleet.ctx.layout.tests
+    matrix_run(tests, "20261202T080000Z", (40, 160))
+    elsewhere = matrix_run(tmp_path / "other", "20261202T090000Z", (41, 161))
+    (tests / "20261202T090000Z-matrix").symlink_to(elsewhere)
+    code, out, err = _cli(p2pctl, fleet, "baseline", "save", "mine", "--json")
+    assert code == 0 and [Path(r).name for r in json.loads(out)["runs"]] == ["20261202T080000Z-matrix"], err
+    (fleet.ctx.layout.root / "baselines" / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    code, out, err = _cli(p2pctl, fleet, "baseline", "list")
+    assert code == 0 and "mine" in out and "gone" not in out and "Traceback" not in err, err
