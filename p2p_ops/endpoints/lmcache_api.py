@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
+from urllib.parse import quote
 
 from p2p_ops.endpoints.fetch import get_answer, get_json, post_json
 
@@ -51,6 +52,11 @@ def server_status(http_url: str) -> ServerStatus:
     for path in ("/status", "/api/status"):
         if (body := get_json(http_url.rstrip("/") + path)) is not None:
             break
+    return parse_status(body)
+
+
+def parse_status(body: object) -> ServerStatus:
+    """A /status body, whatever it holds; not an object: the server did not answer as one."""
     if not isinstance(body, dict):
         return ServerStatus(reachable=False)
     sm, l1 = _dict(body.get("storage_manager")), l1_manager(body)
@@ -70,8 +76,15 @@ def server_status(http_url: str) -> ServerStatus:
 
 
 def coordinator_instances(coordinator_url: str) -> Optional[list[dict]]:
-    body = get_json(coordinator_url.rstrip("/") + "/instances")
-    return body["instances"] if isinstance(body, dict) and isinstance(body.get("instances"), list) else None
+    return parse_instances(get_json(coordinator_url.rstrip("/") + "/instances"))
+
+
+def parse_instances(body: object) -> Optional[list[dict]]:
+    """/instances' registrations, each an object (callers read them with .get); None: not the coordinator's
+    answer."""
+    if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
+        return None
+    return [e for e in body["instances"] if isinstance(e, dict)]
 
 
 def coordinator_healthy(coordinator_url: str) -> bool:
@@ -101,10 +114,10 @@ class DirectoryEntry:
 
 def _entry(raw: dict) -> DirectoryEntry:
     placements = [Placement(str(p.get("instance_id", "")), str(p.get("tier", "")), str(p.get("backend", "")),
-                            int(p.get("size_bytes") or 0))
-                  for p in raw.get("placements") or [] if isinstance(p, dict)]
-    return DirectoryEntry(raw.get("key") or {}, placements, list(raw.get("token_ids") or []),
-                          int(raw.get("access_count") or 0))
+                            _count(p.get("size_bytes")))
+                  for p in _list(raw.get("placements")) if isinstance(p, dict)]
+    tokens = [t for t in _list(raw.get("token_ids")) if isinstance(t, int) and not isinstance(t, bool)]
+    return DirectoryEntry(_dict(raw.get("key")), placements, tokens, _count(raw.get("access_count")))
 
 
 def parse_directory_lookup(body: object) -> Optional[list[DirectoryEntry]]:
@@ -142,7 +155,7 @@ def directory_keys(coordinator_url: str, instance_id: str = "", tier: str = "l1"
             return out or None
         page = [_entry(k) for k in body["keys"] if isinstance(k, dict)]
         out += page
-        if not page or len(out) >= int(body.get("total") or 0):
+        if not page or len(out) >= _count(body.get("total")):
             return out
     return out
 
@@ -161,13 +174,13 @@ def cache_objects(http_url: str, tier: str, max_pages: int = 20) -> ObjectListin
     out, token = ObjectListing(tier), ""
     for _ in range(max_pages):
         code, body = get_answer(f"{http_url.rstrip('/')}/cache/objects?tier={tier}&page_size=5000"
-                                + (f"&page_token={token}" if token else ""))
+                                + (f"&page_token={quote(token, safe='')}" if token else ""))
         if code != 200 or not isinstance(body, dict):
             detail = body.get("detail") if isinstance(body, dict) else body
             out.refused = f"{code or 'no answer'}: {str(detail)[:200]}"
             return out
-        out.entries += list(body.get("entries") or [])
-        token = body.get("next_page_token") or ""
+        out.entries += _list(body.get("entries"))
+        token = nxt if isinstance(nxt := body.get("next_page_token"), str) else ""
         if not token:
             break
     return out
@@ -177,7 +190,7 @@ def p2p_adapters(status: dict) -> list[tuple[str, int, dict]]:
     """(peer host, peer mq port, the adapter's entry) of each P2P adapter in a server's /status, in adapter
     order (the order a lookup is planned in); the entry has `in_flight_lookups` and `in_flight_loads`."""
     urls = [(str(a.get("peer_mq_server_url", "")).rpartition("://")[2].rpartition(":"), a)
-            for a in (status.get("storage_manager") or {}).get("l2_adapters") or []
+            for a in _list(_dict(status.get("storage_manager")).get("l2_adapters"))
             if isinstance(a, dict) and a.get("type") == "P2PL2Adapter"]
     return [(host, int(port), a) for (host, _, port), a in urls if port.isdecimal()]
 

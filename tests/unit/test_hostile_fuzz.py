@@ -360,3 +360,52 @@ def test_numeric_flags_take_any_text(tmp_path_factory, p2pctl, capsys, value):
         assert err.strip().splitlines()[-1].startswith("p2pctl init: error: argument --memory-budget"), err
         return
     one_line_or_ok(code, o, err)
+
+
+# ---- what a fleet's services answer: any JSON for /status, /instances and the key directory ----------------
+
+# The names the parsers read, so that drawn answers reach past the first isinstance check.
+ANSWER_KEYS = ["p2p_state", "p2p_peer_count", "p2p_peers", "chunk_size", "hash_algorithm", "storage_manager",
+               "l1_manager", "l1_managers", "_default", "memory_used_bytes", "memory_total_bytes", "l1_usage",
+               "l2_adapters", "type", "peer_mq_server_url", "instances", "instance_id", "results", "placements",
+               "tier", "backend", "size_bytes", "key", "token_ids", "access_count"]
+answers = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.sampled_from(["P2PL2Adapter",
+              "tcp://h:1", "tcp://h:x", "abc", "", "1e400"]), st.text(max_size=12)),
+    lambda inner: st.one_of(st.lists(inner, max_size=5),
+                            st.dictionaries(st.one_of(st.sampled_from(ANSWER_KEYS), st.text(max_size=6)), inner,
+                                            max_size=6)),
+    max_leaves=40)
+
+
+@settings(FUZZ, max_examples=examples(400))
+@given(body=answers)
+def test_any_answer_is_read_by_its_types_never_a_traceback(body):
+    """Issue 44 item 7: whoever answers on a server's or the coordinator's port, the typed readers give counts
+    that are non-negative ints, registrations that are objects, peers and tokens of their types."""
+    from p2p_ops.endpoints.lmcache_api import p2p_adapters, parse_directory_lookup, parse_instances, parse_status
+
+    status = parse_status(body)
+    assert all(isinstance(v, int) and v >= 0 for v in (status.peer_count, status.l1_used, status.l1_total,
+                                                       status.p2p_adapters))
+    assert all(isinstance(p, str) for p in status.peers)
+    listed = parse_instances(body)
+    assert listed is None or all(isinstance(e, dict) for e in listed)
+    for entry in parse_directory_lookup(body) or []:
+        assert all(isinstance(t, int) for t in entry.token_ids) and isinstance(entry.key, dict)
+        assert all(p.size_bytes >= 0 for p in entry.placements)
+    if isinstance(body, dict):
+        assert all(isinstance(port, int) for _, port, _ in p2p_adapters(body))
+    for wrapped in ({"instances": [body]}, {"results": [body]}, {"storage_manager": body}):
+        parse_status(wrapped), parse_instances(wrapped), parse_directory_lookup(wrapped), p2p_adapters(wrapped)
+
+
+@settings(FUZZ, max_examples=examples(200))
+@given(text=st.one_of(texts, st.lists(st.tuples(st.sampled_from(["lmcache_mp_l1_usage", "vllm:x_total", "a{b=\"c\"}",
+                                                                 "# TYPE a counter", "a{b=\"\\\"}"]),
+                                                st.sampled_from(["1", "NaN", "+Inf", "1e400", "x", "", "1 2 3"])),
+                                      max_size=8).map(lambda rows: "\n".join(f"{k} {v}" for k, v in rows))))
+def test_any_metrics_text_is_samples_or_none(text):
+    from p2p_ops.endpoints.metrics_api import parse_metrics
+
+    assert all(isinstance(name, str) and isinstance(value, float) for name, _, value in parse_metrics(text))
