@@ -46,6 +46,13 @@ def l1_manager(status: dict) -> dict:
     return _dict(sm.get("l1_manager")) or _dict(_dict(sm.get("l1_managers")).get("_default"))
 
 
+def resident_objects(status: dict) -> int:
+    """The L1 objects a server holds ready to serve: its `total_object_count` less `staging_object_count` (objects
+    reserved for a write still in flight, invisible to readers: a peer asked while they stage misses them)."""
+    l1 = l1_manager(status)
+    return max(0, _count(l1.get("total_object_count")) - _count(l1.get("staging_object_count")))
+
+
 def server_status(http_url: str) -> ServerStatus:
     """Docs and 0.5.6 serve /status; some revisions serve /api/status. Try both. Every field is read by its type:
     one of another type reads as unknown (0, empty), whatever the server (or whoever answers on its port) says."""

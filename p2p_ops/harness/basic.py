@@ -79,11 +79,12 @@ def pick_pair(ctx: FleetContext, a: Optional[str], b: Optional[str]):
 
 
 def l1_objects(server_url: str) -> int:
-    return int(lmcache_api.l1_manager(lmcache_api.server_status(server_url).raw).get("total_object_count") or 0)
+    return lmcache_api.resident_objects(lmcache_api.server_status(server_url).raw)
 
 
 def wait_l1_objects(server_url: str, wanted: int, until: float) -> None:
-    """The engine stores its chunks as part of the request; a peer asked before they land would miss."""
+    """The engine stores its chunks as part of the request, and the server admits them after: a peer asked before
+    they are resident would miss."""
     while time.monotonic() < until and l1_objects(server_url) < wanted:
         time.sleep(0.1)
 

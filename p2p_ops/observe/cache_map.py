@@ -15,7 +15,6 @@ from typing import Optional
 
 from p2p_ops import files
 from p2p_ops.endpoints import engine_api, lmcache_api
-from p2p_ops.endpoints.lmcache_api import l1_manager
 from p2p_ops.lifecycle.context import FleetContext
 
 MAX_RUNS = 3
@@ -109,7 +108,7 @@ def cache_map(ctx: FleetContext) -> CacheMap:
     for n, i in ctx.fleet.instances():
         st = lmcache_api.server_status(ctx.server_url(n, i))
         if st.reachable:
-            nodes[i.id].status_objects = int(l1_manager(st.raw).get("total_object_count") or 0)
+            nodes[i.id].status_objects = lmcache_api.resident_objects(st.raw)
             nodes[i.id].l1_used, nodes[i.id].l1_total = st.l1_used, st.l1_total
         if engine is None and engine_api.engine_healthy(ctx.engine_url(n, i)):
             engine = ctx.engine_url(n, i)

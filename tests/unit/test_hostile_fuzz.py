@@ -368,7 +368,8 @@ def test_numeric_flags_take_any_text(tmp_path_factory, p2pctl, capsys, value):
 ANSWER_KEYS = ["p2p_state", "p2p_peer_count", "p2p_peers", "chunk_size", "hash_algorithm", "storage_manager",
                "l1_manager", "l1_managers", "_default", "memory_used_bytes", "memory_total_bytes", "l1_usage",
                "l2_adapters", "type", "peer_mq_server_url", "instances", "instance_id", "results", "placements",
-               "tier", "backend", "size_bytes", "key", "token_ids", "access_count"]
+               "tier", "backend", "size_bytes", "key", "token_ids", "access_count", "total_object_count",
+               "staging_object_count"]
 answers = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.sampled_from(["P2PL2Adapter",
               "tcp://h:1", "tcp://h:x", "abc", "", "1e400"]), st.text(max_size=12)),
@@ -383,7 +384,8 @@ answers = st.recursive(
 def test_any_answer_is_read_by_its_types_never_a_traceback(body):
     """Issue 44 item 7: whoever answers on a server's or the coordinator's port, the typed readers give counts
     that are non-negative ints, registrations that are objects, peers and tokens of their types."""
-    from p2p_ops.endpoints.lmcache_api import p2p_adapters, parse_directory_lookup, parse_instances, parse_status
+    from p2p_ops.endpoints.lmcache_api import (p2p_adapters, parse_directory_lookup, parse_instances, parse_status,
+                                               resident_objects)
 
     status = parse_status(body)
     assert all(isinstance(v, int) and v >= 0 for v in (status.peer_count, status.l1_used, status.l1_total,
@@ -396,6 +398,7 @@ def test_any_answer_is_read_by_its_types_never_a_traceback(body):
         assert all(p.size_bytes >= 0 for p in entry.placements)
     if isinstance(body, dict):
         assert all(isinstance(port, int) for _, port, _ in p2p_adapters(body))
+        assert isinstance(resident := resident_objects(body), int) and resident >= 0
     for wrapped in ({"instances": [body]}, {"results": [body]}, {"storage_manager": body}):
         parse_status(wrapped), parse_instances(wrapped), parse_directory_lookup(wrapped), p2p_adapters(wrapped)
 

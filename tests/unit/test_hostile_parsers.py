@@ -196,3 +196,17 @@ def test_a_crafted_status_reads_as_unknown_fields_never_a_traceback(body):
     assert isinstance(st.peer_count, int) and st.peer_count >= 0 and all(isinstance(p, str) for p in st.peers)
     assert isinstance(st.l1_used, int) and isinstance(st.l1_total, int) and st.p2p_adapters in (0, 1)
     assert st.chunk_size is None or isinstance(st.chunk_size, int)
+
+
+@pytest.mark.parametrize("l1, resident", [
+    ({"total_object_count": 8, "staging_object_count": 8}, 0),    # reserved for writes in flight: no peer sees them
+    ({"total_object_count": 8, "staging_object_count": 3}, 5),
+    ({"total_object_count": 8}, 8),
+    ({"total_object_count": "8", "staging_object_count": 9}, 0),
+])
+def test_resident_objects_leave_out_what_is_still_staging(l1, resident):
+    """The harness waited on total_object_count, which counts staging objects: it asked a peer before the writes
+    were admitted, and the peer missed (router round-robin test, CI of stop 51)."""
+    from p2p_ops.endpoints.lmcache_api import resident_objects
+
+    assert resident_objects({"storage_manager": {"l1_manager": l1}}) == resident
