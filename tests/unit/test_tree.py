@@ -22,7 +22,7 @@ DOCTOR_CHECKS = {"agree", "stale_env", "env_drift", "coordinator", "coordinator_
                  "peer_count", "reach", "memlock", "ucx_tls", "process", "server_http", "port_busy", "port_listening",
                  "engine", "engine_degraded", "kv_events", "lookup_leak", "stale_read_locks", "nic_pin",
                  "mooncake", "hash:builtin_fallback", "l1_misaligned", "no_transfer_channel", "server_args_clash",
-                 "keep_alive"}
+                 "keep_alive", "router"}
 
 
 def known_check(check: str) -> bool:

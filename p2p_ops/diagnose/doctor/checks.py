@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import takewhile
 from typing import Optional
 
+from p2p_ops import causes
 from p2p_ops.causes import CAUSES
 from p2p_ops.diagnose.doctor.agreement import check_agreement, names_of, pairs, restart
 from p2p_ops.diagnose.doctor.leak import check_lookup_leak
@@ -326,6 +327,19 @@ def _check_engines(report: Report, facts: FleetFacts) -> None:
             report.add("error", "engine_degraded", subject, said, "", "engine_degraded", instance=inst.instance)
 
 
+def _check_router(report: Report, facts: FleetFacts) -> None:
+    """Clients of a router fleet send to the router: every engine may serve while none of them is reached."""
+    if not facts.router_url or facts.router_healthy or not (facts.router_state == "running" or facts.any_running):
+        return
+    if facts.router_state == "running":
+        seen, said = "process runs, /health does not answer", "the router runs but does not answer (stopped or wedged)"
+    else:
+        state = "stopped" if facts.router_state == "none" else facts.router_state
+        seen, said = f"process {facts.router_state}", f"the router is {state} while the fleet runs"
+    report.add("error", "router", "router", f"{facts.router_url}: {seen}", said, "router_down",
+               restart=causes.restart((facts.router_node, "router")))
+
+
 def _check_kv_events(report: Report, facts: FleetFacts) -> None:
     """A router fleet needs KV events from every engine (what kv_aware routes on, and llm-d's P2P path seeds)."""
     if not facts.kv_events_expected:
@@ -412,6 +426,7 @@ def check(facts: FleetFacts) -> Report:
         _check_memlock(report, facts)
         _check_engines(report, facts)
         _check_kv_events(report, facts)
+        _check_router(report, facts)
         check_lookup_leak(report, facts)
     report.facts["mode"] = mode
     report.facts["instances"] = {i.instance: {k: v for k, (v, _) in per_inst[i.instance].items()} | {

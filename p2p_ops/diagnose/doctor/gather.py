@@ -241,6 +241,12 @@ def gather(ctx: FleetContext, reach: bool = True, leak_samples: int = 3) -> Flee
     facts.coordinator_healthy = lmcache_api.coordinator_healthy(fleet.coordinator_url)
     facts.coordinator_instances = lmcache_api.coordinator_instances(fleet.coordinator_url) \
         if facts.coordinator_healthy else None
+    if fleet.router.enabled:
+        facts.router_url, facts.router_node = fleet.router_url, fleet.router_node().name
+        facts.router_state = facts.proc_states.get(ctx.unit("router").name, "unknown")
+        # A stopped (SIGSTOP) or wedged router still reads as a running process: only its answer tells.
+        facts.router_healthy = facts.router_state == "running" and fetch.answers(f"{fleet.router_url}/health",
+                                                                                 timeout=3.0)
     runs = fleet_runs(fleet, ctx.node_layout)
 
     for node, inst in fleet.instances():

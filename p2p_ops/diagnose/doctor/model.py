@@ -88,6 +88,10 @@ class FleetFacts:
     kv_events_expected: bool = False    # a router reads the engines' KV events (router.enabled and kv_events)
     lookup_timeout_s: float = 30.0      # the requesters' --p2p-lookup-timeout (the spec's setting)
     transfer_engine: str = "nixl"       # settings.transfer_engine
+    router_url: str = ""                # "" without router.enabled
+    router_node: str = ""
+    router_state: str = "unknown"       # its process, as procs.states reads it
+    router_healthy: bool = False        # GET /health answered 200
 
     @property
     def multi_host(self) -> bool:
