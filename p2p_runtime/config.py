@@ -114,7 +114,10 @@ class EngineConfig:
     num_blocks: int = _opt(2048, "KV blocks in the paged cache")
     max_num_seqs: int = _opt(8, "requests decoded concurrently; the rest wait")
     threads: int = _opt(1, "torch CPU threads (fixed for bitwise-reproducible KV)")
-    lmcache_timeout: float = _opt(2.0, "seconds before an LMCache RPC counts as failed (then: recompute)")
+    # Above LMCache's own P2P lookup RPC timeout (3 s, p2p_l2_adapter._LOOKUP_RPC_TIMEOUT_S) and a server's
+    # stop-the-world gen-2 collection (1.0-2.6 s measured with --enable-gc-monitor on a busy 2-core box): at 2 s
+    # the engine gave up on working pulls (prefetch_timeout) and recomputed what its peer held.
+    lmcache_timeout: float = _opt(5.0, "seconds before an LMCache RPC counts as failed (then: recompute)")
     lmcache_reconnect_interval: float = _opt(2.0, "seconds between reconnect attempts while LMCache is down")
     prefill_us_per_token: float = _opt(0.0, "emulated GPU prefill cost per computed prompt token (us); 0 = off")
     decode_ms_per_token: float = _opt(0.0, "emulated GPU cost per decode step (ms); 0 = off")

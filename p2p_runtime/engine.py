@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import datetime, timezone
 import sys
+import threading
 
 import uvicorn
 
@@ -84,5 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if server.started else 1
 
 
+def run() -> None:
+    """The console entry point: `main`, then an exit without the interpreter's teardown. Once the engine has
+    drained and unregistered, that teardown (module clean-up and a last collection over torch's heap) took
+    2-4 s of every stop on a busy 2-core box, and a fleet's `down` and every engine restart waited for it."""
+    code = main()
+    for t in threading.enumerate():      # whatever still writes (a log, an unregister) finishes first
+        if t is not threading.main_thread() and not t.daemon:
+            t.join(timeout=2)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

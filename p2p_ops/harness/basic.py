@@ -82,11 +82,12 @@ def l1_objects(server_url: str) -> int:
     return lmcache_api.resident_objects(lmcache_api.server_status(server_url).raw)
 
 
-def wait_l1_objects(server_url: str, wanted: int, until: float) -> None:
+def wait_l1_objects(server_url: str, wanted: int, until: float) -> bool:
     """The engine stores its chunks as part of the request, and the server admits them after: a peer asked before
-    they are resident would miss."""
-    while time.monotonic() < until and l1_objects(server_url) < wanted:
+    they are resident would miss. False: fewer than `wanted` were resident at `until`."""
+    while (held := l1_objects(server_url)) < wanted and time.monotonic() < until:
         time.sleep(0.1)
+    return held >= wanted
 
 
 def grew(before: list, after: list, name: str, **labels: str) -> float:

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.e2e
 
 def test_soak_on_a_three_node_fleet_leaves_slopes_and_plots(tmp_path, p2pctl):
     with running_fleet(tmp_path, n_nodes=3, name="soak") as ctx:
-        code, out, err = p2pctl("test", "soak", "--duration", "60s", "--warmup", "20s", "--sample-every", "4",
-                                "--proof-every", "25", "-f", str(ctx.fleet_file), "--json")
+        code, out, err = p2pctl("test", "soak", "--duration", "40s", "--warmup", "10s", "--sample-every", "4",
+                                "--proof-every", "15", "-f", str(ctx.fleet_file), "--json")
         doc = json.loads(out)
         run = Path(doc["run_dir"])
         assert code == 0 and doc["passed"], (run / "soak.md").read_text()
@@ -35,6 +35,6 @@ def test_soak_on_a_three_node_fleet_leaves_slopes_and_plots(tmp_path, p2pctl):
         for plot in ("soak-anon-memory.png", "soak-fds.png", "soak-threads.png", "soak-ttft.png"):
             assert (run / plot).stat().st_size > 1000, plot
         assert json.loads((run / "run.json").read_text())["state"] == "complete"
-        # A 40 s slope may see a process still warming up rise: it is reported, never judged (10 min to tell).
+        # A 30 s slope may see a process still warming up rise: it is reported, never judged (10 min to tell).
         md = (run / "soak.md").read_text()
         assert md.count("rose at the floor") == md.count("(a leak needs 600 s to tell)"), md

@@ -33,6 +33,19 @@ def router_metric(ctx, name: str, **labels: str) -> float:
                              **labels)
 
 
+def lmcache_evidence(ctx) -> dict:
+    """Why an engine computed what its cache should have served: its fallbacks by op and reason, and the
+    warnings its LMCache link logged (a timeout there turns the engine plain for a reconnect interval)."""
+    out = {}
+    for node, inst in ctx.fleet.instances():
+        fallbacks = [(lab, v) for n, lab, v in metrics_api.scrape(ctx.engine_url(node, inst))
+                     if n == "p2p_engine_lmcache_fallbacks_total"]
+        log = ctx.layout.log(inst.id, "engine")
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        out[inst.id] = {"fallbacks": fallbacks, "log": [ln for ln in lines if "LMCache" in ln][-5:]}
+    return out
+
+
 def test_kv_aware_router_follows_the_engines_blocks(use_policy):
     ctx = use_policy("kv_aware")
     rep = fleet_status.report(ctx).to_json()
@@ -71,14 +84,14 @@ def test_round_robin_router_spreads_a_session_and_p2p_serves_it(use_policy):
     # The next question goes to the other engine, whose server pulls what the first one's stored: wait for the
     # store (a peer asked before the chunks land computes them; on a busy box that took longer than a request).
     owner = next(k for k, v in served_by(ctx).items() if v > before[k])
-    basic.wait_l1_objects(servers[owner], stored[owner] + len(doc) // ctx.fleet.settings.chunk_size,
-                          time.monotonic() + 60)
+    assert basic.wait_l1_objects(servers[owner], stored[owner] + len(doc) // ctx.fleet.settings.chunk_size,
+                                 time.monotonic() + 60), f"{owner}'s server never held the document"
     results = [first] + [complete(url, model, doc + prompts.question(8, q), max_tokens=4) for q in range(1, 4)]
     assert all(r.ok for r in results), [r.error for r in results]
     moved = {k: v - before[k] for k, v in served_by(ctx).items()}
     assert sorted(moved.values()) == [2, 2], moved
     # Questions after the first are served from cache on either engine: locally or pulled from the peer.
-    assert all(r.cached_tokens > 0 for r in results[1:]), [r.cached_tokens for r in results]
+    assert all(r.cached_tokens > 0 for r in results[1:]), ([r.cached_tokens for r in results], lmcache_evidence(ctx))
     # The router is scraped by the fleet's Prometheus and collected by bundle.
     assert f'"{ctx.fleet.router_node().address}:{ctx.fleet.router.prometheus_port}"' in prom.render_config(ctx)
     names = tarfile.open(bundle.collect(ctx, with_doctor=False)["path"]).getnames()
