@@ -19,7 +19,7 @@ from p2p_ops import files
 from p2p_ops.errors import BadInput, CheckFailed, CouldNotRun
 from p2p_ops.facts.logs import log_excerpt_fact, log_tail_fact
 from p2p_ops.facts.sections import read_fact
-from p2p_ops.lifecycle import procs
+from p2p_ops.lifecycle import procs, rejoin
 from p2p_ops.lifecycle import router as fleet_router
 from p2p_ops.lifecycle.lock import WAIT_S, fleet_lock, record_down
 from p2p_ops.lifecycle.context import FleetContext
@@ -167,6 +167,8 @@ def up(ctx: FleetContext, progress: Progress = _quiet, start_timeout: float = 12
         for phase in sorted({u.phase for u in units}):
             left(0)
             batch = [u for u in units if u.phase == phase]
+            if servers := {u.instance.id for u in batch if u.role == "server" and u.instance is not None}:
+                rejoin.wait_forgotten(ctx, servers, left(rejoin.forget_deadline_s(ctx)), progress)
             _start_units(ctx, batch, progress)
             timeout = max([start_timeout] + [u.start_timeout_s or 0 for u in batch])
             _wait_started(ctx, batch, left(timeout), progress, _what(batch))

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from p2p_ops.harness import faults
+from p2p_ops.harness import basic, faults
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +36,12 @@ def test_peer_server_killed_recompute_serves_every_request(fleet):
     fig, samples = faults.run_scenario(fleet, "peer_server_killed", OPTS)
     _check(fig)
     assert fig.unexpected_failures == 0, fig.note  # B's engine recomputes while its server is gone
+    # B's server was started again only once A had dropped its link to the killed one (lifecycle.rejoin): A pulls
+    # from it. Started at once, A's NIXL link stayed the dead process's (NIXL_ERR_REMOTE_DISCONNECT), and A never
+    # pulled from B again; the router tier's round-robin test met that after its server-kill test.
+    (_, a), (_, b) = fleet.fleet.instances()[:2]
+    res = basic.run_basic(fleet, a=b.id, b=a.id, chunks=4, max_tokens=4)
+    assert res.passed, (res.likely_cause, [c for c in res.checks if not c.ok])
 
 
 def test_coordinator_killed_and_restarted(fleet):

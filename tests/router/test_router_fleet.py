@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 import time
 
@@ -33,17 +34,21 @@ def router_metric(ctx, name: str, **labels: str) -> float:
                              **labels)
 
 
-def lmcache_evidence(ctx) -> dict:
-    """Why an engine computed what its cache should have served: its fallbacks by op and reason, and the
-    warnings its LMCache link logged (a timeout there turns the engine plain for a reconnect interval)."""
+def lmcache_evidence(ctx) -> str:
+    """Why an engine computed what its cache should have served: its fallbacks by op and reason, the LMCache
+    lines of its log, and the errors and warnings of its server's log (a failed pull from a peer is logged
+    there). A string: pytest cuts an assertion message that is not one to 240 characters."""
     out = {}
     for node, inst in ctx.fleet.instances():
         fallbacks = [(lab, v) for n, lab, v in metrics_api.scrape(ctx.engine_url(node, inst))
                      if n == "p2p_engine_lmcache_fallbacks_total"]
-        log = ctx.layout.log(inst.id, "engine")
-        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
-        out[inst.id] = {"fallbacks": fallbacks, "log": [ln for ln in lines if "LMCache" in ln][-5:]}
-    return out
+        logs = {}
+        for role, keep in (("engine", ("LMCache",)), ("server", ("ERROR", "WARNING", "NIXL_ERR"))):
+            log = ctx.layout.log(inst.id, role)
+            lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+            logs[role] = [ln[-300:] for ln in lines if any(k in ln for k in keep)][-6:]
+        out[inst.id] = {"fallbacks": fallbacks, **logs}
+    return json.dumps(out, indent=1)
 
 
 def test_kv_aware_router_follows_the_engines_blocks(use_policy):
@@ -91,7 +96,8 @@ def test_round_robin_router_spreads_a_session_and_p2p_serves_it(use_policy):
     moved = {k: v - before[k] for k, v in served_by(ctx).items()}
     assert sorted(moved.values()) == [2, 2], moved
     # Questions after the first are served from cache on either engine: locally or pulled from the peer.
-    assert all(r.cached_tokens > 0 for r in results[1:]), ([r.cached_tokens for r in results], lmcache_evidence(ctx))
+    assert all(r.cached_tokens > 0 for r in results[1:]), \
+        f"cached_tokens {[r.cached_tokens for r in results]}; {lmcache_evidence(ctx)}"
     # The router is scraped by the fleet's Prometheus and collected by bundle.
     assert f'"{ctx.fleet.router_node().address}:{ctx.fleet.router.prometheus_port}"' in prom.render_config(ctx)
     names = tarfile.open(bundle.collect(ctx, with_doctor=False)["path"]).getnames()

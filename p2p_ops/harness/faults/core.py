@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from p2p_ops.errors import BadInput
 from p2p_ops.harness import load, prompts
-from p2p_ops.lifecycle import procs, status
+from p2p_ops.lifecycle import procs, rejoin, status
 from p2p_ops.lifecycle.context import FleetContext
 from p2p_ops.observe.records import RequestRecord
 from p2p_ops.observe.stats import percentile
@@ -114,6 +114,8 @@ class Kill(Fault):
     def __init__(self, ctx: FleetContext, node, proc: procs.Proc, dead_engine: str = "") -> None:
         super().__init__(proc.name, dead_engine, "its engine was dead" if dead_engine else "", restarted=True)
         self.ctx, self.node, self.proc = ctx, node, proc
+        self.servers = {u.instance.id for u in ctx.units(roles=("server",))
+                        if u.instance is not None and ctx.proc(u).name == proc.name}
 
     def inject(self, runner, progress) -> None:
         [st] = procs.states(self.ctx.conn(self.node), [self.proc])
@@ -125,6 +127,8 @@ class Kill(Fault):
                                      timeout=15)
 
     def restore(self, progress) -> None:
+        if self.servers:        # its peers must drop their link to the killed server first (lifecycle.rejoin)
+            rejoin.wait_forgotten(self.ctx, self.servers, rejoin.forget_deadline_s(self.ctx), progress)
         progress(f"starting {self.proc.name} again")
         procs.start(self.ctx.conn(self.node), self.proc)
 
