@@ -42,7 +42,8 @@ $(STAMP): pyproject.toml
 setup-mooncake: setup
 	set -o pipefail; $(PY) -m p2p_ops.lifecycle.preflight.bootstrap $(VENV) | bash
 
-setup-vllm: setup
+# vLLM's venv needs nothing of .venv: CI installs it beside `make setup`.
+setup-vllm:
 	bash scripts/setup_vllm.sh $(VLLM_VENV)
 
 setup-router:
@@ -55,7 +56,7 @@ demo: setup
 	$(PY) -m p2p_ops.cli.demo
 
 # The demo on real vLLM (CPU build): makes the tiny local model if needed.
-demo-vllm: setup-vllm
+demo-vllm: setup setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m p2p_ops.cli.demo --runtime vllm
 
 # Every tier, the real-vLLM and Mooncake ones included (their environments are set up first; Mooncake after the
@@ -68,7 +69,7 @@ test: setup setup-vllm setup-router
 	P2P_VLLM_VENV=$(VLLM_VENV) P2P_ROUTER_VENV=$(ROUTER_VENV) $(PY) -m pytest -q -rs --durations=15 \
 		tests/component tests/e2e tests/multinode tests/router tests/vllm
 
-test-vllm: setup-vllm
+test-vllm: setup setup-vllm
 	P2P_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -rs -m vllm
 
 # inference-perf's tier (~800 MB in its own venv, a few minutes to set up; the run ~5 min): opt-in, not in `test`.
@@ -97,7 +98,7 @@ test-fast: setup
 
 # The hostile-input fuzz tier at eight times the examples and budget `make test` gives it, plus the 10 MB lines
 # and the 100 MB log (minutes on a busy 2-core box; each prints its figures).
-# FUZZ_SCALE: CI runs it at 4 beside its set-up, where at 8 it outlasted the set-up by ~200 s (every test still runs).
+# FUZZ_SCALE: CI runs it at 2 beside its set-up, which it would outlast at 8 (every test still runs).
 FUZZ_SCALE ?= 8
 test-hostile: setup
 	P2P_SOAK=1 P2P_FUZZ_SCALE=$(FUZZ_SCALE) $(PY) -m pytest -q -rs -s -m fuzz tests/unit

@@ -163,6 +163,7 @@ class Case:
     symptom: str = "zero cached tokens"
     about: str = "node-b-0"                       # the instance the cause is about (matrix pairs)
     needs_fleet: bool = True
+    replants: str = ""                            # the node whose server its plant restarts from a fresh env.sh
 
 
 @dataclass
@@ -193,6 +194,10 @@ class Bench:
         self.text = ""
         self.seed = 1000                          # each run starts its own fleet: fixed prompts repeat
         self.validate_file = ""
+        # Nodes whose server still runs from a planted env.sh: healed before the next case, unless that case
+        # plants on the same server anyway (Case.replants), which then starts from a fresh rendering: one restart
+        # of node-c per env.sh case instead of two.
+        self.planted: set[str] = set()
 
     # -- the CLI
     def cli(self, *argv: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
@@ -435,6 +440,9 @@ def restore_coordinator_frozen(b: Bench) -> None:
 
 def _restart_planted(b: Bench, node: str, edits: dict[str, str], role: str = "server", mesh: bool = True) -> None:
     inst = f"{node}-0"
+    if node in b.planted:          # the last case's edit is still there: start this one's from a fresh env.sh
+        launch.render(b.ctx, only=node)
+        b.planted.discard(node)
     for key, value in edits.items():
         b.edit_env(inst, key, value)
     err = b.restart(node, role, mesh=mesh)
@@ -462,7 +470,11 @@ def plant_hash_seed(b: Bench) -> None:
 
 def restore_hash_seed(b: Bench) -> None:
     b.heal("node-b")
-    b.heal("node-c")
+    b.planted.add("node-c")
+
+
+def heal_node_c_later(b: Bench) -> None:
+    b.planted.add("node-c")
 
 
 def plant_advertise_url(b: Bench) -> None:
@@ -583,28 +595,28 @@ CASES: list[Case] = [
                           "polls, so pulls may still work")},
          plant_coordinator_frozen, restore_coordinator_frozen, symptom="peers not registered"),
     Case("chunk_size", "node-c's chunk size 512 (env.sh)", ("chunk_size_differs", EDITED), {**FLEET_VERBS, "wait": ""},
-         plant_chunk_size, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
-         about="node-c-0"),
+         plant_chunk_size, heal_node_c_later, explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         about="node-c-0", replants="node-c"),
     Case("hash_algorithm", "node-c's hash algorithm builtin (env.sh)",
          ("hash_algorithm_differs", "builtin_hash", EDITED), FLEET_VERBS,
-         plant_hash_algorithm, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
-         about="node-c-0"),
+         plant_hash_algorithm, heal_node_c_later, explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         about="node-c-0", replants="node-c"),
     Case("hash_seed", "PYTHONHASHSEED 4242 on node-c, node-b and node-c on builtin",
          ("hash_seed_differs", EDITED), FLEET_VERBS,
          plant_hash_seed, restore_hash_seed, explain_node="node-c", basic=("node-b-0", "node-c-0"),
-         about="node-c-0"),
+         about="node-c-0", replants="node-c"),
     Case("advertise_url", "node-c advertises 127.0.0.1:9 (nobody listens)",
          ("peer_unreachable", "advertise_stale", "not_advertised", EDITED),
          {**FLEET_VERBS, "wait": "", **dict.fromkeys(("basic", "matrix"), PULLS_WORK)}, plant_advertise_url,
-         lambda b: b.heal("node-c"), explain_node="node-a", basic=("node-c-0", "node-a-0"), about="node-c-0"),
+         heal_node_c_later, explain_node="node-a", basic=("node-c-0", "node-a-0"), about="node-c-0", replants="node-c"),
     Case("transport", "node-c's UCX_TLS=rc (no RDMA here)", ("tls_unavailable", EDITED), {**FLEET_VERBS, "wait": ""},
-         plant_transport, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
-         symptom="server exits with NIXL_ERR_BACKEND", about="node-c-0"),
+         plant_transport, heal_node_c_later, explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         symptom="server exits with NIXL_ERR_BACKEND", about="node-c-0", replants="node-c"),
     Case("l1_too_small", "node-c's L1 2 MiB, the prefix ~4 MiB", (EDITED, "l1_oom", "l1_full"),
          {**FLEET_VERBS, "basic": "abstain ok: its 4-chunk proof (~2 MiB) may fit the 2 MiB L1 and pass, truly "
                                   "(seen 2026-12-07); the 8-chunk prefix does not"},
-         plant_l1_too_small, lambda b: b.heal("node-c"), explain_node="node-c", basic=("node-a-0", "node-c-0"),
-         symptom="l1_oom", about="node-c-0"),
+         plant_l1_too_small, heal_node_c_later, explain_node="node-c", basic=("node-a-0", "node-c-0"),
+         symptom="l1_oom", about="node-c-0", replants="node-c"),
     Case("engine_unlinked", "node-c's engine started without its server link", (EDITED, "engine_degraded"),
          {**FLEET_VERBS, "wait": ""}, plant_engine_unlinked, restore_engine_unlinked, explain_node="node-c",
          basic=("node-a-0", "node-c-0"), about="node-c-0"),
@@ -715,6 +727,9 @@ def run_case(b: Bench, case: Case, only_verb: str = "") -> CaseResult:
     res = CaseResult(case.id, case.title, case.expect)
     t = time.monotonic()
     log(f"case {case.id}: {case.title}")
+    for node in sorted(b.planted - {case.replants}):
+        b.heal(node)
+        b.planted.discard(node)
     try:
         case.plant(b)
     except Exception as exc:  # noqa: BLE001 - recorded; the verbs still run against what was planted
