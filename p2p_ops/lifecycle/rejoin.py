@@ -68,6 +68,6 @@ def wait_forgotten(ctx: FleetContext, ids: set[str], timeout_s: float,
             said = True
         time.sleep(1.0)
     for sid, who in left.items():
-        progress(f"warning: {', '.join(who)} still remember(s) {sid}: if pulls from it fail with "
-                 f"NIXL_ERR_REMOTE_DISCONNECT (p2pctl doctor: remote_disconnect), restart those servers")
+        progress(f"warning: {', '.join(who)} still remember(s) {sid}: pulls from it may fail "
+                 "(cause remote_disconnect; `p2pctl doctor` names it and its fix)")
     return left
